@@ -1,0 +1,184 @@
+//! `onceflow consume`: records to stdout.
+
+use super::props;
+use bytes::Bytes;
+use onceflow::client::{Consumer, ConsumerRecord, Error, Offset, TopicPartition};
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Format {
+    /// One JSON object per line (topic, partition, offset, timestamp, key, value, headers).
+    Json,
+    /// The value only, one per line.
+    Value,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Bootstrap broker(s), host:port[,host:port...].
+    #[arg(short = 'b', long = "brokers", default_value = "127.0.0.1:9092")]
+    broker: String,
+    /// Topic to read.
+    #[arg(short = 't', long)]
+    topic: String,
+    /// Partitions, comma-separated (default: all).
+    #[arg(short = 'p', long, value_delimiter = ',')]
+    partitions: Vec<i32>,
+    /// Start: beginning, end, an offset, or @TIMESTAMP_MS.
+    #[arg(short = 'o', long, default_value = "beginning")]
+    offset: String,
+    /// Exit once the end of every partition is reached.
+    #[arg(short = 'e', long = "exit")]
+    exit_at_end: bool,
+    /// Exit after this many records.
+    #[arg(short = 'c', long)]
+    count: Option<u64>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "json")]
+    format: Format,
+    /// A consumer property, key=value (Kafka names, e.g. -X isolation.level=read_committed).
+    #[arg(short = 'X', value_name = "KEY=VALUE")]
+    props: Vec<String>,
+}
+
+fn parse_offset(s: &str) -> Result<Offset, Error> {
+    match s {
+        "beginning" | "earliest" => Ok(Offset::Beginning),
+        "end" | "latest" => Ok(Offset::End),
+        _ => {
+            if let Some(ts) = s.strip_prefix('@') {
+                return ts.parse::<i64>().map(Offset::Timestamp).map_err(|_| bad_offset(s));
+            }
+            match s.parse::<i64>() {
+                Ok(o) if o >= 0 => Ok(Offset::At(o)),
+                _ => Err(bad_offset(s)),
+            }
+        }
+    }
+}
+
+fn bad_offset(s: &str) -> Error {
+    Error::InvalidState(format!(
+        "invalid offset '{s}' for -o: use beginning, end, a non-negative offset, or @TIMESTAMP_MS"
+    ))
+}
+
+pub async fn run(args: Args) -> Result<ExitCode, Error> {
+    let start = parse_offset(&args.offset)?;
+    let config = props::consumer(&args.broker, &args.props)?;
+    let mut consumer = Consumer::new(config).await?;
+    let tps: Vec<TopicPartition> = if args.partitions.is_empty() {
+        consumer.assign_topics(&[args.topic.as_str()]).await?
+    } else {
+        let tps: Vec<_> = args
+            .partitions
+            .iter()
+            .map(|p| TopicPartition::new(args.topic.clone(), *p))
+            .collect();
+        consumer.assign(tps.clone()).await?;
+        tps
+    };
+    for tp in &tps {
+        consumer.seek(tp, start)?;
+    }
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut n = 0u64;
+    'outer: loop {
+        if args.count.is_some_and(|c| n >= c) {
+            break;
+        }
+        let records = consumer.poll(Duration::from_millis(500)).await?;
+        for r in &records {
+            let line = match args.format {
+                Format::Json => json_line(r),
+                Format::Value => String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned(),
+            };
+            if writeln!(out, "{line}").is_err() {
+                break 'outer; // stdout closed (e.g. piped into head)
+            }
+            n += 1;
+            if args.count.is_some_and(|c| n >= c) {
+                break 'outer;
+            }
+        }
+        if records.is_empty() && args.exit_at_end && consumer.at_end() {
+            break;
+        }
+    }
+    let _ = out.flush();
+    Ok(ExitCode::SUCCESS)
+}
+
+fn bytes_json(b: &Option<Bytes>) -> serde_json::Value {
+    match b {
+        None => serde_json::Value::Null,
+        Some(b) => match std::str::from_utf8(b) {
+            Ok(s) => serde_json::Value::String(s.to_owned()),
+            Err(_) => serde_json::json!({ "base64": base64(b) }),
+        },
+    }
+}
+
+/// One record as a JSON object. Keys and values are strings when they are UTF-8, otherwise
+/// `{"base64": "..."}`; null stays null.
+pub fn json_line(r: &ConsumerRecord) -> String {
+    let headers: Vec<serde_json::Value> = r
+        .headers
+        .iter()
+        .map(|h| serde_json::json!({"key": String::from_utf8_lossy(&h.key), "value": bytes_json(&h.value)}))
+        .collect();
+    serde_json::json!({
+        "topic": r.topic,
+        "partition": r.partition,
+        "offset": r.offset,
+        "timestamp": r.timestamp,
+        "key": bytes_json(&r.key),
+        "value": bytes_json(&r.value),
+        "headers": headers,
+    })
+    .to_string()
+}
+
+fn base64(data: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut s = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        for i in 0..4 {
+            if i <= chunk.len() {
+                s.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                s.push('=');
+            }
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_parse_or_name_the_problem() {
+        assert_eq!(parse_offset("beginning").unwrap(), Offset::Beginning);
+        assert_eq!(parse_offset("42").unwrap(), Offset::At(42));
+        assert_eq!(parse_offset("@1000").unwrap(), Offset::Timestamp(1000));
+        let e = parse_offset("-5").unwrap_err().to_string();
+        assert!(e.contains("'-5'"), "{e}");
+        assert!(parse_offset("soon").is_err());
+    }
+
+    #[test]
+    fn base64_matches_rfc4648() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"foob"), "Zm9vYg==");
+    }
+}

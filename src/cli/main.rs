@@ -1,0 +1,68 @@
+//! The `onceflow` binary: a kcat-style command line over the onceflow client.
+//!
+//! Every failure is reported as one line on stderr with a non-zero exit code; nothing here
+//! panics on bad input or waits past the configured timeouts.
+
+mod consume;
+mod demo;
+mod produce;
+mod props;
+mod topics;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "onceflow", version, about = "A pure-Rust Kafka client with exactly-once delivery")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Read lines from stdin and produce them as records.
+    Produce(produce::Args),
+    /// Consume records and print them on stdout.
+    Consume(consume::Args),
+    /// Create, delete or list topics.
+    Topics(topics::Args),
+    /// Run the demo against a local broker: produce a taxi-ride data set, read it back,
+    /// print throughput.
+    Demo(demo::Args),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ONCEFLOW_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("onceflow: error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Produce(a) => produce::run(a).await,
+            Command::Consume(a) => consume::run(a).await,
+            Command::Topics(a) => topics::run(a).await,
+            Command::Demo(a) => demo::run(a).await,
+        }
+    });
+    // Background tasks (sender, fetcher) must not keep the process alive after the command.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("onceflow: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! Admin calls: create, delete and list topics; describe configs.
+//!
+//! Under KRaft any broker accepts these and forwards them to the controller, so requests go to
+//! any live broker and NOT_CONTROLLER is retried like any stale-metadata error.
+
+use super::cluster::{backoff, Cluster};
+use super::config::ClientConfig;
+use super::error::{Error, ErrorClass, Result};
+use crate::protocol::ErrorCode;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::{
+    CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, MetadataRequest, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::{info_span, Instrument};
+
+/// A topic to create.
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    /// Name.
+    pub name: String,
+    /// Partitions (-1 for the broker default).
+    pub partitions: i32,
+    /// Replication factor (-1 for the broker default).
+    pub replication_factor: i16,
+    /// Topic configs such as `max.message.bytes`.
+    pub configs: BTreeMap<String, String>,
+}
+
+impl NewTopic {
+    /// A topic with `partitions` partitions and the broker's default replication.
+    pub fn new(name: impl Into<String>, partitions: i32) -> Self {
+        NewTopic {
+            name: name.into(),
+            partitions,
+            replication_factor: -1,
+            configs: BTreeMap::new(),
+        }
+    }
+
+    /// Adds a topic config.
+    pub fn with_config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.configs.insert(key.into(), value.into());
+        self
+    }
+}
+
+/// One config entry of a resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigEntry {
+    /// Name.
+    pub name: String,
+    /// Value (None when sensitive).
+    pub value: Option<String>,
+    /// Whether it is the default.
+    pub is_default: bool,
+    /// Whether it is read-only.
+    pub read_only: bool,
+}
+
+/// Admin client.
+#[derive(Debug, Clone)]
+pub struct Admin {
+    cluster: Arc<Cluster>,
+}
+
+impl Admin {
+    /// Connects.
+    ///
+    /// # Errors
+    /// [`Error::NoBrokerReachable`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> onceflow::client::Result<()> {
+    /// use onceflow::client::{Admin, ClientConfig};
+    /// use onceflow::client::admin::NewTopic;
+    /// let admin = Admin::new(ClientConfig::default()).await?;
+    /// admin.create_topics(&[NewTopic::new("rides", 3)]).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn new(config: ClientConfig) -> Result<Admin> {
+        Ok(Admin {
+            cluster: Cluster::connect(config).await?,
+        })
+    }
+
+    /// An admin client on an existing broker pool.
+    pub fn with_cluster(cluster: Arc<Cluster>) -> Admin {
+        Admin { cluster }
+    }
+
+    /// The broker pool.
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+
+    async fn retrying<T, F, Fut>(&self, what: &str, mut f: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let cfg = self.cluster.config();
+        let deadline = Instant::now() + cfg.api_timeout;
+        let mut attempt = 0;
+        loop {
+            match f().instrument(info_span!("admin", op = what)).await {
+                Ok(v) => return Ok(v),
+                Err(e) if e.class() != ErrorClass::Fatal && Instant::now() < deadline => {
+                    attempt += 1;
+                    tokio::time::sleep(backoff(cfg.retry_backoff, cfg.retry_backoff_max, attempt))
+                        .await;
+                    if e.class() == ErrorClass::RefreshAndRetry {
+                        let g = self.cluster.metadata().generation;
+                        let _ = self.cluster.refresh_if_older(g).await;
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Creates topics and waits until their metadata is visible.
+    ///
+    /// # Errors
+    /// The first per-topic error, e.g. TOPIC_ALREADY_EXISTS or INVALID_REPLICATION_FACTOR.
+    pub async fn create_topics(&self, topics: &[NewTopic]) -> Result<()> {
+        let timeout_ms = self.cluster.config().api_timeout.as_millis().min(i32::MAX as u128) as i32;
+        let req = CreateTopicsRequest::default()
+            .with_timeout_ms(timeout_ms)
+            .with_topics(
+                topics
+                    .iter()
+                    .map(|t| {
+                        CreatableTopic::default()
+                            .with_name(TopicName(StrBytes::from_string(t.name.clone())))
+                            .with_num_partitions(t.partitions)
+                            .with_replication_factor(t.replication_factor)
+                            .with_configs(
+                                t.configs
+                                    .iter()
+                                    .map(|(k, v)| {
+                                        CreatableTopicConfig::default()
+                                            .with_name(StrBytes::from_string(k.clone()))
+                                            .with_value(Some(StrBytes::from_string(v.clone())))
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            );
+        let resp = self
+            .retrying("create_topics", || async {
+                let conn = self.cluster.any_broker().await?;
+                let resp = conn.request(&req).await?;
+                for t in &resp.topics {
+                    if t.error_code == ErrorCode::NOT_CONTROLLER.0 {
+                        return Err(Error::broker("create topics", ErrorCode(t.error_code)));
+                    }
+                }
+                Ok(resp)
+            })
+            .await?;
+        for t in &resp.topics {
+            if t.error_code != 0 {
+                let detail = t
+                    .error_message
+                    .as_ref()
+                    .map(|m| format!(" ({})", m.as_str()))
+                    .unwrap_or_default();
+                return Err(Error::broker(
+                    format!("create topic '{}'{detail}", t.name.0.as_str()),
+                    ErrorCode(t.error_code),
+                ));
+            }
+        }
+        self.cluster
+            .add_interest(topics.iter().map(|t| t.name.as_str()));
+        self.wait_for(|names| topics.iter().all(|t| names.contains_key(&t.name)), "created topics to appear in metadata")
+            .await
+    }
+
+    /// Deletes topics.
+    ///
+    /// # Errors
+    /// The first per-topic error, e.g. UNKNOWN_TOPIC_OR_PARTITION.
+    pub async fn delete_topics(&self, names: &[&str]) -> Result<()> {
+        let timeout_ms = self.cluster.config().api_timeout.as_millis().min(i32::MAX as u128) as i32;
+        let req = DeleteTopicsRequest::default()
+            .with_timeout_ms(timeout_ms)
+            .with_topic_names(
+                names
+                    .iter()
+                    .map(|n| TopicName(StrBytes::from_string((*n).to_owned())))
+                    .collect(),
+            )
+            .with_topics(
+                names
+                    .iter()
+                    .map(|n| {
+                        kafka_protocol::messages::delete_topics_request::DeleteTopicState::default()
+                            .with_name(Some(TopicName(StrBytes::from_string((*n).to_owned()))))
+                    })
+                    .collect(),
+            );
+        let resp = self
+            .retrying("delete_topics", || async {
+                let conn = self.cluster.any_broker().await?;
+                conn.request(&req).await
+            })
+            .await?;
+        for t in &resp.responses {
+            if t.error_code != 0 {
+                let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
+                return Err(Error::broker(format!("delete topic '{name}'"), ErrorCode(t.error_code)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Lists topic names with their partition counts (internal topics excluded).
+    ///
+    /// # Errors
+    /// When no broker answers.
+    pub async fn list_topics(&self) -> Result<BTreeMap<String, usize>> {
+        self.retrying("list_topics", || async {
+            let conn = self.cluster.any_broker().await?;
+            let resp = conn.request(&MetadataRequest::default().with_topics(None)).await?;
+            Ok(resp
+                .topics
+                .iter()
+                .filter(|t| t.error_code == 0 && !t.is_internal)
+                .filter_map(|t| t.name.as_ref().map(|n| (n.0.to_string(), t.partitions.len())))
+                .collect())
+        })
+        .await
+    }
+
+    async fn wait_for(&self, done: impl Fn(&BTreeMap<String, usize>) -> bool, what: &str) -> Result<()> {
+        let deadline = Instant::now() + self.cluster.config().api_timeout;
+        loop {
+            let names = self.list_topics().await?;
+            if done(&names) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    what: format!("waiting for {what}"),
+                    after: self.cluster.config().api_timeout,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Describes a topic's configs (resource type 2) or a broker's (4, by node id as name).
+    ///
+    /// # Errors
+    /// The resource's error, e.g. UNKNOWN_TOPIC_OR_PARTITION.
+    pub async fn describe_configs(&self, resource_type: i8, name: &str) -> Result<Vec<ConfigEntry>> {
+        let req = DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(resource_type)
+            .with_resource_name(StrBytes::from_string(name.to_owned()))
+            .with_configuration_keys(None)]);
+        let resp = self
+            .retrying("describe_configs", || async {
+                let conn = self.cluster.any_broker().await?;
+                conn.request(&req).await
+            })
+            .await?;
+        let mut out = Vec::new();
+        for r in &resp.results {
+            if r.error_code != 0 {
+                return Err(Error::broker(format!("describe configs of '{name}'"), ErrorCode(r.error_code)));
+            }
+            for c in &r.configs {
+                out.push(ConfigEntry {
+                    name: c.name.to_string(),
+                    value: c.value.as_ref().map(|v| v.to_string()),
+                    // config_source 5 = DEFAULT_CONFIG
+                    is_default: c.config_source == 5,
+                    read_only: c.read_only,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Describes a topic's configs.
+    ///
+    /// # Errors
+    /// As [`Self::describe_configs`].
+    pub async fn describe_topic_configs(&self, topic: &str) -> Result<Vec<ConfigEntry>> {
+        self.describe_configs(2, topic).await
+    }
+}

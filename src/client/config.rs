@@ -1,0 +1,616 @@
+//! Typed configuration, also settable by Kafka property names.
+//!
+//! Java and librdkafka users carry their settings over: every field has its Kafka property name
+//! (`linger.ms`, `enable.idempotence`, ...), and a few librdkafka spellings are accepted as
+//! aliases. An unknown property or a bad value is an error that names it; silently ignoring a
+//! misspelt `isolation.level` is how exactly-once pipelines end up reading aborted data.
+
+use crate::protocol::records::Compression;
+use std::time::Duration;
+
+/// A configuration problem, naming the property and what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The property is not one this client knows.
+    #[error("unknown property '{name}' for a {role}; see the configuration table in README.md")]
+    Unknown {
+        /// The name given.
+        name: String,
+        /// producer / consumer / admin client.
+        role: &'static str,
+    },
+    /// The value does not parse or is out of range.
+    #[error("invalid value '{value}' for property '{name}': expected {expected}")]
+    Invalid {
+        /// The property.
+        name: String,
+        /// The value given.
+        value: String,
+        /// What is accepted.
+        expected: &'static str,
+    },
+    /// Two settings contradict each other.
+    #[error("{0}")]
+    Conflict(String),
+    /// A required setting is missing.
+    #[error("missing required property '{0}'")]
+    Missing(&'static str),
+}
+
+/// Where a consumer starts when it has no valid position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AutoOffsetReset {
+    /// The first offset still in the log.
+    Earliest,
+    /// The end of the log.
+    Latest,
+    /// Fail with OFFSET_OUT_OF_RANGE.
+    None,
+}
+
+/// Which records a consumer sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IsolationLevel {
+    /// Everything up to the high watermark, aborted transactions included.
+    #[default]
+    ReadUncommitted,
+    /// Only up to the last stable offset, aborted transactions filtered out.
+    ReadCommitted,
+}
+
+impl IsolationLevel {
+    /// The wire value in Fetch and ListOffsets.
+    pub fn wire(self) -> i8 {
+        match self {
+            IsolationLevel::ReadUncommitted => 0,
+            IsolationLevel::ReadCommitted => 1,
+        }
+    }
+}
+
+/// Acknowledgement level of produce requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acks {
+    /// No response (fire and forget).
+    None,
+    /// The leader wrote it.
+    Leader,
+    /// All in-sync replicas wrote it.
+    All,
+}
+
+impl Acks {
+    /// The wire value.
+    pub fn wire(self) -> i16 {
+        match self {
+            Acks::None => 0,
+            Acks::Leader => 1,
+            Acks::All => -1,
+        }
+    }
+}
+
+/// Settings shared by every client role.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// `bootstrap.servers`: host:port list.
+    pub bootstrap_servers: Vec<String>,
+    /// `client.id`.
+    pub client_id: String,
+    /// `request.timeout.ms`.
+    pub request_timeout: Duration,
+    /// `socket.connection.setup.timeout.ms`.
+    pub connect_timeout: Duration,
+    /// `reconnect.backoff.ms`.
+    pub reconnect_backoff: Duration,
+    /// `reconnect.backoff.max.ms`.
+    pub reconnect_backoff_max: Duration,
+    /// `retry.backoff.ms`.
+    pub retry_backoff: Duration,
+    /// `retry.backoff.max.ms`.
+    pub retry_backoff_max: Duration,
+    /// `metadata.max.age.ms`.
+    pub metadata_max_age: Duration,
+    /// `default.api.timeout.ms`: the bound for calls made on the user's behalf (metadata,
+    /// list offsets, admin).
+    pub api_timeout: Duration,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            bootstrap_servers: vec!["127.0.0.1:9092".into()],
+            client_id: "onceflow".into(),
+            request_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            reconnect_backoff: Duration::from_millis(50),
+            reconnect_backoff_max: Duration::from_secs(1),
+            retry_backoff: Duration::from_millis(100),
+            retry_backoff_max: Duration::from_secs(1),
+            metadata_max_age: Duration::from_secs(300),
+            api_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Producer settings.
+#[derive(Debug, Clone)]
+pub struct ProducerConfig {
+    /// Shared settings.
+    pub client: ClientConfig,
+    /// `acks`.
+    pub acks: Acks,
+    /// `linger.ms`.
+    pub linger: Duration,
+    /// `batch.size` in bytes.
+    pub batch_size: usize,
+    /// `buffer.memory` in bytes: `send` waits when this much is buffered.
+    pub buffer_memory: usize,
+    /// `max.block.ms`: how long `send` may wait for buffer space or metadata.
+    pub max_block: Duration,
+    /// `compression.type`.
+    pub compression: Compression,
+    /// `delivery.timeout.ms`.
+    pub delivery_timeout: Duration,
+    /// `retries`.
+    pub retries: u32,
+    /// `max.in.flight.requests.per.connection`, applied per partition.
+    pub max_in_flight: usize,
+    /// `max.request.size` in bytes: the largest record (and request) the producer sends.
+    pub max_request_size: usize,
+    /// `enable.idempotence`.
+    pub enable_idempotence: bool,
+    /// `transactional.id`.
+    pub transactional_id: Option<String>,
+    /// `transaction.timeout.ms`.
+    pub transaction_timeout: Duration,
+    /// `partitioner.ignore.keys`.
+    pub partitioner_ignore_keys: bool,
+}
+
+impl Default for ProducerConfig {
+    fn default() -> Self {
+        ProducerConfig {
+            client: ClientConfig::default(),
+            acks: Acks::All,
+            linger: Duration::from_millis(5),
+            batch_size: 16 * 1024,
+            buffer_memory: 32 * 1024 * 1024,
+            max_block: Duration::from_secs(60),
+            compression: Compression::None,
+            delivery_timeout: Duration::from_secs(120),
+            retries: i32::MAX as u32,
+            max_in_flight: 5,
+            max_request_size: 1024 * 1024,
+            enable_idempotence: false,
+            transactional_id: None,
+            transaction_timeout: Duration::from_secs(60),
+            partitioner_ignore_keys: false,
+        }
+    }
+}
+
+/// Consumer settings.
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    /// Shared settings.
+    pub client: ClientConfig,
+    /// `group.id`.
+    pub group_id: Option<String>,
+    /// `group.instance.id`.
+    pub group_instance_id: Option<String>,
+    /// `isolation.level`.
+    pub isolation_level: IsolationLevel,
+    /// `auto.offset.reset`.
+    pub auto_offset_reset: AutoOffsetReset,
+    /// `fetch.min.bytes`.
+    pub fetch_min_bytes: i32,
+    /// `fetch.max.bytes`.
+    pub fetch_max_bytes: i32,
+    /// `fetch.max.wait.ms`.
+    pub fetch_max_wait: Duration,
+    /// `max.partition.fetch.bytes`.
+    pub max_partition_fetch_bytes: i32,
+    /// `max.poll.records`.
+    pub max_poll_records: usize,
+    /// `enable.auto.commit`.
+    pub enable_auto_commit: bool,
+    /// `auto.commit.interval.ms`.
+    pub auto_commit_interval: Duration,
+    /// `session.timeout.ms`.
+    pub session_timeout: Duration,
+    /// `heartbeat.interval.ms`.
+    pub heartbeat_interval: Duration,
+    /// `max.poll.interval.ms`.
+    pub max_poll_interval: Duration,
+    /// `check.crcs`.
+    pub check_crcs: bool,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        ConsumerConfig {
+            client: ClientConfig::default(),
+            group_id: None,
+            group_instance_id: None,
+            isolation_level: IsolationLevel::ReadUncommitted,
+            auto_offset_reset: AutoOffsetReset::Latest,
+            fetch_min_bytes: 1,
+            fetch_max_bytes: 50 * 1024 * 1024,
+            fetch_max_wait: Duration::from_millis(500),
+            max_partition_fetch_bytes: 1024 * 1024,
+            max_poll_records: 500,
+            enable_auto_commit: true,
+            auto_commit_interval: Duration::from_secs(5),
+            session_timeout: Duration::from_secs(45),
+            heartbeat_interval: Duration::from_secs(3),
+            max_poll_interval: Duration::from_secs(300),
+            check_crcs: true,
+        }
+    }
+}
+
+fn invalid(name: &str, value: &str, expected: &'static str) -> ConfigError {
+    ConfigError::Invalid {
+        name: name.to_owned(),
+        value: value.to_owned(),
+        expected,
+    }
+}
+
+fn parse_ms(name: &str, value: &str) -> Result<Duration, ConfigError> {
+    value
+        .trim()
+        .parse::<u64>()
+        .map(Duration::from_millis)
+        .map_err(|_| invalid(name, value, "a non-negative number of milliseconds"))
+}
+
+fn parse_usize(name: &str, value: &str) -> Result<usize, ConfigError> {
+    value
+        .trim()
+        .parse::<usize>()
+        .map_err(|_| invalid(name, value, "a non-negative integer"))
+}
+
+fn parse_i32(name: &str, value: &str) -> Result<i32, ConfigError> {
+    value
+        .trim()
+        .parse::<i32>()
+        .ok()
+        .filter(|v| *v >= 0)
+        .ok_or_else(|| invalid(name, value, "a non-negative 32-bit integer"))
+}
+
+fn parse_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(invalid(name, value, "true or false")),
+    }
+}
+
+fn non_empty(name: &str, value: &str) -> Result<String, ConfigError> {
+    let v = value.trim();
+    if v.is_empty() {
+        return Err(invalid(name, value, "a non-empty string"));
+    }
+    Ok(v.to_owned())
+}
+
+/// librdkafka spellings accepted for their Java equivalents.
+fn canonical(name: &str) -> &str {
+    match name {
+        "metadata.broker.list" => "bootstrap.servers",
+        "queue.buffering.max.ms" => "linger.ms",
+        "compression.codec" => "compression.type",
+        "message.timeout.ms" => "delivery.timeout.ms",
+        "request.required.acks" => "acks",
+        "max.in.flight" => "max.in.flight.requests.per.connection",
+        "socket.timeout.ms" => "request.timeout.ms",
+        other => other,
+    }
+}
+
+impl ClientConfig {
+    /// Applies one shared property. `Ok(false)` when the name is not a shared property.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for a bad value.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<bool, ConfigError> {
+        match canonical(name) {
+            "bootstrap.servers" => {
+                let servers: Vec<String> = value
+                    .split(',')
+                    .map(|s| s.trim().to_owned())
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                if servers.is_empty() || servers.iter().any(|s| !looks_like_host_port(s)) {
+                    return Err(invalid(name, value, "a comma-separated list of host:port"));
+                }
+                self.bootstrap_servers = servers;
+            }
+            "client.id" => self.client_id = value.trim().to_owned(),
+            "request.timeout.ms" => self.request_timeout = parse_ms(name, value)?,
+            "socket.connection.setup.timeout.ms" => self.connect_timeout = parse_ms(name, value)?,
+            "reconnect.backoff.ms" => self.reconnect_backoff = parse_ms(name, value)?,
+            "reconnect.backoff.max.ms" => self.reconnect_backoff_max = parse_ms(name, value)?,
+            "retry.backoff.ms" => self.retry_backoff = parse_ms(name, value)?,
+            "retry.backoff.max.ms" => self.retry_backoff_max = parse_ms(name, value)?,
+            "metadata.max.age.ms" => self.metadata_max_age = parse_ms(name, value)?,
+            "default.api.timeout.ms" => self.api_timeout = parse_ms(name, value)?,
+            "security.protocol" => {
+                if !value.trim().eq_ignore_ascii_case("plaintext") {
+                    return Err(invalid(
+                        name,
+                        value,
+                        "PLAINTEXT (TLS and SASL are not supported yet)",
+                    ));
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// Whether `s` has the shape host:port with a numeric port.
+pub fn looks_like_host_port(s: &str) -> bool {
+    match s.rsplit_once(':') {
+        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
+        None => false,
+    }
+}
+
+impl ProducerConfig {
+    /// Builds a config from Kafka property names, starting from the defaults.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the first unknown property or bad value.
+    ///
+    /// ```
+    /// use onceflow::client::ProducerConfig;
+    /// let c = ProducerConfig::from_properties([("linger.ms", "20"), ("acks", "1")]).unwrap();
+    /// assert_eq!(c.linger.as_millis(), 20);
+    /// assert!(ProducerConfig::from_properties([("lingr.ms", "20")]).is_err());
+    /// ```
+    pub fn from_properties<K: AsRef<str>, V: AsRef<str>>(
+        props: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<Self, ConfigError> {
+        let mut c = ProducerConfig::default();
+        for (k, v) in props {
+            c.set(k.as_ref(), v.as_ref())?;
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Applies one property.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for an unknown name or a bad value.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
+        if self.client.set(name, value)? {
+            return Ok(());
+        }
+        match canonical(name) {
+            "acks" => {
+                self.acks = match value.trim() {
+                    "0" => Acks::None,
+                    "1" => Acks::Leader,
+                    "all" | "-1" => Acks::All,
+                    _ => return Err(invalid(name, value, "0, 1, all or -1")),
+                }
+            }
+            "linger.ms" => self.linger = parse_ms(name, value)?,
+            "batch.size" => self.batch_size = parse_usize(name, value)?.max(1),
+            "buffer.memory" => self.buffer_memory = parse_usize(name, value)?,
+            "max.block.ms" => self.max_block = parse_ms(name, value)?,
+            "compression.type" => {
+                self.compression = match value.trim().to_ascii_lowercase().as_str() {
+                    "none" => Compression::None,
+                    "gzip" => Compression::Gzip,
+                    "snappy" => Compression::Snappy,
+                    "lz4" => Compression::Lz4,
+                    "zstd" => Compression::Zstd,
+                    _ => return Err(invalid(name, value, "none, gzip, snappy, lz4 or zstd")),
+                }
+            }
+            "delivery.timeout.ms" => self.delivery_timeout = parse_ms(name, value)?,
+            "retries" => {
+                self.retries = value
+                    .trim()
+                    .parse::<u32>()
+                    .map_err(|_| invalid(name, value, "a non-negative integer"))?
+            }
+            "max.in.flight.requests.per.connection" => {
+                self.max_in_flight = parse_usize(name, value)?;
+                if self.max_in_flight == 0 {
+                    return Err(invalid(name, value, "at least 1"));
+                }
+            }
+            "max.request.size" => self.max_request_size = parse_usize(name, value)?,
+            "enable.idempotence" => self.enable_idempotence = parse_bool(name, value)?,
+            "transactional.id" => self.transactional_id = Some(non_empty(name, value)?),
+            "transaction.timeout.ms" => self.transaction_timeout = parse_ms(name, value)?,
+            "partitioner.ignore.keys" => self.partitioner_ignore_keys = parse_bool(name, value)?,
+            // Accepted for compatibility; onceflow's partitioner is always the Java default.
+            "partitioner.class" | "key.serializer" | "value.serializer" => {}
+            _ => {
+                return Err(ConfigError::Unknown {
+                    name: name.to_owned(),
+                    role: "producer",
+                })
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks settings that contradict each other.
+    ///
+    /// # Errors
+    /// [`ConfigError::Conflict`] naming both settings.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.enable_idempotence || self.transactional_id.is_some() {
+            let why = if self.transactional_id.is_some() {
+                "transactional.id is set"
+            } else {
+                "enable.idempotence=true"
+            };
+            if self.acks != Acks::All {
+                return Err(ConfigError::Conflict(format!(
+                    "{why} requires acks=all, but acks={}; set acks=all or enable.idempotence=false",
+                    match self.acks {
+                        Acks::None => "0",
+                        Acks::Leader => "1",
+                        Acks::All => "all",
+                    }
+                )));
+            }
+            if self.retries == 0 {
+                return Err(ConfigError::Conflict(format!(
+                    "{why} requires retries > 0, but retries=0; raise retries or set enable.idempotence=false"
+                )));
+            }
+            if self.max_in_flight > 5 {
+                return Err(ConfigError::Conflict(format!(
+                    "{why} requires max.in.flight.requests.per.connection <= 5, but it is {}",
+                    self.max_in_flight
+                )));
+            }
+        }
+        if self.delivery_timeout < self.linger + self.client.request_timeout {
+            return Err(ConfigError::Conflict(format!(
+                "delivery.timeout.ms ({} ms) must be at least linger.ms + request.timeout.ms ({} ms)",
+                self.delivery_timeout.as_millis(),
+                (self.linger + self.client.request_timeout).as_millis()
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl ConsumerConfig {
+    /// Builds a config from Kafka property names, starting from the defaults.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the first unknown property or bad value.
+    ///
+    /// ```
+    /// use onceflow::client::{ConsumerConfig, IsolationLevel};
+    /// let c = ConsumerConfig::from_properties([("isolation.level", "read_committed")]).unwrap();
+    /// assert_eq!(c.isolation_level, IsolationLevel::ReadCommitted);
+    /// assert!(ConsumerConfig::from_properties([("isolation.level", "committed")]).is_err());
+    /// ```
+    pub fn from_properties<K: AsRef<str>, V: AsRef<str>>(
+        props: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<Self, ConfigError> {
+        let mut c = ConsumerConfig::default();
+        for (k, v) in props {
+            c.set(k.as_ref(), v.as_ref())?;
+        }
+        Ok(c)
+    }
+
+    /// Applies one property.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for an unknown name or a bad value.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
+        if self.client.set(name, value)? {
+            return Ok(());
+        }
+        match canonical(name) {
+            "group.id" => self.group_id = Some(non_empty(name, value)?),
+            "group.instance.id" => self.group_instance_id = Some(non_empty(name, value)?),
+            "isolation.level" => {
+                self.isolation_level = match value.trim() {
+                    "read_committed" => IsolationLevel::ReadCommitted,
+                    "read_uncommitted" => IsolationLevel::ReadUncommitted,
+                    _ => return Err(invalid(name, value, "read_committed or read_uncommitted")),
+                }
+            }
+            "auto.offset.reset" => {
+                self.auto_offset_reset = match value.trim() {
+                    "earliest" | "smallest" | "beginning" => AutoOffsetReset::Earliest,
+                    "latest" | "largest" | "end" => AutoOffsetReset::Latest,
+                    "none" | "error" => AutoOffsetReset::None,
+                    _ => return Err(invalid(name, value, "earliest, latest or none")),
+                }
+            }
+            "fetch.min.bytes" => self.fetch_min_bytes = parse_i32(name, value)?,
+            "fetch.max.bytes" => self.fetch_max_bytes = parse_i32(name, value)?,
+            "fetch.max.wait.ms" | "fetch.wait.max.ms" => {
+                self.fetch_max_wait = parse_ms(name, value)?
+            }
+            "max.partition.fetch.bytes" => {
+                self.max_partition_fetch_bytes = parse_i32(name, value)?.max(1)
+            }
+            "max.poll.records" => self.max_poll_records = parse_usize(name, value)?.max(1),
+            "enable.auto.commit" => self.enable_auto_commit = parse_bool(name, value)?,
+            "auto.commit.interval.ms" => self.auto_commit_interval = parse_ms(name, value)?,
+            "session.timeout.ms" => self.session_timeout = parse_ms(name, value)?,
+            "heartbeat.interval.ms" => self.heartbeat_interval = parse_ms(name, value)?,
+            "max.poll.interval.ms" => self.max_poll_interval = parse_ms(name, value)?,
+            "check.crcs" => self.check_crcs = parse_bool(name, value)?,
+            "key.deserializer" | "value.deserializer" => {}
+            _ => {
+                return Err(ConfigError::Unknown {
+                    name: name.to_owned(),
+                    role: "consumer",
+                })
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Splits a `key=value` string as given to `-X`.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] when there is no `=`.
+pub fn split_property(kv: &str) -> Result<(String, String), ConfigError> {
+    match kv.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
+        _ => Err(invalid(kv, kv, "key=value")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_property_is_named() {
+        let e = ProducerConfig::from_properties([("linger.msx", "1")]).unwrap_err();
+        assert!(e.to_string().contains("'linger.msx'"), "{e}");
+        let e = ConsumerConfig::from_properties([("fetch.min.bytes", "-3")]).unwrap_err();
+        assert!(e.to_string().contains("fetch.min.bytes"), "{e}");
+    }
+
+    #[test]
+    fn idempotence_needs_acks_all() {
+        let e = ProducerConfig::from_properties([("enable.idempotence", "true"), ("acks", "1")])
+            .unwrap_err();
+        assert!(e.to_string().contains("acks=all"), "{e}");
+        assert!(ProducerConfig::from_properties([("enable.idempotence", "true")]).is_ok());
+    }
+
+    #[test]
+    fn librdkafka_aliases_map_to_java_names() {
+        let c = ProducerConfig::from_properties([
+            ("metadata.broker.list", "a:1,b:2"),
+            ("queue.buffering.max.ms", "7"),
+        ])
+        .unwrap();
+        assert_eq!(c.client.bootstrap_servers, vec!["a:1", "b:2"]);
+        assert_eq!(c.linger, Duration::from_millis(7));
+    }
+
+    #[test]
+    fn bootstrap_servers_must_be_host_port() {
+        assert!(ProducerConfig::from_properties([("bootstrap.servers", "localhost")]).is_err());
+        assert!(ProducerConfig::from_properties([("bootstrap.servers", "h:0")]).is_err());
+    }
+}

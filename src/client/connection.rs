@@ -1,0 +1,399 @@
+//! One TCP connection to one broker: pipelined, cancel-safe, poisoned on failure.
+//!
+//! Many requests can be in flight at once; responses are matched by correlation id. A writer
+//! task owns the socket's write half, so a caller that drops its request future half way never
+//! leaves half a frame on the wire. A reader task owns the read half and hands each response
+//! frame to the waiting caller.
+//!
+//! Once anything goes wrong (read or write error, a response for a correlation id nobody
+//! waits for, a request timeout) the connection is *poisoned*: every request in flight and every
+//! later one fails with the same [`Error::ConnectionClosed`], and the broker pool replaces the
+//! connection. A half-working connection is worse than none: Kafka answers requests on one
+//! connection in order, so after a lost response the order is no longer known.
+
+use super::error::{Error, Result};
+use crate::protocol::frame::{self, FrameError};
+use crate::protocol::versions::ApiVersions;
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+use kafka_protocol::protocol::{Request, StrBytes};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, debug_span, Instrument};
+
+type Waiter = oneshot::Sender<Result<Bytes>>;
+
+struct Pending {
+    waiters: HashMap<i32, Waiter>,
+    /// Set once; the reason every later request fails.
+    poisoned: Option<String>,
+}
+
+struct Shared {
+    addr: String,
+    pending: Mutex<Pending>,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        // A panic while holding this lock would be a bug in this module; recover the data
+        // rather than cascade the panic into every caller.
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Fails everything in flight and refuses everything after.
+    fn poison(&self, reason: String) {
+        let waiters = {
+            let mut p = self.lock();
+            if p.poisoned.is_none() {
+                debug!(broker = %self.addr, %reason, "connection poisoned");
+                p.poisoned = Some(reason.clone());
+            }
+            std::mem::take(&mut p.waiters)
+        };
+        let reason = self.lock().poisoned.clone().unwrap_or(reason);
+        for (_, w) in waiters {
+            let _ = w.send(Err(Error::ConnectionClosed {
+                broker: self.addr.clone(),
+                reason: reason.clone(),
+            }));
+        }
+    }
+
+    fn closed_error(&self) -> Option<Error> {
+        self.lock()
+            .poisoned
+            .as_ref()
+            .map(|reason| Error::ConnectionClosed {
+                broker: self.addr.clone(),
+                reason: reason.clone(),
+            })
+    }
+}
+
+/// Removes a waiter when the request future is dropped before its response arrived.
+struct WaiterGuard<'a> {
+    shared: &'a Shared,
+    correlation_id: i32,
+    armed: bool,
+}
+
+impl Drop for WaiterGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.shared.lock().waiters.remove(&self.correlation_id);
+        }
+    }
+}
+
+/// A connection to one broker.
+pub struct Connection {
+    shared: Arc<Shared>,
+    writer: mpsc::UnboundedSender<BytesMut>,
+    next_correlation_id: AtomicI32,
+    client_id: String,
+    request_timeout: Duration,
+    versions: ApiVersions,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("broker", &self.shared.addr)
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Connects, negotiates API versions, and returns a ready connection.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the TCP connect fails, [`Error::Timeout`] when it takes longer than
+    /// `connect_timeout`, or an error from the ApiVersions exchange.
+    pub async fn connect(
+        addr: &str,
+        client_id: &str,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+    ) -> Result<Connection> {
+        let span = debug_span!("connect", broker = %addr);
+        async {
+            let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(addr))
+                .await
+                .map_err(|_| Error::Timeout {
+                    what: format!("connecting to broker {addr}"),
+                    after: connect_timeout,
+                })?
+                .map_err(|e| Error::Io {
+                    broker: addr.to_owned(),
+                    message: e.to_string(),
+                })?;
+            let _ = stream.set_nodelay(true);
+            let (read, write) = stream.into_split();
+            let shared = Arc::new(Shared {
+                addr: addr.to_owned(),
+                pending: Mutex::new(Pending {
+                    waiters: HashMap::new(),
+                    poisoned: None,
+                }),
+            });
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(write_loop(write, rx, shared.clone()));
+            tokio::spawn(read_loop(read, shared.clone()));
+            let mut conn = Connection {
+                shared,
+                writer: tx,
+                next_correlation_id: AtomicI32::new(0),
+                client_id: client_id.to_owned(),
+                request_timeout,
+                versions: ApiVersions::default(),
+            };
+            conn.versions = conn.negotiate().await?;
+            Ok(conn)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// ApiVersions v3 first (it carries finalized features); a broker too old for it answers
+    /// UNSUPPORTED_VERSION, and then v0 is used.
+    async fn negotiate(&self) -> Result<ApiVersions> {
+        let req = ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("onceflow"))
+            .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+        let resp: ApiVersionsResponse = self.request_at(&req, 3).await?;
+        if resp.error_code == 35 {
+            let resp: ApiVersionsResponse = self.request_at(&req, 0).await?;
+            return Ok(ApiVersions::from_response(&resp));
+        }
+        crate::protocol::ErrorCode::check(resp.error_code)
+            .map_err(|code| Error::broker(format!("ApiVersions from {}", self.addr()), code))?;
+        Ok(ApiVersions::from_response(&resp))
+    }
+
+    /// host:port of the broker.
+    pub fn addr(&self) -> &str {
+        &self.shared.addr
+    }
+
+    /// What the broker supports.
+    pub fn versions(&self) -> &ApiVersions {
+        &self.versions
+    }
+
+    /// Whether the connection has failed and must be replaced.
+    pub fn is_poisoned(&self) -> bool {
+        self.shared.lock().poisoned.is_some()
+    }
+
+    /// Picks the highest version of `R` both sides support.
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedVersion`] when there is none.
+    pub fn version_for<R: Request>(&self, cap: Option<i16>) -> Result<i16> {
+        self.versions
+            .version_for::<R>(cap)
+            .ok_or_else(|| Error::UnsupportedVersion {
+                broker: self.addr().to_owned(),
+                api: format!("{:?}", frame::api_key::<R>()),
+            })
+    }
+
+    /// Sends `req` at the highest common version and waits for its response.
+    ///
+    /// # Errors
+    /// [`Error::ConnectionClosed`], [`Error::Timeout`] (which also poisons the connection), or
+    /// a decode error. Error codes inside the response are the caller's to inspect.
+    pub async fn request<R: Request>(&self, req: &R) -> Result<R::Response> {
+        let version = self.version_for::<R>(None)?;
+        self.request_at(req, version).await
+    }
+
+    /// As [`Self::request`] at a given version.
+    ///
+    /// # Errors
+    /// As [`Self::request`].
+    pub async fn request_at<R: Request>(&self, req: &R, version: i16) -> Result<R::Response> {
+        let rx = self.send_frame(req, version, true)?;
+        let mut guard = WaiterGuard {
+            shared: &self.shared,
+            correlation_id: rx.1,
+            armed: true,
+        };
+        let Some(rx) = rx.0 else {
+            return Err(Error::InvalidState("expected a response waiter".into()));
+        };
+        let api = frame::api_key::<R>();
+        let outcome = tokio::time::timeout(self.request_timeout, rx).await;
+        guard.armed = false;
+        let frame = match outcome {
+            Ok(Ok(result)) => result?,
+            Ok(Err(_)) => {
+                return Err(self.shared.closed_error().unwrap_or(Error::ConnectionClosed {
+                    broker: self.addr().to_owned(),
+                    reason: "reader stopped".into(),
+                }))
+            }
+            Err(_) => {
+                self.shared.lock().waiters.remove(&guard.correlation_id);
+                let what = format!("{api:?} request to broker {}", self.addr());
+                self.shared.poison(format!("{what} timed out"));
+                return Err(Error::Timeout {
+                    what,
+                    after: self.request_timeout,
+                });
+            }
+        };
+        let (_, body) = frame::decode_response::<R>(frame, version).inspect_err(|e| {
+            // Undecodable bytes mean we no longer know where frames start: poison.
+            self.shared.poison(e.to_string());
+        })?;
+        Ok(body)
+    }
+
+    /// Sends a request that the broker will not answer (Produce with acks=0).
+    ///
+    /// # Errors
+    /// [`Error::ConnectionClosed`] when the connection has failed.
+    pub fn send_no_response<R: Request>(&self, req: &R, version: i16) -> Result<()> {
+        self.send_frame(req, version, false).map(|_| ())
+    }
+
+    fn send_frame<R: Request>(
+        &self,
+        req: &R,
+        version: i16,
+        expect_response: bool,
+    ) -> Result<(Option<oneshot::Receiver<Result<Bytes>>>, i32)> {
+        let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
+        let mut buf = BytesMut::new();
+        frame::encode_request(&mut buf, correlation_id, &self.client_id, version, req)?;
+        let rx = {
+            let mut p = self.shared.lock();
+            if let Some(reason) = &p.poisoned {
+                return Err(Error::ConnectionClosed {
+                    broker: self.addr().to_owned(),
+                    reason: reason.clone(),
+                });
+            }
+            if expect_response {
+                let (tx, rx) = oneshot::channel();
+                p.waiters.insert(correlation_id, tx);
+                Some(rx)
+            } else {
+                None
+            }
+        };
+        if self.writer.send(buf).is_err() {
+            self.shared.poison("writer stopped".into());
+            return Err(self.shared.closed_error().unwrap_or(Error::ConnectionClosed {
+                broker: self.addr().to_owned(),
+                reason: "writer stopped".into(),
+            }));
+        }
+        Ok((rx, correlation_id))
+    }
+
+    /// Poisons the connection on purpose (tests, shutdown).
+    pub fn close(&self, reason: &str) {
+        self.shared.poison(reason.to_owned());
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // Ends the writer task, which shuts the socket down, which ends the reader.
+        self.shared.poison("connection dropped".into());
+    }
+}
+
+async fn write_loop(
+    write: OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<BytesMut>,
+    shared: Arc<Shared>,
+) {
+    let mut w = BufWriter::with_capacity(64 * 1024, write);
+    while let Some(buf) = rx.recv().await {
+        if let Err(e) = w.write_all(&buf).await {
+            shared.poison(format!("write failed: {e}"));
+            return;
+        }
+        // Coalesce whatever else is queued into the same flush.
+        while let Ok(buf) = rx.try_recv() {
+            if let Err(e) = w.write_all(&buf).await {
+                shared.poison(format!("write failed: {e}"));
+                return;
+            }
+        }
+        if let Err(e) = w.flush().await {
+            shared.poison(format!("write failed: {e}"));
+            return;
+        }
+        if shared.lock().poisoned.is_some() {
+            break;
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+async fn read_loop(mut read: OwnedReadHalf, shared: Arc<Shared>) {
+    let reason = loop {
+        let mut prefix = [0u8; 4];
+        if let Err(e) = read.read_exact(&mut prefix).await {
+            break format!("read failed: {e}");
+        }
+        let len = match frame::frame_length(prefix) {
+            Ok(len) => len,
+            Err(e) => break e.to_string(),
+        };
+        match read_body(&mut read, len).await {
+            Ok(body) => {
+                let Some(cid) = frame::peek_correlation_id(&body) else {
+                    break FrameError::BadLength(len as i64).to_string();
+                };
+                let waiter = shared.lock().waiters.remove(&cid);
+                match waiter {
+                    Some(w) => {
+                        let _ = w.send(Ok(body));
+                    }
+                    // A response nobody waits for: either its caller timed out (and poisoned
+                    // us already) or the broker is confused. Either way stop trusting the stream.
+                    None => {
+                        if shared.lock().poisoned.is_some() {
+                            return;
+                        }
+                        break format!("response with unknown correlation id {cid}");
+                    }
+                }
+            }
+            Err(e) => break format!("read failed: {e}"),
+        }
+        if shared.lock().poisoned.is_some() {
+            return;
+        }
+    };
+    shared.poison(reason);
+}
+
+/// Reads `len` bytes, growing the buffer as bytes arrive rather than trusting `len` up front.
+async fn read_body(read: &mut OwnedReadHalf, len: usize) -> std::io::Result<Bytes> {
+    let mut buf = BytesMut::with_capacity(len.min(1024 * 1024));
+    while buf.len() < len {
+        let want = (len - buf.len()).min(4 * 1024 * 1024);
+        buf.reserve(want);
+        let n = (&mut *read).take(want as u64).read_buf(&mut buf).await?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "broker closed the connection mid-frame",
+            ));
+        }
+    }
+    Ok(buf.freeze())
+}

@@ -1,0 +1,488 @@
+//! The consumer: assign partitions, seek, and read records as batches or as a stream.
+//!
+//! Positions live in the consumer; a background [`fetcher`] task keeps one Fetch request in
+//! flight per leader broker and hands decoded records over a bounded channel, so the next fetch
+//! overlaps with the application processing the previous one while a slow application still
+//! bounds memory. Every seek bumps the partition's *epoch*; fetched data carries the epoch it
+//! was fetched under, and data from an older epoch is dropped, so a seek is never undone by a
+//! response that was already on its way.
+
+mod fetcher;
+
+use super::cluster::Cluster;
+use super::config::{AutoOffsetReset, ConsumerConfig, IsolationLevel};
+use super::error::{Error, Result};
+use super::metadata::TopicPartition;
+use crate::protocol::records::Header;
+use crate::protocol::ErrorCode;
+use bytes::Bytes;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{BrokerId, ListOffsetsRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, Notify};
+
+/// Where to start reading a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Offset {
+    /// The log start offset.
+    Beginning,
+    /// The end of the log (the LSO under read_committed).
+    End,
+    /// An absolute offset.
+    At(i64),
+    /// The first offset whose timestamp is at or after this one (ms since the epoch).
+    Timestamp(i64),
+}
+
+/// One record read from Kafka.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerRecord {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+    /// Timestamp in ms since the epoch.
+    pub timestamp: i64,
+    /// Key.
+    pub key: Option<Bytes>,
+    /// Value.
+    pub value: Option<Bytes>,
+    /// Headers in order, repeated keys kept.
+    pub headers: Vec<Header>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct PartitionState {
+    /// Next offset to hand to the application; `None` until reset or seek resolves.
+    pub position: Option<i64>,
+    /// Next offset to fetch (ahead of `position` while data is buffered).
+    pub fetch_offset: i64,
+    /// Requested start, resolved by the fetcher with ListOffsets.
+    pub pending: Option<Offset>,
+    pub epoch: u64,
+    pub high_watermark: i64,
+    pub last_stable_offset: i64,
+    pub log_start_offset: i64,
+    /// A fetch for this partition is in flight.
+    pub in_fetch: bool,
+    /// When the partition may be fetched again after an error.
+    pub backoff_until: Option<Instant>,
+}
+
+/// Data for one partition from one fetch.
+pub(crate) struct Chunk {
+    pub tp: TopicPartition,
+    pub epoch: u64,
+    pub records: VecDeque<ConsumerRecord>,
+    /// Position after this chunk (past markers and skipped batches too).
+    pub next_offset: i64,
+    pub high_watermark: i64,
+    pub last_stable_offset: i64,
+}
+
+pub(crate) enum Fetched {
+    Chunk(Chunk),
+    Error(Error),
+}
+
+pub(crate) struct Shared {
+    pub config: ConsumerConfig,
+    pub cluster: Arc<Cluster>,
+    pub parts: Mutex<BTreeMap<TopicPartition, PartitionState>>,
+    pub wake: Notify,
+}
+
+impl Shared {
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<TopicPartition, PartitionState>> {
+        self.parts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A Kafka consumer with manual partition assignment.
+pub struct Consumer {
+    shared: Arc<Shared>,
+    rx: mpsc::Receiver<Fetched>,
+    /// Chunks received and not yet fully handed out, in arrival order.
+    buffered: VecDeque<Chunk>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Consumer {
+    /// Connects and starts the fetcher.
+    ///
+    /// # Errors
+    /// [`Error::NoBrokerReachable`] when no bootstrap broker answers.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> onceflow::client::Result<()> {
+    /// use onceflow::client::{Consumer, ConsumerConfig, Offset, TopicPartition};
+    /// let mut c = Consumer::new(ConsumerConfig::from_properties([("bootstrap.servers", "127.0.0.1:9092")])?).await?;
+    /// c.assign([TopicPartition::new("rides", 0)]).await?;
+    /// c.seek(&TopicPartition::new("rides", 0), Offset::Beginning)?;
+    /// for r in c.poll(std::time::Duration::from_secs(1)).await? {
+    ///     println!("{}@{}", r.partition, r.offset);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn new(config: ConsumerConfig) -> Result<Consumer> {
+        let cluster = Cluster::connect(config.client.clone()).await?;
+        Ok(Self::with_cluster(config, cluster))
+    }
+
+    /// A consumer on an existing broker pool.
+    pub fn with_cluster(config: ConsumerConfig, cluster: Arc<Cluster>) -> Consumer {
+        let shared = Arc::new(Shared {
+            config,
+            cluster,
+            parts: Mutex::new(BTreeMap::new()),
+            wake: Notify::new(),
+        });
+        let (tx, rx) = mpsc::channel(64);
+        let task = tokio::spawn(fetcher::run(shared.clone(), tx));
+        Consumer {
+            shared,
+            rx,
+            buffered: VecDeque::new(),
+            task,
+        }
+    }
+
+    /// Replaces the assignment. New partitions start at auto.offset.reset unless sought.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`] / [`Error::UnknownPartition`].
+    pub async fn assign(&mut self, tps: impl IntoIterator<Item = TopicPartition>) -> Result<()> {
+        let tps: Vec<TopicPartition> = tps.into_iter().collect();
+        for tp in &tps {
+            let t = self.shared.cluster.topic(&tp.topic).await?;
+            if tp.partition < 0 || tp.partition as usize >= t.partitions.len() {
+                return Err(Error::UnknownPartition {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    count: t.partitions.len(),
+                });
+            }
+        }
+        let reset = match self.shared.config.auto_offset_reset {
+            AutoOffsetReset::Earliest => Some(Offset::Beginning),
+            AutoOffsetReset::Latest => Some(Offset::End),
+            AutoOffsetReset::None => None,
+        };
+        {
+            let mut parts = self.shared.lock();
+            parts.retain(|tp, _| tps.contains(tp));
+            for tp in &tps {
+                parts.entry(tp.clone()).or_insert(PartitionState {
+                    position: None,
+                    fetch_offset: -1,
+                    pending: reset,
+                    epoch: 0,
+                    high_watermark: -1,
+                    last_stable_offset: -1,
+                    log_start_offset: -1,
+                    in_fetch: false,
+                    backoff_until: None,
+                });
+            }
+        }
+        self.buffered.retain(|c| tps.contains(&c.tp));
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// Assigns every partition of the given topics.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`].
+    pub async fn assign_topics(&mut self, topics: &[&str]) -> Result<Vec<TopicPartition>> {
+        let mut tps = Vec::new();
+        for t in topics {
+            let meta = self.shared.cluster.topic(t).await?;
+            tps.extend((0..meta.partitions.len() as i32).map(|p| TopicPartition::new(*t, p)));
+        }
+        self.assign(tps.clone()).await?;
+        Ok(tps)
+    }
+
+    /// The current assignment.
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        self.shared.lock().keys().cloned().collect()
+    }
+
+    /// Moves a partition's position. Takes effect for the next records returned.
+    ///
+    /// # Errors
+    /// [`Error::InvalidState`] when the partition is not assigned.
+    pub fn seek(&mut self, tp: &TopicPartition, offset: Offset) -> Result<()> {
+        {
+            let mut parts = self.shared.lock();
+            let st = parts
+                .get_mut(tp)
+                .ok_or_else(|| Error::InvalidState(format!("cannot seek {tp}: not assigned")))?;
+            st.epoch += 1;
+            match offset {
+                Offset::At(o) if o >= 0 => {
+                    st.position = Some(o);
+                    st.fetch_offset = o;
+                    st.pending = None;
+                }
+                other => {
+                    st.position = None;
+                    st.pending = Some(other);
+                }
+            }
+        }
+        self.buffered.retain(|c| &c.tp != tp);
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// The next offset to be returned for a partition, once known.
+    pub fn position(&self, tp: &TopicPartition) -> Option<i64> {
+        self.shared.lock().get(tp).and_then(|s| s.position)
+    }
+
+    /// Whether every assigned partition's position has reached the end the broker last reported
+    /// (the high watermark, or the LSO under read_committed). False until each partition has
+    /// been fetched at least once.
+    pub fn at_end(&self) -> bool {
+        let committed = self.shared.config.isolation_level == IsolationLevel::ReadCommitted;
+        self.buffered.is_empty()
+            && self.shared.lock().values().all(|s| {
+                let end = if committed {
+                    s.last_stable_offset
+                } else {
+                    s.high_watermark
+                };
+                matches!(s.position, Some(p) if end >= 0 && p >= end)
+            })
+    }
+
+    /// Waits up to `timeout` for records; returns at most max.poll.records of them (an empty
+    /// vector when none arrived in time).
+    ///
+    /// # Errors
+    /// Fatal fetch errors, e.g. OFFSET_OUT_OF_RANGE with auto.offset.reset=none.
+    pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.buffered.is_empty() {
+            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                Err(_) => break,
+                Ok(None) => return Err(Error::Closed("consumer")),
+                Ok(Some(f)) => {
+                    self.apply(f)?;
+                    // Take whatever else already arrived without waiting.
+                    while let Ok(f) = self.rx.try_recv() {
+                        self.apply(f)?;
+                    }
+                    if self.at_end() {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(self.take(self.shared.config.max_poll_records))
+    }
+
+    /// The next record, waiting as long as it takes.
+    ///
+    /// # Errors
+    /// As [`Self::poll`].
+    pub async fn recv(&mut self) -> Result<ConsumerRecord> {
+        loop {
+            if let Some(r) = self.take(1).pop() {
+                return Ok(r);
+            }
+            match self.rx.recv().await {
+                None => return Err(Error::Closed("consumer")),
+                Some(f) => self.apply(f)?,
+            }
+        }
+    }
+
+    /// The consumer as an async stream of records.
+    pub fn into_stream(self) -> impl futures::Stream<Item = Result<ConsumerRecord>> {
+        futures::stream::unfold(self, |mut c| async move {
+            let r = c.recv().await;
+            Some((r, c))
+        })
+    }
+
+    /// Hands out up to `max` buffered records and moves positions past them. A chunk fully
+    /// handed out moves its partition to the chunk's end, which may lie past its last record
+    /// (transaction markers, aborted batches).
+    fn take(&mut self, max: usize) -> Vec<ConsumerRecord> {
+        let mut out = Vec::new();
+        let mut parts = self.shared.lock();
+        while out.len() < max {
+            let Some(chunk) = self.buffered.front_mut() else {
+                break;
+            };
+            let n = chunk.records.len().min(max - out.len());
+            out.extend(chunk.records.drain(..n));
+            let st = parts.get_mut(&chunk.tp);
+            if chunk.records.is_empty() {
+                if let Some(st) = st.filter(|st| st.epoch == chunk.epoch) {
+                    st.position = Some(chunk.next_offset);
+                }
+                self.buffered.pop_front();
+            } else {
+                if let (Some(st), Some(last)) = (st, out.last()) {
+                    if st.epoch == chunk.epoch {
+                        st.position = Some(last.offset + 1);
+                    }
+                }
+                break;
+            }
+        }
+        out
+    }
+
+    fn apply(&mut self, f: Fetched) -> Result<()> {
+        let chunk = match f {
+            Fetched::Error(e) => return Err(e),
+            Fetched::Chunk(c) => c,
+        };
+        let mut parts = self.shared.lock();
+        let Some(st) = parts.get_mut(&chunk.tp) else {
+            return Ok(()); // unassigned meanwhile
+        };
+        if st.epoch != chunk.epoch {
+            return Ok(()); // fetched before a seek
+        }
+        st.high_watermark = chunk.high_watermark;
+        st.last_stable_offset = chunk.last_stable_offset;
+        let behind = self.buffered.iter().any(|c| c.tp == chunk.tp);
+        if chunk.records.is_empty() && !behind {
+            // Nothing to hand out, nothing queued before it: move the position now.
+            if st.position.is_some_and(|p| chunk.next_offset > p) {
+                st.position = Some(chunk.next_offset);
+            }
+            return Ok(());
+        }
+        drop(parts);
+        self.buffered.push_back(chunk);
+        Ok(())
+    }
+
+    /// Earliest and latest offsets of partitions (latest is the LSO under read_committed).
+    ///
+    /// # Errors
+    /// Broker errors after retries within default.api.timeout.ms.
+    pub async fn watermarks(&self, tps: &[TopicPartition]) -> Result<HashMap<TopicPartition, (i64, i64)>> {
+        let start = list_offsets(&self.shared, tps, Offset::Beginning).await?;
+        let end = list_offsets(&self.shared, tps, Offset::End).await?;
+        Ok(start
+            .into_iter()
+            .map(|(tp, s)| {
+                let e = end.get(&tp).copied().unwrap_or(s);
+                (tp, (s, e))
+            })
+            .collect())
+    }
+}
+
+/// Resolves `Beginning`/`End`/`Timestamp` to offsets with ListOffsets at each leader.
+pub(crate) async fn list_offsets(
+    shared: &Shared,
+    tps: &[TopicPartition],
+    at: Offset,
+) -> Result<HashMap<TopicPartition, i64>> {
+    let ts = match at {
+        Offset::Beginning => -2,
+        Offset::End => -1,
+        Offset::Timestamp(t) => t,
+        Offset::At(o) => return Ok(tps.iter().map(|tp| (tp.clone(), o)).collect()),
+    };
+    let cluster = &shared.cluster;
+    let deadline = Instant::now() + shared.config.client.api_timeout;
+    let mut out = HashMap::new();
+    let mut todo: Vec<TopicPartition> = tps.to_vec();
+    let mut attempt = 0;
+    while !todo.is_empty() {
+        let mut by_leader: HashMap<i32, Vec<TopicPartition>> = HashMap::new();
+        for tp in todo.drain(..) {
+            by_leader.entry(cluster.leader(&tp).await?).or_default().push(tp);
+        }
+        let mut last_err = None;
+        for (leader, tps) in by_leader {
+            let result = async {
+                let conn = cluster.broker(leader).await?;
+                let mut topics: Vec<ListOffsetsTopic> = Vec::new();
+                for tp in &tps {
+                    let p = ListOffsetsPartition::default()
+                        .with_partition_index(tp.partition)
+                        .with_current_leader_epoch(-1)
+                        .with_timestamp(ts);
+                    match topics.iter_mut().find(|t| t.name.0.as_str() == tp.topic) {
+                        Some(t) => t.partitions.push(p),
+                        None => topics.push(
+                            ListOffsetsTopic::default()
+                                .with_name(TopicName(StrBytes::from_string(tp.topic.clone())))
+                                .with_partitions(vec![p]),
+                        ),
+                    }
+                }
+                let req = ListOffsetsRequest::default()
+                    .with_replica_id(BrokerId(-1))
+                    .with_isolation_level(shared.config.isolation_level.wire())
+                    .with_topics(topics);
+                conn.request(&req).await
+            }
+            .await;
+            match result {
+                Ok(resp) => {
+                    for t in &resp.topics {
+                        for p in &t.partitions {
+                            let tp = TopicPartition::new(t.name.0.to_string(), p.partition_index);
+                            if p.error_code == 0 {
+                                // No record at/after the timestamp: -1; the end is then right.
+                                out.insert(tp, p.offset);
+                            } else {
+                                let e = Error::broker(format!("list offsets of {tp}"), ErrorCode(p.error_code));
+                                last_err = Some(e);
+                                todo.push(tp);
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    last_err = Some(e);
+                    todo.extend(tps);
+                }
+            }
+        }
+        if let Some(e) = last_err {
+            if Instant::now() >= deadline || e.class() == super::ErrorClass::Fatal {
+                return Err(e);
+            }
+            attempt += 1;
+            tokio::time::sleep(super::cluster::backoff(
+                shared.config.client.retry_backoff,
+                shared.config.client.retry_backoff_max,
+                attempt,
+            ))
+            .await;
+            let g = cluster.metadata().generation;
+            cluster.refresh_if_older(g).await?;
+        }
+    }
+    // A timestamp past every record resolves to -1: use the end instead, as the Java client does.
+    if matches!(at, Offset::Timestamp(_)) && out.values().any(|o| *o < 0) {
+        let missing: Vec<TopicPartition> = out.iter().filter(|(_, o)| **o < 0).map(|(tp, _)| tp.clone()).collect();
+        let ends = Box::pin(list_offsets(shared, &missing, Offset::End)).await?;
+        out.extend(ends);
+    }
+    Ok(out)
+}

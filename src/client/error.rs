@@ -1,0 +1,237 @@
+//! The client's error type and the one function that decides what to do about a broker error.
+
+use crate::protocol::frame::FrameError;
+use crate::protocol::records::RecordError;
+use crate::protocol::ErrorCode;
+use std::time::Duration;
+
+/// Result alias for the client.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the client. Messages are one line and name what to change.
+///
+/// `Clone` because one failed produce request fails every record of its batches.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The broker answered with an error code.
+    #[error("{context}: broker returned {code}")]
+    Broker {
+        /// What the client was doing, e.g. "produce to orders-3".
+        context: String,
+        /// The code.
+        code: ErrorCode,
+    },
+    /// A record larger than the limits allows.
+    #[error("record of {size} bytes is larger than {limit_name}={limit}; raise {limit_name} (and the topic's max.message.bytes / the broker's message.max.bytes) or send smaller records")]
+    RecordTooLarge {
+        /// Encoded size of the record.
+        size: usize,
+        /// Which setting limits it.
+        limit_name: &'static str,
+        /// Its value.
+        limit: usize,
+    },
+    /// The broker refused a batch as too large (MESSAGE_TOO_LARGE / RECORD_LIST_TOO_LARGE).
+    #[error("{context}: broker refused a batch of {size} bytes as too large ({code}); raise the topic's max.message.bytes or the broker's message.max.bytes, or send smaller records")]
+    BatchTooLarge {
+        /// Where.
+        context: String,
+        /// The batch size sent.
+        size: usize,
+        /// The broker's code.
+        code: ErrorCode,
+    },
+    /// TCP failure talking to a broker.
+    #[error("broker {broker}: {message}")]
+    Io {
+        /// host:port.
+        broker: String,
+        /// What the OS said.
+        message: String,
+    },
+    /// No broker could be reached.
+    #[error("no broker reachable at {addrs} ({last}); check bootstrap.servers and that Kafka is running")]
+    NoBrokerReachable {
+        /// The addresses tried.
+        addrs: String,
+        /// The last failure.
+        last: String,
+    },
+    /// The connection failed earlier; every request on it fails the same way.
+    #[error("connection to broker {broker} is closed: {reason}")]
+    ConnectionClosed {
+        /// host:port.
+        broker: String,
+        /// Why it was closed.
+        reason: String,
+    },
+    /// A deadline passed.
+    #[error("{what} timed out after {after:?}")]
+    Timeout {
+        /// What timed out.
+        what: String,
+        /// The configured limit.
+        after: Duration,
+    },
+    /// Wire decoding failed (the broker's bytes are untrusted).
+    #[error(transparent)]
+    Frame(#[from] std::sync::Arc<FrameError>),
+    /// A record batch could not be decoded.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// The broker supports no version of an API we need.
+    #[error("broker {broker} supports no version of {api} that this client speaks; upgrade the broker (Kafka 2.8 or later)")]
+    UnsupportedVersion {
+        /// host:port.
+        broker: String,
+        /// API name.
+        api: String,
+    },
+    /// The topic does not exist.
+    #[error("topic '{0}' does not exist; create it first (onceflow topics create) or check the name")]
+    UnknownTopic(String),
+    /// The partition does not exist.
+    #[error("partition {partition} of topic '{topic}' does not exist (the topic has {count} partitions)")]
+    UnknownPartition {
+        /// Topic.
+        topic: String,
+        /// Partition asked for.
+        partition: i32,
+        /// Partitions the topic has.
+        count: usize,
+    },
+    /// A configuration problem.
+    #[error(transparent)]
+    Config(#[from] super::config::ConfigError),
+    /// The producer or consumer was closed.
+    #[error("{0} is closed")]
+    Closed(&'static str),
+    /// A call that is not valid in the current state.
+    #[error("{0}")]
+    InvalidState(String),
+}
+
+impl From<FrameError> for Error {
+    fn from(e: FrameError) -> Self {
+        Error::Frame(std::sync::Arc::new(e))
+    }
+}
+
+impl Error {
+    /// The broker error code, if this error is one.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            Error::Broker { code, .. } | Error::BatchTooLarge { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// Builds [`Error::Broker`].
+    pub fn broker(context: impl Into<String>, code: ErrorCode) -> Self {
+        Error::Broker {
+            context: context.into(),
+            code,
+        }
+    }
+
+    /// How the client should react to this error; see [`classify`].
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Error::Broker { code, .. } => classify(*code),
+            Error::Io { .. }
+            | Error::ConnectionClosed { .. }
+            | Error::Timeout { .. }
+            | Error::NoBrokerReachable { .. } => ErrorClass::RefreshAndRetry,
+            _ => ErrorClass::Fatal,
+        }
+    }
+}
+
+/// What to do about an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorClass {
+    /// Try the same request again after a backoff.
+    Retriable,
+    /// The client's view of the cluster is stale (leader moved, coordinator moved, connection
+    /// lost): refresh metadata or look the coordinator up again, then retry.
+    RefreshAndRetry,
+    /// Inside a transaction: the transaction must be aborted, the producer stays usable.
+    Abortable,
+    /// Retrying cannot help; surface to the user.
+    Fatal,
+}
+
+/// The one place that decides how a broker error code is handled.
+///
+/// Anything not listed is fatal: an unclassified error must never be retried in a loop.
+///
+/// ```
+/// use onceflow::client::{classify, ErrorClass};
+/// use onceflow::protocol::ErrorCode;
+/// assert_eq!(classify(ErrorCode::NOT_LEADER_OR_FOLLOWER), ErrorClass::RefreshAndRetry);
+/// assert_eq!(classify(ErrorCode::PRODUCER_FENCED), ErrorClass::Fatal);
+/// ```
+pub fn classify(code: ErrorCode) -> ErrorClass {
+    match code {
+        // The cluster moved under us: learn where things are now, then retry.
+        ErrorCode::NOT_LEADER_OR_FOLLOWER
+        | ErrorCode::LEADER_NOT_AVAILABLE
+        | ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+        | ErrorCode::UNKNOWN_TOPIC_ID
+        | ErrorCode::FENCED_LEADER_EPOCH
+        | ErrorCode::UNKNOWN_LEADER_EPOCH
+        | ErrorCode::NOT_COORDINATOR
+        | ErrorCode::COORDINATOR_NOT_AVAILABLE
+        | ErrorCode::BROKER_NOT_AVAILABLE
+        | ErrorCode::REPLICA_NOT_AVAILABLE
+        | ErrorCode::KAFKA_STORAGE_ERROR
+        | ErrorCode::NETWORK_EXCEPTION
+        | ErrorCode::INCONSISTENT_TOPIC_ID
+        | ErrorCode::NEW_LEADER_ELECTED
+        | ErrorCode::NOT_CONTROLLER => ErrorClass::RefreshAndRetry,
+        // Transient on the same broker.
+        ErrorCode::REQUEST_TIMED_OUT
+        | ErrorCode::NOT_ENOUGH_REPLICAS
+        | ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        | ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
+        | ErrorCode::CONCURRENT_TRANSACTIONS
+        | ErrorCode::OFFSET_NOT_AVAILABLE
+        | ErrorCode::THROTTLING_QUOTA_EXCEEDED
+        | ErrorCode::CORRUPT_MESSAGE
+        | ErrorCode::UNSTABLE_OFFSET_COMMIT
+        | ErrorCode::REBALANCE_IN_PROGRESS
+        | ErrorCode::FETCH_SESSION_ID_NOT_FOUND
+        | ErrorCode::INVALID_FETCH_SESSION_EPOCH
+        | ErrorCode::ELIGIBLE_LEADERS_NOT_AVAILABLE
+        | ErrorCode::PREFERRED_LEADER_NOT_AVAILABLE => ErrorClass::Retriable,
+        // The transaction cannot complete, but the producer can abort and go on.
+        ErrorCode::TRANSACTION_ABORTABLE => ErrorClass::Abortable,
+        _ => ErrorClass::Fatal,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unclassified_codes_are_fatal() {
+        assert_eq!(classify(ErrorCode(9999)), ErrorClass::Fatal);
+        assert_eq!(classify(ErrorCode::MESSAGE_TOO_LARGE), ErrorClass::Fatal);
+        assert_eq!(classify(ErrorCode::TOPIC_AUTHORIZATION_FAILED), ErrorClass::Fatal);
+    }
+
+    #[test]
+    fn stale_metadata_codes_refresh() {
+        for c in [
+            ErrorCode::NOT_LEADER_OR_FOLLOWER,
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            ErrorCode::NOT_COORDINATOR,
+        ] {
+            assert_eq!(classify(c), ErrorClass::RefreshAndRetry, "{c}");
+        }
+        assert_eq!(classify(ErrorCode::TRANSACTION_ABORTABLE), ErrorClass::Abortable);
+    }
+}

@@ -1,0 +1,100 @@
+//! The metadata cache's data: which broker leads which partition.
+
+use std::collections::HashMap;
+
+/// A topic and partition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    /// Topic name.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    /// Builds one.
+    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+        TopicPartition {
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
+impl std::fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
+/// One partition's leadership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionMetadata {
+    /// Leader node id, -1 while there is none.
+    pub leader: i32,
+    /// Leader epoch (fences stale leaders in Fetch and ListOffsets).
+    pub leader_epoch: i32,
+    /// Error code the broker reported for the partition (0 when fine).
+    pub error_code: i16,
+}
+
+/// One topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicMetadata {
+    /// Topic name.
+    pub name: String,
+    /// Topic id (KIP-516).
+    pub id: [u8; 16],
+    /// Partitions by index (dense: index i is partition i).
+    pub partitions: Vec<PartitionMetadata>,
+    /// Whether the topic is internal (`__consumer_offsets`, `__transaction_state`).
+    pub internal: bool,
+}
+
+/// A broker's address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerAddr {
+    /// Node id.
+    pub node_id: i32,
+    /// host:port.
+    pub addr: String,
+}
+
+/// One immutable view of the cluster, replaced whole on refresh.
+#[derive(Debug, Clone, Default)]
+pub struct MetadataSnapshot {
+    /// Brokers by node id.
+    pub brokers: HashMap<i32, BrokerAddr>,
+    /// Topics known to the cache.
+    pub topics: HashMap<String, TopicMetadata>,
+    /// The controller's node id.
+    pub controller: i32,
+    /// Increases by one on every refresh; lets callers tell whether a refresh happened since
+    /// they last looked, so that many failing requests trigger one refresh, not many.
+    pub generation: u64,
+}
+
+impl MetadataSnapshot {
+    /// The leader of a partition if known.
+    pub fn leader(&self, tp: &TopicPartition) -> Option<i32> {
+        let p = self
+            .topics
+            .get(&tp.topic)?
+            .partitions
+            .get(usize::try_from(tp.partition).ok()?)?;
+        (p.leader >= 0).then_some(p.leader)
+    }
+
+    /// The partition's metadata.
+    pub fn partition(&self, tp: &TopicPartition) -> Option<&PartitionMetadata> {
+        self.topics
+            .get(&tp.topic)?
+            .partitions
+            .get(usize::try_from(tp.partition).ok()?)
+    }
+
+    /// Number of partitions of a topic, if known.
+    pub fn partition_count(&self, topic: &str) -> Option<usize> {
+        self.topics.get(topic).map(|t| t.partitions.len())
+    }
+}

@@ -1,0 +1,29 @@
+//! The client: connections, the broker pool, the producer, the consumer and admin calls.
+//!
+//! - [`connection`]: one pipelined, cancel-safe connection, poisoned on failure.
+//! - [`cluster`]: the broker pool and metadata cache shared by everything above it.
+//! - [`producer`]: accumulator, per-broker sender, partitioner.
+//! - [`consumer`]: assignment, positions, the fetcher.
+//! - [`admin`]: topics and configs.
+//! - [`error`]: the error type and [`classify`], the one place that decides whether a broker
+//!   error is retried, needs a metadata refresh, aborts a transaction or is fatal.
+
+pub mod admin;
+pub mod cluster;
+pub mod config;
+pub mod connection;
+pub mod consumer;
+pub mod error;
+pub mod metadata;
+pub mod producer;
+
+pub use admin::Admin;
+pub use cluster::Cluster;
+pub use config::{
+    Acks, AutoOffsetReset, ClientConfig, ConfigError, ConsumerConfig, IsolationLevel,
+    ProducerConfig,
+};
+pub use consumer::{ConsumerRecord, Consumer, Offset};
+pub use error::{classify, Error, ErrorClass, Result};
+pub use metadata::TopicPartition;
+pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};

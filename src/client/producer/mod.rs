@@ -1,0 +1,359 @@
+//! The producer: `send` a record, get a future for its partition and offset.
+//!
+//! - [`partitioner`]: the Java client's default partitioner (murmur2, sticky for keyless).
+//! - `accumulator`: per-partition open and ready batches, bounded by buffer.memory.
+//! - `sender`: one task that closes batches on linger/size, groups ready batches by leader and
+//!   sends one Produce request per broker, keeping at most max.in.flight batches per partition.
+//!
+//! See DESIGN.md, "A batch's life", for the path a record takes.
+
+mod accumulator;
+pub mod partitioner;
+mod sender;
+
+use super::cluster::Cluster;
+use super::config::ProducerConfig;
+use super::error::{Error, Result};
+use super::metadata::TopicPartition;
+use crate::protocol::records::{BatchBuilder, Header};
+use accumulator::{Accumulator, Delivery};
+use bytes::Bytes;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::sync::{oneshot, Notify, Semaphore};
+
+/// A record to send.
+#[derive(Debug, Clone, Default)]
+pub struct ProducerRecord {
+    /// Topic.
+    pub topic: String,
+    /// Partition; `None` lets the partitioner choose.
+    pub partition: Option<i32>,
+    /// Key.
+    pub key: Option<Bytes>,
+    /// Value.
+    pub value: Option<Bytes>,
+    /// Headers, in order; keys may repeat.
+    pub headers: Vec<Header>,
+    /// Create time in ms since the epoch; `None` means now.
+    pub timestamp: Option<i64>,
+}
+
+impl ProducerRecord {
+    /// A record with a value.
+    ///
+    /// ```
+    /// use onceflow::client::ProducerRecord;
+    /// let r = ProducerRecord::new("rides", "hello").with_key("k1").with_header("h", Some("v"));
+    /// assert_eq!(r.headers.len(), 1);
+    /// ```
+    pub fn new(topic: impl Into<String>, value: impl Into<Bytes>) -> Self {
+        ProducerRecord {
+            topic: topic.into(),
+            value: Some(value.into()),
+            ..Default::default()
+        }
+    }
+
+    /// Sets the key.
+    pub fn with_key(mut self, key: impl Into<Bytes>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Sets the partition.
+    pub fn with_partition(mut self, partition: i32) -> Self {
+        self.partition = Some(partition);
+        self
+    }
+
+    /// Adds a header.
+    pub fn with_header(mut self, key: impl Into<Bytes>, value: Option<impl Into<Bytes>>) -> Self {
+        self.headers.push(Header {
+            key: key.into(),
+            value: value.map(Into::into),
+        });
+        self
+    }
+
+    /// Sets the timestamp.
+    pub fn with_timestamp(mut self, ts: i64) -> Self {
+        self.timestamp = Some(ts);
+        self
+    }
+}
+
+/// Where a record was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordMetadata {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Offset, or -1 with acks=0.
+    pub offset: i64,
+    /// The record's timestamp (the broker's, for LogAppendTime topics).
+    pub timestamp: i64,
+}
+
+/// Resolves when the record is acknowledged (or has failed for good).
+pub struct DeliveryFuture {
+    rx: oneshot::Receiver<Result<RecordMetadata>>,
+}
+
+impl Future for DeliveryFuture {
+    type Output = Result<RecordMetadata>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.rx)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(Error::Closed("producer"))))
+    }
+}
+
+pub(crate) struct Inner {
+    pub config: ProducerConfig,
+    pub cluster: Arc<Cluster>,
+    pub acc: Mutex<Accumulator>,
+    /// Wakes the sender: a batch is ready, a response came back, flush or close was asked.
+    pub wake: Notify,
+    pub memory: Semaphore,
+    /// Records appended but not yet resolved.
+    pub outstanding: AtomicUsize,
+    pub idle: Notify,
+    pub flushing: AtomicUsize,
+    pub closed: AtomicBool,
+}
+
+impl Inner {
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Accumulator> {
+        self.acc.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn release(&self, memory: u32, records: usize) {
+        if memory > 0 {
+            self.memory.add_permits(memory as usize);
+        }
+        if records > 0 && self.outstanding.fetch_sub(records, Ordering::AcqRel) == records {
+            self.idle.notify_waiters();
+        }
+    }
+}
+
+/// An asynchronous Kafka producer.
+///
+/// Cloning is cheap; clones share one set of buffers and one sender task.
+#[derive(Clone)]
+pub struct Producer {
+    inner: Arc<Inner>,
+    _guard: Arc<CloseOnDrop>,
+}
+
+struct CloseOnDrop(Arc<Inner>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        // The sender task sends what is buffered, then exits.
+        self.0.closed.store(true, Ordering::Release);
+        self.0.wake.notify_one();
+    }
+}
+
+impl Producer {
+    /// Connects to the cluster and starts the sender task.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for contradicting settings, [`Error::NoBrokerReachable`] when no
+    /// bootstrap broker answers.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> onceflow::client::Result<()> {
+    /// use onceflow::client::{Producer, ProducerConfig, ProducerRecord};
+    /// let producer = Producer::new(ProducerConfig::from_properties([("bootstrap.servers", "127.0.0.1:9092")])?).await?;
+    /// let meta = producer.send(ProducerRecord::new("rides", "hello")).await?.await?;
+    /// println!("written at {}-{}@{}", meta.topic, meta.partition, meta.offset);
+    /// # Ok(()) }
+    /// ```
+    pub async fn new(config: ProducerConfig) -> Result<Producer> {
+        config.validate()?;
+        let cluster = Cluster::connect(config.client.clone()).await?;
+        Ok(Self::with_cluster(config, cluster))
+    }
+
+    /// Starts a producer on an existing broker pool.
+    pub fn with_cluster(config: ProducerConfig, cluster: Arc<Cluster>) -> Producer {
+        let memory = config.buffer_memory.min(Semaphore::MAX_PERMITS);
+        let inner = Arc::new(Inner {
+            config,
+            cluster,
+            acc: Mutex::new(Accumulator::default()),
+            wake: Notify::new(),
+            memory: Semaphore::new(memory),
+            outstanding: AtomicUsize::new(0),
+            idle: Notify::new(),
+            flushing: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+        });
+        tokio::spawn(sender::run(inner.clone()));
+        Producer {
+            _guard: Arc::new(CloseOnDrop(inner.clone())),
+            inner,
+        }
+    }
+
+    /// The broker pool this producer uses.
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.inner.cluster
+    }
+
+    /// Queues a record. Waits only while buffer.memory is full (at most max.block.ms).
+    /// The returned future resolves when the broker acknowledged the record.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`], [`Error::UnknownPartition`], [`Error::RecordTooLarge`],
+    /// [`Error::Timeout`] when buffer space does not free up within max.block.ms, or
+    /// [`Error::Closed`].
+    pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
+        let inner = &self.inner;
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed("producer"));
+        }
+        let cfg = &inner.config;
+        let size = BatchBuilder::encoded_record_size(
+            0,
+            record.key.as_deref(),
+            record.value.as_deref(),
+            &record.headers,
+        ) + 61;
+        if size > cfg.max_request_size {
+            return Err(Error::RecordTooLarge {
+                size,
+                limit_name: "max.request.size",
+                limit: cfg.max_request_size,
+            });
+        }
+        if size > cfg.buffer_memory {
+            return Err(Error::RecordTooLarge {
+                size,
+                limit_name: "buffer.memory",
+                limit: cfg.buffer_memory,
+            });
+        }
+        let topic = inner.cluster.topic(&record.topic).await?;
+        let count = topic.partitions.len();
+        let timestamp = record.timestamp.unwrap_or_else(now_ms);
+        let permits = u32::try_from(size).unwrap_or(u32::MAX);
+        let permit = tokio::time::timeout(cfg.max_block, inner.memory.acquire_many(permits))
+            .await
+            .map_err(|_| Error::Timeout {
+                what: "waiting for buffer.memory to free up".into(),
+                after: cfg.max_block,
+            })?
+            .map_err(|_| Error::Closed("producer"))?;
+        permit.forget();
+
+        let (tx, rx) = oneshot::channel();
+        let appended = {
+            let mut acc = inner.lock();
+            let partition = match record.partition {
+                Some(p) => {
+                    if p < 0 || p as usize >= count {
+                        drop(acc);
+                        inner.release(permits, 0);
+                        return Err(Error::UnknownPartition {
+                            topic: record.topic,
+                            partition: p,
+                            count,
+                        });
+                    }
+                    p
+                }
+                None => match record.key.as_deref() {
+                    Some(k) if !cfg.partitioner_ignore_keys => {
+                        partitioner::partition_for_key(k, count)
+                    }
+                    _ => *acc
+                        .sticky
+                        .entry(record.topic.clone())
+                        .or_insert_with(|| partitioner::next_sticky(None, count)),
+                },
+            };
+            let tp = TopicPartition::new(record.topic.clone(), partition);
+            inner.outstanding.fetch_add(1, Ordering::AcqRel);
+            let appended = acc.append(
+                &tp,
+                cfg.compression,
+                cfg.batch_size,
+                (
+                    timestamp,
+                    record.key.as_deref(),
+                    record.value.as_deref(),
+                    &record.headers,
+                ),
+                Delivery { tx, timestamp },
+                permits,
+            );
+            // Keyless records move to another partition once their batch closes (KIP-480).
+            if appended.batch_closed
+                && record.partition.is_none()
+                && (record.key.is_none() || cfg.partitioner_ignore_keys)
+            {
+                let next = partitioner::next_sticky(Some(partition), count);
+                acc.sticky.insert(record.topic.clone(), next);
+            }
+            appended
+        };
+        if appended.release > 0 {
+            inner.release(appended.release, 0);
+        }
+        if appended.batch_closed || appended.new_batch {
+            inner.wake.notify_one();
+        }
+        Ok(DeliveryFuture { rx })
+    }
+
+    /// Sends everything buffered now, without waiting for linger.ms, and waits until every
+    /// record sent before this call has completed (successfully or not).
+    ///
+    /// # Errors
+    /// [`Error::Closed`] only if the sender task is gone.
+    pub async fn flush(&self) -> Result<()> {
+        let inner = &self.inner;
+        inner.flushing.fetch_add(1, Ordering::AcqRel);
+        inner.wake.notify_one();
+        loop {
+            let idle = inner.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if inner.outstanding.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            // Re-wake periodically in case a notification raced with our registration.
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(100), idle).await;
+            inner.wake.notify_one();
+        }
+        inner.flushing.fetch_sub(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Flushes, then stops the sender task.
+    ///
+    /// # Errors
+    /// As [`Self::flush`].
+    pub async fn close(self) -> Result<()> {
+        self.flush().await?;
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.wake.notify_one();
+        Ok(())
+    }
+}
+
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

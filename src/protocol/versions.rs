@@ -1,0 +1,96 @@
+//! API version negotiation.
+//!
+//! On connect the client sends ApiVersions and keeps, per API key, the highest version both
+//! sides support, plus the broker's finalized features (`transaction.version` among them, which
+//! decides whether KIP-890's transaction protocol may be used).
+
+use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
+use kafka_protocol::protocol::Request;
+use std::collections::HashMap;
+
+/// What one broker supports, learnt from its ApiVersions response.
+#[derive(Debug, Clone, Default)]
+pub struct ApiVersions {
+    ranges: HashMap<i16, (i16, i16)>,
+    finalized: HashMap<String, i16>,
+}
+
+impl ApiVersions {
+    /// Builds the table from an ApiVersions response.
+    pub fn from_response(resp: &ApiVersionsResponse) -> Self {
+        let ranges = resp
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, (k.min_version, k.max_version)))
+            .collect();
+        let finalized = resp
+            .finalized_features
+            .iter()
+            .map(|f| (f.name.to_string(), f.max_version_level))
+            .collect();
+        ApiVersions { ranges, finalized }
+    }
+
+    /// The highest version of `R` that both we (the kafka-protocol crate) and the broker support,
+    /// capped at `cap` if given. `None` when the ranges do not overlap.
+    pub fn version_for<R: Request>(&self, cap: Option<i16>) -> Option<i16> {
+        self.version_for_key(R::KEY, cap)
+    }
+
+    /// As [`Self::version_for`], by API key.
+    pub fn version_for_key(&self, key: i16, cap: Option<i16>) -> Option<i16> {
+        let ours = ApiKey::try_from(key).ok()?.valid_versions();
+        let (bmin, bmax) = *self.ranges.get(&key)?;
+        let mut max = ours.max.min(bmax);
+        if let Some(c) = cap {
+            max = max.min(c);
+        }
+        let min = ours.min.max(bmin);
+        (min <= max).then_some(max)
+    }
+
+    /// The broker's finalized level of a feature such as `transaction.version` (0 if absent).
+    pub fn finalized_feature(&self, name: &str) -> i16 {
+        self.finalized.get(name).copied().unwrap_or(0)
+    }
+
+    /// The broker's advertised range for an API key.
+    pub fn broker_range(&self, key: i16) -> Option<(i16, i16)> {
+        self.ranges.get(&key).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey};
+    use kafka_protocol::messages::{FetchRequest, ProduceRequest};
+    use kafka_protocol::protocol::StrBytes;
+
+    #[test]
+    fn picks_highest_common_version_and_reads_features() {
+        let resp = ApiVersionsResponse::default()
+            .with_api_keys(vec![
+                ApiVersion::default()
+                    .with_api_key(0)
+                    .with_min_version(3)
+                    .with_max_version(99),
+                ApiVersion::default()
+                    .with_api_key(1)
+                    .with_min_version(0)
+                    .with_max_version(2),
+            ])
+            .with_finalized_features(vec![FinalizedFeatureKey::default()
+                .with_name(StrBytes::from_static_str("transaction.version"))
+                .with_max_version_level(2)
+                .with_min_version_level(2)]);
+        let v = ApiVersions::from_response(&resp);
+        let produce_max = ApiKey::Produce.valid_versions().max;
+        assert_eq!(v.version_for::<ProduceRequest>(None), Some(produce_max));
+        assert_eq!(v.version_for::<ProduceRequest>(Some(9)), Some(9));
+        // Fetch: broker max 2 is below the crate's minimum (4): no common version.
+        assert_eq!(v.version_for::<FetchRequest>(None), None);
+        assert_eq!(v.finalized_feature("transaction.version"), 2);
+        assert_eq!(v.finalized_feature("group.version"), 0);
+    }
+}

@@ -1,0 +1,104 @@
+//! The `onceflow` binary: round trips and one-line errors for bad input.
+
+use crate::support::*;
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn onceflow(args: &[&str], stdin: &str) -> (Output, Duration) {
+    let start = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_onceflow"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run onceflow");
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out, start.elapsed())
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn assert_one_line_error(o: &Output, needle: &str) {
+    assert!(!o.status.success(), "expected failure, got success");
+    let err = stderr(o);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line on stderr, got: {err}");
+    assert!(lines[0].starts_with("onceflow: error: "), "{err}");
+    assert!(err.contains(needle), "expected '{needle}' in: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn produce_then_consume_with_keys_as_json() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let topic = rt.block_on(TestTopic::create("cli", 2));
+    let b = broker();
+    let (o, _) = onceflow(
+        &["produce", "-b", &b, "-t", &topic.name, "-K", ":", "-p", "1"],
+        "k1:hello\nk2:world\nnokey\n",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("produced 3 record(s)"), "{}", stderr(&o));
+    let (o, _) = onceflow(&["consume", "-b", &b, "-t", &topic.name, "-e"], "");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0]["key"], "k1");
+    assert_eq!(lines[0]["value"], "hello");
+    assert_eq!(lines[0]["partition"], 1);
+    assert_eq!(lines[2]["key"], serde_json::Value::Null);
+    assert_eq!(lines[2]["value"], "nokey");
+    let (o, _) = onceflow(
+        &["consume", "-b", &b, "-t", &topic.name, "-p", "1", "-o", "1", "-c", "1", "--format", "value"],
+        "",
+    );
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "world\n");
+    drop(rt);
+}
+
+#[test]
+fn unreachable_broker_is_one_line_error_within_the_timeout() {
+    let (o, took) = onceflow(
+        &["consume", "-b", "127.0.0.1:1", "-t", "x", "-e", "-X", "default.api.timeout.ms=2000"],
+        "",
+    );
+    assert_one_line_error(&o, "no broker reachable at 127.0.0.1:1");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    let (o, took) = onceflow(&["topics", "list", "-b", "127.0.0.1:1"], "");
+    assert_one_line_error(&o, "no broker reachable");
+    assert!(took < Duration::from_secs(25), "default timeout bounds it: took {took:?}");
+}
+
+#[test]
+fn unknown_topic_is_one_line_error() {
+    let missing = unique_topic("no-such-topic");
+    let (o, _) = onceflow(&["produce", "-b", &broker(), "-t", &missing], "x\n");
+    assert_one_line_error(&o, &format!("topic '{missing}' does not exist"));
+    let (o, _) = onceflow(&["consume", "-b", &broker(), "-t", &missing, "-e"], "");
+    assert_one_line_error(&o, "does not exist");
+}
+
+#[test]
+fn bad_property_is_one_line_error_naming_it() {
+    let (o, _) = onceflow(&["produce", "-b", &broker(), "-t", "x", "-X", "lingr.ms=5"], "");
+    assert_one_line_error(&o, "unknown property 'lingr.ms'");
+    let (o, _) = onceflow(&["produce", "-b", &broker(), "-t", "x", "-X", "acks=most"], "");
+    assert_one_line_error(&o, "invalid value 'most' for property 'acks'");
+    let (o, _) = onceflow(&["consume", "-b", &broker(), "-t", "x", "-X", "isolation.level"], "");
+    assert_one_line_error(&o, "key=value");
+}
+
+#[test]
+fn malformed_offset_is_one_line_error() {
+    let (o, _) = onceflow(&["consume", "-b", &broker(), "-t", "x", "-o", "yesterday"], "");
+    assert_one_line_error(&o, "invalid offset 'yesterday'");
+}

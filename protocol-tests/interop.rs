@@ -1,0 +1,1 @@
+//! Interop with the Java client (placeholder module; filled by the interop tests).

@@ -1,0 +1,16 @@
+//! Tests against a real Apache Kafka broker.
+//!
+//! Start one with `protocol-tests/kafka-broker.sh start` (the README's test command does). The
+//! address comes from ONCEFLOW_BROKER (default 127.0.0.1:9092). There is no skipping: without a
+//! broker these tests fail, because a protocol test that silently passes proves nothing.
+//!
+//! Tests that kill the broker start their own on another port so they do not disturb the rest.
+
+mod support;
+
+mod cli;
+mod codecs;
+mod faults;
+mod interop;
+mod limits;
+mod ordering;

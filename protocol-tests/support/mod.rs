@@ -1,0 +1,184 @@
+//! Shared helpers: the broker address, unique topics, clients.
+
+#![allow(dead_code)]
+
+use onceflow::client::admin::NewTopic;
+use onceflow::client::{
+    Admin, ClientConfig, Consumer, ConsumerConfig, ConsumerRecord, Offset, Producer,
+    ProducerConfig, TopicPartition,
+};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Logs to stderr when ONCEFLOW_LOG is set (e.g. ONCEFLOW_LOG=onceflow=debug).
+pub fn init_logging() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("ONCEFLOW_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_test_writer()
+                .try_init();
+        }
+    });
+}
+
+/// The broker the tests use.
+pub fn broker() -> String {
+    init_logging();
+    std::env::var("ONCEFLOW_BROKER").unwrap_or_else(|_| "127.0.0.1:9092".into())
+}
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A topic name no other test (or earlier run) uses.
+pub fn unique_topic(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "{prefix}-{}-{}-{}",
+        std::process::id(),
+        nanos % 1_000_000_000,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+pub fn client_config(broker: &str) -> ClientConfig {
+    let mut c = ClientConfig::default();
+    c.set("bootstrap.servers", broker).unwrap();
+    c.api_timeout = Duration::from_secs(30);
+    c
+}
+
+pub fn producer_config(broker: &str, props: &[(&str, &str)]) -> ProducerConfig {
+    let mut p: Vec<(String, String)> = vec![("bootstrap.servers".into(), broker.into())];
+    p.extend(props.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    ProducerConfig::from_properties(p).unwrap()
+}
+
+pub fn consumer_config(broker: &str, props: &[(&str, &str)]) -> ConsumerConfig {
+    let mut p: Vec<(String, String)> = vec![("bootstrap.servers".into(), broker.into())];
+    p.extend(props.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    ConsumerConfig::from_properties(p).unwrap()
+}
+
+/// A topic that is deleted when dropped.
+pub struct TestTopic {
+    pub name: String,
+    pub partitions: i32,
+    broker: String,
+}
+
+impl TestTopic {
+    pub async fn create(prefix: &str, partitions: i32) -> TestTopic {
+        Self::create_with(&broker(), prefix, partitions, &[]).await
+    }
+
+    pub async fn create_with(
+        broker: &str,
+        prefix: &str,
+        partitions: i32,
+        configs: &[(&str, &str)],
+    ) -> TestTopic {
+        let name = unique_topic(prefix);
+        let admin = Admin::new(client_config(broker)).await.expect("connect admin");
+        let mut t = NewTopic::new(name.clone(), partitions);
+        for (k, v) in configs {
+            t = t.with_config(*k, *v);
+        }
+        admin.create_topics(&[t]).await.expect("create topic");
+        TestTopic {
+            name,
+            partitions,
+            broker: broker.to_owned(),
+        }
+    }
+
+    pub fn tps(&self) -> Vec<TopicPartition> {
+        (0..self.partitions)
+            .map(|p| TopicPartition::new(self.name.clone(), p))
+            .collect()
+    }
+}
+
+impl Drop for TestTopic {
+    fn drop(&mut self) {
+        // Best effort, on a separate runtime: Drop cannot be async.
+        let name = self.name.clone();
+        let broker = self.broker.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let mut c = client_config(&broker);
+                c.api_timeout = Duration::from_secs(5);
+                if let Ok(a) = Admin::new(c).await {
+                    let _ = a.delete_topics(&[name.as_str()]).await;
+                }
+            })
+        })
+        .join();
+    }
+}
+
+pub async fn producer(props: &[(&str, &str)]) -> Producer {
+    Producer::new(producer_config(&broker(), props))
+        .await
+        .expect("producer")
+}
+
+/// Reads `expected` records from every partition of `topic` from the beginning.
+pub async fn consume_all(
+    broker: &str,
+    topic: &TestTopic,
+    expected: usize,
+    props: &[(&str, &str)],
+) -> Vec<ConsumerRecord> {
+    let mut c = Consumer::new(consumer_config(broker, props))
+        .await
+        .expect("consumer");
+    c.assign(topic.tps()).await.unwrap();
+    for tp in topic.tps() {
+        c.seek(&tp, Offset::Beginning).unwrap();
+    }
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while out.len() < expected {
+        assert!(
+            Instant::now() < deadline,
+            "read {} of {expected} records from {} before the deadline",
+            out.len(),
+            topic.name
+        );
+        out.extend(c.poll(Duration::from_millis(200)).await.unwrap());
+    }
+    // Anything beyond `expected` shows up within a short grace period.
+    out.extend(c.poll(Duration::from_millis(300)).await.unwrap());
+    out
+}
+
+/// Runs protocol-tests/kafka-broker.sh with env overrides.
+pub fn broker_script(action: &str, env: &[(&str, &str)]) -> String {
+    let out = Command::new("bash")
+        .arg(repo().join("protocol-tests/kafka-broker.sh"))
+        .arg(action)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run kafka-broker.sh");
+    assert!(
+        out.status.success(),
+        "kafka-broker.sh {action} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}

@@ -14,7 +14,12 @@ fn onceflow(args: &[&str], stdin: &str) -> (Output, Duration) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run onceflow");
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     (out, start.elapsed())
 }
@@ -43,7 +48,11 @@ fn produce_then_consume_with_keys_as_json() {
         "k1:hello\nk2:world\nnokey\n",
     );
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stderr(&o).contains("produced 3 record(s)"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("produced 3 record(s)"),
+        "{}",
+        stderr(&o)
+    );
     let (o, _) = onceflow(&["consume", "-b", &b, "-t", &topic.name, "-e"], "");
     assert!(o.status.success(), "{}", stderr(&o));
     let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
@@ -58,7 +67,21 @@ fn produce_then_consume_with_keys_as_json() {
     assert_eq!(lines[2]["key"], serde_json::Value::Null);
     assert_eq!(lines[2]["value"], "nokey");
     let (o, _) = onceflow(
-        &["consume", "-b", &b, "-t", &topic.name, "-p", "1", "-o", "1", "-c", "1", "--format", "value"],
+        &[
+            "consume",
+            "-b",
+            &b,
+            "-t",
+            &topic.name,
+            "-p",
+            "1",
+            "-o",
+            "1",
+            "-c",
+            "1",
+            "--format",
+            "value",
+        ],
         "",
     );
     assert_eq!(String::from_utf8_lossy(&o.stdout), "world\n");
@@ -68,14 +91,26 @@ fn produce_then_consume_with_keys_as_json() {
 #[test]
 fn unreachable_broker_is_one_line_error_within_the_timeout() {
     let (o, took) = onceflow(
-        &["consume", "-b", "127.0.0.1:1", "-t", "x", "-e", "-X", "default.api.timeout.ms=2000"],
+        &[
+            "consume",
+            "-b",
+            "127.0.0.1:1",
+            "-t",
+            "x",
+            "-e",
+            "-X",
+            "default.api.timeout.ms=2000",
+        ],
         "",
     );
     assert_one_line_error(&o, "no broker reachable at 127.0.0.1:1");
     assert!(took < Duration::from_secs(10), "took {took:?}");
     let (o, took) = onceflow(&["topics", "list", "-b", "127.0.0.1:1"], "");
     assert_one_line_error(&o, "no broker reachable");
-    assert!(took < Duration::from_secs(25), "default timeout bounds it: took {took:?}");
+    assert!(
+        took < Duration::from_secs(25),
+        "default timeout bounds it: took {took:?}"
+    );
 }
 
 #[test]
@@ -89,16 +124,36 @@ fn unknown_topic_is_one_line_error() {
 
 #[test]
 fn bad_property_is_one_line_error_naming_it() {
-    let (o, _) = onceflow(&["produce", "-b", &broker(), "-t", "x", "-X", "lingr.ms=5"], "");
+    let (o, _) = onceflow(
+        &["produce", "-b", &broker(), "-t", "x", "-X", "lingr.ms=5"],
+        "",
+    );
     assert_one_line_error(&o, "unknown property 'lingr.ms'");
-    let (o, _) = onceflow(&["produce", "-b", &broker(), "-t", "x", "-X", "acks=most"], "");
+    let (o, _) = onceflow(
+        &["produce", "-b", &broker(), "-t", "x", "-X", "acks=most"],
+        "",
+    );
     assert_one_line_error(&o, "invalid value 'most' for property 'acks'");
-    let (o, _) = onceflow(&["consume", "-b", &broker(), "-t", "x", "-X", "isolation.level"], "");
+    let (o, _) = onceflow(
+        &[
+            "consume",
+            "-b",
+            &broker(),
+            "-t",
+            "x",
+            "-X",
+            "isolation.level",
+        ],
+        "",
+    );
     assert_one_line_error(&o, "key=value");
 }
 
 #[test]
 fn malformed_offset_is_one_line_error() {
-    let (o, _) = onceflow(&["consume", "-b", &broker(), "-t", "x", "-o", "yesterday"], "");
+    let (o, _) = onceflow(
+        &["consume", "-b", &broker(), "-t", "x", "-o", "yesterday"],
+        "",
+    );
     assert_one_line_error(&o, "invalid offset 'yesterday'");
 }

@@ -32,7 +32,11 @@ impl PrivateBroker {
     }
 
     pub fn run(&self, action: &str) -> String {
-        let env: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let env: Vec<(&str, &str)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
         broker_script(action, &env)
     }
 }
@@ -90,9 +94,15 @@ async fn producer_carries_on_when_the_broker_is_killed_and_restarted() {
     assert_eq!(failures, 0, "every record is delivered without user action");
     // At least once (idempotence is the next issue's): every record is in the log.
     let got = consume_all(&broker.addr, &topic, n, &[]).await;
-    let values: HashSet<Vec<u8>> = got.iter().map(|r| r.value.clone().unwrap().to_vec()).collect();
+    let values: HashSet<Vec<u8>> = got
+        .iter()
+        .map(|r| r.value.clone().unwrap().to_vec())
+        .collect();
     for i in 0..n {
-        assert!(values.contains(i.to_string().as_bytes()), "record {i} is missing");
+        assert!(
+            values.contains(i.to_string().as_bytes()),
+            "record {i} is missing"
+        );
     }
     drop(topic);
 }

@@ -6,20 +6,30 @@ use onceflow::client::{Error, ProducerRecord};
 
 #[tokio::test]
 async fn record_over_the_topic_limit_is_refused_by_the_broker_with_a_clear_error() {
-    let topic = TestTopic::create_with(&broker(), "too-large", 1, &[("max.message.bytes", "10000")]).await;
+    let topic =
+        TestTopic::create_with(&broker(), "too-large", 1, &[("max.message.bytes", "10000")]).await;
     // The client would allow it (max.request.size is larger), so the broker decides.
     let p = producer(&[("max.request.size", "5000000")]).await;
     let f = p
-        .send(ProducerRecord::new(topic.name.clone(), Bytes::from(vec![7u8; 50_000])))
+        .send(ProducerRecord::new(
+            topic.name.clone(),
+            Bytes::from(vec![7u8; 50_000]),
+        ))
         .await
         .unwrap();
     let e = f.await.unwrap_err();
     assert!(matches!(e, Error::BatchTooLarge { .. }), "{e:?}");
     let msg = e.to_string();
-    assert!(msg.contains("MESSAGE_TOO_LARGE") && msg.contains("max.message.bytes"), "{msg}");
+    assert!(
+        msg.contains("MESSAGE_TOO_LARGE") && msg.contains("max.message.bytes"),
+        "{msg}"
+    );
     // The producer is still usable for records that fit.
     let ok = p
-        .send(ProducerRecord::new(topic.name.clone(), Bytes::from(vec![1u8; 100])))
+        .send(ProducerRecord::new(
+            topic.name.clone(),
+            Bytes::from(vec![1u8; 100]),
+        ))
         .await
         .unwrap()
         .await
@@ -32,7 +42,10 @@ async fn record_over_max_request_size_is_refused_before_sending() {
     let topic = TestTopic::create("too-large-client", 1).await;
     let p = producer(&[]).await;
     let e = p
-        .send(ProducerRecord::new(topic.name.clone(), Bytes::from(vec![0u8; 2 * 1024 * 1024])))
+        .send(ProducerRecord::new(
+            topic.name.clone(),
+            Bytes::from(vec![0u8; 2 * 1024 * 1024]),
+        ))
         .await
         .err()
         .expect("refused");

@@ -16,9 +16,12 @@ async fn records_keep_send_order_within_each_partition() {
     for i in 0..n {
         let key = format!("k{}", i % 64);
         futures.push(
-            p.send(ProducerRecord::new(topic.name.clone(), Bytes::from(i.to_string())).with_key(Bytes::from(key)))
-                .await
-                .unwrap(),
+            p.send(
+                ProducerRecord::new(topic.name.clone(), Bytes::from(i.to_string()))
+                    .with_key(Bytes::from(key)),
+            )
+            .await
+            .unwrap(),
         );
     }
     let mut acked = Vec::new();
@@ -32,7 +35,10 @@ async fn records_keep_send_order_within_each_partition() {
     let mut last: HashMap<Bytes, i64> = HashMap::new();
     for r in &got {
         let key = r.key.clone().unwrap();
-        let seq: i64 = std::str::from_utf8(r.value.as_deref().unwrap()).unwrap().parse().unwrap();
+        let seq: i64 = std::str::from_utf8(r.value.as_deref().unwrap())
+            .unwrap()
+            .parse()
+            .unwrap();
         if let Some(prev) = last.insert(key.clone(), seq) {
             assert!(prev < seq, "key {key:?}: {seq} came after {prev}");
         }
@@ -51,10 +57,15 @@ async fn records_keep_send_order_within_each_partition() {
 #[tokio::test]
 async fn metadata_covers_a_topic_with_1000_partitions() {
     let topic = TestTopic::create("wide", 1000).await;
-    let admin = onceflow::client::Admin::new(client_config(&broker())).await.unwrap();
+    let admin = onceflow::client::Admin::new(client_config(&broker()))
+        .await
+        .unwrap();
     let t = admin.cluster().topic(&topic.name).await.unwrap();
     assert_eq!(t.partitions.len(), 1000);
-    assert!(t.partitions.iter().all(|p| p.leader >= 0), "every partition has a leader");
+    assert!(
+        t.partitions.iter().all(|p| p.leader >= 0),
+        "every partition has a leader"
+    );
     // A record to every partition is acknowledged at that partition.
     let p = producer(&[("linger.ms", "5")]).await;
     let mut fs = Vec::new();
@@ -85,14 +96,17 @@ async fn seek_to_offset_timestamp_and_end() {
     }
     p.flush().await.unwrap();
     let tp = TopicPartition::new(topic.name.clone(), 0);
-    let mut c = Consumer::new(consumer_config(&broker(), &[])).await.unwrap();
+    let mut c = Consumer::new(consumer_config(&broker(), &[]))
+        .await
+        .unwrap();
     c.assign([tp.clone()]).await.unwrap();
 
     c.seek(&tp, Offset::At(42)).unwrap();
     let r = c.recv().await.unwrap();
     assert_eq!((r.offset, r.value.as_deref()), (42, Some(&b"42"[..])));
 
-    c.seek(&tp, Offset::Timestamp(1_600_000_000_000 + 70_500)).unwrap();
+    c.seek(&tp, Offset::Timestamp(1_600_000_000_000 + 70_500))
+        .unwrap();
     assert_eq!(c.recv().await.unwrap().offset, 71);
 
     c.seek(&tp, Offset::Beginning).unwrap();
@@ -101,7 +115,7 @@ async fn seek_to_offset_timestamp_and_end() {
     c.seek(&tp, Offset::End).unwrap();
     assert!(c.poll(Duration::from_millis(700)).await.unwrap().is_empty());
     assert_eq!(c.position(&tp), Some(100));
-    let w = c.watermarks(&[tp.clone()]).await.unwrap();
+    let w = c.watermarks(std::slice::from_ref(&tp)).await.unwrap();
     assert_eq!(w[&tp], (0, 100));
 }
 
@@ -110,18 +124,27 @@ async fn out_of_range_position_resets_with_auto_offset_reset() {
     let topic = TestTopic::create("reset", 1).await;
     let p = producer(&[]).await;
     for i in 0..10 {
-        p.send(ProducerRecord::new(topic.name.clone(), Bytes::from(format!("{i}"))))
-            .await
-            .unwrap();
+        p.send(ProducerRecord::new(
+            topic.name.clone(),
+            Bytes::from(format!("{i}")),
+        ))
+        .await
+        .unwrap();
     }
     p.flush().await.unwrap();
     let tp = TopicPartition::new(topic.name.clone(), 0);
-    let mut c = Consumer::new(consumer_config(&broker(), &[("auto.offset.reset", "earliest")]))
-        .await
-        .unwrap();
+    let mut c = Consumer::new(consumer_config(
+        &broker(),
+        &[("auto.offset.reset", "earliest")],
+    ))
+    .await
+    .unwrap();
     c.assign([tp.clone()]).await.unwrap();
     c.seek(&tp, Offset::At(5_000)).unwrap();
-    let r = tokio::time::timeout(Duration::from_secs(20), c.recv()).await.unwrap().unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(20), c.recv())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(r.offset, 0, "reset to earliest after OFFSET_OUT_OF_RANGE");
 
     let mut strict = Consumer::new(consumer_config(&broker(), &[("auto.offset.reset", "none")]))

@@ -89,7 +89,9 @@ impl TestTopic {
         configs: &[(&str, &str)],
     ) -> TestTopic {
         let name = unique_topic(prefix);
-        let admin = Admin::new(client_config(broker)).await.expect("connect admin");
+        let admin = Admin::new(client_config(broker))
+            .await
+            .expect("connect admin");
         let mut t = NewTopic::new(name.clone(), partitions);
         for (k, v) in configs {
             t = t.with_config(*k, *v);

@@ -49,7 +49,10 @@ fn parse_offset(s: &str) -> Result<Offset, Error> {
         "end" | "latest" => Ok(Offset::End),
         _ => {
             if let Some(ts) = s.strip_prefix('@') {
-                return ts.parse::<i64>().map(Offset::Timestamp).map_err(|_| bad_offset(s));
+                return ts
+                    .parse::<i64>()
+                    .map(Offset::Timestamp)
+                    .map_err(|_| bad_offset(s));
             }
             match s.parse::<i64>() {
                 Ok(o) if o >= 0 => Ok(Offset::At(o)),
@@ -94,7 +97,9 @@ pub async fn run(args: Args) -> Result<ExitCode, Error> {
         for r in &records {
             let line = match args.format {
                 Format::Json => json_line(r),
-                Format::Value => String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned(),
+                Format::Value => {
+                    String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned()
+                }
             };
             if writeln!(out, "{line}").is_err() {
                 break 'outer; // stdout closed (e.g. piped into head)
@@ -146,7 +151,11 @@ fn base64(data: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut s = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
         for i in 0..4 {
             if i <= chunk.len() {

@@ -120,7 +120,10 @@ pub async fn run(args: Args) -> Result<ExitCode, Error> {
         );
         Ok(ExitCode::SUCCESS)
     } else {
-        println!("demo FAILED: {count} of {} records read back, {duplicates} duplicates", args.records);
+        println!(
+            "demo FAILED: {count} of {} records read back, {duplicates} duplicates",
+            args.records
+        );
         Ok(ExitCode::FAILURE)
     }
 }

@@ -13,7 +13,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "onceflow", version, about = "A pure-Rust Kafka client with exactly-once delivery")]
+#[command(
+    name = "onceflow",
+    version,
+    about = "A pure-Rust Kafka client with exactly-once delivery"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -41,7 +45,10 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("onceflow: error: cannot start the async runtime: {e}");

@@ -10,7 +10,10 @@ const CLI_API_TIMEOUT_MS: &str = "15000";
 fn pairs(broker: &str, props: &[String]) -> Result<Vec<(String, String)>, Error> {
     let mut out = vec![
         ("bootstrap.servers".to_owned(), broker.to_owned()),
-        ("default.api.timeout.ms".to_owned(), CLI_API_TIMEOUT_MS.to_owned()),
+        (
+            "default.api.timeout.ms".to_owned(),
+            CLI_API_TIMEOUT_MS.to_owned(),
+        ),
     ];
     for p in props {
         out.push(split_property(p)?);

@@ -129,7 +129,12 @@ impl Admin {
     /// # Errors
     /// The first per-topic error, e.g. TOPIC_ALREADY_EXISTS or INVALID_REPLICATION_FACTOR.
     pub async fn create_topics(&self, topics: &[NewTopic]) -> Result<()> {
-        let timeout_ms = self.cluster.config().api_timeout.as_millis().min(i32::MAX as u128) as i32;
+        let timeout_ms = self
+            .cluster
+            .config()
+            .api_timeout
+            .as_millis()
+            .min(i32::MAX as u128) as i32;
         let req = CreateTopicsRequest::default()
             .with_timeout_ms(timeout_ms)
             .with_topics(
@@ -180,8 +185,11 @@ impl Admin {
         }
         self.cluster
             .add_interest(topics.iter().map(|t| t.name.as_str()));
-        self.wait_for(|names| topics.iter().all(|t| names.contains_key(&t.name)), "created topics to appear in metadata")
-            .await
+        self.wait_for(
+            |names| topics.iter().all(|t| names.contains_key(&t.name)),
+            "created topics to appear in metadata",
+        )
+        .await
     }
 
     /// Deletes topics.
@@ -189,7 +197,12 @@ impl Admin {
     /// # Errors
     /// The first per-topic error, e.g. UNKNOWN_TOPIC_OR_PARTITION.
     pub async fn delete_topics(&self, names: &[&str]) -> Result<()> {
-        let timeout_ms = self.cluster.config().api_timeout.as_millis().min(i32::MAX as u128) as i32;
+        let timeout_ms = self
+            .cluster
+            .config()
+            .api_timeout
+            .as_millis()
+            .min(i32::MAX as u128) as i32;
         let req = DeleteTopicsRequest::default()
             .with_timeout_ms(timeout_ms)
             .with_topic_names(
@@ -216,7 +229,10 @@ impl Admin {
         for t in &resp.responses {
             if t.error_code != 0 {
                 let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
-                return Err(Error::broker(format!("delete topic '{name}'"), ErrorCode(t.error_code)));
+                return Err(Error::broker(
+                    format!("delete topic '{name}'"),
+                    ErrorCode(t.error_code),
+                ));
             }
         }
         Ok(())
@@ -229,18 +245,28 @@ impl Admin {
     pub async fn list_topics(&self) -> Result<BTreeMap<String, usize>> {
         self.retrying("list_topics", || async {
             let conn = self.cluster.any_broker().await?;
-            let resp = conn.request(&MetadataRequest::default().with_topics(None)).await?;
+            let resp = conn
+                .request(&MetadataRequest::default().with_topics(None))
+                .await?;
             Ok(resp
                 .topics
                 .iter()
                 .filter(|t| t.error_code == 0 && !t.is_internal)
-                .filter_map(|t| t.name.as_ref().map(|n| (n.0.to_string(), t.partitions.len())))
+                .filter_map(|t| {
+                    t.name
+                        .as_ref()
+                        .map(|n| (n.0.to_string(), t.partitions.len()))
+                })
                 .collect())
         })
         .await
     }
 
-    async fn wait_for(&self, done: impl Fn(&BTreeMap<String, usize>) -> bool, what: &str) -> Result<()> {
+    async fn wait_for(
+        &self,
+        done: impl Fn(&BTreeMap<String, usize>) -> bool,
+        what: &str,
+    ) -> Result<()> {
         let deadline = Instant::now() + self.cluster.config().api_timeout;
         loop {
             let names = self.list_topics().await?;
@@ -261,11 +287,17 @@ impl Admin {
     ///
     /// # Errors
     /// The resource's error, e.g. UNKNOWN_TOPIC_OR_PARTITION.
-    pub async fn describe_configs(&self, resource_type: i8, name: &str) -> Result<Vec<ConfigEntry>> {
-        let req = DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
-            .with_resource_type(resource_type)
-            .with_resource_name(StrBytes::from_string(name.to_owned()))
-            .with_configuration_keys(None)]);
+    pub async fn describe_configs(
+        &self,
+        resource_type: i8,
+        name: &str,
+    ) -> Result<Vec<ConfigEntry>> {
+        let req = DescribeConfigsRequest::default().with_resources(vec![
+            DescribeConfigsResource::default()
+                .with_resource_type(resource_type)
+                .with_resource_name(StrBytes::from_string(name.to_owned()))
+                .with_configuration_keys(None),
+        ]);
         let resp = self
             .retrying("describe_configs", || async {
                 let conn = self.cluster.any_broker().await?;
@@ -275,7 +307,10 @@ impl Admin {
         let mut out = Vec::new();
         for r in &resp.results {
             if r.error_code != 0 {
-                return Err(Error::broker(format!("describe configs of '{name}'"), ErrorCode(r.error_code)));
+                return Err(Error::broker(
+                    format!("describe configs of '{name}'"),
+                    ErrorCode(r.error_code),
+                ));
             }
             for c in &r.configs {
                 out.push(ConfigEntry {

@@ -97,7 +97,10 @@ impl Cluster {
             let i = (BOOTSTRAP_NODE_BASE - node_id) as usize;
             return self.config.bootstrap_servers.get(i).cloned();
         }
-        self.metadata().brokers.get(&node_id).map(|b| b.addr.clone())
+        self.metadata()
+            .brokers
+            .get(&node_id)
+            .map(|b| b.addr.clone())
     }
 
     /// A live connection to a broker, connecting if needed.
@@ -224,8 +227,10 @@ impl Cluster {
                         attempt,
                     );
                     debug!(error = %e, ?wait, "metadata refresh failed; retrying");
-                    tokio::time::sleep(wait.min(deadline.saturating_duration_since(Instant::now())))
-                        .await;
+                    tokio::time::sleep(
+                        wait.min(deadline.saturating_duration_since(Instant::now())),
+                    )
+                    .await;
                 }
                 Err(e) => return Err(e),
             }

@@ -159,8 +159,12 @@ pub struct ProducerConfig {
     pub max_in_flight: usize,
     /// `max.request.size` in bytes: the largest record (and request) the producer sends.
     pub max_request_size: usize,
-    /// `enable.idempotence`.
+    /// `enable.idempotence` (default true, as in the Java client since 3.0). When it was not set
+    /// explicitly and acks, retries or max.in.flight contradict it, it is turned off, as the
+    /// Java client does; set explicitly, a contradiction is an error.
     pub enable_idempotence: bool,
+    /// Whether `enable.idempotence` was set explicitly.
+    pub idempotence_explicit: bool,
     /// `transactional.id`.
     pub transactional_id: Option<String>,
     /// `transaction.timeout.ms`.
@@ -183,7 +187,8 @@ impl Default for ProducerConfig {
             retries: i32::MAX as u32,
             max_in_flight: 5,
             max_request_size: 1024 * 1024,
-            enable_idempotence: false,
+            enable_idempotence: true,
+            idempotence_explicit: false,
             transactional_id: None,
             transaction_timeout: Duration::from_secs(60),
             partitioner_ignore_keys: false,
@@ -382,8 +387,22 @@ impl ProducerConfig {
         for (k, v) in props {
             c.set(k.as_ref(), v.as_ref())?;
         }
+        c.normalize();
         c.validate()?;
         Ok(c)
+    }
+
+    /// Turns the default idempotence off where the user's other settings contradict it and
+    /// idempotence was not asked for explicitly (the Java client's rule).
+    pub fn normalize(&mut self) {
+        let contradicted = self.acks != Acks::All || self.retries == 0 || self.max_in_flight > 5;
+        if self.enable_idempotence
+            && !self.idempotence_explicit
+            && self.transactional_id.is_none()
+            && contradicted
+        {
+            self.enable_idempotence = false;
+        }
     }
 
     /// Applies one property.
@@ -431,7 +450,10 @@ impl ProducerConfig {
                 }
             }
             "max.request.size" => self.max_request_size = parse_usize(name, value)?,
-            "enable.idempotence" => self.enable_idempotence = parse_bool(name, value)?,
+            "enable.idempotence" => {
+                self.enable_idempotence = parse_bool(name, value)?;
+                self.idempotence_explicit = true;
+            }
             "transactional.id" => self.transactional_id = Some(non_empty(name, value)?),
             "transaction.timeout.ms" => self.transaction_timeout = parse_ms(name, value)?,
             "partitioner.ignore.keys" => self.partitioner_ignore_keys = parse_bool(name, value)?,

@@ -235,10 +235,13 @@ impl Connection {
         let frame = match outcome {
             Ok(Ok(result)) => result?,
             Ok(Err(_)) => {
-                return Err(self.shared.closed_error().unwrap_or(Error::ConnectionClosed {
-                    broker: self.addr().to_owned(),
-                    reason: "reader stopped".into(),
-                }))
+                return Err(self
+                    .shared
+                    .closed_error()
+                    .unwrap_or(Error::ConnectionClosed {
+                        broker: self.addr().to_owned(),
+                        reason: "reader stopped".into(),
+                    }))
             }
             Err(_) => {
                 self.shared.lock().waiters.remove(&guard.correlation_id);
@@ -292,10 +295,13 @@ impl Connection {
         };
         if self.writer.send(buf).is_err() {
             self.shared.poison("writer stopped".into());
-            return Err(self.shared.closed_error().unwrap_or(Error::ConnectionClosed {
-                broker: self.addr().to_owned(),
-                reason: "writer stopped".into(),
-            }));
+            return Err(self
+                .shared
+                .closed_error()
+                .unwrap_or(Error::ConnectionClosed {
+                    broker: self.addr().to_owned(),
+                    reason: "writer stopped".into(),
+                }));
         }
         Ok((rx, correlation_id))
     }

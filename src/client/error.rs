@@ -89,7 +89,9 @@ pub enum Error {
         api: String,
     },
     /// The topic does not exist.
-    #[error("topic '{0}' does not exist; create it first (onceflow topics create) or check the name")]
+    #[error(
+        "topic '{0}' does not exist; create it first (onceflow topics create) or check the name"
+    )]
     UnknownTopic(String),
     /// The partition does not exist.
     #[error("partition {partition} of topic '{topic}' does not exist (the topic has {count} partitions)")]
@@ -220,7 +222,10 @@ mod tests {
     fn unclassified_codes_are_fatal() {
         assert_eq!(classify(ErrorCode(9999)), ErrorClass::Fatal);
         assert_eq!(classify(ErrorCode::MESSAGE_TOO_LARGE), ErrorClass::Fatal);
-        assert_eq!(classify(ErrorCode::TOPIC_AUTHORIZATION_FAILED), ErrorClass::Fatal);
+        assert_eq!(
+            classify(ErrorCode::TOPIC_AUTHORIZATION_FAILED),
+            ErrorClass::Fatal
+        );
     }
 
     #[test]
@@ -232,6 +237,9 @@ mod tests {
         ] {
             assert_eq!(classify(c), ErrorClass::RefreshAndRetry, "{c}");
         }
-        assert_eq!(classify(ErrorCode::TRANSACTION_ABORTABLE), ErrorClass::Abortable);
+        assert_eq!(
+            classify(ErrorCode::TRANSACTION_ABORTABLE),
+            ErrorClass::Abortable
+        );
     }
 }

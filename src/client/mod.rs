@@ -23,7 +23,7 @@ pub use config::{
     Acks, AutoOffsetReset, ClientConfig, ConfigError, ConsumerConfig, IsolationLevel,
     ProducerConfig,
 };
-pub use consumer::{ConsumerRecord, Consumer, Offset};
+pub use consumer::{Consumer, ConsumerRecord, Offset};
 pub use error::{classify, Error, ErrorClass, Result};
 pub use metadata::TopicPartition;
 pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};

@@ -205,9 +205,15 @@ mod tests {
 
     #[test]
     fn names_follow_kafka_spelling() {
-        assert_eq!(ErrorCode::NOT_LEADER_OR_FOLLOWER.name(), "NOT_LEADER_OR_FOLLOWER");
+        assert_eq!(
+            ErrorCode::NOT_LEADER_OR_FOLLOWER.name(),
+            "NOT_LEADER_OR_FOLLOWER"
+        );
         assert_eq!(ErrorCode::PRODUCER_FENCED.name(), "PRODUCER_FENCED");
         assert_eq!(ErrorCode(30000).name(), "UNKNOWN_ERROR_CODE_30000");
-        assert_eq!(ErrorCode::MESSAGE_TOO_LARGE.to_string(), "MESSAGE_TOO_LARGE (10)");
+        assert_eq!(
+            ErrorCode::MESSAGE_TOO_LARGE.to_string(),
+            "MESSAGE_TOO_LARGE (10)"
+        );
     }
 }

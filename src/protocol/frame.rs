@@ -78,7 +78,9 @@ pub fn encode_request<R: Request>(
 
 /// Reads the correlation id at the front of a response frame body without consuming it.
 pub fn peek_correlation_id(frame: &[u8]) -> Option<i32> {
-    frame.get(..4).map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    frame
+        .get(..4)
+        .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 /// Decodes a response frame body (without the length prefix) for request type `R`.

@@ -55,10 +55,12 @@ pub(crate) async fn run(shared: Arc<Shared>, tx: mpsc::Sender<Fetched>) {
                     continue;
                 }
                 let epoch = meta.partition(tp).map_or(-1, |p| p.leader_epoch);
-                by_leader
-                    .entry(leader)
-                    .or_default()
-                    .push((tp.clone(), st.fetch_offset, st.epoch, epoch));
+                by_leader.entry(leader).or_default().push((
+                    tp.clone(),
+                    st.fetch_offset,
+                    st.epoch,
+                    epoch,
+                ));
             }
             for list in by_leader.values() {
                 for (tp, ..) in list {
@@ -73,14 +75,18 @@ pub(crate) async fn run(shared: Arc<Shared>, tx: mpsc::Sender<Fetched>) {
             let _ = shared.cluster.refresh_if_older(g).await;
         }
         for (leader, list) in by_leader {
-            busy.lock().unwrap_or_else(|p| p.into_inner()).insert(leader);
+            busy.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(leader);
             let shared = shared.clone();
             let tx = tx.clone();
             let busy = busy.clone();
             let done = done_tx.clone();
             tokio::spawn(async move {
                 fetch_from(&shared, leader, list, &tx).await;
-                busy.lock().unwrap_or_else(|p| p.into_inner()).remove(&leader);
+                busy.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&leader);
                 let _ = done.send(());
             });
         }
@@ -281,7 +287,11 @@ async fn fetch_from(
         }
     }
     // Partitions the response left out are fetched again next round.
-    let left: Vec<_> = list.iter().filter(|(tp, ..)| !seen.contains(tp)).cloned().collect();
+    let left: Vec<_> = list
+        .iter()
+        .filter(|(tp, ..)| !seen.contains(tp))
+        .cloned()
+        .collect();
     if !left.is_empty() {
         let mut parts = shared.lock();
         for (tp, ..) in left {

@@ -380,7 +380,10 @@ impl Consumer {
     ///
     /// # Errors
     /// Broker errors after retries within default.api.timeout.ms.
-    pub async fn watermarks(&self, tps: &[TopicPartition]) -> Result<HashMap<TopicPartition, (i64, i64)>> {
+    pub async fn watermarks(
+        &self,
+        tps: &[TopicPartition],
+    ) -> Result<HashMap<TopicPartition, (i64, i64)>> {
         let start = list_offsets(&self.shared, tps, Offset::Beginning).await?;
         let end = list_offsets(&self.shared, tps, Offset::End).await?;
         Ok(start
@@ -413,7 +416,10 @@ pub(crate) async fn list_offsets(
     while !todo.is_empty() {
         let mut by_leader: HashMap<i32, Vec<TopicPartition>> = HashMap::new();
         for tp in todo.drain(..) {
-            by_leader.entry(cluster.leader(&tp).await?).or_default().push(tp);
+            by_leader
+                .entry(cluster.leader(&tp).await?)
+                .or_default()
+                .push(tp);
         }
         let mut last_err = None;
         for (leader, tps) in by_leader {
@@ -450,7 +456,10 @@ pub(crate) async fn list_offsets(
                                 // No record at/after the timestamp: -1; the end is then right.
                                 out.insert(tp, p.offset);
                             } else {
-                                let e = Error::broker(format!("list offsets of {tp}"), ErrorCode(p.error_code));
+                                let e = Error::broker(
+                                    format!("list offsets of {tp}"),
+                                    ErrorCode(p.error_code),
+                                );
                                 last_err = Some(e);
                                 todo.push(tp);
                             }
@@ -480,7 +489,11 @@ pub(crate) async fn list_offsets(
     }
     // A timestamp past every record resolves to -1: use the end instead, as the Java client does.
     if matches!(at, Offset::Timestamp(_)) && out.values().any(|o| *o < 0) {
-        let missing: Vec<TopicPartition> = out.iter().filter(|(_, o)| **o < 0).map(|(tp, _)| tp.clone()).collect();
+        let missing: Vec<TopicPartition> = out
+            .iter()
+            .filter(|(_, o)| **o < 0)
+            .map(|(tp, _)| tp.clone())
+            .collect();
         let ends = Box::pin(list_offsets(shared, &missing, Offset::End)).await?;
         out.extend(ends);
     }

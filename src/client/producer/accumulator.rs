@@ -1,20 +1,30 @@
 //! Per-partition record buffers: the open batch being filled, and closed batches waiting for
-//! the sender.
+//! the sender; and, for the idempotent producer, each partition's sequence numbers.
 //!
-//! A batch's life: records are appended to the partition's *open* batch until it reaches
-//! batch.size or linger.ms passes (or flush/close asks); then it is *closed*: encoded once, with
-//! its producer fields, into the bytes that go on the wire, and queued as *ready*. The sender
-//! takes ready batches (at most max.in.flight per partition), and a batch that fails with a
-//! retriable error goes back to the front of its queue. Retries resend the same bytes, which is
-//! what lets the idempotent producer keep its sequence numbers stable.
+//! A batch's life (see DESIGN.md): records are appended to the partition's *open* batch until it
+//! reaches batch.size or linger.ms passes (or flush/close asks); then it is *closed*: given its
+//! base sequence and encoded once into the bytes that go on the wire, and queued as *ready*. The
+//! sender takes ready batches (at most max.in.flight per partition). A batch that fails with a
+//! retriable error goes back into its queue in creation order, and resends the same bytes, so its
+//! sequence number never changes on a retry. Only an epoch bump rewrites the producer fields of
+//! unsent batches, renumbering them from 0 under the new epoch.
 
 use super::{RecordMetadata, Result};
 use crate::client::metadata::TopicPartition;
-use crate::protocol::records::{BatchBuilder, Compression, ProducerFields};
-use bytes::Bytes;
+use crate::protocol::records::{
+    rewrite_producer_fields, BatchBuilder, Compression, Header, ProducerFields, RecordError,
+};
+use bytes::{Bytes, BytesMut};
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 use tokio::sync::oneshot;
+
+/// The producer id and epoch every batch carries when idempotence is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Identity {
+    pub producer_id: i64,
+    pub epoch: i16,
+}
 
 /// Where one record's outcome goes.
 pub(crate) struct Delivery {
@@ -36,6 +46,10 @@ pub(crate) struct ProducerBatch {
     pub data: Bytes,
     pub deliveries: Vec<Delivery>,
     pub created: Instant,
+    /// Creation order within the partition: retries go back in this order.
+    pub order: u64,
+    /// Base sequence (-1 without idempotence).
+    pub base_sequence: i32,
     pub attempts: u32,
     pub retry_at: Option<Instant>,
     /// buffer.memory permits held until the batch completes.
@@ -79,12 +93,50 @@ impl ProducerBatch {
     }
 }
 
-/// One partition's buffers.
-#[derive(Default)]
+/// One partition's buffers and sequence state.
 pub(crate) struct PartitionQueue {
     pub open: Option<OpenBatch>,
+    /// Closed batches not in flight, in creation order.
     pub ready: VecDeque<ProducerBatch>,
     pub in_flight: usize,
+    /// The broker the in-flight batches went to: nothing goes to another (a new leader) until
+    /// they have settled, or the new leader could see sequences out of order.
+    pub in_flight_leader: Option<i32>,
+    /// Sequence the next closed batch gets.
+    pub next_sequence: i32,
+    /// Last sequence the broker acknowledged under the current epoch, -1 if none.
+    pub acked_through: i32,
+    /// Offset of the last acknowledged record, -1 if none.
+    pub last_acked_offset: i64,
+    pub next_order: u64,
+}
+
+impl Default for PartitionQueue {
+    fn default() -> Self {
+        PartitionQueue {
+            open: None,
+            ready: VecDeque::new(),
+            in_flight: 0,
+            in_flight_leader: None,
+            next_sequence: 0,
+            acked_through: -1,
+            last_acked_offset: -1,
+            next_order: 0,
+        }
+    }
+}
+
+impl PartitionQueue {
+    /// Puts a batch back for a retry, before every batch created after it.
+    pub fn requeue(&mut self, b: ProducerBatch) {
+        let at = self.ready.partition_point(|x| x.order < b.order);
+        self.ready.insert(at, b);
+    }
+
+    /// Whether nothing is buffered or in flight.
+    pub fn is_idle(&self) -> bool {
+        self.open.is_none() && self.ready.is_empty() && self.in_flight == 0
+    }
 }
 
 /// All partitions' buffers.
@@ -93,6 +145,12 @@ pub(crate) struct Accumulator {
     pub partitions: HashMap<TopicPartition, PartitionQueue>,
     /// The sticky partition of each topic for keyless records.
     pub sticky: HashMap<String, i32>,
+    /// Producer id and epoch, when idempotence is on.
+    pub identity: Option<Identity>,
+    /// Set when a sequence gap may exist (a batch with a sequence failed or expired, or the
+    /// broker reported OUT_OF_ORDER_SEQUENCE_NUMBER / UNKNOWN_PRODUCER_ID). The sender then
+    /// stops sending, waits for everything in flight to settle, bumps the epoch and renumbers.
+    pub bump_needed: bool,
 }
 
 /// Result of appending one record.
@@ -105,28 +163,44 @@ pub(crate) struct Appended {
     pub release: u32,
 }
 
+/// One record to append.
+pub(crate) struct NewRecord<'a> {
+    pub timestamp: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub headers: &'a [Header],
+}
+
 impl Accumulator {
-    #[allow(clippy::too_many_arguments)]
+    pub fn queue(&mut self, tp: &TopicPartition) -> &mut PartitionQueue {
+        self.partitions.entry(tp.clone()).or_default()
+    }
+
     pub fn append(
         &mut self,
         tp: &TopicPartition,
         compression: Compression,
         batch_size: usize,
-        record: (i64, Option<&[u8]>, Option<&[u8]>, &[crate::protocol::records::Header]),
+        record: NewRecord<'_>,
         delivery: Delivery,
         memory: u32,
     ) -> Appended {
-        let (ts, key, value, headers) = record;
-        let q = self.partitions.entry(tp.clone()).or_default();
+        let identity = self.identity;
+        let q = self.queue(tp);
         let mut batch_closed = false;
         let mut release = 0;
         if let Some(open) = q.open.as_mut() {
-            if open.builder.try_append(ts, key, value, headers, batch_size) {
+            if open.builder.try_append(
+                record.timestamp,
+                record.key,
+                record.value,
+                record.headers,
+                batch_size,
+            ) {
                 open.deliveries.push(delivery);
                 open.memory += memory;
-                let full = open.builder.size_estimate() >= batch_size;
-                if full {
-                    release += close_open(tp, q);
+                if open.builder.size_estimate() >= batch_size {
+                    release += close_open(tp, q, identity);
                     batch_closed = true;
                 }
                 return Appended {
@@ -135,12 +209,18 @@ impl Accumulator {
                     release,
                 };
             }
-            release += close_open(tp, q);
+            release += close_open(tp, q, identity);
             batch_closed = true;
         }
         let mut builder = BatchBuilder::new(compression);
         // An empty builder always accepts one record, whatever its size.
-        builder.try_append(ts, key, value, headers, batch_size);
+        builder.try_append(
+            record.timestamp,
+            record.key,
+            record.value,
+            record.headers,
+            batch_size,
+        );
         let full = builder.size_estimate() >= batch_size;
         q.open = Some(OpenBatch {
             builder,
@@ -149,7 +229,7 @@ impl Accumulator {
             memory,
         });
         if full {
-            release += close_open(tp, q);
+            release += close_open(tp, q, identity);
             batch_closed = true;
         }
         Appended {
@@ -158,36 +238,135 @@ impl Accumulator {
             release,
         }
     }
+
+    /// After an epoch bump: every partition starts again at sequence 0 under the new identity,
+    /// and every batch not yet acknowledged is renumbered in order. Called only when nothing is
+    /// in flight, so no batch with an old sequence can still land.
+    pub fn rebase(&mut self, identity: Identity) -> Vec<(ProducerBatch, RecordError)> {
+        self.identity = Some(identity);
+        self.bump_needed = false;
+        let mut broken = Vec::new();
+        for q in self.partitions.values_mut() {
+            q.next_sequence = 0;
+            q.acked_through = -1;
+            let ready = std::mem::take(&mut q.ready);
+            for mut b in ready {
+                let fields = ProducerFields {
+                    producer_id: identity.producer_id,
+                    producer_epoch: identity.epoch,
+                    base_sequence: q.next_sequence,
+                    transactional: false,
+                };
+                let mut data = BytesMut::from(&b.data[..]);
+                match rewrite_producer_fields(&mut data, fields) {
+                    Ok(()) => {
+                        b.data = data.freeze();
+                        b.base_sequence = q.next_sequence;
+                        q.next_sequence = next_seq(q.next_sequence, b.record_count());
+                        q.ready.push_back(b);
+                    }
+                    Err(e) => broken.push((b, e)),
+                }
+            }
+        }
+        broken
+    }
+
+    /// Batches in flight across all partitions.
+    pub fn total_in_flight(&self) -> usize {
+        self.partitions.values().map(|q| q.in_flight).sum()
+    }
+}
+
+/// Sequence numbers wrap from i32::MAX to 0, as the broker expects.
+pub(crate) fn next_seq(seq: i32, count: usize) -> i32 {
+    ((seq as i64 + count as i64) % (i32::MAX as i64 + 1)) as i32
 }
 
 /// Closes the partition's open batch into a ready one. Returns the buffer.memory to release
 /// when encoding failed (its records are then failed with the encoding error).
-pub(crate) fn close_open(tp: &TopicPartition, q: &mut PartitionQueue) -> u32 {
-    if let Some(open) = q.open.take() {
-        let data = match open.builder.build(ProducerFields {
-            producer_id: -1,
-            producer_epoch: -1,
-            base_sequence: -1,
+pub(crate) fn close_open(
+    tp: &TopicPartition,
+    q: &mut PartitionQueue,
+    identity: Option<Identity>,
+) -> u32 {
+    let Some(open) = q.open.take() else {
+        return 0;
+    };
+    let fields = match identity {
+        Some(id) => ProducerFields {
+            producer_id: id.producer_id,
+            producer_epoch: id.epoch,
+            base_sequence: q.next_sequence,
             transactional: false,
-        }) {
-            Ok(data) => data,
-            Err(e) => {
-                let err = crate::client::Error::Record(e);
-                for d in open.deliveries {
-                    let _ = d.tx.send(Err(err.clone()));
-                }
-                return open.memory;
+        },
+        None => ProducerFields::NONE,
+    };
+    let data = match open.builder.build(fields) {
+        Ok(data) => data,
+        Err(e) => {
+            let err = crate::client::Error::Record(e);
+            for d in open.deliveries {
+                let _ = d.tx.send(Err(err.clone()));
             }
-        };
-        q.ready.push_back(ProducerBatch {
-            tp: tp.clone(),
-            data,
-            deliveries: open.deliveries,
-            created: open.created,
-            attempts: 0,
-            retry_at: None,
-            memory: open.memory,
-        });
+            return open.memory;
+        }
+    };
+    let count = open.deliveries.len();
+    let base_sequence = fields.base_sequence;
+    if identity.is_some() {
+        q.next_sequence = next_seq(q.next_sequence, count);
     }
+    let order = q.next_order;
+    q.next_order += 1;
+    q.ready.push_back(ProducerBatch {
+        tp: tp.clone(),
+        data,
+        deliveries: open.deliveries,
+        created: open.created,
+        order,
+        base_sequence,
+        attempts: 0,
+        retry_at: None,
+        memory: open.memory,
+    });
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequences_wrap_to_zero() {
+        assert_eq!(next_seq(5, 3), 8);
+        assert_eq!(next_seq(i32::MAX, 1), 0);
+        assert_eq!(next_seq(i32::MAX - 1, 5), 3);
+    }
+
+    fn batch(order: u64) -> ProducerBatch {
+        ProducerBatch {
+            tp: TopicPartition::new("t", 0),
+            data: Bytes::new(),
+            deliveries: Vec::new(),
+            created: Instant::now(),
+            order,
+            base_sequence: -1,
+            attempts: 1,
+            retry_at: None,
+            memory: 0,
+        }
+    }
+
+    #[test]
+    fn retried_batches_go_back_in_creation_order() {
+        let mut q = PartitionQueue::default();
+        q.ready.push_back(batch(7));
+        // Responses for 3, 4, 5 fail in that order; each goes back before later batches.
+        for o in [3, 4, 5] {
+            q.requeue(batch(o));
+        }
+        let orders: Vec<u64> = q.ready.iter().map(|b| b.order).collect();
+        assert_eq!(orders, vec![3, 4, 5, 7]);
+    }
 }

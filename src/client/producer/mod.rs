@@ -9,6 +9,7 @@
 
 mod accumulator;
 pub mod partitioner;
+mod producer_id;
 mod sender;
 
 use super::cluster::Cluster;
@@ -16,7 +17,7 @@ use super::config::ProducerConfig;
 use super::error::{Error, Result};
 use super::metadata::TopicPartition;
 use crate::protocol::records::{BatchBuilder, Header};
-use accumulator::{Accumulator, Delivery};
+use accumulator::{Accumulator, Delivery, NewRecord};
 use bytes::Bytes;
 use std::future::Future;
 use std::pin::Pin;
@@ -126,6 +127,8 @@ pub(crate) struct Inner {
     pub idle: Notify,
     pub flushing: AtomicUsize,
     pub closed: AtomicBool,
+    /// Set when the producer can no longer send (e.g. an epoch bump was refused).
+    pub fatal: Mutex<Option<Error>>,
 }
 
 impl Inner {
@@ -180,28 +183,47 @@ impl Producer {
     pub async fn new(config: ProducerConfig) -> Result<Producer> {
         config.validate()?;
         let cluster = Cluster::connect(config.client.clone()).await?;
-        Ok(Self::with_cluster(config, cluster))
+        Self::with_cluster(config, cluster).await
     }
 
-    /// Starts a producer on an existing broker pool.
-    pub fn with_cluster(config: ProducerConfig, cluster: Arc<Cluster>) -> Producer {
+    /// Starts a producer on an existing broker pool. With idempotence on (the default) this
+    /// first obtains a producer id.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for contradicting settings; InitProducerId failures.
+    pub async fn with_cluster(config: ProducerConfig, cluster: Arc<Cluster>) -> Result<Producer> {
+        config.validate()?;
+        let identity = if config.enable_idempotence {
+            Some(producer_id::init_producer_id(&cluster, None, config.max_block).await?)
+        } else {
+            None
+        };
         let memory = config.buffer_memory.min(Semaphore::MAX_PERMITS);
         let inner = Arc::new(Inner {
             config,
             cluster,
-            acc: Mutex::new(Accumulator::default()),
+            acc: Mutex::new(Accumulator {
+                identity,
+                ..Default::default()
+            }),
             wake: Notify::new(),
             memory: Semaphore::new(memory),
             outstanding: AtomicUsize::new(0),
             idle: Notify::new(),
             flushing: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
+            fatal: Mutex::new(None),
         });
         tokio::spawn(sender::run(inner.clone()));
-        Producer {
+        Ok(Producer {
             _guard: Arc::new(CloseOnDrop(inner.clone())),
             inner,
-        }
+        })
+    }
+
+    /// The producer id and epoch in use (idempotence on), for logs and tests.
+    pub fn producer_id_and_epoch(&self) -> Option<(i64, i16)> {
+        self.inner.lock().identity.map(|i| (i.producer_id, i.epoch))
     }
 
     /// The broker pool this producer uses.
@@ -220,6 +242,14 @@ impl Producer {
         let inner = &self.inner;
         if inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("producer"));
+        }
+        if let Some(e) = inner
+            .fatal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            return Err(e);
         }
         let cfg = &inner.config;
         let size = BatchBuilder::encoded_record_size(
@@ -287,12 +317,12 @@ impl Producer {
                 &tp,
                 cfg.compression,
                 cfg.batch_size,
-                (
+                NewRecord {
                     timestamp,
-                    record.key.as_deref(),
-                    record.value.as_deref(),
-                    &record.headers,
-                ),
+                    key: record.key.as_deref(),
+                    value: record.value.as_deref(),
+                    headers: &record.headers,
+                },
                 Delivery { tx, timestamp },
                 permits,
             );

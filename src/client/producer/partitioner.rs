@@ -74,7 +74,10 @@ mod tests {
             ("foobar", -790332482),
             ("a-little-bit-long-string", -985981536),
             ("a-little-bit-longer-string", -1486304829),
-            ("lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+            (
+                "lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+                -58897971,
+            ),
             ("abc", 479470107),
         ];
         for (s, want) in cases {

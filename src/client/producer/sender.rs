@@ -1,14 +1,20 @@
 //! The sender task: closes batches, sends them to partition leaders, handles responses.
 //!
-//! One task per producer. Each round it (1) closes open batches whose linger.ms passed or that
-//! filled up (or all of them on flush/close), (2) fails ready batches past delivery.timeout.ms,
-//! (3) takes the head ready batch of every partition with room in flight (max.in.flight),
-//! (4) groups them by leader and spawns one Produce request per broker. Responses come back
-//! in their own tasks, which resolve records, or put retriable batches back at the front of
-//! their partition's queue, and wake the sender.
+//! One task per producer. Each round it
+//! 1. closes open batches whose linger.ms passed or that filled up (all of them on flush/close);
+//! 2. fails ready batches past delivery.timeout.ms;
+//! 3. if a sequence gap may exist, sends nothing until every request in flight has settled,
+//!    then bumps the epoch and renumbers (see `producer_id`);
+//! 4. takes the head ready batch of every partition that may send (room in flight, the same
+//!    leader as what is in flight, and for a retry: nothing else in flight, so a retried batch
+//!    always goes out before anything with a higher sequence);
+//! 5. groups them by leader and spawns one Produce request per broker.
+//!
+//! Responses are handled in their own tasks, which resolve records, or put retriable batches
+//! back in creation order, and wake the sender.
 
 use super::accumulator::{close_open, ProducerBatch};
-use super::Inner;
+use super::{producer_id, Inner};
 use crate::client::cluster::backoff;
 use crate::client::config::Acks;
 use crate::client::error::{Error, ErrorClass};
@@ -31,63 +37,94 @@ pub(crate) async fn run(inner: Arc<Inner>) {
         let closing = inner.closed.load(Ordering::Acquire);
         let flushing = closing || inner.flushing.load(Ordering::Acquire) > 0;
         let mut next_wake: Option<Instant> = None;
-        let mut to_send: Vec<ProducerBatch> = Vec::new();
+        let mut to_send: Vec<(i32, ProducerBatch)> = Vec::new();
         let mut expired: Vec<ProducerBatch> = Vec::new();
         let mut released = 0u32;
         let mut missing_leader = false;
+        let mut bump_now = None;
         let meta = inner.cluster.metadata();
         let idle;
         {
             let mut acc = inner.lock();
+            let identity = acc.identity;
+            let bumping = acc.bump_needed && identity.is_some();
+            if bumping && acc.total_in_flight() == 0 {
+                bump_now = identity;
+            }
+            let mut gap = false;
             for (tp, q) in acc.partitions.iter_mut() {
                 if let Some(open) = &q.open {
                     let due = open.created + inner.config.linger;
                     if flushing || due <= now {
-                        released += close_open(tp, q);
+                        released += close_open(tp, q, identity);
                     } else {
                         next_wake = min_instant(next_wake, due);
                     }
                 }
-                // Expire batches that waited too long (never ones in flight: their fate is
-                // decided by the response).
-                while let Some(b) = q.ready.front() {
-                    if b.created + inner.config.delivery_timeout <= now {
-                        if let Some(b) = q.ready.pop_front() {
-                            expired.push(b);
-                        }
-                    } else {
-                        break;
-                    }
-                }
-                if q.in_flight >= inner.config.max_in_flight {
-                    continue;
-                }
-                if let Some(b) = q.ready.front() {
-                    if let Some(at) = b.retry_at.filter(|at| *at > now) {
-                        next_wake = min_instant(next_wake, at);
-                        continue;
-                    }
-                    if meta.leader(tp).is_none() {
-                        missing_leader = true;
-                        next_wake = min_instant(next_wake, now + inner.config.client.retry_backoff);
-                        continue;
-                    }
+                // Expire batches that waited too long. Never ones in flight: their fate is
+                // decided by the response.
+                while q
+                    .ready
+                    .front()
+                    .is_some_and(|b| b.created + inner.config.delivery_timeout <= now)
+                {
                     if let Some(b) = q.ready.pop_front() {
-                        q.in_flight += 1;
-                        to_send.push(b);
+                        gap |= b.base_sequence >= 0;
+                        expired.push(b);
                     }
                 }
                 if let Some(b) = q.ready.front() {
                     next_wake = min_instant(next_wake, b.created + inner.config.delivery_timeout);
                 }
+                if bumping || q.in_flight >= inner.config.max_in_flight {
+                    continue;
+                }
+                let Some(head) = q.ready.front() else {
+                    continue;
+                };
+                if let Some(at) = head.retry_at.filter(|at| *at > now) {
+                    next_wake = min_instant(next_wake, at);
+                    continue;
+                }
+                // A retry waits until everything sent after it has settled, so it is the
+                // first of its partition the broker sees again.
+                if head.attempts > 0 && q.in_flight > 0 {
+                    continue;
+                }
+                // Until the partition has acknowledged a batch (per epoch), only one goes out.
+                // A broker with no state for this producer accepts any first sequence: had
+                // batch 1 succeeded while batch 0 hit NOT_LEADER_OR_FOLLOWER, batch 0 could
+                // never be written in order again. Without idempotence the same rule keeps a
+                // new topic's first retry from reordering records.
+                if q.last_acked_offset < 0 && q.acked_through < 0 && q.in_flight > 0 {
+                    continue;
+                }
+                let Some(leader) = meta.leader(tp) else {
+                    missing_leader = true;
+                    next_wake = min_instant(next_wake, now + inner.config.client.retry_backoff);
+                    continue;
+                };
+                // Nothing goes to a new leader while requests to the old one are unsettled.
+                if q.in_flight > 0 && q.in_flight_leader != Some(leader) {
+                    continue;
+                }
+                if let Some(b) = q.ready.pop_front() {
+                    q.in_flight += 1;
+                    q.in_flight_leader = Some(leader);
+                    to_send.push((leader, b));
+                }
             }
-            idle = acc
-                .partitions
-                .values()
-                .all(|q| q.open.is_none() && q.ready.is_empty() && q.in_flight == 0);
+            if gap && identity.is_some() {
+                debug!("expired batches left a sequence gap; epoch bump needed");
+                acc.bump_needed = true;
+            }
+            idle = acc.partitions.values().all(|q| q.is_idle());
             if idle {
-                // Forget partitions with nothing buffered so the map does not grow forever.
-                acc.partitions.retain(|_, q| q.open.is_some() || !q.ready.is_empty() || q.in_flight > 0);
+                // Forget partitions with nothing buffered so the map does not grow forever;
+                // their sequence state must survive, so only without idempotence.
+                if identity.is_none() {
+                    acc.partitions.clear();
+                }
             }
         }
         if released > 0 {
@@ -96,14 +133,18 @@ pub(crate) async fn run(inner: Arc<Inner>) {
         for b in expired {
             let n = b.record_count();
             let what = format!(
-                "delivery of {} record(s) to {} (delivery.timeout.ms)",
-                n, b.tp
+                "delivery of {n} record(s) to {} (delivery.timeout.ms)",
+                b.tp
             );
             let mem = b.fail(Error::Timeout {
                 what,
                 after: inner.config.delivery_timeout,
             });
             inner.release(mem, n);
+        }
+        if let Some(current) = bump_now {
+            bump_epoch(&inner, current).await;
+            continue;
         }
         if missing_leader {
             let cluster = inner.cluster.clone();
@@ -115,8 +156,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
         let sent_any = !to_send.is_empty();
         if sent_any {
             let mut by_leader: HashMap<i32, Vec<ProducerBatch>> = HashMap::new();
-            for b in to_send {
-                let leader = meta.leader(&b.tp).unwrap_or(-1);
+            for (leader, b) in to_send {
                 by_leader.entry(leader).or_default().push(b);
             }
             for (leader, batches) in by_leader {
@@ -142,8 +182,57 @@ pub(crate) async fn run(inner: Arc<Inner>) {
     }
 }
 
+/// Bumps the epoch (nothing is in flight) and renumbers every unacknowledged batch.
+async fn bump_epoch(inner: &Arc<Inner>, current: super::accumulator::Identity) {
+    match producer_id::init_producer_id(&inner.cluster, Some(current), inner.config.max_block).await
+    {
+        Ok(next) => {
+            warn!(
+                producer_id = next.producer_id,
+                epoch = next.epoch,
+                old_epoch = current.epoch,
+                "bumped producer epoch after a possible sequence gap"
+            );
+            let broken = inner.lock().rebase(next);
+            for (b, e) in broken {
+                let n = b.record_count();
+                let mem = b.fail(Error::Record(e));
+                inner.release(mem, n);
+            }
+        }
+        Err(e) => {
+            // Without a new epoch nothing buffered can be sent safely: fail it all, and let the
+            // next send see the error.
+            warn!(error = %e, "epoch bump failed; failing buffered records");
+            let drained: Vec<ProducerBatch> = {
+                let mut acc = inner.lock();
+                acc.bump_needed = false;
+                acc.identity = None;
+                *inner.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+                acc.partitions
+                    .values_mut()
+                    .flat_map(|q| q.ready.drain(..).collect::<Vec<_>>())
+                    .collect()
+            };
+            for b in drained {
+                let n = b.record_count();
+                let mem = b.fail(e.clone());
+                inner.release(mem, n);
+            }
+        }
+    }
+}
+
 fn min_instant(a: Option<Instant>, b: Instant) -> Option<Instant> {
     Some(a.map_or(b, |a| a.min(b)))
+}
+
+/// What the broker said about one batch.
+struct PartitionResult {
+    error_code: i16,
+    base_offset: i64,
+    log_append_time: i64,
+    log_start_offset: i64,
 }
 
 /// Sends one Produce request with the given batches (one per partition) to `leader`.
@@ -182,14 +271,29 @@ async fn produce(inner: Arc<Inner>, leader: i32, batches: Vec<ProducerBatch>) {
                 ),
             }
         }
+        let timeout_ms = inner
+            .config
+            .client
+            .request_timeout
+            .as_millis()
+            .min(i32::MAX as u128) as i32;
         let req = ProduceRequest::default()
             .with_acks(inner.config.acks.wire())
-            .with_timeout_ms(inner.config.client.request_timeout.as_millis().min(i32::MAX as u128) as i32)
+            .with_timeout_ms(timeout_ms)
             .with_topic_data(topics);
         if inner.config.acks == Acks::None {
-            let r = conn.send_no_response(&req, version);
+            let sent = conn.send_no_response(&req, version);
             for b in batches {
-                finish(&inner, b, r.clone().map(|_| (-1, -1)));
+                let outcome = match &sent {
+                    Ok(()) => Ok(PartitionResult {
+                        error_code: 0,
+                        base_offset: -1,
+                        log_append_time: -1,
+                        log_start_offset: -1,
+                    }),
+                    Err(e) => Err(e.clone()),
+                };
+                finish(&inner, b, outcome);
             }
             return;
         }
@@ -202,21 +306,28 @@ async fn produce(inner: Arc<Inner>, leader: i32, batches: Vec<ProducerBatch>) {
                 return;
             }
         };
-        let mut results: HashMap<(String, i32), (i16, i64, i64)> = HashMap::new();
+        let mut results: HashMap<(String, i32), PartitionResult> = HashMap::new();
         for t in &resp.responses {
             for p in &t.partition_responses {
                 results.insert(
                     (t.name.0.to_string(), p.index),
-                    (p.error_code, p.base_offset, p.log_append_time_ms),
+                    PartitionResult {
+                        error_code: p.error_code,
+                        base_offset: p.base_offset,
+                        log_append_time: p.log_append_time_ms,
+                        log_start_offset: p.log_start_offset,
+                    },
                 );
             }
         }
         for b in batches {
-            let outcome = match results.get(&(b.tp.topic.clone(), b.tp.partition)) {
-                Some((0, base, lat)) => Ok((*base, *lat)),
-                Some((code, _, _)) => Err(classify_produce_error(&b, ErrorCode(*code))),
+            let outcome = match results.remove(&(b.tp.topic.clone(), b.tp.partition)) {
+                Some(r) => Ok(r),
                 None => Err(Error::broker(
-                    format!("produce to {}: the response did not mention the partition", b.tp),
+                    format!(
+                        "produce to {}: the response did not mention the partition",
+                        b.tp
+                    ),
                     ErrorCode::UNKNOWN_SERVER_ERROR,
                 )),
             };
@@ -227,70 +338,219 @@ async fn produce(inner: Arc<Inner>, leader: i32, batches: Vec<ProducerBatch>) {
     .await
 }
 
-fn classify_produce_error(b: &ProducerBatch, code: ErrorCode) -> Error {
-    let context = format!("produce to {}", b.tp);
-    if code == ErrorCode::MESSAGE_TOO_LARGE || code == ErrorCode::RECORD_LIST_TOO_LARGE {
-        return Error::BatchTooLarge {
-            context,
-            size: b.data.len(),
-            code,
-        };
+/// What to do with a batch after its request.
+enum Verdict {
+    Done {
+        base_offset: i64,
+        log_append_time: i64,
+    },
+    Retry {
+        error: Error,
+        bump: bool,
+        refresh: bool,
+    },
+    Fail {
+        error: Error,
+    },
+}
+
+/// Decides a batch's fate. The error classes come from [`crate::client::classify`]; what is
+/// particular to produce is the idempotence handling of sequence errors (KIP-360).
+fn verdict(inner: &Inner, b: &ProducerBatch, outcome: Result<PartitionResult, Error>) -> Verdict {
+    let r = match outcome {
+        Ok(r) => r,
+        // No answer: the batch may or may not be in the log. With idempotence a resend of the
+        // same sequence is deduplicated by the broker; without it this is where duplicates
+        // come from.
+        Err(error) => {
+            let retriable = error.class() != ErrorClass::Fatal;
+            return if retriable {
+                Verdict::Retry {
+                    error,
+                    bump: false,
+                    refresh: true,
+                }
+            } else {
+                Verdict::Fail { error }
+            };
+        }
+    };
+    let code = ErrorCode(r.error_code);
+    let context = || format!("produce to {}", b.tp);
+    match code {
+        ErrorCode(0) => Verdict::Done {
+            base_offset: r.base_offset,
+            log_append_time: r.log_append_time,
+        },
+        // The broker already has this batch (its offset is no longer known).
+        ErrorCode::DUPLICATE_SEQUENCE_NUMBER if b.base_sequence >= 0 => Verdict::Done {
+            base_offset: -1,
+            log_append_time: -1,
+        },
+        ErrorCode::MESSAGE_TOO_LARGE | ErrorCode::RECORD_LIST_TOO_LARGE => Verdict::Fail {
+            error: Error::BatchTooLarge {
+                context: context(),
+                size: b.data.len(),
+                code,
+            },
+        },
+        ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER if b.base_sequence >= 0 => {
+            let expected = inner
+                .lock()
+                .partitions
+                .get(&b.tp)
+                .map_or(0, |q| super::accumulator::next_seq(q.acked_through, 1));
+            if b.base_sequence > expected {
+                // An earlier batch is being retried; this one follows it.
+                Verdict::Retry {
+                    error: Error::broker(context(), code),
+                    bump: false,
+                    refresh: false,
+                }
+            } else {
+                // Either the broker expected an earlier sequence than the first one we have
+                // not seen acknowledged (records it had acknowledged are gone), or it already
+                // holds later records: writing this batch now would reorder them. Never paper
+                // over either; the epoch bump that follows lets later batches go on.
+                Verdict::Fail {
+                    error: Error::broker(
+                        format!(
+                            "{}: sequence {} is out of order (the broker expected another); records may be missing or out of order",
+                            context(),
+                            b.base_sequence
+                        ),
+                        code,
+                    ),
+                }
+            }
+        }
+        ErrorCode::UNKNOWN_PRODUCER_ID if b.base_sequence >= 0 => {
+            let last_acked = inner
+                .lock()
+                .partitions
+                .get(&b.tp)
+                .map_or(-1, |q| q.last_acked_offset);
+            if r.log_start_offset > last_acked {
+                // Retention removed everything we wrote, and the producer state with it:
+                // nothing was lost, start over under a new epoch.
+                Verdict::Retry {
+                    error: Error::broker(context(), code),
+                    bump: true,
+                    refresh: false,
+                }
+            } else {
+                Verdict::Fail {
+                    error: Error::broker(
+                        format!("{}: the broker lost this producer's state while its records are still in the log; records may be missing", context()),
+                        code,
+                    ),
+                }
+            }
+        }
+        _ => {
+            let error = Error::broker(context(), code);
+            match error.class() {
+                ErrorClass::Retriable => Verdict::Retry {
+                    error,
+                    bump: false,
+                    refresh: false,
+                },
+                ErrorClass::RefreshAndRetry => Verdict::Retry {
+                    error,
+                    bump: false,
+                    refresh: true,
+                },
+                _ => Verdict::Fail { error },
+            }
+        }
     }
-    Error::broker(context, code)
 }
 
 /// Settles one batch after its request: resolve, retry, or fail.
-fn finish(inner: &Arc<Inner>, mut b: ProducerBatch, outcome: Result<(i64, i64), Error>) {
-    match outcome {
-        Ok((base_offset, log_append_time)) => {
+fn finish(inner: &Arc<Inner>, mut b: ProducerBatch, outcome: Result<PartitionResult, Error>) {
+    let verdict = verdict(inner, &b, outcome);
+    let now = Instant::now();
+    let settle = |acc: &mut super::accumulator::Accumulator, tp| {
+        let q = acc.queue(tp);
+        q.in_flight = q.in_flight.saturating_sub(1);
+        if q.in_flight == 0 {
+            q.in_flight_leader = None;
+        }
+    };
+    match verdict {
+        Verdict::Done {
+            base_offset,
+            log_append_time,
+        } => {
             let n = b.record_count();
             let tp = b.tp.clone();
+            let seq = b.base_sequence;
             let mem = b.complete(base_offset, log_append_time);
-            inner.lock().partitions.entry(tp).or_default().in_flight -= 1;
+            {
+                let mut acc = inner.lock();
+                settle(&mut acc, &tp);
+                let q = acc.queue(&tp);
+                if seq >= 0 {
+                    q.acked_through = super::accumulator::next_seq(seq, n.saturating_sub(1));
+                }
+                if base_offset >= 0 {
+                    q.last_acked_offset = base_offset + n as i64 - 1;
+                }
+            }
             inner.release(mem, n);
         }
-        Err(e) => {
-            let class = e.class();
-            let now = Instant::now();
-            let retriable = matches!(class, ErrorClass::Retriable | ErrorClass::RefreshAndRetry);
-            let within_time = b.created + inner.config.delivery_timeout > now;
-            if retriable && within_time && b.attempts < inner.config.retries {
-                b.attempts += 1;
-                let wait = backoff(
-                    inner.config.client.retry_backoff,
-                    inner.config.client.retry_backoff_max,
-                    b.attempts,
-                );
-                debug!(tp = %b.tp, attempt = b.attempts, error = %e, ?wait, "retrying batch");
-                b.retry_at = Some(now + wait);
-                if class == ErrorClass::RefreshAndRetry {
-                    let cluster = inner.cluster.clone();
-                    let g = cluster.metadata().generation;
-                    tokio::spawn(async move {
-                        let _ = cluster.refresh_if_older(g).await;
-                    });
-                }
-                let mut acc = inner.lock();
-                let q = acc.partitions.entry(b.tp.clone()).or_default();
-                q.in_flight -= 1;
-                // Back to the front: it was sent before anything still queued.
-                q.ready.push_front(b);
-            } else {
-                let e = if retriable && !within_time {
-                    Error::Timeout {
-                        what: format!("delivery to {} (last error: {e})", b.tp),
-                        after: inner.config.delivery_timeout,
-                    }
-                } else {
-                    e
-                };
-                warn!(tp = %b.tp, error = %e, "batch failed");
-                let n = b.record_count();
-                let tp = b.tp.clone();
-                let mem = b.fail(e);
-                inner.lock().partitions.entry(tp).or_default().in_flight -= 1;
-                inner.release(mem, n);
+        Verdict::Retry {
+            error,
+            bump,
+            refresh,
+        } if b.created + inner.config.delivery_timeout > now
+            && b.attempts < inner.config.retries =>
+        {
+            b.attempts += 1;
+            let wait = backoff(
+                inner.config.client.retry_backoff,
+                inner.config.client.retry_backoff_max,
+                b.attempts,
+            );
+            debug!(tp = %b.tp, attempt = b.attempts, sequence = b.base_sequence, error = %error, ?wait, "retrying batch");
+            b.retry_at = Some(now + wait);
+            if refresh {
+                let cluster = inner.cluster.clone();
+                let g = cluster.metadata().generation;
+                tokio::spawn(async move {
+                    let _ = cluster.refresh_if_older(g).await;
+                });
             }
+            let mut acc = inner.lock();
+            acc.bump_needed |= bump;
+            let tp = b.tp.clone();
+            settle(&mut acc, &tp);
+            acc.queue(&tp).requeue(b);
+        }
+        Verdict::Retry { error, .. } | Verdict::Fail { error } => {
+            let error = if b.created + inner.config.delivery_timeout <= now {
+                Error::Timeout {
+                    what: format!("delivery to {} (last error: {error})", b.tp),
+                    after: inner.config.delivery_timeout,
+                }
+            } else {
+                error
+            };
+            warn!(tp = %b.tp, sequence = b.base_sequence, error = %error, "batch failed");
+            let n = b.record_count();
+            let tp = b.tp.clone();
+            let had_sequence = b.base_sequence >= 0;
+            let mem = b.fail(error);
+            {
+                let mut acc = inner.lock();
+                settle(&mut acc, &tp);
+                // A failed batch leaves a hole in the sequence: later batches would be refused
+                // as out of order until the epoch is bumped and they are renumbered.
+                if had_sequence {
+                    acc.bump_needed = true;
+                }
+            }
+            inner.release(mem, n);
         }
     }
     inner.wake.notify_one();

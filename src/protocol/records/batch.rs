@@ -15,6 +15,10 @@ use crate::protocol::compression::{decompress_with_limit, DEFAULT_MAX_DECOMPRESS
 /// Smallest possible encoded record: length, attributes, timestamp delta, offset delta, key
 /// length, value length and header count, one byte each.
 const MIN_RECORD_SIZE: usize = 7;
+/// Most records [`RecordBatch::records`] reserves room for before parsing (about 400 KiB).
+const MAX_PREALLOCATED_RECORDS: usize = 4096;
+/// Most headers reserved for per record before parsing.
+const MAX_PREALLOCATED_HEADERS: usize = 64;
 /// Smallest possible encoded header: key length and value length, one byte each.
 const MIN_HEADER_SIZE: usize = 2;
 /// Enough of any message format to reach the magic byte (offset 16 in v0, v1 and v2 alike).
@@ -109,7 +113,7 @@ impl RecordBatch {
     /// Like [`records`](Self::records) with an explicit bound on the decompressed size.
     pub fn records_with_limit(&self, max_decompressed: usize) -> Result<Vec<Record>, RecordError> {
         let data = self.uncompressed_payload(max_decompressed)?;
-        self.parse_records(&data)
+        self.parse_records(data)
     }
 
     /// The first record of a control batch decoded as a transaction marker; `None` for data
@@ -137,49 +141,140 @@ impl RecordBatch {
         }
     }
 
-    fn parse_records(&self, data: &Bytes) -> Result<Vec<Record>, RecordError> {
-        let offset = self.base_offset;
-        let declared = self.records_count;
-        let count = usize::try_from(declared).map_err(|_| RecordError::RecordCountMismatch {
-            offset,
-            declared,
-            reason: "a count cannot be negative".to_owned(),
-        })?;
-        let log_append_time =
-            (self.timestamp_type() == TimestampType::LogAppendTime).then_some(self.max_timestamp);
-        let mut records = Vec::with_capacity(count.min(data.len() / MIN_RECORD_SIZE));
-        let mut pos = 0;
-        for index in 0..count {
-            if pos >= data.len() {
-                return Err(RecordError::RecordCountMismatch {
-                    offset,
-                    declared,
-                    reason: format!("the payload ends after {index}"),
-                });
-            }
-            let malformed = |reason| RecordError::MalformedRecord {
-                offset,
-                index,
-                reason,
-            };
-            let (record, used) =
-                parse_record(data, pos, offset, self.base_timestamp).map_err(malformed)?;
-            records.push(Record {
-                timestamp: log_append_time.unwrap_or(record.timestamp),
-                ..record
-            });
-            pos += used;
-        }
-        if pos != data.len() {
-            return Err(RecordError::RecordCountMismatch {
-                offset,
-                declared,
-                reason: format!("{} bytes follow the last one", data.len() - pos),
-            });
+    fn parse_records(&self, data: Bytes) -> Result<Vec<Record>, RecordError> {
+        let iter = RecordIter::new(self, data)?;
+        // Bounded by the bytes present, and by a fixed cap: even the byte bound allows ~15 bytes
+        // of Record per payload byte, too much to commit before anything has been parsed.
+        let cap = iter
+            .count
+            .min(iter.data.len() / MIN_RECORD_SIZE)
+            .min(MAX_PREALLOCATED_RECORDS);
+        let mut records = Vec::with_capacity(cap);
+        for r in iter {
+            records.push(r?);
         }
         Ok(records)
     }
+
+    /// Decompresses once and returns an iterator that decodes one record per step, for callers
+    /// that want to bound memory by what they keep rather than by the batch size.
+    pub fn record_iter(&self) -> Result<RecordIter, RecordError> {
+        self.record_iter_with_limit(DEFAULT_MAX_DECOMPRESSED_BYTES)
+    }
+
+    /// Like [`record_iter`](Self::record_iter) with an explicit bound on the decompressed size.
+    pub fn record_iter_with_limit(
+        &self,
+        max_decompressed: usize,
+    ) -> Result<RecordIter, RecordError> {
+        let data = self.uncompressed_payload(max_decompressed)?;
+        RecordIter::new(self, data)
+    }
 }
+
+/// Records of one batch, decoded lazily; see [`RecordBatch::record_iter`]. Yields an error (and
+/// then stops) on a malformed record, or when the payload and the header's count disagree.
+#[derive(Debug, Clone)]
+pub struct RecordIter {
+    data: Bytes,
+    pos: usize,
+    index: usize,
+    count: usize,
+    declared: i32,
+    base_offset: i64,
+    base_timestamp: i64,
+    log_append_time: Option<i64>,
+    done: bool,
+}
+
+impl RecordIter {
+    fn new(batch: &RecordBatch, data: Bytes) -> Result<RecordIter, RecordError> {
+        let declared = batch.records_count;
+        let count = usize::try_from(declared).map_err(|_| RecordError::RecordCountMismatch {
+            offset: batch.base_offset,
+            declared,
+            reason: "a count cannot be negative".to_owned(),
+        })?;
+        Ok(RecordIter {
+            data,
+            pos: 0,
+            index: 0,
+            count,
+            declared,
+            base_offset: batch.base_offset,
+            base_timestamp: batch.base_timestamp,
+            log_append_time: (batch.timestamp_type() == TimestampType::LogAppendTime)
+                .then_some(batch.max_timestamp),
+            done: false,
+        })
+    }
+
+    fn count_mismatch(&self, reason: String) -> RecordError {
+        RecordError::RecordCountMismatch {
+            offset: self.base_offset,
+            declared: self.declared,
+            reason,
+        }
+    }
+
+    fn step(&mut self) -> Option<Result<Record, RecordError>> {
+        if self.index == self.count {
+            if self.pos != self.data.len() {
+                let extra = self.data.len() - self.pos;
+                return Some(Err(
+                    self.count_mismatch(format!("{extra} bytes follow the last one"))
+                ));
+            }
+            return None;
+        }
+        if self.pos >= self.data.len() {
+            let reason = format!("the payload ends after {}", self.index);
+            return Some(Err(self.count_mismatch(reason)));
+        }
+        let index = self.index;
+        match parse_record(&self.data, self.pos, self.base_offset, self.base_timestamp) {
+            Ok((record, used)) => {
+                self.pos += used;
+                self.index += 1;
+                Some(Ok(Record {
+                    timestamp: self.log_append_time.unwrap_or(record.timestamp),
+                    ..record
+                }))
+            }
+            Err(reason) => Some(Err(RecordError::MalformedRecord {
+                offset: self.base_offset,
+                index,
+                reason,
+            })),
+        }
+    }
+}
+
+impl Iterator for RecordIter {
+    type Item = Result<Record, RecordError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let item = self.step();
+        if !matches!(item, Some(Ok(_))) {
+            self.done = true;
+        }
+        item
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        if self.done {
+            (0, Some(0))
+        } else {
+            // One more for a possible trailing error item.
+            (0, Some(self.count - self.index + 1))
+        }
+    }
+}
+
+impl FusedIterator for RecordIter {}
 
 /// A bounds-checked cursor over a `Bytes`, handing out zero-copy slices.
 struct Cursor<'a> {
@@ -267,7 +362,11 @@ fn parse_record(
     let value = c.nullable("bad value length", "value runs past the end of the record")?;
     let header_count = c.varint("bad header count")?;
     let header_count = usize::try_from(header_count).map_err(|_| "negative header count")?;
-    let mut headers = Vec::with_capacity(header_count.min(c.remaining() / MIN_HEADER_SIZE));
+    let mut headers = Vec::with_capacity(
+        header_count
+            .min(c.remaining() / MIN_HEADER_SIZE)
+            .min(MAX_PREALLOCATED_HEADERS),
+    );
     for _ in 0..header_count {
         let key_len = c.varint("bad header key length")?;
         let key_len = usize::try_from(key_len).map_err(|_| "negative header key length")?;

@@ -142,18 +142,39 @@ impl BatchBuilder {
         if self.count == 0 {
             return Err(RecordError::EmptyBatch);
         }
-        let records = &self.buf[BATCH_HEADER_LEN..];
-        let mut out = match self.compression {
+        let out = match self.compression {
             Compression::None => self.buf.clone(),
-            codec => {
-                // Half the input is a fair first guess for typical record data; compress_into
-                // grows the buffer if it is wrong.
-                let mut out = Vec::with_capacity(BATCH_HEADER_LEN + records.len() / 2 + 64);
-                out.resize(BATCH_HEADER_LEN, 0);
-                compress_into(codec, records, &mut out).map_err(RecordError::Compress)?;
-                out
-            }
+            codec => self.compressed(codec)?,
         };
+        self.seal(out, producer)
+    }
+
+    /// Like [`build`](Self::build) but consumes the builder, which saves copying the records of
+    /// an uncompressed batch.
+    pub fn finish(mut self, producer: ProducerFields) -> Result<Bytes, RecordError> {
+        if self.count == 0 {
+            return Err(RecordError::EmptyBatch);
+        }
+        let out = match self.compression {
+            Compression::None => std::mem::take(&mut self.buf),
+            codec => self.compressed(codec)?,
+        };
+        self.seal(out, producer)
+    }
+
+    /// Header space followed by the compressed records.
+    fn compressed(&self, codec: Compression) -> Result<Vec<u8>, RecordError> {
+        let records = &self.buf[BATCH_HEADER_LEN..];
+        // Half the input is a fair first guess for typical record data; compress_into grows the
+        // buffer if it is wrong.
+        let mut out = Vec::with_capacity(BATCH_HEADER_LEN + records.len() / 2 + 64);
+        out.resize(BATCH_HEADER_LEN, 0);
+        compress_into(codec, records, &mut out).map_err(RecordError::Compress)?;
+        Ok(out)
+    }
+
+    /// Writes the header into `out` (header space + records) and computes the CRC.
+    fn seal(&self, mut out: Vec<u8>, producer: ProducerFields) -> Result<Bytes, RecordError> {
         if out.len() - LOG_OVERHEAD > MAX_LEN {
             return Err(RecordError::BatchTooLarge { size: out.len() });
         }

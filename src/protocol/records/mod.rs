@@ -37,7 +37,10 @@ pub mod varint;
 #[cfg(test)]
 mod tests;
 
-pub use self::batch::{decode_batches, BatchIter, RecordBatch};
+#[cfg(test)]
+mod fixture_tests;
+
+pub use self::batch::{decode_batches, BatchIter, RecordBatch, RecordIter};
 pub use self::builder::{rewrite_producer_fields, set_base_offset, BatchBuilder};
 pub use self::control::{
     encode_control_batch, ControlRecord, CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT,

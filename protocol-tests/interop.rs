@@ -92,13 +92,13 @@ fn base64_matches_the_rfc_4648_vectors() {
 /// One record as the interop tool reads (produce) and writes (consume) it. Header keys are kept
 /// as bytes so that a client mangling them cannot hide behind string conversion.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Rec {
-    partition: Option<i32>,
-    offset: Option<i64>,
-    timestamp: Option<i64>,
-    key: Option<Vec<u8>>,
-    value: Option<Vec<u8>>,
-    headers: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+pub(crate) struct Rec {
+    pub(crate) partition: Option<i32>,
+    pub(crate) offset: Option<i64>,
+    pub(crate) timestamp: Option<i64>,
+    pub(crate) key: Option<Vec<u8>>,
+    pub(crate) value: Option<Vec<u8>>,
+    pub(crate) headers: Vec<(Vec<u8>, Option<Vec<u8>>)>,
 }
 
 impl Rec {
@@ -385,7 +385,7 @@ async fn topic(prefix: &str, partitions: i32) -> TestTopic {
 
 /// Runs protocol-tests/java/interop.sh with `--bootstrap` set; returns stdout, panics with the
 /// tool's stderr on failure.
-async fn java(subcommand: &str, topic: &str, args: &[&str]) -> String {
+pub(crate) async fn java(subcommand: &str, topic: &str, args: &[&str]) -> String {
     let mut argv: Vec<String> = vec![
         repo()
             .join("protocol-tests/java/interop.sh")
@@ -442,7 +442,7 @@ async fn java_produce(dir: &TempDir, topic: &str, recs: &[Rec], extra: &[&str]) 
 
 /// Java reads exactly `n` records from the beginning of every partition, ordered by partition,
 /// then offset.
-async fn java_consume_exactly(dir: &TempDir, topic: &str, n: usize) -> Vec<Rec> {
+pub(crate) async fn java_consume_exactly(dir: &TempDir, topic: &str, n: usize) -> Vec<Rec> {
     let output = dir.path().join(format!("{topic}.out.jsonl"));
     let n = n.to_string();
     let args = [

@@ -11,6 +11,7 @@ mod support;
 mod cli;
 mod codecs;
 mod faults;
+mod idempotence;
 mod interop;
 mod limits;
 mod ordering;

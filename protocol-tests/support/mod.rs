@@ -1,6 +1,8 @@
-//! Shared helpers: the broker address, unique topics, clients.
+//! Shared helpers: the broker address, unique topics, clients, the fault proxy.
 
 #![allow(dead_code)]
+
+pub mod proxy;
 
 use onceflow::client::admin::NewTopic;
 use onceflow::client::{
@@ -164,8 +166,15 @@ pub async fn consume_all(
         );
         out.extend(c.poll(Duration::from_millis(200)).await.unwrap());
     }
-    // Anything beyond `expected` shows up within a short grace period.
-    out.extend(c.poll(Duration::from_millis(300)).await.unwrap());
+    // Read to the end of every partition, so duplicates beyond `expected` are seen too.
+    while !c.at_end() {
+        assert!(
+            Instant::now() < deadline,
+            "did not reach the end of {}",
+            topic.name
+        );
+        out.extend(c.poll(Duration::from_millis(200)).await.unwrap());
+    }
     out
 }
 

@@ -183,9 +183,20 @@ pub(crate) async fn run(inner: Arc<Inner>) {
 }
 
 /// Bumps the epoch (nothing is in flight) and renumbers every unacknowledged batch.
+///
+/// A non-transactional producer owns its producer id outright, so, as KIP-360 allows and the
+/// Java client does, it bumps the epoch itself: the broker accepts a higher epoch starting again
+/// at sequence 0. Only when the epoch is exhausted does it ask InitProducerId for a new id.
 async fn bump_epoch(inner: &Arc<Inner>, current: super::accumulator::Identity) {
-    match producer_id::init_producer_id(&inner.cluster, Some(current), inner.config.max_block).await
-    {
+    let next = if current.epoch < i16::MAX - 1 {
+        Ok(super::accumulator::Identity {
+            producer_id: current.producer_id,
+            epoch: current.epoch + 1,
+        })
+    } else {
+        producer_id::init_producer_id(&inner.cluster, None, inner.config.max_block).await
+    };
+    match next {
         Ok(next) => {
             warn!(
                 producer_id = next.producer_id,

@@ -1,0 +1,205 @@
+//! A fault-injecting TCP proxy between the client and the broker.
+//!
+//! It understands Kafka framing: it reads whole request frames, remembers each request's API
+//! key and version by correlation id, and rewrites broker addresses in Metadata and
+//! FindCoordinator responses so the client keeps talking through the proxy. Faults:
+//! - `drop_produce_responses_per_mille`: forward a Produce request, wait for the broker's
+//!   response (so the write happened), then drop the response and close the client connection
+//!   — the classic cause of duplicates;
+//! - `delay_ms`: hold every response this long;
+//! - `reset_per_mille`: close the connection at random after forwarding a request.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, FindCoordinatorResponse, MetadataResponse, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use rand::Rng;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Fault settings, changeable while the proxy runs.
+#[derive(Default)]
+pub struct Faults {
+    pub drop_produce_responses_per_mille: AtomicU32,
+    pub reset_per_mille: AtomicU32,
+    pub delay_ms: AtomicU64,
+    /// Counts of injected faults, for the test to assert that faults really happened.
+    pub dropped_responses: AtomicU64,
+    pub resets: AtomicU64,
+    pub stopped: AtomicBool,
+}
+
+pub struct Proxy {
+    pub addr: String,
+    pub faults: Arc<Faults>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.faults.stopped.store(true, Ordering::Relaxed);
+        self.task.abort();
+    }
+}
+
+impl Proxy {
+    pub async fn start(upstream: &str) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let faults = Arc::new(Faults::default());
+        let (f, up, me) = (faults.clone(), upstream.to_owned(), addr.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (f, up, me) = (f.clone(), up.clone(), me.clone());
+                tokio::spawn(async move {
+                    if let Ok(server) = TcpStream::connect(&up).await {
+                        relay(client, server, f, me).await;
+                    }
+                });
+            }
+        });
+        Proxy { addr, faults, task }
+    }
+}
+
+/// Correlation id -> (api key, version, drop the response?).
+type InFlight = HashMap<i32, (i16, i16, bool)>;
+
+async fn read_frame<R: AsyncReadExt + Unpin>(r: &mut R) -> Option<Bytes> {
+    let len = r.read_i32().await.ok()?;
+    if !(0..=512 * 1024 * 1024).contains(&len) {
+        return None;
+    }
+    let mut buf = vec![0u8; len as usize];
+    r.read_exact(&mut buf).await.ok()?;
+    Some(Bytes::from(buf))
+}
+
+async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: String) {
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (mut cr, mut cw) = client.into_split();
+    let (mut sr, mut sw) = server.into_split();
+    let inflight: Arc<Mutex<InFlight>> = Arc::default();
+    let kill = Arc::new(tokio::sync::Notify::new());
+    let up = {
+        let (inflight, faults, kill) = (inflight.clone(), faults.clone(), kill.clone());
+        async move {
+            while let Some(frame) = read_frame(&mut cr).await {
+                if frame.len() < 8 {
+                    break;
+                }
+                let mut h = &frame[..8];
+                let (api, version, cid) = (h.get_i16(), h.get_i16(), h.get_i32());
+                let drop_it = api == ApiKey::Produce as i16
+                    && rand::rng().random_range(0..1000)
+                        < faults
+                            .drop_produce_responses_per_mille
+                            .load(Ordering::Relaxed);
+                inflight
+                    .lock()
+                    .unwrap()
+                    .insert(cid, (api, version, drop_it));
+                let mut out = BytesMut::with_capacity(frame.len() + 4);
+                out.put_i32(frame.len() as i32);
+                out.put_slice(&frame);
+                if sw.write_all(&out).await.is_err() {
+                    break;
+                }
+                if rand::rng().random_range(0..1000)
+                    < faults.reset_per_mille.load(Ordering::Relaxed)
+                {
+                    faults.resets.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+            }
+            kill.notify_waiters();
+        }
+    };
+    let down = {
+        let (inflight, faults, kill) = (inflight.clone(), faults.clone(), kill.clone());
+        async move {
+            while let Some(frame) = read_frame(&mut sr).await {
+                if frame.len() < 4 {
+                    break;
+                }
+                let cid = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
+                let entry = inflight.lock().unwrap().remove(&cid);
+                let delay = faults.delay_ms.load(Ordering::Relaxed);
+                if delay > 0 {
+                    tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+                }
+                let body = match entry {
+                    Some((_, _, true)) => {
+                        // The broker wrote it; the client will never hear so.
+                        faults.dropped_responses.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                    Some((api, version, false)) => rewrite(frame, api, version, &me),
+                    None => frame,
+                };
+                let mut out = BytesMut::with_capacity(body.len() + 4);
+                out.put_i32(body.len() as i32);
+                out.put_slice(&body);
+                if cw.write_all(&out).await.is_err() {
+                    break;
+                }
+            }
+            kill.notify_waiters();
+        }
+    };
+    // Whichever side ends first closes both (dropping the halves closes the sockets).
+    tokio::select! {
+        _ = up => {}
+        _ = down => {}
+        _ = kill.notified() => {}
+    }
+}
+
+/// Points broker addresses in Metadata / FindCoordinator responses at the proxy.
+fn rewrite(frame: Bytes, api: i16, version: i16, me: &str) -> Bytes {
+    let Ok(key) = ApiKey::try_from(api) else {
+        return frame;
+    };
+    if key != ApiKey::Metadata && key != ApiKey::FindCoordinator {
+        return frame;
+    }
+    let (host, port) = me.rsplit_once(':').unwrap();
+    let port: i32 = port.parse().unwrap();
+    let hv = key.response_header_version(version);
+    let mut buf = frame.clone();
+    let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
+        return frame;
+    };
+    let mut out = BytesMut::new();
+    header.encode(&mut out, hv).unwrap();
+    match key {
+        ApiKey::Metadata => {
+            let Ok(mut m) = MetadataResponse::decode(&mut buf, version) else {
+                return frame;
+            };
+            for b in &mut m.brokers {
+                b.host = StrBytes::from_string(host.to_owned());
+                b.port = port;
+            }
+            m.encode(&mut out, version).unwrap();
+        }
+        _ => {
+            let Ok(mut c) = FindCoordinatorResponse::decode(&mut buf, version) else {
+                return frame;
+            };
+            if version < 4 {
+                c.host = StrBytes::from_string(host.to_owned());
+                c.port = port;
+            }
+            for k in &mut c.coordinators {
+                k.host = StrBytes::from_string(host.to_owned());
+                k.port = port;
+            }
+            c.encode(&mut out, version).unwrap();
+        }
+    }
+    out.freeze()
+}

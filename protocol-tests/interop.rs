@@ -124,7 +124,7 @@ impl Rec {
 
     /// A line the Java consumer wrote: exactly the fields partition, offset, timestamp, key,
     /// value, headers.
-    fn from_java(line: &str) -> Rec {
+    pub(crate) fn from_java(line: &str) -> Rec {
         let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
         let o = v.as_object().expect("a JSON object per line");
         let mut fields: Vec<&str> = o.keys().map(String::as_str).collect();

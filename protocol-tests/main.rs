@@ -15,3 +15,4 @@ mod idempotence;
 mod interop;
 mod limits;
 mod ordering;
+mod transactions;

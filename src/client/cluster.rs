@@ -41,6 +41,7 @@ pub struct Cluster {
     interest: Mutex<BTreeSet<String>>,
     refresh: tokio::sync::Mutex<()>,
     last_refresh: Mutex<Option<Instant>>,
+    coordinators: Mutex<HashMap<(super::coordinator::CoordinatorKind, String), i32>>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -65,6 +66,7 @@ impl Cluster {
             interest: Mutex::new(BTreeSet::new()),
             refresh: tokio::sync::Mutex::new(()),
             last_refresh: Mutex::new(None),
+            coordinators: Mutex::new(HashMap::new()),
         });
         cluster.refresh_metadata().await?;
         Ok(cluster)
@@ -189,6 +191,17 @@ impl Cluster {
         Err(Error::NoBrokerReachable {
             addrs: self.config.bootstrap_servers.join(","),
             last,
+        })
+    }
+
+    /// Any connection that is up, without connecting.
+    pub fn any_live_connection(&self) -> Option<Arc<Connection>> {
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.values().find_map(|s| {
+            s.try_lock()
+                .ok()
+                .and_then(|s| s.conn.clone())
+                .filter(|c| !c.is_poisoned())
         })
     }
 
@@ -398,6 +411,38 @@ impl Cluster {
             let g = self.metadata().generation;
             self.refresh_if_older(g).await?;
         }
+    }
+
+    pub(crate) fn cached_coordinator(
+        &self,
+        kind: super::coordinator::CoordinatorKind,
+        key: &str,
+    ) -> Option<i32> {
+        self.coordinators
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(kind, key.to_owned()))
+            .copied()
+    }
+
+    pub(crate) fn cache_coordinator(
+        &self,
+        kind: super::coordinator::CoordinatorKind,
+        key: &str,
+        node: i32,
+    ) {
+        self.coordinators
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((kind, key.to_owned()), node);
+    }
+
+    /// Drops a cached coordinator (after NOT_COORDINATOR or a connection failure).
+    pub fn forget_coordinator(&self, kind: super::coordinator::CoordinatorKind, key: &str) {
+        self.coordinators
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(kind, key.to_owned()));
     }
 
     /// Whether the cache is older than metadata.max.age.ms.

@@ -109,6 +109,11 @@ pub enum Error {
     /// The producer or consumer was closed.
     #[error("{0} is closed")]
     Closed(&'static str),
+    /// The transaction or producer was fenced: another producer took over the transactional id,
+    /// or the coordinator aborted the transaction (transaction.timeout.ms). Fatal for the
+    /// producer instance.
+    #[error("{0}")]
+    Fenced(String),
     /// A call that is not valid in the current state.
     #[error("{0}")]
     InvalidState(String),
@@ -137,10 +142,15 @@ impl Error {
         }
     }
 
-    /// How the client should react to this error; see [`classify`].
+    /// How the client should react to this error outside a transaction; see [`classify`].
     pub fn class(&self) -> ErrorClass {
+        self.class_in(Op::General)
+    }
+
+    /// How the client should react to this error during `op`; see [`classify`].
+    pub fn class_in(&self, op: Op) -> ErrorClass {
         match self {
-            Error::Broker { code, .. } => classify(*code),
+            Error::Broker { code, .. } => classify(*code, op),
             Error::Io { .. }
             | Error::ConnectionClosed { .. }
             | Error::Timeout { .. }
@@ -165,18 +175,66 @@ pub enum ErrorClass {
     Fatal,
 }
 
+/// What the client was doing when an error came back: the same code can mean different things
+/// to a transaction coordinator call and to a plain produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Op {
+    /// Metadata, fetch, list offsets, admin, and produce outside transactions.
+    General,
+    /// A produce inside a transaction.
+    TxnProduce,
+    /// A call to the transaction coordinator (InitProducerId, AddPartitionsToTxn,
+    /// AddOffsetsToTxn, EndTxn) or TxnOffsetCommit to the group coordinator.
+    TxnCoordinator,
+}
+
 /// The one place that decides how a broker error code is handled.
 ///
 /// Anything not listed is fatal: an unclassified error must never be retried in a loop.
 ///
 /// ```
 /// use onceflow::client::{classify, ErrorClass};
+/// use onceflow::client::error::Op;
 /// use onceflow::protocol::ErrorCode;
-/// assert_eq!(classify(ErrorCode::NOT_LEADER_OR_FOLLOWER), ErrorClass::RefreshAndRetry);
-/// assert_eq!(classify(ErrorCode::PRODUCER_FENCED), ErrorClass::Fatal);
+/// assert_eq!(classify(ErrorCode::NOT_LEADER_OR_FOLLOWER, Op::General), ErrorClass::RefreshAndRetry);
+/// assert_eq!(classify(ErrorCode::PRODUCER_FENCED, Op::TxnCoordinator), ErrorClass::Fatal);
+/// assert_eq!(classify(ErrorCode::TRANSACTION_ABORTABLE, Op::TxnProduce), ErrorClass::Abortable);
 /// ```
-pub fn classify(code: ErrorCode) -> ErrorClass {
+pub fn classify(code: ErrorCode, op: Op) -> ErrorClass {
+    let transactional = matches!(op, Op::TxnProduce | Op::TxnCoordinator);
     match code {
+        // Another producer owns the transactional id, or we may not use it: never retry.
+        ErrorCode::PRODUCER_FENCED
+        | ErrorCode::INVALID_PRODUCER_EPOCH
+        | ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        | ErrorCode::CLUSTER_AUTHORIZATION_FAILED
+        | ErrorCode::TRANSACTION_COORDINATOR_FENCED
+        | ErrorCode::INVALID_TRANSACTION_TIMEOUT
+        | ErrorCode::INVALID_TXN_STATE
+        | ErrorCode::UNSUPPORTED_VERSION
+        | ErrorCode::UNSUPPORTED_FOR_MESSAGE_FORMAT
+            if transactional =>
+        {
+            ErrorClass::Fatal
+        }
+        // The transaction cannot complete; abort it and the producer goes on.
+        ErrorCode::TRANSACTION_ABORTABLE
+        | ErrorCode::UNKNOWN_PRODUCER_ID
+        | ErrorCode::INVALID_PRODUCER_ID_MAPPING
+        | ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER
+        | ErrorCode::ILLEGAL_GENERATION
+        | ErrorCode::UNKNOWN_MEMBER_ID
+        | ErrorCode::FENCED_INSTANCE_ID
+        | ErrorCode::GROUP_AUTHORIZATION_FAILED
+        | ErrorCode::TOPIC_AUTHORIZATION_FAILED
+        | ErrorCode::MESSAGE_TOO_LARGE
+        | ErrorCode::RECORD_LIST_TOO_LARGE
+        | ErrorCode::INVALID_RECORD
+            if transactional =>
+        {
+            ErrorClass::Abortable
+        }
         // The cluster moved under us: learn where things are now, then retry.
         ErrorCode::NOT_LEADER_OR_FOLLOWER
         | ErrorCode::LEADER_NOT_AVAILABLE
@@ -193,7 +251,8 @@ pub fn classify(code: ErrorCode) -> ErrorClass {
         | ErrorCode::INCONSISTENT_TOPIC_ID
         | ErrorCode::NEW_LEADER_ELECTED
         | ErrorCode::NOT_CONTROLLER => ErrorClass::RefreshAndRetry,
-        // Transient on the same broker.
+        // Transient on the same broker. CONCURRENT_TRANSACTIONS: the previous transaction's
+        // markers are still being written.
         ErrorCode::REQUEST_TIMED_OUT
         | ErrorCode::NOT_ENOUGH_REPLICAS
         | ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND
@@ -208,8 +267,10 @@ pub fn classify(code: ErrorCode) -> ErrorClass {
         | ErrorCode::INVALID_FETCH_SESSION_EPOCH
         | ErrorCode::ELIGIBLE_LEADERS_NOT_AVAILABLE
         | ErrorCode::PREFERRED_LEADER_NOT_AVAILABLE => ErrorClass::Retriable,
-        // The transaction cannot complete, but the producer can abort and go on.
         ErrorCode::TRANSACTION_ABORTABLE => ErrorClass::Abortable,
+        // In a transaction, whatever else a produce fails with dooms the transaction but not the
+        // producer; elsewhere unclassified means fatal.
+        _ if op == Op::TxnProduce => ErrorClass::Abortable,
         _ => ErrorClass::Fatal,
     }
 }
@@ -220,10 +281,13 @@ mod tests {
 
     #[test]
     fn unclassified_codes_are_fatal() {
-        assert_eq!(classify(ErrorCode(9999)), ErrorClass::Fatal);
-        assert_eq!(classify(ErrorCode::MESSAGE_TOO_LARGE), ErrorClass::Fatal);
+        assert_eq!(classify(ErrorCode(9999), Op::General), ErrorClass::Fatal);
         assert_eq!(
-            classify(ErrorCode::TOPIC_AUTHORIZATION_FAILED),
+            classify(ErrorCode::MESSAGE_TOO_LARGE, Op::General),
+            ErrorClass::Fatal
+        );
+        assert_eq!(
+            classify(ErrorCode::TOPIC_AUTHORIZATION_FAILED, Op::General),
             ErrorClass::Fatal
         );
     }
@@ -235,10 +299,10 @@ mod tests {
             ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
             ErrorCode::NOT_COORDINATOR,
         ] {
-            assert_eq!(classify(c), ErrorClass::RefreshAndRetry, "{c}");
+            assert_eq!(classify(c, Op::General), ErrorClass::RefreshAndRetry, "{c}");
         }
         assert_eq!(
-            classify(ErrorCode::TRANSACTION_ABORTABLE),
+            classify(ErrorCode::TRANSACTION_ABORTABLE, Op::General),
             ErrorClass::Abortable
         );
     }

@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod config;
 pub mod connection;
 pub mod consumer;
+pub mod coordinator;
 pub mod error;
 pub mod metadata;
 pub mod producer;
@@ -24,6 +25,6 @@ pub use config::{
     ProducerConfig,
 };
 pub use consumer::{Consumer, ConsumerRecord, Offset};
-pub use error::{classify, Error, ErrorClass, Result};
+pub use error::{classify, Error, ErrorClass, Op, Result};
 pub use metadata::TopicPartition;
 pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};

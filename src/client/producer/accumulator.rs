@@ -15,7 +15,7 @@ use crate::protocol::records::{
     rewrite_producer_fields, BatchBuilder, Compression, Header, ProducerFields, RecordError,
 };
 use bytes::{Bytes, BytesMut};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Instant;
 use tokio::sync::oneshot;
 
@@ -139,9 +139,46 @@ impl PartitionQueue {
     }
 }
 
+/// What the sender needs to know about the open transaction.
+pub(crate) struct TxnSend {
+    pub transactional_id: String,
+    /// KIP-890 (transaction.version 2) for this transaction: partitions join implicitly with
+    /// the produce, EndTxn bumps the epoch. Fixed when the transaction begins.
+    pub tv2: bool,
+    pub in_transaction: bool,
+    /// Partitions the coordinator has added to the transaction (classic protocol).
+    pub added: HashSet<TopicPartition>,
+    /// An AddPartitionsToTxn request is in flight.
+    pub adding: bool,
+    /// Something may have reached the broker in this transaction (a produce or offsets): the
+    /// transaction must be ended with EndTxn.
+    pub started: bool,
+    /// The first error that dooms this transaction; commit refuses, abort clears it.
+    pub error: Option<crate::client::Error>,
+    /// When the transaction began, to tell a transaction.timeout.ms expiry from fencing.
+    pub began: Option<Instant>,
+}
+
+impl TxnSend {
+    pub fn new(transactional_id: String) -> Self {
+        TxnSend {
+            transactional_id,
+            tv2: false,
+            in_transaction: false,
+            added: HashSet::new(),
+            adding: false,
+            started: false,
+            error: None,
+            began: None,
+        }
+    }
+}
+
 /// All partitions' buffers.
 #[derive(Default)]
 pub(crate) struct Accumulator {
+    /// Transactional state, when transactional.id is set.
+    pub txn: Option<TxnSend>,
     pub partitions: HashMap<TopicPartition, PartitionQueue>,
     /// The sticky partition of each topic for keyless records.
     pub sticky: HashMap<String, i32>,
@@ -186,6 +223,7 @@ impl Accumulator {
         memory: u32,
     ) -> Appended {
         let identity = self.identity;
+        let transactional = self.txn.is_some();
         let q = self.queue(tp);
         let mut batch_closed = false;
         let mut release = 0;
@@ -200,7 +238,7 @@ impl Accumulator {
                 open.deliveries.push(delivery);
                 open.memory += memory;
                 if open.builder.size_estimate() >= batch_size {
-                    release += close_open(tp, q, identity);
+                    release += close_open(tp, q, identity, transactional);
                     batch_closed = true;
                 }
                 return Appended {
@@ -209,7 +247,7 @@ impl Accumulator {
                     release,
                 };
             }
-            release += close_open(tp, q, identity);
+            release += close_open(tp, q, identity, transactional);
             batch_closed = true;
         }
         let mut builder = BatchBuilder::new(compression);
@@ -229,7 +267,7 @@ impl Accumulator {
             memory,
         });
         if full {
-            release += close_open(tp, q, identity);
+            release += close_open(tp, q, identity, transactional);
             batch_closed = true;
         }
         Appended {
@@ -245,6 +283,7 @@ impl Accumulator {
     pub fn rebase(&mut self, identity: Identity) -> Vec<(ProducerBatch, RecordError)> {
         self.identity = Some(identity);
         self.bump_needed = false;
+        let transactional = self.txn.is_some();
         let mut broken = Vec::new();
         for q in self.partitions.values_mut() {
             q.next_sequence = 0;
@@ -255,7 +294,7 @@ impl Accumulator {
                     producer_id: identity.producer_id,
                     producer_epoch: identity.epoch,
                     base_sequence: q.next_sequence,
-                    transactional: false,
+                    transactional,
                 };
                 let mut data = BytesMut::from(&b.data[..]);
                 match rewrite_producer_fields(&mut data, fields) {
@@ -270,6 +309,37 @@ impl Accumulator {
             }
         }
         broken
+    }
+
+    /// Fails every batch not yet sent (open or ready) with `err`; returns (memory, records) to
+    /// release. Used when a transaction aborts or the producer becomes unusable.
+    pub fn fail_unsent(&mut self, err: &crate::client::Error) -> (u32, usize) {
+        let (mut mem, mut n) = (0u32, 0usize);
+        for q in self.partitions.values_mut() {
+            if let Some(open) = q.open.take() {
+                n += open.deliveries.len();
+                mem += open.memory;
+                for d in open.deliveries {
+                    let _ = d.tx.send(Err(err.clone()));
+                }
+            }
+            for b in q.ready.drain(..) {
+                n += b.record_count();
+                mem += b.fail(err.clone());
+            }
+        }
+        (mem, n)
+    }
+
+    /// After an epoch change that needs no renumbering of queued batches (nothing is queued:
+    /// a transaction just ended): every partition starts again at sequence 0.
+    pub fn reset_sequences(&mut self, identity: Identity) {
+        self.identity = Some(identity);
+        for q in self.partitions.values_mut() {
+            q.next_sequence = 0;
+            q.acked_through = -1;
+            q.last_acked_offset = -1;
+        }
     }
 
     /// Batches in flight across all partitions.
@@ -289,6 +359,7 @@ pub(crate) fn close_open(
     tp: &TopicPartition,
     q: &mut PartitionQueue,
     identity: Option<Identity>,
+    transactional: bool,
 ) -> u32 {
     let Some(open) = q.open.take() else {
         return 0;
@@ -298,7 +369,7 @@ pub(crate) fn close_open(
             producer_id: id.producer_id,
             producer_epoch: id.epoch,
             base_sequence: q.next_sequence,
-            transactional: false,
+            transactional,
         },
         None => ProducerFields::NONE,
     };

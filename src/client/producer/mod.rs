@@ -11,6 +11,9 @@ mod accumulator;
 pub mod partitioner;
 mod producer_id;
 mod sender;
+mod transaction;
+
+pub use transaction::{resume_transaction, GroupMetadata, PreparedTransaction, ResumeOutcome};
 
 use super::cluster::Cluster;
 use super::config::ProducerConfig;
@@ -193,17 +196,21 @@ impl Producer {
     /// [`Error::Config`] for contradicting settings; InitProducerId failures.
     pub async fn with_cluster(config: ProducerConfig, cluster: Arc<Cluster>) -> Result<Producer> {
         config.validate()?;
-        let identity = if config.enable_idempotence {
+        let identity = if config.transactional_id.is_some() {
+            None // init_transactions() obtains it from the transaction coordinator
+        } else if config.enable_idempotence {
             Some(producer_id::init_producer_id(&cluster, None, config.max_block).await?)
         } else {
             None
         };
         let memory = config.buffer_memory.min(Semaphore::MAX_PERMITS);
+        let transactional_id = config.transactional_id.clone();
         let inner = Arc::new(Inner {
             config,
             cluster,
             acc: Mutex::new(Accumulator {
                 identity,
+                txn: transactional_id.map(accumulator::TxnSend::new),
                 ..Default::default()
             }),
             wake: Notify::new(),

@@ -17,12 +17,12 @@ use super::accumulator::{close_open, ProducerBatch};
 use super::{producer_id, Inner};
 use crate::client::cluster::backoff;
 use crate::client::config::Acks;
-use crate::client::error::{Error, ErrorClass};
+use crate::client::error::{Error, ErrorClass, Op};
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ProduceRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -42,12 +42,28 @@ pub(crate) async fn run(inner: Arc<Inner>) {
         let mut released = 0u32;
         let mut missing_leader = false;
         let mut bump_now = None;
+        let mut to_add: Vec<crate::client::TopicPartition> = Vec::new();
         let meta = inner.cluster.metadata();
         let idle;
         {
             let mut acc = inner.lock();
             let identity = acc.identity;
-            let bumping = acc.bump_needed && identity.is_some();
+            let transactional = acc.txn.is_some();
+            // A doomed transaction sends nothing more: its batches fail at once, so that
+            // commit reports the error and abort does not wait for them.
+            let doomed = acc.txn.as_ref().and_then(|t| t.error.clone());
+            if let Some(err) = &doomed {
+                let (mem, n) = acc.fail_unsent(err);
+                if n > 0 {
+                    inner.release(mem, n);
+                }
+            }
+            // Classic protocol: a partition joins the transaction (AddPartitionsToTxn) before
+            // anything is produced to it.
+            let needs_add: Option<HashSet<crate::client::TopicPartition>> =
+                acc.txn.as_ref().filter(|t| !t.tv2).map(|t| t.added.clone());
+            let mut wanted_add: HashSet<crate::client::TopicPartition> = HashSet::new();
+            let bumping = acc.bump_needed && identity.is_some() && !transactional;
             if bumping && acc.total_in_flight() == 0 {
                 bump_now = identity;
             }
@@ -56,7 +72,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
                 if let Some(open) = &q.open {
                     let due = open.created + inner.config.linger;
                     if flushing || due <= now {
-                        released += close_open(tp, q, identity);
+                        released += close_open(tp, q, identity, transactional);
                     } else {
                         next_wake = min_instant(next_wake, due);
                     }
@@ -82,6 +98,12 @@ pub(crate) async fn run(inner: Arc<Inner>) {
                 let Some(head) = q.ready.front() else {
                     continue;
                 };
+                if let Some(added) = &needs_add {
+                    if !added.contains(tp) {
+                        wanted_add.insert(tp.clone());
+                        continue;
+                    }
+                }
                 if let Some(at) = head.retry_at.filter(|at| *at > now) {
                     next_wake = min_instant(next_wake, at);
                     continue;
@@ -115,8 +137,22 @@ pub(crate) async fn run(inner: Arc<Inner>) {
                 }
             }
             if gap && identity.is_some() {
-                debug!("expired batches left a sequence gap; epoch bump needed");
-                acc.bump_needed = true;
+                if let Some(t) = acc.txn.as_mut() {
+                    t.error.get_or_insert(Error::Timeout {
+                        what: "delivery of records in the transaction (delivery.timeout.ms)".into(),
+                        after: inner.config.delivery_timeout,
+                    });
+                } else {
+                    debug!("expired batches left a sequence gap; epoch bump needed");
+                    acc.bump_needed = true;
+                }
+            }
+            if let Some(t) = acc.txn.as_mut() {
+                t.started |= !to_send.is_empty();
+                if !wanted_add.is_empty() && !t.adding {
+                    t.adding = true;
+                    to_add = wanted_add.into_iter().collect();
+                }
             }
             idle = acc.partitions.values().all(|q| q.is_idle());
             if idle {
@@ -145,6 +181,9 @@ pub(crate) async fn run(inner: Arc<Inner>) {
         if let Some(current) = bump_now {
             bump_epoch(&inner, current).await;
             continue;
+        }
+        if !to_add.is_empty() {
+            tokio::spawn(super::transaction::add_partitions(inner.clone(), to_add));
         }
         if missing_leader {
             let cluster = inner.cluster.clone();
@@ -288,7 +327,13 @@ async fn produce(inner: Arc<Inner>, leader: i32, batches: Vec<ProducerBatch>) {
             .request_timeout
             .as_millis()
             .min(i32::MAX as u128) as i32;
+        let transactional_id = inner.lock().txn.as_ref().map(|t| {
+            kafka_protocol::messages::TransactionalId(StrBytes::from_string(
+                t.transactional_id.clone(),
+            ))
+        });
         let req = ProduceRequest::default()
+            .with_transactional_id(transactional_id)
             .with_acks(inner.config.acks.wire())
             .with_timeout_ms(timeout_ms)
             .with_topic_data(topics);
@@ -368,13 +413,21 @@ enum Verdict {
 /// Decides a batch's fate. The error classes come from [`crate::client::classify`]; what is
 /// particular to produce is the idempotence handling of sequence errors (KIP-360).
 fn verdict(inner: &Inner, b: &ProducerBatch, outcome: Result<PartitionResult, Error>) -> Verdict {
+    let op = if inner.lock().txn.is_some() {
+        Op::TxnProduce
+    } else {
+        Op::General
+    };
     let r = match outcome {
         Ok(r) => r,
         // No answer: the batch may or may not be in the log. With idempotence a resend of the
         // same sequence is deduplicated by the broker; without it this is where duplicates
         // come from.
         Err(error) => {
-            let retriable = error.class() != ErrorClass::Fatal;
+            let retriable = matches!(
+                error.class_in(op),
+                ErrorClass::Retriable | ErrorClass::RefreshAndRetry
+            );
             return if retriable {
                 Verdict::Retry {
                     error,
@@ -460,7 +513,7 @@ fn verdict(inner: &Inner, b: &ProducerBatch, outcome: Result<PartitionResult, Er
         }
         _ => {
             let error = Error::broker(context(), code);
-            match error.class() {
+            match error.class_in(op) {
                 ErrorClass::Retriable => Verdict::Retry {
                     error,
                     bump: false,
@@ -551,14 +604,24 @@ fn finish(inner: &Arc<Inner>, mut b: ProducerBatch, outcome: Result<PartitionRes
             let n = b.record_count();
             let tp = b.tp.clone();
             let had_sequence = b.base_sequence >= 0;
-            let mem = b.fail(error);
+            let mem = b.fail(error.clone());
             {
                 let mut acc = inner.lock();
                 settle(&mut acc, &tp);
-                // A failed batch leaves a hole in the sequence: later batches would be refused
-                // as out of order until the epoch is bumped and they are renumbered.
-                if had_sequence {
-                    acc.bump_needed = true;
+                let fatal = error.class_in(Op::TxnProduce) == ErrorClass::Fatal;
+                match acc.txn.as_mut() {
+                    // In a transaction a failed batch dooms the transaction (it must abort;
+                    // the abort resets sequences); fencing dooms the producer.
+                    Some(t) => {
+                        t.error.get_or_insert(error.clone());
+                        if fatal {
+                            *inner.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);
+                        }
+                    }
+                    // A failed batch leaves a hole in the sequence: later batches would be
+                    // refused as out of order until the epoch is bumped and they are renumbered.
+                    None if had_sequence => acc.bump_needed = true,
+                    None => {}
                 }
             }
             inner.release(mem, n);

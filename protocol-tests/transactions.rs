@@ -1,0 +1,255 @@
+//! The transactional producer against the real broker, at whatever transaction.version the
+//! broker was formatted with (scripts/test runs the suite at 2 and at 1).
+
+use crate::interop::{java, Rec};
+use crate::support::*;
+use bytes::Bytes;
+use onceflow::client::producer::{GroupMetadata, ResumeOutcome};
+use onceflow::client::{Producer, ProducerRecord, TopicPartition};
+use std::time::Duration;
+
+async fn txn_producer(id: &str, extra: &[(&str, &str)]) -> Producer {
+    let mut props = vec![("transactional.id", id), ("linger.ms", "5")];
+    props.extend_from_slice(extra);
+    let p = Producer::new(producer_config(&broker(), &props))
+        .await
+        .unwrap();
+    p.init_transactions().await.unwrap();
+    p
+}
+
+async fn send_values(
+    p: &Producer,
+    topic: &str,
+    partitions: i32,
+    values: impl Iterator<Item = String>,
+) {
+    for (i, v) in values.enumerate() {
+        p.send(
+            ProducerRecord::new(topic.to_owned(), Bytes::from(v))
+                .with_partition(i as i32 % partitions),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+/// What the Java consumer reads at an isolation level, values sorted.
+async fn java_values(topic: &str, n: usize, isolation: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let n = n.to_string();
+    java(
+        "consume",
+        topic,
+        &[
+            "--output",
+            out.to_str().unwrap(),
+            "--expect",
+            &n,
+            "--exact",
+            "true",
+            "--settle-ms",
+            "1500",
+            "--isolation",
+            isolation,
+            "--timeout-ms",
+            "60000",
+        ],
+    )
+    .await;
+    let mut v: Vec<String> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| String::from_utf8(Rec::from_java(l).value.unwrap()).unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+fn sorted(v: impl Iterator<Item = String>) -> Vec<String> {
+    let mut v: Vec<String> = v.collect();
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn committed_records_are_visible_to_read_committed_and_aborted_ones_are_not() {
+    let topic = TestTopic::create("txn-visible", 2).await;
+    let p = txn_producer(&unique_topic("txn-visible"), &[]).await;
+    p.begin_transaction().unwrap();
+    send_values(&p, &topic.name, 2, (0..10).map(|i| format!("c1-{i}"))).await;
+    p.commit_transaction().await.unwrap();
+    p.begin_transaction().unwrap();
+    send_values(&p, &topic.name, 2, (0..10).map(|i| format!("a-{i}"))).await;
+    p.flush().await.unwrap(); // the aborted records really reach the log
+    p.abort_transaction().await.unwrap();
+    p.begin_transaction().unwrap();
+    send_values(&p, &topic.name, 2, (0..10).map(|i| format!("c2-{i}"))).await;
+    p.commit_transaction().await.unwrap();
+
+    let committed = sorted(
+        (0..10)
+            .map(|i| format!("c1-{i}"))
+            .chain((0..10).map(|i| format!("c2-{i}"))),
+    );
+    assert_eq!(
+        java_values(&topic.name, 20, "read_committed").await,
+        committed
+    );
+    // Proof the test can fail: read_uncommitted sees the aborted records too.
+    let all = java_values(&topic.name, 30, "read_uncommitted").await;
+    assert_eq!(all.len(), 30);
+    assert!(all.iter().any(|v| v.starts_with("a-")));
+}
+
+#[tokio::test]
+async fn empty_transactions_commit_and_abort_cleanly() {
+    let p = txn_producer(&unique_topic("txn-empty"), &[]).await;
+    p.begin_transaction().unwrap();
+    p.commit_transaction().await.unwrap();
+    p.begin_transaction().unwrap();
+    p.abort_transaction().await.unwrap();
+    // And the producer is still usable.
+    let topic = TestTopic::create("txn-empty", 1).await;
+    p.begin_transaction().unwrap();
+    send_values(&p, &topic.name, 1, ["x".to_owned()].into_iter()).await;
+    p.commit_transaction().await.unwrap();
+    assert_eq!(
+        java_values(&topic.name, 1, "read_committed").await,
+        vec!["x"]
+    );
+}
+
+#[tokio::test]
+async fn an_older_producer_with_the_same_transactional_id_is_fenced() {
+    let topic = TestTopic::create("txn-zombie", 1).await;
+    let id = unique_topic("txn-zombie");
+    let zombie = txn_producer(&id, &[]).await;
+    zombie.begin_transaction().unwrap();
+    send_values(&zombie, &topic.name, 1, ["zombie".to_owned()].into_iter()).await;
+    zombie.flush().await.unwrap();
+    // A new instance takes over the transactional id.
+    let fresh = txn_producer(&id, &[]).await;
+    let e = zombie.commit_transaction().await.unwrap_err().to_string();
+    assert!(
+        e.contains("PRODUCER_FENCED")
+            || e.contains("INVALID_PRODUCER_EPOCH")
+            || e.contains("fenced"),
+        "{e}"
+    );
+    // The zombie refuses further use.
+    assert!(zombie.begin_transaction().is_err());
+    fresh.begin_transaction().unwrap();
+    send_values(&fresh, &topic.name, 1, ["fresh".to_owned()].into_iter()).await;
+    fresh.commit_transaction().await.unwrap();
+    assert_eq!(
+        java_values(&topic.name, 1, "read_committed").await,
+        vec!["fresh"]
+    );
+}
+
+#[tokio::test]
+async fn transaction_timeout_expiry_is_reported_as_such() {
+    let topic = TestTopic::create("txn-timeout", 1).await;
+    let p = txn_producer(
+        &unique_topic("txn-timeout"),
+        &[
+            ("transaction.timeout.ms", "2000"),
+            ("delivery.timeout.ms", "1500"),
+            ("request.timeout.ms", "1000"),
+        ],
+    )
+    .await;
+    p.begin_transaction().unwrap();
+    send_values(&p, &topic.name, 1, ["late".to_owned()].into_iter()).await;
+    p.flush().await.unwrap();
+    // The coordinator aborts transactions older than their timeout (checked every second here).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let e = p.commit_transaction().await.unwrap_err().to_string();
+    assert!(e.contains("transaction.timeout.ms=2000"), "{e}");
+    assert!(java_values(&topic.name, 0, "read_committed")
+        .await
+        .is_empty());
+}
+
+#[tokio::test]
+async fn transaction_timeout_above_the_broker_maximum_names_both_settings() {
+    let p = Producer::new(producer_config(
+        &broker(),
+        &[
+            ("transactional.id", &unique_topic("txn-max")),
+            ("transaction.timeout.ms", "3600000"),
+        ],
+    ))
+    .await
+    .unwrap();
+    let e = p.init_transactions().await.unwrap_err().to_string();
+    assert!(e.contains("transaction.timeout.ms=3600000"), "{e}");
+    assert!(e.contains("transaction.max.timeout.ms=900000"), "{e}");
+}
+
+#[tokio::test]
+async fn a_prepared_transaction_is_committed_once_by_another_producer() {
+    let topic = TestTopic::create("txn-resume", 1).await;
+    let id = unique_topic("txn-resume");
+    let p = txn_producer(&id, &[]).await;
+    p.begin_transaction().unwrap();
+    send_values(&p, &topic.name, 1, (0..5).map(|i| format!("r-{i}"))).await;
+    let prepared = p.prepare_commit().await.unwrap();
+    // The client picked the protocol the broker was formatted with (KIP-890 at version 2).
+    let expected_tv: i16 = std::env::var("ONCEFLOW_EXPECT_TV").map_or(2, |v| v.parse().unwrap());
+    assert_eq!(prepared.transaction_version, expected_tv);
+    drop(p);
+    let cluster = onceflow::client::Cluster::connect(client_config(&broker()))
+        .await
+        .unwrap();
+    let first = onceflow::client::producer::resume_transaction(&cluster, &prepared, true)
+        .await
+        .unwrap();
+    assert_eq!(first, ResumeOutcome::Completed);
+    let second = onceflow::client::producer::resume_transaction(&cluster, &prepared, true)
+        .await
+        .unwrap();
+    assert_eq!(second, ResumeOutcome::AlreadyCommitted);
+    assert_eq!(
+        java_values(&topic.name, 5, "read_committed").await,
+        sorted((0..5).map(|i| format!("r-{i}")))
+    );
+}
+
+#[tokio::test]
+async fn offsets_sent_to_a_transaction_move_only_when_it_commits() {
+    let topic = TestTopic::create("txn-offsets", 1).await;
+    let out = TestTopic::create("txn-offsets-out", 1).await;
+    let group = unique_topic("txn-group");
+    let p = txn_producer(&unique_topic("txn-offsets"), &[]).await;
+    let tp = TopicPartition::new(topic.name.clone(), 0);
+    let admin = onceflow::client::Admin::new(client_config(&broker()))
+        .await
+        .unwrap();
+
+    p.begin_transaction().unwrap();
+    send_values(&p, &out.name, 1, ["o1".to_owned()].into_iter()).await;
+    p.send_offsets_to_transaction(&[(tp.clone(), 42)], &GroupMetadata::new(group.clone()))
+        .await
+        .unwrap();
+    p.abort_transaction().await.unwrap();
+    let committed = admin
+        .committed_offsets(&group, std::slice::from_ref(&tp))
+        .await
+        .unwrap();
+    assert_eq!(committed.get(&tp), None, "aborted: no offset for the group");
+
+    p.begin_transaction().unwrap();
+    send_values(&p, &out.name, 1, ["o2".to_owned()].into_iter()).await;
+    p.send_offsets_to_transaction(&[(tp.clone(), 43)], &GroupMetadata::new(group.clone()))
+        .await
+        .unwrap();
+    p.commit_transaction().await.unwrap();
+    let committed = admin
+        .committed_offsets(&group, std::slice::from_ref(&tp))
+        .await
+        .unwrap();
+    assert_eq!(committed.get(&tp), Some(&43));
+}

@@ -1,0 +1,1033 @@
+//! Transactions: init, begin, send offsets, commit, abort, and resuming a prepared
+//! transaction from another process.
+//!
+//! A transaction's states (see DESIGN.md, "A transaction's life"):
+//! `init_transactions` (InitProducerId with the transactional id: fences older instances and
+//! aborts whatever they left open) → ready → `begin_transaction` (local; fixes the protocol
+//! version for this transaction) → in transaction: records are sent; under the classic protocol
+//! each new partition first joins with AddPartitionsToTxn, under KIP-890 (transaction.version 2)
+//! the produce itself adds it → `commit_transaction` / `abort_transaction`: flush, then EndTxn.
+//! Under transaction.version 2 EndTxn returns the epoch for the next transaction.
+//!
+//! Errors are classified by [`crate::client::classify`] with [`Op::TxnCoordinator`] /
+//! [`Op::TxnProduce`]: retriable ones are retried within transaction.timeout.ms, abortable ones
+//! doom the transaction (commit refuses; abort works), fatal ones (fencing) doom the producer.
+
+use super::accumulator::Identity;
+use super::{Inner, Producer};
+use crate::client::cluster::{backoff, Cluster};
+use crate::client::coordinator::CoordinatorKind;
+use crate::client::error::{Error, ErrorClass, Op, Result};
+use crate::client::metadata::TopicPartition;
+use crate::protocol::ErrorCode;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest,
+    EndTxnResponse, GroupId, InitProducerIdRequest, ProduceRequest, ProducerId, TopicName,
+    TransactionalId, TxnOffsetCommitRequest,
+};
+use kafka_protocol::protocol::StrBytes;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::{info, info_span, warn, Instrument};
+
+/// AddPartitionsToTxn v4+ is for brokers verifying on a client's behalf; clients use ≤ v3.
+const MAX_CLIENT_ADD_PARTITIONS_VERSION: i16 = 3;
+/// Under the classic protocol TxnOffsetCommit must stay ≤ v4 (v5 implies KIP-890's implicit
+/// AddOffsetsToTxn).
+const MAX_CLASSIC_TXN_OFFSET_COMMIT_VERSION: i16 = 4;
+/// EndTxn v5 is KIP-890's: it bumps the epoch and returns the next one.
+const TV2_END_TXN_VERSION: i16 = 5;
+
+/// A consumer group's identity as TxnOffsetCommit needs it (KIP-447): with the generation and
+/// member id, the group coordinator fences a zombie from an older generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupMetadata {
+    /// The group.
+    pub group_id: String,
+    /// Generation id, -1 for a group without members (manual assignment).
+    pub generation_id: i32,
+    /// Member id, empty without membership.
+    pub member_id: String,
+    /// group.instance.id for static members.
+    pub group_instance_id: Option<String>,
+}
+
+impl GroupMetadata {
+    /// Metadata for a group used without membership (offsets only), as the Java client's
+    /// `new ConsumerGroupMetadata(groupId)`.
+    pub fn new(group_id: impl Into<String>) -> Self {
+        GroupMetadata {
+            group_id: group_id.into(),
+            generation_id: -1,
+            member_id: String::new(),
+            group_instance_id: None,
+        }
+    }
+}
+
+/// Everything needed to finish a transaction from another process: the *committable*.
+///
+/// Save it durably after [`Producer::prepare_commit`]; any process can then commit (or abort)
+/// the transaction with [`resume_transaction`] without InitProducerId, which would abort it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PreparedTransaction<S = String> {
+    /// The transactional id.
+    pub transactional_id: S,
+    /// Producer id.
+    pub producer_id: i64,
+    /// Producer epoch the transaction was written with.
+    pub producer_epoch: i16,
+    /// The transaction protocol version it was written with (1 classic, 2 KIP-890).
+    pub transaction_version: i16,
+}
+
+/// What [`resume_transaction`] found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ResumeOutcome {
+    /// The transaction was open and is now committed (or aborted, when abort was asked).
+    Completed,
+    /// It had been committed already (e.g. a commit that raced with a crash); nothing was
+    /// written twice.
+    AlreadyCommitted,
+    /// It had been aborted already, or it can no longer be committed: the coordinator aborted
+    /// it (transaction.timeout.ms) or another producer fenced it. `reason` says which.
+    NotCommitted {
+        /// What the coordinator reported.
+        reason: String,
+    },
+}
+
+fn txn_id(id: &str) -> TransactionalId {
+    TransactionalId(StrBytes::from_string(id.to_owned()))
+}
+
+impl Producer {
+    fn txn_id(&self) -> Result<String> {
+        self.inner
+            .lock()
+            .txn
+            .as_ref()
+            .map(|t| t.transactional_id.clone())
+            .ok_or_else(|| {
+                Error::InvalidState("transactions need transactional.id to be set".into())
+            })
+    }
+
+    fn check_fatal(&self) -> Result<()> {
+        match self
+            .inner
+            .fatal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn identity(&self) -> Result<Identity> {
+        self.inner.lock().identity.ok_or_else(|| {
+            Error::InvalidState("call init_transactions() before using the transaction".into())
+        })
+    }
+
+    /// Registers the transactional id with its coordinator and gets the producer id and epoch.
+    /// Fences any older producer with the same transactional id and aborts what it left open.
+    ///
+    /// # Errors
+    /// A fatal error naming both settings when transaction.timeout.ms exceeds the broker's
+    /// transaction.max.timeout.ms; fatal authorization errors; [`Error::Timeout`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> onceflow::client::Result<()> {
+    /// use onceflow::client::{Producer, ProducerConfig, ProducerRecord};
+    /// let p = Producer::new(ProducerConfig::from_properties([("transactional.id", "rides-cleaner-0")])?).await?;
+    /// p.init_transactions().await?;
+    /// p.begin_transaction()?;
+    /// p.send(ProducerRecord::new("clean-rides", "ride")).await?;
+    /// p.commit_transaction().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn init_transactions(&self) -> Result<()> {
+        self.check_fatal()?;
+        let id = self.txn_id()?;
+        let inner = &self.inner;
+        let timeout = inner.config.transaction_timeout;
+        let identity = init_transactional_id(&inner.cluster, &id, timeout, None).await?;
+        let mut acc = inner.lock();
+        acc.reset_sequences(identity);
+        if let Some(t) = acc.txn.as_mut() {
+            t.in_transaction = false;
+            t.added.clear();
+            t.started = false;
+            t.error = None;
+        }
+        Ok(())
+    }
+
+    /// Starts a transaction (no request is sent).
+    ///
+    /// # Errors
+    /// [`Error::InvalidState`] when a transaction is open or init_transactions was not called.
+    pub fn begin_transaction(&self) -> Result<()> {
+        self.check_fatal()?;
+        self.identity()?;
+        let tv2 = self.inner.cluster.transaction_version_2();
+        let mut acc = self.inner.lock();
+        let t = acc.txn.as_mut().ok_or_else(|| {
+            Error::InvalidState("transactions need transactional.id to be set".into())
+        })?;
+        if t.in_transaction {
+            return Err(Error::InvalidState(
+                "a transaction is already open; commit or abort it first".into(),
+            ));
+        }
+        t.in_transaction = true;
+        t.tv2 = tv2;
+        t.added.clear();
+        t.started = false;
+        t.error = None;
+        t.began = Some(Instant::now());
+        info!(transactional_id = %t.transactional_id, tv2, "transaction begun");
+        Ok(())
+    }
+
+    /// Adds consumed offsets to the transaction: they are committed for the group if and only
+    /// if the transaction commits (KIP-447).
+    ///
+    /// # Errors
+    /// Abortable errors (e.g. ILLEGAL_GENERATION after a rebalance) doom the transaction; fatal
+    /// ones (fencing) the producer.
+    pub async fn send_offsets_to_transaction(
+        &self,
+        offsets: &[(TopicPartition, i64)],
+        group: &GroupMetadata,
+    ) -> Result<()> {
+        self.check_fatal()?;
+        let id = self.txn_id()?;
+        let identity = self.identity()?;
+        let tv2 = {
+            let acc = self.inner.lock();
+            let t = acc
+                .txn
+                .as_ref()
+                .filter(|t| t.in_transaction)
+                .ok_or_else(|| {
+                    Error::InvalidState(
+                        "call begin_transaction() before send_offsets_to_transaction()".into(),
+                    )
+                })?;
+            if let Some(e) = &t.error {
+                return Err(e.clone());
+            }
+            t.tv2
+        };
+        let result = async {
+            if !tv2 {
+                let req = AddOffsetsToTxnRequest::default()
+                    .with_transactional_id(txn_id(&id))
+                    .with_producer_id(ProducerId(identity.producer_id))
+                    .with_producer_epoch(identity.epoch)
+                    .with_group_id(GroupId(StrBytes::from_string(group.group_id.clone())));
+                coordinator_call(&self.inner, &id, "AddOffsetsToTxn", |conn| {
+                    let req = req.clone();
+                    async move {
+                        let r = conn.request(&req).await?;
+                        Ok((r.error_code, ()))
+                    }
+                })
+                .await?;
+            }
+            if let Some(t) = self.inner.lock().txn.as_mut() {
+                t.started = true;
+            }
+            txn_offset_commit(&self.inner, &id, identity, tv2, offsets, group).await
+        }
+        .instrument(info_span!("send_offsets_to_transaction", group = %group.group_id))
+        .await;
+        self.note_error(result)
+    }
+
+    /// Records an error in the transaction state according to its class.
+    fn note_error<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(e) = &result {
+            match e.class_in(Op::TxnCoordinator) {
+                ErrorClass::Fatal => {
+                    *self.inner.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone())
+                }
+                _ => {
+                    if let Some(t) = self.inner.lock().txn.as_mut() {
+                        t.error.get_or_insert(e.clone());
+                    }
+                }
+            }
+        }
+        result
+    }
+
+    /// Flushes the transaction's records and returns its committable, without committing:
+    /// the first phase of a two-phase commit. Save the result durably, then commit with
+    /// [`Producer::commit_transaction`] or, from any process, [`resume_transaction`].
+    ///
+    /// # Errors
+    /// The transaction's abortable error if any record failed.
+    pub async fn prepare_commit(&self) -> Result<PreparedTransaction> {
+        self.check_fatal()?;
+        self.flush().await?;
+        self.check_fatal()?;
+        let identity = self.identity()?;
+        let acc = self.inner.lock();
+        let t = acc
+            .txn
+            .as_ref()
+            .filter(|t| t.in_transaction)
+            .ok_or_else(|| Error::InvalidState("no transaction is open".into()))?;
+        if let Some(e) = &t.error {
+            return Err(e.clone());
+        }
+        Ok(PreparedTransaction {
+            transactional_id: t.transactional_id.clone(),
+            producer_id: identity.producer_id,
+            producer_epoch: identity.epoch,
+            transaction_version: if t.tv2 { 2 } else { 1 },
+        })
+    }
+
+    /// Flushes and commits the transaction.
+    ///
+    /// # Errors
+    /// The transaction's abortable error (the caller must then abort), or a fatal error
+    /// (fenced, or aborted by the coordinator after transaction.timeout.ms).
+    pub async fn commit_transaction(&self) -> Result<()> {
+        self.end_transaction(true).await
+    }
+
+    /// Drops what is not sent yet, waits for what is in flight, and aborts the transaction.
+    ///
+    /// # Errors
+    /// Fatal errors only (fencing); abortable ones are what abort is for.
+    pub async fn abort_transaction(&self) -> Result<()> {
+        self.end_transaction(false).await
+    }
+
+    async fn end_transaction(&self, commit: bool) -> Result<()> {
+        self.check_fatal()?;
+        let id = self.txn_id()?;
+        let inner = &self.inner;
+        if !commit {
+            let err = Error::InvalidState("the transaction was aborted".into());
+            let (mem, n) = inner.lock().fail_unsent(&err);
+            inner.release(mem, n);
+        }
+        self.flush().await?;
+        self.check_fatal()?;
+        let identity = self.identity()?;
+        let (tv2, started, began) = {
+            let acc = inner.lock();
+            let t = acc
+                .txn
+                .as_ref()
+                .filter(|t| t.in_transaction)
+                .ok_or_else(|| Error::InvalidState("no transaction is open".into()))?;
+            if commit {
+                if let Some(e) = &t.error {
+                    return Err(Error::InvalidState(format!(
+                        "cannot commit: the transaction failed ({e}); abort it and retry the work"
+                    )));
+                }
+            }
+            (t.tv2, t.started, t.began)
+        };
+        if started {
+            let prepared = PreparedTransaction {
+                transactional_id: id.as_str(),
+                producer_id: identity.producer_id,
+                producer_epoch: identity.epoch,
+                transaction_version: if tv2 { 2 } else { 1 },
+            };
+            let outcome = end_txn(
+                &inner.cluster,
+                &prepared,
+                commit,
+                inner.config.transaction_timeout,
+            )
+            .await;
+            match outcome {
+                Ok(EndOutcome::Done(next)) => {
+                    if let Some(next) = next {
+                        // KIP-890: the next transaction uses the bumped epoch from sequence 0.
+                        inner.lock().reset_sequences(next);
+                    }
+                }
+                Ok(EndOutcome::Not(reason)) => {
+                    let timed_out =
+                        began.is_some_and(|b| b.elapsed() >= inner.config.transaction_timeout);
+                    let e = Error::Fenced(if timed_out {
+                        format!(
+                            "transaction '{id}' was aborted by the coordinator: it ran longer than transaction.timeout.ms={} ms ({reason}); call init_transactions() and redo the work",
+                            inner.config.transaction_timeout.as_millis()
+                        )
+                    } else {
+                        format!(
+                            "transaction '{id}' could not be {}: {reason}",
+                            if commit { "committed" } else { "aborted" }
+                        )
+                    });
+                    *inner.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+                    return Err(e);
+                }
+                Err(e) => {
+                    let e = explain_end_failure(
+                        &inner.cluster,
+                        &prepared,
+                        e,
+                        began,
+                        inner.config.transaction_timeout,
+                    )
+                    .await;
+                    return self.note_error(Err(e));
+                }
+            }
+        }
+        let had_error = {
+            let mut acc = inner.lock();
+            let t = acc.txn.as_mut().map(|t| {
+                t.in_transaction = false;
+                t.added.clear();
+                t.started = false;
+                t.error.take()
+            });
+            matches!(t, Some(Some(_)))
+        };
+        // Classic protocol: a failed batch may have left a sequence gap; KIP-360 lets a
+        // transactional producer bump its epoch with InitProducerId(current id, epoch).
+        if !commit && had_error && !tv2 {
+            let next = init_transactional_id(
+                &inner.cluster,
+                &id,
+                inner.config.transaction_timeout,
+                Some(identity),
+            )
+            .await?;
+            inner.lock().reset_sequences(next);
+        }
+        info!(transactional_id = %id, commit, "transaction ended");
+        Ok(())
+    }
+}
+
+/// Turns an EndTxn refusal into what happened: the coordinator aborted the transaction after
+/// transaction.timeout.ms, or another producer fenced this one.
+async fn explain_end_failure(
+    cluster: &Cluster,
+    p: &PreparedTransaction<&str>,
+    e: Error,
+    began: Option<Instant>,
+    timeout: Duration,
+) -> Error {
+    if e.code().is_none() {
+        return e;
+    }
+    let Ok(d) = describe_transaction(cluster, p.transactional_id).await else {
+        return e;
+    };
+    match judge(p, &d) {
+        Judgement::Gone(reason) => {
+            let timed_out = began.is_some_and(|b| b.elapsed() >= timeout);
+            let msg = if timed_out && d.state.contains("Abort") {
+                format!(
+                    "transaction '{}' was aborted by the coordinator: it ran longer than transaction.timeout.ms={} ms ({reason}; {e}); call init_transactions() and redo the work",
+                    p.transactional_id,
+                    timeout.as_millis()
+                )
+            } else {
+                format!(
+                    "transaction '{}' was fenced: {reason} ({e})",
+                    p.transactional_id
+                )
+            };
+            Error::Fenced(msg)
+        }
+        _ => e,
+    }
+}
+
+/// Whether transactions may use KIP-890 (transaction.version 2) with this cluster: the finalized
+/// feature says so and the versions needed are there. Decided per transaction.
+impl Cluster {
+    pub(crate) fn transaction_version_2(&self) -> bool {
+        self.any_live_connection().is_some_and(|c| {
+            c.versions().finalized_feature("transaction.version") >= 2
+                && c.versions()
+                    .version_for::<ProduceRequest>(None)
+                    .unwrap_or(0)
+                    >= 12
+                && c.versions().version_for::<EndTxnRequest>(None).unwrap_or(0)
+                    >= TV2_END_TXN_VERSION
+        })
+    }
+}
+
+/// Calls the transaction coordinator of `id`, retrying retriable errors and coordinator moves
+/// within transaction.timeout.ms. `call` returns (error code, value).
+async fn coordinator_call<T, F, Fut>(inner: &Inner, id: &str, what: &str, call: F) -> Result<T>
+where
+    F: Fn(Arc<crate::client::connection::Connection>) -> Fut,
+    Fut: std::future::Future<Output = Result<(i16, T)>>,
+{
+    coordinator_call_on(
+        &inner.cluster,
+        id,
+        what,
+        inner.config.transaction_timeout,
+        call,
+    )
+    .await
+}
+
+async fn coordinator_call_on<T, F, Fut>(
+    cluster: &Cluster,
+    id: &str,
+    what: &str,
+    budget: Duration,
+    call: F,
+) -> Result<T>
+where
+    F: Fn(Arc<crate::client::connection::Connection>) -> Fut,
+    Fut: std::future::Future<Output = Result<(i16, T)>>,
+{
+    let deadline = Instant::now() + budget;
+    let mut attempt = 0u32;
+    loop {
+        let result = async {
+            let conn = cluster
+                .coordinator(CoordinatorKind::Transaction, id)
+                .await?;
+            let (code, v) = call(conn).await?;
+            ErrorCode::check(code)
+                .map_err(|code| Error::broker(format!("{what} for '{id}'"), code))?;
+            Ok::<T, Error>(v)
+        }
+        .await;
+        let e = match result {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        let class = e.class_in(Op::TxnCoordinator);
+        if !matches!(class, ErrorClass::Retriable | ErrorClass::RefreshAndRetry)
+            || Instant::now() >= deadline
+        {
+            return Err(e);
+        }
+        if class == ErrorClass::RefreshAndRetry {
+            cluster.forget_coordinator(CoordinatorKind::Transaction, id);
+        }
+        attempt += 1;
+        // CONCURRENT_TRANSACTIONS: the previous transaction's markers are being written, which
+        // takes milliseconds: start short and grow.
+        let wait = if e.code() == Some(ErrorCode::CONCURRENT_TRANSACTIONS) {
+            backoff(Duration::from_millis(20), Duration::from_secs(1), attempt)
+        } else {
+            let cfg = cluster.config();
+            backoff(cfg.retry_backoff, cfg.retry_backoff_max, attempt)
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// InitProducerId for a transactional id. With `current`, bumps that producer's epoch
+/// (KIP-360) instead of fencing.
+pub(crate) async fn init_transactional_id(
+    cluster: &Cluster,
+    id: &str,
+    timeout: Duration,
+    current: Option<Identity>,
+) -> Result<Identity> {
+    let timeout_ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    let req = InitProducerIdRequest::default()
+        .with_transactional_id(Some(txn_id(id)))
+        .with_transaction_timeout_ms(timeout_ms)
+        .with_producer_id(ProducerId(current.map_or(-1, |c| c.producer_id)))
+        .with_producer_epoch(current.map_or(-1, |c| c.epoch));
+    let budget = timeout.max(cluster.config().api_timeout);
+    let result = coordinator_call_on(cluster, id, "InitProducerId", budget, |conn| {
+        let req = req.clone();
+        async move {
+            let r = conn.request(&req).await?;
+            Ok((
+                r.error_code,
+                Identity {
+                    producer_id: r.producer_id.0,
+                    epoch: r.producer_epoch,
+                },
+            ))
+        }
+    })
+    .instrument(info_span!("init_producer_id", transactional_id = id))
+    .await;
+    match result {
+        Err(e) if e.code() == Some(ErrorCode::INVALID_TRANSACTION_TIMEOUT) => {
+            let max = broker_transaction_max_timeout(cluster).await;
+            Err(Error::Config(crate::client::ConfigError::Conflict(format!(
+                "transaction.timeout.ms={} exceeds the broker's transaction.max.timeout.ms={}; lower transaction.timeout.ms or raise transaction.max.timeout.ms on the brokers",
+                timeout.as_millis(),
+                max.map_or("(unknown)".to_owned(), |m| m.to_string())
+            ))))
+        }
+        Ok(id_) => {
+            info!(
+                transactional_id = id,
+                producer_id = id_.producer_id,
+                epoch = id_.epoch,
+                "transactional producer id assigned"
+            );
+            Ok(id_)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The broker's transaction.max.timeout.ms, for the error message (best effort).
+async fn broker_transaction_max_timeout(cluster: &Cluster) -> Option<String> {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::DescribeConfigsRequest;
+    let node = *cluster.metadata().brokers.keys().next()?;
+    let conn = cluster.broker(node).await.ok()?;
+    let req =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(4)
+            .with_resource_name(StrBytes::from_string(node.to_string()))
+            .with_configuration_keys(Some(vec![StrBytes::from_static_str(
+                "transaction.max.timeout.ms",
+            )]))]);
+    let resp = conn.request(&req).await.ok()?;
+    resp.results
+        .iter()
+        .flat_map(|r| r.configs.iter())
+        .find(|c| c.name.as_str() == "transaction.max.timeout.ms")
+        .and_then(|c| c.value.as_ref().map(|v| v.to_string()))
+}
+
+/// Classic protocol: adds partitions to the transaction; called by the sender.
+pub(crate) async fn add_partitions(inner: Arc<Inner>, tps: Vec<TopicPartition>) {
+    let (id, identity) = {
+        let acc = inner.lock();
+        match (acc.txn.as_ref(), acc.identity) {
+            (Some(t), Some(i)) => (t.transactional_id.clone(), i),
+            _ => return,
+        }
+    };
+    let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for tp in &tps {
+        topics
+            .entry(tp.topic.as_str())
+            .or_default()
+            .push(tp.partition);
+    }
+    let req = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(txn_id(&id))
+        .with_v3_and_below_producer_id(ProducerId(identity.producer_id))
+        .with_v3_and_below_producer_epoch(identity.epoch)
+        .with_v3_and_below_topics(
+            topics
+                .iter()
+                .map(|(t, ps)| {
+                    AddPartitionsToTxnTopic::default()
+                        .with_name(TopicName(StrBytes::from_string((*t).to_owned())))
+                        .with_partitions(ps.clone())
+                })
+                .collect(),
+        );
+    let result = coordinator_call(&inner, &id, "AddPartitionsToTxn", |conn| {
+        let req = req.clone();
+        async move {
+            let v = conn.version_for::<AddPartitionsToTxnRequest>(Some(
+                MAX_CLIENT_ADD_PARTITIONS_VERSION,
+            ))?;
+            let r = conn.request_at(&req, v).await?;
+            // The first partition error stands for the request; OPERATION_NOT_ATTEMPTED
+            // only says another partition failed.
+            let code = r
+                .results_by_topic_v3_and_below
+                .iter()
+                .flat_map(|t| t.results_by_partition.iter())
+                .map(|p| p.partition_error_code)
+                .find(|c| *c != 0 && *c != ErrorCode::OPERATION_NOT_ATTEMPTED.0)
+                .unwrap_or(0);
+            Ok((code, ()))
+        }
+    })
+    .instrument(info_span!("add_partitions_to_txn", partitions = tps.len()))
+    .await;
+    {
+        let mut acc = inner.lock();
+        if let Some(t) = acc.txn.as_mut() {
+            t.adding = false;
+            match result {
+                Ok(()) => {
+                    t.started = true;
+                    t.added.extend(tps);
+                }
+                Err(e) => {
+                    warn!(error = %e, "AddPartitionsToTxn failed");
+                    if e.class_in(Op::TxnCoordinator) == ErrorClass::Fatal {
+                        *inner.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+                    }
+                    t.error.get_or_insert(e);
+                }
+            }
+        }
+    }
+    inner.wake.notify_one();
+}
+
+async fn txn_offset_commit(
+    inner: &Inner,
+    id: &str,
+    identity: Identity,
+    tv2: bool,
+    offsets: &[(TopicPartition, i64)],
+    group: &GroupMetadata,
+) -> Result<()> {
+    let mut topics: BTreeMap<&str, Vec<TxnOffsetCommitRequestPartition>> = BTreeMap::new();
+    for (tp, offset) in offsets {
+        topics.entry(tp.topic.as_str()).or_default().push(
+            TxnOffsetCommitRequestPartition::default()
+                .with_partition_index(tp.partition)
+                .with_committed_offset(*offset)
+                .with_committed_leader_epoch(-1)
+                .with_committed_metadata(Some(StrBytes::from_static_str(""))),
+        );
+    }
+    let req = TxnOffsetCommitRequest::default()
+        .with_transactional_id(txn_id(id))
+        .with_group_id(GroupId(StrBytes::from_string(group.group_id.clone())))
+        .with_producer_id(ProducerId(identity.producer_id))
+        .with_producer_epoch(identity.epoch)
+        .with_generation_id(group.generation_id)
+        .with_member_id(StrBytes::from_string(group.member_id.clone()))
+        .with_group_instance_id(group.group_instance_id.clone().map(StrBytes::from_string))
+        .with_topics(
+            topics
+                .into_iter()
+                .map(|(t, ps)| {
+                    TxnOffsetCommitRequestTopic::default()
+                        .with_name(TopicName(StrBytes::from_string(t.to_owned())))
+                        .with_partitions(ps)
+                })
+                .collect(),
+        );
+    let cluster = &inner.cluster;
+    let deadline = Instant::now() + inner.config.transaction_timeout;
+    let mut attempt = 0;
+    loop {
+        let result = async {
+            let conn = cluster
+                .coordinator(CoordinatorKind::Group, &group.group_id)
+                .await?;
+            let cap = if tv2 {
+                None
+            } else {
+                Some(MAX_CLASSIC_TXN_OFFSET_COMMIT_VERSION)
+            };
+            let v = conn.version_for::<TxnOffsetCommitRequest>(cap)?;
+            let r = conn.request_at(&req, v).await?;
+            let code = r
+                .topics
+                .iter()
+                .flat_map(|t| t.partitions.iter())
+                .map(|p| p.error_code)
+                .find(|c| *c != 0)
+                .unwrap_or(0);
+            ErrorCode::check(code).map_err(|c| {
+                Error::broker(format!("TxnOffsetCommit for group '{}'", group.group_id), c)
+            })
+        }
+        .await;
+        let result: Result<()> = result;
+        let e = match result {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        let class = e.class_in(Op::TxnCoordinator);
+        if !matches!(class, ErrorClass::Retriable | ErrorClass::RefreshAndRetry)
+            || Instant::now() >= deadline
+        {
+            return Err(e);
+        }
+        if class == ErrorClass::RefreshAndRetry {
+            cluster.forget_coordinator(CoordinatorKind::Group, &group.group_id);
+        }
+        attempt += 1;
+        tokio::time::sleep(backoff(
+            cluster.config().retry_backoff,
+            cluster.config().retry_backoff_max,
+            attempt,
+        ))
+        .await;
+    }
+}
+
+/// How an EndTxn ended.
+enum EndOutcome {
+    /// Done; under KIP-890 with the identity for the next transaction.
+    Done(Option<Identity>),
+    /// The coordinator had already ended it the other way, or it moved past it.
+    Not(String),
+}
+
+/// What DescribeTransactions says about a transactional id.
+struct TxnDescription {
+    state: String,
+    producer_id: i64,
+    producer_epoch: i16,
+}
+
+async fn describe_transaction(cluster: &Cluster, id: &str) -> Result<TxnDescription> {
+    let req = DescribeTransactionsRequest::default().with_transactional_ids(vec![txn_id(id)]);
+    coordinator_call_on(
+        cluster,
+        id,
+        "DescribeTransactions",
+        cluster.config().api_timeout,
+        |conn| {
+            let req = req.clone();
+            async move {
+                let r = conn.request(&req).await?;
+                let s = r.transaction_states.into_iter().next();
+                match s {
+                    Some(s) => Ok((
+                        s.error_code,
+                        TxnDescription {
+                            state: s.transaction_state.to_string(),
+                            producer_id: s.producer_id.0,
+                            producer_epoch: s.producer_epoch,
+                        },
+                    )),
+                    None => Ok((
+                        ErrorCode::TRANSACTIONAL_ID_NOT_FOUND.0,
+                        TxnDescription {
+                            state: String::new(),
+                            producer_id: -1,
+                            producer_epoch: -1,
+                        },
+                    )),
+                }
+            }
+        },
+    )
+    .await
+}
+
+/// Classifies what the coordinator's view means for the transaction `p`.
+///
+/// Under the classic protocol the epoch does not change when a transaction ends, so "ours" is
+/// `epoch == saved`; any InitProducerId (fencing, or the coordinator's timeout abort) bumps it.
+/// Under KIP-890 every EndTxn and every timeout abort bumps the epoch once, so the transaction
+/// we wrote ended at `saved + 1`; a later producer's transaction would end at `saved + 2` or
+/// beyond.
+fn judge(p: &PreparedTransaction<&str>, d: &TxnDescription) -> Judgement {
+    if d.producer_id != p.producer_id {
+        return Judgement::Gone(format!(
+            "the transactional id now belongs to producer id {} (ours was {}): it was fenced or expired",
+            d.producer_id, p.producer_id
+        ));
+    }
+    let ended_epoch = if p.transaction_version >= 2 {
+        p.producer_epoch as i32 + 1
+    } else {
+        p.producer_epoch as i32
+    };
+    let epoch = d.producer_epoch as i32;
+    match d.state.as_str() {
+        "Ongoing" if epoch == p.producer_epoch as i32 => Judgement::Open,
+        "PrepareCommit" | "CompleteCommit" if epoch == ended_epoch || epoch == p.producer_epoch as i32 => Judgement::Committed,
+        "PrepareAbort" | "CompleteAbort" if epoch == ended_epoch || epoch == p.producer_epoch as i32 + 1 || epoch == p.producer_epoch as i32 => {
+            Judgement::Gone(format!("the coordinator aborted it (state {}, epoch {})", d.state, epoch))
+        }
+        other => Judgement::Gone(format!(
+            "the coordinator has moved on (state {other}, producer epoch {epoch}, ours {}): it was fenced, timed out or ended already",
+            p.producer_epoch
+        )),
+    }
+}
+
+enum Judgement {
+    Open,
+    Committed,
+    Gone(String),
+}
+
+/// Sends EndTxn; an unknown outcome (lost connection, timeout) is resolved with
+/// DescribeTransactions, never by blindly re-sending a commit that could land in a later
+/// transaction.
+async fn end_txn(
+    cluster: &Cluster,
+    p: &PreparedTransaction<&str>,
+    commit: bool,
+    budget: Duration,
+) -> Result<EndOutcome> {
+    let id = p.transactional_id;
+    let req = EndTxnRequest::default()
+        .with_transactional_id(txn_id(id))
+        .with_producer_id(ProducerId(p.producer_id))
+        .with_producer_epoch(p.producer_epoch)
+        .with_committed(commit);
+    let deadline = Instant::now() + budget.max(cluster.config().api_timeout);
+    let mut attempt = 0u32;
+    loop {
+        let sent = async {
+            let conn = cluster
+                .coordinator(CoordinatorKind::Transaction, id)
+                .await?;
+            let cap = if p.transaction_version >= 2 {
+                Some(TV2_END_TXN_VERSION)
+            } else {
+                Some(TV2_END_TXN_VERSION - 1)
+            };
+            let v = conn.version_for::<EndTxnRequest>(cap)?;
+            let r: EndTxnResponse = conn.request_at(&req, v).await?;
+            Ok::<_, Error>((v, r))
+        }
+        .instrument(info_span!(
+            "end_txn",
+            transactional_id = id,
+            commit,
+            epoch = p.producer_epoch
+        ))
+        .await;
+        attempt += 1;
+        let wait = |code: Option<ErrorCode>| {
+            if code == Some(ErrorCode::CONCURRENT_TRANSACTIONS) {
+                backoff(Duration::from_millis(20), Duration::from_secs(1), attempt)
+            } else {
+                backoff(
+                    cluster.config().retry_backoff,
+                    cluster.config().retry_backoff_max,
+                    attempt,
+                )
+            }
+        };
+        match sent {
+            Ok((v, r)) if r.error_code == 0 => {
+                let next = (v >= TV2_END_TXN_VERSION && r.producer_id.0 >= 0).then_some(Identity {
+                    producer_id: r.producer_id.0,
+                    epoch: r.producer_epoch,
+                });
+                return Ok(EndOutcome::Done(next));
+            }
+            Ok((_, r)) => {
+                let e = Error::broker(
+                    format!(
+                        "EndTxn({}) for '{id}'",
+                        if commit { "commit" } else { "abort" }
+                    ),
+                    ErrorCode(r.error_code),
+                );
+                let class = e.class_in(Op::TxnCoordinator);
+                match class {
+                    ErrorClass::Retriable | ErrorClass::RefreshAndRetry
+                        if Instant::now() < deadline =>
+                    {
+                        if class == ErrorClass::RefreshAndRetry {
+                            cluster.forget_coordinator(CoordinatorKind::Transaction, id);
+                        }
+                        tokio::time::sleep(wait(e.code())).await;
+                    }
+                    _ => return Err(e),
+                }
+            }
+            // No answer: the coordinator may or may not have acted on it.
+            Err(e) if e.class() == ErrorClass::RefreshAndRetry && Instant::now() < deadline => {
+                warn!(error = %e, "EndTxn outcome unknown; asking the coordinator");
+                cluster.forget_coordinator(CoordinatorKind::Transaction, id);
+                tokio::time::sleep(wait(None)).await;
+                let d = match describe_transaction(cluster, id).await {
+                    Ok(d) => d,
+                    Err(_) => continue,
+                };
+                match (judge(p, &d), commit) {
+                    (Judgement::Open, _) => continue, // never reached it: send again
+                    (Judgement::Committed, true) => return Ok(EndOutcome::Done(tv2_next(p))),
+                    (Judgement::Committed, false) => {
+                        return Ok(EndOutcome::Not("it was committed".into()))
+                    }
+                    (Judgement::Gone(_), false) if d.state.contains("Abort") => {
+                        return Ok(EndOutcome::Done(tv2_next(p)))
+                    }
+                    (Judgement::Gone(reason), _) => return Ok(EndOutcome::Not(reason)),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Under KIP-890 the epoch after an EndTxn whose response was lost is the saved one plus one.
+fn tv2_next(p: &PreparedTransaction<&str>) -> Option<Identity> {
+    (p.transaction_version >= 2).then_some(Identity {
+        producer_id: p.producer_id,
+        epoch: p.producer_epoch.saturating_add(1),
+    })
+}
+
+/// Commits (or aborts) a transaction prepared by another producer instance — typically one
+/// that crashed after saving its [`PreparedTransaction`] — without InitProducerId, which would
+/// abort it. Safe to call more than once: a second commit reports
+/// [`ResumeOutcome::AlreadyCommitted`], never writes twice.
+///
+/// # Errors
+/// Connection and authorization failures; the transaction's fate is in the `Ok` value.
+///
+/// ```no_run
+/// # async fn demo(saved: onceflow::client::producer::PreparedTransaction) -> onceflow::client::Result<()> {
+/// use onceflow::client::{Cluster, ClientConfig};
+/// use onceflow::client::producer::{resume_transaction, ResumeOutcome};
+/// let cluster = Cluster::connect(ClientConfig::default()).await?;
+/// match resume_transaction(&cluster, &saved, true).await? {
+///     ResumeOutcome::Completed | ResumeOutcome::AlreadyCommitted => println!("committed once"),
+///     other => println!("lost: {other:?}"),
+/// }
+/// # Ok(()) }
+/// ```
+pub async fn resume_transaction(
+    cluster: &Cluster,
+    prepared: &PreparedTransaction,
+    commit: bool,
+) -> Result<ResumeOutcome> {
+    let p = PreparedTransaction {
+        transactional_id: prepared.transactional_id.as_str(),
+        producer_id: prepared.producer_id,
+        producer_epoch: prepared.producer_epoch,
+        transaction_version: prepared.transaction_version,
+    };
+    let d = describe_transaction(cluster, p.transactional_id).await?;
+    match judge(&p, &d) {
+        Judgement::Committed if commit => return Ok(ResumeOutcome::AlreadyCommitted),
+        Judgement::Committed => {
+            return Ok(ResumeOutcome::NotCommitted {
+                reason: "it was committed already; it cannot be aborted".into(),
+            })
+        }
+        Judgement::Gone(reason) => return Ok(ResumeOutcome::NotCommitted { reason }),
+        Judgement::Open => {}
+    }
+    let budget = cluster.config().api_timeout;
+    match end_txn(cluster, &p, commit, budget).await {
+        Ok(EndOutcome::Done(_)) => Ok(ResumeOutcome::Completed),
+        Ok(EndOutcome::Not(reason)) => Ok(ResumeOutcome::NotCommitted { reason }),
+        Err(e) if matches!(e.code(), Some(c) if c == ErrorCode::PRODUCER_FENCED || c == ErrorCode::INVALID_PRODUCER_EPOCH) => {
+            Ok(ResumeOutcome::NotCommitted {
+                reason: e.to_string(),
+            })
+        }
+        Err(e) => Err(e),
+    }
+}

@@ -74,19 +74,39 @@ perf=$repo/benches/perf/target/release/onceflow-perf
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   echo "building onceflow-perf (release)..." >&2
   cargo build --release --quiet --manifest-path "$repo/benches/perf/Cargo.toml"
+  # Which onceflow source the binary holds (other people edit src/ while benchmarks run).
+  { echo "onceflow commit at build: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "uncommitted changes under src/ or Cargo.toml at build: $(git -C "$repo" status --porcelain -- src Cargo.toml 2>/dev/null | wc -l) file(s)"
+    echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ)"; } >"$perf.build-info"
 fi
 [ -x "$perf" ] || die "no $perf (build it: cargo build --release --manifest-path benches/perf/Cargo.toml)"
 "$repo/protocol-tests/kafka-broker.sh" start >/dev/null
 jars_dir >/dev/null # resolve the Java classpath now, not inside the first measured run
 
-mkdir -p "$OUT_DIR"
-results=$OUT_DIR/results.tsv
-printf 'client\tsize\trep\trecords\trecords_per_sec\tmb_per_sec\tcpu_seconds\tcpu_self_reported\tbatches\tavg_records_per_batch\tavg_batch_bytes\tloadavg\n' >"$results"
-
 props=(acks="$ACKS" linger.ms="$LINGER_MS" batch.size="$BATCH_SIZE" compression.type="$COMPRESSION"
        enable.idempotence="$IDEMPOTENCE")
 xprops=()
 for p in "${props[@]}"; do xprops+=(-X "$p"); done
+
+mkdir -p "$OUT_DIR"
+results=$OUT_DIR/results.tsv
+# What was measured: the onceflow commit (and whether src/ had uncommitted changes when
+# onceflow-perf was built), the machine, the toolchains.
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "onceflow commit now: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "uncommitted changes under src/ or Cargo.toml now: $(git -C "$repo" status --porcelain -- src Cargo.toml 2>/dev/null | wc -l) file(s)"
+  if [ -f "$perf.build-info" ]; then cat "$perf.build-info"; else echo "build info: none (built outside this script)"; fi
+  echo "onceflow-perf binary mtime: $(date -u -r "$perf" +%Y-%m-%dT%H:%M:%SZ)"
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) online CPU(s) shared with the broker"
+  echo "kernel: $(uname -r)"
+  echo "rustc: $(rustc --version 2>/dev/null || echo unknown)"
+  echo "java: $(java -version 2>&1 | head -1)"
+  echo "kafka: $KAFKA_VERSION (broker and Java client)"
+  echo "settings: ${props[*]} payload=$PAYLOAD partitions=$PARTITIONS reps=$REPS n_100=$N_100 n_1k=$N_1K"
+} >"$OUT_DIR/meta.txt"
+sed 's/^/# /' "$OUT_DIR/meta.txt" >&2
+printf 'client\tsize\trep\trecords\trecords_per_sec\tmb_per_sec\tcpu_seconds\tcpu_self_reported\tbatches\tavg_records_per_batch\tavg_batch_bytes\tloadavg\n' >"$results"
 
 n_for() { if [ "$1" -le 512 ]; then echo "$N_100"; else echo "$N_1K"; fi; }
 
@@ -191,6 +211,7 @@ awk -F'\t' -v reps="$REPS" '
     val[key, "rps", i] = $5; val[key, "mbps", i] = $6
     val[key, "cpum", i] = $7 * 1e6 / $4
     val[key, "batch", i] = $11; val[key, "rpb", i] = $10
+    rps_of[$1, $2, $3] = $5
   }
   END {
     print "| record size | client | records/s | MB/s | client CPU s per 1M records | avg batch bytes | records/batch |"
@@ -207,12 +228,19 @@ awk -F'\t' -v reps="$REPS" '
       }
     }
     print ""
-    print "| record size | onceflow/Java records/s (ratio of medians) | onceflow/Java CPU per record |"
-    print "|---|---|---|"
+    print "| record size | onceflow/Java records/s, ratio of medians | same-rep ratios, median (min-max) | onceflow/Java CPU per record |"
+    print "|---|---|---|---|"
     for (s = 1; s <= ns; s++) {
       size = sizes[s]; o = "onceflow" SUBSEP size; j = "java" SUBSEP size
-      if (med[j, "rps"] > 0 && med[j, "cpum"] > 0)
-        printf "| %s B | %.2f | %.2f |\n", size, med[o, "rps"] / med[j, "rps"], med[o, "cpum"] / med[j, "cpum"]
+      if (!(med[j, "rps"] > 0 && med[j, "cpum"] > 0)) continue
+      # Runs of the same rep ran back to back, so their ratio cancels slow drift in load.
+      n = 0; delete pr
+      for (r = 1; r <= reps; r++)
+        if (("onceflow", size, r) in rps_of && ("java", size, r) in rps_of && rps_of["java", size, r] > 0)
+          pr[++n] = rps_of["onceflow", size, r] / rps_of["java", size, r]
+      paired = "-"
+      if (n > 0) { sort(pr, n); paired = sprintf("%.2f (%.2f-%.2f)", median(pr, n), pr[1], pr[n]) }
+      printf "| %s B | %.2f | %s | %.2f |\n", size, med[o, "rps"] / med[j, "rps"], paired, med[o, "cpum"] / med[j, "cpum"]
     }
     if (("onceflow" in calib) || ("java" in calib)) {
       print ""

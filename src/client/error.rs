@@ -306,4 +306,56 @@ mod tests {
             ErrorClass::Abortable
         );
     }
+
+    #[test]
+    fn transactions_have_three_outcomes() {
+        use ErrorClass::*;
+        let cases = [
+            (
+                ErrorCode::CONCURRENT_TRANSACTIONS,
+                Op::TxnCoordinator,
+                Retriable,
+            ),
+            (
+                ErrorCode::COORDINATOR_LOAD_IN_PROGRESS,
+                Op::TxnCoordinator,
+                Retriable,
+            ),
+            (
+                ErrorCode::NOT_COORDINATOR,
+                Op::TxnCoordinator,
+                RefreshAndRetry,
+            ),
+            (
+                ErrorCode::UNKNOWN_PRODUCER_ID,
+                Op::TxnCoordinator,
+                Abortable,
+            ),
+            (
+                ErrorCode::INVALID_PRODUCER_ID_MAPPING,
+                Op::TxnCoordinator,
+                Abortable,
+            ),
+            (ErrorCode::TRANSACTION_ABORTABLE, Op::TxnProduce, Abortable),
+            (ErrorCode::ILLEGAL_GENERATION, Op::TxnCoordinator, Abortable),
+            (ErrorCode::PRODUCER_FENCED, Op::TxnCoordinator, Fatal),
+            (ErrorCode::INVALID_PRODUCER_EPOCH, Op::TxnProduce, Fatal),
+            (
+                ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                Op::TxnCoordinator,
+                Fatal,
+            ),
+            (ErrorCode::MESSAGE_TOO_LARGE, Op::TxnProduce, Abortable),
+            (ErrorCode(9999), Op::TxnProduce, Abortable),
+            (ErrorCode(9999), Op::TxnCoordinator, Fatal),
+            (
+                ErrorCode::NOT_LEADER_OR_FOLLOWER,
+                Op::TxnProduce,
+                RefreshAndRetry,
+            ),
+        ];
+        for (code, op, want) in cases {
+            assert_eq!(classify(code, op), want, "{code} in {op:?}");
+        }
+    }
 }

@@ -101,6 +101,12 @@ async fn committed_records_are_visible_to_read_committed_and_aborted_ones_are_no
     let all = java_values(&topic.name, 30, "read_uncommitted").await;
     assert_eq!(all.len(), 30);
     assert!(all.iter().any(|v| v.starts_with("a-")));
+    let ours = consume_all(&broker(), &topic, 30, &[]).await;
+    assert_eq!(
+        ours.len(),
+        30,
+        "read_uncommitted returns the aborted records too"
+    );
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! The fetcher task: resolves start positions, keeps one Fetch in flight per leader, decodes
 //! record batches and hands the records to the consumer.
 
+use super::isolation::AbortedTransactions;
 use super::{list_offsets, Chunk, ConsumerRecord, Fetched, Offset, Shared};
 use crate::client::config::AutoOffsetReset;
 use crate::client::error::{Error, ErrorClass};
@@ -334,13 +335,23 @@ fn decode_partition(
 ) -> Result<Chunk, Error> {
     let mut records = VecDeque::new();
     let mut next_offset = fetch_offset;
+    // Under read_committed the broker sends the aborted transactions; under read_uncommitted
+    // it sends none, and only control batches are skipped.
+    let mut aborted = AbortedTransactions::new(
+        p.aborted_transactions
+            .iter()
+            .flatten()
+            .map(|a| (a.producer_id.0, a.first_offset)),
+    );
     if let Some(bytes) = p.records.clone() {
         for batch in decode_batches(bytes) {
             let batch = batch?;
+            // Markers and aborted batches before the fetch offset still update the index.
+            let keep = aborted.keep(&batch);
             if batch.next_offset() <= fetch_offset {
                 continue;
             }
-            if !batch.is_control() {
+            if keep {
                 for r in batch.records()? {
                     if r.offset < fetch_offset {
                         continue;

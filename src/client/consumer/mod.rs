@@ -8,6 +8,7 @@
 //! response that was already on its way.
 
 mod fetcher;
+pub mod isolation;
 
 use super::cluster::Cluster;
 use super::config::{AutoOffsetReset, ConsumerConfig, IsolationLevel};

@@ -97,6 +97,19 @@ async fn committed_records_are_visible_to_read_committed_and_aborted_ones_are_no
         java_values(&topic.name, 20, "read_committed").await,
         committed
     );
+    // onceflow's read_committed consumer agrees.
+    let ours = consume_all(
+        &broker(),
+        &topic,
+        20,
+        &[("isolation.level", "read_committed")],
+    )
+    .await;
+    let ours = sorted(
+        ours.iter()
+            .map(|r| String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap()),
+    );
+    assert_eq!(ours, committed);
     // Proof the test can fail: read_uncommitted sees the aborted records too.
     let all = java_values(&topic.name, 30, "read_uncommitted").await;
     assert_eq!(all.len(), 30);

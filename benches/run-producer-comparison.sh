@@ -5,7 +5,9 @@
 #
 #   benches/run-producer-comparison.sh              # full run (5 reps; ~15-20 min on 2 cores)
 #   REPS=3 benches/run-producer-comparison.sh
-#   SMOKE=1 benches/run-producer-comparison.sh      # CI: tiny N, 1 rep, < 1 min
+#   SMOKE=1 benches/run-producer-comparison.sh      # CI: tiny N, 1 rep, < 1 min (checks that
+#                                                   # everything runs; its numbers mean nothing:
+#                                                   # 20,000 records is mostly JVM warm-up)
 #   IDEMPOTENCE=true benches/run-producer-comparison.sh
 #
 # Settings (both clients): acks=all, linger.ms=5, batch.size=16384, compression.type=none,
@@ -249,3 +251,4 @@ awk -F'\t' -v reps="$REPS" '
   }' "$results"
 echo
 echo "(every run: $results)"
+if [ "$SMOKE" = 1 ]; then echo "(SMOKE=1: a functional check only; these numbers are not a measurement)"; fi

@@ -16,3 +16,4 @@ mod interop;
 mod limits;
 mod ordering;
 mod transactions;
+mod txn_stress;

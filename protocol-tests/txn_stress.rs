@@ -8,6 +8,8 @@ use crate::support::*;
 use bytes::Bytes;
 use onceflow::client::{Error, Producer, ProducerRecord};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 const PRODUCERS: usize = 10;
@@ -23,7 +25,12 @@ enum Fate {
     Unknown,
 }
 
-async fn run_producer(addr: String, topic: String, p: usize) -> Vec<(usize, Fate)> {
+async fn run_producer(
+    addr: String,
+    topic: String,
+    p: usize,
+    done: Arc<AtomicUsize>,
+) -> Vec<(usize, Fate)> {
     let id = format!("{topic}-producer-{p}");
     let config = producer_config(
         &addr,
@@ -56,6 +63,11 @@ async fn run_producer(addr: String, topic: String, p: usize) -> Vec<(usize, Fate
             }
         }
         let want_abort = t % 5 == 4;
+        if want_abort && !failed {
+            // Deliberate aborts write their records first, so the log really holds aborted
+            // data for read_committed to hide.
+            let _ = producer.flush().await;
+        }
         let fate = if failed || want_abort {
             match producer.abort_transaction().await {
                 Ok(()) => Fate::Aborted,
@@ -72,6 +84,7 @@ async fn run_producer(addr: String, topic: String, p: usize) -> Vec<(usize, Fate
             }
         };
         fates.push((t, fate));
+        done.fetch_add(1, Ordering::Relaxed);
     }
     fates
 }
@@ -93,15 +106,21 @@ async fn init_with_retries(p: &Producer) {
 async fn ten_producers_a_thousand_transactions_and_a_broker_crash() {
     let broker = PrivateBroker::start(19094);
     let topic = TestTopic::create_with(&broker.addr, "txn-stress", PARTITIONS, &[]).await;
+    let done = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for p in 0..PRODUCERS {
         tasks.push(tokio::spawn(run_producer(
             broker.addr.clone(),
             topic.name.clone(),
             p,
+            done.clone(),
         )));
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Crash the broker once a tenth of the transactions are done.
+    while done.load(Ordering::Relaxed) < PRODUCERS * TXNS_PER_PRODUCER / 10 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before_crash = done.load(Ordering::Relaxed);
     broker.run("kill");
     tokio::time::sleep(Duration::from_secs(1)).await;
     broker.run("start");
@@ -118,6 +137,10 @@ async fn ten_producers_a_thousand_transactions_and_a_broker_crash() {
         fates.len() - committed - unknown
     );
     assert_eq!(fates.len(), PRODUCERS * TXNS_PER_PRODUCER);
+    assert!(
+        before_crash < PRODUCERS * TXNS_PER_PRODUCER / 2,
+        "the crash came in the middle ({before_crash} transactions done before it)"
+    );
     assert!(committed >= 600, "most transactions commit ({committed})");
 
     // Everything that is visible under read_committed, read to the end.
@@ -155,5 +178,16 @@ async fn ten_producers_a_thousand_transactions_and_a_broker_crash() {
             ),
         }
     }
+    // Proof the check can fail: the aborted transactions' records are in the log, and a
+    // read_uncommitted reader sees them.
+    let all = consume_all(&broker.addr, &topic, got.len(), &[]).await;
+    let aborted_visible = all
+        .iter()
+        .filter(|r| !seen.contains(&*String::from_utf8_lossy(r.value.as_deref().unwrap())))
+        .count();
+    assert!(
+        aborted_visible > 0,
+        "read_uncommitted shows aborted records"
+    );
     drop(topic);
 }

@@ -146,6 +146,11 @@ start() {
     echo "127.0.0.1:$KAFKA_PORT"
     return 0
   fi
+  if (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null; then
+    log "something else already listens on 127.0.0.1:$KAFKA_PORT (another checkout's broker?); using it"
+    echo "127.0.0.1:$KAFKA_PORT"
+    return 0
+  fi
   # A state directory formatted at another transaction.version is wiped: tests ask for a level.
   if [ -f "$KAFKA_DIR/tv" ] && [ "$(cat "$KAFKA_DIR/tv")" != "$KAFKA_TV" ]; then
     rm -rf "$KAFKA_DIR"

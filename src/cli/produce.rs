@@ -1,12 +1,15 @@
-//! `onceflow produce`: stdin lines to records.
+//! `onceflow produce`: stdin lines to records, optionally in transactions.
 
 use super::props;
 use bytes::Bytes;
+use onceflow::client::config::split_property;
 use onceflow::client::{DeliveryFuture, Error, Producer, ProducerRecord};
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -25,75 +28,190 @@ pub struct Args {
     /// A producer property, key=value (Kafka names, e.g. -X linger.ms=10). Repeatable.
     #[arg(short = 'X', value_name = "KEY=VALUE")]
     props: Vec<String>,
+    /// Write in transactions under this transactional.id (fences older producers using it).
+    #[arg(long = "transactional-id", value_name = "ID")]
+    transactional_id: Option<String>,
+    /// With --transactional-id: one transaction per N records (default: all of stdin in one).
+    #[arg(long = "txn-records", value_name = "N")]
+    txn_records: Option<u64>,
+    /// With --transactional-id: abort each transaction instead of committing it (the records
+    /// reach the log; read_committed consumers never see them).
+    #[arg(long)]
+    abort: bool,
+    /// With --transactional-id: write all of stdin in one transaction, prepare it, print it as
+    /// one JSON line on stdout and wait (up to transaction.timeout.ms) without committing;
+    /// finish it from any process with `onceflow txn commit --prepared`.
+    #[arg(long = "prepare-only")]
+    prepare_only: bool,
 }
 
+/// What was delivered: (acknowledged, failed, first error).
+type Checked = (u64, u64, Option<String>);
+
 pub async fn run(args: Args) -> Result<ExitCode, Error> {
-    let config = props::producer(&args.broker, &args.props)?;
+    let txn_id = transactional_id(&args)?;
+    let mut props = args.props.clone();
+    if let Some(id) = &txn_id {
+        props.push(format!("transactional.id={id}"));
+    }
+    let config = props::producer(&args.broker, &props)?;
     if args.key_delimiter.as_deref() == Some("") {
         return Err(Error::InvalidState("-K needs a non-empty separator".into()));
     }
-    let producer = Producer::new(config).await?;
+    let producer = Producer::new(config.clone()).await?;
     // Fail fast on a missing topic, before reading stdin.
     producer.cluster().topic(&args.topic).await?;
-    let (tx, mut rx) = mpsc::channel::<DeliveryFuture>(100_000);
-    let checker = tokio::spawn(async move {
-        let (mut ok, mut failed, mut first_error) = (0u64, 0u64, None);
-        while let Some(f) = rx.recv().await {
-            match f.await {
-                Ok(_) => ok += 1,
-                Err(e) => {
-                    failed += 1;
-                    first_error.get_or_insert(e.to_string());
-                }
+    let (tx, rx) = mpsc::channel::<DeliveryFuture>(100_000);
+    let checker = tokio::spawn(check_deliveries(rx));
+    let start = Instant::now();
+    let mut input = Input {
+        lines: BufReader::new(tokio::io::stdin()).lines(),
+        args: &args,
+    };
+    match txn_id {
+        None => {
+            let send_error = input.send_all(&producer, &tx, None).await.err();
+            drop(tx);
+            producer.flush().await?;
+            let (ok, failed, first_error) = join(checker).await?;
+            eprintln!("{}", summary(&args.topic, ok, failed, start));
+            finish(send_error.or(first_error), failed)
+        }
+        Some(id) if args.prepare_only => {
+            prepare_only(&producer, input, tx, checker, &id, &config).await
+        }
+        Some(_) => transactional(&producer, input, tx, checker, start).await,
+    }
+}
+
+/// The transactional id from --transactional-id or -X transactional.id, and the checks that
+/// the transactional flags are used together sensibly.
+fn transactional_id(args: &Args) -> Result<Option<String>, Error> {
+    let mut from_props = None;
+    for p in &args.props {
+        let (k, v) = split_property(p)?;
+        if k == "transactional.id" {
+            from_props = Some(v);
+        }
+    }
+    let id = match (&args.transactional_id, from_props) {
+        (Some(a), Some(b)) if *a != b => {
+            return Err(Error::InvalidState(format!(
+                "--transactional-id '{a}' contradicts -X transactional.id={b}; give one"
+            )))
+        }
+        (Some(a), _) => Some(a.clone()),
+        (None, b) => b,
+    };
+    let flag = if args.prepare_only {
+        Some("--prepare-only")
+    } else if args.abort {
+        Some("--abort")
+    } else if args.txn_records.is_some() {
+        Some("--txn-records")
+    } else {
+        None
+    };
+    if let (Some(flag), None) = (flag, &id) {
+        return Err(Error::InvalidState(format!(
+            "{flag} needs --transactional-id"
+        )));
+    }
+    if args.txn_records == Some(0) {
+        return Err(Error::InvalidState(
+            "--txn-records must be at least 1".into(),
+        ));
+    }
+    if args.prepare_only && (args.abort || args.txn_records.is_some()) {
+        return Err(Error::InvalidState(
+            "--prepare-only writes one transaction and leaves it open; it cannot be combined with --abort or --txn-records".into(),
+        ));
+    }
+    Ok(id)
+}
+
+struct Input<'a> {
+    lines: Lines<BufReader<Stdin>>,
+    args: &'a Args,
+}
+
+impl Input<'_> {
+    /// Sends stdin lines as records until EOF, or until `limit` records were sent. Returns how
+    /// many were sent; an error stops sending (records already sent stay sent).
+    async fn send_all(
+        &mut self,
+        producer: &Producer,
+        tx: &mpsc::Sender<DeliveryFuture>,
+        limit: Option<u64>,
+    ) -> Result<u64, String> {
+        let mut sent = 0u64;
+        while limit.is_none_or(|l| sent < l) {
+            let line = match self.lines.next_line().await {
+                Ok(Some(l)) => l,
+                Ok(None) => break,
+                Err(e) => return Err(format!("reading stdin: {e}")),
+            };
+            let f = producer
+                .send(self.record(line))
+                .await
+                .map_err(|e| e.to_string())?;
+            sent += 1;
+            if tx.send(f).await.is_err() {
+                return Err("the delivery checker stopped".into());
             }
         }
-        (ok, failed, first_error)
-    });
-    let start = Instant::now();
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    let mut send_error = None;
-    loop {
-        let line = match lines.next_line().await {
-            Ok(Some(l)) => l,
-            Ok(None) => break,
-            Err(e) => {
-                send_error = Some(format!("reading stdin: {e}"));
-                break;
-            }
-        };
-        let mut record = match &args.key_delimiter {
+        Ok(sent)
+    }
+
+    fn record(&self, line: String) -> ProducerRecord {
+        let topic = self.args.topic.clone();
+        let mut record = match &self.args.key_delimiter {
             Some(sep) => match line.split_once(sep.as_str()) {
-                Some((k, v)) => ProducerRecord::new(args.topic.clone(), Bytes::from(v.to_owned()))
+                Some((k, v)) => ProducerRecord::new(topic, Bytes::from(v.to_owned()))
                     .with_key(Bytes::from(k.to_owned())),
-                None => ProducerRecord::new(args.topic.clone(), Bytes::from(line)),
+                None => ProducerRecord::new(topic, Bytes::from(line)),
             },
-            None => ProducerRecord::new(args.topic.clone(), Bytes::from(line)),
+            None => ProducerRecord::new(topic, Bytes::from(line)),
         };
-        record.partition = args.partition;
-        match producer.send(record).await {
-            Ok(f) => {
-                if tx.send(f).await.is_err() {
-                    break;
-                }
-            }
+        record.partition = self.args.partition;
+        record
+    }
+
+    fn topic(&self) -> &str {
+        &self.args.topic
+    }
+}
+
+async fn check_deliveries(mut rx: mpsc::Receiver<DeliveryFuture>) -> Checked {
+    let (mut ok, mut failed, mut first_error) = (0u64, 0u64, None);
+    while let Some(f) = rx.recv().await {
+        match f.await {
+            Ok(_) => ok += 1,
             Err(e) => {
-                send_error = Some(e.to_string());
-                break;
+                failed += 1;
+                first_error.get_or_insert(e.to_string());
             }
         }
     }
-    drop(tx);
-    producer.flush().await?;
-    let (ok, failed, first_error) = checker
+    (ok, failed, first_error)
+}
+
+async fn join(checker: JoinHandle<Checked>) -> Result<Checked, Error> {
+    checker
         .await
-        .map_err(|e| Error::InvalidState(format!("delivery checker failed: {e}")))?;
+        .map_err(|e| Error::InvalidState(format!("delivery checker failed: {e}")))
+}
+
+fn summary(topic: &str, ok: u64, failed: u64, start: Instant) -> String {
     let secs = start.elapsed().as_secs_f64();
-    eprintln!(
-        "onceflow: produced {ok} record(s) to {} in {secs:.2}s ({:.0} records/s); {failed} failed",
-        args.topic,
+    format!(
+        "onceflow: produced {ok} record(s) to {topic} in {secs:.2}s ({:.0} records/s); {failed} failed",
         ok as f64 / secs.max(1e-9)
-    );
-    if let Some(e) = send_error.or(first_error) {
+    )
+}
+
+fn finish(error: Option<String>, failed: u64) -> Result<ExitCode, Error> {
+    if let Some(e) = error {
         eprintln!("onceflow: error: {e}");
         return Ok(ExitCode::FAILURE);
     }
@@ -102,4 +220,133 @@ pub async fn run(args: Args) -> Result<ExitCode, Error> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// One transaction per --txn-records records (or one for all of stdin), each committed, or
+/// aborted with --abort.
+async fn transactional(
+    producer: &Producer,
+    mut input: Input<'_>,
+    tx: mpsc::Sender<DeliveryFuture>,
+    checker: JoinHandle<Checked>,
+    start: Instant,
+) -> Result<ExitCode, Error> {
+    let args = input.args;
+    producer.init_transactions().await?;
+    let (mut committed, mut committed_records) = (0u64, 0u64);
+    let (mut aborted, mut aborted_records) = (0u64, 0u64);
+    let mut error = None;
+    loop {
+        producer.begin_transaction()?;
+        let sent = input.send_all(producer, &tx, args.txn_records).await;
+        let (n, send_error) = match sent {
+            Ok(n) => (n, None),
+            Err(e) => (0, Some(e)),
+        };
+        if n == 0 && send_error.is_none() {
+            // EOF at a transaction boundary: nothing was written in this one.
+            producer.abort_transaction().await?;
+            break;
+        }
+        if let Some(e) = send_error {
+            // Whatever this transaction wrote must not become visible.
+            error = Some(e);
+            let _ = producer.abort_transaction().await;
+            aborted += 1;
+            break;
+        }
+        if args.abort {
+            // Let the records reach the log before the abort marker, so the abort is real.
+            producer.flush().await?;
+            producer.abort_transaction().await?;
+            aborted += 1;
+            aborted_records += n;
+        } else {
+            match producer.commit_transaction().await {
+                Ok(()) => {
+                    committed += 1;
+                    committed_records += n;
+                }
+                Err(e) => {
+                    error = Some(format!("committing transaction {}: {e}", committed + aborted + 1));
+                    let _ = producer.abort_transaction().await;
+                    aborted += 1;
+                    aborted_records += n;
+                    break;
+                }
+            }
+        }
+        if args.txn_records.is_none_or(|limit| n < limit) {
+            break; // EOF
+        }
+    }
+    drop(tx);
+    let (ok, failed, first_error) = join(checker).await?;
+    eprintln!(
+        "{}; {committed} transaction(s) committed ({committed_records} records), {aborted} aborted ({aborted_records} records)",
+        summary(input.topic(), ok, failed, start)
+    );
+    finish(error.or(first_error), failed)
+}
+
+/// The first phase of a two-phase commit: one transaction with all of stdin, prepared and left
+/// open; the committable goes to stdout as one JSON line.
+async fn prepare_only(
+    producer: &Producer,
+    mut input: Input<'_>,
+    tx: mpsc::Sender<DeliveryFuture>,
+    checker: JoinHandle<Checked>,
+    id: &str,
+    config: &onceflow::client::ProducerConfig,
+) -> Result<ExitCode, Error> {
+    producer.init_transactions().await?;
+    producer.begin_transaction()?;
+    let sent = input.send_all(producer, &tx, None).await;
+    drop(tx);
+    let prepared = match sent {
+        Ok(0) => Err("--prepare-only needs at least one record on stdin".to_owned()),
+        Ok(_) => producer.prepare_commit().await.map_err(|e| e.to_string()),
+        Err(e) => Err(e),
+    };
+    let (ok, failed, first_error) = join(checker).await?;
+    let prepared = match (prepared, first_error) {
+        (Ok(p), None) if failed == 0 => p,
+        (Err(e), _) | (Ok(_), Some(e)) => {
+            let _ = producer.abort_transaction().await;
+            return Err(Error::InvalidState(format!(
+                "transaction '{id}' not prepared (aborted): {e}"
+            )));
+        }
+        (Ok(_), None) => {
+            let _ = producer.abort_transaction().await;
+            return Err(Error::InvalidState(format!(
+                "transaction '{id}' not prepared (aborted): {failed} record(s) failed"
+            )));
+        }
+    };
+    let json = serde_json::to_string(&prepared)
+        .map_err(|e| Error::InvalidState(format!("encoding the prepared transaction: {e}")))?;
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{json}")
+            .and_then(|()| out.flush())
+            .map_err(|e| Error::InvalidState(format!("writing the prepared transaction to stdout: {e}")))?;
+    }
+    let timeout = config.transaction_timeout;
+    eprintln!(
+        "onceflow: prepared transaction '{id}' with {ok} record(s) to {} (producer id {}, epoch {}); \
+         commit it with `onceflow txn commit --prepared '{json}'` within transaction.timeout.ms={} ms; waiting",
+        input.topic(),
+        prepared.producer_id,
+        prepared.producer_epoch,
+        timeout.as_millis()
+    );
+    // Neither commit nor abort: the process only waits, to be killed or to outlive the
+    // transaction (after which the coordinator aborts it unless someone committed it).
+    tokio::time::sleep(timeout).await;
+    eprintln!(
+        "onceflow: transaction.timeout.ms={} ms passed; unless it was committed, the coordinator aborts transaction '{id}'",
+        timeout.as_millis()
+    );
+    Ok(ExitCode::SUCCESS)
 }

@@ -9,6 +9,7 @@
 //!   error is retried, needs a metadata refresh, aborts a transaction or is fatal.
 
 pub mod admin;
+pub mod admin_txn;
 pub mod cluster;
 pub mod config;
 pub mod connection;

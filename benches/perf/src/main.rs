@@ -5,6 +5,7 @@
 //! onceflow-perf produce --bootstrap 127.0.0.1:9092 --topic T --num-records N --record-size S
 //!                       [--partitions P] [-X key=value]... [--payload random|fixed]
 //!                       [--max-outstanding M] [--worker-threads W]
+//!                       [--transaction-duration-ms D  (with -X transactional.id=ID)]
 //! onceflow-perf consume --bootstrap 127.0.0.1:9092 --topic T --num-records N [-X key=value]...
 //!                       [--timeout-ms MS] [--worker-threads W]
 //! onceflow-perf create-topic --bootstrap H:P --topic T [--partitions P]
@@ -53,6 +54,7 @@ usage:
   onceflow-perf produce --topic T --num-records N --record-size S [--bootstrap H:P]
                         [--partitions P] [-X key=value]... [--payload random|fixed]
                         [--max-outstanding M] [--worker-threads W] [--report-interval-ms MS]
+                       [--transaction-duration-ms D]   (needs -X transactional.id=ID)
   onceflow-perf consume --topic T --num-records N [--bootstrap H:P] [-X key=value]...
                         [--timeout-ms MS] [--worker-threads W]
   onceflow-perf create-topic --topic T [--partitions P] [--bootstrap H:P]
@@ -341,6 +343,7 @@ async fn produce(args: &Args) -> Res<()> {
     let partitions: Option<i32> = args.opt_num("partitions")?;
     let max_outstanding: usize = args.opt_num("max-outstanding")?.unwrap_or(1_000_000).max(1);
     let interval = Duration::from_millis(args.opt_num("report-interval-ms")?.unwrap_or(5000));
+    let txn_duration: Option<u64> = args.opt_num("transaction-duration-ms")?;
     let fresh_payload = match args.opt("payload").unwrap_or("random") {
         "random" => true,
         "fixed" => false,
@@ -374,8 +377,23 @@ async fn produce(args: &Args) -> Res<()> {
         }
         None => None,
     };
-    let result =
-        produce_records(config, &topic, n, size, fresh_payload, max_outstanding, interval).await;
+    if txn_duration.is_some() && config.transactional_id.is_none() {
+        return Err(Failure::Usage(
+            "--transaction-duration-ms needs -X transactional.id=ID".into(),
+        ));
+    }
+    let txn = txn_duration.map(Duration::from_millis);
+    let result = produce_records(
+        config,
+        &topic,
+        n,
+        size,
+        fresh_payload,
+        max_outstanding,
+        interval,
+        txn,
+    )
+    .await;
     if let Some(admin) = admin {
         if let Err(e) = admin.delete_topics(&[topic.as_str()]).await {
             eprintln!("onceflow-perf produce: warning: could not delete topic {topic}: {e}");
@@ -393,6 +411,9 @@ async fn produce(args: &Args) -> Res<()> {
 }
 
 /// Sends `n` records and waits for every acknowledgement. Returns (acked, failed, seconds).
+/// With `txn`, records go in transactions committed every `txn` (as ProducerPerformance's
+/// --transaction-duration-ms).
+#[allow(clippy::too_many_arguments)]
 async fn produce_records(
     config: ProducerConfig,
     topic: &str,
@@ -401,8 +422,15 @@ async fn produce_records(
     fresh_payload: bool,
     max_outstanding: usize,
     interval: Duration,
+    txn: Option<Duration>,
 ) -> Res<(u64, u64, f64)> {
     let producer = Producer::new(config).await.map_err(run_err)?;
+    let mut txn_started = Instant::now();
+    let mut transactions = 0u64;
+    if txn.is_some() {
+        producer.init_transactions().await.map_err(run_err)?;
+        producer.begin_transaction().map_err(run_err)?;
+    }
     let mut rng = Rng::seeded();
     let payload = Bytes::from(rng.letters(size));
 
@@ -450,6 +478,17 @@ async fn produce_records(
 
     let mut send_error = None;
     for _ in 0..n {
+        if let Some(d) = txn {
+            if txn_started.elapsed() >= d {
+                if let Err(e) = producer.commit_transaction().await {
+                    send_error = Some(e.to_string());
+                    break;
+                }
+                transactions += 1;
+                producer.begin_transaction().map_err(run_err)?;
+                txn_started = Instant::now();
+            }
+        }
         let value = if fresh_payload {
             Bytes::from(rng.letters(size))
         } else {
@@ -472,6 +511,13 @@ async fn produce_records(
                 break;
             }
         }
+    }
+    if txn.is_some() && send_error.is_none() {
+        match producer.commit_transaction().await {
+            Ok(()) => transactions += 1,
+            Err(e) => send_error = Some(e.to_string()),
+        }
+        println!("onceflow-detail transactions={transactions}");
     }
     let sent_secs = start.elapsed().as_secs_f64();
     drop(tx);

@@ -75,6 +75,11 @@ async fn idempotent_producer_writes_each_record_once_in_order_when_responses_are
         .faults
         .drop_produce_responses_per_mille
         .store(40, Ordering::Relaxed);
+    // A few certain losses, whatever the batching: the test must not depend on luck.
+    proxy
+        .faults
+        .drop_next_produce_responses
+        .store(3, Ordering::Relaxed);
     proxy.faults.reset_per_mille.store(3, Ordering::Relaxed);
     let producer = Producer::new(producer_config(&proxy.addr, &lossy_props("true")))
         .await
@@ -117,6 +122,11 @@ async fn without_idempotence_lost_responses_duplicate_records() {
         .faults
         .drop_produce_responses_per_mille
         .store(40, Ordering::Relaxed);
+    // A few certain losses, whatever the batching: the test must not depend on luck.
+    proxy
+        .faults
+        .drop_next_produce_responses
+        .store(3, Ordering::Relaxed);
     let producer = Producer::new(producer_config(&proxy.addr, &lossy_props("false")))
         .await
         .unwrap();

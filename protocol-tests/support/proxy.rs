@@ -22,6 +22,8 @@ use tokio::net::{TcpListener, TcpStream};
 /// Fault settings, changeable while the proxy runs.
 #[derive(Default)]
 pub struct Faults {
+    /// Drop the next this-many Produce responses (deterministic), then go on at the rate below.
+    pub drop_next_produce_responses: AtomicU32,
     pub drop_produce_responses_per_mille: AtomicU32,
     pub reset_per_mille: AtomicU32,
     pub delay_ms: AtomicU64,
@@ -94,10 +96,14 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
                 let mut h = &frame[..8];
                 let (api, version, cid) = (h.get_i16(), h.get_i16(), h.get_i32());
                 let drop_it = api == ApiKey::Produce as i16
-                    && rand::rng().random_range(0..1000)
-                        < faults
-                            .drop_produce_responses_per_mille
-                            .load(Ordering::Relaxed);
+                    && (faults
+                        .drop_next_produce_responses
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                        .is_ok()
+                        || rand::rng().random_range(0..1000)
+                            < faults
+                                .drop_produce_responses_per_mille
+                                .load(Ordering::Relaxed));
                 inflight
                     .lock()
                     .unwrap()

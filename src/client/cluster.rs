@@ -358,6 +358,18 @@ impl Cluster {
         Ok(snap)
     }
 
+    /// A topic's partition count, fetching its metadata if the cache does not have it. The
+    /// producer's per-record path: it clones nothing when the topic is cached.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`] when the broker does not know it.
+    pub async fn partition_count(&self, topic: &str) -> Result<usize> {
+        if let Some(n) = self.metadata().partition_count(topic) {
+            return Ok(n);
+        }
+        Ok(self.topic(topic).await?.partitions.len())
+    }
+
     /// Metadata for a topic, fetching it if the cache does not have it.
     ///
     /// # Errors

@@ -210,7 +210,12 @@ pub(crate) struct NewRecord<'a> {
 
 impl Accumulator {
     pub fn queue(&mut self, tp: &TopicPartition) -> &mut PartitionQueue {
-        self.partitions.entry(tp.clone()).or_default()
+        // Look up before inserting: `entry` would clone the topic name for every record.
+        if !self.partitions.contains_key(tp) {
+            self.partitions
+                .insert(tp.clone(), PartitionQueue::default());
+        }
+        self.partitions.get_mut(tp).expect("inserted above")
     }
 
     pub fn append(
@@ -250,7 +255,8 @@ impl Accumulator {
             release += close_open(tp, q, identity, transactional);
             batch_closed = true;
         }
-        let mut builder = BatchBuilder::new(compression);
+        // Sized for a full batch up front: growing from zero showed in profiles.
+        let mut builder = BatchBuilder::with_capacity(compression, batch_size);
         // An empty builder always accepts one record, whatever its size.
         builder.try_append(
             record.timestamp,
@@ -373,7 +379,7 @@ pub(crate) fn close_open(
         },
         None => ProducerFields::NONE,
     };
-    let data = match open.builder.build(fields) {
+    let data = match open.builder.finish(fields) {
         Ok(data) => data,
         Err(e) => {
             let err = crate::client::Error::Record(e);

@@ -279,18 +279,23 @@ impl Producer {
                 limit: cfg.buffer_memory,
             });
         }
-        let topic = inner.cluster.topic(&record.topic).await?;
-        let count = topic.partitions.len();
+        let count = inner.cluster.partition_count(&record.topic).await?;
         let timestamp = record.timestamp.unwrap_or_else(now_ms);
         let permits = u32::try_from(size).unwrap_or(u32::MAX);
-        let permit = tokio::time::timeout(cfg.max_block, inner.memory.acquire_many(permits))
-            .await
-            .map_err(|_| Error::Timeout {
-                what: "waiting for buffer.memory to free up".into(),
-                after: cfg.max_block,
-            })?
-            .map_err(|_| Error::Closed("producer"))?;
-        permit.forget();
+        // Fast path without a timer; only a full buffer pays for max.block.ms.
+        match inner.memory.try_acquire_many(permits) {
+            Ok(permit) => permit.forget(),
+            Err(_) => {
+                tokio::time::timeout(cfg.max_block, inner.memory.acquire_many(permits))
+                    .await
+                    .map_err(|_| Error::Timeout {
+                        what: "waiting for buffer.memory to free up".into(),
+                        after: cfg.max_block,
+                    })?
+                    .map_err(|_| Error::Closed("producer"))?
+                    .forget();
+            }
+        }
 
         let (tx, rx) = oneshot::channel();
         let appended = {
@@ -312,10 +317,14 @@ impl Producer {
                     Some(k) if !cfg.partitioner_ignore_keys => {
                         partitioner::partition_for_key(k, count)
                     }
-                    _ => *acc
-                        .sticky
-                        .entry(record.topic.clone())
-                        .or_insert_with(|| partitioner::next_sticky(None, count)),
+                    _ => match acc.sticky.get(&record.topic) {
+                        Some(p) => *p,
+                        None => {
+                            let p = partitioner::next_sticky(None, count);
+                            acc.sticky.insert(record.topic.clone(), p);
+                            p
+                        }
+                    },
                 },
             };
             let tp = TopicPartition::new(record.topic.clone(), partition);

@@ -158,3 +158,55 @@ async fn out_of_range_position_resets_with_auto_offset_reset() {
         .unwrap_err();
     assert!(e.to_string().contains("OFFSET_OUT_OF_RANGE"), "{e}");
 }
+
+#[tokio::test]
+async fn the_producer_uses_partitions_added_while_it_runs() {
+    let topic = TestTopic::create("grow", 2).await;
+    let p = producer(&[
+        ("metadata.max.age.ms", "300"),
+        ("linger.ms", "0"),
+        ("batch.size", "200"),
+    ])
+    .await;
+    let send_batch = |from: usize| {
+        let p = p.clone();
+        let topic = topic.name.clone();
+        async move {
+            let mut fs = Vec::new();
+            for i in from..from + 200 {
+                fs.push(
+                    p.send(ProducerRecord::new(
+                        topic.clone(),
+                        Bytes::from(format!("v{i}")),
+                    ))
+                    .await
+                    .unwrap(),
+                );
+            }
+            let mut parts = std::collections::BTreeSet::new();
+            for f in fs {
+                parts.insert(f.await.unwrap().partition);
+            }
+            parts
+        }
+    };
+    let before = send_batch(0).await;
+    assert!(before.iter().all(|p| *p < 2));
+    let admin = onceflow::client::Admin::new(client_config(&broker()))
+        .await
+        .unwrap();
+    admin.create_partitions(&topic.name, 4).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut after = std::collections::BTreeSet::new();
+    for round in 0..10 {
+        after.extend(send_batch(1000 * (round + 1)).await);
+        if after.iter().any(|p| *p >= 2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(
+        after.iter().any(|p| *p >= 2),
+        "keyless records reach the new partitions: {after:?}"
+    );
+}

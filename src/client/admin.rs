@@ -238,6 +238,53 @@ impl Admin {
         Ok(())
     }
 
+    /// Grows a topic to `count` partitions (CreatePartitions) and waits until the metadata
+    /// shows them.
+    ///
+    /// # Errors
+    /// The topic's error, e.g. INVALID_PARTITIONS when `count` is not larger than today's.
+    pub async fn create_partitions(&self, topic: &str, count: i32) -> Result<()> {
+        use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+        use kafka_protocol::messages::CreatePartitionsRequest;
+        let timeout_ms = self
+            .cluster
+            .config()
+            .api_timeout
+            .as_millis()
+            .min(i32::MAX as u128) as i32;
+        let req = CreatePartitionsRequest::default()
+            .with_timeout_ms(timeout_ms)
+            .with_topics(vec![CreatePartitionsTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_count(count)
+                .with_assignments(None)]);
+        let resp = self
+            .retrying("create_partitions", || async {
+                let conn = self.cluster.any_broker().await?;
+                conn.request(&req).await
+            })
+            .await?;
+        for r in &resp.results {
+            if r.error_code != 0 {
+                let detail = r
+                    .error_message
+                    .as_ref()
+                    .map(|m| format!(" ({})", m.as_str()))
+                    .unwrap_or_default();
+                return Err(Error::broker(
+                    format!("create partitions for '{topic}'{detail}"),
+                    ErrorCode(r.error_code),
+                ));
+            }
+        }
+        let want = count as usize;
+        self.wait_for(
+            |names| names.get(topic).is_some_and(|n| *n >= want),
+            "the new partitions to appear in metadata",
+        )
+        .await
+    }
+
     /// Lists topic names with their partition counts (internal topics excluded).
     ///
     /// # Errors

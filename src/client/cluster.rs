@@ -457,6 +457,23 @@ impl Cluster {
             .remove(&(kind, key.to_owned()));
     }
 
+    /// Starts a background refresh when the cache is older than metadata.max.age.ms, so new
+    /// partitions and moved leaders are learnt without an error first. Never waits.
+    pub fn refresh_if_stale(self: &Arc<Self>) {
+        if !self.metadata_is_stale() {
+            return;
+        }
+        // Mark now so that one caller, not every caller, starts the refresh.
+        *self.last_refresh.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        let cluster = self.clone();
+        let g = cluster.metadata().generation;
+        tokio::spawn(async move {
+            if let Err(e) = cluster.refresh_if_older(g).await {
+                debug!(error = %e, "periodic metadata refresh failed");
+            }
+        });
+    }
+
     /// Whether the cache is older than metadata.max.age.ms.
     pub fn metadata_is_stale(&self) -> bool {
         match *self.last_refresh.lock().unwrap_or_else(|p| p.into_inner()) {

@@ -25,6 +25,7 @@ pub(crate) async fn run(shared: Arc<Shared>, tx: mpsc::Sender<Fetched>) {
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<()>();
     loop {
         resolve_positions(&shared, &tx).await;
+        shared.cluster.refresh_if_stale();
         let now = Instant::now();
         let meta = shared.cluster.metadata();
         let mut by_leader: HashMap<i32, Vec<(TopicPartition, i64, u64, i32)>> = HashMap::new();

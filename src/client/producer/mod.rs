@@ -279,6 +279,7 @@ impl Producer {
                 limit: cfg.buffer_memory,
             });
         }
+        inner.cluster.refresh_if_stale();
         let count = inner.cluster.partition_count(&record.topic).await?;
         let timestamp = record.timestamp.unwrap_or_else(now_ms);
         let permits = u32::try_from(size).unwrap_or(u32::MAX);

@@ -272,3 +272,37 @@ async fn offsets_sent_to_a_transaction_move_only_when_it_commits() {
         .unwrap();
     assert_eq!(committed.get(&tp), Some(&43));
 }
+
+/// A saved committable resumed after its producer went on to a later transaction with the same
+/// transactional id must not commit that later transaction (under the classic protocol both have
+/// the same producer id and epoch).
+#[tokio::test]
+async fn resuming_an_old_committable_never_commits_a_later_transaction() {
+    let topic = TestTopic::create("txn-superseded", 1).await;
+    let id = unique_topic("txn-superseded");
+    let p = txn_producer(&id, &[]).await;
+    p.begin_transaction().unwrap();
+    send_values(&p, &topic.name, 1, ["a".to_owned()].into_iter()).await;
+    let a = p.prepare_commit().await.unwrap();
+    assert!(a.transaction_start_ms > 0);
+    p.commit_transaction().await.unwrap();
+    p.begin_transaction().unwrap();
+    send_values(&p, &topic.name, 1, ["b".to_owned()].into_iter()).await;
+    p.flush().await.unwrap();
+    let cluster = onceflow::client::Cluster::connect(client_config(&broker()))
+        .await
+        .unwrap();
+    let outcome = onceflow::client::producer::resume_transaction(&cluster, &a, true)
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, ResumeOutcome::Superseded { .. }),
+        "{outcome:?}"
+    );
+    // b was not committed by the resume: aborting it leaves only a visible.
+    p.abort_transaction().await.unwrap();
+    assert_eq!(
+        java_values(&topic.name, 1, "read_committed").await,
+        vec!["a"]
+    );
+}

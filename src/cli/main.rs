@@ -8,6 +8,7 @@ mod demo;
 mod produce;
 mod props;
 mod topics;
+mod txn;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -31,6 +32,8 @@ enum Command {
     Consume(consume::Args),
     /// Create, delete or list topics.
     Topics(topics::Args),
+    /// List, describe, abort (fence) or commit transactions.
+    Txn(txn::Args),
     /// Run the demo against a local broker: produce a taxi-ride data set, read it back,
     /// print throughput.
     Demo(demo::Args),
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
             Command::Produce(a) => produce::run(a).await,
             Command::Consume(a) => consume::run(a).await,
             Command::Topics(a) => topics::run(a).await,
+            Command::Txn(a) => txn::run(a).await,
             Command::Demo(a) => demo::run(a).await,
         }
     });

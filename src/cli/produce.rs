@@ -268,7 +268,10 @@ async fn transactional(
                     committed_records += n;
                 }
                 Err(e) => {
-                    error = Some(format!("committing transaction {}: {e}", committed + aborted + 1));
+                    error = Some(format!(
+                        "committing transaction {}: {e}",
+                        committed + aborted + 1
+                    ));
                     let _ = producer.abort_transaction().await;
                     aborted += 1;
                     aborted_records += n;
@@ -330,7 +333,9 @@ async fn prepare_only(
         let mut out = std::io::stdout().lock();
         writeln!(out, "{json}")
             .and_then(|()| out.flush())
-            .map_err(|e| Error::InvalidState(format!("writing the prepared transaction to stdout: {e}")))?;
+            .map_err(|e| {
+                Error::InvalidState(format!("writing the prepared transaction to stdout: {e}"))
+            })?;
     }
     let timeout = config.transaction_timeout;
     eprintln!(

@@ -383,58 +383,7 @@ impl Admin {
         group: &str,
         tps: &[crate::client::TopicPartition],
     ) -> Result<BTreeMap<crate::client::TopicPartition, i64>> {
-        use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
-        use kafka_protocol::messages::{GroupId, OffsetFetchRequest};
-        let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-        for tp in tps {
-            topics
-                .entry(tp.topic.as_str())
-                .or_default()
-                .push(tp.partition);
-        }
-        let req = OffsetFetchRequest::default()
-            .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
-            .with_require_stable(true)
-            .with_topics(Some(
-                topics
-                    .iter()
-                    .map(|(t, ps)| {
-                        OffsetFetchRequestTopic::default()
-                            .with_name(TopicName(StrBytes::from_string((*t).to_owned())))
-                            .with_partition_indexes(ps.clone())
-                    })
-                    .collect(),
-            ));
-        self.retrying("offset_fetch", || async {
-            let conn = self
-                .cluster
-                .coordinator(crate::client::coordinator::CoordinatorKind::Group, group)
-                .await?;
-            // v8+ batches groups; v7 is the newest with one group and RequireStable.
-            let v = conn.version_for::<OffsetFetchRequest>(Some(7))?;
-            let resp = conn.request_at(&req, v).await?;
-            ErrorCode::check(resp.error_code)
-                .map_err(|c| Error::broker(format!("offset fetch for group '{group}'"), c))?;
-            let mut out = BTreeMap::new();
-            for t in &resp.topics {
-                for p in &t.partitions {
-                    ErrorCode::check(p.error_code).map_err(|c| {
-                        Error::broker(format!("offset fetch for group '{group}'"), c)
-                    })?;
-                    if p.committed_offset >= 0 {
-                        out.insert(
-                            crate::client::TopicPartition::new(
-                                t.name.0.to_string(),
-                                p.partition_index,
-                            ),
-                            p.committed_offset,
-                        );
-                    }
-                }
-            }
-            Ok(out)
-        })
-        .await
+        crate::client::group::offsets::fetch_committed(&self.cluster, group, tps).await
     }
 
     /// Describes a topic's configs.

@@ -114,6 +114,10 @@ pub enum Error {
     /// producer instance.
     #[error("{0}")]
     Fenced(String),
+    /// An offset commit was refused because the group rebalanced (the member must rejoin; its
+    /// partitions may belong to another member now).
+    #[error("{0}")]
+    CommitFailed(String),
     /// A call that is not valid in the current state.
     #[error("{0}")]
     InvalidState(String),

@@ -16,6 +16,7 @@ pub mod connection;
 pub mod consumer;
 pub mod coordinator;
 pub mod error;
+pub mod group;
 pub mod metadata;
 pub mod producer;
 

@@ -84,6 +84,15 @@ pub struct PreparedTransaction<S = String> {
     pub producer_epoch: i16,
     /// The transaction protocol version it was written with (1 classic, 2 KIP-890).
     pub transaction_version: i16,
+    /// When the coordinator started this transaction (ms since the epoch; -1 unknown). It
+    /// tells this transaction from a later one of the same transactional id: under the classic
+    /// protocol both can have the same producer id and epoch.
+    #[serde(default = "unknown_start")]
+    pub transaction_start_ms: i64,
+}
+
+fn unknown_start() -> i64 {
+    -1
 }
 
 /// What [`resume_transaction`] found and did.
@@ -98,6 +107,14 @@ pub enum ResumeOutcome {
     /// It had been aborted already, or it can no longer be committed: the coordinator aborted
     /// it (transaction.timeout.ms) or another producer fenced it. `reason` says which.
     NotCommitted {
+        /// What the coordinator reported.
+        reason: String,
+    },
+    /// A later transaction of the same transactional id has started, so this one ended before
+    /// it — committed or aborted; the coordinator keeps only the latest transaction. Nothing was
+    /// done: in particular the later transaction was not committed in its place. Engines avoid
+    /// this by never reusing a transactional id before its committable is resolved.
+    Superseded {
         /// What the coordinator reported.
         reason: String,
     },
@@ -283,20 +300,34 @@ impl Producer {
         self.flush().await?;
         self.check_fatal()?;
         let identity = self.identity()?;
-        let acc = self.inner.lock();
-        let t = acc
-            .txn
-            .as_ref()
-            .filter(|t| t.in_transaction)
-            .ok_or_else(|| Error::InvalidState("no transaction is open".into()))?;
-        if let Some(e) = &t.error {
-            return Err(e.clone());
-        }
+        let (id, tv2) = {
+            let acc = self.inner.lock();
+            let t = acc
+                .txn
+                .as_ref()
+                .filter(|t| t.in_transaction)
+                .ok_or_else(|| Error::InvalidState("no transaction is open".into()))?;
+            if let Some(e) = &t.error {
+                return Err(e.clone());
+            }
+            (t.transactional_id.clone(), t.tv2)
+        };
+        // The coordinator's start time identifies this transaction among later ones.
+        let d = describe_transaction(&self.inner.cluster, &id).await?;
+        let start = if d.state == "Ongoing"
+            && d.producer_id == identity.producer_id
+            && d.producer_epoch == identity.epoch
+        {
+            d.start_ms
+        } else {
+            -1
+        };
         Ok(PreparedTransaction {
-            transactional_id: t.transactional_id.clone(),
+            transactional_id: id,
             producer_id: identity.producer_id,
             producer_epoch: identity.epoch,
-            transaction_version: if t.tv2 { 2 } else { 1 },
+            transaction_version: if tv2 { 2 } else { 1 },
+            transaction_start_ms: start,
         })
     }
 
@@ -327,6 +358,12 @@ impl Producer {
             inner.release(mem, n);
         }
         self.flush().await?;
+        // An AddPartitionsToTxn still in flight would land after EndTxn and open a new
+        // transaction on the coordinator that nobody ends (classic protocol: the hanging
+        // transaction KIP-890 fixes); it then times out and fences this producer. Wait for it.
+        while self.inner.lock().txn.as_ref().is_some_and(|t| t.adding) {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
         self.check_fatal()?;
         let identity = self.identity()?;
         let (tv2, started, began) = {
@@ -351,6 +388,8 @@ impl Producer {
                 producer_id: identity.producer_id,
                 producer_epoch: identity.epoch,
                 transaction_version: if tv2 { 2 } else { 1 },
+                // This producer has begun nothing since: the coordinator's latest is ours.
+                transaction_start_ms: -1,
             };
             let outcome = end_txn(
                 &inner.cluster,
@@ -788,6 +827,7 @@ struct TxnDescription {
     state: String,
     producer_id: i64,
     producer_epoch: i16,
+    start_ms: i64,
 }
 
 async fn describe_transaction(cluster: &Cluster, id: &str) -> Result<TxnDescription> {
@@ -809,6 +849,7 @@ async fn describe_transaction(cluster: &Cluster, id: &str) -> Result<TxnDescript
                             state: s.transaction_state.to_string(),
                             producer_id: s.producer_id.0,
                             producer_epoch: s.producer_epoch,
+                            start_ms: s.transaction_start_time_ms,
                         },
                     )),
                     None => Ok((
@@ -817,6 +858,7 @@ async fn describe_transaction(cluster: &Cluster, id: &str) -> Result<TxnDescript
                             state: String::new(),
                             producer_id: -1,
                             producer_epoch: -1,
+                            start_ms: -1,
                         },
                     )),
                 }
@@ -846,6 +888,14 @@ fn judge(p: &PreparedTransaction<&str>, d: &TxnDescription) -> Judgement {
         p.producer_epoch as i32
     };
     let epoch = d.producer_epoch as i32;
+    // A different start time: a later transaction of the same id (same id and epoch under the
+    // classic protocol) has begun since; ours ended before it.
+    if p.transaction_start_ms >= 0 && d.start_ms >= 0 && d.start_ms != p.transaction_start_ms {
+        return Judgement::Superseded(format!(
+            "a later transaction of this transactional id started at {} ms (ours at {} ms; state {}); ours ended before it",
+            d.start_ms, p.transaction_start_ms, d.state
+        ));
+    }
     match d.state.as_str() {
         "Ongoing" if epoch == p.producer_epoch as i32 => Judgement::Open,
         "PrepareCommit" | "CompleteCommit" if epoch == ended_epoch || epoch == p.producer_epoch as i32 => Judgement::Committed,
@@ -863,6 +913,7 @@ enum Judgement {
     Open,
     Committed,
     Gone(String),
+    Superseded(String),
 }
 
 /// Sends EndTxn; an unknown outcome (lost connection, timeout) is resolved with
@@ -962,7 +1013,9 @@ async fn end_txn(
                     (Judgement::Gone(_), false) if d.state.contains("Abort") => {
                         return Ok(EndOutcome::Done(tv2_next(p)))
                     }
-                    (Judgement::Gone(reason), _) => return Ok(EndOutcome::Not(reason)),
+                    (Judgement::Gone(reason), _) | (Judgement::Superseded(reason), _) => {
+                        return Ok(EndOutcome::Not(reason))
+                    }
                 }
             }
             Err(e) => return Err(e),
@@ -1007,9 +1060,19 @@ pub async fn resume_transaction(
         producer_id: prepared.producer_id,
         producer_epoch: prepared.producer_epoch,
         transaction_version: prepared.transaction_version,
+        transaction_start_ms: prepared.transaction_start_ms,
     };
-    let d = describe_transaction(cluster, p.transactional_id).await?;
+    let d = match describe_transaction(cluster, p.transactional_id).await {
+        Ok(d) => d,
+        Err(e) if e.code() == Some(ErrorCode::TRANSACTIONAL_ID_NOT_FOUND) => {
+            return Ok(ResumeOutcome::NotCommitted {
+                reason: "the coordinator does not know the transactional id (never used, or expired after transactional.id.expiration.ms)".into(),
+            })
+        }
+        Err(e) => return Err(e),
+    };
     match judge(&p, &d) {
+        Judgement::Superseded(reason) => return Ok(ResumeOutcome::Superseded { reason }),
         Judgement::Committed if commit => return Ok(ResumeOutcome::AlreadyCommitted),
         Judgement::Committed => {
             return Ok(ResumeOutcome::NotCommitted {

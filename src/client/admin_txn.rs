@@ -1,0 +1,565 @@
+//! Admin calls for transactions: list them across the cluster, describe one, show the
+//! producers whose open transactions hold a partition's last stable offset (LSO) back, and end
+//! a stale transaction by fencing its transactional id.
+//!
+//! A transaction left open by a dead producer keeps every read_committed consumer of its
+//! partitions at the LSO until the coordinator aborts it (transaction.timeout.ms). These calls
+//! find such a transaction ([`Admin::list_transactions`], [`Admin::describe_transaction`],
+//! [`Admin::describe_producers`]) and end it now ([`Admin::fence_transactional_id`]).
+//!
+//! - ListTransactions goes to every broker (each answers for the transactional ids it
+//!   coordinates); the answers are merged.
+//! - DescribeTransactions goes to the transaction coordinator of the id.
+//! - DescribeProducers goes to the leader of each partition.
+//! - Fencing is InitProducerId for the transactional id, as a new producer instance would send
+//!   it: the coordinator aborts the open transaction and bumps the epoch, so the old instance
+//!   can neither commit nor write again.
+
+use super::admin::Admin;
+use super::cluster::{backoff, Cluster};
+use super::config::ProducerConfig;
+use super::coordinator::CoordinatorKind;
+use super::error::{Error, ErrorClass, Result};
+use super::metadata::TopicPartition;
+use super::producer::Producer;
+use crate::protocol::ErrorCode;
+use kafka_protocol::messages::describe_producers_request::TopicRequest;
+use kafka_protocol::messages::{
+    DescribeProducersRequest, DescribeTransactionsRequest, ListTransactionsRequest, ProducerId,
+    TopicName, TransactionalId,
+};
+use kafka_protocol::protocol::StrBytes;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tracing::{debug, info_span, Instrument};
+
+/// The transaction states a coordinator reports (the names ListTransactions filters on).
+pub const TRANSACTION_STATES: &[&str] = &[
+    "Empty",
+    "Ongoing",
+    "PrepareCommit",
+    "PrepareAbort",
+    "CompleteCommit",
+    "CompleteAbort",
+    "PrepareEpochFence",
+    "Dead",
+];
+
+/// Filters for [`Admin::list_transactions`]; the default lists every transactional id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListTransactionsFilter {
+    /// Only these states (names as in [`TRANSACTION_STATES`]); empty: all.
+    pub states: Vec<String>,
+    /// Only these producer ids; empty: all.
+    pub producer_ids: Vec<i64>,
+    /// Only transactions that have been open longer than this. Sent as ListTransactions v1's
+    /// duration filter where the broker supports it (Kafka 3.8+); otherwise each listed id is
+    /// described and filtered by its start time. Either way only transactions with a start
+    /// time (open ones) match.
+    pub open_longer_than: Option<Duration>,
+}
+
+/// One line of [`Admin::list_transactions`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TransactionListing {
+    /// The transactional id.
+    pub transactional_id: String,
+    /// Its current producer id.
+    pub producer_id: i64,
+    /// Its state, e.g. `Ongoing`.
+    pub state: String,
+    /// The coordinator (node id) that reported it.
+    pub coordinator: i32,
+}
+
+/// What the coordinator knows about one transactional id ([`Admin::describe_transaction`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionDescription {
+    /// The transactional id.
+    pub transactional_id: String,
+    /// State, e.g. `Ongoing` or `CompleteCommit`.
+    pub state: String,
+    /// Current producer id.
+    pub producer_id: i64,
+    /// Current producer epoch.
+    pub producer_epoch: i16,
+    /// The transaction timeout the producer registered (transaction.timeout.ms).
+    pub timeout: Duration,
+    /// When the current transaction started (ms since the epoch), if one is open or was
+    /// recorded by the coordinator.
+    pub start_time_ms: Option<i64>,
+    /// Partitions in the current transaction.
+    pub partitions: Vec<TopicPartition>,
+    /// The coordinator's node id.
+    pub coordinator: i32,
+}
+
+impl TransactionDescription {
+    /// How long the transaction has been running, measured with this machine's clock against
+    /// the coordinator's start time; `None` without a start time.
+    pub fn age(&self) -> Option<Duration> {
+        let start = u64::try_from(self.start_time_ms?).ok()?;
+        let now = u64::try_from(now_ms()).ok()?;
+        Some(Duration::from_millis(now.saturating_sub(start)))
+    }
+
+    /// Whether a transaction is open (records or markers not final yet).
+    pub fn is_open(&self) -> bool {
+        matches!(
+            self.state.as_str(),
+            "Ongoing" | "PrepareCommit" | "PrepareAbort" | "PrepareEpochFence"
+        )
+    }
+}
+
+/// A producer with state on a partition, as its leader reports it ([`Admin::describe_producers`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveProducer {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// Producer id.
+    pub producer_id: i64,
+    /// Producer epoch.
+    pub producer_epoch: i32,
+    /// Last sequence number written (-1 for none).
+    pub last_sequence: i32,
+    /// Timestamp of its last write (ms since the epoch, -1 if unknown).
+    pub last_timestamp_ms: i64,
+    /// Coordinator epoch of its last transaction marker (-1 for none).
+    pub coordinator_epoch: i32,
+    /// First offset of its open transaction on this partition: the LSO cannot pass it until
+    /// the transaction ends. `None` when no transaction is open.
+    pub current_txn_start_offset: Option<i64>,
+}
+
+/// What [`Admin::fence_transactional_id`] found and left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceOutcome {
+    /// The transactional id before fencing (`None`: the coordinator did not know it).
+    pub before: Option<TransactionDescription>,
+    /// The producer id InitProducerId returned.
+    pub producer_id: i64,
+    /// The epoch InitProducerId returned: every older instance is fenced.
+    pub producer_epoch: i16,
+    /// The transactional id afterwards.
+    pub after: Option<TransactionDescription>,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_owned())
+}
+
+/// Runs `call` until it succeeds, fails with a fatal error, or default.api.timeout.ms passes.
+/// Before retrying a stale-metadata error `on_stale` runs (forget a coordinator, refresh
+/// metadata).
+async fn retrying<T, F, Fut>(
+    cluster: &Cluster,
+    what: &str,
+    on_stale: impl Fn(),
+    mut call: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let cfg = cluster.config();
+    let deadline = Instant::now() + cfg.api_timeout;
+    let mut attempt = 0;
+    loop {
+        let e = match call().instrument(info_span!("admin_txn", op = what)).await {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        let class = e.class();
+        if !matches!(class, ErrorClass::Retriable | ErrorClass::RefreshAndRetry)
+            || Instant::now() >= deadline
+        {
+            return Err(e);
+        }
+        debug!(op = what, error = %e, "retrying");
+        if class == ErrorClass::RefreshAndRetry {
+            on_stale();
+            let g = cluster.metadata().generation;
+            // A failed refresh surfaces on the next attempt.
+            let _ = cluster.refresh_if_older(g).await;
+        }
+        attempt += 1;
+        tokio::time::sleep(backoff(cfg.retry_backoff, cfg.retry_backoff_max, attempt)).await;
+    }
+}
+
+impl Admin {
+    /// Lists transactional ids with their producer id and state, asking every broker in the
+    /// metadata (each coordinates part of the ids) and merging the answers, sorted by id.
+    ///
+    /// # Errors
+    /// [`Error::InvalidState`] naming a state filter the brokers do not know; broker errors
+    /// (e.g. CLUSTER_AUTHORIZATION_FAILED) and [`Error::Timeout`] after retries within
+    /// default.api.timeout.ms. One broker failing fails the call: a partial list could hide
+    /// the very transaction being looked for.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> onceflow::client::Result<()> {
+    /// use onceflow::client::{Admin, ClientConfig};
+    /// use onceflow::client::admin_txn::ListTransactionsFilter;
+    /// let admin = Admin::new(ClientConfig::default()).await?;
+    /// let filter = ListTransactionsFilter {
+    ///     states: vec!["Ongoing".into()],
+    ///     open_longer_than: Some(std::time::Duration::from_secs(600)),
+    ///     ..Default::default()
+    /// };
+    /// for t in admin.list_transactions(&filter).await? {
+    ///     println!("{} has been open for more than 10 minutes", t.transactional_id);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list_transactions(
+        &self,
+        filter: &ListTransactionsFilter,
+    ) -> Result<Vec<TransactionListing>> {
+        let cluster = self.cluster();
+        if cluster.metadata().brokers.is_empty() {
+            cluster.refresh_metadata().await?;
+        }
+        let mut nodes: Vec<i32> = cluster.metadata().brokers.keys().copied().collect();
+        nodes.sort_unstable();
+        let mut merged: BTreeMap<String, TransactionListing> = BTreeMap::new();
+        for node in nodes {
+            for t in self.list_transactions_on(node, filter).await? {
+                merged.insert(t.transactional_id.clone(), t);
+            }
+        }
+        Ok(merged.into_values().collect())
+    }
+
+    async fn list_transactions_on(
+        &self,
+        node: i32,
+        filter: &ListTransactionsFilter,
+    ) -> Result<Vec<TransactionListing>> {
+        let cluster = self.cluster();
+        let base = ListTransactionsRequest::default()
+            .with_state_filters(filter.states.iter().map(|s| str_bytes(s)).collect())
+            .with_producer_id_filters(filter.producer_ids.iter().map(|p| ProducerId(*p)).collect());
+        let (listed, filtered_by_broker) = retrying(
+            cluster,
+            "list_transactions",
+            || {},
+            || async {
+                let conn = cluster.broker(node).await?;
+                let v = conn.version_for::<ListTransactionsRequest>(None)?;
+                let mut req = base.clone();
+                let by_broker = match filter.open_longer_than {
+                    Some(d) if v >= 1 => {
+                        req.duration_filter = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+                        true
+                    }
+                    _ => false,
+                };
+                let r = conn.request_at(&req, v).await?;
+                ErrorCode::check(r.error_code).map_err(|c| {
+                    Error::broker(format!("list transactions on broker {}", conn.addr()), c)
+                })?;
+                if !r.unknown_state_filters.is_empty() {
+                    let unknown: Vec<&str> =
+                        r.unknown_state_filters.iter().map(|s| s.as_str()).collect();
+                    return Err(Error::InvalidState(format!(
+                        "unknown transaction state(s) {}; known states: {}",
+                        unknown.join(", "),
+                        TRANSACTION_STATES.join(", ")
+                    )));
+                }
+                let listed: Vec<TransactionListing> = r
+                    .transaction_states
+                    .iter()
+                    .map(|s| TransactionListing {
+                        transactional_id: s.transactional_id.0.to_string(),
+                        producer_id: s.producer_id.0,
+                        state: s.transaction_state.to_string(),
+                        coordinator: node,
+                    })
+                    .collect();
+                Ok((listed, by_broker))
+            },
+        )
+        .await?;
+        let Some(min_age) = filter.open_longer_than else {
+            return Ok(listed);
+        };
+        // Only open transactions have a meaningful age: the broker's duration filter also
+        // matches ended transactions by the start time of their last transaction.
+        let open = listed.into_iter().filter(|t| is_open_state(&t.state));
+        if filtered_by_broker {
+            return Ok(open.collect());
+        }
+        let mut out = Vec::new();
+        for t in open {
+            let Some(d) = self.describe_transaction(&t.transactional_id).await? else {
+                continue; // expired meanwhile
+            };
+            if d.is_open() && d.age().is_some_and(|age| age > min_age) {
+                out.push(t);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Describes a transactional id at its coordinator: state, producer id and epoch,
+    /// timeout, start time, partitions. `Ok(None)` when the coordinator does not know the id
+    /// (never used, or expired after transactional.id.expiration.ms).
+    ///
+    /// # Errors
+    /// Broker errors (e.g. TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and [`Error::Timeout`] after
+    /// retries within default.api.timeout.ms.
+    pub async fn describe_transaction(
+        &self,
+        transactional_id: &str,
+    ) -> Result<Option<TransactionDescription>> {
+        let cluster = self.cluster();
+        let req = DescribeTransactionsRequest::default()
+            .with_transactional_ids(vec![TransactionalId(str_bytes(transactional_id))]);
+        retrying(
+            cluster,
+            "describe_transactions",
+            || cluster.forget_coordinator(CoordinatorKind::Transaction, transactional_id),
+            || async {
+                let conn = cluster
+                    .coordinator(CoordinatorKind::Transaction, transactional_id)
+                    .await?;
+                let coordinator = cluster
+                    .cached_coordinator(CoordinatorKind::Transaction, transactional_id)
+                    .unwrap_or(-1);
+                let r = conn.request(&req).await?;
+                let Some(s) = r.transaction_states.into_iter().next() else {
+                    return Err(Error::InvalidState(format!(
+                        "broker {} answered DescribeTransactions for '{transactional_id}' without a result",
+                        conn.addr()
+                    )));
+                };
+                if s.error_code == ErrorCode::TRANSACTIONAL_ID_NOT_FOUND.0 {
+                    return Ok(None);
+                }
+                ErrorCode::check(s.error_code).map_err(|c| {
+                    Error::broker(format!("describe transaction '{transactional_id}'"), c)
+                })?;
+                let mut partitions: Vec<TopicPartition> = s
+                    .topics
+                    .iter()
+                    .flat_map(|t| {
+                        t.partitions
+                            .iter()
+                            .map(|p| TopicPartition::new(t.topic.0.to_string(), *p))
+                    })
+                    .collect();
+                partitions.sort();
+                Ok(Some(TransactionDescription {
+                    transactional_id: s.transactional_id.0.to_string(),
+                    state: s.transaction_state.to_string(),
+                    producer_id: s.producer_id.0,
+                    producer_epoch: s.producer_epoch,
+                    timeout: Duration::from_millis(
+                        u64::try_from(s.transaction_timeout_ms).unwrap_or(0),
+                    ),
+                    start_time_ms: (s.transaction_start_time_ms >= 0)
+                        .then_some(s.transaction_start_time_ms),
+                    partitions,
+                    coordinator,
+                }))
+            },
+        )
+        .await
+    }
+
+    /// The producers with state on each partition, from the partitions' leaders; those with
+    /// [`ActiveProducer::current_txn_start_offset`] set have an open transaction there, and the
+    /// smallest such offset is where the partition's LSO stops.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`] / [`Error::UnknownPartition`]; partition errors and
+    /// [`Error::Timeout`] after retries within default.api.timeout.ms.
+    pub async fn describe_producers(&self, tps: &[TopicPartition]) -> Result<Vec<ActiveProducer>> {
+        let cluster = self.cluster();
+        let mut by_leader: BTreeMap<i32, Vec<TopicPartition>> = BTreeMap::new();
+        for tp in tps {
+            by_leader
+                .entry(cluster.leader(tp).await?)
+                .or_default()
+                .push(tp.clone());
+        }
+        let mut out = Vec::new();
+        for tps in by_leader.into_values() {
+            out.extend(self.describe_producers_at_leader(&tps).await?);
+        }
+        out.sort_by(|a, b| (&a.partition, a.producer_id).cmp(&(&b.partition, b.producer_id)));
+        Ok(out)
+    }
+
+    async fn describe_producers_at_leader(
+        &self,
+        tps: &[TopicPartition],
+    ) -> Result<Vec<ActiveProducer>> {
+        let cluster = self.cluster();
+        let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+        for tp in tps {
+            topics
+                .entry(tp.topic.as_str())
+                .or_default()
+                .push(tp.partition);
+        }
+        let req = DescribeProducersRequest::default().with_topics(
+            topics
+                .iter()
+                .map(|(t, ps)| {
+                    TopicRequest::default()
+                        .with_name(TopicName(str_bytes(t)))
+                        .with_partition_indexes(ps.clone())
+                })
+                .collect(),
+        );
+        retrying(
+            cluster,
+            "describe_producers",
+            || {},
+            || async {
+                // Leadership may have moved since the caller grouped the partitions: a stale
+                // leader answers NOT_LEADER_OR_FOLLOWER, which refreshes metadata and retries.
+                let first = tps.first().ok_or_else(|| {
+                    Error::InvalidState("describe_producers needs a partition".into())
+                })?;
+                let conn = cluster.broker(cluster.leader(first).await?).await?;
+                let r = conn.request(&req).await?;
+                let mut out = Vec::new();
+                for t in &r.topics {
+                    for p in &t.partitions {
+                        let tp = TopicPartition::new(t.name.0.to_string(), p.partition_index);
+                        ErrorCode::check(p.error_code).map_err(|c| {
+                            let detail = p
+                                .error_message
+                                .as_ref()
+                                .map(|m| format!(" ({})", m.as_str()))
+                                .unwrap_or_default();
+                            Error::broker(format!("describe producers of {tp}{detail}"), c)
+                        })?;
+                        out.extend(p.active_producers.iter().map(|s| {
+                            ActiveProducer {
+                                partition: tp.clone(),
+                                producer_id: s.producer_id.0,
+                                producer_epoch: s.producer_epoch,
+                                last_sequence: s.last_sequence,
+                                last_timestamp_ms: s.last_timestamp,
+                                coordinator_epoch: s.coordinator_epoch,
+                                current_txn_start_offset: (s.current_txn_start_offset >= 0)
+                                    .then_some(s.current_txn_start_offset),
+                            }
+                        }));
+                    }
+                }
+                Ok(out)
+            },
+        )
+        .await
+    }
+
+    /// Fences a transactional id: sends InitProducerId for it, as a new producer instance
+    /// would. The coordinator aborts the transaction left open (its markers are written before
+    /// the call returns) and bumps the epoch, so the previous instance — a dead job, or a
+    /// zombie — can neither commit nor write again. read_committed consumers stalled at the
+    /// transaction's first offset then move on, without its records.
+    ///
+    /// A *live* producer using the id is fenced too and fails with PRODUCER_FENCED: use this
+    /// on transactional ids whose owner is gone. `transaction_timeout` is registered with the
+    /// id (pass the one [`Admin::describe_transaction`] reported to keep it).
+    ///
+    /// # Errors
+    /// Fatal coordinator errors (authorization, an invalid transaction timeout) and
+    /// [`Error::Timeout`]; retriable ones (CONCURRENT_TRANSACTIONS while the abort markers are
+    /// written) are retried within max(transaction_timeout, default.api.timeout.ms).
+    pub async fn fence_transactional_id(
+        &self,
+        transactional_id: &str,
+        transaction_timeout: Duration,
+    ) -> Result<FenceOutcome> {
+        let before = self.describe_transaction(transactional_id).await?;
+        let config = ProducerConfig {
+            client: self.cluster().config().clone(),
+            transactional_id: Some(transactional_id.to_owned()),
+            transaction_timeout,
+            ..ProducerConfig::default()
+        };
+        // The producer's own init_transactions() is the InitProducerId path (coordinator
+        // lookup, CONCURRENT_TRANSACTIONS retries, timeout errors naming both settings); it
+        // sends nothing else, and dropping it ends its sender task.
+        let producer = Producer::with_cluster(config, self.cluster().clone()).await?;
+        producer.init_transactions().await?;
+        let (producer_id, producer_epoch) = producer.producer_id_and_epoch().ok_or_else(|| {
+            Error::InvalidState(format!(
+                "InitProducerId for '{transactional_id}' returned no producer id"
+            ))
+        })?;
+        drop(producer);
+        let after = self.describe_transaction(transactional_id).await?;
+        Ok(FenceOutcome {
+            before,
+            producer_id,
+            producer_epoch,
+            after,
+        })
+    }
+}
+
+fn is_open_state(state: &str) -> bool {
+    matches!(
+        state,
+        "Ongoing" | "PrepareCommit" | "PrepareAbort" | "PrepareEpochFence"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn description(state: &str, start: Option<i64>) -> TransactionDescription {
+        TransactionDescription {
+            transactional_id: "t".into(),
+            state: state.into(),
+            producer_id: 1,
+            producer_epoch: 0,
+            timeout: Duration::from_secs(60),
+            start_time_ms: start,
+            partitions: Vec::new(),
+            coordinator: 1,
+        }
+    }
+
+    #[test]
+    fn age_is_measured_from_the_start_time() {
+        let d = description("Ongoing", Some(now_ms() - 5_000));
+        let age = d.age().unwrap();
+        assert!(
+            age >= Duration::from_secs(5) && age < Duration::from_secs(60),
+            "{age:?}"
+        );
+        assert_eq!(description("Empty", None).age(), None);
+        // A coordinator clock ahead of ours gives age zero, not a panic.
+        let ahead = description("Ongoing", Some(now_ms() + 60_000));
+        assert_eq!(ahead.age(), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn open_states() {
+        assert!(description("Ongoing", None).is_open());
+        assert!(description("PrepareAbort", None).is_open());
+        assert!(!description("CompleteCommit", None).is_open());
+        assert!(!description("Empty", None).is_open());
+        assert!(TRANSACTION_STATES
+            .iter()
+            .all(|s| is_open_state(s) == description(s, None).is_open()));
+    }
+}

@@ -1,0 +1,189 @@
+//! Committed offsets of a group: OffsetFetch (with RequireStable) and OffsetCommit.
+
+use crate::client::cluster::{backoff, Cluster};
+use crate::client::coordinator::CoordinatorKind;
+use crate::client::error::{Error, ErrorClass, Result};
+use crate::client::metadata::TopicPartition;
+use crate::protocol::ErrorCode;
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+use kafka_protocol::messages::{GroupId, OffsetCommitRequest, OffsetFetchRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// Who commits: the member's identity, so the coordinator can fence a zombie from an older
+/// generation. Generation -1 and an empty member id commit for a group without members.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Committer {
+    pub generation: i32,
+    pub member_id: String,
+    pub instance_id: Option<String>,
+}
+
+fn by_topic(tps: &[TopicPartition]) -> BTreeMap<&str, Vec<i32>> {
+    let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for tp in tps {
+        topics
+            .entry(tp.topic.as_str())
+            .or_default()
+            .push(tp.partition);
+    }
+    topics
+}
+
+/// Retries a group-coordinator call within default.api.timeout.ms.
+async fn with_coordinator<T, F, Fut>(cluster: &Cluster, group: &str, mut call: F) -> Result<T>
+where
+    F: FnMut(std::sync::Arc<crate::client::connection::Connection>) -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let deadline = Instant::now() + cluster.config().api_timeout;
+    let mut attempt = 0;
+    loop {
+        let result = match cluster.coordinator(CoordinatorKind::Group, group).await {
+            Ok(conn) => call(conn).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(v) => return Ok(v),
+            Err(e) => {
+                let class = e.class();
+                if !matches!(class, ErrorClass::Retriable | ErrorClass::RefreshAndRetry)
+                    || Instant::now() >= deadline
+                {
+                    return Err(e);
+                }
+                if class == ErrorClass::RefreshAndRetry {
+                    cluster.forget_coordinator(CoordinatorKind::Group, group);
+                }
+                attempt += 1;
+                let cfg = cluster.config();
+                tokio::time::sleep(backoff(cfg.retry_backoff, cfg.retry_backoff_max, attempt))
+                    .await;
+            }
+        }
+    }
+}
+
+/// A group's committed offsets (absent: none). RequireStable makes the coordinator answer
+/// UNSTABLE_OFFSET_COMMIT while a transaction holding offsets for the partition is open, which
+/// is retried: a new owner never starts from offsets that may still be aborted.
+pub(crate) async fn fetch_committed(
+    cluster: &Cluster,
+    group: &str,
+    tps: &[TopicPartition],
+) -> Result<BTreeMap<TopicPartition, i64>> {
+    let req = OffsetFetchRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+        .with_require_stable(true)
+        .with_topics(Some(
+            by_topic(tps)
+                .into_iter()
+                .map(|(t, ps)| {
+                    OffsetFetchRequestTopic::default()
+                        .with_name(TopicName(StrBytes::from_string(t.to_owned())))
+                        .with_partition_indexes(ps)
+                })
+                .collect(),
+        ));
+    with_coordinator(cluster, group, |conn| {
+        let req = req.clone();
+        async move {
+            // v8+ batches groups; v7 is the newest with one group, and has RequireStable.
+            let v = conn.version_for::<OffsetFetchRequest>(Some(7))?;
+            let resp = conn.request_at(&req, v).await?;
+            let ctx = || format!("offset fetch for group '{group}'");
+            ErrorCode::check(resp.error_code).map_err(|c| Error::broker(ctx(), c))?;
+            let mut out = BTreeMap::new();
+            for t in &resp.topics {
+                for p in &t.partitions {
+                    ErrorCode::check(p.error_code).map_err(|c| Error::broker(ctx(), c))?;
+                    if p.committed_offset >= 0 {
+                        out.insert(
+                            TopicPartition::new(t.name.0.to_string(), p.partition_index),
+                            p.committed_offset,
+                        );
+                    }
+                }
+            }
+            Ok(out)
+        }
+    })
+    .await
+}
+
+/// Commits offsets for the group (OffsetCommit ≤ v8, the classic protocol's).
+///
+/// # Errors
+/// ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID / REBALANCE_IN_PROGRESS mean the group moved on:
+/// the caller must rejoin (the Java client's CommitFailedException).
+pub(crate) async fn commit(
+    cluster: &Cluster,
+    group: &str,
+    who: &Committer,
+    offsets: &[(TopicPartition, i64)],
+) -> Result<()> {
+    if offsets.is_empty() {
+        return Ok(());
+    }
+    let mut topics: BTreeMap<&str, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
+    for (tp, o) in offsets {
+        topics.entry(tp.topic.as_str()).or_default().push(
+            OffsetCommitRequestPartition::default()
+                .with_partition_index(tp.partition)
+                .with_committed_offset(*o)
+                .with_committed_leader_epoch(-1)
+                .with_committed_metadata(Some(StrBytes::from_static_str(""))),
+        );
+    }
+    let req = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+        .with_generation_id_or_member_epoch(who.generation)
+        .with_member_id(StrBytes::from_string(who.member_id.clone()))
+        .with_group_instance_id(who.instance_id.clone().map(StrBytes::from_string))
+        .with_retention_time_ms(-1)
+        .with_topics(
+            topics
+                .into_iter()
+                .map(|(t, ps)| {
+                    OffsetCommitRequestTopic::default()
+                        .with_name(TopicName(StrBytes::from_string(t.to_owned())))
+                        .with_partitions(ps)
+                })
+                .collect(),
+        );
+    with_coordinator(cluster, group, |conn| {
+        let req = req.clone();
+        async move {
+            let v = conn.version_for::<OffsetCommitRequest>(Some(8))?;
+            let resp = conn.request_at(&req, v).await?;
+            for t in &resp.topics {
+                for p in &t.partitions {
+                    match ErrorCode(p.error_code) {
+                        ErrorCode(0) => {}
+                        // The group moved on: retrying cannot help, the member must rejoin.
+                        c @ (ErrorCode::REBALANCE_IN_PROGRESS
+                        | ErrorCode::ILLEGAL_GENERATION
+                        | ErrorCode::UNKNOWN_MEMBER_ID
+                        | ErrorCode::FENCED_INSTANCE_ID) => {
+                            return Err(Error::CommitFailed(format!(
+                                "offset commit for group '{group}' refused ({c}): the group rebalanced; the partitions may now belong to another member"
+                            )))
+                        }
+                        c => {
+                            return Err(Error::broker(
+                                format!("offset commit for group '{group}'"),
+                                c,
+                            ))
+                        }
+                    }
+                }
+            }
+            Ok(())
+        }
+    })
+    .await
+}

@@ -157,3 +157,79 @@ fn malformed_offset_is_one_line_error() {
     );
     assert_one_line_error(&o, "invalid offset 'yesterday'");
 }
+
+#[test]
+fn consume_with_a_group_resumes_at_the_committed_offsets() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let topic = rt.block_on(TestTopic::create("cli-group", 2));
+    let b = broker();
+    let group = unique_topic("cli-group");
+    let lines: String = (0..30).map(|i| format!("{i}\n")).collect();
+    assert!(onceflow(&["produce", "-b", &b, "-t", &topic.name], &lines)
+        .0
+        .status
+        .success());
+    let (o, _) = onceflow(
+        &[
+            "consume",
+            "-b",
+            &b,
+            "-t",
+            &topic.name,
+            "-G",
+            &group,
+            "-e",
+            "--format",
+            "value",
+        ],
+        "",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 30);
+    let more: String = (30..35).map(|i| format!("{i}\n")).collect();
+    assert!(onceflow(&["produce", "-b", &b, "-t", &topic.name], &more)
+        .0
+        .status
+        .success());
+    let (o, _) = onceflow(
+        &[
+            "consume",
+            "-b",
+            &b,
+            "-t",
+            &topic.name,
+            "-G",
+            &group,
+            "-e",
+            "--format",
+            "value",
+        ],
+        "",
+    );
+    let mut got: Vec<i32> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        (30..35).collect::<Vec<_>>(),
+        "only what came after the commit"
+    );
+    let (o, _) = onceflow(
+        &[
+            "consume",
+            "-b",
+            &b,
+            "-t",
+            &topic.name,
+            "-G",
+            &group,
+            "-p",
+            "0",
+        ],
+        "",
+    );
+    assert_one_line_error(&o, "-p cannot be combined with -G");
+    drop(rt);
+}

@@ -102,7 +102,7 @@ pub(crate) struct Rec {
 }
 
 impl Rec {
-    fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         let b64 = |b: &Option<Vec<u8>>| b.as_deref().map(b64encode);
         let headers: Vec<Value> = self
             .headers

@@ -29,6 +29,8 @@ pub struct Faults {
     pub delay_ms: AtomicU64,
     /// Counts of injected faults, for the test to assert that faults really happened.
     pub dropped_responses: AtomicU64,
+    /// Fetch requests forwarded.
+    pub fetch_requests: AtomicU64,
     pub resets: AtomicU64,
     pub stopped: AtomicBool,
 }
@@ -104,6 +106,9 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
                             < faults
                                 .drop_produce_responses_per_mille
                                 .load(Ordering::Relaxed));
+                if api == ApiKey::Fetch as i16 {
+                    faults.fetch_requests.fetch_add(1, Ordering::Relaxed);
+                }
                 inflight
                     .lock()
                     .unwrap()

@@ -2,6 +2,7 @@
 
 use super::props;
 use bytes::Bytes;
+use onceflow::client::group::GroupConsumer;
 use onceflow::client::{Consumer, ConsumerRecord, Error, Offset, TopicPartition};
 use std::io::Write;
 use std::process::ExitCode;
@@ -41,6 +42,11 @@ pub struct Args {
     /// A consumer property, key=value (Kafka names, e.g. -X isolation.level=read_committed).
     #[arg(short = 'X', value_name = "KEY=VALUE")]
     props: Vec<String>,
+    /// Consume as a member of this consumer group: partitions come from the group, reading
+    /// starts at the group's committed offsets (-o applies where there is none), and positions
+    /// are committed on exit.
+    #[arg(short = 'G', long = "group")]
+    group: Option<String>,
 }
 
 fn parse_offset(s: &str) -> Result<Offset, Error> {
@@ -68,24 +74,82 @@ fn bad_offset(s: &str) -> Error {
     ))
 }
 
+/// Where records come from: manual assignment, or a consumer group.
+enum Source {
+    Assigned(Consumer),
+    Group(Box<GroupConsumer>),
+}
+
+impl Source {
+    async fn poll(&mut self) -> Result<Vec<ConsumerRecord>, Error> {
+        match self {
+            Source::Assigned(c) => c.poll(Duration::from_millis(500)).await,
+            Source::Group(g) => g.poll(Duration::from_millis(500)).await,
+        }
+    }
+
+    fn at_end(&self) -> bool {
+        match self {
+            Source::Assigned(c) => c.at_end(),
+            Source::Group(g) => !g.assignment().is_empty() && g.consumer().at_end(),
+        }
+    }
+}
+
 pub async fn run(args: Args) -> Result<ExitCode, Error> {
     let start = parse_offset(&args.offset)?;
-    let config = props::consumer(&args.broker, &args.props)?;
-    let mut consumer = Consumer::new(config).await?;
-    let tps: Vec<TopicPartition> = if args.partitions.is_empty() {
-        consumer.assign_topics(&[args.topic.as_str()]).await?
-    } else {
-        let tps: Vec<_> = args
-            .partitions
-            .iter()
-            .map(|p| TopicPartition::new(args.topic.clone(), *p))
-            .collect();
-        consumer.assign(tps.clone()).await?;
-        tps
+    let mut source = match &args.group {
+        Some(group) => {
+            if !args.partitions.is_empty() {
+                return Err(Error::InvalidState(
+                    "-p cannot be combined with -G: the group assigns the partitions".into(),
+                ));
+            }
+            let reset = match start {
+                Offset::Beginning => "earliest",
+                Offset::End => "latest",
+                _ => {
+                    return Err(Error::InvalidState(
+                        "with -G, -o must be beginning or end (where to start without a committed offset)".into(),
+                    ))
+                }
+            };
+            let mut props = vec![
+                format!("group.id={group}"),
+                format!("auto.offset.reset={reset}"),
+            ];
+            props.extend(args.props.iter().cloned());
+            let config = props::consumer(&args.broker, &props)?;
+            let mut g = GroupConsumer::new(config).await?;
+            // Fail fast on a missing topic rather than waiting in the group.
+            onceflow::client::Admin::new(props::client(&args.broker, &[])?)
+                .await?
+                .cluster()
+                .topic(&args.topic)
+                .await?;
+            g.subscribe(&[args.topic.as_str()]);
+            Source::Group(Box::new(g))
+        }
+        None => {
+            let config = props::consumer(&args.broker, &args.props)?;
+            let mut consumer = Consumer::new(config).await?;
+            let tps: Vec<TopicPartition> = if args.partitions.is_empty() {
+                consumer.assign_topics(&[args.topic.as_str()]).await?
+            } else {
+                let tps: Vec<_> = args
+                    .partitions
+                    .iter()
+                    .map(|p| TopicPartition::new(args.topic.clone(), *p))
+                    .collect();
+                consumer.assign(tps.clone()).await?;
+                tps
+            };
+            for tp in &tps {
+                consumer.seek(tp, start)?;
+            }
+            Source::Assigned(consumer)
+        }
     };
-    for tp in &tps {
-        consumer.seek(tp, start)?;
-    }
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut n = 0u64;
@@ -93,7 +157,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Error> {
         if args.count.is_some_and(|c| n >= c) {
             break;
         }
-        let records = consumer.poll(Duration::from_millis(500)).await?;
+        let records = source.poll().await?;
         for r in &records {
             let line = match args.format {
                 Format::Json => json_line(r),
@@ -109,11 +173,16 @@ pub async fn run(args: Args) -> Result<ExitCode, Error> {
                 break 'outer;
             }
         }
-        if records.is_empty() && args.exit_at_end && consumer.at_end() {
+        if records.is_empty() && args.exit_at_end && source.at_end() {
             break;
         }
     }
     let _ = out.flush();
+    if let Source::Group(mut g) = source {
+        // What was printed is consumed: commit it, then leave the group.
+        g.commit_positions().await?;
+        g.close().await?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -16,6 +16,7 @@ mod idempotence;
 mod interop;
 mod limits;
 mod ordering;
+mod pipeline;
 mod read_committed;
 mod transactions;
 mod txn_cli;

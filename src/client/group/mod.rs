@@ -215,6 +215,36 @@ impl GroupConsumer {
         &self.consumer
     }
 
+    /// Moves an owned partition's position (e.g. back to the committed offset after a
+    /// transaction aborted).
+    ///
+    /// # Errors
+    /// [`Error::InvalidState`] when the partition is not owned.
+    pub fn seek(&mut self, tp: &TopicPartition, offset: Offset) -> Result<()> {
+        self.consumer.seek(tp, offset)
+    }
+
+    /// Rewinds every owned partition to the group's committed offset (or auto.offset.reset
+    /// where there is none): after an aborted transaction, the records it consumed are read
+    /// again.
+    ///
+    /// # Errors
+    /// OffsetFetch failures.
+    pub async fn rewind_to_committed(&mut self) -> Result<()> {
+        let owned = self.assignment();
+        let committed =
+            offsets::fetch_committed(&self.shared.cluster, &self.shared.group_id, &owned).await?;
+        let reset = match self.shared.config.auto_offset_reset {
+            super::AutoOffsetReset::Latest => Offset::End,
+            _ => Offset::Beginning,
+        };
+        for tp in &owned {
+            let to = committed.get(tp).map_or(reset, |o| Offset::At(*o));
+            self.consumer.seek(tp, to)?;
+        }
+        Ok(())
+    }
+
     /// The next offsets to commit: the position of every owned partition.
     pub fn positions(&self) -> Vec<(TopicPartition, i64)> {
         self.assignment()

@@ -1,0 +1,152 @@
+//! The consume-transform-produce example under fire: three instances, members bounced with
+//! kill -9 and restarted, and the output holds every input record exactly once.
+
+use crate::support::*;
+use bytes::Bytes;
+use onceflow::client::ProducerRecord;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The example binary; `cargo test` (and scripts/test) build examples before the tests run.
+fn example() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/protocol-… → target/<profile>/examples/…
+    let path = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .unwrap()
+        .join("examples/consume_transform_produce");
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build --examples`",
+        path.display()
+    );
+    path
+}
+
+fn start(input: &str, output: &str, group: &str, instance: usize, mode: &str) -> Child {
+    Command::new(example())
+        .args([
+            "--bootstrap",
+            &broker(),
+            "--input",
+            input,
+            "--output",
+            output,
+        ])
+        .args([
+            "--group",
+            group,
+            "--instance",
+            &instance.to_string(),
+            "--mode",
+            mode,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Runs three instances over `n` input records, bouncing them with kill -9 while they work;
+/// returns how often each output value appears under read_committed.
+async fn bounce(mode: &str, n: usize) -> HashMap<String, usize> {
+    let input = TestTopic::create("ctp-in", 4).await;
+    let output = TestTopic::create("ctp-out", 4).await;
+    let group = unique_topic("ctp");
+    let p = producer(&[]).await;
+    for i in 0..n {
+        p.send(
+            ProducerRecord::new(input.name.clone(), Bytes::from(format!("ride-{i}")))
+                .with_key(Bytes::from(format!("k{}", i % 50))),
+        )
+        .await
+        .unwrap();
+    }
+    p.flush().await.unwrap();
+
+    let admin = onceflow::client::Admin::new(client_config(&broker()))
+        .await
+        .unwrap();
+    let tps = input.tps();
+    let committed = || async {
+        admin
+            .committed_offsets(&group, &tps)
+            .await
+            .unwrap()
+            .values()
+            .sum::<i64>()
+    };
+    let mut members: Vec<Child> = (0..3)
+        .map(|i| start(&input.name, &output.name, &group, i, mode))
+        .collect();
+    // Bounce while they work: kill one member with SIGKILL and start it again, every 700 ms.
+    let mut bounced_mid_work = 0;
+    for round in 0..8 {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        if committed().await < n as i64 {
+            bounced_mid_work += 1;
+        }
+        let i = round % members.len();
+        members[i].kill().unwrap();
+        members[i].wait().unwrap();
+        members[i] = start(&input.name, &output.name, &group, i, mode);
+    }
+    assert!(
+        bounced_mid_work >= 2,
+        "members were killed while the work was going on"
+    );
+    // Let them finish: every input offset committed for the group.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while committed().await < n as i64 {
+        assert!(Instant::now() < deadline, "input not fully consumed");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for m in &mut members {
+        let _ = m.kill();
+        let _ = m.wait();
+    }
+    let got = consume_all(
+        &broker(),
+        &output,
+        n,
+        &[("isolation.level", "read_committed")],
+    )
+    .await;
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for r in &got {
+        *counts
+            .entry(String::from_utf8_lossy(r.value.as_deref().unwrap()).into_owned())
+            .or_default() += 1;
+    }
+    let missing: Vec<usize> = (0..n)
+        .filter(|i| !counts.contains_key(&format!("RIDE-{i}")))
+        .take(5)
+        .collect();
+    assert!(missing.is_empty(), "missing from the output: {missing:?}");
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bounced_members_leave_every_input_record_exactly_once_in_the_output() {
+    let n = 30_000;
+    let counts = bounce("exactly-once", n).await;
+    let dups: Vec<&String> = counts
+        .iter()
+        .filter(|(_, c)| **c > 1)
+        .map(|(v, _)| v)
+        .take(5)
+        .collect();
+    assert!(dups.is_empty(), "duplicated in the output: {dups:?}");
+    assert_eq!(counts.len(), n);
+}
+
+/// Inverse test: the same bouncing without transactions duplicates records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_transactions_bounced_members_duplicate_records() {
+    let counts = bounce("at-least-once", 30_000).await;
+    let dups = counts.values().filter(|c| **c > 1).count();
+    assert!(dups > 0, "expected duplicates without transactions");
+}

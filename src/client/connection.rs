@@ -77,18 +77,57 @@ impl Shared {
     }
 }
 
-/// Removes a waiter when the request future is dropped before its response arrived.
-struct WaiterGuard<'a> {
-    shared: &'a Shared,
+/// A request on the wire whose response has not been read yet. Dropping it (a cancelled
+/// caller) forgets the waiter; the response, when it comes, is discarded.
+pub struct PendingResponse<R: Request> {
+    shared: Arc<Shared>,
+    rx: oneshot::Receiver<Result<Bytes>>,
     correlation_id: i32,
-    armed: bool,
+    version: i16,
+    timeout: Duration,
+    _request: std::marker::PhantomData<fn() -> R>,
 }
 
-impl Drop for WaiterGuard<'_> {
+impl<R: Request> Drop for PendingResponse<R> {
     fn drop(&mut self) {
-        if self.armed {
-            self.shared.lock().waiters.remove(&self.correlation_id);
-        }
+        self.shared.lock().waiters.remove(&self.correlation_id);
+    }
+}
+
+impl<R: Request> PendingResponse<R> {
+    /// Waits for the response (at most request.timeout.ms) and decodes it.
+    ///
+    /// # Errors
+    /// [`Error::ConnectionClosed`], [`Error::Timeout`] (which also poisons the connection), or
+    /// a decode error (which poisons it too).
+    pub async fn response(mut self) -> Result<R::Response> {
+        let api = frame::api_key::<R>();
+        let addr = self.shared.addr.clone();
+        let frame = match tokio::time::timeout(self.timeout, &mut self.rx).await {
+            Ok(Ok(result)) => result?,
+            Ok(Err(_)) => {
+                return Err(self
+                    .shared
+                    .closed_error()
+                    .unwrap_or(Error::ConnectionClosed {
+                        broker: addr,
+                        reason: "reader stopped".into(),
+                    }))
+            }
+            Err(_) => {
+                let what = format!("{api:?} request to broker {addr}");
+                self.shared.poison(format!("{what} timed out"));
+                return Err(Error::Timeout {
+                    what,
+                    after: self.timeout,
+                });
+            }
+        };
+        let (_, body) = frame::decode_response::<R>(frame, self.version).inspect_err(|e| {
+            // Undecodable bytes mean we no longer know where frames start: poison.
+            self.shared.poison(e.to_string());
+        })?;
+        Ok(body)
     }
 }
 
@@ -220,44 +259,28 @@ impl Connection {
     /// # Errors
     /// As [`Self::request`].
     pub async fn request_at<R: Request>(&self, req: &R, version: i16) -> Result<R::Response> {
-        let rx = self.send_frame(req, version, true)?;
-        let mut guard = WaiterGuard {
-            shared: &self.shared,
-            correlation_id: rx.1,
-            armed: true,
-        };
-        let Some(rx) = rx.0 else {
-            return Err(Error::InvalidState("expected a response waiter".into()));
-        };
-        let api = frame::api_key::<R>();
-        let outcome = tokio::time::timeout(self.request_timeout, rx).await;
-        guard.armed = false;
-        let frame = match outcome {
-            Ok(Ok(result)) => result?,
-            Ok(Err(_)) => {
-                return Err(self
-                    .shared
-                    .closed_error()
-                    .unwrap_or(Error::ConnectionClosed {
-                        broker: self.addr().to_owned(),
-                        reason: "reader stopped".into(),
-                    }))
-            }
-            Err(_) => {
-                self.shared.lock().waiters.remove(&guard.correlation_id);
-                let what = format!("{api:?} request to broker {}", self.addr());
-                self.shared.poison(format!("{what} timed out"));
-                return Err(Error::Timeout {
-                    what,
-                    after: self.request_timeout,
-                });
-            }
-        };
-        let (_, body) = frame::decode_response::<R>(frame, version).inspect_err(|e| {
-            // Undecodable bytes mean we no longer know where frames start: poison.
-            self.shared.poison(e.to_string());
-        })?;
-        Ok(body)
+        self.start_request(req, version)?.response().await
+    }
+
+    /// Puts the request on the wire now and returns a handle for its response.
+    ///
+    /// Requests started one after the other from one task reach the broker in that order,
+    /// which is what keeps a partition's batches in sequence order when several are in flight;
+    /// `request` from several spawned tasks would not guarantee it.
+    ///
+    /// # Errors
+    /// [`Error::ConnectionClosed`] when the connection has failed, or an encoding error.
+    pub fn start_request<R: Request>(&self, req: &R, version: i16) -> Result<PendingResponse<R>> {
+        let (rx, correlation_id) = self.send_frame(req, version, true)?;
+        let rx = rx.ok_or_else(|| Error::InvalidState("expected a response waiter".into()))?;
+        Ok(PendingResponse {
+            shared: self.shared.clone(),
+            rx,
+            correlation_id,
+            version,
+            timeout: self.request_timeout,
+            _request: std::marker::PhantomData,
+        })
     }
 
     /// Sends a request that the broker will not answer (Produce with acks=0).

@@ -354,6 +354,13 @@ impl Accumulator {
     }
 }
 
+/// Whether sequence `a` comes after `b`, allowing for the wrap at i32::MAX: `a` is ahead by
+/// less than half the sequence space.
+pub(crate) fn seq_after(a: i32, b: i32) -> bool {
+    let diff = (a as i64 - b as i64).rem_euclid(i32::MAX as i64 + 1);
+    diff > 0 && diff < (1 << 30)
+}
+
 /// Sequence numbers wrap from i32::MAX to 0, as the broker expects.
 pub(crate) fn next_seq(seq: i32, count: usize) -> i32 {
     ((seq as i64 + count as i64) % (i32::MAX as i64 + 1)) as i32
@@ -413,6 +420,14 @@ pub(crate) fn close_open(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sequence_order_survives_the_wrap() {
+        assert!(seq_after(5, 3));
+        assert!(!seq_after(3, 5));
+        assert!(!seq_after(3, 3));
+        assert!(seq_after(2, i32::MAX - 1));
+    }
 
     #[test]
     fn sequences_wrap_to_zero() {

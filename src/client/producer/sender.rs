@@ -199,7 +199,10 @@ pub(crate) async fn run(inner: Arc<Inner>) {
                 by_leader.entry(leader).or_default().push(b);
             }
             for (leader, batches) in by_leader {
-                tokio::spawn(produce(inner.clone(), leader, batches));
+                // Inline, not spawned: the request must be on the wire before the next round
+                // sends this partition's next batch, or two requests could pass each other and
+                // the broker would see sequences out of order.
+                dispatch(&inner, leader, batches).await;
             }
         }
         if closing && idle {
@@ -286,14 +289,16 @@ struct PartitionResult {
 }
 
 /// Sends one Produce request with the given batches (one per partition) to `leader`.
-async fn produce(inner: Arc<Inner>, leader: i32, batches: Vec<ProducerBatch>) {
+/// Puts one Produce request with the given batches (one per partition) on the wire to
+/// `leader`, and spawns the task that handles its response.
+async fn dispatch(inner: &Arc<Inner>, leader: i32, batches: Vec<ProducerBatch>) {
     let span = debug_span!("produce", leader, batches = batches.len());
     async {
         let conn = match inner.cluster.broker(leader).await {
             Ok(c) => c,
             Err(e) => {
                 for b in batches {
-                    finish(&inner, b, Err(e.clone()));
+                    finish(inner, b, Err(e.clone()));
                 }
                 return;
             }
@@ -302,7 +307,7 @@ async fn produce(inner: Arc<Inner>, leader: i32, batches: Vec<ProducerBatch>) {
             Ok(v) => v,
             Err(e) => {
                 for b in batches {
-                    finish(&inner, b, Err(e.clone()));
+                    finish(inner, b, Err(e.clone()));
                 }
                 return;
             }
@@ -349,19 +354,45 @@ async fn produce(inner: Arc<Inner>, leader: i32, batches: Vec<ProducerBatch>) {
                     }),
                     Err(e) => Err(e.clone()),
                 };
-                finish(&inner, b, outcome);
+                finish(inner, b, outcome);
             }
             return;
         }
-        let resp = match conn.request_at(&req, version).await {
-            Ok(r) => r,
+        let pending = match conn.start_request(&req, version) {
+            Ok(p) => p,
             Err(e) => {
                 for b in batches {
-                    finish(&inner, b, Err(e.clone()));
+                    finish(inner, b, Err(e.clone()));
                 }
                 return;
             }
         };
+        let inner = inner.clone();
+        tokio::spawn(
+            async move {
+                match pending.response().await {
+                    Ok(resp) => settle_response(&inner, batches, resp),
+                    Err(e) => {
+                        for b in batches {
+                            finish(&inner, b, Err(e.clone()));
+                        }
+                    }
+                }
+            }
+            .in_current_span(),
+        );
+    }
+    .instrument(span)
+    .await
+}
+
+/// Resolves every batch of a Produce response.
+fn settle_response(
+    inner: &Arc<Inner>,
+    batches: Vec<ProducerBatch>,
+    resp: kafka_protocol::messages::ProduceResponse,
+) {
+    {
         let mut results: HashMap<(String, i32), PartitionResult> = HashMap::new();
         for t in &resp.responses {
             for p in &t.partition_responses {
@@ -387,11 +418,9 @@ async fn produce(inner: Arc<Inner>, leader: i32, batches: Vec<ProducerBatch>) {
                     ErrorCode::UNKNOWN_SERVER_ERROR,
                 )),
             };
-            finish(&inner, b, outcome);
+            finish(inner, b, outcome);
         }
     }
-    .instrument(span)
-    .await
 }
 
 /// What to do with a batch after its request.
@@ -464,7 +493,7 @@ fn verdict(inner: &Inner, b: &ProducerBatch, outcome: Result<PartitionResult, Er
                 .partitions
                 .get(&b.tp)
                 .map_or(0, |q| super::accumulator::next_seq(q.acked_through, 1));
-            if b.base_sequence > expected {
+            if super::accumulator::seq_after(b.base_sequence, expected) {
                 // An earlier batch is being retried; this one follows it.
                 Verdict::Retry {
                     error: Error::broker(context(), code),
@@ -554,11 +583,16 @@ fn finish(inner: &Arc<Inner>, mut b: ProducerBatch, outcome: Result<PartitionRes
                 let mut acc = inner.lock();
                 settle(&mut acc, &tp);
                 let q = acc.queue(&tp);
+                // Responses are handled in their own tasks, which may run out of order:
+                // only ever move forward.
                 if seq >= 0 {
-                    q.acked_through = super::accumulator::next_seq(seq, n.saturating_sub(1));
+                    let last = super::accumulator::next_seq(seq, n.saturating_sub(1));
+                    if q.acked_through < 0 || super::accumulator::seq_after(last, q.acked_through) {
+                        q.acked_through = last;
+                    }
                 }
                 if base_offset >= 0 {
-                    q.last_acked_offset = base_offset + n as i64 - 1;
+                    q.last_acked_offset = q.last_acked_offset.max(base_offset + n as i64 - 1);
                 }
             }
             inner.release(mem, n);

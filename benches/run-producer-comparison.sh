@@ -9,6 +9,9 @@
 #                                                   # everything runs; its numbers mean nothing:
 #                                                   # 20,000 records is mostly JVM warm-up)
 #   IDEMPOTENCE=true benches/run-producer-comparison.sh
+#   VARIANTS="onceflow:idem onceflow:noidem java:idem" benches/run-producer-comparison.sh
+#   VARIANTS="onceflow:idem onceflow:txn100 onceflow:txn1000 java:idem java:txn100 java:txn1000" \
+#     benches/run-producer-comparison.sh
 #
 # Settings (both clients): acks=all, linger.ms=5, batch.size=16384, compression.type=none,
 # enable.idempotence=$IDEMPOTENCE (default false: onceflow does not implement idempotence yet, so
@@ -20,7 +23,21 @@
 #   N_100          records per run at 100 B (default 1000000; SMOKE: 20000)
 #   N_1K           records per run at 1 KiB (default 300000; SMOKE: 20000)
 #   SIZES          record sizes in bytes (default "100 1024")
-#   IDEMPOTENCE    true|false (default false)
+#   IDEMPOTENCE    true|false (default false): enable.idempotence for the plain variants
+#                  `onceflow` and `java`
+#   VARIANTS       what to compare (default "onceflow java"). Each entry is CLIENT or
+#                  CLIENT:MODE, CLIENT onceflow or java, MODE one of
+#                    idem      enable.idempotence=true
+#                    noidem    enable.idempotence=false
+#                    txnD      transactions committed every D ms (enable.idempotence=true, a
+#                              transactional.id unique to the run): onceflow-perf
+#                              -X transactional.id=ID --transaction-duration-ms D, Java
+#                              ProducerPerformance --transactional-id ID --transaction-duration-ms D
+#                  Every variant runs once per rep and record size; the order rotates by one
+#                  each rep, so every variant takes every position.
+#   RATIOS         same-rep ratios to report, "A/B ..." over VARIANTS entries (default: onceflow
+#                  over java of the same mode; every txnD over idem of the same client;
+#                  onceflow:idem over onceflow:noidem)
 #   PAYLOAD        random (default): every record gets a freshly generated random value, which
 #                  is what ProducerPerformance --record-size does on its sending thread (and
 #                  onceflow-perf --payload random mirrors); fixed: one value for all records
@@ -70,6 +87,26 @@ SETTLE_SECS=${SETTLE_SECS:-2}
 CALIBRATE=${CALIBRATE:-1}
 OUT_DIR=${OUT_DIR:-$repo/target/perf-comparison/$(date +%Y%m%d-%H%M%S)}
 case $IDEMPOTENCE in true|false) ;; *) die "IDEMPOTENCE must be true or false" ;; esac
+VARIANTS=${VARIANTS:-onceflow java}
+read -r -a variants <<<"$VARIANTS"
+for v in "${variants[@]}"; do
+  case ${v%%:*} in onceflow|java) ;; *) die "VARIANTS: $v: client must be onceflow or java" ;; esac
+  case $v in *:*) case ${v#*:} in idem|noidem|txn[0-9]*) ;; *) die "VARIANTS: $v: mode must be idem, noidem or txnD" ;; esac ;; esac
+done
+if [ -z "${RATIOS:-}" ]; then
+  RATIOS=""
+  has() { local x; for x in "${variants[@]}"; do [ "$x" = "$1" ] && return 0; done; return 1; }
+  for v in "${variants[@]}"; do
+    c=${v%%:*}; m=""; case $v in *:*) m=:${v#*:} ;; esac
+    # onceflow over java, same mode.
+    if [ "$c" = onceflow ] && has "java$m"; then RATIOS+=" $v/java$m"; fi
+  done
+  for v in "${variants[@]}"; do
+    c=${v%%:*}
+    case $v in *:txn*) if has "$c:idem"; then RATIOS+=" $v/$c:idem"; fi ;; esac
+  done
+  if has onceflow:idem && has onceflow:noidem; then RATIOS+=" onceflow:idem/onceflow:noidem"; fi
+fi
 case $PAYLOAD in random|fixed) ;; *) die "PAYLOAD must be random or fixed" ;; esac
 
 perf=$repo/benches/perf/target/release/onceflow-perf
@@ -85,10 +122,14 @@ fi
 "$repo/protocol-tests/kafka-broker.sh" start >/dev/null
 jars_dir >/dev/null # resolve the Java classpath now, not inside the first measured run
 
-props=(acks="$ACKS" linger.ms="$LINGER_MS" batch.size="$BATCH_SIZE" compression.type="$COMPRESSION"
-       enable.idempotence="$IDEMPOTENCE")
+# Common settings; enable.idempotence (and transactions) come from each variant (idem_of).
+props=(acks="$ACKS" linger.ms="$LINGER_MS" batch.size="$BATCH_SIZE" compression.type="$COMPRESSION")
 xprops=()
 for p in "${props[@]}"; do xprops+=(-X "$p"); done
+# idem_of VARIANT: its enable.idempotence; txn_of VARIANT: its transaction duration in ms, or "".
+idem_of() { case $1 in *:noidem) echo false ;; *:idem|*:txn*) echo true ;; *) echo "$IDEMPOTENCE" ;; esac; }
+txn_of() { case $1 in *:txn*) echo "${1##*:txn}" ;; *) echo "" ;; esac; }
+run_id=$(date +%s)-$$
 
 mkdir -p "$OUT_DIR"
 results=$OUT_DIR/results.tsv
@@ -106,28 +147,40 @@ results=$OUT_DIR/results.tsv
   echo "java: $(java -version 2>&1 | head -1)"
   echo "kafka: $KAFKA_VERSION (broker and Java client)"
   echo "settings: ${props[*]} payload=$PAYLOAD partitions=$PARTITIONS reps=$REPS n_100=$N_100 n_1k=$N_1K"
+  echo "variants: $VARIANTS (idempotence for plain onceflow/java: $IDEMPOTENCE)"
+  echo "ratios: $RATIOS"
 } >"$OUT_DIR/meta.txt"
 sed 's/^/# /' "$OUT_DIR/meta.txt" >&2
-printf 'client\tsize\trep\trecords\trecords_per_sec\tmb_per_sec\tcpu_seconds\tcpu_self_reported\tbatches\tavg_records_per_batch\tavg_batch_bytes\tloadavg\n' >"$results"
+printf 'variant\tsize\trep\trecords\trecords_per_sec\tmb_per_sec\tcpu_seconds\tcpu_self_reported\tbatches\tavg_records_per_batch\tavg_batch_bytes\tloadavg\ttxn_markers\tcommits\tcommit_ms_avg\tcommit_ms_max\tfailed_records\n' >"$results"
 
 n_for() { if [ "$1" -le 512 ]; then echo "$N_100"; else echo "$N_1K"; fi; }
 
-# run_one CLIENT SIZE N REP: one measured run on a fresh topic; appends a line to results.tsv.
+# run_one VARIANT SIZE N REP: one measured run on a fresh topic; appends a line to results.tsv.
 run_one() {
-  local client=$1 size=$2 n=$3 rep=$4
-  local topic=perf-cmp-$client-$size-$rep-$$-$RANDOM
-  local log=$OUT_DIR/$client-$size-$rep.log
+  local variant=$1 size=$2 n=$3 rep=$4
+  local client=${variant%%:*} vname=${variant/:/-}
+  local idem txn; idem=$(idem_of "$variant"); txn=$(txn_of "$variant")
+  # A transactional.id unique to this run (no fencing of, or by, an earlier run).
+  local txn_id=perf-cmp-$run_id-$vname-$size-$rep
+  local topic=perf-cmp-$vname-$size-$rep-$$-$RANDOM
+  local log=$OUT_DIR/$vname-$size-$rep.log
   "$perf" create-topic --bootstrap "$BOOTSTRAP" --topic "$topic" --partitions "$PARTITIONS" >>"$log" 2>&1 \
     || die "could not create topic $topic (see $log)"
   local load; load=$(cut -d' ' -f1 /proc/loadavg)
   local line self_cpu=""
   case $client in
     onceflow)
+      local txn_args=()
+      if [ -n "$txn" ]; then txn_args=(-X transactional.id="$txn_id" --transaction-duration-ms "$txn"); fi
       run_measured "$log.run" "$perf" produce --bootstrap "$BOOTSTRAP" --topic "$topic" \
-        --num-records "$n" --record-size "$size" --payload "$PAYLOAD" "${xprops[@]}" >/dev/null
+        --num-records "$n" --record-size "$size" --payload "$PAYLOAD" "${xprops[@]}" \
+        -X enable.idempotence="$idem" "${txn_args[@]}" >/dev/null
       cat "$log.run" >>"$log"; rm -f "$log.run"
-      [ "$RC" -eq 0 ] || die "onceflow-perf produce failed with status $RC (see $log)"
-      line=$(grep '^onceflow records=' "$log" | tail -1)
+      line=$(grep '^onceflow records=' "$log" | tail -1 || true)
+      # A run in which some records failed still prints its result line: keep it (results.tsv
+      # has the failed count) and go on, so one failed batch does not lose the whole session.
+      [ "$RC" -eq 0 ] || [ -n "$line" ] || die "onceflow-perf produce failed with status $RC (see $log)"
+      [ "$RC" -eq 0 ] || echo "warning: $variant size=$size rep=$rep: onceflow-perf produce exited with status $RC: $(grep -m1 'failed' "$log" || true) (see $log)" >&2
       self_cpu=$(sed -E 's/.* cpu_seconds=([0-9.]+).*/\1/' <<<"$line")
       # Same CPU measurement as the Java peer: `times` around the process.
       line="${line% cpu_seconds=*} cpu_seconds=$CPU_SECONDS"
@@ -140,14 +193,17 @@ run_one() {
         [ -f "$pf" ] || head -c "$size" /dev/zero | tr '\0' 'A' >"$pf"
         payload_args=(--payload-file "$pf")
       fi
+      local txn_args=()
+      if [ -n "$txn" ]; then txn_args=(--transactional-id "$txn_id" --transaction-duration-ms "$txn"); fi
       benches/java-peer/producer-perf.sh --topic "$topic" --num-records "$n" "${payload_args[@]}" \
-        --throughput -1 --producer-props bootstrap.servers="$BOOTSTRAP" "${props[@]}" >>"$log" 2>&1 \
+        --throughput -1 "${txn_args[@]}" --producer-props bootstrap.servers="$BOOTSTRAP" "${props[@]}" \
+        enable.idempotence="$idem" >>"$log" 2>&1 \
         || die "Java ProducerPerformance failed (see $log)"
       line=$(grep '^java-peer records=' "$log" | tail -1)
       ;;
   esac
   [ -n "$line" ] || die "no result line in $log"
-  local batches="" avg_recs="" avg_bytes=""
+  local batches="" avg_recs="" avg_bytes="" markers=""
   if [ -d "$LOG_DIR" ]; then
     local stats
     if stats=$("$perf" log-stats --log-dir "$LOG_DIR" --topic "$topic" 2>>"$log"); then
@@ -155,38 +211,56 @@ run_one() {
       batches=$(sed -E 's/.* batches=([0-9]+).*/\1/' <<<"$stats")
       avg_recs=$(sed -E 's/.* avg_records_per_batch=([0-9.]+).*/\1/' <<<"$stats")
       avg_bytes=$(sed -E 's/.* avg_batch_bytes=([0-9.]+).*/\1/' <<<"$stats")
+      markers=$(sed -nE 's/.* control_batches=([0-9]+).*/\1/p' <<<"$stats")
     fi
   fi
   "$perf" delete-topic --bootstrap "$BOOTSTRAP" --topic "$topic" >>"$log" 2>&1 \
     || echo "warning: could not delete topic $topic" >&2
+  # onceflow-perf's own count of commits and the time its send loop spent in commit_transaction.
+  local commits="" cavg="" cmax="" detail
+  detail=$(grep '^onceflow-detail transactions=' "$log" | tail -1 || true)
+  if [ -n "$detail" ]; then
+    commits=$(sed -E 's/.* transactions=([0-9]+).*/\1/' <<<"$detail")
+    cavg=$(sed -E 's/.* commit_ms_avg=([0-9.]+).*/\1/' <<<"$detail")
+    cmax=$(sed -E 's/.* commit_ms_max=([0-9.]+).*/\1/' <<<"$detail")
+  fi
   local records rps mbps cpu
   records=$(sed -E 's/.* records=([0-9]+) .*/\1/' <<<"$line")
   rps=$(sed -E 's/.* records_per_sec=([0-9.]+) .*/\1/' <<<"$line")
   mbps=$(sed -E 's/.* mb_per_sec=([0-9.]+) .*/\1/' <<<"$line")
   cpu=$(sed -E 's/.* cpu_seconds=([0-9.]+).*/\1/' <<<"$line")
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$client" "$size" "$rep" "$records" "$rps" "$mbps" \
-    "$cpu" "$self_cpu" "$batches" "$avg_recs" "$avg_bytes" "$load" >>"$results"
-  printf '%-8s size=%-5s rep=%s records=%s records/s=%s MB/s=%s cpu_s=%s batches=%s avg_batch_bytes=%s load=%s\n' \
-    "$client" "$size" "$rep" "$records" "$rps" "$mbps" "$cpu" "${batches:--}" "${avg_bytes:--}" "$load" >&2
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$variant" "$size" "$rep" "$records" "$rps" "$mbps" \
+    "$cpu" "$self_cpu" "$batches" "$avg_recs" "$avg_bytes" "$load" "$markers" "$commits" "$cavg" "$cmax" \
+    "$(( n - records ))" >>"$results"
+  printf '%-16s size=%-5s rep=%s records=%s records/s=%s MB/s=%s cpu_s=%s batches=%s avg_batch_bytes=%s load=%s%s\n' \
+    "$variant" "$size" "$rep" "$records" "$rps" "$mbps" "$cpu" "${batches:--}" "${avg_bytes:--}" "$load" \
+    "${txn:+ txn_markers=${markers:--} commit_ms_avg=${cavg:--} commit_ms_max=${cmax:--}}" >&2
   if [ "$SETTLE_SECS" != 0 ]; then sleep "$SETTLE_SECS"; fi
 }
 
 echo "settings: ${props[*]} payload=$PAYLOAD partitions=$PARTITIONS reps=$REPS sizes=[$SIZES] n_100=$N_100 n_1k=$N_1K" >&2
+echo "variants: $VARIANTS; ratios:$RATIOS" >&2
 echo "logs and results.tsv: $OUT_DIR" >&2
 started=$(date +%s)
 
 if [ "$CALIBRATE" = 1 ]; then
   # Fixed cost (process start, connection, JVM start-up and JIT) with 1000 records: the CPU
   # figures below include it once per run.
-  for c in onceflow java; do run_one "$c" 100 1000 calib; done
+  seen_clients=""
+  for v in "${variants[@]}"; do
+    case " $seen_clients " in *" ${v%%:*} "*) continue ;; esac
+    seen_clients+=" ${v%%:*}"; run_one "${v%%:*}" 100 1000 calib
+  done
 fi
 for rep in $(seq 1 "$REPS"); do
   for size in $SIZES; do
     n=$(n_for "$size")
-    # Alternate which client goes first, so drift (page cache, broker JIT, log cleanup,
-    # other load) does not favour one of them.
-    if [ $((rep % 2)) -eq 1 ]; then order="onceflow java"; else order="java onceflow"; fi
-    for c in $order; do run_one "$c" "$size" "$n" "$rep"; done
+    # Rotate which variant goes first, so drift (page cache, broker JIT, log cleanup,
+    # other load) does not favour one of them (with two variants: alternate).
+    k=${#variants[@]}
+    for i in $(seq 0 $((k - 1))); do
+      run_one "${variants[$(( (i + rep - 1) % k ))]}" "$size" "$n" "$rep"
+    done
   done
 done
 
@@ -194,8 +268,9 @@ echo >&2
 echo "elapsed: $(( $(date +%s) - started )) s" >&2
 echo
 echo "Producer comparison, ${props[*]}, payload=$PAYLOAD, partitions=$PARTITIONS, $REPS rep(s); median (min-max)"
+echo "Variants: $VARIANTS (plain onceflow/java: enable.idempotence=$IDEMPOTENCE; :idem true; :noidem false; :txnD transactions of D ms)"
 echo
-awk -F'\t' -v reps="$REPS" '
+awk -F'\t' -v reps="$REPS" -v variants="$VARIANTS" -v ratios="$RATIOS" '
   function sort(a, n,   i, j, t) { for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t } }
   function median(a, n) { return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
   function stat(key, col, fmt,   a, n, i) {
@@ -205,6 +280,8 @@ awk -F'\t' -v reps="$REPS" '
     med[key, col] = median(a, n)
     return sprintf(fmt " (" fmt "-" fmt ")", median(a, n), a[1], a[n])
   }
+  function label(v) { return v == "java" || v ~ /^java:/ ? "Java" substr(v, 5) : v }
+  BEGIN { nv = split(variants, vs, " "); nr = split(ratios, rs, " "); txn = variants ~ /:txn/ }
   NR == 1 { next }
   $3 == "calib" { calib[$1] = $7; next }
   {
@@ -213,40 +290,56 @@ awk -F'\t' -v reps="$REPS" '
     val[key, "rps", i] = $5; val[key, "mbps", i] = $6
     val[key, "cpum", i] = $7 * 1e6 / $4
     val[key, "batch", i] = $11; val[key, "rpb", i] = $10
-    rps_of[$1, $2, $3] = $5
+    val[key, "mark", i] = $13; val[key, "cavg", i] = $15
+    rps_of[$1, $2, $3] = $5; cpu_of[$1, $2, $3] = $7 * 1e6 / $4
+    if ($17 > 0) { failed[$1] += $17; failed_runs[$1]++ }
   }
   END {
-    print "| record size | client | records/s | MB/s | client CPU s per 1M records | avg batch bytes | records/batch |"
-    print "|---|---|---|---|---|---|---|"
+    printf "| record size | variant | records/s | MB/s | client CPU s per 1M records | avg batch bytes | records/batch |"
+    if (txn) printf " transactions (markers in the log) | onceflow commit_transaction ms, avg |"
+    print ""
+    printf "|---|---|---|---|---|---|---|"
+    if (txn) printf "---|---|"
+    print ""
     for (s = 1; s <= ns; s++) {
       size = sizes[s]
-      for (c = 1; c <= 2; c++) {
-        client = c == 1 ? "onceflow" : "java"
-        key = client SUBSEP size
+      for (c = 1; c <= nv; c++) {
+        key = vs[c] SUBSEP size
+        if (!cnt[key]) continue
         r = stat(key, "rps", "%.0f"); m = stat(key, "mbps", "%.1f"); u = stat(key, "cpum", "%.2f")
-        b = cnt[key] && val[key, "batch", 1] != "" ? stat(key, "batch", "%.0f") : "-"
-        p = cnt[key] && val[key, "rpb", 1] != "" ? stat(key, "rpb", "%.1f") : "-"
-        printf "| %s B | %s | %s | %s | %s | %s | %s |\n", size, client, r, m, u, b, p
+        b = val[key, "batch", 1] != "" ? stat(key, "batch", "%.0f") : "-"
+        p = val[key, "rpb", 1] != "" ? stat(key, "rpb", "%.1f") : "-"
+        printf "| %s B | %s | %s | %s | %s | %s | %s |", size, label(vs[c]), r, m, u, b, p
+        if (txn) printf " %s | %s |", val[key, "mark", 1] != "" && vs[c] ~ /:txn/ ? stat(key, "mark", "%.0f") : "-", val[key, "cavg", 1] != "" ? stat(key, "cavg", "%.1f") : "-"
+        print ""
       }
     }
+    if (nr == 0) exit
     print ""
-    print "| record size | onceflow/Java records/s, ratio of medians | same-rep ratios, median (min-max) | onceflow/Java CPU per record |"
-    print "|---|---|---|---|"
+    print "| record size | ratio | records/s, ratio of medians | same-rep ratios, median (min-max) | CPU per record, same-rep ratio median |"
+    print "|---|---|---|---|---|"
     for (s = 1; s <= ns; s++) {
-      size = sizes[s]; o = "onceflow" SUBSEP size; j = "java" SUBSEP size
-      if (!(med[j, "rps"] > 0 && med[j, "cpum"] > 0)) continue
-      # Runs of the same rep ran back to back, so their ratio cancels slow drift in load.
-      n = 0; delete pr
-      for (r = 1; r <= reps; r++)
-        if (("onceflow", size, r) in rps_of && ("java", size, r) in rps_of && rps_of["java", size, r] > 0)
-          pr[++n] = rps_of["onceflow", size, r] / rps_of["java", size, r]
-      paired = "-"
-      if (n > 0) { sort(pr, n); paired = sprintf("%.2f (%.2f-%.2f)", median(pr, n), pr[1], pr[n]) }
-      printf "| %s B | %.2f | %s | %.2f |\n", size, med[o, "rps"] / med[j, "rps"], paired, med[o, "cpum"] / med[j, "cpum"]
+      size = sizes[s]
+      for (q = 1; q <= nr; q++) {
+        split(rs[q], ab, "/"); A = ab[1]; B = ab[2]
+        if (!(med[B, size, "rps"] > 0 && med[B, size, "cpum"] > 0)) continue
+        # Runs of the same rep ran back to back, so their ratio cancels slow drift in load.
+        n = 0; delete pr; delete pc
+        for (r = 1; r <= reps; r++)
+          if ((A, size, r) in rps_of && (B, size, r) in rps_of && rps_of[B, size, r] > 0) {
+            ++n; pr[n] = rps_of[A, size, r] / rps_of[B, size, r]; pc[n] = cpu_of[A, size, r] / cpu_of[B, size, r]
+          }
+        paired = "-"; cpr = sprintf("%.2f", med[A, size, "cpum"] / med[B, size, "cpum"])
+        if (n > 0) { sort(pr, n); sort(pc, n); paired = sprintf("%.2f (%.2f-%.2f)", median(pr, n), pr[1], pr[n]); cpr = sprintf("%.2f", median(pc, n)) }
+        printf "| %s B | %s / %s | %.2f | **%s** | %s |\n", size, label(A), label(B), med[A, size, "rps"] / med[B, size, "rps"], paired, cpr
+      }
     }
-    if (("onceflow" in calib) || ("java" in calib)) {
+    for (v in failed_runs) printf "\nWARNING: %s: %d run(s) with %d record(s) that failed (see results.tsv and the run logs).\n", label(v), failed_runs[v], failed[v]
+    if (length(calib) > 0) {
       print ""
-      printf "Fixed start-up CPU (a 1000-record run): onceflow %s s, Java %s s; included once in every run above.\n", calib["onceflow"], calib["java"]
+      printf "Fixed start-up CPU (a 1000-record run):"
+      for (c in calib) printf " %s %s s;", label(c), calib[c]
+      print " included once in every run above."
     }
   }' "$results"
 echo

@@ -69,6 +69,14 @@ The final line of produce/consume is machine-readable:
   onceflow records=N records_per_sec=X mb_per_sec=Y cpu_seconds=Z";
 
 fn main() -> ExitCode {
+    // ONCEFLOW_LOG (e.g. onceflow=debug) turns on the library's tracing output, on stderr, as in
+    // the onceflow CLI. Unset: no subscriber, nothing is formatted.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("ONCEFLOW_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let mut argv = std::env::args().skip(1);
     let Some(cmd) = argv.next() else {
         eprintln!("{USAGE}");
@@ -427,6 +435,13 @@ async fn produce_records(
     let producer = Producer::new(config).await.map_err(run_err)?;
     let mut txn_started = Instant::now();
     let mut transactions = 0u64;
+    // Time spent blocked in commit_transaction (flush + EndTxn), as the send loop sees it.
+    let mut commit_us: (u64, u64) = (0, 0); // sum, max
+    let mut note_commit = |t: Instant| {
+        let us = t.elapsed().as_micros() as u64;
+        commit_us.0 += us;
+        commit_us.1 = commit_us.1.max(us);
+    };
     if txn.is_some() {
         producer.init_transactions().await.map_err(run_err)?;
         producer.begin_transaction().map_err(run_err)?;
@@ -480,10 +495,12 @@ async fn produce_records(
     for _ in 0..n {
         if let Some(d) = txn {
             if txn_started.elapsed() >= d {
+                let t = Instant::now();
                 if let Err(e) = producer.commit_transaction().await {
                     send_error = Some(e.to_string());
                     break;
                 }
+                note_commit(t);
                 transactions += 1;
                 producer.begin_transaction().map_err(run_err)?;
                 txn_started = Instant::now();
@@ -513,11 +530,22 @@ async fn produce_records(
         }
     }
     if txn.is_some() && send_error.is_none() {
+        let t = Instant::now();
         match producer.commit_transaction().await {
-            Ok(()) => transactions += 1,
+            Ok(()) => {
+                note_commit(t);
+                transactions += 1
+            }
             Err(e) => send_error = Some(e.to_string()),
         }
-        println!("onceflow-detail transactions={transactions}");
+    }
+    if txn.is_some() {
+        println!(
+            "onceflow-detail transactions={transactions} commit_ms_total={:.1} commit_ms_avg={:.2} commit_ms_max={:.1}",
+            commit_us.0 as f64 / 1000.0,
+            commit_us.0 as f64 / 1000.0 / transactions.max(1) as f64,
+            commit_us.1 as f64 / 1000.0
+        );
     }
     let sent_secs = start.elapsed().as_secs_f64();
     drop(tx);
@@ -680,6 +708,7 @@ fn log_stats(args: &Args) -> Res<()> {
     let mut sizes: Vec<u64> = Vec::new();
     let mut counts: Vec<u64> = Vec::new();
     let mut partitions = 0;
+    let mut control = 0u64; // transaction markers (commit/abort), one per partition per transaction
     let entries = std::fs::read_dir(&dir).map_err(|e| run_err(format!("{}: {e}", dir.display())))?;
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
@@ -699,7 +728,7 @@ fn log_stats(args: &Args) -> Res<()> {
             .collect();
         logs.sort();
         for log in logs {
-            scan_segment(&log, &mut sizes, &mut counts)?;
+            scan_segment(&log, &mut sizes, &mut counts, &mut control)?;
         }
     }
     if partitions == 0 {
@@ -720,7 +749,7 @@ fn log_stats(args: &Args) -> Res<()> {
     println!(
         "log-stats topic={topic} partitions={partitions} batches={batches} records={records} \
          avg_records_per_batch={:.1} avg_batch_bytes={:.0} p10_batch_bytes={} median_batch_bytes={} \
-         p90_batch_bytes={} max_batch_bytes={} median_records_per_batch={}",
+         p90_batch_bytes={} max_batch_bytes={} median_records_per_batch={} control_batches={control}",
         records as f64 / batches.max(1) as f64,
         bytes as f64 / batches.max(1) as f64,
         pct(&sizes, 0.1),
@@ -735,8 +764,14 @@ fn log_stats(args: &Args) -> Res<()> {
 /// Walks the v2 record batches of one segment: baseOffset i64, batchLength i32 (bytes after
 /// this field), partitionLeaderEpoch i32, magic i8, crc u32, attributes i16, lastOffsetDelta
 /// i32, baseTimestamp i64, maxTimestamp i64, producerId i64, producerEpoch i16, baseSequence
-/// i32, recordsCount i32 (at byte 57). Control batches (attributes bit 5) are skipped.
-fn scan_segment(path: &Path, sizes: &mut Vec<u64>, counts: &mut Vec<u64>) -> Res<()> {
+/// i32, recordsCount i32 (at byte 57). Control batches (attributes bit 5: transaction markers)
+/// are only counted.
+fn scan_segment(
+    path: &Path,
+    sizes: &mut Vec<u64>,
+    counts: &mut Vec<u64>,
+    control: &mut u64,
+) -> Res<()> {
     let data = std::fs::read(path).map_err(|e| run_err(format!("{}: {e}", path.display())))?;
     let mut pos = 0usize;
     while pos + 61 <= data.len() {
@@ -753,6 +788,8 @@ fn scan_segment(path: &Path, sizes: &mut Vec<u64>, counts: &mut Vec<u64>) -> Res
         if attributes & 0x20 == 0 {
             sizes.push(total as u64);
             counts.push(count.max(0) as u64);
+        } else {
+            *control += 1;
         }
         pos += total;
     }

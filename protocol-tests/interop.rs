@@ -443,7 +443,17 @@ async fn java_produce(dir: &TempDir, topic: &str, recs: &[Rec], extra: &[&str]) 
 /// Java reads exactly `n` records from the beginning of every partition, ordered by partition,
 /// then offset.
 pub(crate) async fn java_consume_exactly(dir: &TempDir, topic: &str, n: usize) -> Vec<Rec> {
-    let output = dir.path().join(format!("{topic}.out.jsonl"));
+    java_consume_at(dir, topic, n, "read_uncommitted").await
+}
+
+/// As [`java_consume_exactly`], at an isolation level.
+pub(crate) async fn java_consume_at(
+    dir: &TempDir,
+    topic: &str,
+    n: usize,
+    isolation: &str,
+) -> Vec<Rec> {
+    let output = dir.path().join(format!("{topic}-{isolation}.out.jsonl"));
     let n = n.to_string();
     let args = [
         "--output",
@@ -454,6 +464,8 @@ pub(crate) async fn java_consume_exactly(dir: &TempDir, topic: &str, n: usize) -
         "true",
         "--settle-ms",
         "1500",
+        "--isolation",
+        isolation,
         "--timeout-ms",
         "120000",
     ];

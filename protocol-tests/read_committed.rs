@@ -3,7 +3,7 @@
 //! and aborted transactions (written by the Java client and by onceflow), plain records and a
 //! transaction left open for a while.
 
-use crate::interop::{java, Rec};
+use crate::interop::{java, java_consume_at, Rec};
 use crate::support::proxy::Proxy;
 use crate::support::*;
 use bytes::Bytes;
@@ -14,31 +14,9 @@ use std::time::{Duration, Instant};
 /// (partition, value) in log order per partition, as the Java consumer reads them.
 async fn java_read(topic: &str, n: usize, isolation: &str) -> Vec<(i32, Vec<u8>)> {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.jsonl");
-    let n = n.to_string();
-    java(
-        "consume",
-        topic,
-        &[
-            "--output",
-            out.to_str().unwrap(),
-            "--expect",
-            &n,
-            "--exact",
-            "true",
-            "--settle-ms",
-            "1500",
-            "--isolation",
-            isolation,
-            "--timeout-ms",
-            "60000",
-        ],
-    )
-    .await;
-    std::fs::read_to_string(&out)
-        .unwrap()
-        .lines()
-        .map(Rec::from_java)
+    java_consume_at(&dir, topic, n, isolation)
+        .await
+        .into_iter()
         .map(|r| (r.partition.unwrap(), r.value.unwrap()))
         .collect()
 }

@@ -1,7 +1,7 @@
 //! The transactional producer against the real broker, at whatever transaction.version the
 //! broker was formatted with (scripts/test runs the suite at 2 and at 1).
 
-use crate::interop::{java, Rec};
+use crate::interop::java_consume_at;
 use crate::support::*;
 use bytes::Bytes;
 use onceflow::client::producer::{GroupMetadata, ResumeOutcome};
@@ -34,34 +34,13 @@ async fn send_values(
     }
 }
 
-/// What the Java consumer reads at an isolation level, values sorted.
+/// What the Java consumer reads at an isolation level, exactly `n` records, values sorted.
 async fn java_values(topic: &str, n: usize, isolation: &str) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.jsonl");
-    let n = n.to_string();
-    java(
-        "consume",
-        topic,
-        &[
-            "--output",
-            out.to_str().unwrap(),
-            "--expect",
-            &n,
-            "--exact",
-            "true",
-            "--settle-ms",
-            "1500",
-            "--isolation",
-            isolation,
-            "--timeout-ms",
-            "60000",
-        ],
-    )
-    .await;
-    let mut v: Vec<String> = std::fs::read_to_string(&out)
-        .unwrap()
-        .lines()
-        .map(|l| String::from_utf8(Rec::from_java(l).value.unwrap()).unwrap())
+    let mut v: Vec<String> = java_consume_at(&dir, topic, n, isolation)
+        .await
+        .into_iter()
+        .map(|r| String::from_utf8(r.value.unwrap()).unwrap())
         .collect();
     v.sort();
     v

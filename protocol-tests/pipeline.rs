@@ -82,22 +82,32 @@ async fn bounce(mode: &str, n: usize) -> HashMap<String, usize> {
     let mut members: Vec<Child> = (0..3)
         .map(|i| start(&input.name, &output.name, &group, i, mode))
         .collect();
-    // Bounce while they work: kill one member with SIGKILL and start it again, every 700 ms.
-    let mut bounced_mid_work = 0;
-    for round in 0..8 {
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        if committed().await < n as i64 {
-            bounced_mid_work += 1;
+    // Bounce while they work: as soon as the group is making progress, kill every member with
+    // SIGKILL and start them again; three times. Killing all at once while progress is being
+    // made guarantees that some member dies between writing output and committing offsets.
+    for _ in 0..3 {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let before = committed().await;
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let now = committed().await;
+            assert!(
+                now < n as i64,
+                "the work finished before the members could be killed"
+            );
+            if now > before {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no progress within 60 s");
         }
-        let i = round % members.len();
-        members[i].kill().unwrap();
-        members[i].wait().unwrap();
-        members[i] = start(&input.name, &output.name, &group, i, mode);
+        for m in members.iter_mut() {
+            m.kill().unwrap();
+            m.wait().unwrap();
+        }
+        members = (0..3)
+            .map(|i| start(&input.name, &output.name, &group, i, mode))
+            .collect();
     }
-    assert!(
-        bounced_mid_work >= 2,
-        "members were killed while the work was going on"
-    );
     // Let them finish: every input offset committed for the group.
     let deadline = Instant::now() + Duration::from_secs(120);
     while committed().await < n as i64 {

@@ -241,3 +241,74 @@ async fn cooperative_sticky_revokes_only_the_partitions_that_move() {
     assert!(log.contains(&"revoked 2".to_owned()), "{log:?}");
     assert!(!log.contains(&"revoked 4".to_owned()), "{log:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_member_that_restarts_gets_its_partitions_back_without_a_rebalance() {
+    let topic = TestTopic::create("group-static", 4).await;
+    let group = unique_topic("group-static");
+    let static_member = |id: &'static str| {
+        let group = group.clone();
+        let topic = topic.name.clone();
+        let events = Arc::new(Recorder(Mutex::new(Vec::new())));
+        async move {
+            let mut m = member(&group, &[("group.instance.id", id)]).await;
+            m.set_listener(events.clone());
+            m.subscribe(&[topic.as_str()]);
+            (run(m), events)
+        }
+    };
+    let (a, a_events) = static_member("a").await;
+    let (b, _) = static_member("b").await;
+    wait_for(60, || disjoint_cover(&a.assignment(), &b.assignment(), 4)).await;
+    let b_had = b.assignment();
+    let a_log_before = a_events.0.lock().unwrap().len();
+    // b goes away without LeaveGroup (static members do not send it) and comes back within
+    // session.timeout.ms under the same group.instance.id.
+    let (b, _) = b.stop().await;
+    drop(b);
+    let (b2, _) = static_member("b").await;
+    wait_for(30, || !b2.assignment().is_empty()).await;
+    let mut got = b2.assignment();
+    got.sort();
+    let mut had = b_had.clone();
+    had.sort();
+    assert_eq!(got, had, "same partitions back");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        a_events.0.lock().unwrap().len(),
+        a_log_before,
+        "a saw no rebalance: {:?}",
+        a_events.0.lock().unwrap()
+    );
+    let (a, _) = a.stop().await;
+    let (b2, _) = b2.stop().await;
+    a.close().await.unwrap();
+    b2.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_stops_polling_loses_its_partitions_and_is_told_so() {
+    let topic = TestTopic::create("group-slow", 2).await;
+    let group = unique_topic("group-slow");
+    let events = Arc::new(Recorder(Mutex::new(Vec::new())));
+    let mut slow = member(&group, &[("max.poll.interval.ms", "2000")]).await;
+    slow.set_listener(events.clone());
+    slow.subscribe(&[topic.name.as_str()]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while slow.assignment().len() != 2 {
+        slow.poll(Duration::from_millis(100)).await.unwrap();
+        assert!(Instant::now() < deadline);
+    }
+    let mut other = member(&group, &[]).await;
+    other.subscribe(&[topic.name.as_str()]);
+    let other = run(other);
+    // The slow member does not poll for longer than max.poll.interval.ms: it leaves, and the
+    // other member takes everything.
+    wait_for(40, || other.assignment().len() == 2).await;
+    // Its next poll reports the partitions lost (not revoked: it could not commit for them).
+    slow.poll(Duration::from_millis(100)).await.unwrap();
+    let log = events.0.lock().unwrap().clone();
+    assert!(log.contains(&"lost 2".to_owned()), "{log:?}");
+    let (o, _) = other.stop().await;
+    o.close().await.unwrap();
+}

@@ -4,6 +4,8 @@
 #
 #   protocol-tests/kafka-broker.sh start      # if not already running
 #   protocol-tests/capture-fixtures.sh        # rewrites fixtures/*.input.jsonl, *.log, *.expected*.jsonl
+#   protocol-tests/capture-fixtures.sh NAME.. # only those fixtures (e.g. transactional-zstd); the
+#                                             # other files in fixtures/ are left untouched
 #
 # For each fixture <name> it
 #   1. writes fixtures/<name>.input.jsonl (deterministic content, fixed timestamps),
@@ -11,8 +13,9 @@
 #   3. produces the input with protocol-tests/java/interop.sh (fixed batch boundaries: a long
 #      linger.ms plus an explicit flush every N records, or one batch per transaction),
 #   4. waits until no transaction is open (last stable offset == high watermark),
-#   5. reads the topic back with the Java consumer (read_uncommitted; transactional also
-#      read_committed) into fixtures/<name>.expected.jsonl, and checks it equals the input,
+#   5. reads the topic back with the Java consumer (read_uncommitted; the transactional ones also
+#      read_committed, into <name>.expected-committed.jsonl) into fixtures/<name>.expected.jsonl,
+#      and checks it equals the input (read_committed: the input minus the aborted records),
 #   6. copies <log.dirs>/fixture-<name>-0/00000000000000000000.log to fixtures/<name>.log.
 # Topics get retention.ms=-1 and segment.ms=Long.MAX so the old fixed timestamps neither expire
 # the data nor roll segments.
@@ -40,13 +43,25 @@ command -v python3 >/dev/null || die "python3 not found"
 "$INTEROP" build >/dev/null
 mkdir -p "$OUT"
 
+ALL=(plain gzip snappy lz4 zstd headers nulls idempotent transactional transactional-zstd)
+if [ $# -gt 0 ]; then
+  for n in "$@"; do
+    [[ " ${ALL[*]} " == *" $n "* ]] || die "unknown fixture '$n' (known: ${ALL[*]})"
+  done
+  SELECTED=("$@")
+else
+  SELECTED=("${ALL[@]}")
+fi
+wanted() { [[ " ${SELECTED[*]} " == *" $1 "* ]]; }
+
 # ------------------------------------------------------------------------------------------------
 # Inputs. Timestamps are fixed and in the past (the broker rejects CreateTime more than
 # log.message.timestamp.after.max.ms = 1 h in the future).
 gen_inputs() {
-  python3 - "$OUT" <<'PY'
+  python3 - "$OUT" "${SELECTED[@]}" <<'PY'
 import base64, json, sys
 out = sys.argv[1]
+selected = set(sys.argv[2:])
 T0 = 1700000000000  # 2023-11-14T22:13:20Z
 
 def b(x):
@@ -61,6 +76,8 @@ def rec(key, value, ts, headers=(), partition=0):
             "headers": [{"key": k, "value": b(v)} for k, v in headers]}
 
 def write(name, recs):
+    if name not in selected:
+        return
     with open(f"{out}/{name}.input.jsonl", "w") as f:
         for r in recs:
             f.write(json.dumps(r, separators=(",", ":")) + "\n")
@@ -120,6 +137,24 @@ write("idempotent", [rec(f"idem-{i:02d}", f"idempotent value {i:02d}", T0 + 4000
 # transactional: 15 records, transactions of 5: commit, abort, commit.
 write("transactional", [rec(f"txn-{i:02d}", f"transactional value {i:02d} ({['commit', 'abort', 'commit'][i // 5]})",
                             T0 + 5000 + i) for i in range(15)])
+
+# transactional-zstd: zstd-compressed transactions of 5, commit and abort alternating, with 2
+# plain (non-transactional) records between the 2nd and 3rd transaction. In log order:
+#   txn 1 (commit) input 0-4, txn 2 (abort) 5-9, plain 10-11, txn 3 (commit) 12-16,
+#   txn 4 (abort) 17-21, txn 5 (commit) 22-26.
+# Produced by three calls (see TXN_ZSTD_PARTS below): input 0-9 transactionally, 10-11 plain,
+# 12-26 transactionally again with the same transactional.id.
+tz = []
+for i in range(27):
+    if i in (10, 11):
+        tz.append(rec(f"tz-key-{i:02d}", f"txn-zstd plain record {i:02d} " * 3, T0 + 6000 + i,
+                      [("producer", "plain")]))
+        continue
+    t = i // 5 if i < 10 else (i - 2) // 5          # transaction 0..4
+    label = ["commit", "abort"][t % 2]
+    hs = [("txn", f"{t + 1}")] if (i if i < 10 else i - 2) % 5 == 0 else []
+    tz.append(rec(f"tz-key-{i:02d}", f"txn-zstd value {i:02d} ({label}) " * 3, T0 + 6000 + i, hs))
+write("transactional-zstd", tz)
 PY
 }
 
@@ -165,13 +200,26 @@ copy_segment() {
   (cd "$dir" && cat $segs) >"$OUT/$name.log"
 }
 
+# produce_to NAME INPUT [produce options]: one interop produce call into fixture-NAME.
+produce_to() {
+  local name=$1 input=$2; shift 2
+  local topic=fixture-$name
+  "$INTEROP" produce --bootstrap "$BOOTSTRAP" --topic "$topic" --input "$input" --acks all "$@" 2>/dev/null \
+    || { "$INTEROP" produce --bootstrap "$BOOTSTRAP" --topic "$topic" --input "$input" "$@" >&2 || true; die "$name: produce failed"; }
+}
+
 capture() {
   local name=$1 expect=$2; shift 2
+  log "$name: producing to fixture-$name"
+  recreate_topic "fixture-$name"
+  produce_to "$name" "$OUT/$name.input.jsonl" "$@"
+  finish_capture "$name" "$expect"
+}
+
+# After producing: wait for all markers, read back (read_uncommitted), copy the segment.
+finish_capture() {
+  local name=$1 expect=$2
   local topic=fixture-$name
-  log "$name: producing to $topic"
-  recreate_topic "$topic"
-  "$INTEROP" produce --bootstrap "$BOOTSTRAP" --topic "$topic" --input "$OUT/$name.input.jsonl" --acks all "$@" 2>/dev/null \
-    || { "$INTEROP" produce --bootstrap "$BOOTSTRAP" --topic "$topic" --input "$OUT/$name.input.jsonl" "$@" >&2 || true; die "$name: produce failed"; }
   "$INTEROP" offsets --bootstrap "$BOOTSTRAP" --topic "$topic" --wait-stable-ms 30000 >/dev/null
   "$INTEROP" consume --bootstrap "$BOOTSTRAP" --topic "$topic" --output "$OUT/$name.expected.jsonl" \
       --expect "$expect" --exact true --isolation read_uncommitted 2>/dev/null \
@@ -182,31 +230,74 @@ capture() {
 LINGER=(--linger-ms 600000)
 
 gen_inputs
-capture plain 30 --compression none --idempotent false "${LINGER[@]}" --flush-every 10
+if wanted plain; then
+  capture plain 30 --compression none --idempotent false "${LINGER[@]}" --flush-every 10
+fi
 for codec in gzip snappy lz4 zstd; do
-  capture "$codec" 20 --compression "$codec" --idempotent false "${LINGER[@]}" --flush-every 10
+  if wanted "$codec"; then
+    capture "$codec" 20 --compression "$codec" --idempotent false "${LINGER[@]}" --flush-every 10
+  fi
 done
-capture headers 12 --compression none --idempotent false "${LINGER[@]}" --flush-every 6
-capture nulls 8 --compression none --idempotent false "${LINGER[@]}" --flush-every 4
-capture idempotent 25 --compression none --idempotent true "${LINGER[@]}" --flush-every 10
-capture transactional 15 --compression none --transactional-id onceflow-fixture-txn \
-    --txn-size 5 --abort-every 2 "${LINGER[@]}"
-"$INTEROP" consume --bootstrap "$BOOTSTRAP" --topic fixture-transactional \
-    --output "$OUT/transactional.expected-committed.jsonl" --expect 10 --exact true \
-    --isolation read_committed 2>/dev/null || die "transactional: read_committed did not read exactly 10 records"
+if wanted headers; then
+  capture headers 12 --compression none --idempotent false "${LINGER[@]}" --flush-every 6
+fi
+if wanted nulls; then
+  capture nulls 8 --compression none --idempotent false "${LINGER[@]}" --flush-every 4
+fi
+if wanted idempotent; then
+  capture idempotent 25 --compression none --idempotent true "${LINGER[@]}" --flush-every 10
+fi
+if wanted transactional; then
+  capture transactional 15 --compression none --transactional-id onceflow-fixture-txn \
+      --txn-size 5 --abort-every 2 "${LINGER[@]}"
+  "$INTEROP" consume --bootstrap "$BOOTSTRAP" --topic fixture-transactional \
+      --output "$OUT/transactional.expected-committed.jsonl" --expect 10 --exact true \
+      --isolation read_committed 2>/dev/null || die "transactional: read_committed did not read exactly 10 records"
+fi
+if wanted transactional-zstd; then
+  # Three produce calls on one partition, so the plain records land between transactions:
+  # input lines 1-10 as transactions of 5 (commit, abort), lines 11-12 with a plain
+  # non-transactional producer (one batch), lines 13-27 as transactions of 5 (commit, abort,
+  # commit; a new producer instance with the same transactional.id, so a bumped epoch).
+  # Every data batch is zstd; markers are never compressed.
+  name=transactional-zstd
+  parts=$(mktemp -d)
+  sed -n '1,10p' "$OUT/$name.input.jsonl" >"$parts/txn-a.jsonl"
+  sed -n '11,12p' "$OUT/$name.input.jsonl" >"$parts/plain.jsonl"
+  sed -n '13,27p' "$OUT/$name.input.jsonl" >"$parts/txn-b.jsonl"
+  log "$name: producing to fixture-$name"
+  recreate_topic "fixture-$name"
+  produce_to "$name" "$parts/txn-a.jsonl" --compression zstd --transactional-id onceflow-fixture-txn-zstd \
+      --txn-size 5 --abort-every 2 "${LINGER[@]}"
+  produce_to "$name" "$parts/plain.jsonl" --compression zstd --idempotent false "${LINGER[@]}" --flush-every 2
+  produce_to "$name" "$parts/txn-b.jsonl" --compression zstd --transactional-id onceflow-fixture-txn-zstd \
+      --txn-size 5 --abort-every 2 "${LINGER[@]}"
+  rm -r "$parts"
+  finish_capture "$name" 27
+  "$INTEROP" consume --bootstrap "$BOOTSTRAP" --topic "fixture-$name" \
+      --output "$OUT/$name.expected-committed.jsonl" --expect 17 --exact true \
+      --isolation read_committed 2>/dev/null || die "$name: read_committed did not read exactly 17 records"
+fi
 
-for name in plain gzip snappy lz4 zstd headers nulls idempotent transactional; do
+for name in "${SELECTED[@]}"; do
   check_roundtrip "$OUT/$name.input.jsonl" "$OUT/$name.expected.jsonl" || die "$name: read-back differs from input"
 done
-check_roundtrip "$OUT/transactional.input.jsonl" "$OUT/transactional.expected-committed.jsonl" 5,6,7,8,9 \
-  || die "transactional: read_committed read-back is not the committed records"
+if wanted transactional; then
+  check_roundtrip "$OUT/transactional.input.jsonl" "$OUT/transactional.expected-committed.jsonl" 5,6,7,8,9 \
+    || die "transactional: read_committed read-back is not the committed records"
+fi
+if wanted transactional-zstd; then
+  # Aborted: transactions 2 (input 5-9) and 4 (input 17-21).
+  check_roundtrip "$OUT/transactional-zstd.input.jsonl" "$OUT/transactional-zstd.expected-committed.jsonl" \
+      5,6,7,8,9,17,18,19,20,21 || die "transactional-zstd: read_committed read-back is not the committed records"
+fi
 
 # Summary of the captured segments: batches, records, codecs, control batches.
 python3 - "$OUT" <<'PY'
 import json, struct, sys, glob, os
 out = sys.argv[1]
 codecs = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
-print(f"{'fixture':<16}{'bytes':>7}{'batches':>8}{'control':>8}{'records':>8}{'expected':>9}  codec  producer")
+print(f"{'fixture':<20}{'bytes':>7}{'batches':>8}{'control':>8}{'records':>8}{'expected':>9}  codec  producer")
 for path in sorted(glob.glob(f"{out}/*.log")):
     name = os.path.basename(path)[:-4]
     data = open(path, "rb").read()
@@ -230,6 +321,6 @@ for path in sorted(glob.glob(f"{out}/*.log")):
         pos += 12 + length
     assert pos == len(data), f"{name}: trailing bytes"
     n = sum(1 for l in open(f"{out}/{name}.expected.jsonl") if l.strip())
-    print(f"{name:<16}{len(data):>7}{batches:>8}{control:>8}{records:>8}{n:>9}  {','.join(sorted(kinds)):<6} {','.join(sorted(pids)) or '-'}")
+    print(f"{name:<20}{len(data):>7}{batches:>8}{control:>8}{records:>8}{n:>9}  {','.join(sorted(kinds)):<6} {','.join(sorted(pids)) or '-'}")
 PY
 log "done: fixtures in $OUT"

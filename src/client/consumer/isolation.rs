@@ -66,8 +66,9 @@ impl AbortedTransactions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::records::decode_batches;
+    use crate::protocol::records::{decode_batches, Record};
     use bytes::Bytes;
+    use serde_json::{json, Value};
 
     fn fixture() -> Bytes {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/transactional.log");
@@ -118,5 +119,183 @@ mod tests {
         let kept = kept_offsets(vec![(pid, 1_000), (pid + 1, 0), (pid, 6)]);
         let want: Vec<i64> = (0..5).chain(12..17).collect();
         assert_eq!(kept, want);
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // fixtures/transactional-zstd (see fixtures/README.md): zstd-compressed transactions of 5
+    // written by the Java client to the real broker, commit and abort alternating, with a plain
+    // batch between the 2nd and 3rd. Offsets: 0-4 data, 5 COMMIT, 6-10 data, 11 ABORT,
+    // 12-13 plain, 14-18 data, 19 COMMIT, 20-24 data, 25 ABORT, 26-30 data, 31 COMMIT.
+
+    fn fixture_file(file: &str) -> Vec<u8> {
+        let path = format!("{}/fixtures/{file}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"))
+    }
+
+    fn zstd_batches() -> Vec<RecordBatch> {
+        decode_batches(Bytes::from(fixture_file("transactional-zstd.log")))
+            .map(|b| b.expect("valid batch"))
+            .collect()
+    }
+
+    /// The Fetch response's aborted-transactions list for the whole fixture, as the broker builds
+    /// it: for every ABORT marker, its producer id and the offset of that transaction's first
+    /// record (the first data batch of the producer after its previous marker).
+    fn aborted_list(batches: &[RecordBatch]) -> Vec<(i64, i64)> {
+        let mut open: HashMap<i64, i64> = HashMap::new();
+        let mut list = Vec::new();
+        for b in batches {
+            if b.is_control() {
+                let first = open.remove(&b.producer_id);
+                if let Ok(Some(ControlRecord::Abort { .. })) = b.control_record() {
+                    list.push((
+                        b.producer_id,
+                        first.expect("an aborted transaction has data"),
+                    ));
+                }
+            } else if b.is_transactional() {
+                open.entry(b.producer_id).or_insert(b.base_offset);
+            }
+        }
+        assert!(open.is_empty(), "no transaction left open");
+        list
+    }
+
+    fn b64(data: &[u8]) -> String {
+        const ALPHABET: &[u8; 64] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut s = String::new();
+        for chunk in data.chunks(3) {
+            let n = chunk
+                .iter()
+                .enumerate()
+                .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    s.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+                } else {
+                    s.push('=');
+                }
+            }
+        }
+        s
+    }
+
+    /// A kept record in the Java interop consumer's JSON-lines shape (partition 0).
+    fn as_json(r: &Record) -> Value {
+        let bytes = |b: &Option<Bytes>| b.as_ref().map(|b| b64(b));
+        let headers: Vec<Value> = r
+            .headers
+            .iter()
+            .map(|h| {
+                let key = std::str::from_utf8(&h.key).expect("UTF-8 header key");
+                json!({"key": key, "value": bytes(&h.value)})
+            })
+            .collect();
+        json!({
+            "partition": 0,
+            "offset": r.offset,
+            "timestamp": r.timestamp,
+            "key": bytes(&r.key),
+            "value": bytes(&r.value),
+            "headers": headers,
+        })
+    }
+
+    fn jsonl(file: &str) -> Vec<Value> {
+        String::from_utf8(fixture_file(file))
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// Runs every batch, in log order, through `keep`; returns the kept records.
+    fn kept_records(batches: &[RecordBatch], aborted: Vec<(i64, i64)>) -> Vec<Value> {
+        let mut index = AbortedTransactions::new(aborted);
+        let mut out = Vec::new();
+        for b in batches {
+            if index.keep(b) {
+                assert!(
+                    !b.is_control(),
+                    "a control batch was kept at {}",
+                    b.base_offset
+                );
+                out.extend(b.records().unwrap().iter().map(as_json));
+            }
+        }
+        out
+    }
+
+    fn offsets(records: &[Value]) -> Vec<i64> {
+        records
+            .iter()
+            .map(|r| r["offset"].as_i64().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn b64_matches_the_rfc_4648_vectors() {
+        for (dec, enc) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(b64(dec.as_bytes()), enc);
+        }
+        assert_eq!(b64(&[0x00, 0xff, 0xfe]), "AP/+");
+    }
+
+    /// read_committed over the zstd fixture: the list the broker would send drops exactly the two
+    /// aborted transactions, keeping the commits and the plain records between them, which is
+    /// exactly what the Java consumer read with isolation.level=read_committed.
+    #[test]
+    fn zstd_fixture_read_committed_keeps_exactly_what_the_java_consumer_read() {
+        let batches = zstd_batches();
+        let pid = batches[0].producer_id;
+        let aborted = aborted_list(&batches);
+        assert_eq!(aborted, [(pid, 6), (pid, 20)]);
+
+        let want = jsonl("transactional-zstd.expected-committed.jsonl");
+        let want_offsets: Vec<i64> = (0..5).chain(12..19).chain(26..31).collect();
+        assert_eq!(offsets(&want), want_offsets, "the Java consumer's view");
+
+        let kept = kept_records(&batches, aborted.clone());
+        assert_eq!(offsets(&kept), want_offsets);
+        assert_eq!(kept, want, "kept records vs read_committed Java consumer");
+
+        // The same list given in reverse order (brokers have sent it unsorted).
+        let reversed: Vec<(i64, i64)> = aborted.into_iter().rev().collect();
+        assert_eq!(kept_records(&batches, reversed), want);
+    }
+
+    /// read_uncommitted (an empty list) over the zstd fixture: every data record, aborted ones
+    /// included, and no control record; exactly what the Java consumer read that way.
+    #[test]
+    fn zstd_fixture_read_uncommitted_keeps_every_data_record_and_no_marker() {
+        let batches = zstd_batches();
+        let kept = kept_records(&batches, vec![]);
+        let data: Vec<i64> = batches
+            .iter()
+            .filter(|b| !b.is_control())
+            .flat_map(|b| b.base_offset..=b.base_offset + i64::from(b.last_offset_delta))
+            .collect();
+        let want_offsets: Vec<i64> = (0..5)
+            .chain(6..11)
+            .chain(12..19)
+            .chain(20..25)
+            .chain(26..31)
+            .collect();
+        assert_eq!(data, want_offsets);
+        assert_eq!(offsets(&kept), want_offsets);
+        for marker in [5, 11, 19, 25, 31] {
+            assert!(!offsets(&kept).contains(&marker), "marker {marker} kept");
+        }
+        assert_eq!(kept, jsonl("transactional-zstd.expected.jsonl"));
     }
 }

@@ -18,7 +18,7 @@ use super::{
 
 /// Every fixture this module knows; `every_fixture_log_is_covered` fails when one is added to
 /// fixtures/ without a test here.
-const FIXTURES: [&str; 9] = [
+const FIXTURES: [&str; 10] = [
     "plain",
     "gzip",
     "snappy",
@@ -28,6 +28,7 @@ const FIXTURES: [&str; 9] = [
     "nulls",
     "idempotent",
     "transactional",
+    "transactional-zstd",
 ];
 
 fn fixtures_dir() -> PathBuf {
@@ -318,6 +319,10 @@ fn every_fixture_expectation_equals_its_input() {
             // Input holds all 15; expected (read_uncommitted) too.
             assert_eq!(exp.len(), 15);
         }
+        if name == "transactional-zstd" {
+            // 25 transactional records (10 of them aborted) and 2 plain ones, all read_uncommitted.
+            assert_eq!(exp.len(), 27);
+        }
         for (i, e) in exp.iter_mut().enumerate() {
             assert_eq!(e.partition, Some(0), "{name}: partition");
             e.offset = None;
@@ -546,13 +551,12 @@ fn transactional_fixture_has_commit_abort_commit_markers() {
     }
 }
 
-/// Applies the markers by hand, as a read_committed consumer must: a producer's transactional
-/// records are held until its next marker, then kept on COMMIT and dropped on ABORT; markers
-/// themselves are never records. This must give exactly what the Java consumer read with
-/// isolation.level=read_committed.
-#[test]
-fn transactional_fixture_filtered_by_its_markers_gives_the_read_committed_view() {
-    let decoded = decode_fixture("transactional");
+/// Applies the markers of fixture `name` by hand, as a read_committed consumer must: a
+/// producer's transactional records are held until its next marker, then kept on COMMIT and
+/// dropped on ABORT; non-transactional records are kept at once; markers themselves are never
+/// records. Returns the kept records in offset order and the offsets of the dropped ones.
+fn filter_by_markers(name: &str) -> (Vec<Line>, Vec<i64>) {
+    let decoded = decode_fixture(name);
     let mut open: HashMap<i64, Vec<Line>> = HashMap::new();
     let mut committed: Vec<Line> = Vec::new();
     let mut aborted: Vec<i64> = Vec::new();
@@ -575,8 +579,19 @@ fn transactional_fixture_filtered_by_its_markers_gives_the_read_committed_view()
             committed.extend(d.records.iter().map(Line::from_record));
         }
     }
-    assert!(open.values().all(Vec::is_empty), "no transaction left open");
+    assert!(
+        open.values().all(Vec::is_empty),
+        "{name}: no transaction left open"
+    );
     committed.sort_by_key(|l| l.offset);
+    (committed, aborted)
+}
+
+/// The transactional fixture filtered by its markers must give exactly what the Java consumer
+/// read with isolation.level=read_committed.
+#[test]
+fn transactional_fixture_filtered_by_its_markers_gives_the_read_committed_view() {
+    let (committed, aborted) = filter_by_markers("transactional");
     assert_eq!(
         aborted,
         (6..=10).collect::<Vec<i64>>(),
@@ -586,6 +601,165 @@ fn transactional_fixture_filtered_by_its_markers_gives_the_read_committed_view()
     let offsets: Vec<i64> = want.iter().map(|l| l.offset.unwrap()).collect();
     assert_eq!(offsets, [0, 1, 2, 3, 4, 12, 13, 14, 15, 16]);
     assert_same_records("transactional (read_committed)", &committed, &want);
+}
+
+/// What a batch of the transactional-zstd fixture is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TzBatch {
+    /// A transaction's data: 5 records, zstd, transactional.
+    Txn,
+    /// Records of the plain (non-transactional, non-idempotent) producer, zstd.
+    Plain(usize),
+    Commit,
+    Abort,
+}
+
+/// transactional-zstd, in log order: (base offset, kind).
+const TXN_ZSTD_LAYOUT: [(i64, TzBatch); 11] = [
+    (0, TzBatch::Txn),
+    (5, TzBatch::Commit),
+    (6, TzBatch::Txn),
+    (11, TzBatch::Abort),
+    (12, TzBatch::Plain(2)),
+    (14, TzBatch::Txn),
+    (19, TzBatch::Commit),
+    (20, TzBatch::Txn),
+    (25, TzBatch::Abort),
+    (26, TzBatch::Txn),
+    (31, TzBatch::Commit),
+];
+
+/// Zstandard frame magic number (RFC 8878), little-endian on the wire.
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+/// Length of a v2 batch header: the records section (compressed as a whole) follows it.
+const BATCH_HEADER_LEN: usize = 61;
+
+/// Compressed transactions: five transactions of 5 zstd records (commit, abort, commit, abort,
+/// commit, by two producer instances sharing one transactional.id) with a plain zstd batch of 2
+/// records between the 2nd and 3rd. Every data batch is zstd with the transactional bit (plain:
+/// without); every marker is an uncompressed control batch with the right COMMIT/ABORT record.
+#[test]
+fn transactional_zstd_fixture_has_compressed_transactions_with_commit_and_abort_markers() {
+    let name = "transactional-zstd";
+    let decoded = decode_and_compare(name);
+    let raw = read_fixture(&format!("{name}.log"));
+    let layout: Vec<(i64, TzBatch)> = decoded
+        .iter()
+        .map(|d| {
+            let b = &d.batch;
+            let kind = match b.control_record() {
+                Ok(Some(ControlRecord::Commit { .. })) => TzBatch::Commit,
+                Ok(Some(ControlRecord::Abort { .. })) => TzBatch::Abort,
+                Ok(None) if b.is_transactional() => TzBatch::Txn,
+                Ok(None) => TzBatch::Plain(d.records.len()),
+                other => panic!("{name}@{}: {other:?}", b.base_offset),
+            };
+            (b.base_offset, kind)
+        })
+        .collect();
+    assert_eq!(layout, TXN_ZSTD_LAYOUT);
+
+    let pid = decoded[0].batch.producer_id;
+    assert!(pid >= 0, "a broker-assigned producer id, got {pid}");
+    let e0 = decoded[0].batch.producer_epoch;
+    assert!(e0 >= 0);
+    // Data epochs relative to the first: every transaction end bumps the epoch
+    // (transaction.version=2), and so does the second producer's InitProducerId (2 -> 3).
+    let mut data_epochs = Vec::new();
+    let mut start = 0;
+    for (d, (_, kind)) in decoded.iter().zip(TXN_ZSTD_LAYOUT) {
+        let b = &d.batch;
+        let at = b.base_offset;
+        let records_section = &raw[start + BATCH_HEADER_LEN..start + b.size_in_bytes()];
+        start += b.size_in_bytes();
+        match kind {
+            TzBatch::Txn | TzBatch::Plain(_) => {
+                assert_eq!(b.compression(), Ok(Compression::Zstd), "{name}@{at}: codec");
+                assert!(
+                    records_section.starts_with(&ZSTD_MAGIC),
+                    "{name}@{at}: the records section is a zstd frame"
+                );
+                assert!(!b.is_control(), "{name}@{at}");
+                assert_eq!(b.control_record(), Ok(None), "{name}@{at}");
+            }
+            TzBatch::Commit | TzBatch::Abort => {
+                assert_eq!(b.attributes, 0x30, "{name}@{at}: transactional + control");
+                assert_eq!(b.compression(), Ok(Compression::None), "{name}@{at}");
+                assert!(b.is_transactional() && b.is_control());
+                assert_eq!(b.records_count, 1);
+                let marker = &d.records[0];
+                let key_type = u8::from(kind == TzBatch::Commit);
+                assert_eq!(
+                    marker.key.as_deref(),
+                    Some(&[0, 0, 0, key_type][..]),
+                    "{name}@{at}: marker key"
+                );
+                assert_eq!(marker.value.as_deref(), Some(&[0u8; 6][..]));
+                assert!(marker.headers.is_empty());
+                // Stamped with the broker's clock at capture, long after the 2023 data.
+                assert_eq!(b.base_timestamp, b.max_timestamp);
+                assert!(b.base_timestamp > 1_700_000_006_026, "{name}@{at}");
+            }
+        }
+        match kind {
+            TzBatch::Txn => {
+                assert_eq!(b.attributes, 0x14, "{name}@{at}: zstd + transactional");
+                assert!(b.is_transactional());
+                assert_eq!(d.records.len(), 5, "{name}@{at}");
+                assert_eq!((b.producer_id, b.base_sequence), (pid, 0), "{name}@{at}");
+                data_epochs.push(b.producer_epoch - e0);
+            }
+            TzBatch::Plain(_) => {
+                assert_eq!(b.attributes, 0x04, "{name}@{at}: zstd only");
+                assert!(!b.is_transactional() && !b.has_producer_id());
+                assert_eq!(
+                    (b.producer_id, b.producer_epoch, b.base_sequence),
+                    (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE),
+                    "{name}@{at}: producer fields"
+                );
+                for r in &d.records {
+                    assert_eq!(r.headers.len(), 1);
+                    assert_eq!(&r.headers[0].key[..], b"producer");
+                    assert_eq!(r.headers[0].value.as_deref(), Some(&b"plain"[..]));
+                }
+            }
+            TzBatch::Commit | TzBatch::Abort => {
+                // The marker of the transaction just before it: same producer, epoch + 1.
+                let data = &decoded
+                    .iter()
+                    .rev()
+                    .find(|p| p.batch.base_offset < at && p.batch.is_transactional())
+                    .unwrap()
+                    .batch;
+                assert!(!data.is_control(), "{name}@{at}: follows its data");
+                assert_eq!(
+                    (b.producer_id, b.producer_epoch, b.base_sequence),
+                    (pid, data.producer_epoch + 1, NO_SEQUENCE),
+                    "{name}@{at}: marker producer fields"
+                );
+                assert!(b.base_timestamp > data.max_timestamp);
+            }
+        }
+    }
+    assert_eq!(data_epochs, [0, 1, 3, 4, 5]);
+}
+
+/// The transactional-zstd fixture filtered by its markers must give exactly what the Java
+/// consumer read with isolation.level=read_committed: transactions 2 and 4 dropped, the plain
+/// records between them kept.
+#[test]
+fn transactional_zstd_fixture_filtered_by_its_markers_gives_the_read_committed_view() {
+    let (committed, aborted) = filter_by_markers("transactional-zstd");
+    assert_eq!(
+        aborted,
+        (6..=10).chain(20..=24).collect::<Vec<i64>>(),
+        "the 2nd and 4th transactions are aborted"
+    );
+    let want = read_jsonl("transactional-zstd.expected-committed.jsonl", true);
+    let offsets: Vec<i64> = want.iter().map(|l| l.offset.unwrap()).collect();
+    let want_offsets: Vec<i64> = (0..5).chain(12..19).chain(26..31).collect();
+    assert_eq!(offsets, want_offsets);
+    assert_same_records("transactional-zstd (read_committed)", &committed, &want);
 }
 
 /// The fixtures decode because their Java-computed CRC-32C values match ours; a flipped byte in

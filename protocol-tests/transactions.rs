@@ -285,3 +285,37 @@ async fn resuming_an_old_committable_never_commits_a_later_transaction() {
         vec!["a"]
     );
 }
+
+/// Records dropped unsent by an abort had sequence numbers; the next transaction must not be
+/// refused for the gap (it was, at transaction.version 1, until the coordinator timed it out).
+#[tokio::test]
+async fn an_abort_that_drops_unsent_records_leaves_no_sequence_gap() {
+    let topic = TestTopic::create("txn-gap", 1).await;
+    // One record per batch: many closed batches (with sequences) wait when the abort comes.
+    let p = txn_producer(
+        &unique_topic("txn-gap"),
+        &[("linger.ms", "0"), ("batch.size", "1")],
+    )
+    .await;
+    p.begin_transaction().unwrap();
+    send_values(&p, &topic.name, 1, ["x0".to_owned()].into_iter()).await;
+    p.commit_transaction().await.unwrap();
+    for _ in 0..3 {
+        p.begin_transaction().unwrap();
+        send_values(&p, &topic.name, 1, (0..200).map(|i| format!("dropped-{i}"))).await;
+        p.abort_transaction().await.unwrap(); // at once: some batches never left
+    }
+    let start = std::time::Instant::now();
+    p.begin_transaction().unwrap();
+    send_values(&p, &topic.name, 1, ["x2".to_owned()].into_iter()).await;
+    p.commit_transaction().await.unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "the commit after the aborts took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(
+        java_values(&topic.name, 2, "read_committed").await,
+        vec!["x0", "x2"]
+    );
+}

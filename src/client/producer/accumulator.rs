@@ -337,6 +337,18 @@ impl Accumulator {
         (mem, n)
     }
 
+    /// After batches that had sequences were dropped unsent (an aborted transaction) and
+    /// nothing is in flight: the next batch of each partition takes the sequence the broker
+    /// expects, the one after the last acknowledged. Without this the dropped batches leave a
+    /// gap and every later batch is refused as out of order until the transaction times out.
+    pub fn rewind_sequences(&mut self) {
+        for q in self.partitions.values_mut() {
+            if q.in_flight == 0 && q.ready.is_empty() && q.open.is_none() {
+                q.next_sequence = next_seq(q.acked_through, 1);
+            }
+        }
+    }
+
     /// After an epoch change that needs no renumbering of queued batches (nothing is queued:
     /// a transaction just ended): every partition starts again at sequence 0.
     pub fn reset_sequences(&mut self, identity: Identity) {

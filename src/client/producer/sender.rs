@@ -488,12 +488,15 @@ fn verdict(inner: &Inner, b: &ProducerBatch, outcome: Result<PartitionResult, Er
             },
         },
         ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER if b.base_sequence >= 0 => {
-            let expected = inner
-                .lock()
-                .partitions
-                .get(&b.tp)
-                .map_or(0, |q| super::accumulator::next_seq(q.acked_through, 1));
-            if super::accumulator::seq_after(b.base_sequence, expected) {
+            let (expected, earlier_pending) =
+                inner.lock().partitions.get(&b.tp).map_or((0, false), |q| {
+                    // Another batch of this partition still unsettled (this one counts as in
+                    // flight until it is settled), or an earlier one queued for a retry.
+                    let pending =
+                        q.in_flight > 1 || q.ready.front().is_some_and(|r| r.order < b.order);
+                    (super::accumulator::next_seq(q.acked_through, 1), pending)
+                });
+            if earlier_pending && super::accumulator::seq_after(b.base_sequence, expected) {
                 // An earlier batch is being retried; this one follows it.
                 Verdict::Retry {
                     error: Error::broker(context(), code),

@@ -445,6 +445,12 @@ impl Producer {
             });
             matches!(t, Some(Some(_)))
         };
+        // Batches dropped unsent by the abort had sequences: take them back (the epoch stays
+        // under the classic protocol; under KIP-890 EndTxn already started a new epoch at 0).
+        // (When nothing reached the broker there was no EndTxn, under KIP-890 either.)
+        if !commit && (!tv2 || !started) {
+            inner.lock().rewind_sequences();
+        }
         // Classic protocol: a failed batch may have left a sequence gap; KIP-360 lets a
         // transactional producer bump its epoch with InitProducerId(current id, epoch).
         if !commit && had_error && !tv2 {

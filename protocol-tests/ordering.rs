@@ -210,3 +210,46 @@ async fn the_producer_uses_partitions_added_while_it_runs() {
         "keyless records reach the new partitions: {after:?}"
     );
 }
+
+#[tokio::test]
+async fn every_acks_level_delivers_and_the_consumer_works_as_a_stream() {
+    use futures::StreamExt;
+    let topic = TestTopic::create("acks", 1).await;
+    for (acks, n) in [("0", 10), ("1", 10), ("all", 10)] {
+        let p = producer(&[("acks", acks), ("enable.idempotence", "false")]).await;
+        for i in 0..n {
+            let m = p
+                .send(ProducerRecord::new(
+                    topic.name.clone(),
+                    Bytes::from(format!("{acks}-{i}")),
+                ))
+                .await
+                .unwrap();
+            if acks == "0" {
+                // No response: no offset to report.
+                assert_eq!(m.await.unwrap().offset, -1);
+            } else {
+                assert!(m.await.unwrap().offset >= 0);
+            }
+        }
+        p.flush().await.unwrap();
+    }
+    let mut c = Consumer::new(consumer_config(
+        &broker(),
+        &[("auto.offset.reset", "earliest")],
+    ))
+    .await
+    .unwrap();
+    c.assign(topic.tps()).await.unwrap();
+    let got: Vec<String> = c
+        .into_stream()
+        .take(30)
+        .map(|r| String::from_utf8(r.unwrap().value.unwrap().to_vec()).unwrap())
+        .collect()
+        .await;
+    let want: Vec<String> = ["0", "1", "all"]
+        .iter()
+        .flat_map(|a| (0..10).map(move |i| format!("{a}-{i}")))
+        .collect();
+    assert_eq!(got, want);
+}

@@ -473,6 +473,18 @@ pub(crate) async fn java_consume_at(
     read_jsonl(&output)
 }
 
+/// What the Java consumer reads at an isolation level, exactly `n` records, values sorted.
+pub(crate) async fn java_values(topic: &str, n: usize, isolation: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut v: Vec<String> = java_consume_at(&dir, topic, n, isolation)
+        .await
+        .into_iter()
+        .map(|r| String::from_utf8(r.value.unwrap()).unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
 /// `{partition: (earliest, latest, last_stable)}` as the Java AdminClient lists them.
 async fn java_offsets(topic: &str) -> BTreeMap<i32, (i64, i64, i64)> {
     java("offsets", topic, &["--wait-stable-ms", "30000"])

@@ -1,7 +1,7 @@
 //! The transactional producer against the real broker, at whatever transaction.version the
 //! broker was formatted with (scripts/test runs the suite at 2 and at 1).
 
-use crate::interop::java_consume_at;
+use crate::interop::java_values;
 use crate::support::*;
 use bytes::Bytes;
 use onceflow::client::producer::{GroupMetadata, ResumeOutcome};
@@ -32,18 +32,6 @@ async fn send_values(
         .await
         .unwrap();
     }
-}
-
-/// What the Java consumer reads at an isolation level, exactly `n` records, values sorted.
-async fn java_values(topic: &str, n: usize, isolation: &str) -> Vec<String> {
-    let dir = tempfile::tempdir().unwrap();
-    let mut v: Vec<String> = java_consume_at(&dir, topic, n, isolation)
-        .await
-        .into_iter()
-        .map(|r| String::from_utf8(r.value.unwrap()).unwrap())
-        .collect();
-    v.sort();
-    v
 }
 
 fn sorted(v: impl Iterator<Item = String>) -> Vec<String> {

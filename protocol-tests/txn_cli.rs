@@ -3,7 +3,7 @@
 //! transaction that stalls read_committed consumers. Runs at whatever transaction.version the
 //! broker was formatted with (scripts/test runs the suite at 2 and at 1).
 
-use crate::interop::java_consume_at;
+use crate::interop::java_values;
 use crate::support::*;
 use onceflow::client::{Admin, Consumer, TopicPartition};
 use serde_json::Value;
@@ -169,18 +169,6 @@ fn values_of(lines: &[String]) -> Vec<String> {
     let mut v: Vec<String> = lines
         .iter()
         .map(|l| l.split_once(':').map_or(l.as_str(), |(_, v)| v).to_owned())
-        .collect();
-    v.sort();
-    v
-}
-
-/// What the Java consumer reads at an isolation level, exactly `n` records, values sorted.
-async fn java_values(topic: &str, n: usize, isolation: &str) -> Vec<String> {
-    let dir = tempfile::tempdir().unwrap();
-    let mut v: Vec<String> = java_consume_at(&dir, topic, n, isolation)
-        .await
-        .into_iter()
-        .map(|r| String::from_utf8(r.value.unwrap()).unwrap())
         .collect();
     v.sort();
     v

@@ -63,6 +63,25 @@ pub struct ConfigEntry {
     pub read_only: bool,
 }
 
+/// Turns a per-resource error code (and the broker's message, which often says what to change)
+/// into an error.
+fn check_result(
+    what: impl FnOnce() -> String,
+    code: i16,
+    message: Option<&StrBytes>,
+) -> Result<()> {
+    if code == 0 {
+        return Ok(());
+    }
+    let detail = message
+        .map(|m| format!(" ({})", m.as_str()))
+        .unwrap_or_default();
+    Err(Error::broker(
+        format!("{}{detail}", what()),
+        ErrorCode(code),
+    ))
+}
+
 /// Admin client.
 #[derive(Debug, Clone)]
 pub struct Admin {
@@ -171,17 +190,11 @@ impl Admin {
             })
             .await?;
         for t in &resp.topics {
-            if t.error_code != 0 {
-                let detail = t
-                    .error_message
-                    .as_ref()
-                    .map(|m| format!(" ({})", m.as_str()))
-                    .unwrap_or_default();
-                return Err(Error::broker(
-                    format!("create topic '{}'{detail}", t.name.0.as_str()),
-                    ErrorCode(t.error_code),
-                ));
-            }
+            check_result(
+                || format!("create topic '{}'", t.name.0.as_str()),
+                t.error_code,
+                t.error_message.as_ref(),
+            )?;
         }
         self.cluster
             .add_interest(topics.iter().map(|t| t.name.as_str()));
@@ -265,17 +278,11 @@ impl Admin {
             })
             .await?;
         for r in &resp.results {
-            if r.error_code != 0 {
-                let detail = r
-                    .error_message
-                    .as_ref()
-                    .map(|m| format!(" ({})", m.as_str()))
-                    .unwrap_or_default();
-                return Err(Error::broker(
-                    format!("create partitions for '{topic}'{detail}"),
-                    ErrorCode(r.error_code),
-                ));
-            }
+            check_result(
+                || format!("create partitions for '{topic}'"),
+                r.error_code,
+                r.error_message.as_ref(),
+            )?;
         }
         let want = count as usize;
         self.wait_for(

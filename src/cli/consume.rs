@@ -191,7 +191,7 @@ fn bytes_json(b: &Option<Bytes>) -> serde_json::Value {
         None => serde_json::Value::Null,
         Some(b) => match std::str::from_utf8(b) {
             Ok(s) => serde_json::Value::String(s.to_owned()),
-            Err(_) => serde_json::json!({ "base64": base64(b) }),
+            Err(_) => serde_json::json!({ "base64": onceflow::base64::encode(b) }),
         },
     }
 }
@@ -216,27 +216,6 @@ pub fn json_line(r: &ConsumerRecord) -> String {
     .to_string()
 }
 
-fn base64(data: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut s = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
-        for i in 0..4 {
-            if i <= chunk.len() {
-                s.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                s.push('=');
-            }
-        }
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,14 +228,5 @@ mod tests {
         let e = parse_offset("-5").unwrap_err().to_string();
         assert!(e.contains("'-5'"), "{e}");
         assert!(parse_offset("soon").is_err());
-    }
-
-    #[test]
-    fn base64_matches_rfc4648() {
-        assert_eq!(base64(b""), "");
-        assert_eq!(base64(b"f"), "Zg==");
-        assert_eq!(base64(b"fo"), "Zm8=");
-        assert_eq!(base64(b"foo"), "Zm9v");
-        assert_eq!(base64(b"foob"), "Zm9vYg==");
     }
 }

@@ -353,7 +353,9 @@ fn decode_partition(
                 continue;
             }
             if keep {
-                for r in batch.records()? {
+                // Straight from the batch into the chunk: no intermediate Vec per batch.
+                for r in batch.record_iter()? {
+                    let r = r?;
                     if r.offset < fetch_offset {
                         continue;
                     }

@@ -951,31 +951,13 @@ fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-/// Decodes standard base64 (with padding), as the fixture JSON uses.
-fn base64(s: &str) -> Vec<u8> {
-    let val = |c: u8| match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        b'/' => 63,
-        _ => panic!("bad base64 {c}"),
-    };
-    let mut out = Vec::new();
-    for chunk in s.trim_end_matches('=').as_bytes().chunks(4) {
-        let mut acc = 0u32;
-        for (i, &c) in chunk.iter().enumerate() {
-            acc |= u32::from(val(c)) << (18 - 6 * i);
-        }
-        out.extend_from_slice(&acc.to_be_bytes()[1..chunk.len()]);
-    }
-    out
-}
-
 /// The records a Java consumer read back from a fixture.
 fn expected_records(name: &str) -> Vec<Record> {
     let text = String::from_utf8(fixture(name)).unwrap();
-    let bytes = |v: &serde_json::Value| v.as_str().map(|s| Bytes::from(base64(s)));
+    let bytes = |v: &serde_json::Value| {
+        v.as_str()
+            .map(|s| Bytes::from(crate::base64::decode(s).unwrap()))
+    };
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {

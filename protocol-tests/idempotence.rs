@@ -67,19 +67,21 @@ fn lossy_props(idempotence: &str) -> Vec<(&str, &str)> {
     ]
 }
 
+/// A proxy that loses 4 % of Produce responses after the broker wrote the batch, and certainly
+/// the first three (the tests must not depend on how the records happen to be batched).
+async fn lossy_proxy() -> Proxy {
+    let proxy = Proxy::start(&broker()).await;
+    let f = &proxy.faults;
+    f.drop_produce_responses_per_mille
+        .store(40, Ordering::Relaxed);
+    f.drop_next_produce_responses.store(3, Ordering::Relaxed);
+    proxy
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotent_producer_writes_each_record_once_in_order_when_responses_are_lost() {
     let topic = TestTopic::create("idem-lossy", 3).await;
-    let proxy = Proxy::start(&broker()).await;
-    proxy
-        .faults
-        .drop_produce_responses_per_mille
-        .store(40, Ordering::Relaxed);
-    // A few certain losses, whatever the batching: the test must not depend on luck.
-    proxy
-        .faults
-        .drop_next_produce_responses
-        .store(3, Ordering::Relaxed);
+    let proxy = lossy_proxy().await;
     proxy.faults.reset_per_mille.store(3, Ordering::Relaxed);
     let producer = Producer::new(producer_config(&proxy.addr, &lossy_props("true")))
         .await
@@ -117,16 +119,7 @@ async fn idempotent_producer_writes_each_record_once_in_order_when_responses_are
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_idempotence_lost_responses_duplicate_records() {
     let topic = TestTopic::create("idem-off-lossy", 3).await;
-    let proxy = Proxy::start(&broker()).await;
-    proxy
-        .faults
-        .drop_produce_responses_per_mille
-        .store(40, Ordering::Relaxed);
-    // A few certain losses, whatever the batching: the test must not depend on luck.
-    proxy
-        .faults
-        .drop_next_produce_responses
-        .store(3, Ordering::Relaxed);
+    let proxy = lossy_proxy().await;
     let producer = Producer::new(producer_config(&proxy.addr, &lossy_props("false")))
         .await
         .unwrap();

@@ -174,6 +174,22 @@ fn values_of(lines: &[String]) -> Vec<String> {
     v
 }
 
+/// Nothing of `lines` is visible under read_committed (to Java or onceflow), yet all of it is in
+/// the log: read_uncommitted returns it (the proof the first check can fail).
+async fn assert_aborted(topic: &TestTopic, lines: &[String]) {
+    assert!(java_values(&topic.name, 0, "read_committed")
+        .await
+        .is_empty());
+    assert!(our_values(topic, 0, "read_committed").await.is_empty());
+    let expected = values_of(lines);
+    let n = expected.len();
+    assert_eq!(
+        java_values(&topic.name, n, "read_uncommitted").await,
+        expected
+    );
+    assert_eq!(our_values(topic, n, "read_uncommitted").await, expected);
+}
+
 /// What onceflow's consumer reads at an isolation level (at least `n`, then to the end).
 async fn our_values(topic: &TestTopic, n: usize, isolation: &str) -> Vec<String> {
     let recs = consume_all(&broker(), topic, n, &[("isolation.level", isolation)]).await;
@@ -259,17 +275,7 @@ async fn a_transaction_prepared_by_a_killed_process_can_be_aborted() {
     assert_eq!(o.status.code(), Some(1), "{}", shown(&o));
     assert!(stdout(&o).starts_with("not committed"), "{}", shown(&o));
 
-    assert!(java_values(&topic.name, 0, "read_committed")
-        .await
-        .is_empty());
-    assert!(our_values(&topic, 0, "read_committed").await.is_empty());
-    // Proof the test can fail: the records are in the log.
-    let expected = values_of(&lines);
-    assert_eq!(
-        java_values(&topic.name, 12, "read_uncommitted").await,
-        expected
-    );
-    assert_eq!(our_values(&topic, 12, "read_uncommitted").await, expected);
+    assert_aborted(&topic, &lines).await;
 }
 
 #[tokio::test]
@@ -334,17 +340,7 @@ async fn produce_with_abort_leaves_nothing_visible() {
         "{}",
         shown(&o)
     );
-    assert!(java_values(&topic.name, 0, "read_committed")
-        .await
-        .is_empty());
-    assert!(our_values(&topic, 0, "read_committed").await.is_empty());
-    // Proof: the aborted records are in the log.
-    let expected = values_of(&lines);
-    assert_eq!(
-        java_values(&topic.name, 7, "read_uncommitted").await,
-        expected
-    );
-    assert_eq!(our_values(&topic, 7, "read_uncommitted").await, expected);
+    assert_aborted(&topic, &lines).await;
 }
 
 #[tokio::test]

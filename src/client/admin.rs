@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tracing::{info_span, Instrument};
+use tracing::{debug, info_span, Instrument};
 
 /// A topic to create.
 #[derive(Debug, Clone)]
@@ -82,6 +82,45 @@ fn check_result(
     ))
 }
 
+/// Runs `call` until it succeeds, fails with an error that retrying cannot help, or
+/// default.api.timeout.ms passes. Before retrying a stale-metadata error, `on_stale` runs (e.g.
+/// forget a coordinator) and metadata is refreshed. Shared by the admin calls.
+pub(crate) async fn retrying<T, F, Fut>(
+    cluster: &Cluster,
+    what: &str,
+    on_stale: impl Fn(),
+    mut call: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let cfg = cluster.config();
+    let deadline = Instant::now() + cfg.api_timeout;
+    let mut attempt = 0;
+    loop {
+        let e = match call().instrument(info_span!("admin", op = what)).await {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        let class = e.class();
+        if !matches!(class, ErrorClass::Retriable | ErrorClass::RefreshAndRetry)
+            || Instant::now() >= deadline
+        {
+            return Err(e);
+        }
+        debug!(op = what, error = %e, "retrying");
+        attempt += 1;
+        tokio::time::sleep(backoff(cfg.retry_backoff, cfg.retry_backoff_max, attempt)).await;
+        if class == ErrorClass::RefreshAndRetry {
+            on_stale();
+            let g = cluster.metadata().generation;
+            // A failed refresh surfaces on the next attempt.
+            let _ = cluster.refresh_if_older(g).await;
+        }
+    }
+}
+
 /// Admin client.
 #[derive(Debug, Clone)]
 pub struct Admin {
@@ -118,31 +157,13 @@ impl Admin {
         &self.cluster
     }
 
-    async fn retrying<T, F, Fut>(&self, what: &str, mut f: F) -> Result<T>
+    async fn retrying<T, F, Fut>(&self, what: &str, call: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let cfg = self.cluster.config();
-        let deadline = Instant::now() + cfg.api_timeout;
-        let mut attempt = 0;
-        loop {
-            match f().instrument(info_span!("admin", op = what)).await {
-                Ok(v) => return Ok(v),
-                Err(e) if e.class() != ErrorClass::Fatal && Instant::now() < deadline => {
-                    attempt += 1;
-                    tokio::time::sleep(backoff(cfg.retry_backoff, cfg.retry_backoff_max, attempt))
-                        .await;
-                    if e.class() == ErrorClass::RefreshAndRetry {
-                        let g = self.cluster.metadata().generation;
-                        let _ = self.cluster.refresh_if_older(g).await;
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        retrying(&self.cluster, what, || {}, call).await
     }
-
     /// Creates topics and waits until their metadata is visible.
     ///
     /// # Errors

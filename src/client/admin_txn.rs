@@ -15,11 +15,11 @@
 //!   it: the coordinator aborts the open transaction and bumps the epoch, so the old instance
 //!   can neither commit nor write again.
 
-use super::admin::Admin;
-use super::cluster::{backoff, Cluster};
+use super::admin::{retrying, Admin};
+
 use super::config::ProducerConfig;
 use super::coordinator::CoordinatorKind;
-use super::error::{Error, ErrorClass, Result};
+use super::error::{Error, Result};
 use super::metadata::TopicPartition;
 use super::producer::Producer;
 use crate::protocol::ErrorCode;
@@ -30,9 +30,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tracing::{debug, info_span, Instrument};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The transaction states a coordinator reports (the names ListTransactions filters on).
 pub const TRANSACTION_STATES: &[&str] = &[
@@ -154,45 +152,6 @@ fn now_ms() -> i64 {
 
 fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_owned())
-}
-
-/// Runs `call` until it succeeds, fails with a fatal error, or default.api.timeout.ms passes.
-/// Before retrying a stale-metadata error `on_stale` runs (forget a coordinator, refresh
-/// metadata).
-async fn retrying<T, F, Fut>(
-    cluster: &Cluster,
-    what: &str,
-    on_stale: impl Fn(),
-    mut call: F,
-) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T>>,
-{
-    let cfg = cluster.config();
-    let deadline = Instant::now() + cfg.api_timeout;
-    let mut attempt = 0;
-    loop {
-        let e = match call().instrument(info_span!("admin_txn", op = what)).await {
-            Ok(v) => return Ok(v),
-            Err(e) => e,
-        };
-        let class = e.class();
-        if !matches!(class, ErrorClass::Retriable | ErrorClass::RefreshAndRetry)
-            || Instant::now() >= deadline
-        {
-            return Err(e);
-        }
-        debug!(op = what, error = %e, "retrying");
-        if class == ErrorClass::RefreshAndRetry {
-            on_stale();
-            let g = cluster.metadata().generation;
-            // A failed refresh surfaces on the next attempt.
-            let _ = cluster.refresh_if_older(g).await;
-        }
-        attempt += 1;
-        tokio::time::sleep(backoff(cfg.retry_backoff, cfg.retry_backoff_max, attempt)).await;
-    }
 }
 
 impl Admin {

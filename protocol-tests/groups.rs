@@ -176,7 +176,6 @@ async fn java_and_onceflow_members_share_a_group() {
         }
     }
     ours.commit_positions().await.unwrap();
-    let owned = ours.assignment();
     ours.close().await.unwrap();
     java_member.await.unwrap();
     assert!(
@@ -197,7 +196,6 @@ async fn java_and_onceflow_members_share_a_group() {
             .map(|r| (r.partition.unwrap(), r.offset.unwrap())),
     );
     assert_eq!(all.len(), 100, "together the members read every record");
-    assert!(owned.len() <= 4);
 }
 
 struct Recorder(Mutex<Vec<String>>);

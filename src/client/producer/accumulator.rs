@@ -317,24 +317,42 @@ impl Accumulator {
         broken
     }
 
-    /// Fails every batch not yet sent (open or ready) with `err`; returns (memory, records) to
-    /// release. Used when a transaction aborts or the producer becomes unusable.
-    pub fn fail_unsent(&mut self, err: &crate::client::Error) -> (u32, usize) {
-        let (mut mem, mut n) = (0u32, 0usize);
+    /// Fails every batch that never went out (the open one, and ready ones never sent) with
+    /// `err`; returns (memory, records, batches) to release. Used when a transaction aborts or
+    /// is doomed.
+    ///
+    /// A batch that was sent at least once stays queued, to be resent until it settles: its
+    /// response may have been lost after the broker wrote it. Were it dropped, its sequence
+    /// would be handed out again (the abort rewinds to the last acknowledged one) and, at
+    /// transaction.version 1 where the epoch survives the abort, the broker would answer the
+    /// next transaction's batch with that sequence as a duplicate of the aborted one: that
+    /// record would be acknowledged and never written. (The Java client likewise aborts only
+    /// undrained batches.) Batches are sent from the head of the queue and retries go back in
+    /// creation order, so the never-sent batches are always a suffix of the queue.
+    pub fn fail_unsent(&mut self, err: &crate::client::Error) -> (u32, usize, usize) {
+        let (mut mem, mut n, mut batches) = (0u32, 0usize, 0usize);
         for q in self.partitions.values_mut() {
             if let Some(open) = q.open.take() {
                 n += open.deliveries.len();
                 mem += open.memory;
+                batches += 1;
                 for d in open.deliveries {
                     let _ = d.tx.send(Err(err.clone()));
                 }
             }
-            for b in q.ready.drain(..) {
+            let first_unsent = q
+                .ready
+                .iter()
+                .position(|b| b.attempts == 0)
+                .unwrap_or(q.ready.len());
+            debug_assert!(q.ready.iter().skip(first_unsent).all(|b| b.attempts == 0));
+            for b in q.ready.drain(first_unsent..) {
                 n += b.record_count();
+                batches += 1;
                 mem += b.fail(err.clone());
             }
         }
-        (mem, n)
+        (mem, n, batches)
     }
 
     /// After batches that had sequences were dropped unsent (an aborted transaction) and
@@ -460,6 +478,24 @@ mod tests {
             retry_at: None,
             memory: 0,
         }
+    }
+
+    #[test]
+    fn an_abort_drops_only_batches_that_never_went_out() {
+        let mut acc = Accumulator::default();
+        let tp = TopicPartition::new("t", 0);
+        let q = acc.queue(&tp);
+        // Batch 3 was sent and waits for its resend; 4 and 5 never left.
+        for (order, attempts) in [(3, 1), (4, 0), (5, 0)] {
+            let mut b = batch(order);
+            b.attempts = attempts;
+            q.ready.push_back(b);
+        }
+        let err = crate::client::Error::InvalidState("aborted".into());
+        let (_, _, batches) = acc.fail_unsent(&err);
+        assert_eq!(batches, 2);
+        let left: Vec<u64> = acc.queue(&tp).ready.iter().map(|b| b.order).collect();
+        assert_eq!(left, vec![3], "the batch the broker may have written stays");
     }
 
     #[test]

@@ -8,11 +8,13 @@
 //! See DESIGN.md, "A batch's life", for the path a record takes.
 
 mod accumulator;
+mod metrics;
 pub mod partitioner;
 mod producer_id;
 mod sender;
 mod transaction;
 
+pub use metrics::ProducerMetrics;
 pub use transaction::{resume_transaction, GroupMetadata, PreparedTransaction, ResumeOutcome};
 
 use super::cluster::Cluster;
@@ -132,6 +134,7 @@ pub(crate) struct Inner {
     pub closed: AtomicBool,
     /// Set when the producer can no longer send (e.g. an epoch bump was refused).
     pub fatal: Mutex<Option<Error>>,
+    pub counters: metrics::Counters,
 }
 
 impl Inner {
@@ -220,6 +223,7 @@ impl Producer {
             flushing: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             fatal: Mutex::new(None),
+            counters: metrics::Counters::default(),
         });
         tokio::spawn(sender::run(inner.clone()));
         Ok(Producer {
@@ -231,6 +235,19 @@ impl Producer {
     /// The producer id and epoch in use (idempotence on), for logs and tests.
     pub fn producer_id_and_epoch(&self) -> Option<(i64, i16)> {
         self.inner.lock().identity.map(|i| (i.producer_id, i.epoch))
+    }
+
+    /// The producer's counters since it was created (batches acknowledged, retried, failed;
+    /// epoch bumps).
+    ///
+    /// ```no_run
+    /// # fn demo(p: &onceflow::client::Producer) {
+    /// let m = p.metrics();
+    /// println!("{} batches retried", m.batches_retried);
+    /// # }
+    /// ```
+    pub fn metrics(&self) -> ProducerMetrics {
+        self.inner.counters.snapshot()
     }
 
     /// The broker pool this producer uses.

@@ -14,6 +14,7 @@
 //! back in creation order, and wake the sender.
 
 use super::accumulator::{close_open, ProducerBatch};
+use super::metrics::Counters;
 use super::{producer_id, Inner};
 use crate::client::cluster::backoff;
 use crate::client::config::Acks;
@@ -53,9 +54,10 @@ pub(crate) async fn run(inner: Arc<Inner>) {
             // commit reports the error and abort does not wait for them.
             let doomed = acc.txn.as_ref().and_then(|t| t.error.clone());
             if let Some(err) = &doomed {
-                let (mem, n) = acc.fail_unsent(err);
+                let (mem, n, batches) = acc.fail_unsent(err);
                 if n > 0 {
                     inner.release(mem, n);
+                    Counters::add(&inner.counters.batches_failed, batches as u64);
                 }
             }
             // Classic protocol: a partition joins the transaction (AddPartitionsToTxn) before
@@ -247,6 +249,7 @@ async fn bump_epoch(inner: &Arc<Inner>, current: super::accumulator::Identity) {
                 "bumped producer epoch after a possible sequence gap"
             );
             let broken = inner.lock().rebase(next);
+            Counters::add(&inner.counters.epoch_bumps, 1);
             for (b, e) in broken {
                 let n = b.record_count();
                 let mem = b.fail(Error::Record(e));
@@ -582,6 +585,7 @@ fn finish(inner: &Arc<Inner>, mut b: ProducerBatch, outcome: Result<PartitionRes
             let tp = b.tp.clone();
             let seq = b.base_sequence;
             let mem = b.complete(base_offset, log_append_time);
+            Counters::add(&inner.counters.batches_acknowledged, 1);
             {
                 let mut acc = inner.lock();
                 settle(&mut acc, &tp);
@@ -627,6 +631,9 @@ fn finish(inner: &Arc<Inner>, mut b: ProducerBatch, outcome: Result<PartitionRes
             let tp = b.tp.clone();
             settle(&mut acc, &tp);
             acc.queue(&tp).requeue(b);
+            // Counted once the batch is back in its queue, so a reader of the counter knows
+            // where the batch is.
+            Counters::add(&inner.counters.batches_retried, 1);
         }
         Verdict::Retry { error, .. } | Verdict::Fail { error } => {
             let error = if b.created + inner.config.delivery_timeout <= now {
@@ -642,6 +649,7 @@ fn finish(inner: &Arc<Inner>, mut b: ProducerBatch, outcome: Result<PartitionRes
             let tp = b.tp.clone();
             let had_sequence = b.base_sequence >= 0;
             let mem = b.fail(error.clone());
+            Counters::add(&inner.counters.batches_failed, 1);
             {
                 let mut acc = inner.lock();
                 settle(&mut acc, &tp);

@@ -354,8 +354,9 @@ impl Producer {
         let inner = &self.inner;
         if !commit {
             let err = Error::InvalidState("the transaction was aborted".into());
-            let (mem, n) = inner.lock().fail_unsent(&err);
+            let (mem, n, batches) = inner.lock().fail_unsent(&err);
             inner.release(mem, n);
+            super::metrics::Counters::add(&inner.counters.batches_failed, batches as u64);
         }
         self.flush().await?;
         // An AddPartitionsToTxn still in flight would land after EndTxn and open a new

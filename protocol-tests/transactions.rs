@@ -358,3 +358,98 @@ async fn an_abort_never_reuses_the_sequence_of_a_batch_the_broker_may_have_writt
         "the next transaction's record must be visible"
     );
 }
+
+/// A committable prepared with nothing sent has nothing to commit. The producer's next
+/// transaction has the same producer id and epoch (no EndTxn ended the empty one), so a resume
+/// that sent EndTxn would commit that later transaction in its place.
+#[tokio::test]
+async fn resuming_an_empty_committable_commits_nothing() {
+    let topic = TestTopic::create("txn-empty-resume", 1).await;
+    let p = txn_producer(&unique_topic("txn-empty-resume"), &[]).await;
+    p.begin_transaction().unwrap();
+    let empty = p.prepare_commit().await.unwrap();
+    p.commit_transaction().await.unwrap();
+    p.begin_transaction().unwrap();
+    send_values(&p, &topic.name, 1, ["later".to_owned()].into_iter()).await;
+    p.flush().await.unwrap();
+    let cluster = onceflow::client::Cluster::connect(client_config(&broker()))
+        .await
+        .unwrap();
+    let outcome = onceflow::client::producer::resume_transaction(&cluster, &empty, true)
+        .await
+        .unwrap();
+    assert!(empty.empty);
+    assert_eq!(
+        outcome,
+        ResumeOutcome::NothingToCommit,
+        "resuming the empty committable must do nothing"
+    );
+    // The later transaction is still the producer's own to end: aborted, nothing is visible.
+    p.abort_transaction().await.unwrap();
+    p.begin_transaction().unwrap();
+    send_values(&p, &topic.name, 1, ["after".to_owned()].into_iter()).await;
+    p.commit_transaction().await.unwrap();
+    assert_eq!(
+        java_values(&topic.name, 1, "read_committed").await,
+        vec!["after"]
+    );
+}
+
+/// `send` before init_transactions() is refused with an error that says what to call, and
+/// the producer then works normally (it used to accept the record and hang the next commit).
+#[tokio::test]
+async fn send_before_init_transactions_is_refused() {
+    let topic = TestTopic::create("txn-send-early", 1).await;
+    let p = Producer::new(producer_config(
+        &broker(),
+        &[("transactional.id", unique_topic("txn-send-early").as_str())],
+    ))
+    .await
+    .unwrap();
+    let e = match p
+        .send(ProducerRecord::new(topic.name.clone(), "early").with_partition(0))
+        .await
+    {
+        Ok(_) => panic!("send before init_transactions() was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("init_transactions()"), "{e}");
+    tokio::time::timeout(Duration::from_secs(120), async {
+        p.init_transactions().await.unwrap();
+        p.begin_transaction().unwrap();
+        send_values(&p, &topic.name, 1, ["ok".to_owned()].into_iter()).await;
+        p.commit_transaction().await.unwrap();
+    })
+    .await
+    .expect("init, begin, send, commit after the refused send did not finish");
+    assert_eq!(
+        java_values(&topic.name, 1, "read_committed").await,
+        vec!["ok"]
+    );
+}
+
+/// Between commit and the next begin_transaction() there is no transaction: a record sent then
+/// would be written outside any transaction (and later aborted by the coordinator). Refused.
+#[tokio::test]
+async fn send_outside_a_transaction_is_refused() {
+    let topic = TestTopic::create("txn-send-between", 1).await;
+    let p = txn_producer(&unique_topic("txn-send-between"), &[]).await;
+    p.begin_transaction().unwrap();
+    send_values(&p, &topic.name, 1, ["in".to_owned()].into_iter()).await;
+    p.commit_transaction().await.unwrap();
+    let e = match p
+        .send(ProducerRecord::new(topic.name.clone(), "between").with_partition(0))
+        .await
+    {
+        Ok(_) => panic!("send between commit and begin_transaction() was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("begin_transaction()"), "{e}");
+    p.begin_transaction().unwrap();
+    send_values(&p, &topic.name, 1, ["next".to_owned()].into_iter()).await;
+    p.commit_transaction().await.unwrap();
+    assert_eq!(
+        java_values(&topic.name, 2, "read_committed").await,
+        vec!["in", "next"]
+    );
+}

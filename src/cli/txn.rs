@@ -328,6 +328,12 @@ async fn commit(conn: Conn, prepared: &str, abort: bool) -> Result<ExitCode, Err
             );
             Ok(ExitCode::SUCCESS)
         }
+        ResumeOutcome::NothingToCommit => {
+            println!(
+                "nothing to commit: transaction '{id}' was prepared with no records or offsets"
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         ResumeOutcome::NotCommitted { reason } => {
             println!("not committed: transaction '{id}': {reason}");
             Ok(ExitCode::FAILURE)

@@ -145,7 +145,9 @@ pub(crate) struct TxnSend {
     /// KIP-890 (transaction.version 2) for this transaction: partitions join implicitly with
     /// the produce, EndTxn bumps the epoch. Fixed when the transaction begins.
     pub tv2: bool,
-    pub in_transaction: bool,
+    /// Where the producer is in its transactional life; moved only through
+    /// [`super::txn_phase::next`].
+    pub phase: super::txn_phase::TxnPhase,
     /// Partitions the coordinator has added to the transaction (classic protocol).
     pub added: HashSet<TopicPartition>,
     /// An AddPartitionsToTxn request is in flight.
@@ -160,11 +162,17 @@ pub(crate) struct TxnSend {
 }
 
 impl TxnSend {
+    /// Moves the phase by `event`, or says why it cannot.
+    pub fn step(&mut self, event: super::txn_phase::TxnEvent) -> super::Result<()> {
+        self.phase = super::txn_phase::next(self.phase, event)?;
+        Ok(())
+    }
+
     pub fn new(transactional_id: String) -> Self {
         TxnSend {
             transactional_id,
             tv2: false,
-            in_transaction: false,
+            phase: super::txn_phase::TxnPhase::Uninitialized,
             added: HashSet::new(),
             adding: false,
             started: false,
@@ -209,6 +217,22 @@ pub(crate) struct NewRecord<'a> {
 }
 
 impl Accumulator {
+    /// Whether a record may be appended now: always without transactions; inside an open
+    /// transaction that is not doomed otherwise.
+    pub fn check_can_send(&self) -> super::Result<()> {
+        let Some(t) = &self.txn else {
+            return Ok(());
+        };
+        super::txn_phase::next(t.phase, super::txn_phase::TxnEvent::Use("send()"))?;
+        match &t.error {
+            // As the Java client: once the transaction is doomed, sends fail with its error
+            // until it is aborted.
+            // (The error keeps its class, abortable or fatal.)
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
     pub fn queue(&mut self, tp: &TopicPartition) -> &mut PartitionQueue {
         // Look up before inserting: `entry` would clone the topic name for every record.
         if !self.partitions.contains_key(tp) {

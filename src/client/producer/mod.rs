@@ -13,6 +13,7 @@ pub mod partitioner;
 mod producer_id;
 mod sender;
 mod transaction;
+mod txn_phase;
 
 pub use metrics::ProducerMetrics;
 pub use transaction::{resume_transaction, GroupMetadata, PreparedTransaction, ResumeOutcome};
@@ -140,6 +141,10 @@ pub(crate) struct Inner {
 impl Inner {
     pub fn lock(&self) -> std::sync::MutexGuard<'_, Accumulator> {
         self.acc.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn check_can_send(&self) -> Result<()> {
+        self.lock().check_can_send()
     }
 
     pub fn release(&self, memory: u32, records: usize) {
@@ -275,6 +280,10 @@ impl Producer {
         {
             return Err(e);
         }
+        // A transactional producer sends only inside a transaction: before init_transactions()
+        // the record would wait forever for a partition that is never added; between commit
+        // and begin_transaction() it would be written outside any transaction.
+        inner.check_can_send()?;
         let cfg = &inner.config;
         let size = BatchBuilder::encoded_record_size(
             0,
@@ -318,6 +327,12 @@ impl Producer {
         let (tx, rx) = oneshot::channel();
         let appended = {
             let mut acc = inner.lock();
+            // Again under the lock the append takes: commit or abort may have begun since.
+            if let Err(e) = acc.check_can_send() {
+                drop(acc);
+                inner.release(permits, 0);
+                return Err(e);
+            }
             let partition = match record.partition {
                 Some(p) => {
                     if p < 0 || p as usize >= count {

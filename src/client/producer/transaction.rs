@@ -14,6 +14,7 @@
 //! doom the transaction (commit refuses; abort works), fatal ones (fencing) doom the producer.
 
 use super::accumulator::Identity;
+use super::txn_phase::TxnEvent;
 use super::{Inner, Producer};
 use crate::client::cluster::{backoff, Cluster};
 use crate::client::coordinator::CoordinatorKind;
@@ -89,6 +90,12 @@ pub struct PreparedTransaction<S = String> {
     /// protocol both can have the same producer id and epoch.
     #[serde(default = "unknown_start")]
     pub transaction_start_ms: i64,
+    /// Nothing reached the broker in this transaction: there is nothing to commit, and
+    /// [`resume_transaction`] answers [`ResumeOutcome::NothingToCommit`] without a request.
+    /// (The producer's next transaction has the same producer id and epoch, so an EndTxn sent
+    /// for an empty committable would end that later transaction instead.)
+    #[serde(default)]
+    pub empty: bool,
 }
 
 fn unknown_start() -> i64 {
@@ -110,6 +117,8 @@ pub enum ResumeOutcome {
         /// What the coordinator reported.
         reason: String,
     },
+    /// The committable is empty (nothing was sent in its transaction): nothing was done.
+    NothingToCommit,
     /// A later transaction of the same transactional id has started, so this one ended before
     /// it — committed or aborted; the coordinator keeps only the latest transaction. Nothing was
     /// done: in particular the later transaction was not committed in its place. Engines avoid
@@ -175,18 +184,37 @@ impl Producer {
     pub async fn init_transactions(&self) -> Result<()> {
         self.check_fatal()?;
         let id = self.txn_id()?;
+        self.step(TxnEvent::InitStart)?;
         let inner = &self.inner;
         let timeout = inner.config.transaction_timeout;
-        let identity = init_transactional_id(&inner.cluster, &id, timeout, None).await?;
+        let identity = match init_transactional_id(&inner.cluster, &id, timeout, None).await {
+            Ok(identity) => identity,
+            Err(e) => {
+                self.step(TxnEvent::InitFailed)?;
+                return Err(e);
+            }
+        };
         let mut acc = inner.lock();
         acc.reset_sequences(identity);
         if let Some(t) = acc.txn.as_mut() {
-            t.in_transaction = false;
+            t.step(TxnEvent::InitDone)?;
             t.added.clear();
             t.started = false;
             t.error = None;
         }
         Ok(())
+    }
+
+    /// Moves the transaction phase (see `txn_phase`), or says what to call instead.
+    fn step(&self, event: TxnEvent) -> Result<()> {
+        self.inner
+            .lock()
+            .txn
+            .as_mut()
+            .ok_or_else(|| {
+                Error::InvalidState("transactions need transactional.id to be set".into())
+            })?
+            .step(event)
     }
 
     /// Starts a transaction (no request is sent).
@@ -195,18 +223,12 @@ impl Producer {
     /// [`Error::InvalidState`] when a transaction is open or init_transactions was not called.
     pub fn begin_transaction(&self) -> Result<()> {
         self.check_fatal()?;
-        self.identity()?;
         let tv2 = self.inner.cluster.transaction_version_2();
         let mut acc = self.inner.lock();
         let t = acc.txn.as_mut().ok_or_else(|| {
             Error::InvalidState("transactions need transactional.id to be set".into())
         })?;
-        if t.in_transaction {
-            return Err(Error::InvalidState(
-                "a transaction is already open; commit or abort it first".into(),
-            ));
-        }
-        t.in_transaction = true;
+        t.step(TxnEvent::Begin)?;
         t.tv2 = tv2;
         t.added.clear();
         t.started = false;
@@ -231,16 +253,11 @@ impl Producer {
         let id = self.txn_id()?;
         let identity = self.identity()?;
         let tv2 = {
-            let acc = self.inner.lock();
-            let t = acc
-                .txn
-                .as_ref()
-                .filter(|t| t.in_transaction)
-                .ok_or_else(|| {
-                    Error::InvalidState(
-                        "call begin_transaction() before send_offsets_to_transaction()".into(),
-                    )
-                })?;
+            let mut acc = self.inner.lock();
+            let t = acc.txn.as_mut().ok_or_else(|| {
+                Error::InvalidState("transactions need transactional.id to be set".into())
+            })?;
+            t.step(TxnEvent::Use("send_offsets_to_transaction()"))?;
             if let Some(e) = &t.error {
                 return Err(e.clone());
             }
@@ -297,37 +314,57 @@ impl Producer {
     /// The transaction's abortable error if any record failed.
     pub async fn prepare_commit(&self) -> Result<PreparedTransaction> {
         self.check_fatal()?;
+        self.step(TxnEvent::Use("prepare_commit()"))?;
         self.flush().await?;
         self.check_fatal()?;
         let identity = self.identity()?;
-        let (id, tv2) = {
-            let acc = self.inner.lock();
-            let t = acc
-                .txn
-                .as_ref()
-                .filter(|t| t.in_transaction)
-                .ok_or_else(|| Error::InvalidState("no transaction is open".into()))?;
+        let (id, tv2, started) = {
+            let mut acc = self.inner.lock();
+            let t = acc.txn.as_mut().ok_or_else(|| {
+                Error::InvalidState("transactions need transactional.id to be set".into())
+            })?;
+            t.step(TxnEvent::Use("prepare_commit()"))?;
             if let Some(e) = &t.error {
                 return Err(e.clone());
             }
-            (t.transactional_id.clone(), t.tv2)
+            (t.transactional_id.clone(), t.tv2, t.started)
         };
+        let transaction_version = if tv2 { 2 } else { 1 };
+        if !started {
+            // Nothing reached the broker: there is nothing to commit, and the coordinator has
+            // no transaction to tell apart from the next one (which will have the same
+            // producer id and epoch). The committable says so, and resuming it does nothing.
+            return Ok(PreparedTransaction {
+                transactional_id: id,
+                producer_id: identity.producer_id,
+                producer_epoch: identity.epoch,
+                transaction_version,
+                transaction_start_ms: -1,
+                empty: true,
+            });
+        }
         // The coordinator's start time identifies this transaction among later ones.
         let d = describe_transaction(&self.inner.cluster, &id).await?;
-        let start = if d.state == "Ongoing"
+        if !(d.state == "Ongoing"
             && d.producer_id == identity.producer_id
-            && d.producer_epoch == identity.epoch
+            && d.producer_epoch == identity.epoch)
         {
-            d.start_ms
-        } else {
-            -1
-        };
+            // Everything was acknowledged, yet the coordinator shows no open transaction of
+            // ours: it was aborted (transaction.timeout.ms) or fenced. A committable for it
+            // could never be committed.
+            let e = Error::Fenced(format!(
+                "transaction '{id}' can no longer be committed: the coordinator shows state {} for producer id {} epoch {} (ours: {} epoch {}); it timed out (transaction.timeout.ms) or was fenced",
+                d.state, d.producer_id, d.producer_epoch, identity.producer_id, identity.epoch
+            ));
+            return self.note_error(Err(e));
+        }
         Ok(PreparedTransaction {
             transactional_id: id,
             producer_id: identity.producer_id,
             producer_epoch: identity.epoch,
-            transaction_version: if tv2 { 2 } else { 1 },
-            transaction_start_ms: start,
+            transaction_version,
+            transaction_start_ms: d.start_ms,
+            empty: false,
         })
     }
 
@@ -350,6 +387,19 @@ impl Producer {
 
     async fn end_transaction(&self, commit: bool) -> Result<()> {
         self.check_fatal()?;
+        self.step(TxnEvent::EndStart { commit })?;
+        let result = self.end_transaction_steps(commit).await;
+        // Ended: ready for the next begin_transaction(). Not ended: the transaction is still
+        // open (a refused commit is aborted next; a failed abort can be tried again).
+        let step = self.step(if result.is_ok() {
+            TxnEvent::EndDone
+        } else {
+            TxnEvent::EndFailed
+        });
+        result.and(step)
+    }
+
+    async fn end_transaction_steps(&self, commit: bool) -> Result<()> {
         let id = self.txn_id()?;
         let inner = &self.inner;
         if !commit {
@@ -369,11 +419,9 @@ impl Producer {
         let identity = self.identity()?;
         let (tv2, started, began) = {
             let acc = inner.lock();
-            let t = acc
-                .txn
-                .as_ref()
-                .filter(|t| t.in_transaction)
-                .ok_or_else(|| Error::InvalidState("no transaction is open".into()))?;
+            let t = acc.txn.as_ref().ok_or_else(|| {
+                Error::InvalidState("transactions need transactional.id to be set".into())
+            })?;
             if commit {
                 if let Some(e) = &t.error {
                     return Err(Error::InvalidState(format!(
@@ -391,6 +439,7 @@ impl Producer {
                 transaction_version: if tv2 { 2 } else { 1 },
                 // This producer has begun nothing since: the coordinator's latest is ours.
                 transaction_start_ms: -1,
+                empty: false,
             };
             let outcome = end_txn(
                 &inner.cluster,
@@ -439,7 +488,6 @@ impl Producer {
         let had_error = {
             let mut acc = inner.lock();
             let t = acc.txn.as_mut().map(|t| {
-                t.in_transaction = false;
                 t.added.clear();
                 t.started = false;
                 t.error.take()
@@ -485,7 +533,7 @@ async fn explain_end_failure(
         return e;
     };
     match judge(p, &d) {
-        Judgement::Gone(reason) => {
+        Judgement::Gone(reason) | Judgement::Aborted { reason, .. } => {
             let timed_out = began.is_some_and(|b| b.elapsed() >= timeout);
             let msg = if timed_out && d.state.contains("Abort") {
                 format!(
@@ -862,26 +910,44 @@ async fn describe_transaction(cluster: &Cluster, id: &str) -> Result<TxnDescript
     .await
 }
 
-/// Classifies what the coordinator's view means for the transaction `p`.
+/// The highest epoch a producer may use (Short.MaxValue - 1): the coordinator keeps
+/// Short.MaxValue to fence with. A transaction ended at this epoch under KIP-890 moves the
+/// transactional id to a new producer id at epoch 0.
+const LAST_USABLE_EPOCH: i16 = i16::MAX - 1;
+
+/// Classifies what the coordinator's view `d` means for the transaction `p`: a pure function
+/// of the two, table-tested below.
 ///
 /// Under the classic protocol the epoch does not change when a transaction ends, so "ours" is
-/// `epoch == saved`; any InitProducerId (fencing, or the coordinator's timeout abort) bumps it.
+/// `epoch == saved`; an InitProducerId (fencing) or the coordinator's timeout abort bumps it.
 /// Under KIP-890 every EndTxn and every timeout abort bumps the epoch once, so the transaction
 /// we wrote ended at `saved + 1`; a later producer's transaction would end at `saved + 2` or
-/// beyond.
+/// beyond. One exception: a KIP-890 transaction at the last usable epoch (32766) ends by moving
+/// the transactional id to a *new producer id at epoch 0* (while its markers are written the
+/// coordinator shows the old id at epoch 32767). DescribeTransactions does not name the
+/// previous id, but a new id at epoch 0 in a Complete state arises only from that move (a
+/// transaction begun at epoch 0 ends at epoch 1), so it is ours when our epoch was the last.
 fn judge(p: &PreparedTransaction<&str>, d: &TxnDescription) -> Judgement {
-    if d.producer_id != p.producer_id {
+    let tv2 = p.transaction_version >= 2;
+    let saved = p.producer_epoch as i32;
+    let epoch = d.producer_epoch as i32;
+    let complete = matches!(d.state.as_str(), "CompleteCommit" | "CompleteAbort");
+    let rotated = tv2
+        && p.producer_epoch >= LAST_USABLE_EPOCH
+        && d.producer_id != p.producer_id
+        && epoch == 0;
+    if d.producer_id != p.producer_id && !(rotated && complete) {
+        if rotated && d.state == "Ongoing" {
+            return Judgement::Superseded(format!(
+                "the transactional id moved to producer id {} after ours (epochs exhausted) and a later transaction is open; ours ended before it",
+                d.producer_id
+            ));
+        }
         return Judgement::Gone(format!(
             "the transactional id now belongs to producer id {} (ours was {}): it was fenced or expired",
             d.producer_id, p.producer_id
         ));
     }
-    let ended_epoch = if p.transaction_version >= 2 {
-        p.producer_epoch as i32 + 1
-    } else {
-        p.producer_epoch as i32
-    };
-    let epoch = d.producer_epoch as i32;
     // A different start time: a later transaction of the same id (same id and epoch under the
     // classic protocol) has begun since; ours ended before it.
     if p.transaction_start_ms >= 0 && d.start_ms >= 0 && d.start_ms != p.transaction_start_ms {
@@ -890,23 +956,82 @@ fn judge(p: &PreparedTransaction<&str>, d: &TxnDescription) -> Judgement {
             d.start_ms, p.transaction_start_ms, d.state
         ));
     }
+    // The epoch (of this producer id) at which our transaction's end shows.
+    let ended = |e: i32| {
+        if rotated {
+            true // new id at epoch 0, checked above
+        } else if tv2 {
+            e == saved + 1
+        } else {
+            e == saved
+        }
+    };
+    let (next, pending) = if !tv2 {
+        (None, false)
+    } else if rotated {
+        (
+            Some(Identity {
+                producer_id: d.producer_id,
+                epoch: 0,
+            }),
+            false,
+        )
+    } else if p.producer_epoch >= LAST_USABLE_EPOCH {
+        // Markers are being written; the new producer id shows once they are.
+        (None, true)
+    } else {
+        (
+            Some(Identity {
+                producer_id: p.producer_id,
+                epoch: p.producer_epoch + 1,
+            }),
+            false,
+        )
+    };
     match d.state.as_str() {
-        "Ongoing" if epoch == p.producer_epoch as i32 => Judgement::Open,
-        "PrepareCommit" | "CompleteCommit" if epoch == ended_epoch || epoch == p.producer_epoch as i32 => Judgement::Committed,
-        "PrepareAbort" | "CompleteAbort" if epoch == ended_epoch || epoch == p.producer_epoch as i32 + 1 || epoch == p.producer_epoch as i32 => {
-            Judgement::Gone(format!("the coordinator aborted it (state {}, epoch {})", d.state, epoch))
+        "Ongoing" if !rotated && epoch == saved => Judgement::Open,
+        // KIP-890: ours ended at saved + 1 and the producer began the next one there.
+        "Ongoing" if tv2 && epoch == saved + 1 => Judgement::Superseded(format!(
+            "a later transaction of this producer is open at epoch {epoch}; ours ended before it"
+        )),
+        "PrepareCommit" | "CompleteCommit" if ended(epoch) => Judgement::Committed { next, pending },
+        // Aborted by us, or by the coordinator after transaction.timeout.ms (which bumps the
+        // epoch under the classic protocol too).
+        "PrepareAbort" | "CompleteAbort" if ended(epoch) || (!tv2 && epoch == saved + 1) => {
+            Judgement::Aborted {
+                reason: format!("the coordinator aborted it (state {}, epoch {epoch})", d.state),
+                next,
+                pending,
+            }
         }
         other => Judgement::Gone(format!(
-            "the coordinator has moved on (state {other}, producer epoch {epoch}, ours {}): it was fenced, timed out or ended already",
-            p.producer_epoch
+            "the coordinator has moved on (state {other}, producer id {}, epoch {epoch}; ours {} epoch {}): it was fenced, timed out or ended already",
+            d.producer_id, p.producer_id, p.producer_epoch
         )),
     }
 }
 
+/// What [`judge`] concluded.
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Judgement {
+    /// Still open at our epoch: EndTxn can end it.
     Open,
-    Committed,
+    /// Ours, committed. Under KIP-890 `next` is the identity the producer's next transaction
+    /// uses; `pending` when that is not known yet (a new producer id, shown once the markers
+    /// are written): ask again.
+    Committed {
+        next: Option<Identity>,
+        pending: bool,
+    },
+    /// Ours, aborted; `next` and `pending` as for `Committed`.
+    Aborted {
+        reason: String,
+        next: Option<Identity>,
+        pending: bool,
+    },
+    /// Fenced, expired, or the coordinator moved past it without telling how it ended.
     Gone(String),
+    /// A later transaction of the same transactional id has begun: ours ended before it.
     Superseded(String),
 }
 
@@ -1000,29 +1125,22 @@ async fn end_txn(
                 };
                 match (judge(p, &d), commit) {
                     (Judgement::Open, _) => continue, // never reached it: send again
-                    (Judgement::Committed, true) => return Ok(EndOutcome::Done(tv2_next(p))),
-                    (Judgement::Committed, false) => {
+                    // Ended our way, but the next producer id is not shown yet: ask again.
+                    (Judgement::Committed { pending: true, .. }, true)
+                    | (Judgement::Aborted { pending: true, .. }, false) => continue,
+                    (Judgement::Committed { next, .. }, true) => return Ok(EndOutcome::Done(next)),
+                    (Judgement::Aborted { next, .. }, false) => return Ok(EndOutcome::Done(next)),
+                    (Judgement::Committed { .. }, false) => {
                         return Ok(EndOutcome::Not("it was committed".into()))
                     }
-                    (Judgement::Gone(_), false) if d.state.contains("Abort") => {
-                        return Ok(EndOutcome::Done(tv2_next(p)))
-                    }
-                    (Judgement::Gone(reason), _) | (Judgement::Superseded(reason), _) => {
-                        return Ok(EndOutcome::Not(reason))
-                    }
+                    (Judgement::Aborted { reason, .. }, true)
+                    | (Judgement::Gone(reason), _)
+                    | (Judgement::Superseded(reason), _) => return Ok(EndOutcome::Not(reason)),
                 }
             }
             Err(e) => return Err(e),
         }
     }
-}
-
-/// Under KIP-890 the epoch after an EndTxn whose response was lost is the saved one plus one.
-fn tv2_next(p: &PreparedTransaction<&str>) -> Option<Identity> {
-    (p.transaction_version >= 2).then_some(Identity {
-        producer_id: p.producer_id,
-        epoch: p.producer_epoch.saturating_add(1),
-    })
 }
 
 /// Commits (or aborts) a transaction prepared by another producer instance — typically one
@@ -1055,7 +1173,11 @@ pub async fn resume_transaction(
         producer_epoch: prepared.producer_epoch,
         transaction_version: prepared.transaction_version,
         transaction_start_ms: prepared.transaction_start_ms,
+        empty: prepared.empty,
     };
+    if p.empty {
+        return Ok(ResumeOutcome::NothingToCommit);
+    }
     let d = match describe_transaction(cluster, p.transactional_id).await {
         Ok(d) => d,
         Err(e) if e.code() == Some(ErrorCode::TRANSACTIONAL_ID_NOT_FOUND) => {
@@ -1067,8 +1189,9 @@ pub async fn resume_transaction(
     };
     match judge(&p, &d) {
         Judgement::Superseded(reason) => return Ok(ResumeOutcome::Superseded { reason }),
-        Judgement::Committed if commit => return Ok(ResumeOutcome::AlreadyCommitted),
-        Judgement::Committed => {
+        Judgement::Committed { .. } if commit => return Ok(ResumeOutcome::AlreadyCommitted),
+        Judgement::Aborted { reason, .. } => return Ok(ResumeOutcome::NotCommitted { reason }),
+        Judgement::Committed { .. } => {
             return Ok(ResumeOutcome::NotCommitted {
                 reason: "it was committed already; it cannot be aborted".into(),
             })
@@ -1086,5 +1209,121 @@ pub async fn resume_transaction(
             })
         }
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prepared(tv: i16, pid: i64, epoch: i16, start: i64) -> PreparedTransaction<&'static str> {
+        PreparedTransaction {
+            transactional_id: "t",
+            producer_id: pid,
+            producer_epoch: epoch,
+            transaction_version: tv,
+            transaction_start_ms: start,
+            empty: false,
+        }
+    }
+
+    fn seen(state: &str, pid: i64, epoch: i16, start: i64) -> TxnDescription {
+        TxnDescription {
+            state: state.into(),
+            producer_id: pid,
+            producer_epoch: epoch,
+            start_ms: start,
+        }
+    }
+
+    /// The outcome's kind and, for ended transactions, the next identity and pending flag.
+    #[derive(Debug, PartialEq)]
+    enum J {
+        Open,
+        Committed(Option<(i64, i16)>, bool),
+        Aborted(Option<(i64, i16)>, bool),
+        Gone,
+        Superseded,
+    }
+
+    fn kind(j: Judgement) -> J {
+        let id = |n: Option<Identity>| n.map(|i| (i.producer_id, i.epoch));
+        match j {
+            Judgement::Open => J::Open,
+            Judgement::Committed { next, pending } => J::Committed(id(next), pending),
+            Judgement::Aborted { next, pending, .. } => J::Aborted(id(next), pending),
+            Judgement::Gone(_) => J::Gone,
+            Judgement::Superseded(_) => J::Superseded,
+        }
+    }
+
+    #[test]
+    fn judge_every_state_id_and_epoch() {
+        const MAX: i16 = LAST_USABLE_EPOCH; // 32766
+        let c = |n: Option<(i64, i16)>| J::Committed(n, false);
+        let a = |n: Option<(i64, i16)>| J::Aborted(n, false);
+        #[rustfmt::skip]
+        let table: &[(PreparedTransaction<&str>, TxnDescription, J)] = &[
+            // Classic protocol: ours is at the saved id and epoch.
+            (prepared(1, 7, 3, 100), seen("Ongoing", 7, 3, 100), J::Open),
+            (prepared(1, 7, 3, -1), seen("Ongoing", 7, 3, 100), J::Open),
+            (prepared(1, 7, 3, 100), seen("Ongoing", 7, 3, 200), J::Superseded),
+            (prepared(1, 7, 3, 100), seen("PrepareCommit", 7, 3, 100), c(None)),
+            (prepared(1, 7, 3, 100), seen("CompleteCommit", 7, 3, 100), c(None)),
+            (prepared(1, 7, 3, 100), seen("CompleteCommit", 7, 3, 200), J::Superseded),
+            (prepared(1, 7, 3, 100), seen("CompleteCommit", 7, 4, -1), J::Gone),
+            (prepared(1, 7, 3, 100), seen("PrepareAbort", 7, 3, 100), a(None)),
+            (prepared(1, 7, 3, 100), seen("CompleteAbort", 7, 3, 100), a(None)),
+            // The coordinator's timeout abort bumps the epoch.
+            (prepared(1, 7, 3, 100), seen("CompleteAbort", 7, 4, 100), a(None)),
+            (prepared(1, 7, 3, 100), seen("CompleteAbort", 7, 5, -1), J::Gone),
+            (prepared(1, 7, 3, 100), seen("Empty", 7, 4, -1), J::Gone),
+            (prepared(1, 7, 3, 100), seen("PrepareEpochFence", 7, 3, 100), J::Gone),
+            (prepared(1, 7, 3, 100), seen("Ongoing", 8, 0, 300), J::Gone),
+            (prepared(1, 7, 3, 100), seen("CompleteCommit", 8, 0, 100), J::Gone),
+            (prepared(1, 7, MAX, 100), seen("CompleteCommit", 8, 0, 100), J::Gone),
+            // KIP-890: ours ends one epoch up.
+            (prepared(2, 7, 3, 100), seen("Ongoing", 7, 3, 100), J::Open),
+            (prepared(2, 7, 3, 100), seen("PrepareCommit", 7, 4, 100), c(Some((7, 4)))),
+            (prepared(2, 7, 3, 100), seen("CompleteCommit", 7, 4, 100), c(Some((7, 4)))),
+            // The previous transaction's end, or a later producer's: not ours.
+            (prepared(2, 7, 3, 100), seen("CompleteCommit", 7, 3, 50), J::Superseded),
+            (prepared(2, 7, 3, -1), seen("CompleteCommit", 7, 3, 50), J::Gone),
+            (prepared(2, 7, 3, -1), seen("CompleteCommit", 7, 5, -1), J::Gone),
+            (prepared(2, 7, 3, 100), seen("PrepareAbort", 7, 4, 100), a(Some((7, 4)))),
+            (prepared(2, 7, 3, 100), seen("CompleteAbort", 7, 4, 100), a(Some((7, 4)))),
+            (prepared(2, 7, 3, -1), seen("CompleteAbort", 7, 6, -1), J::Gone),
+            (prepared(2, 7, 3, -1), seen("Ongoing", 7, 4, 300), J::Superseded),
+            (prepared(2, 7, 3, -1), seen("Empty", 7, 5, -1), J::Gone),
+            (prepared(2, 7, 3, 100), seen("CompleteCommit", 9, 0, 100), J::Gone),
+            // KIP-890 at the last usable epoch: the end moves the id to a new producer id.
+            (prepared(2, 7, MAX, 100), seen("Ongoing", 7, MAX, 100), J::Open),
+            (prepared(2, 7, MAX, 100), seen("PrepareCommit", 7, MAX + 1, 100), J::Committed(None, true)),
+            (prepared(2, 7, MAX, 100), seen("CompleteCommit", 9, 0, 100), c(Some((9, 0)))),
+            (prepared(2, 7, MAX, -1), seen("CompleteCommit", 9, 0, 100), c(Some((9, 0)))),
+            (prepared(2, 7, MAX, 100), seen("PrepareAbort", 7, MAX + 1, 100), J::Aborted(None, true)),
+            (prepared(2, 7, MAX, 100), seen("CompleteAbort", 9, 0, 100), a(Some((9, 0)))),
+            (prepared(2, 7, MAX, 100), seen("Ongoing", 9, 0, 300), J::Superseded),
+            (prepared(2, 7, MAX, 100), seen("Empty", 9, 0, -1), J::Gone),
+            (prepared(2, 7, MAX, 100), seen("CompleteCommit", 9, 1, 300), J::Gone),
+            (prepared(2, 7, MAX - 1, 100), seen("CompleteCommit", 7, MAX, 100), c(Some((7, MAX)))),
+            (prepared(2, 7, MAX - 1, 100), seen("CompleteCommit", 9, 0, 100), J::Gone),
+        ];
+        for (p, d, want) in table {
+            let got = kind(judge(p, d));
+            assert_eq!(
+                &got,
+                want,
+                "saved tv{} id {} epoch {} start {} / seen {} id {} epoch {} start {}",
+                p.transaction_version,
+                p.producer_id,
+                p.producer_epoch,
+                p.transaction_start_ms,
+                d.state,
+                d.producer_id,
+                d.producer_epoch,
+                d.start_ms
+            );
+        }
     }
 }

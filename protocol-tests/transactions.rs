@@ -453,3 +453,49 @@ async fn send_outside_a_transaction_is_refused() {
         vec!["in", "next"]
     );
 }
+
+/// At the last usable epoch (32766) a KIP-890 commit moves the transactional id to a new
+/// producer id at epoch 0. The producer must carry on with the new id, and the committable
+/// saved before the commit must resume as committed (not "fenced": the coordinator now shows
+/// another producer id). At transaction.version 1 the commit keeps the id and epoch, and the
+/// same steps must hold too.
+#[tokio::test]
+async fn a_commit_at_the_last_epoch_moves_to_a_new_producer_id_and_resumes_as_committed() {
+    let topic = TestTopic::create("txn-epoch-exhausted", 1).await;
+    let p = txn_producer(&unique_topic("txn-epoch-exhausted"), &[]).await;
+    let (pid, _) = p.producer_id_and_epoch().unwrap();
+    // Each InitProducerId bumps the epoch by one (well under a millisecond each here).
+    loop {
+        let (id, epoch) = p.producer_id_and_epoch().unwrap();
+        assert_eq!(id, pid, "the producer id changed before the last epoch");
+        if epoch == i16::MAX - 1 {
+            break;
+        }
+        p.init_transactions().await.unwrap();
+    }
+    p.begin_transaction().unwrap();
+    send_values(&p, &topic.name, 1, ["last-epoch".to_owned()].into_iter()).await;
+    let saved = p.prepare_commit().await.unwrap();
+    assert_eq!(saved.producer_epoch, i16::MAX - 1);
+    p.commit_transaction().await.unwrap();
+    let (next_id, next_epoch) = p.producer_id_and_epoch().unwrap();
+    if saved.transaction_version >= 2 {
+        assert_ne!(next_id, pid, "KIP-890 moves to a new producer id");
+        assert_eq!(next_epoch, 0);
+    }
+    let cluster = onceflow::client::Cluster::connect(client_config(&broker()))
+        .await
+        .unwrap();
+    let outcome = onceflow::client::producer::resume_transaction(&cluster, &saved, true)
+        .await
+        .unwrap();
+    assert_eq!(outcome, ResumeOutcome::AlreadyCommitted);
+    // The next transaction runs under the new identity.
+    p.begin_transaction().unwrap();
+    send_values(&p, &topic.name, 1, ["next".to_owned()].into_iter()).await;
+    p.commit_transaction().await.unwrap();
+    assert_eq!(
+        java_values(&topic.name, 2, "read_committed").await,
+        vec!["last-epoch", "next"]
+    );
+}

@@ -138,8 +138,9 @@ async fn an_older_producer_with_the_same_transactional_id_is_fenced() {
 #[tokio::test]
 async fn transaction_timeout_expiry_is_reported_as_such() {
     let topic = TestTopic::create("txn-timeout", 1).await;
+    let id = unique_topic("txn-timeout");
     let p = txn_producer(
-        &unique_topic("txn-timeout"),
+        &id,
         &[
             ("transaction.timeout.ms", "2000"),
             ("delivery.timeout.ms", "1500"),
@@ -150,13 +151,122 @@ async fn transaction_timeout_expiry_is_reported_as_such() {
     p.begin_transaction().unwrap();
     send_values(&p, &topic.name, 1, ["late".to_owned()].into_iter()).await;
     p.flush().await.unwrap();
-    // The coordinator aborts transactions older than their timeout (checked every second here).
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    wait_until_the_coordinator_aborted(&id).await;
     let e = p.commit_transaction().await.unwrap_err().to_string();
     assert!(e.contains("transaction.timeout.ms=2000"), "{e}");
     assert!(java_values(&topic.name, 0, "read_committed")
         .await
         .is_empty());
+}
+
+/// Waits (generously: the machine may be loaded) until the coordinator has aborted the open
+/// transaction of `id` for running past transaction.timeout.ms and written the markers (at
+/// transaction.version 1 a record sent before the markers land still joins the transaction).
+async fn wait_until_the_coordinator_aborted(id: &str) {
+    let admin = onceflow::client::Admin::new(client_config(&broker()))
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let d = admin.describe_transaction(id).await.unwrap();
+        if d.as_ref().is_some_and(|d| d.state == "CompleteAbort") {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the coordinator did not abort the timed-out transaction of '{id}': {d:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What follows the coordinator's abort. At transaction.version 2 the coordinator accepts the
+/// producer's InitProducerId with its own id and epoch (it remembers the epoch it bumped), so
+/// the same producer carries on. At transaction.version 1 it does not (the Java client is
+/// fenced there too): the abort reports the fencing clearly and a new producer instance
+/// carries on.
+async fn carry_on_after_the_coordinator_aborted(p: Producer, id: &str, topic: &TestTopic) {
+    let tv: i16 = std::env::var("ONCEFLOW_EXPECT_TV").map_or(2, |v| v.parse().unwrap());
+    let p = if tv >= 2 {
+        p.abort_transaction().await.unwrap();
+        p
+    } else {
+        let e = p.abort_transaction().await.unwrap_err().to_string();
+        assert!(e.contains("transaction.version 1"), "{e}");
+        txn_producer(id, &[]).await
+    };
+    p.begin_transaction().unwrap();
+    send_values(&p, &topic.name, 1, ["ok".to_owned()].into_iter()).await;
+    p.commit_transaction().await.unwrap();
+    assert_eq!(
+        java_values(&topic.name, 1, "read_committed").await,
+        vec!["ok"]
+    );
+}
+
+/// KIP-588: once the coordinator has aborted a transaction that ran past
+/// transaction.timeout.ms, commit reports the timeout, abort_transaction() re-initializes the
+/// producer id (InitProducerId with its current id and epoch, which the coordinator accepts
+/// because it bumped the epoch itself), and the same producer carries on: no new instance.
+#[tokio::test]
+async fn a_producer_whose_transaction_timed_out_aborts_and_carries_on() {
+    let topic = TestTopic::create("txn-timeout-recover", 1).await;
+    let id = unique_topic("txn-timeout-recover");
+    let p = txn_producer(
+        &id,
+        &[
+            ("transaction.timeout.ms", "2000"),
+            ("delivery.timeout.ms", "1500"),
+            ("request.timeout.ms", "1000"),
+        ],
+    )
+    .await;
+    p.begin_transaction().unwrap();
+    send_values(&p, &topic.name, 1, ["late".to_owned()].into_iter()).await;
+    p.flush().await.unwrap();
+    wait_until_the_coordinator_aborted(&id).await;
+    let e = p.commit_transaction().await.unwrap_err();
+    assert!(e.to_string().contains("transaction.timeout.ms=2000"), "{e}");
+    assert_eq!(
+        e.class(),
+        onceflow::client::ErrorClass::Abortable,
+        "a timed-out transaction is abortable, not fatal: {e}"
+    );
+    carry_on_after_the_coordinator_aborted(p, &id, &topic).await;
+}
+
+/// KIP-588, the other way the producer learns it: a record sent into the transaction after the
+/// coordinator aborted it is refused (INVALID_PRODUCER_EPOCH); that dooms the transaction but
+/// not the producer.
+#[tokio::test]
+async fn a_send_after_the_coordinator_aborted_the_transaction_is_abortable() {
+    let topic = TestTopic::create("txn-timeout-send", 1).await;
+    let id = unique_topic("txn-timeout-send");
+    let p = txn_producer(
+        &id,
+        &[
+            ("transaction.timeout.ms", "2000"),
+            ("delivery.timeout.ms", "1500"),
+            ("request.timeout.ms", "1000"),
+        ],
+    )
+    .await;
+    p.begin_transaction().unwrap();
+    send_values(&p, &topic.name, 1, ["late".to_owned()].into_iter()).await;
+    p.flush().await.unwrap();
+    wait_until_the_coordinator_aborted(&id).await;
+    let delivery = p
+        .send(ProducerRecord::new(topic.name.clone(), "refused").with_partition(0))
+        .await
+        .unwrap();
+    let e = delivery.await.unwrap_err();
+    assert_eq!(
+        e.class_in(onceflow::client::Op::TxnProduce),
+        onceflow::client::ErrorClass::Abortable,
+        "{e}"
+    );
+    assert!(p.commit_transaction().await.is_err());
+    carry_on_after_the_coordinator_aborted(p, &id, &topic).await;
 }
 
 #[tokio::test]

@@ -121,6 +121,10 @@ pub enum Error {
     /// A call that is not valid in the current state.
     #[error("{0}")]
     InvalidState(String),
+    /// The open transaction cannot commit (a record failed, or the coordinator aborted it);
+    /// `abort_transaction()` recovers, and the producer goes on.
+    #[error("{0}")]
+    TransactionAbortable(String),
 }
 
 impl From<FrameError> for Error {
@@ -159,6 +163,7 @@ impl Error {
             | Error::ConnectionClosed { .. }
             | Error::Timeout { .. }
             | Error::NoBrokerReachable { .. } => ErrorClass::RefreshAndRetry,
+            Error::TransactionAbortable(_) => ErrorClass::Abortable,
             _ => ErrorClass::Fatal,
         }
     }
@@ -208,6 +213,11 @@ pub enum Op {
 pub fn classify(code: ErrorCode, op: Op) -> ErrorClass {
     let transactional = matches!(op, Op::TxnProduce | Op::TxnCoordinator);
     match code {
+        // KIP-588: a produce refused for its epoch means the coordinator bumped it, which it
+        // also does when it aborts a transaction that ran past transaction.timeout.ms. The
+        // abort re-initializes the producer id (InitProducerId with the current id and epoch);
+        // if another producer fenced us, that is where it shows.
+        ErrorCode::INVALID_PRODUCER_EPOCH if op == Op::TxnProduce => ErrorClass::Abortable,
         // Another producer owns the transactional id, or we may not use it: never retry.
         ErrorCode::PRODUCER_FENCED
         | ErrorCode::INVALID_PRODUCER_EPOCH
@@ -343,7 +353,8 @@ mod tests {
             (ErrorCode::TRANSACTION_ABORTABLE, Op::TxnProduce, Abortable),
             (ErrorCode::ILLEGAL_GENERATION, Op::TxnCoordinator, Abortable),
             (ErrorCode::PRODUCER_FENCED, Op::TxnCoordinator, Fatal),
-            (ErrorCode::INVALID_PRODUCER_EPOCH, Op::TxnProduce, Fatal),
+            (ErrorCode::INVALID_PRODUCER_EPOCH, Op::TxnProduce, Abortable),
+            (ErrorCode::INVALID_PRODUCER_EPOCH, Op::TxnCoordinator, Fatal),
             (
                 ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                 Op::TxnCoordinator,

@@ -159,6 +159,11 @@ pub(crate) struct TxnSend {
     pub error: Option<crate::client::Error>,
     /// When the transaction began, to tell a transaction.timeout.ms expiry from fencing.
     pub began: Option<Instant>,
+    /// The broker no longer accepts this producer id and epoch for the transaction
+    /// (INVALID_PRODUCER_EPOCH or UNKNOWN_PRODUCER_ID on a produce, or the coordinator aborted
+    /// it): EndTxn would be refused, so the abort re-initializes with InitProducerId(current
+    /// id and epoch) instead (KIP-360, KIP-588).
+    pub reinit: bool,
 }
 
 impl TxnSend {
@@ -178,6 +183,7 @@ impl TxnSend {
             started: false,
             error: None,
             began: None,
+            reinit: false,
         }
     }
 }

@@ -523,6 +523,11 @@ fn verdict(inner: &Inner, b: &ProducerBatch, outcome: Result<PartitionResult, Er
                 }
             }
         }
+        // In a transaction the batch fails (abortable) and the abort re-initializes the
+        // producer id (KIP-360): the sender never bumps a transactional epoch by itself.
+        ErrorCode::UNKNOWN_PRODUCER_ID if op == Op::TxnProduce => Verdict::Fail {
+            error: Error::broker(context(), code),
+        },
         ErrorCode::UNKNOWN_PRODUCER_ID if b.base_sequence >= 0 => {
             let last_acked = inner
                 .lock()
@@ -658,6 +663,12 @@ fn finish(inner: &Arc<Inner>, mut b: ProducerBatch, outcome: Result<PartitionRes
                     // In a transaction a failed batch dooms the transaction (it must abort;
                     // the abort resets sequences); fencing dooms the producer.
                     Some(t) => {
+                        t.reinit |= matches!(
+                            error.code(),
+                            Some(
+                                ErrorCode::INVALID_PRODUCER_EPOCH | ErrorCode::UNKNOWN_PRODUCER_ID
+                            )
+                        );
                         t.error.get_or_insert(error.clone());
                         if fatal {
                             *inner.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);

@@ -417,21 +417,28 @@ impl Producer {
         }
         self.check_fatal()?;
         let identity = self.identity()?;
-        let (tv2, started, began) = {
+        let (tv2, started, began, reinit) = {
             let acc = inner.lock();
             let t = acc.txn.as_ref().ok_or_else(|| {
                 Error::InvalidState("transactions need transactional.id to be set".into())
             })?;
             if commit {
                 if let Some(e) = &t.error {
-                    return Err(Error::InvalidState(format!(
-                        "cannot commit: the transaction failed ({e}); abort it and retry the work"
-                    )));
+                    return Err(match e {
+                        // Already says what happened and what to do.
+                        Error::TransactionAbortable(_) => e.clone(),
+                        _ => Error::TransactionAbortable(format!(
+                            "cannot commit: the transaction failed ({e}); call abort_transaction() and redo the work"
+                        )),
+                    });
                 }
             }
-            (t.tv2, t.started, t.began)
+            (t.tv2, t.started, t.began, t.reinit)
         };
-        if started {
+        // After INVALID_PRODUCER_EPOCH / UNKNOWN_PRODUCER_ID the coordinator would refuse
+        // EndTxn at our epoch; the re-initialization below ends the transaction instead.
+        let end_with_end_txn = commit || !reinit;
+        if started && end_with_end_txn {
             let prepared = PreparedTransaction {
                 transactional_id: id.as_str(),
                 producer_id: identity.producer_id,
@@ -455,9 +462,15 @@ impl Producer {
                         inner.lock().reset_sequences(next);
                     }
                 }
-                Ok(EndOutcome::Not(reason)) => {
+                Ok(EndOutcome::Not { reason, aborted }) => {
                     let timed_out =
                         began.is_some_and(|b| b.elapsed() >= inner.config.transaction_timeout);
+                    if aborted && commit {
+                        // KIP-588: the coordinator aborted it (and bumped the epoch); the
+                        // abort re-initializes, and the producer goes on.
+                        let e = coordinator_aborted(&id, &reason, timed_out, inner);
+                        return self.note_error(Err(e));
+                    }
                     let e = Error::Fenced(if timed_out {
                         format!(
                             "transaction '{id}' was aborted by the coordinator: it ran longer than transaction.timeout.ms={} ms ({reason}); call init_transactions() and redo the work",
@@ -473,14 +486,7 @@ impl Producer {
                     return Err(e);
                 }
                 Err(e) => {
-                    let e = explain_end_failure(
-                        &inner.cluster,
-                        &prepared,
-                        e,
-                        began,
-                        inner.config.transaction_timeout,
-                    )
-                    .await;
+                    let e = explain_end_failure(inner, &prepared, e, began).await;
                     return self.note_error(Err(e));
                 }
             }
@@ -501,54 +507,93 @@ impl Producer {
             inner.lock().rewind_sequences();
         }
         // Classic protocol: a failed batch may have left a sequence gap; KIP-360 lets a
-        // transactional producer bump its epoch with InitProducerId(current id, epoch).
-        if !commit && had_error && !tv2 {
-            let next = init_transactional_id(
+        // transactional producer bump its epoch with InitProducerId(current id, epoch). The
+        // same call ends a transaction the broker no longer accepts our epoch for (KIP-588):
+        // the coordinator accepts it when it bumped the epoch itself (timeout abort), and
+        // answers PRODUCER_FENCED when another producer did.
+        if !commit && (reinit || (had_error && !tv2)) {
+            let next = match init_transactional_id(
                 &inner.cluster,
                 &id,
                 inner.config.transaction_timeout,
                 Some(identity),
             )
-            .await?;
-            inner.lock().reset_sequences(next);
+            .await
+            {
+                Ok(next) => next,
+                Err(e) => {
+                    let e = match e.code() {
+                        Some(ErrorCode::PRODUCER_FENCED | ErrorCode::INVALID_PRODUCER_EPOCH)
+                            if reinit =>
+                        {
+                            Error::Fenced(format!(
+                                "transaction '{id}' was aborted by the coordinator and this producer cannot take its id over again ({e}): another producer fenced it, or the cluster runs transaction.version 1, whose coordinator does not resume a producer after a timeout; create a new producer and call init_transactions()"
+                            ))
+                        }
+                        _ => e,
+                    };
+                    if e.class_in(Op::TxnCoordinator) == ErrorClass::Fatal {
+                        *inner.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+                    }
+                    return Err(e);
+                }
+            };
+            let mut acc = inner.lock();
+            acc.reset_sequences(next);
+            if let Some(t) = acc.txn.as_mut() {
+                t.reinit = false;
+            }
         }
         info!(transactional_id = %id, commit, "transaction ended");
         Ok(())
     }
 }
 
-/// Turns an EndTxn refusal into what happened: the coordinator aborted the transaction after
-/// transaction.timeout.ms, or another producer fenced this one.
+/// The abortable error for a transaction the coordinator aborted (after
+/// transaction.timeout.ms, when `timed_out`): the abort re-initializes the producer id.
+fn coordinator_aborted(id: &str, reason: &str, timed_out: bool, inner: &Inner) -> Error {
+    if let Some(t) = inner.lock().txn.as_mut() {
+        t.reinit = true;
+    }
+    Error::TransactionAbortable(if timed_out {
+        format!(
+            "transaction '{id}' was aborted by the coordinator: it ran longer than transaction.timeout.ms={} ms ({reason}); call abort_transaction() and redo the work, or raise transaction.timeout.ms",
+            inner.config.transaction_timeout.as_millis()
+        )
+    } else {
+        format!(
+            "transaction '{id}' was aborted by the coordinator ({reason}); call abort_transaction() and redo the work"
+        )
+    })
+}
+
+/// Turns an EndTxn refusal into what happened: the coordinator aborted the transaction (after
+/// transaction.timeout.ms, or for another reason): abortable, the abort re-initializes; or
+/// another producer fenced this one: fatal.
 async fn explain_end_failure(
-    cluster: &Cluster,
+    inner: &Inner,
     p: &PreparedTransaction<&str>,
     e: Error,
     began: Option<Instant>,
-    timeout: Duration,
 ) -> Error {
     if e.code().is_none() {
         return e;
     }
-    let Ok(d) = describe_transaction(cluster, p.transactional_id).await else {
+    let Ok(d) = describe_transaction(&inner.cluster, p.transactional_id).await else {
         return e;
     };
+    let timed_out = began.is_some_and(|b| b.elapsed() >= inner.config.transaction_timeout);
     match judge(p, &d) {
-        Judgement::Gone(reason) | Judgement::Aborted { reason, .. } => {
-            let timed_out = began.is_some_and(|b| b.elapsed() >= timeout);
-            let msg = if timed_out && d.state.contains("Abort") {
-                format!(
-                    "transaction '{}' was aborted by the coordinator: it ran longer than transaction.timeout.ms={} ms ({reason}; {e}); call init_transactions() and redo the work",
-                    p.transactional_id,
-                    timeout.as_millis()
-                )
-            } else {
-                format!(
-                    "transaction '{}' was fenced: {reason} ({e})",
-                    p.transactional_id
-                )
-            };
-            Error::Fenced(msg)
-        }
+        Judgement::Aborted { reason, .. } => coordinator_aborted(
+            p.transactional_id,
+            &format!("{reason}; {e}"),
+            timed_out,
+            inner,
+        ),
+        Judgement::Gone(reason) => Error::Fenced(format!(
+            "transaction '{}' was fenced: {reason} ({e})",
+            p.transactional_id
+        )),
         _ => e,
     }
 }
@@ -859,8 +904,9 @@ async fn txn_offset_commit(
 enum EndOutcome {
     /// Done; under KIP-890 with the identity for the next transaction.
     Done(Option<Identity>),
-    /// The coordinator had already ended it the other way, or it moved past it.
-    Not(String),
+    /// The coordinator had already ended it the other way (`aborted`: it aborted it), or it
+    /// moved past it.
+    Not { reason: String, aborted: bool },
 }
 
 /// What DescribeTransactions says about a transactional id.
@@ -1131,11 +1177,23 @@ async fn end_txn(
                     (Judgement::Committed { next, .. }, true) => return Ok(EndOutcome::Done(next)),
                     (Judgement::Aborted { next, .. }, false) => return Ok(EndOutcome::Done(next)),
                     (Judgement::Committed { .. }, false) => {
-                        return Ok(EndOutcome::Not("it was committed".into()))
+                        return Ok(EndOutcome::Not {
+                            reason: "it was committed".into(),
+                            aborted: false,
+                        })
                     }
-                    (Judgement::Aborted { reason, .. }, true)
-                    | (Judgement::Gone(reason), _)
-                    | (Judgement::Superseded(reason), _) => return Ok(EndOutcome::Not(reason)),
+                    (Judgement::Aborted { reason, .. }, true) => {
+                        return Ok(EndOutcome::Not {
+                            reason,
+                            aborted: true,
+                        })
+                    }
+                    (Judgement::Gone(reason), _) | (Judgement::Superseded(reason), _) => {
+                        return Ok(EndOutcome::Not {
+                            reason,
+                            aborted: false,
+                        })
+                    }
                 }
             }
             Err(e) => return Err(e),
@@ -1202,7 +1260,7 @@ pub async fn resume_transaction(
     let budget = cluster.config().api_timeout;
     match end_txn(cluster, &p, commit, budget).await {
         Ok(EndOutcome::Done(_)) => Ok(ResumeOutcome::Completed),
-        Ok(EndOutcome::Not(reason)) => Ok(ResumeOutcome::NotCommitted { reason }),
+        Ok(EndOutcome::Not { reason, .. }) => Ok(ResumeOutcome::NotCommitted { reason }),
         Err(e) if matches!(e.code(), Some(c) if c == ErrorCode::PRODUCER_FENCED || c == ErrorCode::INVALID_PRODUCER_EPOCH) => {
             Ok(ResumeOutcome::NotCommitted {
                 reason: e.to_string(),

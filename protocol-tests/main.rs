@@ -8,6 +8,7 @@
 
 mod support;
 
+mod auto_create;
 mod cli;
 mod codecs;
 mod faults;

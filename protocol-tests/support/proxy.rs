@@ -31,6 +31,8 @@ pub struct Faults {
     pub dropped_responses: AtomicU64,
     /// Fetch requests forwarded.
     pub fetch_requests: AtomicU64,
+    /// Metadata responses passed back to the client.
+    pub metadata_responses: AtomicU64,
     pub resets: AtomicU64,
     pub stopped: AtomicBool,
 }
@@ -141,6 +143,9 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
                 let delay = faults.delay_ms.load(Ordering::Relaxed);
                 if delay > 0 {
                     tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+                }
+                if entry.is_some_and(|(api, _, _)| api == ApiKey::Metadata as i16) {
+                    faults.metadata_responses.fetch_add(1, Ordering::Relaxed);
                 }
                 let body = match entry {
                     Some((_, _, true)) => {

@@ -570,7 +570,8 @@ async fn join_and_sync(
                     subs.iter().flat_map(|s| s.topics.iter().cloned()).collect();
                 let mut counts = BTreeMap::new();
                 for t in all_topics {
-                    if let Ok(n) = shared.cluster.partition_count(&t).await {
+                    let lookup = shared.config.topic_lookup();
+                    if let Ok(n) = shared.cluster.partition_count_with(&t, lookup).await {
                         counts.insert(t, n);
                     }
                 }

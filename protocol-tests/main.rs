@@ -11,6 +11,7 @@ mod support;
 mod auto_create;
 mod cli;
 mod codecs;
+mod connection_faults;
 mod faults;
 mod groups;
 mod idempotence;

@@ -33,6 +33,8 @@ pub struct Faults {
     pub fetch_requests: AtomicU64,
     /// Metadata responses passed back to the client.
     pub metadata_responses: AtomicU64,
+    /// Client connections accepted.
+    pub connections: AtomicU64,
     pub resets: AtomicU64,
     pub stopped: AtomicBool,
 }
@@ -58,6 +60,7 @@ impl Proxy {
         let (f, up, me) = (faults.clone(), upstream.to_owned(), addr.clone());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                f.connections.fetch_add(1, Ordering::Relaxed);
                 let (f, up, me) = (f.clone(), up.clone(), me.clone());
                 tokio::spawn(async move {
                     if let Ok(server) = TcpStream::connect(&up).await {

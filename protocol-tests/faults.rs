@@ -16,13 +16,22 @@ pub struct PrivateBroker {
 
 impl PrivateBroker {
     pub fn start(port: u16) -> PrivateBroker {
+        Self::start_with(port, "")
+    }
+
+    /// A private broker with extra server.properties lines (`;`-separated), e.g.
+    /// "auto.create.topics.enable=false". The controller uses port + 1.
+    pub fn start_with(port: u16, extra_props: &str) -> PrivateBroker {
         let dir = repo().join(format!("target/kafka-private-{port}"));
         let tv = std::env::var("ONCEFLOW_EXPECT_TV").unwrap_or_else(|_| "2".into());
-        let env = vec![
+        let mut env = vec![
             ("KAFKA_TV".to_owned(), tv),
             ("KAFKA_PORT".to_owned(), port.to_string()),
             ("KAFKA_DIR".to_owned(), dir.display().to_string()),
         ];
+        if !extra_props.is_empty() {
+            env.push(("KAFKA_EXTRA_PROPS".to_owned(), extra_props.to_owned()));
+        }
         let mut b = PrivateBroker {
             addr: String::new(),
             env,

@@ -15,7 +15,9 @@
 #   KAFKA_PORT     client port (default 9092); the controller uses KAFKA_PORT+1
 #   KAFKA_TV       1 or 2: transaction.version the cluster is formatted with (default 2)
 #   KAFKA_DIR      state directory (default <repo>/target/kafka-$KAFKA_PORT)
-#   KAFKA_EXTRA_PROPS  extra server.properties lines, separated by ';'
+#   KAFKA_EXTRA_PROPS  extra server.properties lines, separated by ';' (the broker runs with
+#                  Kafka's defaults otherwise, auto.create.topics.enable=true included; add
+#                  auto.create.topics.enable=false to test a broker that refuses)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -91,7 +93,6 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 transaction.max.timeout.ms=900000
-auto.create.topics.enable=false
 PROPS
   if [ -n "${KAFKA_EXTRA_PROPS:-}" ]; then
     tr ';' '\n' <<<"$KAFKA_EXTRA_PROPS" >>"$KAFKA_DIR/server.properties"

@@ -8,8 +8,10 @@
 
 mod support;
 
+mod auto_create;
 mod cli;
 mod codecs;
+mod connection_faults;
 mod faults;
 mod groups;
 mod idempotence;

@@ -31,6 +31,10 @@ pub struct Faults {
     pub dropped_responses: AtomicU64,
     /// Fetch requests forwarded.
     pub fetch_requests: AtomicU64,
+    /// Metadata responses passed back to the client.
+    pub metadata_responses: AtomicU64,
+    /// Client connections accepted.
+    pub connections: AtomicU64,
     pub resets: AtomicU64,
     pub stopped: AtomicBool,
 }
@@ -56,6 +60,7 @@ impl Proxy {
         let (f, up, me) = (faults.clone(), upstream.to_owned(), addr.clone());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                f.connections.fetch_add(1, Ordering::Relaxed);
                 let (f, up, me) = (f.clone(), up.clone(), me.clone());
                 tokio::spawn(async move {
                     if let Ok(server) = TcpStream::connect(&up).await {
@@ -141,6 +146,9 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
                 let delay = faults.delay_ms.load(Ordering::Relaxed);
                 if delay > 0 {
                     tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+                }
+                if entry.is_some_and(|(api, _, _)| api == ApiKey::Metadata as i16) {
+                    faults.metadata_responses.fetch_add(1, Ordering::Relaxed);
                 }
                 let body = match entry {
                     Some((_, _, true)) => {

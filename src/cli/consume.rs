@@ -120,12 +120,14 @@ pub async fn run(args: Args) -> Result<ExitCode, Error> {
             ];
             props.extend(args.props.iter().cloned());
             let config = props::consumer(&args.broker, &props)?;
+            let lookup = config.topic_lookup();
             let mut g = GroupConsumer::new(config).await?;
-            // Fail fast on a missing topic rather than waiting in the group.
+            // Fail fast on a missing topic rather than waiting in the group (looked up as the
+            // consumer does: the broker may create it, per allow.auto.create.topics).
             onceflow::client::Admin::new(props::client(&args.broker, &[])?)
                 .await?
                 .cluster()
-                .topic(&args.topic)
+                .topic_with(&args.topic, lookup)
                 .await?;
             g.subscribe(&[args.topic.as_str()]);
             Source::Group(Box::new(g))

@@ -14,7 +14,8 @@ use super::metadata::{
 };
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{MetadataRequest, TopicName};
+use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
+use kafka_protocol::messages::{MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use rand::Rng;
 use std::collections::{BTreeSet, HashMap};
@@ -271,6 +272,8 @@ impl Cluster {
             .iter()
             .cloned()
             .collect();
+        // Never ask for creation here: a background refresh must not re-create a topic someone
+        // deleted. Creation is asked for only by a lookup on the user's behalf (`topic_with`).
         let req = MetadataRequest::default()
             .with_allow_auto_topic_creation(false)
             .with_topics(Some(
@@ -291,18 +294,10 @@ impl Cluster {
             generation: self.metadata().generation + 1,
             ..Default::default()
         };
-        for b in &resp.brokers {
-            snap.brokers.insert(
-                b.node_id.0,
-                BrokerAddr {
-                    node_id: b.node_id.0,
-                    addr: format!("{}:{}", b.host.as_str(), b.port),
-                },
-            );
-        }
+        snap.brokers = brokers_of(&resp);
         let old = self.metadata();
         for t in &resp.topics {
-            let Some(name) = t.name.as_ref().map(|n| n.0.to_string()) else {
+            let Some(name) = name_of(t) else {
                 continue;
             };
             if t.error_code != 0 {
@@ -314,39 +309,7 @@ impl Cluster {
                 }
                 continue;
             }
-            let count = t
-                .partitions
-                .iter()
-                .map(|p| p.partition_index.max(0) as usize + 1)
-                .max()
-                .unwrap_or(0);
-            let mut partitions = vec![
-                PartitionMetadata {
-                    leader: -1,
-                    leader_epoch: -1,
-                    error_code: ErrorCode::LEADER_NOT_AVAILABLE.0,
-                };
-                count.min(t.partitions.len().max(1) * 2)
-            ];
-            partitions.truncate(count);
-            for p in &t.partitions {
-                if let Some(slot) = partitions.get_mut(p.partition_index.max(0) as usize) {
-                    *slot = PartitionMetadata {
-                        leader: p.leader_id.0,
-                        leader_epoch: p.leader_epoch,
-                        error_code: p.error_code,
-                    };
-                }
-            }
-            snap.topics.insert(
-                name.clone(),
-                TopicMetadata {
-                    name,
-                    id: *t.topic_id.as_bytes(),
-                    partitions,
-                    internal: t.is_internal,
-                },
-            );
+            snap.topics.insert(name.clone(), topic_metadata(name, t));
         }
         if snap.brokers.is_empty() {
             warn!("metadata response listed no brokers");
@@ -358,39 +321,167 @@ impl Cluster {
         Ok(snap)
     }
 
-    /// A topic's partition count, fetching its metadata if the cache does not have it. The
-    /// producer's per-record path: it clones nothing when the topic is cached.
+    /// A topic's partition count, looking it up as `lookup` says when the cache does not have
+    /// it. The producer's per-record path: it clones nothing when the topic is cached.
+    ///
+    /// # Errors
+    /// As [`Self::topic_with`].
+    pub async fn partition_count_with(&self, topic: &str, lookup: TopicLookup) -> Result<usize> {
+        if let Some(n) = self.metadata().partition_count(topic) {
+            return Ok(n);
+        }
+        Ok(self.topic_with(topic, lookup).await?.partitions.len())
+    }
+
+    /// A topic's partition count, without asking the broker to create it (admin semantics).
     ///
     /// # Errors
     /// [`Error::UnknownTopic`] when the broker does not know it.
     pub async fn partition_count(&self, topic: &str) -> Result<usize> {
-        if let Some(n) = self.metadata().partition_count(topic) {
-            return Ok(n);
-        }
-        Ok(self.topic(topic).await?.partitions.len())
+        self.partition_count_with(topic, TopicLookup::admin(&self.config))
+            .await
     }
 
-    /// Metadata for a topic, fetching it if the cache does not have it.
+    /// Metadata for a topic, without asking the broker to create it (admin semantics).
     ///
     /// # Errors
     /// [`Error::UnknownTopic`] when the broker does not know it.
     pub async fn topic(&self, topic: &str) -> Result<TopicMetadata> {
+        self.topic_with(topic, TopicLookup::admin(&self.config))
+            .await
+    }
+
+    /// Metadata for a topic, from the cache or else from a Metadata request for this topic
+    /// alone, repeated as `lookup` says (see [`lookup_step`]).
+    ///
+    /// The request asks the broker to create the topic only when `lookup.auto_create` (the
+    /// producer; the consumer per `allow.auto.create.topics`); the broker's
+    /// `auto.create.topics.enable` decides. Kafka 4.1 answers the request that starts the
+    /// creation with UNKNOWN_TOPIC_OR_PARTITION and has the topic a moment later; a broker with
+    /// auto-creation off gives the same answer for ever, and so does one that has not yet learnt
+    /// of a topic created a moment ago. Nothing tells these apart early, so a lookup that asked
+    /// for creation keeps asking until its deadline (max.block.ms for the producer, as in
+    /// Java), and only then says the broker does not create topics.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`], [`Error::TopicNotCreated`] (asked for creation, still unknown),
+    /// [`Error::Timeout`] (still being created at the deadline), or the broker's refusal
+    /// (e.g. INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED).
+    pub async fn topic_with(&self, topic: &str, lookup: TopicLookup) -> Result<TopicMetadata> {
         if let Some(t) = self.metadata().topics.get(topic) {
             return Ok(t.clone());
         }
-        self.add_interest([topic]);
-        let snap = self.refresh_metadata().await?;
-        match snap.topics.get(topic) {
-            Some(t) => Ok(t.clone()),
-            None => {
-                // The refresh we joined may have started before our interest was added.
-                let snap = self.refresh_if_older(snap.generation).await?;
-                snap.topics
-                    .get(topic)
-                    .cloned()
-                    .ok_or_else(|| Error::UnknownTopic(topic.to_owned()))
+        let start = Instant::now();
+        // Interest first: a refresh that starts from now on keeps the topic in the cache.
+        let was_tracked = !self.add_interest_new(topic);
+        let mut attempt = 0u32;
+        loop {
+            let answer = self.lookup_once(topic, lookup.auto_create).await;
+            let past_deadline = start.elapsed() >= lookup.deadline;
+            let step = lookup_step(answer.as_ref().map(|(a, _)| *a), lookup, past_deadline);
+            debug!(topic, answer = ?answer.as_ref().map(|(a, _)| a), ?step, "topic lookup");
+            let failure = match step {
+                LookupStep::Found => {
+                    if let Ok((_, Some(found))) = answer {
+                        return Ok(found);
+                    }
+                    Error::InvalidState(format!("metadata for topic '{topic}' went missing"))
+                }
+                LookupStep::Retry => {
+                    attempt += 1;
+                    let wait = backoff(
+                        self.config.retry_backoff,
+                        self.config.retry_backoff_max,
+                        attempt,
+                    );
+                    let left = lookup.deadline.saturating_sub(start.elapsed());
+                    tokio::time::sleep(wait.min(left)).await;
+                    continue;
+                }
+                LookupStep::NotFound => Error::UnknownTopic(topic.to_owned()),
+                LookupStep::NotCreated => Error::TopicNotCreated {
+                    topic: topic.to_owned(),
+                    waited: format!(
+                        " (still unknown after {} ms, {})",
+                        lookup.deadline.as_millis(),
+                        lookup.deadline_name
+                    ),
+                },
+                LookupStep::Refused(code) => {
+                    Error::broker(format!("metadata for topic '{topic}'"), code)
+                }
+                LookupStep::TimedOut => match answer {
+                    Err(e) => e,
+                    Ok((answer, _)) => Error::Timeout {
+                        what: format!(
+                            "waiting for topic '{topic}' to be ready (last answer: {answer:?}; {})",
+                            lookup.deadline_name
+                        ),
+                        after: lookup.deadline,
+                    },
+                },
+            };
+            if !was_tracked {
+                self.interest
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(topic);
             }
+            return Err(failure);
         }
+    }
+
+    /// Adds one topic to the tracked set; whether it was new.
+    fn add_interest_new(&self, topic: &str) -> bool {
+        let mut i = self.interest.lock().unwrap_or_else(|p| p.into_inner());
+        if i.contains(topic) {
+            return false;
+        }
+        i.insert(topic.to_owned())
+    }
+
+    /// One Metadata request for `topic` alone. A found topic goes into the cache (without a new
+    /// generation: this is not a refresh of everything, and refresh_if_older callers must still
+    /// get their refresh).
+    ///
+    /// A refresh that started before our interest was added may overwrite the snapshot without
+    /// this topic; the next lookup then finds it again at once. Harmless, and cheaper than
+    /// holding the refresh lock across this request.
+    async fn lookup_once(
+        &self,
+        topic: &str,
+        auto_create: bool,
+    ) -> Result<(TopicAnswer, Option<TopicMetadata>)> {
+        let conn = self.any_broker().await?;
+        let req = MetadataRequest::default()
+            .with_allow_auto_topic_creation(auto_create)
+            .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
+                TopicName(StrBytes::from_string(topic.to_owned())),
+            ))]));
+        let resp = conn
+            .request(&req)
+            .instrument(info_span!("metadata", broker = %conn.addr(), topic, auto_create))
+            .await?;
+        let Some(t) = resp
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
+        else {
+            return Ok((TopicAnswer::Unknown, None));
+        };
+        let answer = TopicAnswer::from_code(ErrorCode(t.error_code));
+        if answer != TopicAnswer::Found {
+            return Ok((answer, None));
+        }
+        let found = topic_metadata(topic.to_owned(), t);
+        let mut snap = (*self.metadata()).clone();
+        snap.topics.insert(topic.to_owned(), found.clone());
+        let brokers = brokers_of(&resp);
+        if !brokers.is_empty() {
+            snap.brokers = brokers;
+        }
+        *self.metadata.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
+        Ok((TopicAnswer::Found, Some(found)))
     }
 
     /// The leader of a partition, refreshing metadata when it is unknown, until
@@ -483,6 +574,146 @@ impl Cluster {
     }
 }
 
+fn name_of(t: &MetadataResponseTopic) -> Option<String> {
+    t.name.as_ref().map(|n| n.0.to_string())
+}
+
+fn brokers_of(resp: &MetadataResponse) -> HashMap<i32, BrokerAddr> {
+    resp.brokers
+        .iter()
+        .map(|b| {
+            (
+                b.node_id.0,
+                BrokerAddr {
+                    node_id: b.node_id.0,
+                    addr: format!("{}:{}", b.host.as_str(), b.port),
+                },
+            )
+        })
+        .collect()
+}
+
+/// A topic's entry of a Metadata response (its error code is 0).
+fn topic_metadata(name: String, t: &MetadataResponseTopic) -> TopicMetadata {
+    let count = t
+        .partitions
+        .iter()
+        .map(|p| p.partition_index.max(0) as usize + 1)
+        .max()
+        .unwrap_or(0);
+    // A hostile partition index must not make us allocate: at most twice the entries listed.
+    let mut partitions = vec![
+        PartitionMetadata {
+            leader: -1,
+            leader_epoch: -1,
+            error_code: ErrorCode::LEADER_NOT_AVAILABLE.0,
+        };
+        count.min(t.partitions.len().max(1) * 2)
+    ];
+    partitions.truncate(count);
+    for p in &t.partitions {
+        if let Some(slot) = partitions.get_mut(p.partition_index.max(0) as usize) {
+            *slot = PartitionMetadata {
+                leader: p.leader_id.0,
+                leader_epoch: p.leader_epoch,
+                error_code: p.error_code,
+            };
+        }
+    }
+    TopicMetadata {
+        name,
+        id: *t.topic_id.as_bytes(),
+        partitions,
+        internal: t.is_internal,
+    }
+}
+
+/// How a client role looks a topic up when the cache does not have it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicLookup {
+    /// Ask the broker to create the topic (Metadata allow_auto_topic_creation; the broker's
+    /// auto.create.topics.enable decides), and keep asking while it does not know the topic.
+    /// Without it an unknown topic is an error at once.
+    pub auto_create: bool,
+    /// How long to keep asking.
+    pub deadline: Duration,
+    /// The setting `deadline` comes from, for error messages.
+    pub deadline_name: &'static str,
+}
+
+impl TopicLookup {
+    /// The admin client's lookup: never creates, never waits for an unknown topic.
+    pub fn admin(config: &ClientConfig) -> TopicLookup {
+        TopicLookup {
+            auto_create: false,
+            deadline: config.api_timeout,
+            deadline_name: "default.api.timeout.ms",
+        }
+    }
+}
+
+/// What one Metadata answer said about a topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TopicAnswer {
+    /// The topic and its partitions.
+    Found,
+    /// UNKNOWN_TOPIC_OR_PARTITION: not there (auto-creation off or not asked for), or created a
+    /// moment ago and this broker has not learnt of it yet.
+    Unknown,
+    /// A retriable code, e.g. LEADER_NOT_AVAILABLE while the broker creates the topic.
+    Pending(ErrorCode),
+    /// A code retrying cannot help (INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED, ...).
+    Refused(ErrorCode),
+}
+
+impl TopicAnswer {
+    fn from_code(code: ErrorCode) -> TopicAnswer {
+        match code {
+            ErrorCode(0) => TopicAnswer::Found,
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION => TopicAnswer::Unknown,
+            c if matches!(
+                super::error::classify(c, super::error::Op::General),
+                super::error::ErrorClass::Retriable | super::error::ErrorClass::RefreshAndRetry
+            ) =>
+            {
+                TopicAnswer::Pending(c)
+            }
+            c => TopicAnswer::Refused(c),
+        }
+    }
+}
+
+/// What a topic lookup does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LookupStep {
+    Found,
+    Retry,
+    /// Unknown and creation was not asked for.
+    NotFound,
+    /// Unknown although creation was asked for: the broker does not auto-create.
+    NotCreated,
+    Refused(ErrorCode),
+    /// Still pending (or no broker answered) at the deadline.
+    TimedOut,
+}
+
+/// The topic lookup's decision after one attempt. `answer` is `Err(())` when no broker answered.
+pub(crate) fn lookup_step(
+    answer: Result<TopicAnswer, &Error>,
+    lookup: TopicLookup,
+    past_deadline: bool,
+) -> LookupStep {
+    match answer {
+        Ok(TopicAnswer::Found) => LookupStep::Found,
+        Ok(TopicAnswer::Refused(code)) => LookupStep::Refused(code),
+        Ok(TopicAnswer::Unknown) if lookup.auto_create && !past_deadline => LookupStep::Retry,
+        Ok(TopicAnswer::Unknown) if lookup.auto_create => LookupStep::NotCreated,
+        Ok(TopicAnswer::Unknown) => LookupStep::NotFound,
+        Ok(TopicAnswer::Pending(_)) | Err(_) if !past_deadline => LookupStep::Retry,
+        Ok(TopicAnswer::Pending(_)) | Err(_) => LookupStep::TimedOut,
+    }
+}
+
 /// Exponential backoff with ±20 % jitter: `base * 2^(attempt-1)`, capped at `max`.
 pub fn backoff(base: Duration, max: Duration, attempt: u32) -> Duration {
     let exp = base.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
@@ -494,6 +725,77 @@ pub fn backoff(base: Duration, max: Duration, attempt: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn topic_lookup_decisions() {
+        use LookupStep as S;
+        use TopicAnswer as A;
+        let d = Duration::from_secs(1);
+        let producer = TopicLookup {
+            auto_create: true,
+            deadline: d,
+            deadline_name: "max.block.ms",
+        };
+        let consumer = TopicLookup {
+            deadline_name: "default.api.timeout.ms",
+            ..producer
+        };
+        let consumer_no_create = TopicLookup {
+            auto_create: false,
+            ..consumer
+        };
+        let admin = TopicLookup::admin(&ClientConfig::default());
+        let lna = A::Pending(ErrorCode::LEADER_NOT_AVAILABLE);
+        let invalid = A::Refused(ErrorCode::INVALID_TOPIC_EXCEPTION);
+        let io = Error::Io {
+            broker: "b".into(),
+            message: "refused".into(),
+        };
+        // (answer, lookup, past the deadline, step)
+        let cases: Vec<(Result<TopicAnswer, &Error>, TopicLookup, bool, LookupStep)> = vec![
+            (Ok(A::Found), producer, false, S::Found),
+            (Ok(A::Found), admin, true, S::Found),
+            // Asked for creation: the first answer is UNKNOWN_TOPIC_OR_PARTITION even from a
+            // broker that creates the topic, so keep asking until the deadline.
+            (Ok(A::Unknown), producer, false, S::Retry),
+            (Ok(A::Unknown), producer, true, S::NotCreated),
+            (Ok(A::Unknown), consumer, false, S::Retry),
+            (Ok(A::Unknown), consumer, true, S::NotCreated),
+            // Not asked for creation: unknown is an error at once.
+            (Ok(A::Unknown), consumer_no_create, false, S::NotFound),
+            (Ok(A::Unknown), admin, false, S::NotFound),
+            // Being created: everyone waits for it, up to their deadline.
+            (Ok(lna), producer, false, S::Retry),
+            (Ok(lna), consumer, false, S::Retry),
+            (Ok(lna), consumer, true, S::TimedOut),
+            (Ok(lna), admin, false, S::Retry),
+            // No broker answered: retry until the deadline.
+            (Err(&io), producer, false, S::Retry),
+            (Err(&io), admin, true, S::TimedOut),
+            // Retrying cannot fix a bad name or a denied topic.
+            (
+                Ok(invalid),
+                producer,
+                false,
+                S::Refused(ErrorCode::INVALID_TOPIC_EXCEPTION),
+            ),
+        ];
+        for (answer, lookup, past, want) in cases {
+            assert_eq!(
+                lookup_step(answer, lookup, past),
+                want,
+                "{answer:?} {lookup:?} past={past}"
+            );
+        }
+        assert_eq!(
+            TopicAnswer::from_code(ErrorCode::TOPIC_AUTHORIZATION_FAILED),
+            A::Refused(ErrorCode::TOPIC_AUTHORIZATION_FAILED)
+        );
+        assert_eq!(
+            TopicAnswer::from_code(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+            A::Unknown
+        );
+    }
 
     #[test]
     fn backoff_grows_and_caps() {

@@ -8,6 +8,8 @@
 use crate::protocol::records::Compression;
 use std::time::Duration;
 
+pub use super::cluster::TopicLookup;
+
 /// A configuration problem, naming the property and what is accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -232,6 +234,10 @@ pub struct ConsumerConfig {
     /// `check.crcs`: accepted for compatibility; onceflow always verifies batch CRCs (with the
     /// hardware crc32c it costs nothing measurable, and a corrupt batch must never be delivered).
     pub check_crcs: bool,
+    /// `allow.auto.create.topics` (default true, as in the Java consumer; librdkafka spells it
+    /// the same but defaults to false): whether assigning or subscribing to a topic that does
+    /// not exist asks the broker to create it. The broker's `auto.create.topics.enable` decides.
+    pub allow_auto_create_topics: bool,
 }
 
 impl Default for ConsumerConfig {
@@ -253,6 +259,7 @@ impl Default for ConsumerConfig {
             heartbeat_interval: Duration::from_secs(3),
             max_poll_interval: Duration::from_secs(300),
             check_crcs: true,
+            allow_auto_create_topics: true,
         }
     }
 }
@@ -370,6 +377,18 @@ pub fn looks_like_host_port(s: &str) -> bool {
 }
 
 impl ProducerConfig {
+    /// How the producer looks a topic up, as the Java producer does: always asking the broker to
+    /// create it (`auto.create.topics.enable` on the broker decides), and waiting up to
+    /// `max.block.ms` for it to appear, so a topic created a moment ago (or being created) is
+    /// not refused on the first UNKNOWN_TOPIC_OR_PARTITION.
+    pub fn topic_lookup(&self) -> TopicLookup {
+        TopicLookup {
+            auto_create: true,
+            deadline: self.max_block,
+            deadline_name: "max.block.ms",
+        }
+    }
+
     /// Builds a config from Kafka property names, starting from the defaults.
     ///
     /// # Errors
@@ -515,6 +534,17 @@ impl ProducerConfig {
 }
 
 impl ConsumerConfig {
+    /// How the consumer looks a topic up (`assign`, a group leader's assignment): with
+    /// `allow.auto.create.topics` it asks the broker to create the topic and waits for it up to
+    /// `default.api.timeout.ms`; without, a topic that does not exist is an error at once.
+    pub fn topic_lookup(&self) -> TopicLookup {
+        TopicLookup {
+            auto_create: self.allow_auto_create_topics,
+            deadline: self.client.api_timeout,
+            deadline_name: "default.api.timeout.ms",
+        }
+    }
+
     /// Builds a config from Kafka property names, starting from the defaults.
     ///
     /// # Errors
@@ -577,6 +607,7 @@ impl ConsumerConfig {
             "heartbeat.interval.ms" => self.heartbeat_interval = parse_ms(name, value)?,
             "max.poll.interval.ms" => self.max_poll_interval = parse_ms(name, value)?,
             "check.crcs" => self.check_crcs = parse_bool(name, value)?,
+            "allow.auto.create.topics" => self.allow_auto_create_topics = parse_bool(name, value)?,
             "key.deserializer" | "value.deserializer" => {}
             _ => {
                 return Err(ConfigError::Unknown {
@@ -629,6 +660,17 @@ mod tests {
         .unwrap();
         assert_eq!(c.client.bootstrap_servers, vec!["a:1", "b:2"]);
         assert_eq!(c.linger, Duration::from_millis(7));
+    }
+
+    #[test]
+    fn consumer_auto_create_follows_allow_auto_create_topics() {
+        let c = ConsumerConfig::default();
+        assert!(c.topic_lookup().auto_create, "default true, as in Java");
+        let c = ConsumerConfig::from_properties([("allow.auto.create.topics", "false")]).unwrap();
+        assert!(!c.topic_lookup().auto_create);
+        let p = ProducerConfig::from_properties([("max.block.ms", "1234")]).unwrap();
+        assert!(p.topic_lookup().auto_create);
+        assert_eq!(p.topic_lookup().deadline, Duration::from_millis(1234));
     }
 
     #[test]

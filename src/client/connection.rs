@@ -5,11 +5,30 @@
 //! leaves half a frame on the wire. A reader task owns the read half and hands each response
 //! frame to the waiting caller.
 //!
-//! Once anything goes wrong (read or write error, a response for a correlation id nobody
-//! waits for, a request timeout) the connection is *poisoned*: every request in flight and every
-//! later one fails with the same [`Error::ConnectionClosed`], and the broker pool replaces the
-//! connection. A half-working connection is worse than none: Kafka answers requests on one
+//! Once anything goes wrong (read or write error, a response for a correlation id that was
+//! never sent, a request timeout) the connection is *poisoned*: every request in flight and
+//! every later one fails with the same [`Error::ConnectionClosed`], and the broker pool replaces
+//! the connection. A half-working connection is worse than none: Kafka answers requests on one
 //! connection in order, so after a lost response the order is no longer known.
+//!
+//! A *cancelled* request is not a failure. Its caller stopped waiting (a `select!`, a timeout
+//! around `poll`, a dropped future), but the request is on the wire and the broker will answer
+//! it, in order, before anything sent after it:
+//! 1. caller A sends a Fetch (correlation id 5) that the broker holds for max_wait;
+//! 2. A is cancelled: its [`PendingResponse`] is dropped and slot 5 becomes `Abandoned`;
+//! 3. caller B sends ApiVersions (id 6) on the same connection;
+//! 4. the broker answers 5, then 6. The reader finds slot 5 abandoned, reads the frame whole
+//!    and discards it, then hands 6 to B.
+//!
+//! Until this was fixed, step 2 removed slot 5 and step 4 took the response for "a correlation
+//! id nobody waits for": the connection was poisoned and B, and every other request in flight on
+//! it, failed with ConnectionClosed (protocol test
+//! `a_cancelled_request_does_not_fail_the_next_one_on_its_connection`).
+//!
+//! A request timeout still poisons, as the Java client closes the connection on one: the broker
+//! did not answer in time, and nothing says it ever will. Requests the broker holds on purpose
+//! get their own, longer timeout ([`PendingResponse::with_timeout`]): a Fetch its max_wait on top
+//! of request.timeout.ms, a JoinGroup the rebalance timeout.
 
 use super::error::{Error, Result};
 use crate::protocol::frame::{self, FrameError};
@@ -29,8 +48,16 @@ use tracing::{debug, debug_span, Instrument};
 
 type Waiter = oneshot::Sender<Result<Bytes>>;
 
+/// A request on the wire, by correlation id.
+enum Slot {
+    /// Someone waits for the response.
+    Waiting(Waiter),
+    /// The caller was cancelled; the response will still come and is discarded.
+    Abandoned,
+}
+
 struct Pending {
-    waiters: HashMap<i32, Waiter>,
+    waiters: HashMap<i32, Slot>,
     /// Set once; the reason every later request fails.
     poisoned: Option<String>,
 }
@@ -58,11 +85,13 @@ impl Shared {
             std::mem::take(&mut p.waiters)
         };
         let reason = self.lock().poisoned.clone().unwrap_or(reason);
-        for (_, w) in waiters {
-            let _ = w.send(Err(Error::ConnectionClosed {
-                broker: self.addr.clone(),
-                reason: reason.clone(),
-            }));
+        for (_, slot) in waiters {
+            if let Slot::Waiting(w) = slot {
+                let _ = w.send(Err(Error::ConnectionClosed {
+                    broker: self.addr.clone(),
+                    reason: reason.clone(),
+                }));
+            }
         }
     }
 
@@ -78,7 +107,8 @@ impl Shared {
 }
 
 /// A request on the wire whose response has not been read yet. Dropping it (a cancelled
-/// caller) forgets the waiter; the response, when it comes, is discarded.
+/// caller) abandons the slot: the response, when it comes, is read and discarded, and the
+/// connection goes on serving the requests sent after it.
 pub struct PendingResponse<R: Request> {
     shared: Arc<Shared>,
     rx: oneshot::Receiver<Result<Bytes>>,
@@ -90,11 +120,25 @@ pub struct PendingResponse<R: Request> {
 
 impl<R: Request> Drop for PendingResponse<R> {
     fn drop(&mut self) {
-        self.shared.lock().waiters.remove(&self.correlation_id);
+        // Still in the map means the response has not been read: leave a marker so that the
+        // reader knows the frame is expected. Gone means it was delivered (or the connection
+        // was poisoned); nothing to do.
+        if let Some(slot) = self.shared.lock().waiters.get_mut(&self.correlation_id) {
+            *slot = Slot::Abandoned;
+        }
     }
 }
 
 impl<R: Request> PendingResponse<R> {
+    /// Waits at most `timeout` for this response instead of the connection's request.timeout.ms:
+    /// for requests the broker holds on purpose (a Fetch for max_wait, a JoinGroup until the
+    /// group has rejoined), which must not be cut short, or the connection poisoned, by the
+    /// default.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
     /// Waits for the response (at most request.timeout.ms) and decodes it.
     ///
     /// # Errors
@@ -226,6 +270,11 @@ impl Connection {
         &self.versions
     }
 
+    /// request.timeout.ms: how long a response may take unless the request sets its own.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
     /// Whether the connection has failed and must be replaced.
     pub fn is_poisoned(&self) -> bool {
         self.shared.lock().poisoned.is_some()
@@ -260,6 +309,23 @@ impl Connection {
     /// As [`Self::request`].
     pub async fn request_at<R: Request>(&self, req: &R, version: i16) -> Result<R::Response> {
         self.start_request(req, version)?.response().await
+    }
+
+    /// As [`Self::request`], waiting up to `timeout` rather than request.timeout.ms (see
+    /// [`PendingResponse::with_timeout`]).
+    ///
+    /// # Errors
+    /// As [`Self::request`].
+    pub async fn request_with_timeout<R: Request>(
+        &self,
+        req: &R,
+        timeout: Duration,
+    ) -> Result<R::Response> {
+        let version = self.version_for::<R>(None)?;
+        self.start_request(req, version)?
+            .with_timeout(timeout)
+            .response()
+            .await
     }
 
     /// Puts the request on the wire now and returns a handle for its response.
@@ -310,7 +376,7 @@ impl Connection {
             }
             if expect_response {
                 let (tx, rx) = oneshot::channel();
-                p.waiters.insert(correlation_id, tx);
+                p.waiters.insert(correlation_id, Slot::Waiting(tx));
                 Some(rx)
             } else {
                 None
@@ -388,11 +454,17 @@ async fn read_loop(mut read: OwnedReadHalf, shared: Arc<Shared>) {
                 };
                 let waiter = shared.lock().waiters.remove(&cid);
                 match waiter {
-                    Some(w) => {
+                    Some(Slot::Waiting(w)) => {
                         let _ = w.send(Ok(body));
                     }
-                    // A response nobody waits for: either its caller timed out (and poisoned
-                    // us already) or the broker is confused. Either way stop trusting the stream.
+                    // Its caller was cancelled: the frame was read whole, so the stream is
+                    // still in step. Drop it and go on (see the module comment).
+                    Some(Slot::Abandoned) => {
+                        debug!(broker = %shared.addr, correlation_id = cid, "discarded the response to a cancelled request");
+                    }
+                    // A response for a request never sent, or whose caller timed out (and
+                    // poisoned us already): the broker is confused or we are. Stop trusting
+                    // the stream.
                     None => {
                         if shared.lock().poisoned.is_some() {
                             return;

@@ -93,6 +93,16 @@ pub enum Error {
         "topic '{0}' does not exist; create it first (onceflow topics create) or check the name"
     )]
     UnknownTopic(String),
+    /// The topic does not exist and the broker did not create it although the client asked
+    /// (Metadata with allow_auto_topic_creation): auto-creation is off on the broker.
+    #[error("topic '{topic}' does not exist{waited} and the broker does not create topics automatically (auto.create.topics.enable=false); create it with `onceflow topics create` or check the name")]
+    TopicNotCreated {
+        /// The topic.
+        topic: String,
+        /// How long the client waited for it, e.g. " (still unknown after 60000 ms,
+        /// max.block.ms)", or empty.
+        waited: String,
+    },
     /// The partition does not exist.
     #[error("partition {partition} of topic '{topic}' does not exist (the topic has {count} partitions)")]
     UnknownPartition {

@@ -185,7 +185,12 @@ async fn fetch_from(
             .with_session_id(0)
             .with_session_epoch(-1)
             .with_topics(topics);
-        conn.request_at(&req, version).await
+        // The broker holds a Fetch up to max_wait when there is no data: that is not the
+        // network being slow, and must not time out (and replace) the connection.
+        conn.start_request(&req, version)?
+            .with_timeout(conn.request_timeout() + cfg.fetch_max_wait)
+            .response()
+            .await
     }
     .instrument(span)
     .await;

@@ -166,7 +166,8 @@ impl Consumer {
     pub async fn assign(&mut self, tps: impl IntoIterator<Item = TopicPartition>) -> Result<()> {
         let tps: Vec<TopicPartition> = tps.into_iter().collect();
         for tp in &tps {
-            let t = self.shared.cluster.topic(&tp.topic).await?;
+            let lookup = self.shared.config.topic_lookup();
+            let t = self.shared.cluster.topic_with(&tp.topic, lookup).await?;
             if tp.partition < 0 || tp.partition as usize >= t.partitions.len() {
                 return Err(Error::UnknownPartition {
                     topic: tp.topic.clone(),
@@ -209,7 +210,8 @@ impl Consumer {
     pub async fn assign_topics(&mut self, topics: &[&str]) -> Result<Vec<TopicPartition>> {
         let mut tps = Vec::new();
         for t in topics {
-            let meta = self.shared.cluster.topic(t).await?;
+            let lookup = self.shared.config.topic_lookup();
+            let meta = self.shared.cluster.topic_with(t, lookup).await?;
             tps.extend((0..meta.partitions.len() as i32).map(|p| TopicPartition::new(*t, p)));
         }
         self.assign(tps.clone()).await?;

@@ -514,16 +514,10 @@ async fn join_and_sync(
                 .coordinator(CoordinatorKind::Group, group)
                 .await?;
             // JoinGroup waits for the whole group: allow the rebalance timeout, not the
-            // request timeout.
-            let resp = tokio::time::timeout(
-                cfg.max_poll_interval + Duration::from_secs(5),
-                conn.request(&join),
-            )
-            .await
-            .map_err(|_| Error::Timeout {
-                what: format!("JoinGroup for '{group}'"),
-                after: cfg.max_poll_interval,
-            })??;
+            // request timeout (which would also poison the connection).
+            let resp = conn
+                .request_with_timeout(&join, cfg.max_poll_interval + Duration::from_secs(5))
+                .await?;
             let code = ErrorCode(resp.error_code);
             if code == ErrorCode::MEMBER_ID_REQUIRED {
                 // KIP-394: join again with the id the coordinator chose.
@@ -570,7 +564,8 @@ async fn join_and_sync(
                     subs.iter().flat_map(|s| s.topics.iter().cloned()).collect();
                 let mut counts = BTreeMap::new();
                 for t in all_topics {
-                    if let Ok(n) = shared.cluster.partition_count(&t).await {
+                    let lookup = shared.config.topic_lookup();
+                    if let Ok(n) = shared.cluster.partition_count_with(&t, lookup).await {
                         counts.insert(t, n);
                     }
                 }

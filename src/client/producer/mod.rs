@@ -306,7 +306,10 @@ impl Producer {
             });
         }
         inner.cluster.refresh_if_stale();
-        let count = inner.cluster.partition_count(&record.topic).await?;
+        let count = inner
+            .cluster
+            .partition_count_with(&record.topic, cfg.topic_lookup())
+            .await?;
         let timestamp = record.timestamp.unwrap_or_else(now_ms);
         let permits = u32::try_from(size).unwrap_or(u32::MAX);
         // Fast path without a timer; only a full buffer pays for max.block.ms.

@@ -1,0 +1,193 @@
+//! Connections under cancellation and slow requests: a cancelled request must not fail the
+//! others sharing its connection, and a request the broker holds on purpose (Fetch max_wait,
+//! JoinGroup) must not be cut by request.timeout.ms.
+
+use crate::support::proxy::Proxy;
+use crate::support::*;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{ApiVersionsRequest, BrokerId, FetchRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use onceflow::client::connection::Connection;
+use onceflow::client::{Consumer, Error, Offset};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// A Fetch of an empty partition that the broker holds for `max_wait` (no data arrives).
+fn slow_fetch(topic: &str, max_wait: Duration) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(max_wait.as_millis() as i32)
+        .with_min_bytes(1)
+        .with_max_bytes(1024 * 1024)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.to_owned())))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(0)
+                .with_current_leader_epoch(-1)
+                .with_last_fetched_epoch(-1)
+                .with_log_start_offset(-1)
+                .with_partition_max_bytes(1024 * 1024)])])
+}
+
+/// Waits until the partition of a just-created topic has its leader (a Fetch is then held
+/// rather than answered at once with NOT_LEADER_OR_FOLLOWER).
+async fn wait_fetchable(conn: &Connection, topic: &str) {
+    let v = conn.version_for::<FetchRequest>(Some(12)).expect("fetch");
+    let quick = slow_fetch(topic, Duration::ZERO);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let resp = conn.request_at(&quick, v).await.expect("fetch");
+        let code = resp.responses[0].partitions[0].error_code;
+        if code == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{topic}-0 was not fetchable within 60 s (error {code})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// ApiVersions v3+ needs a client software name and version, or the broker says INVALID_REQUEST.
+fn api_versions() -> ApiVersionsRequest {
+    ApiVersionsRequest::default()
+        .with_client_software_name(StrBytes::from_static_str("connection-faults"))
+        .with_client_software_version(StrBytes::from_static_str("1"))
+}
+
+async fn connect(request_timeout: Duration) -> Connection {
+    Connection::connect(
+        &broker(),
+        "connection-faults",
+        Duration::from_secs(30),
+        request_timeout,
+    )
+    .await
+    .expect("connect")
+}
+
+#[tokio::test]
+async fn a_cancelled_request_does_not_fail_the_next_one_on_its_connection() {
+    let topic = TestTopic::create("cancelled", 1).await;
+    let conn = connect(Duration::from_secs(60)).await;
+    wait_fetchable(&conn, &topic.name).await;
+    let v = conn.version_for::<FetchRequest>(Some(12)).expect("fetch");
+    // The broker holds this Fetch for 2 s; the caller gives up after 100 ms (a select!, a
+    // timeout around poll, a dropped future) and its response arrives later, unwanted.
+    let slow = slow_fetch(&topic.name, Duration::from_secs(2));
+    let cancelled =
+        tokio::time::timeout(Duration::from_millis(100), conn.request_at(&slow, v)).await;
+    assert!(cancelled.is_err(), "the fetch was cancelled, not answered");
+    // The broker answers in order: this one's response comes after the cancelled Fetch's.
+    let started = Instant::now();
+    let resp = conn
+        .request(&api_versions())
+        .await
+        .expect("a request after a cancelled one succeeds on the same connection");
+    assert_eq!(resp.error_code, 0);
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "the answer came after the cancelled Fetch's (took {:?}), so the late response was read",
+        started.elapsed()
+    );
+    assert!(!conn.is_poisoned(), "the connection is still in use");
+    // And it goes on working.
+    conn.request(&api_versions())
+        .await
+        .expect("a third request");
+}
+
+/// A dropped PendingResponse (the sender's own handle) is the same event as a cancelled call.
+#[tokio::test]
+async fn a_dropped_pending_response_does_not_fail_the_connection() {
+    let topic = TestTopic::create("dropped", 1).await;
+    let conn = connect(Duration::from_secs(60)).await;
+    wait_fetchable(&conn, &topic.name).await;
+    let v = conn.version_for::<FetchRequest>(Some(12)).expect("fetch");
+    let pending = conn
+        .start_request(&slow_fetch(&topic.name, Duration::from_secs(1)), v)
+        .expect("on the wire");
+    drop(pending);
+    conn.request(&api_versions())
+        .await
+        .expect("the next request succeeds");
+    assert!(!conn.is_poisoned());
+}
+
+/// The Java client closes a connection whose request timed out: the order of answers is no
+/// longer known to be matched. Kept.
+#[tokio::test]
+async fn a_request_timeout_still_closes_the_connection() {
+    let topic = TestTopic::create("timed-out", 1).await;
+    let conn = connect(Duration::from_millis(500)).await;
+    wait_fetchable(&conn, &topic.name).await;
+    let v = conn.version_for::<FetchRequest>(Some(12)).expect("fetch");
+    let e = conn
+        .request_at(&slow_fetch(&topic.name, Duration::from_secs(3)), v)
+        .await
+        .expect_err("held longer than request.timeout.ms");
+    assert!(matches!(e, Error::Timeout { .. }), "{e:?}");
+    assert!(
+        conn.is_poisoned(),
+        "a timed-out request closes the connection"
+    );
+}
+
+#[tokio::test]
+async fn a_request_with_its_own_longer_timeout_is_not_cut_by_the_default() {
+    let topic = TestTopic::create("own-timeout", 1).await;
+    let conn = connect(Duration::from_millis(500)).await;
+    wait_fetchable(&conn, &topic.name).await;
+    let v = conn.version_for::<FetchRequest>(Some(12)).expect("fetch");
+    let max_wait = Duration::from_secs(2);
+    let resp = conn
+        .start_request(&slow_fetch(&topic.name, max_wait), v)
+        .expect("on the wire")
+        .with_timeout(conn.request_timeout() + max_wait)
+        .response()
+        .await
+        .expect("a Fetch held for max_wait is answered within its own timeout");
+    assert_eq!(resp.error_code, 0);
+    assert!(!conn.is_poisoned());
+}
+
+/// fetch.max.wait.ms above request.timeout.ms: each Fetch is held longer than the default
+/// timeout. The consumer must keep its connection rather than replace it after every fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_fetch_held_longer_than_request_timeout_keeps_its_connection() {
+    let topic = TestTopic::create("long-poll", 1).await;
+    let proxy = Proxy::start(&broker()).await;
+    let mut c = Consumer::new(consumer_config(
+        &proxy.addr,
+        &[
+            ("request.timeout.ms", "1000"),
+            ("fetch.max.wait.ms", "1500"),
+        ],
+    ))
+    .await
+    .expect("consumer");
+    c.assign(topic.tps()).await.expect("assign");
+    c.seek(&topic.tps()[0], Offset::Beginning).expect("seek");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while proxy.faults.fetch_requests.load(Ordering::Relaxed) < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "4 fetches did not go out within 60 s"
+        );
+        assert!(c
+            .poll(Duration::from_millis(200))
+            .await
+            .expect("poll")
+            .is_empty());
+    }
+    // One connection for the bootstrap address, one for the broker's node id.
+    let connections = proxy.faults.connections.load(Ordering::Relaxed);
+    assert!(
+        connections <= 2,
+        "{connections} connections for {} fetches: each held fetch replaced the connection",
+        proxy.faults.fetch_requests.load(Ordering::Relaxed)
+    );
+}

@@ -11,6 +11,7 @@ mod support;
 mod cli;
 mod codecs;
 mod faults;
+mod group_faults;
 mod groups;
 mod idempotence;
 mod interop;

@@ -95,6 +95,13 @@ impl<R: Request> Drop for PendingResponse<R> {
 }
 
 impl<R: Request> PendingResponse<R> {
+    /// Waits at most `timeout` instead of request.timeout.ms: for a request the broker answers
+    /// only when something else happens (JoinGroup waits for the whole group).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
     /// Waits for the response (at most request.timeout.ms) and decodes it.
     ///
     /// # Errors

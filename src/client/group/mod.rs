@@ -406,8 +406,10 @@ impl GroupConsumer {
     /// Connection errors while leaving.
     pub async fn close(mut self) -> Result<()> {
         if self.shared.lock().fatal.is_some() {
-            // Fenced: the membership belongs to another member now.
+            // Fenced: the membership belongs to another member now; report the partitions
+            // lost (if no poll did yet) and leave nothing behind.
             self.heartbeat.abort();
+            let _ = self.stop_if_fatal().await;
             return Ok(());
         }
         let started = self.started();

@@ -7,7 +7,12 @@
 //!   response (so the write happened), then drop the response and close the client connection
 //!   — the classic cause of duplicates;
 //! - `delay_ms`: hold every response this long;
-//! - `reset_per_mille`: close the connection at random after forwarding a request.
+//! - `reset_per_mille`: close the connection at random after forwarding a request;
+//! - `hold_next_request`: hold the next request of one API this long before forwarding it
+//!   (e.g. a SyncGroup held past session.timeout.ms reaches a coordinator that has already
+//!   removed the member).
+//!
+//! It also counts the requests it forwards per API (`Faults::requests`).
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, FindCoordinatorResponse, MetadataResponse, ResponseHeader};
@@ -37,6 +42,22 @@ pub struct Faults {
     pub connections: AtomicU64,
     pub resets: AtomicU64,
     pub stopped: AtomicBool,
+    /// Requests forwarded, per API key.
+    pub forwarded: Mutex<HashMap<i16, u64>>,
+    /// Hold the next request of this API this long before forwarding it (one-shot).
+    pub hold_next_request: Mutex<Option<(ApiKey, std::time::Duration)>>,
+}
+
+impl Faults {
+    /// How many requests of `api` the proxy has forwarded.
+    pub fn requests(&self, api: ApiKey) -> u64 {
+        self.forwarded
+            .lock()
+            .unwrap()
+            .get(&(api as i16))
+            .copied()
+            .unwrap_or(0)
+    }
 }
 
 pub struct Proxy {
@@ -114,6 +135,20 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
                 if api == ApiKey::Fetch as i16 {
                     faults.fetch_requests.fetch_add(1, Ordering::Relaxed);
                 }
+                let hold = {
+                    let mut h = faults.hold_next_request.lock().unwrap();
+                    match *h {
+                        Some((key, d)) if key as i16 == api => {
+                            *h = None;
+                            Some(d)
+                        }
+                        _ => None,
+                    }
+                };
+                if let Some(d) = hold {
+                    tokio::time::sleep(d).await;
+                }
+                *faults.forwarded.lock().unwrap().entry(api).or_insert(0) += 1;
                 inflight
                     .lock()
                     .unwrap()

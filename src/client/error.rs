@@ -121,7 +121,8 @@ pub enum Error {
     Closed(&'static str),
     /// The transaction or producer was fenced: another producer took over the transactional id,
     /// or the coordinator aborted the transaction (transaction.timeout.ms). Fatal for the
-    /// producer instance.
+    /// producer instance. Also a consumer group member whose group.instance.id another member
+    /// took over: fatal for that member.
     #[error("{0}")]
     Fenced(String),
     /// An offset commit was refused because the group rebalanced (the member must rejoin; its

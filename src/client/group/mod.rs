@@ -4,13 +4,17 @@
 //!
 //! A member's life: [`GroupConsumer::subscribe`] → the first [`GroupConsumer::poll`] joins
 //! (JoinGroup until the coordinator has everyone; the leader computes the assignment; SyncGroup
-//! hands it out), assigns the partitions to the [`Consumer`] underneath, starts each at the
-//! group's committed offset (fetched with RequireStable) and calls `on_assigned`. A background
-//! task heartbeats every heartbeat.interval.ms; when the coordinator says REBALANCE_IN_PROGRESS
-//! the next poll rejoins. Under `range` (eager) every partition is revoked first; under
-//! `cooperative-sticky` only those moving to another member, in a second rebalance. If the
-//! application does not poll within max.poll.interval.ms the task leaves the group and the next
-//! poll reports the partitions *lost* — another member may already own them.
+//! hands it out). From SyncGroup on a background task heartbeats every heartbeat.interval.ms,
+//! also while the new partitions' committed offsets are fetched (with RequireStable, which can
+//! wait as long as an open transaction holds them); each new partition is handed to the
+//! [`Consumer`] underneath and to `on_assigned` once its starting offset is known. When the
+//! coordinator says REBALANCE_IN_PROGRESS the next poll rejoins. Under `range` (eager) every
+//! partition is revoked first; under `cooperative-sticky` only those moving to another member,
+//! in a second rebalance. If the application does not poll within max.poll.interval.ms the task
+//! gives the membership up (a dynamic member sends LeaveGroup, a static one just stops
+//! heartbeating) and the next poll reports the partitions *lost* — another member may already
+//! own them. A member fenced by another with the same group.instance.id stops for good: every
+//! later poll returns [`Error::Fenced`].
 //!
 //! Rebalance callbacks run inside `poll`, in the application's task, like the Java client's:
 //! `on_revoked` finishes before the partitions are given up, so a transactional application
@@ -87,6 +91,74 @@ struct MemberState {
     /// JoinGroup/SyncGroup succeeded; the heartbeat task runs only then.
     stable: bool,
     last_poll: Option<Instant>,
+    /// This member can go on no more (fenced by another member with its group.instance.id,
+    /// not authorized): every poll returns this.
+    fatal: Option<Error>,
+}
+
+/// The group APIs whose error codes decide what the member does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GroupApi {
+    JoinGroup,
+    SyncGroup,
+    Heartbeat,
+}
+
+/// What the member does about the error code of a JoinGroup, SyncGroup or Heartbeat answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reaction {
+    /// No error.
+    Proceed,
+    /// MEMBER_ID_REQUIRED (KIP-394): join again with the member id the answer carries.
+    JoinWithGivenMemberId,
+    /// The group is rebalancing: (re)join, keeping member id, generation and partitions.
+    Rejoin,
+    /// The generation is gone, the member id may still be valid: forget the generation; the
+    /// partitions are lost; rejoin.
+    ResetGenerationAndRejoin,
+    /// The coordinator does not know the member (its session expired): forget member id and
+    /// generation; the partitions are lost; rejoin.
+    ResetMemberAndRejoin,
+    /// The coordinator moved or is not up: look it up again, retry after a backoff.
+    FindCoordinatorAndRetry,
+    /// Transient: retry after a backoff (a heartbeat: at the next interval).
+    RetryAfterBackoff,
+    /// Another member with the same group.instance.id took over: fatal for this member.
+    Fenced,
+    /// Retrying cannot help.
+    Fatal,
+}
+
+/// The one place that decides what a group error code means, as the Java client's
+/// AbstractCoordinator handles it. A heartbeat that fails for a reason not listed is sent
+/// again at the next interval (as Java does): if the failures go on, the session expires and
+/// the coordinator answers UNKNOWN_MEMBER_ID. A JoinGroup or SyncGroup that fails for a reason
+/// not listed is fatal.
+pub(crate) fn reaction(api: GroupApi, code: ErrorCode) -> Reaction {
+    use GroupApi::*;
+    match (api, code) {
+        (_, ErrorCode(0)) => Reaction::Proceed,
+        (JoinGroup, ErrorCode::MEMBER_ID_REQUIRED) => Reaction::JoinWithGivenMemberId,
+        (_, ErrorCode::REBALANCE_IN_PROGRESS) => Reaction::Rejoin,
+        (_, ErrorCode::ILLEGAL_GENERATION) => Reaction::ResetGenerationAndRejoin,
+        (_, ErrorCode::UNKNOWN_MEMBER_ID) => Reaction::ResetMemberAndRejoin,
+        (_, ErrorCode::NOT_COORDINATOR | ErrorCode::COORDINATOR_NOT_AVAILABLE) => {
+            Reaction::FindCoordinatorAndRetry
+        }
+        (_, ErrorCode::COORDINATOR_LOAD_IN_PROGRESS) => Reaction::RetryAfterBackoff,
+        (_, ErrorCode::FENCED_INSTANCE_ID) => Reaction::Fenced,
+        (_, ErrorCode::GROUP_AUTHORIZATION_FAILED) => Reaction::Fatal,
+        (Heartbeat, _) => Reaction::RetryAfterBackoff,
+        _ => Reaction::Fatal,
+    }
+}
+
+/// The error of a member whose group.instance.id another member took over.
+pub(crate) fn fenced_error(group: &str, instance_id: Option<&str>) -> Error {
+    Error::Fenced(format!(
+        "consumer group '{group}': another member with the same group.instance.id '{}' took over (FENCED_INSTANCE_ID); this member stops. Give every running instance its own group.instance.id",
+        instance_id.unwrap_or_default()
+    ))
 }
 
 struct Shared {
@@ -111,6 +183,10 @@ pub struct GroupConsumer {
     listener: Option<Arc<dyn RebalanceListener>>,
     heartbeat: tokio::task::JoinHandle<()>,
     last_auto_commit: Instant,
+    /// Partitions the group assigned whose starting offsets are not known yet (the committed
+    /// offsets were not available: an open transaction holds them). The consumer underneath
+    /// gets them, and `on_assigned` is called, once they are.
+    pending: Vec<TopicPartition>,
 }
 
 impl Drop for GroupConsumer {
@@ -170,6 +246,7 @@ impl GroupConsumer {
             listener: None,
             heartbeat,
             last_auto_commit: Instant::now(),
+            pending: Vec::new(),
         })
     }
 
@@ -231,7 +308,7 @@ impl GroupConsumer {
     /// # Errors
     /// OffsetFetch failures.
     pub async fn rewind_to_committed(&mut self) -> Result<()> {
-        let owned = self.assignment();
+        let owned = self.started();
         let committed =
             offsets::fetch_committed(&self.shared.cluster, &self.shared.group_id, &owned).await?;
         let reset = match self.shared.config.auto_offset_reset {
@@ -254,14 +331,23 @@ impl GroupConsumer {
     }
 
     /// Polls for records, joining or rebalancing first when needed, and auto-committing when
-    /// enable.auto.commit is on.
+    /// enable.auto.commit is on. Newly assigned partitions whose committed offsets an open
+    /// transaction still holds return nothing until it ends; the member stays in the group
+    /// meanwhile.
     ///
     /// # Errors
-    /// Fatal group errors (e.g. FENCED_INSTANCE_ID, GROUP_AUTHORIZATION_FAILED) and fetch
-    /// errors.
+    /// Fatal group errors ([`Error::Fenced`] when another member took over this member's
+    /// group.instance.id; GROUP_AUTHORIZATION_FAILED) — every later poll returns the same — and
+    /// fetch errors.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
+        let deadline = Instant::now() + timeout;
         self.shared.lock().last_poll = Some(Instant::now());
-        self.maybe_rebalance().await?;
+        self.stop_if_fatal().await?;
+        if let Err(e) = self.maybe_rebalance().await {
+            self.stop_if_fatal().await?;
+            return Err(e);
+        }
+        self.start_pending(deadline).await?;
         if self.shared.config.enable_auto_commit
             && self.last_auto_commit.elapsed() >= self.shared.config.auto_commit_interval
         {
@@ -270,9 +356,8 @@ impl GroupConsumer {
                 warn!(error = %e, "auto commit failed");
             }
         }
-        let records = self.consumer.poll(timeout).await?;
-        // A rebalance may have started while we waited: hand out only owned partitions.
-        Ok(records)
+        let wait = deadline.saturating_duration_since(Instant::now());
+        self.consumer.poll(wait).await
     }
 
     /// Commits the positions of all owned partitions.
@@ -287,10 +372,14 @@ impl GroupConsumer {
     /// Commits offsets (the next offset to read, as the Java client) for the group.
     ///
     /// # Errors
-    /// [`Error::CommitFailed`] when the group rebalanced meanwhile.
+    /// [`Error::CommitFailed`] when the group rebalanced meanwhile; [`Error::Fenced`] when
+    /// another member took over this member's group.instance.id.
     pub async fn commit(&mut self, offsets: &[(TopicPartition, i64)]) -> Result<()> {
         let who = {
             let st = self.shared.lock();
+            if let Some(e) = &st.fatal {
+                return Err(e.clone());
+            }
             offsets::Committer {
                 generation: st.generation,
                 member_id: st.member_id.clone(),
@@ -298,8 +387,14 @@ impl GroupConsumer {
             }
         };
         let r = offsets::commit(&self.shared.cluster, &self.shared.group_id, &who, offsets).await;
-        if matches!(r, Err(Error::CommitFailed(_))) {
-            self.shared.lock().rejoin = true;
+        match &r {
+            Err(Error::CommitFailed(_)) => self.shared.lock().rejoin = true,
+            Err(e @ Error::Fenced(_)) => {
+                let mut st = self.shared.lock();
+                st.fatal = Some(e.clone());
+                st.stable = false;
+            }
+            _ => {}
         }
         r
     }
@@ -310,18 +405,65 @@ impl GroupConsumer {
     /// # Errors
     /// Connection errors while leaving.
     pub async fn close(mut self) -> Result<()> {
-        let assigned = self.assignment();
+        if self.shared.lock().fatal.is_some() {
+            // Fenced: the membership belongs to another member now; report the partitions
+            // lost (if no poll did yet) and leave nothing behind.
+            self.heartbeat.abort();
+            let _ = self.stop_if_fatal().await;
+            return Ok(());
+        }
+        let started = self.started();
         if self.shared.config.enable_auto_commit {
-            let _ = self.commit_positions().await;
+            if let Err(e) = self.commit_positions().await {
+                warn!(error = %e, "committing on close failed");
+            }
         }
         if let Some(l) = &self.listener {
-            l.on_revoked(&assigned).await;
+            l.on_revoked(&started).await;
         }
         self.heartbeat.abort();
         if self.shared.config.group_instance_id.is_none() {
             leave_group(&self.shared).await;
         }
         Ok(())
+    }
+
+    /// Owned partitions that were handed to the application (not still waiting for their
+    /// committed offsets).
+    fn started(&self) -> Vec<TopicPartition> {
+        self.assignment()
+            .into_iter()
+            .filter(|tp| !self.pending.contains(tp))
+            .collect()
+    }
+
+    /// A fatal error (see [`MemberState::fatal`]): the partitions are lost — another member
+    /// owns them now — so the consumer stops fetching them and `on_lost` is called, once; the
+    /// error is returned every time.
+    async fn stop_if_fatal(&mut self) -> Result<()> {
+        let (fatal, gone) = {
+            let mut st = self.shared.lock();
+            let Some(fatal) = st.fatal.clone() else {
+                return Ok(());
+            };
+            st.stable = false;
+            (fatal, std::mem::take(&mut st.assigned))
+        };
+        if !gone.is_empty() {
+            let started: Vec<TopicPartition> = gone
+                .into_iter()
+                .filter(|tp| !self.pending.contains(tp))
+                .collect();
+            self.pending.clear();
+            self.consumer.assign(Vec::new()).await?;
+            warn!(error = %fatal, partitions = started.len(), "partitions lost");
+            if !started.is_empty() {
+                if let Some(l) = &self.listener {
+                    l.on_lost(&started).await;
+                }
+            }
+        }
+        Err(fatal)
     }
 
     async fn maybe_rebalance(&mut self) -> Result<()> {
@@ -339,11 +481,16 @@ impl GroupConsumer {
                     st.lost = false;
                     std::mem::take(&mut st.assigned)
                 };
-                if !gone.is_empty() {
-                    warn!(partitions = gone.len(), "partitions lost");
-                    self.consumer.assign(Vec::new()).await?;
+                let started: Vec<TopicPartition> = gone
+                    .into_iter()
+                    .filter(|tp| !self.pending.contains(tp))
+                    .collect();
+                self.pending.clear();
+                self.consumer.assign(Vec::new()).await?;
+                if !started.is_empty() {
+                    warn!(partitions = started.len(), "partitions lost");
                     if let Some(l) = &self.listener {
-                        l.on_lost(&gone).await;
+                        l.on_lost(&started).await;
                     }
                 }
             }
@@ -356,64 +503,128 @@ impl GroupConsumer {
         // No heartbeats while joining: one sent with the old generation would come back
         // ILLEGAL_GENERATION and make the new assignment look lost.
         self.shared.lock().stable = false;
-        let owned = self.assignment();
         let cooperative = self.shared.lock().protocol.as_deref() == Some("cooperative-sticky");
-        // Eager protocol: give everything up before joining.
-        if !cooperative && !owned.is_empty() {
+        // Eager protocol: give everything up before joining, committing with the generation
+        // the partitions were owned in (still the group's until the join completes).
+        if !cooperative && !self.assignment().is_empty() {
+            let started = self.started();
             if self.shared.config.enable_auto_commit {
-                let _ = self.commit_positions().await;
+                if let Err(e) = self.commit_positions().await {
+                    warn!(error = %e, "committing before the rebalance failed");
+                }
             }
-            if let Some(l) = &self.listener {
-                l.on_revoked(&owned).await;
+            if !started.is_empty() {
+                if let Some(l) = &self.listener {
+                    l.on_revoked(&started).await;
+                }
             }
             self.shared.lock().assigned.clear();
+            self.pending.clear();
             self.consumer.assign(Vec::new()).await?;
         }
-        let owned_now = self.assignment();
-        let (generation, protocol, assignment) =
-            join_and_sync(&self.shared, &self.topics, &self.strategies, &owned_now).await?;
-        let new: BTreeSet<TopicPartition> = assignment.into_iter().collect();
-        let old: BTreeSet<TopicPartition> = owned_now.iter().cloned().collect();
+        let owned = self.assignment();
+        let joined =
+            match join_and_sync(&self.shared, &self.topics, &self.strategies, &owned).await? {
+                Joined::Assigned(j) => j,
+                Joined::Lost => {
+                    // The coordinator removed us (or our generation): what we owned is lost;
+                    // the caller reports it and joins again.
+                    self.shared.lock().lost = true;
+                    return Ok(());
+                }
+            };
+        let new: BTreeSet<TopicPartition> = joined.assignment.into_iter().collect();
+        let old: BTreeSet<TopicPartition> = owned.iter().cloned().collect();
         let revoked: Vec<TopicPartition> = old.difference(&new).cloned().collect();
         let added: Vec<TopicPartition> = new.difference(&old).cloned().collect();
+        let new_list: Vec<TopicPartition> = new.iter().cloned().collect();
+        let cooperative = joined.protocol == "cooperative-sticky";
+        // The member is in the group from here on (the generation and member id were stored
+        // at JoinGroup): heartbeat from now, not only once the new partitions' offsets are
+        // known — an open transaction can hold those longer than session.timeout.ms.
+        {
+            let mut st = self.shared.lock();
+            st.assigned = new_list.clone();
+            st.stable = true;
+            st.rejoin = cooperative && !revoked.is_empty();
+        }
         if !revoked.is_empty() {
-            // Cooperative: give these up now; another rebalance hands them to their new owner.
+            // Cooperative: give these up now; another rebalance hands them to their new owner,
+            // which starts at what is committed here (with the new generation, which the
+            // coordinator accepts).
+            let started: Vec<TopicPartition> = revoked
+                .iter()
+                .filter(|tp| !self.pending.contains(tp))
+                .cloned()
+                .collect();
             if self.shared.config.enable_auto_commit {
-                let offsets: Vec<_> = revoked
+                let offsets: Vec<_> = started
                     .iter()
                     .filter_map(|tp| self.consumer.position(tp).map(|p| (tp.clone(), p)))
                     .collect();
-                let _ = self.commit(&offsets).await;
+                if let Err(e) = self.commit(&offsets).await {
+                    warn!(error = %e, "committing the revoked partitions failed; their next owner starts at the offsets committed before");
+                }
             }
-            if let Some(l) = &self.listener {
-                l.on_revoked(&revoked).await;
-            }
-        }
-        let new_list: Vec<TopicPartition> = new.iter().cloned().collect();
-        self.consumer.assign(new_list.clone()).await?;
-        if !added.is_empty() {
-            let committed =
-                offsets::fetch_committed(&self.shared.cluster, &self.shared.group_id, &added)
-                    .await?;
-            for tp in &added {
-                if let Some(o) = committed.get(tp) {
-                    self.consumer.seek(tp, Offset::At(*o))?;
+            if !started.is_empty() {
+                if let Some(l) = &self.listener {
+                    l.on_revoked(&started).await;
                 }
             }
         }
-        {
-            let mut st = self.shared.lock();
-            st.generation = generation;
-            st.protocol = Some(protocol.clone());
-            st.assigned = new_list.clone();
-            st.stable = true;
-            st.rejoin = !revoked.is_empty() && protocol == "cooperative-sticky";
+        self.pending.retain(|tp| new.contains(tp));
+        self.pending.extend(added);
+        let running: Vec<TopicPartition> = new_list
+            .iter()
+            .filter(|tp| !self.pending.contains(tp))
+            .cloned()
+            .collect();
+        self.consumer.assign(running).await?;
+        info!(
+            generation = joined.generation,
+            protocol = %joined.protocol,
+            partitions = new_list.len(),
+            "joined group"
+        );
+        Ok(())
+    }
+
+    /// Starts the partitions waiting for their committed offsets, trying until `deadline` (the
+    /// poll's): while an open transaction holds them the coordinator answers
+    /// UNSTABLE_OFFSET_COMMIT, and the next poll tries again.
+    async fn start_pending(&mut self, deadline: Instant) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
         }
-        info!(generation, protocol = %protocol, partitions = new_list.len(), "joined group");
-        if !added.is_empty() {
-            if let Some(l) = &self.listener {
-                l.on_assigned(&added).await;
+        let committed = match offsets::fetch_committed_until(
+            &self.shared.cluster,
+            &self.shared.group_id,
+            &self.pending,
+            deadline,
+        )
+        .await
+        {
+            Ok(c) => c,
+            Err(e)
+                if matches!(
+                    e.class(),
+                    super::ErrorClass::Retriable | super::ErrorClass::RefreshAndRetry
+                ) =>
+            {
+                debug!(error = %e, partitions = self.pending.len(), "committed offsets not available yet; trying again at the next poll");
+                return Ok(());
             }
+            Err(e) => return Err(e),
+        };
+        let started = std::mem::take(&mut self.pending);
+        self.consumer.assign(self.assignment()).await?;
+        for tp in &started {
+            if let Some(o) = committed.get(tp) {
+                self.consumer.seek(tp, Offset::At(*o))?;
+            }
+        }
+        if let Some(l) = &self.listener {
+            l.on_assigned(&started).await;
         }
         Ok(())
     }
@@ -469,15 +680,82 @@ fn subscription_bytes(
     encode_versioned(&sub, 2)
 }
 
+/// What a JoinGroup + SyncGroup round ended in.
+enum Joined {
+    /// A member of the new generation with this assignment.
+    Assigned(Rebalanced),
+    /// The coordinator removed the member or its generation (UNKNOWN_MEMBER_ID,
+    /// ILLEGAL_GENERATION): whatever it owned is lost; it must join again.
+    Lost,
+}
+
+/// The result of a successful rebalance.
+struct Rebalanced {
+    generation: i32,
+    protocol: String,
+    assignment: Vec<TopicPartition>,
+}
+
+/// One JoinGroup (+ SyncGroup) attempt.
+enum Step {
+    Done(Joined),
+    /// Send JoinGroup again now (MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS).
+    Again,
+    /// Send JoinGroup again after a backoff, looking the coordinator up again if `refresh`.
+    Backoff {
+        refresh: bool,
+    },
+}
+
+/// JoinGroup answers only when every member has joined, which may take the whole rebalance
+/// timeout (max.poll.interval.ms): allow that plus this, as the Java client does.
+const JOIN_GROUP_LAPSE: Duration = Duration::from_secs(5);
+
+/// What a JoinGroup or SyncGroup error code makes of this attempt.
+fn step_for(shared: &Shared, api: GroupApi, code: ErrorCode) -> Result<Option<Step>> {
+    let group = &shared.group_id;
+    match reaction(api, code) {
+        Reaction::Proceed => Ok(None),
+        // Handled by the caller, which has the answer's member id.
+        Reaction::JoinWithGivenMemberId => Ok(Some(Step::Again)),
+        Reaction::Rejoin => Ok(Some(Step::Again)),
+        Reaction::ResetGenerationAndRejoin => {
+            info!(code = %code, api = ?api, "generation reset; joining again");
+            let mut st = shared.lock();
+            st.generation = -1;
+            Ok(Some(Step::Done(Joined::Lost)))
+        }
+        Reaction::ResetMemberAndRejoin => {
+            info!(code = %code, api = ?api, "member id reset; joining again");
+            let mut st = shared.lock();
+            st.generation = -1;
+            st.member_id.clear();
+            Ok(Some(Step::Done(Joined::Lost)))
+        }
+        Reaction::FindCoordinatorAndRetry => Ok(Some(Step::Backoff { refresh: true })),
+        Reaction::RetryAfterBackoff => Ok(Some(Step::Backoff { refresh: false })),
+        Reaction::Fenced => {
+            let e = fenced_error(group, shared.config.group_instance_id.as_deref());
+            shared.lock().fatal = Some(e.clone());
+            Err(e)
+        }
+        Reaction::Fatal => Err(Error::broker(format!("{api:?} for group '{group}'"), code)),
+    }
+}
+
 async fn join_and_sync(
     shared: &Arc<Shared>,
     topics: &[String],
     strategies: &[Strategy],
     owned: &[TopicPartition],
-) -> Result<(i32, String, Vec<TopicPartition>)> {
+) -> Result<Joined> {
     let cfg = &shared.config;
     let group = &shared.group_id;
     let deadline = Instant::now() + cfg.max_poll_interval.max(cfg.client.api_timeout);
+    let join_timeout = cfg
+        .client
+        .request_timeout
+        .max(cfg.max_poll_interval + JOIN_GROUP_LAPSE);
     let mut attempt = 0;
     loop {
         if Instant::now() >= deadline {
@@ -513,23 +791,23 @@ async fn join_and_sync(
                 .cluster
                 .coordinator(CoordinatorKind::Group, group)
                 .await?;
-            // JoinGroup waits for the whole group: allow the rebalance timeout, not the
-            // request timeout (which would also poison the connection).
+            // JoinGroup waits for the whole group: not request.timeout.ms but the rebalance
+            // timeout. A shorter limit would cut it off while the coordinator still holds it
+            // (and a timed-out request poisons the connection).
+            let v = conn.version_for::<JoinGroupRequest>(None)?;
             let resp = conn
-                .request_with_timeout(&join, cfg.max_poll_interval + Duration::from_secs(5))
+                .start_request(&join, v)?
+                .with_timeout(join_timeout)
+                .response()
                 .await?;
             let code = ErrorCode(resp.error_code);
             if code == ErrorCode::MEMBER_ID_REQUIRED {
                 // KIP-394: join again with the id the coordinator chose.
                 shared.lock().member_id = resp.member_id.to_string();
-                return Ok(None);
             }
-            if code == ErrorCode::UNKNOWN_MEMBER_ID {
-                shared.lock().member_id.clear();
-                return Ok(None);
+            if let Some(step) = step_for(shared, GroupApi::JoinGroup, code)? {
+                return Ok(step);
             }
-            ErrorCode::check(resp.error_code)
-                .map_err(|c| Error::broker(format!("JoinGroup for '{group}'"), c))?;
             let me = resp.member_id.to_string();
             let generation = resp.generation_id;
             let protocol = resp
@@ -537,7 +815,15 @@ async fn join_and_sync(
                 .as_ref()
                 .map(|p| p.to_string())
                 .unwrap_or_else(|| "range".into());
-            shared.lock().member_id = me.clone();
+            // The member is in the new generation from the JoinGroup answer on, as in the
+            // Java client: what it commits after SyncGroup (a cooperative member commits the
+            // partitions it gives up) carries this generation, which the coordinator accepts.
+            {
+                let mut st = shared.lock();
+                st.member_id = me.clone();
+                st.generation = generation;
+                st.protocol = Some(protocol.clone());
+            }
             let mut assignments = Vec::new();
             if resp.leader.as_str() == me {
                 let mut subs = Vec::new();
@@ -609,20 +895,11 @@ async fn join_and_sync(
                 .with_protocol_type(Some(StrBytes::from_static_str("consumer")))
                 .with_protocol_name(Some(StrBytes::from_string(protocol.clone())))
                 .with_assignments(assignments);
-            let resp = tokio::time::timeout(
-                cfg.max_poll_interval + Duration::from_secs(5),
-                conn.request(&sync),
-            )
-            .await
-            .map_err(|_| Error::Timeout {
-                what: format!("SyncGroup for '{group}'"),
-                after: cfg.max_poll_interval,
-            })??;
-            if resp.error_code == ErrorCode::REBALANCE_IN_PROGRESS.0 {
-                return Ok(None);
+            // SyncGroup waits only for the leader's assignment: request.timeout.ms, as Java.
+            let resp = conn.request(&sync).await?;
+            if let Some(step) = step_for(shared, GroupApi::SyncGroup, ErrorCode(resp.error_code))? {
+                return Ok(step);
             }
-            ErrorCode::check(resp.error_code)
-                .map_err(|c| Error::broker(format!("SyncGroup for '{group}'"), c))?;
             let assigned: Vec<TopicPartition> = if resp.assignment.is_empty() {
                 Vec::new()
             } else {
@@ -637,40 +914,41 @@ async fn join_and_sync(
                     })
                     .collect()
             };
-            Ok::<_, Error>(Some((generation, protocol, assigned)))
+            Ok::<_, Error>(Step::Done(Joined::Assigned(Rebalanced {
+                generation,
+                protocol,
+                assignment: assigned,
+            })))
         }
         .await;
-        match step {
-            Ok(Some(done)) => return Ok(done),
-            Ok(None) => continue,
-            Err(e) => {
-                let class = e.class();
-                if matches!(
-                    class,
-                    super::ErrorClass::Retriable | super::ErrorClass::RefreshAndRetry
-                ) {
-                    if class == super::ErrorClass::RefreshAndRetry {
-                        shared
-                            .cluster
-                            .forget_coordinator(CoordinatorKind::Group, group);
-                    }
-                    attempt += 1;
-                    tokio::time::sleep(super::cluster::backoff(
-                        cfg.client.retry_backoff,
-                        cfg.client.retry_backoff_max,
-                        attempt,
-                    ))
-                    .await;
-                    continue;
-                }
-                return Err(e);
-            }
+        let refresh = match step {
+            Ok(Step::Done(joined)) => return Ok(joined),
+            Ok(Step::Again) => continue,
+            Ok(Step::Backoff { refresh }) => refresh,
+            // No answer (connection lost, timed out, coordinator unknown): retry.
+            Err(e) => match e.class() {
+                super::ErrorClass::Retriable => false,
+                super::ErrorClass::RefreshAndRetry => true,
+                _ => return Err(e),
+            },
+        };
+        if refresh {
+            shared
+                .cluster
+                .forget_coordinator(CoordinatorKind::Group, group);
         }
+        attempt += 1;
+        tokio::time::sleep(super::cluster::backoff(
+            cfg.client.retry_backoff,
+            cfg.client.retry_backoff_max,
+            attempt,
+        ))
+        .await;
     }
 }
 
-/// Heartbeats while the membership is stable; notices rebalances, expiry, and a poll loop that
-/// stalled past max.poll.interval.ms.
+/// Heartbeats while the membership is stable; notices rebalances, expiry, fencing, and a poll
+/// loop that stalled past max.poll.interval.ms.
 async fn heartbeat_loop(shared: Arc<Shared>) {
     let cfg = shared.config.clone();
     loop {
@@ -684,20 +962,26 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
         }
         if last_poll.is_some_and(|t| t.elapsed() > cfg.max_poll_interval) {
             warn!(
-                "poll was not called within max.poll.interval.ms={} ms; leaving the group",
+                "poll was not called within max.poll.interval.ms={} ms; giving up the membership",
                 cfg.max_poll_interval.as_millis()
             );
-            leave_group(&shared).await;
+            // A static member never sends LeaveGroup (as the Java client): its partitions wait
+            // for it until session.timeout.ms, and it stops heartbeating so that they do not
+            // wait longer.
+            if cfg.group_instance_id.is_none() {
+                leave_group(&shared).await;
+            }
             let mut st = shared.lock();
             st.stable = false;
             st.lost = true;
             st.member_id.clear();
+            st.generation = -1;
             continue;
         }
         let req = HeartbeatRequest::default()
             .with_group_id(GroupId(StrBytes::from_string(shared.group_id.clone())))
             .with_generation_id(generation)
-            .with_member_id(StrBytes::from_string(member_id))
+            .with_member_id(StrBytes::from_string(member_id.clone()))
             .with_group_instance_id(cfg.group_instance_id.clone().map(StrBytes::from_string));
         let result = async {
             let conn = shared
@@ -718,23 +1002,44 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
             }
         };
         let mut st = shared.lock();
-        if !st.stable || st.generation != generation {
+        if !st.stable || st.generation != generation || st.member_id != member_id {
             continue; // a rebalance happened meanwhile: this answer is about the old generation
         }
-        match code {
-            ErrorCode(0) => {}
-            ErrorCode::REBALANCE_IN_PROGRESS => st.rejoin = true,
-            ErrorCode::ILLEGAL_GENERATION | ErrorCode::UNKNOWN_MEMBER_ID => {
+        match reaction(GroupApi::Heartbeat, code) {
+            Reaction::Proceed => {}
+            Reaction::Rejoin => st.rejoin = true,
+            Reaction::ResetGenerationAndRejoin => {
                 st.lost = true;
                 st.stable = false;
-                if code == ErrorCode::UNKNOWN_MEMBER_ID {
-                    st.member_id.clear();
-                }
+                st.generation = -1;
             }
-            ErrorCode::NOT_COORDINATOR | ErrorCode::COORDINATOR_NOT_AVAILABLE => shared
-                .cluster
-                .forget_coordinator(CoordinatorKind::Group, &shared.group_id),
-            other => debug!(code = %other, "heartbeat error"),
+            Reaction::ResetMemberAndRejoin => {
+                st.lost = true;
+                st.stable = false;
+                st.generation = -1;
+                st.member_id.clear();
+            }
+            Reaction::FindCoordinatorAndRetry => {
+                drop(st);
+                shared
+                    .cluster
+                    .forget_coordinator(CoordinatorKind::Group, &shared.group_id);
+            }
+            Reaction::RetryAfterBackoff | Reaction::JoinWithGivenMemberId => {
+                debug!(code = %code, "heartbeat error; sending the next one at the interval");
+            }
+            Reaction::Fenced => {
+                let e = fenced_error(&shared.group_id, cfg.group_instance_id.as_deref());
+                warn!(error = %e, "fenced");
+                st.fatal = Some(e);
+                st.stable = false;
+            }
+            Reaction::Fatal => {
+                let e = Error::broker(format!("heartbeat for group '{}'", shared.group_id), code);
+                warn!(error = %e, "the member cannot go on");
+                st.fatal = Some(e);
+                st.stable = false;
+            }
         }
     }
 }
@@ -771,5 +1076,124 @@ async fn leave_group(shared: &Shared) {
         if let Err(e) = conn.request_at(&req, v).await {
             debug!(error = %e, "LeaveGroup failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use GroupApi::*;
+    use Reaction::*;
+
+    #[test]
+    fn reactions() {
+        let table: &[(GroupApi, ErrorCode, Reaction)] = &[
+            (JoinGroup, ErrorCode(0), Proceed),
+            (SyncGroup, ErrorCode(0), Proceed),
+            (Heartbeat, ErrorCode(0), Proceed),
+            // KIP-394: the first JoinGroup of a new member gets its id this way.
+            (
+                JoinGroup,
+                ErrorCode::MEMBER_ID_REQUIRED,
+                JoinWithGivenMemberId,
+            ),
+            (SyncGroup, ErrorCode::MEMBER_ID_REQUIRED, Fatal),
+            (JoinGroup, ErrorCode::REBALANCE_IN_PROGRESS, Rejoin),
+            (SyncGroup, ErrorCode::REBALANCE_IN_PROGRESS, Rejoin),
+            (Heartbeat, ErrorCode::REBALANCE_IN_PROGRESS, Rejoin),
+            // The member id may still be valid: keep it, as the Java client does.
+            (
+                JoinGroup,
+                ErrorCode::ILLEGAL_GENERATION,
+                ResetGenerationAndRejoin,
+            ),
+            (
+                SyncGroup,
+                ErrorCode::ILLEGAL_GENERATION,
+                ResetGenerationAndRejoin,
+            ),
+            (
+                Heartbeat,
+                ErrorCode::ILLEGAL_GENERATION,
+                ResetGenerationAndRejoin,
+            ),
+            (
+                JoinGroup,
+                ErrorCode::UNKNOWN_MEMBER_ID,
+                ResetMemberAndRejoin,
+            ),
+            (
+                SyncGroup,
+                ErrorCode::UNKNOWN_MEMBER_ID,
+                ResetMemberAndRejoin,
+            ),
+            (
+                Heartbeat,
+                ErrorCode::UNKNOWN_MEMBER_ID,
+                ResetMemberAndRejoin,
+            ),
+            (
+                JoinGroup,
+                ErrorCode::NOT_COORDINATOR,
+                FindCoordinatorAndRetry,
+            ),
+            (
+                SyncGroup,
+                ErrorCode::COORDINATOR_NOT_AVAILABLE,
+                FindCoordinatorAndRetry,
+            ),
+            (
+                Heartbeat,
+                ErrorCode::NOT_COORDINATOR,
+                FindCoordinatorAndRetry,
+            ),
+            (
+                JoinGroup,
+                ErrorCode::COORDINATOR_LOAD_IN_PROGRESS,
+                RetryAfterBackoff,
+            ),
+            (
+                SyncGroup,
+                ErrorCode::COORDINATOR_LOAD_IN_PROGRESS,
+                RetryAfterBackoff,
+            ),
+            (
+                Heartbeat,
+                ErrorCode::COORDINATOR_LOAD_IN_PROGRESS,
+                RetryAfterBackoff,
+            ),
+            // Another member has this group.instance.id now: never rejoin (that would fence
+            // the new owner in turn).
+            (JoinGroup, ErrorCode::FENCED_INSTANCE_ID, Fenced),
+            (SyncGroup, ErrorCode::FENCED_INSTANCE_ID, Fenced),
+            (Heartbeat, ErrorCode::FENCED_INSTANCE_ID, Fenced),
+            (JoinGroup, ErrorCode::GROUP_AUTHORIZATION_FAILED, Fatal),
+            (SyncGroup, ErrorCode::GROUP_AUTHORIZATION_FAILED, Fatal),
+            (Heartbeat, ErrorCode::GROUP_AUTHORIZATION_FAILED, Fatal),
+            (JoinGroup, ErrorCode::INCONSISTENT_GROUP_PROTOCOL, Fatal),
+            (JoinGroup, ErrorCode::INVALID_SESSION_TIMEOUT, Fatal),
+            (JoinGroup, ErrorCode::GROUP_MAX_SIZE_REACHED, Fatal),
+            (JoinGroup, ErrorCode::UNSUPPORTED_VERSION, Fatal),
+            // Unlisted: fatal for a rebalance; a heartbeat is simply sent again.
+            (JoinGroup, ErrorCode::UNKNOWN_SERVER_ERROR, Fatal),
+            (SyncGroup, ErrorCode(9999), Fatal),
+            (
+                Heartbeat,
+                ErrorCode::UNKNOWN_SERVER_ERROR,
+                RetryAfterBackoff,
+            ),
+        ];
+        for (api, code, want) in table {
+            assert_eq!(reaction(*api, *code), *want, "{api:?} answered {code}");
+        }
+    }
+
+    #[test]
+    fn the_fenced_error_names_the_setting_and_the_instance() {
+        let e = fenced_error("orders", Some("worker-3")).to_string();
+        assert!(e.contains("'orders'"), "{e}");
+        assert!(e.contains("group.instance.id 'worker-3'"), "{e}");
+        assert!(e.contains("another member"), "{e}");
+        assert!(!e.contains('\n'), "one line: {e}");
     }
 }

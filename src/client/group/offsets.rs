@@ -34,13 +34,17 @@ fn by_topic(tps: &[TopicPartition]) -> BTreeMap<&str, Vec<i32>> {
     topics
 }
 
-/// Retries a group-coordinator call within default.api.timeout.ms.
-async fn with_coordinator<T, F, Fut>(cluster: &Cluster, group: &str, mut call: F) -> Result<T>
+/// Retries a group-coordinator call until `deadline`; the first attempt is always made.
+async fn with_coordinator<T, F, Fut>(
+    cluster: &Cluster,
+    group: &str,
+    deadline: Instant,
+    mut call: F,
+) -> Result<T>
 where
     F: FnMut(std::sync::Arc<crate::client::connection::Connection>) -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
 {
-    let deadline = Instant::now() + cluster.config().api_timeout;
     let mut attempt = 0;
     loop {
         let result = match cluster.coordinator(CoordinatorKind::Group, group).await {
@@ -68,13 +72,27 @@ where
     }
 }
 
-/// A group's committed offsets (absent: none). RequireStable makes the coordinator answer
-/// UNSTABLE_OFFSET_COMMIT while a transaction holding offsets for the partition is open, which
-/// is retried: a new owner never starts from offsets that may still be aborted.
+/// A group's committed offsets (absent: none), retried within default.api.timeout.ms. See
+/// [`fetch_committed_until`].
 pub(crate) async fn fetch_committed(
     cluster: &Cluster,
     group: &str,
     tps: &[TopicPartition],
+) -> Result<BTreeMap<TopicPartition, i64>> {
+    let deadline = Instant::now() + cluster.config().api_timeout;
+    fetch_committed_until(cluster, group, tps, deadline).await
+}
+
+/// A group's committed offsets (absent: none). RequireStable makes the coordinator answer
+/// UNSTABLE_OFFSET_COMMIT while a transaction holding offsets for the partition is open, which
+/// is retried until `deadline`: a new owner never starts from offsets that may still be
+/// aborted. The transaction may stay open up to its transaction.timeout.ms, so a member calls
+/// this with its poll's deadline and tries again at the next poll.
+pub(crate) async fn fetch_committed_until(
+    cluster: &Cluster,
+    group: &str,
+    tps: &[TopicPartition],
+    deadline: Instant,
 ) -> Result<BTreeMap<TopicPartition, i64>> {
     let req = OffsetFetchRequest::default()
         .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
@@ -89,7 +107,7 @@ pub(crate) async fn fetch_committed(
                 })
                 .collect(),
         ));
-    with_coordinator(cluster, group, |conn| {
+    with_coordinator(cluster, group, deadline, |conn| {
         let req = req.clone();
         async move {
             // v8+ batches groups; v7 is the newest with one group, and has RequireStable.
@@ -119,7 +137,8 @@ pub(crate) async fn fetch_committed(
 ///
 /// # Errors
 /// ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID / REBALANCE_IN_PROGRESS mean the group moved on:
-/// the caller must rejoin (the Java client's CommitFailedException).
+/// the caller must rejoin (the Java client's CommitFailedException). FENCED_INSTANCE_ID is
+/// [`Error::Fenced`]: another member owns this group.instance.id now.
 pub(crate) async fn commit(
     cluster: &Cluster,
     group: &str,
@@ -155,8 +174,10 @@ pub(crate) async fn commit(
                 })
                 .collect(),
         );
-    with_coordinator(cluster, group, |conn| {
+    let deadline = Instant::now() + cluster.config().api_timeout;
+    with_coordinator(cluster, group, deadline, |conn| {
         let req = req.clone();
+        let who = who.clone();
         async move {
             let v = conn.version_for::<OffsetCommitRequest>(Some(8))?;
             let resp = conn.request_at(&req, v).await?;
@@ -164,11 +185,14 @@ pub(crate) async fn commit(
                 for p in &t.partitions {
                     match ErrorCode(p.error_code) {
                         ErrorCode(0) => {}
+                        // Another member took over this member's group.instance.id.
+                        ErrorCode::FENCED_INSTANCE_ID => {
+                            return Err(super::fenced_error(group, who.instance_id.as_deref()))
+                        }
                         // The group moved on: retrying cannot help, the member must rejoin.
                         c @ (ErrorCode::REBALANCE_IN_PROGRESS
                         | ErrorCode::ILLEGAL_GENERATION
-                        | ErrorCode::UNKNOWN_MEMBER_ID
-                        | ErrorCode::FENCED_INSTANCE_ID) => {
+                        | ErrorCode::UNKNOWN_MEMBER_ID) => {
                             return Err(Error::CommitFailed(format!(
                                 "offset commit for group '{group}' refused ({c}): the group rebalanced; the partitions may now belong to another member"
                             )))

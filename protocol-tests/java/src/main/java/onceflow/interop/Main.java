@@ -58,7 +58,8 @@ public final class Main {
       "  consume      --output FILE.jsonl --expect N [--timeout-ms 60000]",
       "               [--isolation read_committed|read_uncommitted] [--group G] [--exact true|false]",
       "               [--settle-ms 1000] [--prop k=v]...",
-      "  group-member --group G --duration-ms MS --output FILE.jsonl",
+      "  group-member --group G --duration-ms MS --output FILE.jsonl [--stop-file PATH]",
+      "               (runs until PATH exists, at most MS)",
       "               [--isolation read_committed|read_uncommitted] [--prop k=v]...",
       "  create-topic --partitions P [--replication-factor 1] [--config k=v]... [--if-not-exists true]",
       "  delete-topic [--if-exists true]",
@@ -306,6 +307,8 @@ public final class Main {
     String group = a.required("group");
     long durationMs = Long.parseLong(a.required("duration-ms"));
     Path output = Paths.get(a.required("output"));
+    String stop = a.get("stop-file", null);
+    Path stopFile = stop == null ? null : Paths.get(stop);
     String iso = isolation(a);
     Properties p = consumerProps(bootstrap, iso, group);
     p.put(ConsumerConfig.CLIENT_ID_CONFIG, "onceflow-interop-member");
@@ -317,7 +320,7 @@ public final class Main {
     long deadline = System.nanoTime() + durationMs * 1_000_000L;
     try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p)) {
       c.subscribe(List.of(topic));
-      while (System.nanoTime() < deadline) {
+      while (System.nanoTime() < deadline && (stopFile == null || !Files.exists(stopFile))) {
         for (ConsumerRecord<byte[], byte[]> cr : c.poll(Duration.ofMillis(100))) got.add(Rec.fromConsumer(cr));
         for (TopicPartition tp : c.assignment()) everAssigned.add(tp.partition());
       }

@@ -10,6 +10,8 @@ mod support;
 
 mod cli;
 mod codecs;
+mod consumer_fetch_order;
+mod consumer_positions;
 mod faults;
 mod groups;
 mod idempotence;

@@ -12,6 +12,8 @@ mod auto_create;
 mod cli;
 mod codecs;
 mod connection_faults;
+mod consumer_fetch_order;
+mod consumer_positions;
 mod faults;
 mod group_faults;
 mod groups;

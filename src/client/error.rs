@@ -80,6 +80,20 @@ pub enum Error {
     /// A record batch could not be decoded.
     #[error(transparent)]
     Record(#[from] RecordError),
+    /// Fetched data that cannot be decoded: a corrupt batch or message, or a malformed
+    /// transaction marker. The records before it were delivered; the partition does not move
+    /// past it until the application seeks.
+    #[error("cannot read topic '{topic}' partition {partition} at offset {offset}: {source}; the records before it were delivered; seek past it to skip the corrupt data")]
+    CorruptData {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// Where reading stopped: the position of the partition.
+        offset: i64,
+        /// What is wrong.
+        source: RecordError,
+    },
     /// The broker supports no version of an API we need.
     #[error("broker {broker} supports no version of {api} that this client speaks; upgrade the broker (Kafka 2.8 or later)")]
     UnsupportedVersion {

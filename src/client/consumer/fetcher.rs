@@ -1,13 +1,15 @@
 //! The fetcher task: resolves start positions, keeps one Fetch in flight per leader, decodes
-//! record batches and hands the records to the consumer.
+//! record batches (and old v0/v1 message sets) and hands the records to the consumer.
 
 use super::isolation::AbortedTransactions;
-use super::{list_offsets, Chunk, ConsumerRecord, Fetched, Offset, Shared};
+use super::order::next_order;
+use super::{list_offsets, Chunk, ConsumerRecord, Fetched, Offset, PartitionState, Shared};
 use crate::client::config::AutoOffsetReset;
 use crate::client::error::{Error, ErrorClass};
 use crate::client::metadata::TopicPartition;
-use crate::protocol::records::decode_batches;
+use crate::protocol::records::{decode_entries, LogEntry, RecordError};
 use crate::protocol::ErrorCode;
+use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -20,26 +22,54 @@ use tracing::{debug, debug_span, Instrument};
 /// Fetch v13 addresses topics by id; v12 is the newest by name.
 const MAX_FETCH_VERSION: i16 = 12;
 
+/// One partition of a Fetch request.
+#[derive(Debug, Clone)]
+struct Want {
+    tp: TopicPartition,
+    fetch_offset: i64,
+    /// The partition's fetch epoch when the request was built.
+    epoch: u64,
+    /// The leader epoch from metadata (-1 when unknown).
+    leader_epoch: i32,
+}
+
 pub(crate) async fn run(shared: Arc<Shared>, tx: mpsc::Sender<Fetched>) {
     let busy: Arc<std::sync::Mutex<HashSet<i32>>> = Arc::default();
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<()>();
+    // Each finished request reports the partitions it brought records for.
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Vec<TopicPartition>>();
+    let mut order: Vec<TopicPartition> = Vec::new();
+    let mut served: Vec<TopicPartition> = Vec::new();
+    let mut request_ids: u64 = 0;
     loop {
         resolve_positions(&shared, &tx).await;
         shared.cluster.refresh_if_stale();
         let now = Instant::now();
         let meta = shared.cluster.metadata();
-        let mut by_leader: HashMap<i32, Vec<(TopicPartition, i64, u64, i32)>> = HashMap::new();
+        let mut by_leader: HashMap<i32, Vec<Want>> = HashMap::new();
+        let mut requests: Vec<(i32, u64, Vec<Want>)> = Vec::new();
         let mut missing_leader = false;
         let mut next_wake: Option<Instant> = None;
+        while let Ok(s) = done_rx.try_recv() {
+            served.extend(s);
+        }
         {
             let mut parts = shared.lock();
+            order = next_order(&order, parts.keys(), &served);
+            served.clear();
             if parts.values().any(|st| st.pending.is_some()) {
                 // A ListOffsets failed: try again after a backoff.
                 next_wake = Some(now + shared.config.client.retry_backoff);
             }
             let busy = busy.lock().unwrap_or_else(|p| p.into_inner());
-            for (tp, st) in parts.iter_mut() {
-                if st.in_fetch || st.pending.is_some() || st.position.is_none() {
+            for tp in &order {
+                let Some(st) = parts.get_mut(tp) else {
+                    continue;
+                };
+                if st.in_flight.is_some()
+                    || st.halted
+                    || st.pending.is_some()
+                    || st.position.is_none()
+                {
                     continue;
                 }
                 if let Some(at) = st.backoff_until {
@@ -56,27 +86,29 @@ pub(crate) async fn run(shared: Arc<Shared>, tx: mpsc::Sender<Fetched>) {
                 if busy.contains(&leader) {
                     continue;
                 }
-                let epoch = meta.partition(tp).map_or(-1, |p| p.leader_epoch);
-                by_leader.entry(leader).or_default().push((
-                    tp.clone(),
-                    st.fetch_offset,
-                    st.epoch,
-                    epoch,
-                ));
+                let leader_epoch = meta.partition(tp).map_or(-1, |p| p.leader_epoch);
+                by_leader.entry(leader).or_default().push(Want {
+                    tp: tp.clone(),
+                    fetch_offset: st.fetch_offset,
+                    epoch: st.epoch,
+                    leader_epoch,
+                });
             }
-            for list in by_leader.values() {
-                for (tp, ..) in list {
-                    if let Some(st) = parts.get_mut(tp) {
-                        st.in_fetch = true;
+            for (leader, list) in by_leader.drain() {
+                request_ids += 1;
+                for w in &list {
+                    if let Some(st) = parts.get_mut(&w.tp) {
+                        st.in_flight = Some(request_ids);
                     }
                 }
+                requests.push((leader, request_ids, list));
             }
         }
         if missing_leader {
             let g = meta.generation;
             let _ = shared.cluster.refresh_if_older(g).await;
         }
-        for (leader, list) in by_leader {
+        for (leader, id, list) in requests {
             busy.lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(leader);
@@ -85,11 +117,11 @@ pub(crate) async fn run(shared: Arc<Shared>, tx: mpsc::Sender<Fetched>) {
             let busy = busy.clone();
             let done = done_tx.clone();
             tokio::spawn(async move {
-                fetch_from(&shared, leader, list, &tx).await;
+                let served = fetch_from(&shared, leader, id, list, &tx).await;
                 busy.lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&leader);
-                let _ = done.send(());
+                let _ = done.send(served);
             });
         }
         if tx.is_closed() {
@@ -103,7 +135,7 @@ pub(crate) async fn run(shared: Arc<Shared>, tx: mpsc::Sender<Fetched>) {
         };
         tokio::select! {
             _ = shared.wake.notified() => {}
-            _ = done_rx.recv() => {}
+            Some(s) = done_rx.recv() => served.extend(s),
             _ = sleep => {}
             _ = tokio::time::sleep(shared.config.client.retry_backoff), if missing_leader => {}
         }
@@ -147,31 +179,51 @@ async fn resolve_positions(shared: &Shared, tx: &mpsc::Sender<Fetched>) {
     }
 }
 
+/// The partition's state if it is still in request `id` (not reassigned since), with the
+/// request's claim on it released.
+fn release(st: Option<&mut PartitionState>, id: u64) -> Option<&mut PartitionState> {
+    let st = st?;
+    if st.in_flight != Some(id) {
+        return None;
+    }
+    st.in_flight = None;
+    Some(st)
+}
+
+/// Sends one Fetch to `leader` and hands the results over; returns the partitions it brought
+/// records for, in response order (they move to the end of the fetch order).
 async fn fetch_from(
     shared: &Arc<Shared>,
     leader: i32,
-    list: Vec<(TopicPartition, i64, u64, i32)>,
+    id: u64,
+    list: Vec<Want>,
     tx: &mpsc::Sender<Fetched>,
-) {
+) -> Vec<TopicPartition> {
     let cfg = &shared.config;
+    let mut served = Vec::new();
     let span = debug_span!("fetch", leader, partitions = list.len());
     let result = async {
         let conn = shared.cluster.broker(leader).await?;
         let version = conn.version_for::<FetchRequest>(Some(MAX_FETCH_VERSION))?;
         let mut topics: Vec<FetchTopic> = Vec::new();
-        for (tp, offset, _, leader_epoch) in &list {
+        for w in &list {
             let p = FetchPartition::default()
-                .with_partition(tp.partition)
-                .with_fetch_offset(*offset)
-                .with_current_leader_epoch(*leader_epoch)
+                .with_partition(w.tp.partition)
+                .with_fetch_offset(w.fetch_offset)
+                .with_current_leader_epoch(w.leader_epoch)
                 .with_last_fetched_epoch(-1)
                 .with_log_start_offset(-1)
                 .with_partition_max_bytes(cfg.max_partition_fetch_bytes);
-            match topics.iter_mut().find(|t| t.topic.0.as_str() == tp.topic) {
+            // Topics may repeat when the order interleaves them; the broker serves the
+            // partitions in request order either way.
+            match topics
+                .last_mut()
+                .filter(|t| t.topic.0.as_str() == w.tp.topic)
+            {
                 Some(t) => t.partitions.push(p),
                 None => topics.push(
                     FetchTopic::default()
-                        .with_topic(TopicName(StrBytes::from_string(tp.topic.clone())))
+                        .with_topic(TopicName(StrBytes::from_string(w.tp.topic.clone())))
                         .with_partitions(vec![p]),
                 ),
             }
@@ -198,8 +250,8 @@ async fn fetch_from(
         Ok(r) => r,
         Err(e) => {
             debug!(leader, error = %e, "fetch failed");
-            back_off(shared, &list, e.class() == ErrorClass::RefreshAndRetry).await;
-            return;
+            back_off(shared, id, &list, e.class() == ErrorClass::RefreshAndRetry).await;
+            return served;
         }
     };
     let mut seen: HashSet<TopicPartition> = HashSet::new();
@@ -207,10 +259,12 @@ async fn fetch_from(
     for t in &resp.responses {
         for p in &t.partitions {
             let tp = TopicPartition::new(t.topic.0.to_string(), p.partition_index);
-            let Some((_, fetch_offset, epoch, _)) = list.iter().find(|(x, ..)| *x == tp) else {
+            let Some(w) = list.iter().find(|w| w.tp == tp) else {
                 continue;
             };
-            seen.insert(tp.clone());
+            if !seen.insert(tp.clone()) {
+                continue; // a partition answered twice: only the first answer counts
+            }
             if p.error_code != 0 {
                 let code = ErrorCode(p.error_code);
                 if code == ErrorCode::OFFSET_OUT_OF_RANGE {
@@ -221,35 +275,30 @@ async fn fetch_from(
                     };
                     let fail = {
                         let mut parts = shared.lock();
-                        match parts.get_mut(&tp).filter(|st| st.epoch == *epoch) {
-                            Some(st) => {
-                                st.in_fetch = false;
-                                match reset {
-                                    Some(r) => {
-                                        debug!(%tp, fetch_offset, ?r, "offset out of range; resetting");
-                                        st.epoch += 1;
-                                        st.pending = Some(r);
-                                        st.position = None;
-                                        false
-                                    }
-                                    None => {
-                                        st.backoff_until =
-                                            Some(Instant::now() + cfg.client.retry_backoff_max);
-                                        true
-                                    }
+                        match release(parts.get_mut(&tp), id).filter(|st| st.epoch == w.epoch) {
+                            Some(st) => match reset {
+                                Some(r) => {
+                                    debug!(%tp, fetch_offset = w.fetch_offset, ?r, "offset out of range; resetting");
+                                    st.epoch = shared.next_epoch();
+                                    st.pending = Some(r);
+                                    st.position = None;
+                                    false
                                 }
-                            }
-                            None => {
-                                if let Some(st) = parts.get_mut(&tp) {
-                                    st.in_fetch = false;
+                                None => {
+                                    st.backoff_until =
+                                        Some(Instant::now() + cfg.client.retry_backoff_max);
+                                    true
                                 }
-                                false
-                            }
+                            },
+                            None => false,
                         }
                     };
                     if fail {
                         let e = Error::broker(
-                            format!("fetch {tp} at offset {fetch_offset} (auto.offset.reset=none)"),
+                            format!(
+                                "fetch {tp} at offset {} (auto.offset.reset=none)",
+                                w.fetch_offset
+                            ),
                             code,
                         );
                         let _ = tx.send(Fetched::Error(e)).await;
@@ -260,70 +309,59 @@ async fn fetch_from(
                 match err.class() {
                     ErrorClass::Retriable | ErrorClass::RefreshAndRetry => {
                         refresh |= err.class() == ErrorClass::RefreshAndRetry;
-                        set_backoff(shared, &tp);
+                        set_backoff(shared, id, &tp);
                     }
                     _ => {
-                        set_backoff(shared, &tp);
+                        set_backoff(shared, id, &tp);
                         let _ = tx.send(Fetched::Error(err)).await;
                     }
                 }
                 continue;
             }
-            let chunk = decode_partition(&tp, *fetch_offset, *epoch, p);
-            match chunk {
-                Ok(chunk) => {
-                    {
-                        let mut parts = shared.lock();
-                        if let Some(st) = parts.get_mut(&tp) {
-                            st.in_fetch = false;
-                            if st.epoch == *epoch {
-                                st.fetch_offset = chunk.next_offset;
-                                st.log_start_offset = p.log_start_offset;
-                            }
-                        }
-                    }
-                    if tx.send(Fetched::Chunk(chunk)).await.is_err() {
-                        return;
+            let chunk = decode_partition(&tp, w.fetch_offset, w.epoch, p);
+            {
+                let mut parts = shared.lock();
+                if let Some(st) = release(parts.get_mut(&tp), id).filter(|st| st.epoch == w.epoch) {
+                    st.fetch_offset = chunk.next_offset;
+                    st.log_start_offset = p.log_start_offset;
+                    if let Some(e) = &chunk.error {
+                        debug!(%tp, error = %e, "fetching stopped at corrupt data");
+                        st.halted = true;
                     }
                 }
-                Err(e) => {
-                    set_backoff(shared, &tp);
-                    let _ = tx.send(Fetched::Error(e)).await;
-                }
+            }
+            if !chunk.records.is_empty() {
+                served.push(tp.clone());
+            }
+            if tx.send(Fetched::Chunk(chunk)).await.is_err() {
+                return served;
             }
         }
     }
     // Partitions the response left out are fetched again next round.
-    let left: Vec<_> = list
-        .iter()
-        .filter(|(tp, ..)| !seen.contains(tp))
-        .cloned()
-        .collect();
-    if !left.is_empty() {
+    {
         let mut parts = shared.lock();
-        for (tp, ..) in left {
-            if let Some(st) = parts.get_mut(&tp) {
-                st.in_fetch = false;
-            }
+        for w in list.iter().filter(|w| !seen.contains(&w.tp)) {
+            release(parts.get_mut(&w.tp), id);
         }
     }
     if refresh {
         let g = shared.cluster.metadata().generation;
         let _ = shared.cluster.refresh_if_older(g).await;
     }
+    served
 }
 
-fn set_backoff(shared: &Shared, tp: &TopicPartition) {
+fn set_backoff(shared: &Shared, id: u64, tp: &TopicPartition) {
     let mut parts = shared.lock();
-    if let Some(st) = parts.get_mut(tp) {
-        st.in_fetch = false;
+    if let Some(st) = release(parts.get_mut(tp), id) {
         st.backoff_until = Some(Instant::now() + shared.config.client.retry_backoff);
     }
 }
 
-async fn back_off(shared: &Shared, list: &[(TopicPartition, i64, u64, i32)], refresh: bool) {
-    for (tp, ..) in list {
-        set_backoff(shared, tp);
+async fn back_off(shared: &Shared, id: u64, list: &[Want], refresh: bool) {
+    for w in list {
+        set_backoff(shared, id, &w.tp);
     }
     if refresh {
         let g = shared.cluster.metadata().generation;
@@ -332,13 +370,16 @@ async fn back_off(shared: &Shared, list: &[(TopicPartition, i64, u64, i32)], ref
 }
 
 /// Decodes one partition's records, skipping control batches and records before the fetch
-/// offset (a compressed batch can start before it).
+/// offset (a compressed batch can start before it). Decoding stops at the first entry that
+/// cannot be read: the chunk keeps the records before it, ends where they end, and carries the
+/// error, as the Java client returns the records before corrupt data and raises on the next
+/// poll.
 fn decode_partition(
     tp: &TopicPartition,
     fetch_offset: i64,
     epoch: u64,
     p: &kafka_protocol::messages::fetch_response::PartitionData,
-) -> Result<Chunk, Error> {
+) -> Chunk {
     let mut records = VecDeque::new();
     let mut next_offset = fetch_offset;
     // Under read_committed the broker sends the aborted transactions; under read_uncommitted
@@ -349,41 +390,311 @@ fn decode_partition(
             .flatten()
             .map(|a| (a.producer_id.0, a.first_offset)),
     );
+    let mut error = None;
     if let Some(bytes) = p.records.clone() {
-        for batch in decode_batches(bytes) {
-            let batch = batch?;
-            // Markers and aborted batches before the fetch offset still update the index.
-            let keep = aborted.keep(&batch);
-            if batch.next_offset() <= fetch_offset {
-                continue;
-            }
-            if keep {
-                // Straight from the batch into the chunk: no intermediate Vec per batch.
-                for r in batch.record_iter()? {
-                    let r = r?;
-                    if r.offset < fetch_offset {
-                        continue;
-                    }
-                    records.push_back(ConsumerRecord {
-                        topic: tp.topic.clone(),
-                        partition: tp.partition,
-                        offset: r.offset,
-                        timestamp: r.timestamp,
-                        key: r.key,
-                        value: r.value,
-                        headers: r.headers,
-                    });
-                }
-            }
-            next_offset = next_offset.max(batch.next_offset());
+        let decoded = decode_into(
+            tp,
+            bytes,
+            fetch_offset,
+            &mut aborted,
+            &mut records,
+            &mut next_offset,
+        );
+        if let Err(source) = decoded {
+            error = Some(Error::CorruptData {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                offset: next_offset,
+                source,
+            });
         }
     }
-    Ok(Chunk {
+    Chunk {
         tp: tp.clone(),
         epoch,
         records,
         next_offset,
         high_watermark: p.high_watermark,
         last_stable_offset: p.last_stable_offset,
-    })
+        error,
+    }
+}
+
+/// The decoding loop of [`decode_partition`]: appends records and advances `next_offset` past
+/// every entry read (and every record handed out, so an error inside a batch stops right
+/// after the last good record).
+fn decode_into(
+    tp: &TopicPartition,
+    bytes: Bytes,
+    fetch_offset: i64,
+    aborted: &mut AbortedTransactions,
+    records: &mut VecDeque<ConsumerRecord>,
+    next_offset: &mut i64,
+) -> Result<(), RecordError> {
+    for entry in decode_entries(bytes) {
+        let entry = entry?;
+        // Markers and aborted batches before the fetch offset still update the index.
+        let keep = match &entry {
+            LogEntry::Batch(batch) => aborted.keep(batch)?,
+            // v0/v1 messages predate transactions.
+            LogEntry::Legacy(_) => true,
+        };
+        if entry.next_offset() <= fetch_offset {
+            continue;
+        }
+        if keep {
+            // Straight from the entry into the chunk: no intermediate Vec per batch.
+            for r in entry.record_iter()? {
+                let r = r?;
+                if r.offset < fetch_offset {
+                    continue;
+                }
+                *next_offset = (*next_offset).max(r.offset.wrapping_add(1));
+                records.push_back(ConsumerRecord {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    offset: r.offset,
+                    timestamp: r.timestamp,
+                    key: r.key,
+                    value: r.value,
+                    headers: r.headers,
+                });
+            }
+        }
+        *next_offset = (*next_offset).max(entry.next_offset());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::records::{BatchBuilder, Compression, ProducerFields};
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::messages::fetch_response::PartitionData;
+    use std::collections::BTreeMap;
+
+    fn tp() -> TopicPartition {
+        TopicPartition::new("orders", 3)
+    }
+
+    fn data(records: Vec<u8>) -> PartitionData {
+        PartitionData::default()
+            .with_high_watermark(1_000)
+            .with_last_stable_offset(1_000)
+            .with_records(Some(Bytes::from(records)))
+    }
+
+    fn v2_batch(base_offset: i64, n: usize) -> Vec<u8> {
+        let mut b = BatchBuilder::new(Compression::None);
+        for i in 0..n {
+            assert!(b.try_append(1, None, Some(format!("v{i}").as_bytes()), &[], usize::MAX));
+        }
+        let mut out = BytesMut::from(&b.build(ProducerFields::NONE).unwrap()[..]);
+        crate::protocol::records::set_base_offset(&mut out, base_offset).unwrap();
+        out.to_vec()
+    }
+
+    /// Before: `Record(UnsupportedMagic { offset: 0, magic: 0 })` and the partition never
+    /// moved (seen).
+    #[test]
+    fn legacy_entries_are_read_by_the_fetcher() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/legacy/mixed.log");
+        let bytes = std::fs::read(path).unwrap();
+        let chunk = decode_partition(&tp(), 0, 1, &data(bytes));
+        assert!(chunk.error.is_none(), "{:?}", chunk.error);
+        let offsets: Vec<i64> = chunk.records.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, (0..8).collect::<Vec<_>>());
+        assert_eq!(chunk.next_offset, 8);
+        // From the middle of a v1 wrapper (offsets 2..=4): the records before are skipped.
+        let bytes = std::fs::read(path).unwrap();
+        let chunk = decode_partition(&tp(), 3, 1, &data(bytes));
+        let offsets: Vec<i64> = chunk.records.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, (3..8).collect::<Vec<_>>());
+    }
+
+    /// Three batches, the middle one with a broken CRC.
+    fn good_corrupt_good() -> Vec<u8> {
+        let mut bytes = v2_batch(0, 5);
+        let mut bad = v2_batch(5, 5);
+        let last = bad.len() - 1;
+        bad[last] ^= 0xFF;
+        bytes.extend(bad);
+        bytes.extend(v2_batch(10, 5));
+        bytes
+    }
+
+    fn assert_corrupt_at_5(e: &Error) {
+        match e {
+            Error::CorruptData {
+                topic,
+                partition,
+                offset,
+                source,
+            } => {
+                assert_eq!((topic.as_str(), *partition, *offset), ("orders", 3, 5));
+                assert!(
+                    matches!(source, RecordError::CrcMismatch { offset: 5, .. }),
+                    "{source:?}"
+                );
+            }
+            other => panic!("not CorruptData: {other:?}"),
+        }
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("cannot read topic 'orders' partition 3 at offset 5: batch at offset 5: CRC mismatch"),
+            "{msg}"
+        );
+    }
+
+    /// Before: the whole response was an error, `Record(CrcMismatch { offset: 5, .. })`, the
+    /// five good records were thrown away and fetched (and thrown away) again after the backoff
+    /// (seen).
+    #[test]
+    fn good_records_before_a_corrupt_batch_are_kept() {
+        let chunk = decode_partition(&tp(), 0, 1, &data(good_corrupt_good()));
+        let offsets: Vec<i64> = chunk.records.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, (0..5).collect::<Vec<_>>());
+        assert_eq!(
+            chunk.next_offset, 5,
+            "decoding stops where the corrupt batch starts"
+        );
+        assert_corrupt_at_5(
+            chunk
+                .error
+                .as_ref()
+                .expect("the error travels with the chunk"),
+        );
+    }
+
+    fn assigned(epoch: u64, position: i64) -> BTreeMap<TopicPartition, PartitionState> {
+        let mut st = PartitionState::new(epoch, None);
+        st.position = Some(position);
+        st.fetch_offset = position;
+        BTreeMap::from([(tp(), st)])
+    }
+
+    /// What the application sees: the good records, then (on the next poll) the error naming
+    /// topic, partition and offset, raised again on every poll until a seek; the position stays
+    /// at the corrupt batch.
+    #[test]
+    fn the_application_gets_the_records_then_the_error_until_it_seeks() {
+        let mut parts = assigned(1, 0);
+        let mut buffered = VecDeque::new();
+        let chunk = decode_partition(&tp(), 0, 1, &data(good_corrupt_good()));
+        super::super::accept_chunk(&mut buffered, &mut parts, chunk);
+
+        let first =
+            super::super::take_records(&mut buffered, &mut parts, 500).expect("records first");
+        assert_eq!(
+            first.iter().map(|r| r.offset).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4]
+        );
+        assert_eq!(parts[&tp()].position, Some(5));
+        for _ in 0..2 {
+            let e = super::super::take_records(&mut buffered, &mut parts, 500).unwrap_err();
+            assert_corrupt_at_5(&e);
+            assert_eq!(parts[&tp()].position, Some(5));
+        }
+        // A seek gives the partition a new epoch: the chunk is stale and dropped.
+        parts.get_mut(&tp()).unwrap().epoch = 2;
+        assert!(super::super::take_records(&mut buffered, &mut parts, 500)
+            .unwrap()
+            .is_empty());
+        assert!(buffered.is_empty());
+    }
+
+    /// With max.poll.records smaller than the good records, they come out over several polls
+    /// and the error only after the last of them.
+    #[test]
+    fn the_error_waits_for_every_record_before_it() {
+        let mut parts = assigned(1, 0);
+        let mut buffered = VecDeque::new();
+        let chunk = decode_partition(&tp(), 0, 1, &data(good_corrupt_good()));
+        super::super::accept_chunk(&mut buffered, &mut parts, chunk);
+        let mut got = Vec::new();
+        loop {
+            match super::super::take_records(&mut buffered, &mut parts, 2) {
+                Ok(rs) => {
+                    assert!(!rs.is_empty());
+                    got.extend(rs.iter().map(|r| r.offset));
+                }
+                Err(e) => {
+                    assert_corrupt_at_5(&e);
+                    break;
+                }
+            }
+        }
+        assert_eq!(got, [0, 1, 2, 3, 4]);
+    }
+
+    /// A chunk fetched under an epoch the partition has left (the old assignment, before
+    /// `assign([])`, `assign([tp])`, `seek`) is never handed out and never moves the position.
+    #[test]
+    fn chunks_of_another_epoch_are_dropped() {
+        let mut parts = assigned(7, 0);
+        let mut buffered = VecDeque::new();
+        let old = decode_partition(&tp(), 0, 6, &data(v2_batch(0, 5)));
+        super::super::accept_chunk(&mut buffered, &mut parts, old);
+        assert!(buffered.is_empty());
+        assert_eq!(parts[&tp()].position, Some(0));
+        // Queued while current, then the partition was sought: dropped at take.
+        let current = decode_partition(&tp(), 0, 7, &data(v2_batch(0, 5)));
+        super::super::accept_chunk(&mut buffered, &mut parts, current);
+        parts.get_mut(&tp()).unwrap().epoch = 8;
+        assert!(super::super::take_records(&mut buffered, &mut parts, 500)
+            .unwrap()
+            .is_empty());
+        assert_eq!(parts[&tp()].position, Some(0));
+    }
+
+    /// read_committed through the fetcher: a malformed marker ending an aborted transaction
+    /// stops the partition with the records before it delivered.
+    #[test]
+    fn a_malformed_marker_stops_read_committed_with_the_records_before_it() {
+        use crate::protocol::records::encode_raw_control_batch;
+        use kafka_protocol::messages::fetch_response::AbortedTransaction;
+        use kafka_protocol::messages::ProducerId;
+        let pid = 77;
+        let txn = |base: i64, n: usize| {
+            let mut b = BatchBuilder::new(Compression::None);
+            for _ in 0..n {
+                assert!(b.try_append(1, None, Some(&b"t"[..]), &[], usize::MAX));
+            }
+            let fields = ProducerFields {
+                producer_id: pid,
+                producer_epoch: 0,
+                base_sequence: 0,
+                transactional: true,
+            };
+            let mut out = BytesMut::from(&b.build(fields).unwrap()[..]);
+            crate::protocol::records::set_base_offset(&mut out, base).unwrap();
+            out.to_vec()
+        };
+        let mut bytes = v2_batch(0, 2); // plain records 0, 1
+        bytes.extend(txn(2, 3)); // aborted 2..=4
+        bytes.extend_from_slice(&encode_raw_control_batch(5, 0, 1, pid, 0, &[0, 0], None));
+        bytes.extend(txn(6, 2));
+        let p = data(bytes).with_aborted_transactions(Some(vec![AbortedTransaction::default()
+            .with_producer_id(ProducerId(pid))
+            .with_first_offset(2)]));
+        let chunk = decode_partition(&tp(), 0, 1, &p);
+        assert_eq!(
+            chunk.records.iter().map(|r| r.offset).collect::<Vec<_>>(),
+            [0, 1]
+        );
+        assert_eq!(chunk.next_offset, 5);
+        let e = chunk.error.expect("an error");
+        assert!(
+            matches!(
+                e,
+                Error::CorruptData {
+                    offset: 5,
+                    source: RecordError::MalformedControlRecord { offset: 5, .. },
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    }
 }

@@ -6,8 +6,16 @@
 //! it unsorted). A batch is dropped only when it has the transactional bit and its base offset
 //! is at or after the head entry for its producer; the abort marker of that transaction pops the
 //! head, so the producer's next transaction is kept. Control batches are never returned.
+//!
+//! A marker that cannot be read is never guessed at. When its producer has an aborted
+//! transaction pending (head entry at or before the marker), the marker decides whether the
+//! producer's later data is kept: read as a commit it would leave the head in place and drop the
+//! producer's next, committed, transaction; read as an abort it could expose aborted data. So
+//! it is an error, and the consumer stops there with the records before it delivered. With
+//! nothing pending for the producer (always under read_uncommitted) the marker changes nothing
+//! and is skipped, as the Java client skips control batches it does not need to read.
 
-use crate::protocol::records::{ControlRecord, RecordBatch};
+use crate::protocol::records::{ControlRecord, RecordBatch, RecordError};
 use std::collections::{HashMap, VecDeque};
 
 /// The aborted transactions of one partition's fetch, by producer id.
@@ -36,30 +44,47 @@ impl AbortedTransactions {
 
     /// Whether the records of `batch` are to be handed to the application. Call for every
     /// batch in log order, control batches included (they update the index).
-    pub fn keep(&mut self, batch: &RecordBatch) -> bool {
+    ///
+    /// # Errors
+    /// A control batch whose marker cannot be read (malformed, or of an unknown type) while its
+    /// producer has an aborted transaction pending: see the module documentation.
+    pub fn keep(&mut self, batch: &RecordBatch) -> Result<bool, RecordError> {
         if batch.is_control() {
-            // Only an abort marker ends an aborted transaction; a malformed marker is treated as
-            // a commit marker, which keeps data rather than silently losing it.
-            if let Ok(Some(ControlRecord::Abort { .. })) = batch.control_record() {
-                if let Some(q) = self.by_producer.get_mut(&batch.producer_id) {
-                    if q.front().is_some_and(|first| *first <= batch.base_offset) {
-                        q.pop_front();
-                    }
+            let queue = self.by_producer.get_mut(&batch.producer_id);
+            let Some(q) = queue.filter(|q| q.front().is_some_and(|f| *f <= batch.base_offset))
+            else {
+                // Nothing of this producer to end here: whatever the marker says changes nothing.
+                return Ok(false);
+            };
+            match batch.control_record()? {
+                Some(ControlRecord::Abort { .. }) => {
+                    q.pop_front();
+                }
+                // An inconsistent log (a commit where the abort belongs), or a marker emptied by
+                // compaction: as the Java client, the transaction stays aborted.
+                Some(ControlRecord::Commit { .. }) | None => {}
+                Some(ControlRecord::Other { .. }) => {
+                    return Err(RecordError::MalformedControlRecord {
+                        offset: batch.base_offset,
+                        reason: "unknown control type where an abort marker is expected",
+                    });
                 }
             }
-            return false;
+            return Ok(false);
         }
         if !batch.is_transactional() {
-            return true;
+            return Ok(true);
         }
-        match self
-            .by_producer
-            .get(&batch.producer_id)
-            .and_then(|q| q.front())
-        {
-            Some(first) => batch.base_offset < *first,
-            None => true,
-        }
+        Ok(
+            match self
+                .by_producer
+                .get(&batch.producer_id)
+                .and_then(|q| q.front())
+            {
+                Some(first) => batch.base_offset < *first,
+                None => true,
+            },
+        )
     }
 }
 
@@ -80,7 +105,7 @@ mod tests {
         let mut out = Vec::new();
         for b in decode_batches(fixture()) {
             let b = b.unwrap();
-            if index.keep(&b) {
+            if index.keep(&b).unwrap() {
                 out.extend(b.records().unwrap().iter().map(|r| r.offset));
             }
         }
@@ -119,6 +144,142 @@ mod tests {
         let kept = kept_offsets(vec![(pid, 1_000), (pid + 1, 0), (pid, 6)]);
         let want: Vec<i64> = (0..5).chain(12..17).collect();
         assert_eq!(kept, want);
+    }
+
+    // --------------------------------------------------------------------------------------------
+    // Malformed markers.
+
+    const PID: i64 = 4_242;
+
+    fn txn_batch(base_offset: i64, n: usize) -> RecordBatch {
+        let mut b = crate::protocol::records::BatchBuilder::new(
+            crate::protocol::records::Compression::None,
+        );
+        for i in 0..n {
+            assert!(b.try_append(1, None, Some(format!("{i}").as_bytes()), &[], usize::MAX));
+        }
+        let fields = crate::protocol::records::ProducerFields {
+            producer_id: PID,
+            producer_epoch: 0,
+            base_sequence: 0,
+            transactional: true,
+        };
+        let mut out = bytes::BytesMut::from(&b.build(fields).unwrap()[..]);
+        crate::protocol::records::set_base_offset(&mut out, base_offset).unwrap();
+        decode_batches(out.freeze()).next().unwrap().unwrap()
+    }
+
+    fn marker(base_offset: i64, key: &[u8], value: Option<&[u8]>) -> RecordBatch {
+        let bytes = crate::protocol::records::encode_raw_control_batch(
+            base_offset,
+            0,
+            1,
+            PID,
+            0,
+            key,
+            value,
+        );
+        decode_batches(bytes).next().unwrap().unwrap()
+    }
+
+    /// Data 0..=2 of an aborted transaction, its marker at 3 given as `key` / `value`, then a
+    /// committed transaction 4..=6 and its commit marker at 7.
+    fn aborted_then_committed(key: &[u8], value: Option<&[u8]>) -> Vec<RecordBatch> {
+        vec![
+            txn_batch(0, 3),
+            marker(3, key, value),
+            txn_batch(4, 3),
+            marker(7, &[0, 0, 0, 1], Some(&[0, 0, 0, 0, 0, 5])),
+        ]
+    }
+
+    const ABORT_VALUE: &[u8] = &[0, 0, 0, 0, 0, 5];
+
+    /// Runs the batches through `keep`: the offsets kept, and the error that stopped it.
+    fn run(batches: Vec<RecordBatch>, aborted: Vec<(i64, i64)>) -> (Vec<i64>, Option<RecordError>) {
+        let mut index = AbortedTransactions::new(aborted);
+        let mut kept = Vec::new();
+        for b in batches {
+            match index.keep(&b) {
+                Ok(true) => kept.extend(b.records().unwrap().iter().map(|r| r.offset)),
+                Ok(false) => {}
+                Err(e) => return (kept, Some(e)),
+            }
+        }
+        (kept, None)
+    }
+
+    /// Before the fix a marker that could not be read counted as a commit: the aborted
+    /// transaction's entry stayed at the head and the producer's next, committed, transaction
+    /// (4..=6) was dropped without a word (seen: kept `[]` for every case below).
+    #[test]
+    fn a_malformed_marker_ending_an_aborted_transaction_is_not_read_as_a_commit() {
+        // (what, marker key, marker value)
+        type Case = (&'static str, &'static [u8], Option<&'static [u8]>);
+        let cases: [Case; 4] = [
+            ("key of 2 bytes", &[0, 0], Some(ABORT_VALUE)),
+            (
+                "negative key version",
+                &[0xFF, 0xFF, 0, 0],
+                Some(ABORT_VALUE),
+            ),
+            ("unknown control type", &[0, 0, 0, 9], Some(ABORT_VALUE)),
+            ("abort value of 3 bytes", &[0, 0, 0, 0], Some(&[0, 0, 0])),
+        ];
+        for (what, key, value) in cases {
+            let (kept, err) = run(aborted_then_committed(key, value), vec![(PID, 0)]);
+            assert_eq!(
+                kept,
+                Vec::<i64>::new(),
+                "{what}: nothing of the aborted data"
+            );
+            let err = err.unwrap_or_else(|| panic!("{what}: no error"));
+            assert!(
+                matches!(err, RecordError::MalformedControlRecord { offset: 3, .. }),
+                "{what}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_well_formed_abort_marker_keeps_the_next_transaction() {
+        let (kept, err) = run(
+            aborted_then_committed(&[0, 0, 0, 0], Some(ABORT_VALUE)),
+            vec![(PID, 0)],
+        );
+        assert_eq!((kept, err), (vec![4, 5, 6], None));
+        // A newer key version is read as version 0, as the Java client does.
+        let (kept, err) = run(
+            aborted_then_committed(&[0, 7, 0, 0], Some(ABORT_VALUE)),
+            vec![(PID, 0)],
+        );
+        assert_eq!((kept, err), (vec![4, 5, 6], None));
+    }
+
+    /// With no aborted transaction pending (read_uncommitted, or a marker of a producer with
+    /// none), an unreadable marker changes nothing and is skipped.
+    #[test]
+    fn a_malformed_marker_with_nothing_pending_is_skipped() {
+        let (kept, err) = run(aborted_then_committed(&[0, 0], None), vec![]);
+        assert_eq!((kept, err), (vec![0, 1, 2, 4, 5, 6], None));
+        // Another producer's aborted transaction is not this marker's business either.
+        let (kept, err) = run(aborted_then_committed(&[0, 0], None), vec![(PID + 1, 0)]);
+        assert_eq!((kept, err), (vec![0, 1, 2, 4, 5, 6], None));
+    }
+
+    /// Marker before the aborted transaction's first offset: a commit of the producer's previous
+    /// transaction, which must not consume the later abort entry, malformed or not.
+    #[test]
+    fn a_marker_before_the_pending_abort_does_not_end_it() {
+        let batches = vec![
+            txn_batch(0, 2),
+            marker(2, &[0, 0], None),
+            txn_batch(3, 2),
+            marker(5, &[0, 0, 0, 0], Some(ABORT_VALUE)),
+            txn_batch(6, 1),
+        ];
+        let (kept, err) = run(batches, vec![(PID, 3)]);
+        assert_eq!((kept, err), (vec![0, 1, 6], None));
     }
 
     // --------------------------------------------------------------------------------------------
@@ -196,7 +357,7 @@ mod tests {
         let mut index = AbortedTransactions::new(aborted);
         let mut out = Vec::new();
         for b in batches {
-            if index.keep(b) {
+            if index.keep(b).unwrap() {
                 assert!(
                     !b.is_control(),
                     "a control batch was kept at {}",

@@ -3,12 +3,14 @@
 //! Positions live in the consumer; a background [`fetcher`] task keeps one Fetch request in
 //! flight per leader broker and hands decoded records over a bounded channel, so the next fetch
 //! overlaps with the application processing the previous one while a slow application still
-//! bounds memory. Every seek bumps the partition's *epoch*; fetched data carries the epoch it
-//! was fetched under, and data from an older epoch is dropped, so a seek is never undone by a
-//! response that was already on its way.
+//! bounds memory. Every assignment of a partition, seek and reset gives it a new *epoch*, drawn
+//! from one counter per consumer so an epoch is never reused; fetched data carries the epoch it
+//! was fetched under, and data from any other epoch is dropped, so a seek or a reassignment is
+//! never undone by a response that was already on its way.
 
 mod fetcher;
 pub mod isolation;
+mod order;
 
 use super::cluster::Cluster;
 use super::config::{AutoOffsetReset, ConsumerConfig, IsolationLevel};
@@ -21,6 +23,7 @@ use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListO
 use kafka_protocol::messages::{BrokerId, ListOffsetsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Notify};
@@ -65,14 +68,38 @@ pub(crate) struct PartitionState {
     pub fetch_offset: i64,
     /// Requested start, resolved by the fetcher with ListOffsets.
     pub pending: Option<Offset>,
+    /// Fetch epoch, from [`Shared::next_epoch`]: new on every assignment of the partition, seek
+    /// and reset, never reused. Data fetched under another epoch is dropped.
     pub epoch: u64,
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
-    /// A fetch for this partition is in flight.
-    pub in_fetch: bool,
+    /// The id of the fetch request this partition is in, if one is in flight. Only that
+    /// request clears it: a request of an earlier assignment must not, or a second request
+    /// for the partition could be sent while one is still in flight.
+    pub in_flight: Option<u64>,
     /// When the partition may be fetched again after an error.
     pub backoff_until: Option<Instant>,
+    /// Fetching stopped at data that cannot be decoded; the chunk carrying the error is
+    /// buffered and raised by every poll until a seek (which clears this) moves the position.
+    pub halted: bool,
+}
+
+impl PartitionState {
+    fn new(epoch: u64, pending: Option<Offset>) -> PartitionState {
+        PartitionState {
+            position: None,
+            fetch_offset: -1,
+            pending,
+            epoch,
+            high_watermark: -1,
+            last_stable_offset: -1,
+            log_start_offset: -1,
+            in_flight: None,
+            backoff_until: None,
+            halted: false,
+        }
+    }
 }
 
 /// Data for one partition from one fetch.
@@ -84,6 +111,8 @@ pub(crate) struct Chunk {
     pub next_offset: i64,
     pub high_watermark: i64,
     pub last_stable_offset: i64,
+    /// Decoding stopped at `next_offset` on this (the records before it are in `records`).
+    pub error: Option<Error>,
 }
 
 pub(crate) enum Fetched {
@@ -96,9 +125,18 @@ pub(crate) struct Shared {
     pub cluster: Arc<Cluster>,
     pub parts: Mutex<BTreeMap<TopicPartition, PartitionState>>,
     pub wake: Notify,
+    /// The last fetch epoch handed out.
+    epochs: AtomicU64,
 }
 
 impl Shared {
+    /// A fetch epoch never used before by this consumer. Epochs restarting at 0 on every
+    /// assignment let data fetched for an earlier assignment pass the check after `assign`,
+    /// `assign`, `seek` brought the partition back to the same number.
+    pub fn next_epoch(&self) -> u64 {
+        self.epochs.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
     pub fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<TopicPartition, PartitionState>> {
         self.parts.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -148,6 +186,7 @@ impl Consumer {
             cluster,
             parts: Mutex::new(BTreeMap::new()),
             wake: Notify::new(),
+            epochs: AtomicU64::new(0),
         });
         let (tx, rx) = mpsc::channel(64);
         let task = tokio::spawn(fetcher::run(shared.clone(), tx));
@@ -185,17 +224,9 @@ impl Consumer {
             let mut parts = self.shared.lock();
             parts.retain(|tp, _| tps.contains(tp));
             for tp in &tps {
-                parts.entry(tp.clone()).or_insert(PartitionState {
-                    position: None,
-                    fetch_offset: -1,
-                    pending: reset,
-                    epoch: 0,
-                    high_watermark: -1,
-                    last_stable_offset: -1,
-                    log_start_offset: -1,
-                    in_fetch: false,
-                    backoff_until: None,
-                });
+                parts
+                    .entry(tp.clone())
+                    .or_insert_with(|| PartitionState::new(self.shared.next_epoch(), reset));
             }
         }
         self.buffered.retain(|c| tps.contains(&c.tp));
@@ -233,7 +264,8 @@ impl Consumer {
             let st = parts
                 .get_mut(tp)
                 .ok_or_else(|| Error::InvalidState(format!("cannot seek {tp}: not assigned")))?;
-            st.epoch += 1;
+            st.epoch = self.shared.next_epoch();
+            st.halted = false;
             match offset {
                 Offset::At(o) if o >= 0 => {
                     st.position = Some(o);
@@ -276,12 +308,19 @@ impl Consumer {
     /// vector when none arrived in time).
     ///
     /// # Errors
-    /// Fatal fetch errors, e.g. OFFSET_OUT_OF_RANGE with auto.offset.reset=none.
+    /// Fatal fetch errors, e.g. OFFSET_OUT_OF_RANGE with auto.offset.reset=none, and
+    /// [`Error::CorruptData`] once the records before corrupt data have been returned (raised
+    /// again by every poll until the application seeks past it, as the Java client does).
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
         let deadline = tokio::time::Instant::now() + timeout;
-        while self.buffered.is_empty() {
+        let max = self.shared.config.max_poll_records;
+        loop {
+            let out = self.take(max)?;
+            if !out.is_empty() {
+                return Ok(out);
+            }
             match tokio::time::timeout_at(deadline, self.rx.recv()).await {
-                Err(_) => break,
+                Err(_) => return Ok(out),
                 Ok(None) => return Err(Error::Closed("consumer")),
                 Ok(Some(f)) => {
                     self.apply(f)?;
@@ -290,12 +329,11 @@ impl Consumer {
                         self.apply(f)?;
                     }
                     if self.at_end() {
-                        break;
+                        return Ok(Vec::new());
                     }
                 }
             }
         }
-        Ok(self.take(self.shared.config.max_poll_records))
     }
 
     /// The next record, waiting as long as it takes.
@@ -304,7 +342,7 @@ impl Consumer {
     /// As [`Self::poll`].
     pub async fn recv(&mut self) -> Result<ConsumerRecord> {
         loop {
-            if let Some(r) = self.take(1).pop() {
+            if let Some(r) = self.take(1)?.pop() {
                 return Ok(r);
             }
             match self.rx.recv().await {
@@ -322,34 +360,9 @@ impl Consumer {
         })
     }
 
-    /// Hands out up to `max` buffered records and moves positions past them. A chunk fully
-    /// handed out moves its partition to the chunk's end, which may lie past its last record
-    /// (transaction markers, aborted batches).
-    fn take(&mut self, max: usize) -> Vec<ConsumerRecord> {
-        let mut out = Vec::new();
+    fn take(&mut self, max: usize) -> Result<Vec<ConsumerRecord>> {
         let mut parts = self.shared.lock();
-        while out.len() < max {
-            let Some(chunk) = self.buffered.front_mut() else {
-                break;
-            };
-            let n = chunk.records.len().min(max - out.len());
-            out.extend(chunk.records.drain(..n));
-            let st = parts.get_mut(&chunk.tp);
-            if chunk.records.is_empty() {
-                if let Some(st) = st.filter(|st| st.epoch == chunk.epoch) {
-                    st.position = Some(chunk.next_offset);
-                }
-                self.buffered.pop_front();
-            } else {
-                if let (Some(st), Some(last)) = (st, out.last()) {
-                    if st.epoch == chunk.epoch {
-                        st.position = Some(last.offset + 1);
-                    }
-                }
-                break;
-            }
-        }
-        out
+        take_records(&mut self.buffered, &mut parts, max)
     }
 
     fn apply(&mut self, f: Fetched) -> Result<()> {
@@ -358,24 +371,7 @@ impl Consumer {
             Fetched::Chunk(c) => c,
         };
         let mut parts = self.shared.lock();
-        let Some(st) = parts.get_mut(&chunk.tp) else {
-            return Ok(()); // unassigned meanwhile
-        };
-        if st.epoch != chunk.epoch {
-            return Ok(()); // fetched before a seek
-        }
-        st.high_watermark = chunk.high_watermark;
-        st.last_stable_offset = chunk.last_stable_offset;
-        let behind = self.buffered.iter().any(|c| c.tp == chunk.tp);
-        if chunk.records.is_empty() && !behind {
-            // Nothing to hand out, nothing queued before it: move the position now.
-            if st.position.is_some_and(|p| chunk.next_offset > p) {
-                st.position = Some(chunk.next_offset);
-            }
-            return Ok(());
-        }
-        drop(parts);
-        self.buffered.push_back(chunk);
+        accept_chunk(&mut self.buffered, &mut parts, chunk);
         Ok(())
     }
 
@@ -397,6 +393,75 @@ impl Consumer {
             })
             .collect())
     }
+}
+
+/// Hands out up to `max` buffered records and moves positions past them. A chunk fully handed
+/// out moves its partition to the chunk's end, which may lie past its last record (transaction
+/// markers, aborted batches). A chunk whose partition was unassigned, sought or reset since it
+/// arrived is dropped unread. A chunk that ends in an error raises it once its records are out:
+/// in the same call when nothing was taken yet, else on the next; the chunk stays at the front,
+/// so the error is raised again until a seek or reassignment removes it.
+fn take_records(
+    buffered: &mut VecDeque<Chunk>,
+    parts: &mut BTreeMap<TopicPartition, PartitionState>,
+    max: usize,
+) -> Result<Vec<ConsumerRecord>> {
+    let mut out = Vec::new();
+    while out.len() < max {
+        let Some(chunk) = buffered.front_mut() else {
+            break;
+        };
+        let Some(st) = parts
+            .get_mut(&chunk.tp)
+            .filter(|st| st.epoch == chunk.epoch)
+        else {
+            buffered.pop_front();
+            continue;
+        };
+        let n = chunk.records.len().min(max - out.len());
+        out.extend(chunk.records.drain(..n));
+        if !chunk.records.is_empty() {
+            if let Some(last) = out.last() {
+                st.position = Some(last.offset + 1);
+            }
+            break;
+        }
+        st.position = Some(chunk.next_offset);
+        if let Some(e) = &chunk.error {
+            if out.is_empty() {
+                return Err(e.clone());
+            }
+            break;
+        }
+        buffered.pop_front();
+    }
+    Ok(out)
+}
+
+/// Queues a chunk from the fetcher, unless it was fetched for an epoch the partition has left
+/// (unassigned, reassigned, sought or reset meanwhile).
+fn accept_chunk(
+    buffered: &mut VecDeque<Chunk>,
+    parts: &mut BTreeMap<TopicPartition, PartitionState>,
+    chunk: Chunk,
+) {
+    let Some(st) = parts
+        .get_mut(&chunk.tp)
+        .filter(|st| st.epoch == chunk.epoch)
+    else {
+        return;
+    };
+    st.high_watermark = chunk.high_watermark;
+    st.last_stable_offset = chunk.last_stable_offset;
+    let behind = buffered.iter().any(|c| c.tp == chunk.tp);
+    if chunk.records.is_empty() && chunk.error.is_none() && !behind {
+        // Nothing to hand out, nothing queued before it: move the position now.
+        if st.position.is_some_and(|p| chunk.next_offset > p) {
+            st.position = Some(chunk.next_offset);
+        }
+        return;
+    }
+    buffered.push_back(chunk);
 }
 
 /// Resolves `Beginning`/`End`/`Timestamp` to offsets with ListOffsets at each leader.

@@ -416,83 +416,124 @@ impl BatchIter {
     }
 }
 
-fn be_i16(b: &[u8], at: usize) -> i16 {
+pub(super) fn be_i16(b: &[u8], at: usize) -> i16 {
     i16::from_be_bytes([b[at], b[at + 1]])
 }
 
-fn be_i32(b: &[u8], at: usize) -> i32 {
+pub(super) fn be_i32(b: &[u8], at: usize) -> i32 {
     i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-fn be_i64(b: &[u8], at: usize) -> i64 {
+pub(super) fn be_i64(b: &[u8], at: usize) -> i64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
     i64::from_be_bytes(a)
+}
+
+/// One entry of a records buffer, framed by its 12-byte log overhead (offset, length) but not
+/// yet checked beyond reaching its magic byte, which sits at byte 16 in every format.
+pub(super) struct Frame {
+    /// The first 8 bytes: a v2 batch's base offset, a v0/v1 message's (last) offset.
+    pub offset: i64,
+    /// The length field: bytes after it.
+    pub length: i32,
+    pub magic: i8,
+    /// The whole entry, log overhead included.
+    pub bytes: Bytes,
+}
+
+/// Frames the next entry of `buf`, shared by every format. `None` at a clean end or a
+/// truncated last entry (the broker cuts at its byte limit); sets `done` when the rest of the
+/// buffer cannot be framed.
+pub(super) fn next_frame(buf: &mut Bytes, done: &mut bool) -> Option<Result<Frame, RecordError>> {
+    if *done || buf.len() < LOG_OVERHEAD {
+        *done = true;
+        return None;
+    }
+    let offset = be_i64(buf, BASE_OFFSET);
+    let length = be_i32(buf, BATCH_LENGTH);
+    let Ok(body_len) = usize::try_from(length) else {
+        *done = true;
+        return Some(Err(RecordError::InvalidBatchLength { offset, length }));
+    };
+    let total = LOG_OVERHEAD + body_len;
+    if total > buf.len() {
+        // The broker stops at its byte limit mid-batch; the consumer fetches the rest later.
+        *done = true;
+        return None;
+    }
+    let bytes = buf.split_to(total);
+    if length < MIN_TO_MAGIC {
+        return Some(Err(RecordError::BatchTooShort {
+            offset,
+            length,
+            min: MIN_TO_MAGIC as usize,
+        }));
+    }
+    Some(Ok(Frame {
+        offset,
+        length,
+        magic: bytes[MAGIC] as i8,
+        bytes,
+    }))
+}
+
+/// Checks a framed magic-2 entry (header length, CRC-32C) and reads its header.
+pub(super) fn parse_v2(frame: Frame) -> Result<RecordBatch, RecordError> {
+    let Frame {
+        offset,
+        length,
+        bytes: batch,
+        ..
+    } = frame;
+    let total = batch.len();
+    if total < BATCH_HEADER_LEN {
+        return Err(RecordError::BatchTooShort {
+            offset,
+            length,
+            min: BATCH_HEADER_LEN - LOG_OVERHEAD,
+        });
+    }
+    let stored = be_i32(&batch, CRC) as u32;
+    let computed = crc32c::crc32c(&batch[ATTRIBUTES..]);
+    if stored != computed {
+        return Err(RecordError::CrcMismatch {
+            offset,
+            stored,
+            computed,
+        });
+    }
+    Ok(RecordBatch {
+        base_offset: offset,
+        partition_leader_epoch: be_i32(&batch, PARTITION_LEADER_EPOCH),
+        attributes: be_i16(&batch, ATTRIBUTES),
+        last_offset_delta: be_i32(&batch, LAST_OFFSET_DELTA),
+        base_timestamp: be_i64(&batch, BASE_TIMESTAMP),
+        max_timestamp: be_i64(&batch, MAX_TIMESTAMP),
+        producer_id: be_i64(&batch, PRODUCER_ID),
+        producer_epoch: be_i16(&batch, PRODUCER_EPOCH),
+        base_sequence: be_i32(&batch, BASE_SEQUENCE),
+        records_count: be_i32(&batch, RECORDS_COUNT),
+        payload: batch.slice(BATCH_HEADER_LEN..),
+        encoded_len: total,
+    })
 }
 
 impl Iterator for BatchIter {
     type Item = Result<RecordBatch, RecordError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done || self.buf.len() < LOG_OVERHEAD {
-            self.done = true;
-            return None;
-        }
-        let b = &self.buf[..];
-        let offset = be_i64(b, BASE_OFFSET);
-        let length = be_i32(b, BATCH_LENGTH);
-        let Ok(body_len) = usize::try_from(length) else {
-            self.done = true;
-            return Some(Err(RecordError::InvalidBatchLength { offset, length }));
+        let frame = match next_frame(&mut self.buf, &mut self.done)? {
+            Ok(f) => f,
+            Err(e) => return Some(Err(e)),
         };
-        let total = LOG_OVERHEAD + body_len;
-        if total > b.len() {
-            // The broker stops at its byte limit mid-batch; the consumer fetches the rest later.
-            self.done = true;
-            return None;
-        }
-        let batch = self.buf.split_to(total);
-        if length < MIN_TO_MAGIC {
-            return Some(Err(RecordError::BatchTooShort {
-                offset,
-                length,
-                min: MIN_TO_MAGIC as usize,
+        if frame.magic != MAGIC_V2 {
+            return Some(Err(RecordError::UnsupportedMagic {
+                offset: frame.offset,
+                magic: frame.magic,
             }));
         }
-        let magic = batch[MAGIC] as i8;
-        if magic != MAGIC_V2 {
-            return Some(Err(RecordError::UnsupportedMagic { offset, magic }));
-        }
-        if total < BATCH_HEADER_LEN {
-            return Some(Err(RecordError::BatchTooShort {
-                offset,
-                length,
-                min: BATCH_HEADER_LEN - LOG_OVERHEAD,
-            }));
-        }
-        let stored = be_i32(&batch, CRC) as u32;
-        let computed = crc32c::crc32c(&batch[ATTRIBUTES..]);
-        if stored != computed {
-            return Some(Err(RecordError::CrcMismatch {
-                offset,
-                stored,
-                computed,
-            }));
-        }
-        Some(Ok(RecordBatch {
-            base_offset: offset,
-            partition_leader_epoch: be_i32(&batch, PARTITION_LEADER_EPOCH),
-            attributes: be_i16(&batch, ATTRIBUTES),
-            last_offset_delta: be_i32(&batch, LAST_OFFSET_DELTA),
-            base_timestamp: be_i64(&batch, BASE_TIMESTAMP),
-            max_timestamp: be_i64(&batch, MAX_TIMESTAMP),
-            producer_id: be_i64(&batch, PRODUCER_ID),
-            producer_epoch: be_i16(&batch, PRODUCER_EPOCH),
-            base_sequence: be_i32(&batch, BASE_SEQUENCE),
-            records_count: be_i32(&batch, RECORDS_COUNT),
-            payload: batch.slice(BATCH_HEADER_LEN..),
-            encoded_len: total,
-        }))
+        Some(parse_v2(frame))
     }
 }
 

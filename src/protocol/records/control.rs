@@ -98,10 +98,32 @@ pub fn encode_control_batch(
         ControlRecord::Other { .. } => None,
     };
     let value = value.as_ref().map(|v| &v[..]);
-    // A 4-byte key and at most 6-byte value cannot overflow any length field.
-    let body = body_size(0, 0, Some(&key), value, &[]).unwrap_or_default();
+    encode_raw_control_batch(
+        base_offset,
+        partition_leader_epoch,
+        timestamp,
+        producer_id,
+        producer_epoch,
+        &key,
+        value,
+    )
+}
+
+/// A control batch with the given key and value bytes, valid or not: tests use it to build
+/// markers a coordinator would never write (too short, negative version, unknown type).
+pub(crate) fn encode_raw_control_batch(
+    base_offset: i64,
+    partition_leader_epoch: i32,
+    timestamp: i64,
+    producer_id: i64,
+    producer_epoch: i16,
+    key: &[u8],
+    value: Option<&[u8]>,
+) -> Bytes {
+    // Keys and values here are a few bytes: no length field can overflow.
+    let body = body_size(0, 0, Some(key), value, &[]).unwrap_or_default();
     let mut out = vec![0u8; BATCH_HEADER_LEN];
-    encode_record(&mut out, body, 0, 0, Some(&key), value, &[]);
+    encode_record(&mut out, body, 0, 0, Some(key), value, &[]);
     put_header_fields(
         &mut out,
         HeaderFields {

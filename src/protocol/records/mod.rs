@@ -1,4 +1,6 @@
-//! The v2 RecordBatch format (magic 2), our own codec.
+//! The v2 RecordBatch format (magic 2), our own codec, and a reader for the old v0/v1 message
+//! sets beside it ([`LegacyMessage`], layout in `legacy.rs`). [`decode_batches`] reads v2 only;
+//! [`decode_entries`] reads any format, which is what a consumer needs.
 //!
 //! Decoding ([`decode_batches`], [`RecordBatch::records`]) is zero-copy: keys, values and header
 //! values are [`Bytes`] slices of the fetch response buffer, or of the single buffer a compressed
@@ -32,7 +34,12 @@ use bytes::Bytes;
 mod batch;
 mod builder;
 mod control;
+mod entry;
+mod legacy;
 pub mod varint;
+
+#[cfg(test)]
+mod legacy_tests;
 
 #[cfg(test)]
 mod tests;
@@ -42,8 +49,14 @@ mod fixture_tests;
 
 pub use self::batch::{decode_batches, BatchIter, RecordBatch, RecordIter};
 pub use self::builder::{rewrite_producer_fields, set_base_offset, BatchBuilder};
+#[cfg(test)]
+pub(crate) use self::control::encode_raw_control_batch;
 pub use self::control::{
     encode_control_batch, ControlRecord, CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT,
+};
+pub use self::entry::{decode_entries, EntryIter, LogEntry, LogRecordIter};
+pub use self::legacy::{
+    LegacyMessage, LegacyRecordIter, MAGIC_V0, MAGIC_V1, V0_MIN_SIZE, V1_MIN_SIZE,
 };
 pub use crate::protocol::compression::{Compression, CompressionError};
 
@@ -51,7 +64,7 @@ pub use crate::protocol::compression::{Compression, CompressionError};
 pub const BATCH_HEADER_LEN: usize = 61;
 /// Bytes before the part counted by batchLength (baseOffset + batchLength).
 pub const LOG_OVERHEAD: usize = 12;
-/// The only message format this codec reads and writes.
+/// The message format this codec writes, and the only one [`decode_batches`] reads.
 pub const MAGIC_V2: i8 = 2;
 
 pub(crate) mod layout {
@@ -183,7 +196,8 @@ pub enum RecordError {
         /// The minimum for the format.
         min: usize,
     },
-    /// A magic other than 2: old message sets (v0, v1) or garbage.
+    /// A magic this reader does not handle: v0/v1 in [`decode_batches`] (use
+    /// [`decode_entries`]), or garbage.
     #[error("batch at offset {offset}: message format v{magic} is not supported")]
     UnsupportedMagic {
         /// Base offset of the batch.
@@ -238,6 +252,14 @@ pub enum RecordError {
         declared: i32,
         /// How the payload disagrees.
         reason: String,
+    },
+    /// A v0/v1 message, or a compressed wrapper's inner message set, is malformed.
+    #[error("message at offset {offset}: {reason}")]
+    MalformedMessage {
+        /// Offset of the message (for a wrapper, its own offset).
+        offset: i64,
+        /// What is wrong.
+        reason: &'static str,
     },
     /// A control batch whose record is not a valid control record.
     #[error("batch at offset {offset}: malformed control record: {reason}")]

@@ -2,13 +2,13 @@
 //! others sharing its connection, and a request the broker holds on purpose (Fetch max_wait,
 //! JoinGroup) must not be cut by request.timeout.ms.
 
-use crate::support::proxy::Proxy;
+use crate::support::proxy::{Blackhole, FakeLeader, Proxy};
 use crate::support::*;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{ApiVersionsRequest, BrokerId, FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use onceflow::client::connection::Connection;
-use onceflow::client::{Consumer, Error, Offset};
+use onceflow::client::{Consumer, Error, Offset, Producer, ProducerRecord};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -189,5 +189,63 @@ async fn consumer_fetch_held_longer_than_request_timeout_keeps_its_connection() 
         connections <= 2,
         "{connections} connections for {} fetches: each held fetch replaced the connection",
         proxy.faults.fetch_requests.load(Ordering::Relaxed)
+    );
+}
+
+/// Bug 13: one unreachable leader stalled the whole producer. The proxy presents partition 1
+/// as led by a second broker whose connection hangs (it accepts and never answers ApiVersions);
+/// partition 0's leader is the real broker. Records for partition 0 must be acknowledged while
+/// the connect to the hanging one is still pending, long before its timeouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_for_a_healthy_leader_are_not_held_up_by_an_unreachable_one() {
+    let topic = TestTopic::create("one-leader-hangs", 2).await;
+    let hole = Blackhole::start().await;
+    let proxy = Proxy::start(&broker()).await;
+    *proxy.faults.fake_leader.lock().unwrap() = Some(FakeLeader {
+        node_id: 4242,
+        addr: hole.addr.clone(),
+        topic: topic.name.clone(),
+        partitions: vec![1],
+    });
+    // Timeouts far beyond the test's deadline: acknowledgements within it cannot be explained
+    // by the hanging connect giving up.
+    let p = Producer::new(producer_config(
+        &proxy.addr,
+        &[
+            ("linger.ms", "0"),
+            ("request.timeout.ms", "300000"),
+            ("socket.connection.setup.timeout.ms", "300000"),
+            ("delivery.timeout.ms", "600000"),
+        ],
+    ))
+    .await
+    .expect("producer");
+    let mut stuck = p
+        .send(ProducerRecord::new(topic.name.clone(), "to the hanging leader").with_partition(1))
+        .await
+        .expect("send to partition 1");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while hole.accepted.load(Ordering::Relaxed) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the producer did not connect to partition 1's leader within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The connect to the hanging leader is under way. Partition 0 goes on, record by record.
+    for i in 0..10 {
+        let f = p
+            .send(ProducerRecord::new(topic.name.clone(), format!("healthy {i}")).with_partition(0))
+            .await
+            .expect("send to partition 0");
+        let meta = tokio::time::timeout(Duration::from_secs(60), f)
+            .await
+            .expect("a record for the healthy leader was not acknowledged within 60 s while the connect to the unreachable leader was pending")
+            .expect("delivered");
+        assert_eq!(meta.offset, i);
+    }
+    assert!(
+        futures::FutureExt::now_or_never(&mut stuck).is_none(),
+        "the record for the hanging leader is still pending"
     );
 }

@@ -10,12 +10,18 @@
 //! - `reset_per_mille`: close the connection at random after forwarding a request;
 //! - `hold_next_request`: hold the next request of one API this long before forwarding it
 //!   (e.g. a SyncGroup held past session.timeout.ms reaches a coordinator that has already
-//!   removed the member).
+//!   removed the member);
+//! - `fake_leader`: a second broker id, at another address, that Metadata names as the leader
+//!   of chosen partitions. With one real broker this is how a test gets a cluster where one
+//!   leader is healthy and another unreachable (point it at a [`Blackhole`]).
 //!
 //! It also counts the requests it forwards per API (`Faults::requests`).
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, FindCoordinatorResponse, MetadataResponse, ResponseHeader};
+use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FindCoordinatorResponse, MetadataResponse, ResponseHeader,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use rand::Rng;
 use std::collections::HashMap;
@@ -46,6 +52,7 @@ pub struct Faults {
     pub forwarded: Mutex<HashMap<i16, u64>>,
     /// Hold the next request of this API this long before forwarding it (one-shot).
     pub hold_next_request: Mutex<Option<(ApiKey, std::time::Duration)>>,
+    pub fake_leader: Mutex<Option<FakeLeader>>,
 }
 
 impl Faults {
@@ -57,6 +64,53 @@ impl Faults {
             .get(&(api as i16))
             .copied()
             .unwrap_or(0)
+    }
+}
+
+/// Partitions that Metadata responses say another broker leads.
+#[derive(Clone, Debug)]
+pub struct FakeLeader {
+    /// Its node id (must not be a real broker's).
+    pub node_id: i32,
+    /// Its host:port.
+    pub addr: String,
+    pub topic: String,
+    pub partitions: Vec<i32>,
+}
+
+/// A listener that accepts connections and never answers (nor closes them): a broker whose
+/// connection setup hangs, e.g. a process stopped with SIGSTOP.
+pub struct Blackhole {
+    pub addr: String,
+    /// Connections accepted so far.
+    pub accepted: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Blackhole {
+    pub async fn start() -> Blackhole {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let count = accepted.clone();
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::Relaxed);
+                held.push(socket);
+            }
+        });
+        Blackhole {
+            addr,
+            accepted,
+            task,
+        }
+    }
+}
+
+impl Drop for Blackhole {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 
@@ -191,7 +245,10 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
                         faults.dropped_responses.fetch_add(1, Ordering::Relaxed);
                         break;
                     }
-                    Some((api, version, false)) => rewrite(frame, api, version, &me),
+                    Some((api, version, false)) => {
+                        let fake = faults.fake_leader.lock().unwrap().clone();
+                        rewrite(frame, api, version, &me, fake.as_ref())
+                    }
                     None => frame,
                 };
                 let mut out = BytesMut::with_capacity(body.len() + 4);
@@ -212,8 +269,9 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
     }
 }
 
-/// Points broker addresses in Metadata / FindCoordinator responses at the proxy.
-fn rewrite(frame: Bytes, api: i16, version: i16, me: &str) -> Bytes {
+/// Points broker addresses in Metadata / FindCoordinator responses at the proxy, and adds the
+/// fake leader, if any.
+fn rewrite(frame: Bytes, api: i16, version: i16, me: &str, fake: Option<&FakeLeader>) -> Bytes {
     let Ok(key) = ApiKey::try_from(api) else {
         return frame;
     };
@@ -237,6 +295,27 @@ fn rewrite(frame: Bytes, api: i16, version: i16, me: &str) -> Bytes {
             for b in &mut m.brokers {
                 b.host = StrBytes::from_string(host.to_owned());
                 b.port = port;
+            }
+            if let Some(fake) = fake {
+                let (fhost, fport) = fake.addr.rsplit_once(':').unwrap();
+                m.brokers.push(
+                    MetadataResponseBroker::default()
+                        .with_node_id(BrokerId(fake.node_id))
+                        .with_host(StrBytes::from_string(fhost.to_owned()))
+                        .with_port(fport.parse().unwrap()),
+                );
+                for t in &mut m.topics {
+                    if t.name.as_ref().map(|n| n.0.as_str()) != Some(fake.topic.as_str()) {
+                        continue;
+                    }
+                    for p in &mut t.partitions {
+                        if fake.partitions.contains(&p.partition_index) {
+                            p.leader_id = BrokerId(fake.node_id);
+                            p.replica_nodes = vec![BrokerId(fake.node_id)];
+                            p.isr_nodes = vec![BrokerId(fake.node_id)];
+                        }
+                    }
+                }
             }
             m.encode(&mut out, version).unwrap();
         }

@@ -33,6 +33,19 @@ struct BrokerSlot {
     next_attempt: Option<Instant>,
 }
 
+/// A broker connection's state, read without waiting ([`Cluster::node_state`]).
+#[derive(Debug, Clone)]
+pub enum NodeState {
+    /// Connected: requests can go out now.
+    Ready(Arc<Connection>),
+    /// A connect (or the backoff before it) is under way.
+    Connecting,
+    /// The last connect failed; no new one before this instant.
+    BackingOff(Instant),
+    /// No connection and nothing under way.
+    Disconnected,
+}
+
 /// The broker pool and metadata cache.
 pub struct Cluster {
     config: ClientConfig,
@@ -126,18 +139,25 @@ impl Cluster {
         if let Some(at) = slot.next_attempt {
             tokio::time::sleep_until(at.into()).await;
         }
-        let addr = self.addr_of(node_id).ok_or_else(|| Error::Io {
-            broker: format!("node {node_id}"),
-            message: "broker is not in the cluster metadata".into(),
-        })?;
-        match Connection::connect(
-            &addr,
-            &self.config.client_id,
-            self.config.connect_timeout,
-            self.config.request_timeout,
-        )
-        .await
-        {
+        // An unknown address counts as a failed attempt too, so that callers retrying in a
+        // loop (the sender's background connects) are paced by the backoff.
+        let addr = self.addr_of(node_id);
+        let connected = match &addr {
+            Some(addr) => {
+                Connection::connect(
+                    addr,
+                    &self.config.client_id,
+                    self.config.connect_timeout,
+                    self.config.request_timeout,
+                )
+                .await
+            }
+            None => Err(Error::Io {
+                broker: format!("node {node_id}"),
+                message: "broker is not in the cluster metadata".into(),
+            }),
+        };
+        match connected {
             Ok(c) => {
                 let c = Arc::new(c);
                 slot.conn = Some(c.clone());
@@ -153,9 +173,25 @@ impl Cluster {
                     slot.failures,
                 );
                 slot.next_attempt = Some(Instant::now() + backoff);
-                debug!(node_id, %addr, error = %e, ?backoff, "connect failed");
+                debug!(node_id, ?addr, error = %e, ?backoff, "connect failed");
                 Err(e)
             }
+        }
+    }
+
+    /// Where the connection to a broker stands, without waiting or connecting: the producer's
+    /// sender checks this each round and skips brokers that are not ready, so that one broker
+    /// slow to connect does not hold up the others (as the Java client's Sender does).
+    pub fn node_state(&self, node_id: i32) -> NodeState {
+        let slot = self.slot(node_id);
+        let Ok(slot) = slot.try_lock() else {
+            // Someone holds the slot: a connect (or its backoff) is under way.
+            return NodeState::Connecting;
+        };
+        match (&slot.conn, slot.next_attempt) {
+            (Some(c), _) if !c.is_poisoned() => NodeState::Ready(c.clone()),
+            (_, Some(at)) if at > Instant::now() => NodeState::BackingOff(at),
+            _ => NodeState::Disconnected,
         }
     }
 
@@ -164,21 +200,13 @@ impl Cluster {
     /// # Errors
     /// [`Error::NoBrokerReachable`] when none answers.
     pub async fn any_broker(&self) -> Result<Arc<Connection>> {
+        // Prefer any live connection (a bootstrap one too): connecting to a broker that does
+        // not answer would hold the caller up to the connect and request timeouts.
+        if let Some(c) = self.any_live_connection() {
+            return Ok(c);
+        }
         let mut ids: Vec<i32> = self.metadata().brokers.keys().copied().collect();
         ids.sort_unstable();
-        // Prefer brokers we already hold a live connection to.
-        {
-            let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-            for id in &ids {
-                if let Some(s) = slots.get(id) {
-                    if let Ok(s) = s.try_lock() {
-                        if let Some(c) = s.conn.as_ref().filter(|c| !c.is_poisoned()) {
-                            return Ok(c.clone());
-                        }
-                    }
-                }
-            }
-        }
         ids.extend(
             (0..self.config.bootstrap_servers.len()).map(|i| BOOTSTRAP_NODE_BASE - i as i32),
         );

@@ -7,8 +7,9 @@
 //!    then bumps the epoch and renumbers (see `producer_id`);
 //! 4. takes the head ready batch of every partition that may send (room in flight, the same
 //!    leader as what is in flight, and for a retry: nothing else in flight, so a retried batch
-//!    always goes out before anything with a higher sequence);
-//! 5. groups them by leader and spawns one Produce request per broker.
+//!    always goes out before anything with a higher sequence; and a leader whose connection is
+//!    ready: a leader that is not is skipped this round and connected to in the background);
+//! 5. groups them by leader and puts one Produce request per broker on the wire.
 //!
 //! Responses are handled in their own tasks, which resolve records, or put retriable batches
 //! back in creation order, and wake the sender.
@@ -16,8 +17,9 @@
 use super::accumulator::{close_open, ProducerBatch};
 use super::metrics::Counters;
 use super::{producer_id, Inner};
-use crate::client::cluster::backoff;
+use crate::client::cluster::{backoff, NodeState};
 use crate::client::config::Acks;
+use crate::client::connection::Connection;
 use crate::client::error::{Error, ErrorClass, Op};
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -25,14 +27,66 @@ use kafka_protocol::messages::{ProduceRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tracing::{debug, debug_span, warn, Instrument};
 
 /// Produce v13 addresses topics by id; v12 (KIP-890's first version) is the newest by name.
 const MAX_PRODUCE_VERSION: i16 = 12;
 
+/// What the sender does with a partition whose leader is `state` this round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaderReadiness {
+    /// The connection is up: send.
+    Send,
+    /// Not ready: leave the partition's batches queued and go on with the other brokers.
+    /// `start_connect`: no background connect of ours is under way for it yet, start one (it
+    /// wakes the sender when it ends, whatever the outcome).
+    Skip { start_connect: bool },
+}
+
+/// The ready check, per leader (the Java Sender's `ready` + `initiateConnect`). Waiting for a
+/// connect inside the round, as the sender once did, held every partition on healthy brokers
+/// up for the connect and ApiVersions timeouts of one unreachable leader.
+fn leader_readiness(state: &NodeState, connect_pending: bool) -> LeaderReadiness {
+    match state {
+        NodeState::Ready(_) => LeaderReadiness::Send,
+        // Even when someone else (a consumer sharing the pool, a metadata refresh) is
+        // connecting, our own task waits for that connect and wakes us when it ends.
+        NodeState::Connecting | NodeState::BackingOff(_) | NodeState::Disconnected => {
+            LeaderReadiness::Skip {
+                start_connect: !connect_pending,
+            }
+        }
+    }
+}
+
+/// Connects to `leader` in the background (after its backoff, if any), then wakes the sender.
+/// A failed connect also refreshes metadata: the leader may have moved off a dead broker.
+fn start_connect(inner: &Arc<Inner>, connecting: &Arc<Mutex<HashSet<i32>>>, leader: i32) {
+    connecting
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(leader);
+    let (inner, connecting) = (inner.clone(), connecting.clone());
+    tokio::spawn(async move {
+        let result = inner.cluster.broker(leader).await;
+        connecting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&leader);
+        if let Err(e) = result {
+            debug!(leader, error = %e, "connect to partition leader failed");
+            let g = inner.cluster.metadata().generation;
+            let _ = inner.cluster.refresh_if_older(g).await;
+        }
+        inner.wake.notify_one();
+    });
+}
+
 pub(crate) async fn run(inner: Arc<Inner>) {
+    // Leaders a background connect of ours is under way for.
+    let connecting: Arc<Mutex<HashSet<i32>>> = Arc::default();
     loop {
         let now = Instant::now();
         let closing = inner.closed.load(Ordering::Acquire);
@@ -44,6 +98,9 @@ pub(crate) async fn run(inner: Arc<Inner>) {
         let mut missing_leader = false;
         let mut bump_now = None;
         let mut to_add: Vec<crate::client::TopicPartition> = Vec::new();
+        // Each leader's connection, checked once per round: None when not ready.
+        let mut leaders: HashMap<i32, Option<Arc<Connection>>> = HashMap::new();
+        let mut to_connect: Vec<i32> = Vec::new();
         let meta = inner.cluster.metadata();
         let idle;
         {
@@ -132,6 +189,26 @@ pub(crate) async fn run(inner: Arc<Inner>) {
                 if q.in_flight > 0 && q.in_flight_leader != Some(leader) {
                     continue;
                 }
+                let conn = leaders.entry(leader).or_insert_with(|| {
+                    let state = inner.cluster.node_state(leader);
+                    let pending = connecting
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .contains(&leader);
+                    match (leader_readiness(&state, pending), state) {
+                        (LeaderReadiness::Send, NodeState::Ready(c)) => Some(c),
+                        (LeaderReadiness::Skip { start_connect }, _) => {
+                            if start_connect {
+                                to_connect.push(leader);
+                            }
+                            None
+                        }
+                        (LeaderReadiness::Send, _) => None,
+                    }
+                });
+                if conn.is_none() {
+                    continue;
+                }
                 if let Some(b) = q.ready.pop_front() {
                     q.in_flight += 1;
                     q.in_flight_leader = Some(leader);
@@ -187,6 +264,9 @@ pub(crate) async fn run(inner: Arc<Inner>) {
         if !to_add.is_empty() {
             tokio::spawn(super::transaction::add_partitions(inner.clone(), to_add));
         }
+        for leader in to_connect {
+            start_connect(&inner, &connecting, leader);
+        }
         if missing_leader {
             let cluster = inner.cluster.clone();
             let g = meta.generation;
@@ -203,8 +283,20 @@ pub(crate) async fn run(inner: Arc<Inner>) {
             for (leader, batches) in by_leader {
                 // Inline, not spawned: the request must be on the wire before the next round
                 // sends this partition's next batch, or two requests could pass each other and
-                // the broker would see sequences out of order.
-                dispatch(&inner, leader, batches).await;
+                // the broker would see sequences out of order. Never waits: the connection was
+                // ready when the batches were taken.
+                match leaders.get(&leader) {
+                    Some(Some(conn)) => dispatch(&inner, conn, leader, batches),
+                    _ => {
+                        for b in batches {
+                            let e = Error::InvalidState(format!(
+                                "no connection to broker {leader} for {}",
+                                b.tp
+                            ));
+                            finish(&inner, b, Err(e));
+                        }
+                    }
+                }
             }
         }
         if closing && idle {
@@ -291,21 +383,12 @@ struct PartitionResult {
     log_start_offset: i64,
 }
 
-/// Sends one Produce request with the given batches (one per partition) to `leader`.
 /// Puts one Produce request with the given batches (one per partition) on the wire to
-/// `leader`, and spawns the task that handles its response.
-async fn dispatch(inner: &Arc<Inner>, leader: i32, batches: Vec<ProducerBatch>) {
+/// `leader`, and spawns the task that handles its response. Never waits.
+fn dispatch(inner: &Arc<Inner>, conn: &Connection, leader: i32, batches: Vec<ProducerBatch>) {
     let span = debug_span!("produce", leader, batches = batches.len());
-    async {
-        let conn = match inner.cluster.broker(leader).await {
-            Ok(c) => c,
-            Err(e) => {
-                for b in batches {
-                    finish(inner, b, Err(e.clone()));
-                }
-                return;
-            }
-        };
+    let _entered = span.enter();
+    {
         let version = match conn.version_for::<ProduceRequest>(Some(MAX_PRODUCE_VERSION)) {
             Ok(v) => v,
             Err(e) => {
@@ -385,8 +468,6 @@ async fn dispatch(inner: &Arc<Inner>, leader: i32, batches: Vec<ProducerBatch>) 
             .in_current_span(),
         );
     }
-    .instrument(span)
-    .await
 }
 
 /// Resolves every batch of a Produce response.
@@ -684,4 +765,68 @@ fn finish(inner: &Arc<Inner>, mut b: ProducerBatch, outcome: Result<PartitionRes
         }
     }
     inner.wake.notify_one();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leaders_that_are_not_ready_are_skipped_and_connected_to_once() {
+        use LeaderReadiness::*;
+        let later = Instant::now() + std::time::Duration::from_secs(1);
+        // (state, a connect of ours under way, decision). Ready needs a live connection, which
+        // a unit test cannot build without a broker; the protocol test covers it.
+        let cases = [
+            (
+                NodeState::Disconnected,
+                false,
+                Skip {
+                    start_connect: true,
+                },
+            ),
+            (
+                NodeState::Disconnected,
+                true,
+                Skip {
+                    start_connect: false,
+                },
+            ),
+            (
+                NodeState::Connecting,
+                false,
+                Skip {
+                    start_connect: true,
+                },
+            ),
+            (
+                NodeState::Connecting,
+                true,
+                Skip {
+                    start_connect: false,
+                },
+            ),
+            (
+                NodeState::BackingOff(later),
+                false,
+                Skip {
+                    start_connect: true,
+                },
+            ),
+            (
+                NodeState::BackingOff(later),
+                true,
+                Skip {
+                    start_connect: false,
+                },
+            ),
+        ];
+        for (state, pending, want) in cases {
+            assert_eq!(
+                leader_readiness(&state, pending),
+                want,
+                "{state:?} {pending}"
+            );
+        }
+    }
 }

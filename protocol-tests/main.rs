@@ -13,6 +13,7 @@ mod cli;
 mod codecs;
 mod connection_faults;
 mod faults;
+mod flush;
 mod groups;
 mod idempotence;
 mod interop;

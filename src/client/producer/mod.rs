@@ -8,6 +8,7 @@
 //! See DESIGN.md, "A batch's life", for the path a record takes.
 
 mod accumulator;
+mod flush;
 pub mod partitioner;
 mod producer_id;
 mod sender;
@@ -128,6 +129,8 @@ pub(crate) struct Inner {
     /// Records appended but not yet resolved.
     pub outstanding: AtomicUsize,
     pub idle: Notify,
+    /// What `flush` waits for: the records sent before it was called.
+    pub flushes: Arc<flush::FlushTracker>,
     pub flushing: AtomicUsize,
     pub closed: AtomicBool,
     /// Set when the producer can no longer send (e.g. an epoch bump was refused).
@@ -217,6 +220,7 @@ impl Producer {
             memory: Semaphore::new(memory),
             outstanding: AtomicUsize::new(0),
             idle: Notify::new(),
+            flushes: flush::FlushTracker::new(),
             flushing: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             fatal: Mutex::new(None),
@@ -343,7 +347,11 @@ impl Producer {
                     value: record.value.as_deref(),
                     headers: &record.headers,
                 },
-                Delivery { tx, timestamp },
+                Delivery {
+                    tx,
+                    timestamp,
+                    _flush: inner.flushes.ticket(),
+                },
                 permits,
             );
             // Keyless records move to another partition once their batch closes (KIP-480).
@@ -372,20 +380,22 @@ impl Producer {
     /// [`Error::Closed`] only if the sender task is gone.
     pub async fn flush(&self) -> Result<()> {
         let inner = &self.inner;
-        inner.flushing.fetch_add(1, Ordering::AcqRel);
-        inner.wake.notify_one();
-        loop {
-            let idle = inner.idle.notified();
-            tokio::pin!(idle);
-            idle.as_mut().enable();
-            if inner.outstanding.load(Ordering::Acquire) == 0 {
-                break;
+        // Only the records sent before this call: other clones may keep sending while we wait
+        // (see `flush::FlushTracker`).
+        let epoch = inner.flushes.close_epoch();
+        // Undone on every exit, cancellation included: while it is raised the sender closes
+        // open batches at once instead of waiting for linger.ms.
+        struct Flushing<'a>(&'a Inner);
+        impl Drop for Flushing<'_> {
+            fn drop(&mut self) {
+                self.0.flushing.fetch_sub(1, Ordering::AcqRel);
+                self.0.wake.notify_one();
             }
-            // Re-wake periodically in case a notification raced with our registration.
-            let _ = tokio::time::timeout(std::time::Duration::from_millis(100), idle).await;
-            inner.wake.notify_one();
         }
-        inner.flushing.fetch_sub(1, Ordering::AcqRel);
+        inner.flushing.fetch_add(1, Ordering::AcqRel);
+        let _flushing = Flushing(inner);
+        inner.wake.notify_one();
+        inner.flushes.wait(epoch).await;
         Ok(())
     }
 

@@ -132,6 +132,30 @@ async fn consumer_assign_with_auto_create_off_does_not_create_the_topic() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_subscription_creates_a_missing_topic_by_default() {
+    let broker = Lease::default_settings();
+    let topic = unique_topic("subscribe-created");
+    let group = unique_topic("g-create");
+    let mut g = GroupConsumer::new(consumer_config(
+        &broker.addr,
+        &[("group.id", group.as_str())],
+    ))
+    .await
+    .expect("group consumer");
+    g.subscribe(&[topic.as_str()]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while g.assignment().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "{topic} was not created and assigned within 60 s"
+        );
+        g.poll(Duration::from_millis(200)).await.expect("poll");
+    }
+    assert!(topic_exists(&broker.addr, &topic).await, "{topic} created");
+    let _ = g.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_subscription_with_auto_create_off_does_not_create_the_topic() {
     let broker = Lease::default_settings();
     let topic = unique_topic("not-created-subscribe");

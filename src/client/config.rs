@@ -545,6 +545,18 @@ impl ConsumerConfig {
         }
     }
 
+    /// How a group leader looks up the subscribed topics it assigns: as [`Self::topic_lookup`],
+    /// but waiting at most request.timeout.ms / 2, because the other members wait for the
+    /// assignment in SyncGroup, bounded by their request.timeout.ms. A topic the broker creates
+    /// appears within that; one it does not create gets no partitions in this rebalance.
+    pub fn leader_topic_lookup(&self) -> TopicLookup {
+        TopicLookup {
+            deadline: self.client.api_timeout.min(self.client.request_timeout / 2),
+            deadline_name: "request.timeout.ms / 2",
+            ..self.topic_lookup()
+        }
+    }
+
     /// Builds a config from Kafka property names, starting from the defaults.
     ///
     /// # Errors

@@ -850,7 +850,7 @@ async fn join_and_sync(
                     subs.iter().flat_map(|s| s.topics.iter().cloned()).collect();
                 let mut counts = BTreeMap::new();
                 for t in all_topics {
-                    let lookup = shared.config.topic_lookup();
+                    let lookup = shared.config.leader_topic_lookup();
                     if let Ok(n) = shared.cluster.partition_count_with(&t, lookup).await {
                         counts.insert(t, n);
                     }

@@ -30,6 +30,8 @@ pub(crate) struct Identity {
 pub(crate) struct Delivery {
     pub tx: oneshot::Sender<Result<RecordMetadata>>,
     pub timestamp: i64,
+    /// Released when the delivery is dropped, after `tx` was used: what `flush` waits for.
+    pub _flush: super::flush::FlushTicket,
 }
 
 /// The batch being filled.

@@ -8,6 +8,7 @@
 //! See DESIGN.md, "A batch's life", for the path a record takes.
 
 mod accumulator;
+mod flush;
 mod metrics;
 pub mod partitioner;
 mod producer_id;
@@ -129,8 +130,8 @@ pub(crate) struct Inner {
     pub wake: Notify,
     pub memory: Semaphore,
     /// Records appended but not yet resolved.
-    pub outstanding: AtomicUsize,
-    pub idle: Notify,
+    /// What `flush` waits for: the records sent before it was called.
+    pub flushes: Arc<flush::FlushTracker>,
     pub flushing: AtomicUsize,
     pub closed: AtomicBool,
     /// Set when the producer can no longer send (e.g. an epoch bump was refused).
@@ -147,12 +148,10 @@ impl Inner {
         self.lock().check_can_send()
     }
 
-    pub fn release(&self, memory: u32, records: usize) {
+    /// Gives buffer.memory back (records' completion is tracked by their flush tickets).
+    pub fn release(&self, memory: u32) {
         if memory > 0 {
             self.memory.add_permits(memory as usize);
-        }
-        if records > 0 && self.outstanding.fetch_sub(records, Ordering::AcqRel) == records {
-            self.idle.notify_waiters();
         }
     }
 }
@@ -223,8 +222,7 @@ impl Producer {
             }),
             wake: Notify::new(),
             memory: Semaphore::new(memory),
-            outstanding: AtomicUsize::new(0),
-            idle: Notify::new(),
+            flushes: flush::FlushTracker::new(),
             flushing: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             fatal: Mutex::new(None),
@@ -333,14 +331,14 @@ impl Producer {
             // Again under the lock the append takes: commit or abort may have begun since.
             if let Err(e) = acc.check_can_send() {
                 drop(acc);
-                inner.release(permits, 0);
+                inner.release(permits);
                 return Err(e);
             }
             let partition = match record.partition {
                 Some(p) => {
                     if p < 0 || p as usize >= count {
                         drop(acc);
-                        inner.release(permits, 0);
+                        inner.release(permits);
                         return Err(Error::UnknownPartition {
                             topic: record.topic,
                             partition: p,
@@ -364,7 +362,6 @@ impl Producer {
                 },
             };
             let tp = TopicPartition::new(record.topic.clone(), partition);
-            inner.outstanding.fetch_add(1, Ordering::AcqRel);
             let appended = acc.append(
                 &tp,
                 cfg.compression,
@@ -375,7 +372,11 @@ impl Producer {
                     value: record.value.as_deref(),
                     headers: &record.headers,
                 },
-                Delivery { tx, timestamp },
+                Delivery {
+                    tx,
+                    timestamp,
+                    _flush: inner.flushes.ticket(),
+                },
                 permits,
             );
             // Keyless records move to another partition once their batch closes (KIP-480).
@@ -389,7 +390,7 @@ impl Producer {
             appended
         };
         if appended.release > 0 {
-            inner.release(appended.release, 0);
+            inner.release(appended.release);
         }
         if appended.batch_closed || appended.new_batch {
             inner.wake.notify_one();
@@ -404,20 +405,22 @@ impl Producer {
     /// [`Error::Closed`] only if the sender task is gone.
     pub async fn flush(&self) -> Result<()> {
         let inner = &self.inner;
-        inner.flushing.fetch_add(1, Ordering::AcqRel);
-        inner.wake.notify_one();
-        loop {
-            let idle = inner.idle.notified();
-            tokio::pin!(idle);
-            idle.as_mut().enable();
-            if inner.outstanding.load(Ordering::Acquire) == 0 {
-                break;
+        // Only the records sent before this call: other clones may keep sending while we wait
+        // (see `flush::FlushTracker`).
+        let epoch = inner.flushes.close_epoch();
+        // Undone on every exit, cancellation included: while it is raised the sender closes
+        // open batches at once instead of waiting for linger.ms.
+        struct Flushing<'a>(&'a Inner);
+        impl Drop for Flushing<'_> {
+            fn drop(&mut self) {
+                self.0.flushing.fetch_sub(1, Ordering::AcqRel);
+                self.0.wake.notify_one();
             }
-            // Re-wake periodically in case a notification raced with our registration.
-            let _ = tokio::time::timeout(std::time::Duration::from_millis(100), idle).await;
-            inner.wake.notify_one();
         }
-        inner.flushing.fetch_sub(1, Ordering::AcqRel);
+        inner.flushing.fetch_add(1, Ordering::AcqRel);
+        let _flushing = Flushing(inner);
+        inner.wake.notify_one();
+        inner.flushes.wait(epoch).await;
         Ok(())
     }
 

@@ -113,7 +113,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
             if let Some(err) = &doomed {
                 let (mem, n, batches) = acc.fail_unsent(err);
                 if n > 0 {
-                    inner.release(mem, n);
+                    inner.release(mem);
                     Counters::add(&inner.counters.batches_failed, batches as u64);
                 }
             }
@@ -243,7 +243,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
             }
         }
         if released > 0 {
-            inner.release(released, 0);
+            inner.release(released);
         }
         for b in expired {
             let n = b.record_count();
@@ -255,7 +255,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
                 what,
                 after: inner.config.delivery_timeout,
             });
-            inner.release(mem, n);
+            inner.release(mem);
         }
         if let Some(current) = bump_now {
             bump_epoch(&inner, current).await;
@@ -343,9 +343,8 @@ async fn bump_epoch(inner: &Arc<Inner>, current: super::accumulator::Identity) {
             let broken = inner.lock().rebase(next);
             Counters::add(&inner.counters.epoch_bumps, 1);
             for (b, e) in broken {
-                let n = b.record_count();
                 let mem = b.fail(Error::Record(e));
-                inner.release(mem, n);
+                inner.release(mem);
             }
         }
         Err(e) => {
@@ -363,9 +362,8 @@ async fn bump_epoch(inner: &Arc<Inner>, current: super::accumulator::Identity) {
                     .collect()
             };
             for b in drained {
-                let n = b.record_count();
                 let mem = b.fail(e.clone());
-                inner.release(mem, n);
+                inner.release(mem);
             }
         }
     }
@@ -688,7 +686,7 @@ fn finish(inner: &Arc<Inner>, mut b: ProducerBatch, outcome: Result<PartitionRes
                     q.last_acked_offset = q.last_acked_offset.max(base_offset + n as i64 - 1);
                 }
             }
-            inner.release(mem, n);
+            inner.release(mem);
         }
         Verdict::Retry {
             error,
@@ -731,7 +729,7 @@ fn finish(inner: &Arc<Inner>, mut b: ProducerBatch, outcome: Result<PartitionRes
                 error
             };
             warn!(tp = %b.tp, sequence = b.base_sequence, error = %error, "batch failed");
-            let n = b.record_count();
+
             let tp = b.tp.clone();
             let had_sequence = b.base_sequence >= 0;
             let mem = b.fail(error.clone());
@@ -761,7 +759,7 @@ fn finish(inner: &Arc<Inner>, mut b: ProducerBatch, outcome: Result<PartitionRes
                     None => {}
                 }
             }
-            inner.release(mem, n);
+            inner.release(mem);
         }
     }
     inner.wake.notify_one();

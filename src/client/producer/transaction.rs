@@ -404,8 +404,8 @@ impl Producer {
         let inner = &self.inner;
         if !commit {
             let err = Error::InvalidState("the transaction was aborted".into());
-            let (mem, n, batches) = inner.lock().fail_unsent(&err);
-            inner.release(mem, n);
+            let (mem, _, batches) = inner.lock().fail_unsent(&err);
+            inner.release(mem);
             super::metrics::Counters::add(&inner.counters.batches_failed, batches as u64);
         }
         self.flush().await?;

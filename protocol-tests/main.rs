@@ -12,6 +12,7 @@ mod cli;
 mod codecs;
 mod consumer_fetch_order;
 mod consumer_positions;
+mod consumer_truncation;
 mod faults;
 mod groups;
 mod idempotence;

@@ -14,6 +14,7 @@ mod codecs;
 mod connection_faults;
 mod consumer_fetch_order;
 mod consumer_positions;
+mod consumer_truncation;
 mod faults;
 mod flush;
 mod group_faults;

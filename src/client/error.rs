@@ -94,6 +94,20 @@ pub enum Error {
         /// What is wrong.
         source: RecordError,
     },
+    /// Records the consumer already delivered are no longer in the partition's log (KIP-320: the
+    /// leader's log diverges below the position, e.g. after an unclean leader election), and
+    /// auto.offset.reset=none. The partition does not move until the application seeks.
+    #[error("topic '{topic}' partition {partition} was truncated below the consumer's position {position}{}; seek to continue, or set auto.offset.reset to earliest or latest to move to where the log diverges automatically", match divergent_offset { Some(o) => format!(" (the log now diverges at offset {o})"), None => String::new() })]
+    LogTruncation {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// The position of the partition when the truncation was found.
+        position: i64,
+        /// The first offset where the log differs from what was fetched, when the broker knows.
+        divergent_offset: Option<i64>,
+    },
     /// The broker supports no version of an API we need.
     #[error("broker {broker} supports no version of {api} that this client speaks; upgrade the broker (Kafka 2.8 or later)")]
     UnsupportedVersion {

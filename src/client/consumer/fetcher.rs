@@ -3,6 +3,7 @@
 
 use super::isolation::AbortedTransactions;
 use super::order::next_order;
+use super::truncation::{on_diverging_epoch, Divergence};
 use super::{list_offsets, Chunk, ConsumerRecord, Fetched, Offset, PartitionState, Shared};
 use crate::client::config::AutoOffsetReset;
 use crate::client::error::{Error, ErrorClass};
@@ -17,10 +18,14 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
-use tracing::{debug, debug_span, Instrument};
+use tracing::{debug, debug_span, info, warn, Instrument};
 
 /// Fetch v13 addresses topics by id; v12 is the newest by name.
 const MAX_FETCH_VERSION: i16 = 12;
+/// First Fetch version with current_leader_epoch (KIP-320).
+const CURRENT_LEADER_EPOCH_VERSION: i16 = 9;
+/// First Fetch version with last_fetched_epoch and diverging_epoch.
+const LAST_FETCHED_EPOCH_VERSION: i16 = 12;
 
 /// One partition of a Fetch request.
 #[derive(Debug, Clone)]
@@ -31,6 +36,8 @@ struct Want {
     epoch: u64,
     /// The leader epoch from metadata (-1 when unknown).
     leader_epoch: i32,
+    /// Leader epoch of the last batch fetched before `fetch_offset` (-1 when unknown).
+    last_fetched_epoch: i32,
 }
 
 pub(crate) async fn run(shared: Arc<Shared>, tx: mpsc::Sender<Fetched>) {
@@ -92,6 +99,7 @@ pub(crate) async fn run(shared: Arc<Shared>, tx: mpsc::Sender<Fetched>) {
                     fetch_offset: st.fetch_offset,
                     epoch: st.epoch,
                     leader_epoch,
+                    last_fetched_epoch: st.last_fetched_epoch,
                 });
             }
             for (leader, list) in by_leader.drain() {
@@ -168,6 +176,7 @@ async fn resolve_positions(shared: &Shared, tx: &mpsc::Sender<Fetched>) {
                             st.pending = None;
                             st.position = Some(*o);
                             st.fetch_offset = *o;
+                            st.last_fetched_epoch = -1;
                         }
                     }
                 }
@@ -207,13 +216,19 @@ async fn fetch_from(
         let version = conn.version_for::<FetchRequest>(Some(MAX_FETCH_VERSION))?;
         let mut topics: Vec<FetchTopic> = Vec::new();
         for w in &list {
-            let p = FetchPartition::default()
+            let mut p = FetchPartition::default()
                 .with_partition(w.tp.partition)
                 .with_fetch_offset(w.fetch_offset)
-                .with_current_leader_epoch(w.leader_epoch)
-                .with_last_fetched_epoch(-1)
                 .with_log_start_offset(-1)
                 .with_partition_max_bytes(cfg.max_partition_fetch_bytes);
+            // The leader fences a request of a stale epoch (FENCED_LEADER_EPOCH) or one it does
+            // not know yet (UNKNOWN_LEADER_EPOCH): both refresh metadata and retry.
+            if version >= CURRENT_LEADER_EPOCH_VERSION {
+                p = p.with_current_leader_epoch(w.leader_epoch);
+            }
+            if version >= LAST_FETCHED_EPOCH_VERSION {
+                p = p.with_last_fetched_epoch(w.last_fetched_epoch);
+            }
             // Topics may repeat when the order interleaves them; the broker serves the
             // partitions in request order either way.
             match topics
@@ -318,12 +333,25 @@ async fn fetch_from(
                 }
                 continue;
             }
+            let diverging = &p.diverging_epoch;
+            if diverging.epoch >= 0 || diverging.end_offset >= 0 {
+                let chunk = diverged(shared, id, w, p);
+                if let Some(chunk) = chunk {
+                    if tx.send(Fetched::Chunk(chunk)).await.is_err() {
+                        return served;
+                    }
+                }
+                continue;
+            }
             let chunk = decode_partition(&tp, w.fetch_offset, w.epoch, p);
             {
                 let mut parts = shared.lock();
                 if let Some(st) = release(parts.get_mut(&tp), id).filter(|st| st.epoch == w.epoch) {
                     st.fetch_offset = chunk.next_offset;
                     st.log_start_offset = p.log_start_offset;
+                    if let Some(e) = chunk.last_epoch {
+                        st.last_fetched_epoch = e;
+                    }
                     if let Some(e) = &chunk.error {
                         debug!(%tp, error = %e, "fetching stopped at corrupt data");
                         st.halted = true;
@@ -350,6 +378,67 @@ async fn fetch_from(
         let _ = shared.cluster.refresh_if_older(g).await;
     }
     served
+}
+
+/// Applies a diverging epoch (KIP-320) to the partition, if the request is still current;
+/// returns the chunk that reports a truncation to the application, if it must be told.
+fn diverged(
+    shared: &Shared,
+    id: u64,
+    w: &Want,
+    p: &kafka_protocol::messages::fetch_response::PartitionData,
+) -> Option<Chunk> {
+    let d = &p.diverging_epoch;
+    let mut parts = shared.lock();
+    let st = release(parts.get_mut(&w.tp), id).filter(|st| st.epoch == w.epoch)?;
+    let position = st.position.unwrap_or(w.fetch_offset);
+    let action = on_diverging_epoch(
+        position,
+        d.epoch,
+        d.end_offset,
+        shared.config.auto_offset_reset,
+    );
+    // Whatever happens, data fetched before this answer is not to be handed out.
+    st.epoch = shared.next_epoch();
+    st.last_fetched_epoch = -1;
+    match action {
+        Divergence::Refetch { offset, last_epoch } => {
+            if offset < position {
+                warn!(tp = %w.tp, position, offset, epoch = d.epoch, "log truncation detected; moving to the first offset known to diverge");
+            } else {
+                info!(tp = %w.tp, position, fetch_offset = w.fetch_offset, epoch = d.epoch, end_offset = d.end_offset, "leader log diverges after the position; fetching again");
+            }
+            st.position = Some(offset);
+            st.fetch_offset = offset;
+            st.last_fetched_epoch = last_epoch;
+            None
+        }
+        Divergence::Reset(r) => {
+            warn!(tp = %w.tp, position, ?r, "log truncation at an unknown offset; resetting");
+            st.pending = Some(r);
+            st.position = None;
+            None
+        }
+        Divergence::Fail { divergent_offset } => {
+            warn!(tp = %w.tp, position, ?divergent_offset, "log truncation detected and auto.offset.reset=none");
+            st.halted = true;
+            Some(Chunk {
+                tp: w.tp.clone(),
+                epoch: st.epoch,
+                records: VecDeque::new(),
+                next_offset: position,
+                high_watermark: p.high_watermark,
+                last_stable_offset: p.last_stable_offset,
+                error: Some(Error::LogTruncation {
+                    topic: w.tp.topic.clone(),
+                    partition: w.tp.partition,
+                    position,
+                    divergent_offset,
+                }),
+                last_epoch: None,
+            })
+        }
+    }
 }
 
 fn set_backoff(shared: &Shared, id: u64, tp: &TopicPartition) {
@@ -391,6 +480,7 @@ fn decode_partition(
             .map(|a| (a.producer_id.0, a.first_offset)),
     );
     let mut error = None;
+    let mut last_epoch = None;
     if let Some(bytes) = p.records.clone() {
         let decoded = decode_into(
             tp,
@@ -399,6 +489,7 @@ fn decode_partition(
             &mut aborted,
             &mut records,
             &mut next_offset,
+            &mut last_epoch,
         );
         if let Err(source) = decoded {
             error = Some(Error::CorruptData {
@@ -417,12 +508,13 @@ fn decode_partition(
         high_watermark: p.high_watermark,
         last_stable_offset: p.last_stable_offset,
         error,
+        last_epoch,
     }
 }
 
 /// The decoding loop of [`decode_partition`]: appends records and advances `next_offset` past
 /// every entry read (and every record handed out, so an error inside a batch stops right
-/// after the last good record).
+/// after the last good record), noting the leader epoch of the last v2 batch read.
 fn decode_into(
     tp: &TopicPartition,
     bytes: Bytes,
@@ -430,6 +522,7 @@ fn decode_into(
     aborted: &mut AbortedTransactions,
     records: &mut VecDeque<ConsumerRecord>,
     next_offset: &mut i64,
+    last_epoch: &mut Option<i32>,
 ) -> Result<(), RecordError> {
     for entry in decode_entries(bytes) {
         let entry = entry?;
@@ -462,6 +555,11 @@ fn decode_into(
             }
         }
         *next_offset = (*next_offset).max(entry.next_offset());
+        if let LogEntry::Batch(b) = &entry {
+            if b.partition_leader_epoch >= 0 {
+                *last_epoch = Some(b.partition_leader_epoch);
+            }
+        }
     }
     Ok(())
 }
@@ -695,6 +793,32 @@ mod tests {
                 }
             ),
             "{e:?}"
+        );
+    }
+
+    /// The leader epoch of the last batch read becomes the next fetch's last_fetched_epoch;
+    /// batches without one (v0/v1, or -1) leave it as it was.
+    #[test]
+    fn the_last_batch_leader_epoch_is_noted() {
+        let with_epoch = |mut b: Vec<u8>, e: i32| {
+            // The partition leader epoch (bytes 12..16) is outside the CRC, as the broker
+            // stamps it on append.
+            b[12..16].copy_from_slice(&e.to_be_bytes());
+            b
+        };
+        let mut bytes = with_epoch(v2_batch(0, 2), 3);
+        bytes.extend(with_epoch(v2_batch(2, 2), 4));
+        bytes.extend(v2_batch(4, 2)); // -1
+        let chunk = decode_partition(&tp(), 0, 1, &data(bytes));
+        assert_eq!((chunk.last_epoch, chunk.next_offset), (Some(4), 6));
+        let legacy = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/legacy/v1-gzip.log"
+        ))
+        .unwrap();
+        assert_eq!(
+            decode_partition(&tp(), 0, 1, &data(legacy)).last_epoch,
+            None
         );
     }
 }

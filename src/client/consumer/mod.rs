@@ -11,6 +11,7 @@
 mod fetcher;
 pub mod isolation;
 mod order;
+mod truncation;
 
 use super::cluster::Cluster;
 use super::config::{AutoOffsetReset, ConsumerConfig, IsolationLevel};
@@ -80,9 +81,14 @@ pub(crate) struct PartitionState {
     pub in_flight: Option<u64>,
     /// When the partition may be fetched again after an error.
     pub backoff_until: Option<Instant>,
-    /// Fetching stopped at data that cannot be decoded; the chunk carrying the error is
-    /// buffered and raised by every poll until a seek (which clears this) moves the position.
+    /// Fetching stopped at data that cannot be decoded (or at a log truncation); the chunk
+    /// carrying the error is buffered and raised by every poll until a seek (which clears
+    /// this) moves the position.
     pub halted: bool,
+    /// Leader epoch of the last batch fetched before `fetch_offset` (-1: unknown, e.g. after a
+    /// seek), sent as the Fetch's last_fetched_epoch so the leader can tell us when its log
+    /// diverges from what we fetched (KIP-320).
+    pub last_fetched_epoch: i32,
 }
 
 impl PartitionState {
@@ -98,6 +104,7 @@ impl PartitionState {
             in_flight: None,
             backoff_until: None,
             halted: false,
+            last_fetched_epoch: -1,
         }
     }
 }
@@ -113,6 +120,8 @@ pub(crate) struct Chunk {
     pub last_stable_offset: i64,
     /// Decoding stopped at `next_offset` on this (the records before it are in `records`).
     pub error: Option<Error>,
+    /// Leader epoch of the last v2 batch read up to `next_offset`, if any.
+    pub last_epoch: Option<i32>,
 }
 
 pub(crate) enum Fetched {
@@ -266,6 +275,7 @@ impl Consumer {
                 .ok_or_else(|| Error::InvalidState(format!("cannot seek {tp}: not assigned")))?;
             st.epoch = self.shared.next_epoch();
             st.halted = false;
+            st.last_fetched_epoch = -1;
             match offset {
                 Offset::At(o) if o >= 0 => {
                     st.position = Some(o);

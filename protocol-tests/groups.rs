@@ -150,6 +150,27 @@ pub(crate) fn disjoint_cover(a: &[TopicPartition], b: &[TopicPartition], n: usiz
 /// Generous: the machine running the tests may be heavily loaded.
 const LONG: u64 = 120;
 
+/// A cooperative-sticky member joining the group of `a` (4 partitions), once the two have
+/// split the partitions between them.
+async fn join_cooperative_beside(
+    a: &Running,
+    group: &str,
+    topic: &TestTopic,
+    props: &[(&str, &str)],
+) -> Running {
+    let mut b = member(group, props).await;
+    b.set_strategies(&[Strategy::CooperativeSticky]);
+    b.subscribe(&[topic.name.as_str()]);
+    let b = run(b);
+    wait_for(LONG, "the two members split the 4 partitions", || {
+        a.check();
+        b.check();
+        disjoint_cover(&a.assignment(), &b.assignment(), 4)
+    })
+    .await;
+    b
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_members_split_the_partitions_and_a_new_member_starts_at_the_committed_offsets() {
     let topic = TestTopic::create("group-split", 4).await;
@@ -331,16 +352,7 @@ async fn cooperative_sticky_revokes_only_the_partitions_that_move() {
     })
     .await;
     let first = a.assignment();
-    let mut b = member(&group, &[]).await;
-    b.set_strategies(&[Strategy::CooperativeSticky]);
-    b.subscribe(&[topic.name.as_str()]);
-    let b = run(b);
-    wait_for(LONG, "the two members split the 4 partitions", || {
-        a.check();
-        b.check();
-        disjoint_cover(&a.assignment(), &b.assignment(), 4)
-    })
-    .await;
+    let b = join_cooperative_beside(&a, &group, &topic, &[]).await;
     let kept: BTreeSet<_> = a.assignment().into_iter().collect();
     assert!(
         kept.iter().all(|tp| first.contains(tp)),
@@ -373,16 +385,7 @@ async fn cooperative_rebalance_commits_the_revoked_offsets_and_their_new_owner_d
         a.read().len() == 40
     })
     .await;
-    let mut b = member(&group, &props).await;
-    b.set_strategies(&[Strategy::CooperativeSticky]);
-    b.subscribe(&[topic.name.as_str()]);
-    let b = run(b);
-    wait_for(LONG, "the two members split the 4 partitions", || {
-        a.check();
-        b.check();
-        disjoint_cover(&a.assignment(), &b.assignment(), 4)
-    })
-    .await;
+    let b = join_cooperative_beside(&a, &group, &topic, &props).await;
     let moved = b.assignment();
     // The revoked partitions' positions (10) were committed by the member that gave them up.
     let admin = onceflow::client::Admin::new(client_config(&broker()))

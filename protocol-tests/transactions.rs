@@ -135,10 +135,11 @@ async fn an_older_producer_with_the_same_transactional_id_is_fenced() {
     );
 }
 
-#[tokio::test]
-async fn transaction_timeout_expiry_is_reported_as_such() {
-    let topic = TestTopic::create("txn-timeout", 1).await;
-    let id = unique_topic("txn-timeout");
+/// A transaction left open past transaction.timeout.ms (2 s), once the coordinator has aborted
+/// it: (topic, transactional id, producer).
+async fn a_transaction_the_coordinator_aborted(prefix: &str) -> (TestTopic, String, Producer) {
+    let topic = TestTopic::create(prefix, 1).await;
+    let id = unique_topic(prefix);
     let p = txn_producer(
         &id,
         &[
@@ -152,11 +153,7 @@ async fn transaction_timeout_expiry_is_reported_as_such() {
     send_values(&p, &topic.name, 1, ["late".to_owned()].into_iter()).await;
     p.flush().await.unwrap();
     wait_until_the_coordinator_aborted(&id).await;
-    let e = p.commit_transaction().await.unwrap_err().to_string();
-    assert!(e.contains("transaction.timeout.ms=2000"), "{e}");
-    assert!(java_values(&topic.name, 0, "read_committed")
-        .await
-        .is_empty());
+    (topic, id, p)
 }
 
 /// Waits (generously: the machine may be loaded) until the coordinator has aborted the open
@@ -205,26 +202,12 @@ async fn carry_on_after_the_coordinator_aborted(p: Producer, id: &str, topic: &T
 }
 
 /// KIP-588: once the coordinator has aborted a transaction that ran past
-/// transaction.timeout.ms, commit reports the timeout, abort_transaction() re-initializes the
+/// transaction.timeout.ms, commit reports the timeout (naming the setting), abort_transaction() re-initializes the
 /// producer id (InitProducerId with its current id and epoch, which the coordinator accepts
 /// because it bumped the epoch itself), and the same producer carries on: no new instance.
 #[tokio::test]
 async fn a_producer_whose_transaction_timed_out_aborts_and_carries_on() {
-    let topic = TestTopic::create("txn-timeout-recover", 1).await;
-    let id = unique_topic("txn-timeout-recover");
-    let p = txn_producer(
-        &id,
-        &[
-            ("transaction.timeout.ms", "2000"),
-            ("delivery.timeout.ms", "1500"),
-            ("request.timeout.ms", "1000"),
-        ],
-    )
-    .await;
-    p.begin_transaction().unwrap();
-    send_values(&p, &topic.name, 1, ["late".to_owned()].into_iter()).await;
-    p.flush().await.unwrap();
-    wait_until_the_coordinator_aborted(&id).await;
+    let (topic, id, p) = a_transaction_the_coordinator_aborted("txn-timeout").await;
     let e = p.commit_transaction().await.unwrap_err();
     assert!(e.to_string().contains("transaction.timeout.ms=2000"), "{e}");
     assert_eq!(
@@ -240,21 +223,7 @@ async fn a_producer_whose_transaction_timed_out_aborts_and_carries_on() {
 /// not the producer.
 #[tokio::test]
 async fn a_send_after_the_coordinator_aborted_the_transaction_is_abortable() {
-    let topic = TestTopic::create("txn-timeout-send", 1).await;
-    let id = unique_topic("txn-timeout-send");
-    let p = txn_producer(
-        &id,
-        &[
-            ("transaction.timeout.ms", "2000"),
-            ("delivery.timeout.ms", "1500"),
-            ("request.timeout.ms", "1000"),
-        ],
-    )
-    .await;
-    p.begin_transaction().unwrap();
-    send_values(&p, &topic.name, 1, ["late".to_owned()].into_iter()).await;
-    p.flush().await.unwrap();
-    wait_until_the_coordinator_aborted(&id).await;
+    let (topic, id, p) = a_transaction_the_coordinator_aborted("txn-timeout-send").await;
     let delivery = p
         .send(ProducerRecord::new(topic.name.clone(), "refused").with_partition(0))
         .await

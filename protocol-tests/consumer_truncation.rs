@@ -94,11 +94,13 @@ async fn records_gone_from_under_the_position_are_reported_as_log_truncation() {
             Err(e) => break e,
         }
     };
+    // The fetcher runs ahead of poll: it may have asked before the 5 new records landed, when
+    // the new log ended at 0. Either end is where the log diverges from what we read.
     assert!(
         matches!(
             &err,
-            Error::LogTruncation { topic, partition: 0, position: 50, divergent_offset: Some(5) }
-                if *topic == name
+            Error::LogTruncation { topic, partition: 0, position: 50, divergent_offset: Some(d) }
+                if *topic == name && (0..=5).contains(d)
         ),
         "{err:?}: {err}"
     );

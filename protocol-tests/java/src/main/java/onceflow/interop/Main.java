@@ -333,7 +333,14 @@ public final class Main {
 
   private static List<TopicPartition> partitionsOf(KafkaConsumer<byte[], byte[]> c, String topic, long deadlineNanos) {
     while (true) {
-      List<PartitionInfo> infos = c.partitionsFor(topic, Duration.ofSeconds(5));
+      List<PartitionInfo> infos;
+      try {
+        infos = c.partitionsFor(topic, Duration.ofSeconds(5));
+      } catch (org.apache.kafka.common.errors.TimeoutException e) {
+        // A loaded machine: metadata took longer than 5 s. Ask again until the deadline.
+        if (System.nanoTime() > deadlineNanos) throw e;
+        continue;
+      }
       if (infos != null && !infos.isEmpty()) {
         return infos.stream()
             .map(i -> new TopicPartition(topic, i.partition()))

@@ -1,4 +1,9 @@
-//! One TCP connection to one broker: pipelined, cancel-safe, poisoned on failure.
+//! One connection to one broker: pipelined, cancel-safe, poisoned on failure.
+//!
+//! The transport is anything `AsyncRead + AsyncWrite + Send + Unpin + 'static`: a TCP socket
+//! ([`Connection::connect`]), later a TLS stream, or an in-memory `tokio::io::duplex` in the unit
+//! tests ([`Connection::over`]). Only the constructor and the two tasks are generic; the
+//! [`Connection`] type is not (see its doc comment for why).
 //!
 //! Many requests can be in flight at once; responses are matched by correlation id. A writer
 //! task owns the socket's write half, so a caller that drops its request future half way never
@@ -40,8 +45,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, debug_span, Instrument};
@@ -176,6 +180,16 @@ impl<R: Request> PendingResponse<R> {
 }
 
 /// A connection to one broker.
+///
+/// Not generic over its transport, although it runs over any: callers never touch the
+/// transport, only the writer task (through a channel of encoded frames) and the reader task
+/// (through the pending map) do, so the transport type is fixed when those two tasks are
+/// spawned, each monomorphised for its half. A type parameter on `Connection` would have
+/// spread into the broker pool, the producer, the consumer and every signature that holds a
+/// connection, and boxing the halves (`Box<dyn AsyncRead>`) would have put a virtual call on
+/// every read and write; this way the hot path is exactly what it was for TCP (no allocation
+/// or indirection per request beyond the frame buffer and the waiter), and TCP keeps its
+/// lock-free `into_split` halves.
 pub struct Connection {
     shared: Arc<Shared>,
     writer: mpsc::UnboundedSender<BytesMut>,
@@ -219,29 +233,65 @@ impl Connection {
                 })?;
             let _ = stream.set_nodelay(true);
             let (read, write) = stream.into_split();
-            let shared = Arc::new(Shared {
-                addr: addr.to_owned(),
-                pending: Mutex::new(Pending {
-                    waiters: HashMap::new(),
-                    poisoned: None,
-                }),
-            });
-            let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(write_loop(write, rx, shared.clone()));
-            tokio::spawn(read_loop(read, shared.clone()));
-            let mut conn = Connection {
-                shared,
-                writer: tx,
-                next_correlation_id: AtomicI32::new(0),
-                client_id: client_id.to_owned(),
-                request_timeout,
-                versions: ApiVersions::default(),
-            };
-            conn.versions = conn.negotiate().await?;
-            Ok(conn)
+            Self::start(read, write, addr, client_id, request_timeout).await
         }
         .instrument(span)
         .await
+    }
+
+    /// Runs a connection over an already-open transport (a TLS stream, an in-memory duplex in
+    /// tests): negotiates API versions and returns a ready connection. `addr` only names the
+    /// broker in errors and logs.
+    ///
+    /// # Errors
+    /// An error from the ApiVersions exchange.
+    pub async fn over<T>(
+        transport: T,
+        addr: &str,
+        client_id: &str,
+        request_timeout: Duration,
+    ) -> Result<Connection>
+    where
+        T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let (read, write) = tokio::io::split(transport);
+        Self::start(read, write, addr, client_id, request_timeout)
+            .instrument(debug_span!("connect", broker = %addr))
+            .await
+    }
+
+    /// Spawns the writer and reader tasks over the two halves, then negotiates versions.
+    async fn start<R, W>(
+        read: R,
+        write: W,
+        addr: &str,
+        client_id: &str,
+        request_timeout: Duration,
+    ) -> Result<Connection>
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+        W: AsyncWrite + Send + Unpin + 'static,
+    {
+        let shared = Arc::new(Shared {
+            addr: addr.to_owned(),
+            pending: Mutex::new(Pending {
+                waiters: HashMap::new(),
+                poisoned: None,
+            }),
+        });
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(write_loop(write, rx, shared.clone()));
+        tokio::spawn(read_loop(read, shared.clone()));
+        let mut conn = Connection {
+            shared,
+            writer: tx,
+            next_correlation_id: AtomicI32::new(0),
+            client_id: client_id.to_owned(),
+            request_timeout,
+            versions: ApiVersions::default(),
+        };
+        conn.versions = conn.negotiate().await?;
+        Ok(conn)
     }
 
     /// ApiVersions v3 first (it carries finalized features); a broker too old for it answers
@@ -394,11 +444,6 @@ impl Connection {
         }
         Ok((rx, correlation_id))
     }
-
-    /// Poisons the connection on purpose (tests, shutdown).
-    pub fn close(&self, reason: &str) {
-        self.shared.poison(reason.to_owned());
-    }
 }
 
 impl Drop for Connection {
@@ -408,8 +453,8 @@ impl Drop for Connection {
     }
 }
 
-async fn write_loop(
-    write: OwnedWriteHalf,
+async fn write_loop<W: AsyncWrite + Send + Unpin>(
+    write: W,
     mut rx: mpsc::UnboundedReceiver<BytesMut>,
     shared: Arc<Shared>,
 ) {
@@ -437,7 +482,7 @@ async fn write_loop(
     let _ = w.shutdown().await;
 }
 
-async fn read_loop(mut read: OwnedReadHalf, shared: Arc<Shared>) {
+async fn read_loop<R: AsyncRead + Send + Unpin>(mut read: R, shared: Arc<Shared>) {
     let reason = loop {
         let mut prefix = [0u8; 4];
         if let Err(e) = read.read_exact(&mut prefix).await {
@@ -483,7 +528,7 @@ async fn read_loop(mut read: OwnedReadHalf, shared: Arc<Shared>) {
 }
 
 /// Reads `len` bytes, growing the buffer as bytes arrive rather than trusting `len` up front.
-async fn read_body(read: &mut OwnedReadHalf, len: usize) -> std::io::Result<Bytes> {
+async fn read_body<R: AsyncRead + Unpin>(read: &mut R, len: usize) -> std::io::Result<Bytes> {
     let mut buf = BytesMut::with_capacity(len.min(1024 * 1024));
     while buf.len() < len {
         let want = (len - buf.len()).min(4 * 1024 * 1024);
@@ -498,3 +543,7 @@ async fn read_body(read: &mut OwnedReadHalf, len: usize) -> std::io::Result<Byte
     }
     Ok(buf.freeze())
 }
+
+#[cfg(test)]
+#[path = "connection_tests.rs"]
+mod tests;

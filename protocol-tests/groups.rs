@@ -352,7 +352,7 @@ async fn cooperative_sticky_revokes_only_the_partitions_that_move() {
     })
     .await;
     let first = a.assignment();
-    let b = join_cooperative_beside(&a, &group, &topic, &[]).await;
+    let _b = join_cooperative_beside(&a, &group, &topic, &[]).await;
     let kept: BTreeSet<_> = a.assignment().into_iter().collect();
     assert!(
         kept.iter().all(|tp| first.contains(tp)),

@@ -5,6 +5,7 @@ use crate::interop::java_values;
 use crate::support::*;
 use bytes::Bytes;
 use onceflow::client::producer::{GroupMetadata, ResumeOutcome};
+use onceflow::client::txn::{TxnEnd, TxnState};
 use onceflow::client::{Producer, ProducerRecord, TopicPartition};
 use std::time::Duration;
 
@@ -166,7 +167,9 @@ async fn wait_until_the_coordinator_aborted(id: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     loop {
         let d = admin.describe_transaction(id).await.unwrap();
-        if d.as_ref().is_some_and(|d| d.state == "CompleteAbort") {
+        if d.as_ref()
+            .is_some_and(|d| d.state == TxnState::CompleteAbort)
+        {
             return;
         }
         assert!(
@@ -269,13 +272,14 @@ async fn a_prepared_transaction_is_committed_once_by_another_producer() {
     let cluster = onceflow::client::Cluster::connect(client_config(&broker()))
         .await
         .unwrap();
-    let first = onceflow::client::producer::resume_transaction(&cluster, &prepared, true)
+    let first = onceflow::client::producer::resume_transaction(&cluster, &prepared, TxnEnd::Commit)
         .await
         .unwrap();
     assert_eq!(first, ResumeOutcome::Completed);
-    let second = onceflow::client::producer::resume_transaction(&cluster, &prepared, true)
-        .await
-        .unwrap();
+    let second =
+        onceflow::client::producer::resume_transaction(&cluster, &prepared, TxnEnd::Commit)
+            .await
+            .unwrap();
     assert_eq!(second, ResumeOutcome::AlreadyCommitted);
     assert_eq!(
         java_values(&topic.name, 5, "read_committed").await,
@@ -338,7 +342,7 @@ async fn resuming_an_old_committable_never_commits_a_later_transaction() {
     let cluster = onceflow::client::Cluster::connect(client_config(&broker()))
         .await
         .unwrap();
-    let outcome = onceflow::client::producer::resume_transaction(&cluster, &a, true)
+    let outcome = onceflow::client::producer::resume_transaction(&cluster, &a, TxnEnd::Commit)
         .await
         .unwrap();
     assert!(
@@ -454,7 +458,7 @@ async fn resuming_an_empty_committable_commits_nothing() {
     let cluster = onceflow::client::Cluster::connect(client_config(&broker()))
         .await
         .unwrap();
-    let outcome = onceflow::client::producer::resume_transaction(&cluster, &empty, true)
+    let outcome = onceflow::client::producer::resume_transaction(&cluster, &empty, TxnEnd::Commit)
         .await
         .unwrap();
     assert!(empty.empty);
@@ -565,7 +569,7 @@ async fn a_commit_at_the_last_epoch_moves_to_a_new_producer_id_and_resumes_as_co
     let cluster = onceflow::client::Cluster::connect(client_config(&broker()))
         .await
         .unwrap();
-    let outcome = onceflow::client::producer::resume_transaction(&cluster, &saved, true)
+    let outcome = onceflow::client::producer::resume_transaction(&cluster, &saved, TxnEnd::Commit)
         .await
         .unwrap();
     assert_eq!(outcome, ResumeOutcome::AlreadyCommitted);

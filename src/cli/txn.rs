@@ -4,7 +4,9 @@ use super::props;
 use onceflow::client::admin_txn::{
     ActiveProducer, ListTransactionsFilter, TransactionDescription, TRANSACTION_STATES,
 };
-use onceflow::client::producer::{resume_transaction, PreparedTransaction, ResumeOutcome};
+use onceflow::client::txn::{
+    resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd, TxnState,
+};
 use onceflow::client::{Admin, Consumer, ConsumerConfig, Error, IsolationLevel, TopicPartition};
 use onceflow::protocol::ErrorCode;
 use std::collections::HashMap;
@@ -106,12 +108,16 @@ async fn admin(conn: &Conn) -> Result<Admin, Error> {
 fn canonical_state(s: &str) -> Result<String, Error> {
     TRANSACTION_STATES
         .iter()
-        .find(|k| k.eq_ignore_ascii_case(s))
-        .map(|k| (*k).to_owned())
+        .find(|k| k.as_str().eq_ignore_ascii_case(s))
+        .map(|k| k.as_str().to_owned())
         .ok_or_else(|| {
             Error::InvalidState(format!(
                 "unknown transaction state '{s}' for --state; use one of {}",
-                TRANSACTION_STATES.join(", ")
+                TRANSACTION_STATES
+                    .iter()
+                    .map(TxnState::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))
         })
 }
@@ -262,7 +268,7 @@ async fn abort(conn: Conn, id: &str) -> Result<ExitCode, Error> {
         .await?
         .ok_or_else(|| not_found(id))?;
     println!("before: {}", one_line(Some(&before)));
-    if before.state != "Ongoing" {
+    if before.state != TxnState::Ongoing {
         // PrepareCommit/PrepareAbort finish on their own (fencing would wait for them and not
         // change the outcome); the other states have nothing open.
         println!(
@@ -306,7 +312,7 @@ async fn commit(conn: Conn, prepared: &str, abort: bool) -> Result<ExitCode, Err
     let prepared = parse_prepared(prepared)?;
     let admin = admin(&conn).await?;
     let id = &prepared.transactional_id;
-    let outcome = match resume_transaction(admin.cluster(), &prepared, !abort).await {
+    let outcome = match resume_transaction(admin.cluster(), &prepared, if abort { TxnEnd::Abort } else { TxnEnd::Commit }).await {
         Err(e) if e.code() == Some(ErrorCode::TRANSACTIONAL_ID_NOT_FOUND) => {
             ResumeOutcome::NotCommitted {
                 reason: "the coordinator does not know the transactional id (never used, or expired after transactional.id.expiration.ms)".into(),

@@ -18,31 +18,20 @@
 use super::admin::{retrying, Admin};
 
 use super::config::ProducerConfig;
-use super::coordinator::CoordinatorKind;
 use super::error::{Error, Result};
 use super::metadata::TopicPartition;
 use super::producer::Producer;
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::describe_producers_request::TopicRequest;
 use kafka_protocol::messages::{
-    DescribeProducersRequest, DescribeTransactionsRequest, ListTransactionsRequest, ProducerId,
-    TopicName, TransactionalId,
+    DescribeProducersRequest, ListTransactionsRequest, ProducerId, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// The transaction states a coordinator reports (the names ListTransactions filters on).
-pub const TRANSACTION_STATES: &[&str] = &[
-    "Empty",
-    "Ongoing",
-    "PrepareCommit",
-    "PrepareAbort",
-    "CompleteCommit",
-    "CompleteAbort",
-    "PrepareEpochFence",
-    "Dead",
-];
+pub const TRANSACTION_STATES: [TxnState; 8] = TxnState::KNOWN;
 
 /// Filters for [`Admin::list_transactions`]; the default lists every transactional id.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -65,51 +54,13 @@ pub struct TransactionListing {
     pub transactional_id: String,
     /// Its current producer id.
     pub producer_id: i64,
-    /// Its state, e.g. `Ongoing`.
-    pub state: String,
+    /// Its state, e.g. [`TxnState::Ongoing`].
+    pub state: TxnState,
     /// The coordinator (node id) that reported it.
     pub coordinator: i32,
 }
 
-/// What the coordinator knows about one transactional id ([`Admin::describe_transaction`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TransactionDescription {
-    /// The transactional id.
-    pub transactional_id: String,
-    /// State, e.g. `Ongoing` or `CompleteCommit`.
-    pub state: String,
-    /// Current producer id.
-    pub producer_id: i64,
-    /// Current producer epoch.
-    pub producer_epoch: i16,
-    /// The transaction timeout the producer registered (transaction.timeout.ms).
-    pub timeout: Duration,
-    /// When the current transaction started (ms since the epoch), if one is open or was
-    /// recorded by the coordinator.
-    pub start_time_ms: Option<i64>,
-    /// Partitions in the current transaction.
-    pub partitions: Vec<TopicPartition>,
-    /// The coordinator's node id.
-    pub coordinator: i32,
-}
-
-impl TransactionDescription {
-    /// How long the transaction has been running, measured with this machine's clock against
-    /// the coordinator's start time; `None` without a start time.
-    pub fn age(&self) -> Option<Duration> {
-        let start = u64::try_from(self.start_time_ms?).ok()?;
-        let now = u64::try_from(now_ms()).ok()?;
-        Some(Duration::from_millis(now.saturating_sub(start)))
-    }
-
-    /// Whether a transaction is open (records or markers not final yet).
-    pub fn is_open(&self) -> bool {
-        matches!(
-            self.state.as_str(),
-            "Ongoing" | "PrepareCommit" | "PrepareAbort" | "PrepareEpochFence"
-        )
-    }
-}
+pub use super::txn::{TransactionDescription, TxnState};
 
 /// A producer with state on a partition, as its leader reports it ([`Admin::describe_producers`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,12 +93,6 @@ pub struct FenceOutcome {
     pub producer_epoch: i16,
     /// The transactional id afterwards.
     pub after: Option<TransactionDescription>,
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn str_bytes(s: &str) -> StrBytes {
@@ -232,7 +177,11 @@ impl Admin {
                     return Err(Error::InvalidState(format!(
                         "unknown transaction state(s) {}; known states: {}",
                         unknown.join(", "),
-                        TRANSACTION_STATES.join(", ")
+                        TRANSACTION_STATES
+                            .iter()
+                            .map(TxnState::as_str)
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     )));
                 }
                 let listed: Vec<TransactionListing> = r
@@ -241,7 +190,7 @@ impl Admin {
                     .map(|s| TransactionListing {
                         transactional_id: s.transactional_id.0.to_string(),
                         producer_id: s.producer_id.0,
-                        state: s.transaction_state.to_string(),
+                        state: TxnState::parse(s.transaction_state.as_str()),
                         coordinator: node,
                     })
                     .collect();
@@ -254,7 +203,7 @@ impl Admin {
         };
         // Only open transactions have a meaningful age: the broker's duration filter also
         // matches ended transactions by the start time of their last transaction.
-        let open = listed.into_iter().filter(|t| is_open_state(&t.state));
+        let open = listed.into_iter().filter(|t| t.state.is_open());
         if filtered_by_broker {
             return Ok(open.collect());
         }
@@ -281,59 +230,7 @@ impl Admin {
         &self,
         transactional_id: &str,
     ) -> Result<Option<TransactionDescription>> {
-        let cluster = self.cluster();
-        let req = DescribeTransactionsRequest::default()
-            .with_transactional_ids(vec![TransactionalId(str_bytes(transactional_id))]);
-        retrying(
-            cluster,
-            "describe_transactions",
-            || cluster.forget_coordinator(CoordinatorKind::Transaction, transactional_id),
-            || async {
-                let conn = cluster
-                    .coordinator(CoordinatorKind::Transaction, transactional_id)
-                    .await?;
-                let coordinator = cluster
-                    .cached_coordinator(CoordinatorKind::Transaction, transactional_id)
-                    .unwrap_or(-1);
-                let r = conn.request(&req).await?;
-                let Some(s) = r.transaction_states.into_iter().next() else {
-                    return Err(Error::InvalidState(format!(
-                        "broker {} answered DescribeTransactions for '{transactional_id}' without a result",
-                        conn.addr()
-                    )));
-                };
-                if s.error_code == ErrorCode::TRANSACTIONAL_ID_NOT_FOUND.0 {
-                    return Ok(None);
-                }
-                ErrorCode::check(s.error_code).map_err(|c| {
-                    Error::broker(format!("describe transaction '{transactional_id}'"), c)
-                })?;
-                let mut partitions: Vec<TopicPartition> = s
-                    .topics
-                    .iter()
-                    .flat_map(|t| {
-                        t.partitions
-                            .iter()
-                            .map(|p| TopicPartition::new(t.topic.0.to_string(), *p))
-                    })
-                    .collect();
-                partitions.sort();
-                Ok(Some(TransactionDescription {
-                    transactional_id: s.transactional_id.0.to_string(),
-                    state: s.transaction_state.to_string(),
-                    producer_id: s.producer_id.0,
-                    producer_epoch: s.producer_epoch,
-                    timeout: Duration::from_millis(
-                        u64::try_from(s.transaction_timeout_ms).unwrap_or(0),
-                    ),
-                    start_time_ms: (s.transaction_start_time_ms >= 0)
-                        .then_some(s.transaction_start_time_ms),
-                    partitions,
-                    coordinator,
-                }))
-            },
-        )
-        .await
+        super::txn::describe(self.cluster(), transactional_id).await
     }
 
     /// The producers with state on each partition, from the partitions' leaders; those with
@@ -470,55 +367,5 @@ impl Admin {
             producer_epoch,
             after,
         })
-    }
-}
-
-fn is_open_state(state: &str) -> bool {
-    matches!(
-        state,
-        "Ongoing" | "PrepareCommit" | "PrepareAbort" | "PrepareEpochFence"
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn description(state: &str, start: Option<i64>) -> TransactionDescription {
-        TransactionDescription {
-            transactional_id: "t".into(),
-            state: state.into(),
-            producer_id: 1,
-            producer_epoch: 0,
-            timeout: Duration::from_secs(60),
-            start_time_ms: start,
-            partitions: Vec::new(),
-            coordinator: 1,
-        }
-    }
-
-    #[test]
-    fn age_is_measured_from_the_start_time() {
-        let d = description("Ongoing", Some(now_ms() - 5_000));
-        let age = d.age().unwrap();
-        assert!(
-            age >= Duration::from_secs(5) && age < Duration::from_secs(60),
-            "{age:?}"
-        );
-        assert_eq!(description("Empty", None).age(), None);
-        // A coordinator clock ahead of ours gives age zero, not a panic.
-        let ahead = description("Ongoing", Some(now_ms() + 60_000));
-        assert_eq!(ahead.age(), Some(Duration::ZERO));
-    }
-
-    #[test]
-    fn open_states() {
-        assert!(description("Ongoing", None).is_open());
-        assert!(description("PrepareAbort", None).is_open());
-        assert!(!description("CompleteCommit", None).is_open());
-        assert!(!description("Empty", None).is_open());
-        assert!(TRANSACTION_STATES
-            .iter()
-            .all(|s| is_open_state(s) == description(s, None).is_open()));
     }
 }

@@ -6,12 +6,12 @@
 
 use super::cluster::{backoff, Cluster};
 use super::connection::Connection;
-use super::error::{Error, ErrorClass, Result};
+use super::error::{Error, ErrorClass, Op, Result};
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::FindCoordinatorRequest;
 use kafka_protocol::protocol::StrBytes;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tracing::{debug, info_span, Instrument};
 
 /// What kind of coordinator.
@@ -104,5 +104,57 @@ impl Cluster {
             self.refresh_metadata().await?;
         }
         Ok(node)
+    }
+}
+
+/// Calls the coordinator of `key`, retrying retriable errors and coordinator moves (looking
+/// the coordinator up again) within `budget`, classified as transaction-coordinator errors.
+/// `call` returns (error code, value).
+pub(crate) async fn coordinator_call_on<T, F, Fut>(
+    cluster: &Cluster,
+    kind: CoordinatorKind,
+    id: &str,
+    what: &str,
+    budget: Duration,
+    call: F,
+) -> Result<T>
+where
+    F: Fn(Arc<crate::client::connection::Connection>) -> Fut,
+    Fut: std::future::Future<Output = Result<(i16, T)>>,
+{
+    let deadline = Instant::now() + budget;
+    let mut attempt = 0u32;
+    loop {
+        let result = async {
+            let conn = cluster.coordinator(kind, id).await?;
+            let (code, v) = call(conn).await?;
+            ErrorCode::check(code)
+                .map_err(|code| Error::broker(format!("{what} for '{id}'"), code))?;
+            Ok::<T, Error>(v)
+        }
+        .await;
+        let e = match result {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        let class = e.class_in(Op::TxnCoordinator);
+        if !matches!(class, ErrorClass::Retriable | ErrorClass::RefreshAndRetry)
+            || Instant::now() >= deadline
+        {
+            return Err(e);
+        }
+        if class == ErrorClass::RefreshAndRetry {
+            cluster.forget_coordinator(kind, id);
+        }
+        attempt += 1;
+        // CONCURRENT_TRANSACTIONS: the previous transaction's markers are being written, which
+        // takes milliseconds: start short and grow.
+        let wait = if e.code() == Some(ErrorCode::CONCURRENT_TRANSACTIONS) {
+            backoff(Duration::from_millis(20), Duration::from_secs(1), attempt)
+        } else {
+            let cfg = cluster.config();
+            backoff(cfg.retry_backoff, cfg.retry_backoff_max, attempt)
+        };
+        tokio::time::sleep(wait).await;
     }
 }

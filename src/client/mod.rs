@@ -19,6 +19,7 @@ pub mod error;
 pub mod group;
 pub mod metadata;
 pub mod producer;
+pub mod txn;
 
 pub use admin::Admin;
 pub use cluster::Cluster;

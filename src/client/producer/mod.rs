@@ -17,7 +17,10 @@ mod transaction;
 mod txn_phase;
 
 pub use metrics::ProducerMetrics;
-pub use transaction::{resume_transaction, GroupMetadata, PreparedTransaction, ResumeOutcome};
+pub use transaction::GroupMetadata;
+// The two-phase-commit API lives in `client::txn`; re-exported here where it used to be.
+pub use crate::client::txn::{resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd};
+pub(crate) use accumulator::Identity;
 
 use super::cluster::Cluster;
 use super::config::ProducerConfig;

@@ -16,19 +16,24 @@
 use super::accumulator::Identity;
 use super::txn_phase::TxnEvent;
 use super::{Inner, Producer};
-use crate::client::cluster::{backoff, Cluster};
+use crate::client::cluster::Cluster;
+use crate::client::coordinator::coordinator_call_on;
 use crate::client::coordinator::CoordinatorKind;
 use crate::client::error::{Error, ErrorClass, Op, Result};
 use crate::client::metadata::TopicPartition;
+use crate::client::txn::{
+    describe, end_txn, judge, EndOutcome, Judgement, PreparedTransaction, TxnEnd, TxnState,
+    TV2_END_TXN_VERSION,
+};
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::txn_offset_commit_request::{
     TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
 };
 use kafka_protocol::messages::{
-    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest,
-    EndTxnResponse, GroupId, InitProducerIdRequest, ProduceRequest, ProducerId, TopicName,
-    TransactionalId, TxnOffsetCommitRequest,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, GroupId,
+    InitProducerIdRequest, ProduceRequest, ProducerId, TopicName, TransactionalId,
+    TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 use std::collections::BTreeMap;
@@ -41,8 +46,6 @@ const MAX_CLIENT_ADD_PARTITIONS_VERSION: i16 = 3;
 /// Under the classic protocol TxnOffsetCommit must stay ≤ v4 (v5 implies KIP-890's implicit
 /// AddOffsetsToTxn).
 const MAX_CLASSIC_TXN_OFFSET_COMMIT_VERSION: i16 = 4;
-/// EndTxn v5 is KIP-890's: it bumps the epoch and returns the next one.
-const TV2_END_TXN_VERSION: i16 = 5;
 
 /// A consumer group's identity as TxnOffsetCommit needs it (KIP-447): with the generation and
 /// member id, the group coordinator fences a zombie from an older generation.
@@ -69,64 +72,6 @@ impl GroupMetadata {
             group_instance_id: None,
         }
     }
-}
-
-/// Everything needed to finish a transaction from another process: the *committable*.
-///
-/// Save it durably after [`Producer::prepare_commit`]; any process can then commit (or abort)
-/// the transaction with [`resume_transaction`] without InitProducerId, which would abort it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PreparedTransaction<S = String> {
-    /// The transactional id.
-    pub transactional_id: S,
-    /// Producer id.
-    pub producer_id: i64,
-    /// Producer epoch the transaction was written with.
-    pub producer_epoch: i16,
-    /// The transaction protocol version it was written with (1 classic, 2 KIP-890).
-    pub transaction_version: i16,
-    /// When the coordinator started this transaction (ms since the epoch; -1 unknown). It
-    /// tells this transaction from a later one of the same transactional id: under the classic
-    /// protocol both can have the same producer id and epoch.
-    #[serde(default = "unknown_start")]
-    pub transaction_start_ms: i64,
-    /// Nothing reached the broker in this transaction: there is nothing to commit, and
-    /// [`resume_transaction`] answers [`ResumeOutcome::NothingToCommit`] without a request.
-    /// (The producer's next transaction has the same producer id and epoch, so an EndTxn sent
-    /// for an empty committable would end that later transaction instead.)
-    #[serde(default)]
-    pub empty: bool,
-}
-
-fn unknown_start() -> i64 {
-    -1
-}
-
-/// What [`resume_transaction`] found and did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ResumeOutcome {
-    /// The transaction was open and is now committed (or aborted, when abort was asked).
-    Completed,
-    /// It had been committed already (e.g. a commit that raced with a crash); nothing was
-    /// written twice.
-    AlreadyCommitted,
-    /// It had been aborted already, or it can no longer be committed: the coordinator aborted
-    /// it (transaction.timeout.ms) or another producer fenced it. `reason` says which.
-    NotCommitted {
-        /// What the coordinator reported.
-        reason: String,
-    },
-    /// The committable is empty (nothing was sent in its transaction): nothing was done.
-    NothingToCommit,
-    /// A later transaction of the same transactional id has started, so this one ended before
-    /// it — committed or aborted; the coordinator keeps only the latest transaction. Nothing was
-    /// done: in particular the later transaction was not committed in its place. Engines avoid
-    /// this by never reusing a transactional id before its committable is resolved.
-    Superseded {
-        /// What the coordinator reported.
-        reason: String,
-    },
 }
 
 fn txn_id(id: &str) -> TransactionalId {
@@ -344,26 +289,27 @@ impl Producer {
             });
         }
         // The coordinator's start time identifies this transaction among later ones.
-        let d = describe_transaction(&self.inner.cluster, &id).await?;
-        if !(d.state == "Ongoing"
-            && d.producer_id == identity.producer_id
-            && d.producer_epoch == identity.epoch)
-        {
+        let d = describe(&self.inner.cluster, &id).await?;
+        let Some(d) = d.filter(|d| {
+            d.state == TxnState::Ongoing
+                && d.producer_id == identity.producer_id
+                && d.producer_epoch == identity.epoch
+        }) else {
             // Everything was acknowledged, yet the coordinator shows no open transaction of
             // ours: it was aborted (transaction.timeout.ms) or fenced. A committable for it
             // could never be committed.
             let e = Error::Fenced(format!(
-                "transaction '{id}' can no longer be committed: the coordinator shows state {} for producer id {} epoch {} (ours: {} epoch {}); it timed out (transaction.timeout.ms) or was fenced",
-                d.state, d.producer_id, d.producer_epoch, identity.producer_id, identity.epoch
+                "transaction '{id}' can no longer be committed: the coordinator shows no open transaction of producer id {} epoch {}; it timed out (transaction.timeout.ms) or was fenced",
+                identity.producer_id, identity.epoch
             ));
             return self.note_error(Err(e));
-        }
+        };
         Ok(PreparedTransaction {
             transactional_id: id,
             producer_id: identity.producer_id,
             producer_epoch: identity.epoch,
             transaction_version,
-            transaction_start_ms: d.start_ms,
+            transaction_start_ms: d.start_time_ms.unwrap_or(-1),
             empty: false,
         })
     }
@@ -374,7 +320,7 @@ impl Producer {
     /// The transaction's abortable error (the caller must then abort), or a fatal error
     /// (fenced, or aborted by the coordinator after transaction.timeout.ms).
     pub async fn commit_transaction(&self) -> Result<()> {
-        self.end_transaction(true).await
+        self.end_transaction(TxnEnd::Commit).await
     }
 
     /// Drops what is not sent yet, waits for what is in flight, and aborts the transaction.
@@ -382,13 +328,14 @@ impl Producer {
     /// # Errors
     /// Fatal errors only (fencing); abortable ones are what abort is for.
     pub async fn abort_transaction(&self) -> Result<()> {
-        self.end_transaction(false).await
+        self.end_transaction(TxnEnd::Abort).await
     }
 
-    async fn end_transaction(&self, commit: bool) -> Result<()> {
+    async fn end_transaction(&self, end: TxnEnd) -> Result<()> {
+        let commit = end.is_commit();
         self.check_fatal()?;
         self.step(TxnEvent::EndStart { commit })?;
-        let result = self.end_transaction_steps(commit).await;
+        let result = self.end_transaction_steps(end).await;
         // Ended: ready for the next begin_transaction(). Not ended: the transaction is still
         // open (a refused commit is aborted next; a failed abort can be tried again).
         let step = self.step(if result.is_ok() {
@@ -399,7 +346,8 @@ impl Producer {
         result.and(step)
     }
 
-    async fn end_transaction_steps(&self, commit: bool) -> Result<()> {
+    async fn end_transaction_steps(&self, end: TxnEnd) -> Result<()> {
+        let commit = end.is_commit();
         let id = self.txn_id()?;
         let inner = &self.inner;
         if !commit {
@@ -451,7 +399,7 @@ impl Producer {
             let outcome = end_txn(
                 &inner.cluster,
                 &prepared,
-                commit,
+                end,
                 inner.config.transaction_timeout,
             )
             .await;
@@ -579,7 +527,7 @@ async fn explain_end_failure(
     if e.code().is_none() {
         return e;
     }
-    let Ok(d) = describe_transaction(&inner.cluster, p.transactional_id).await else {
+    let Ok(Some(d)) = describe(&inner.cluster, p.transactional_id).await else {
         return e;
     };
     let timed_out = began.is_some_and(|b| b.elapsed() >= inner.config.transaction_timeout);
@@ -630,55 +578,6 @@ where
         call,
     )
     .await
-}
-
-async fn coordinator_call_on<T, F, Fut>(
-    cluster: &Cluster,
-    kind: CoordinatorKind,
-    id: &str,
-    what: &str,
-    budget: Duration,
-    call: F,
-) -> Result<T>
-where
-    F: Fn(Arc<crate::client::connection::Connection>) -> Fut,
-    Fut: std::future::Future<Output = Result<(i16, T)>>,
-{
-    let deadline = Instant::now() + budget;
-    let mut attempt = 0u32;
-    loop {
-        let result = async {
-            let conn = cluster.coordinator(kind, id).await?;
-            let (code, v) = call(conn).await?;
-            ErrorCode::check(code)
-                .map_err(|code| Error::broker(format!("{what} for '{id}'"), code))?;
-            Ok::<T, Error>(v)
-        }
-        .await;
-        let e = match result {
-            Ok(v) => return Ok(v),
-            Err(e) => e,
-        };
-        let class = e.class_in(Op::TxnCoordinator);
-        if !matches!(class, ErrorClass::Retriable | ErrorClass::RefreshAndRetry)
-            || Instant::now() >= deadline
-        {
-            return Err(e);
-        }
-        if class == ErrorClass::RefreshAndRetry {
-            cluster.forget_coordinator(kind, id);
-        }
-        attempt += 1;
-        // CONCURRENT_TRANSACTIONS: the previous transaction's markers are being written, which
-        // takes milliseconds: start short and grow.
-        let wait = if e.code() == Some(ErrorCode::CONCURRENT_TRANSACTIONS) {
-            backoff(Duration::from_millis(20), Duration::from_secs(1), attempt)
-        } else {
-            let cfg = cluster.config();
-            backoff(cfg.retry_backoff, cfg.retry_backoff_max, attempt)
-        };
-        tokio::time::sleep(wait).await;
-    }
 }
 
 /// InitProducerId for a transactional id. With `current`, bumps that producer's epoch
@@ -898,490 +797,4 @@ async fn txn_offset_commit(
         },
     )
     .await
-}
-
-/// How an EndTxn ended.
-enum EndOutcome {
-    /// Done; under KIP-890 with the identity for the next transaction.
-    Done(Option<Identity>),
-    /// The coordinator had already ended it the other way (`aborted`: it aborted it), or it
-    /// moved past it.
-    Not { reason: String, aborted: bool },
-}
-
-/// What DescribeTransactions says about a transactional id.
-struct TxnDescription {
-    state: String,
-    producer_id: i64,
-    producer_epoch: i16,
-    start_ms: i64,
-}
-
-async fn describe_transaction(cluster: &Cluster, id: &str) -> Result<TxnDescription> {
-    let req = DescribeTransactionsRequest::default().with_transactional_ids(vec![txn_id(id)]);
-    coordinator_call_on(
-        cluster,
-        CoordinatorKind::Transaction,
-        id,
-        "DescribeTransactions",
-        cluster.config().api_timeout,
-        |conn| {
-            let req = req.clone();
-            async move {
-                let r = conn.request(&req).await?;
-                let s = r.transaction_states.into_iter().next();
-                match s {
-                    Some(s) => Ok((
-                        s.error_code,
-                        TxnDescription {
-                            state: s.transaction_state.to_string(),
-                            producer_id: s.producer_id.0,
-                            producer_epoch: s.producer_epoch,
-                            start_ms: s.transaction_start_time_ms,
-                        },
-                    )),
-                    None => Ok((
-                        ErrorCode::TRANSACTIONAL_ID_NOT_FOUND.0,
-                        TxnDescription {
-                            state: String::new(),
-                            producer_id: -1,
-                            producer_epoch: -1,
-                            start_ms: -1,
-                        },
-                    )),
-                }
-            }
-        },
-    )
-    .await
-}
-
-/// The highest epoch a producer may use (Short.MaxValue - 1): the coordinator keeps
-/// Short.MaxValue to fence with. A transaction ended at this epoch under KIP-890 moves the
-/// transactional id to a new producer id at epoch 0.
-const LAST_USABLE_EPOCH: i16 = i16::MAX - 1;
-
-/// Classifies what the coordinator's view `d` means for the transaction `p`: a pure function
-/// of the two, table-tested below.
-///
-/// Under the classic protocol the epoch does not change when a transaction ends, so "ours" is
-/// `epoch == saved`; an InitProducerId (fencing) or the coordinator's timeout abort bumps it.
-/// Under KIP-890 every EndTxn and every timeout abort bumps the epoch once, so the transaction
-/// we wrote ended at `saved + 1`; a later producer's transaction would end at `saved + 2` or
-/// beyond. One exception: a KIP-890 transaction at the last usable epoch (32766) ends by moving
-/// the transactional id to a *new producer id at epoch 0* (while its markers are written the
-/// coordinator shows the old id at epoch 32767). DescribeTransactions does not name the
-/// previous id, but a new id at epoch 0 in a Complete state arises only from that move (a
-/// transaction begun at epoch 0 ends at epoch 1), so it is ours when our epoch was the last.
-fn judge(p: &PreparedTransaction<&str>, d: &TxnDescription) -> Judgement {
-    let tv2 = p.transaction_version >= 2;
-    let saved = p.producer_epoch as i32;
-    let epoch = d.producer_epoch as i32;
-    let complete = matches!(d.state.as_str(), "CompleteCommit" | "CompleteAbort");
-    let rotated = tv2
-        && p.producer_epoch >= LAST_USABLE_EPOCH
-        && d.producer_id != p.producer_id
-        && epoch == 0;
-    if d.producer_id != p.producer_id && !(rotated && complete) {
-        if rotated && d.state == "Ongoing" {
-            return Judgement::Superseded(format!(
-                "the transactional id moved to producer id {} after ours (epochs exhausted) and a later transaction is open; ours ended before it",
-                d.producer_id
-            ));
-        }
-        return Judgement::Gone(format!(
-            "the transactional id now belongs to producer id {} (ours was {}): it was fenced or expired",
-            d.producer_id, p.producer_id
-        ));
-    }
-    // A different start time: a later transaction of the same id (same id and epoch under the
-    // classic protocol) has begun since; ours ended before it.
-    if p.transaction_start_ms >= 0 && d.start_ms >= 0 && d.start_ms != p.transaction_start_ms {
-        return Judgement::Superseded(format!(
-            "a later transaction of this transactional id started at {} ms (ours at {} ms; state {}); ours ended before it",
-            d.start_ms, p.transaction_start_ms, d.state
-        ));
-    }
-    // The epoch (of this producer id) at which our transaction's end shows.
-    let ended = |e: i32| {
-        if rotated {
-            true // new id at epoch 0, checked above
-        } else if tv2 {
-            e == saved + 1
-        } else {
-            e == saved
-        }
-    };
-    let (next, pending) = if !tv2 {
-        (None, false)
-    } else if rotated {
-        (
-            Some(Identity {
-                producer_id: d.producer_id,
-                epoch: 0,
-            }),
-            false,
-        )
-    } else if p.producer_epoch >= LAST_USABLE_EPOCH {
-        // Markers are being written; the new producer id shows once they are.
-        (None, true)
-    } else {
-        (
-            Some(Identity {
-                producer_id: p.producer_id,
-                epoch: p.producer_epoch + 1,
-            }),
-            false,
-        )
-    };
-    match d.state.as_str() {
-        "Ongoing" if !rotated && epoch == saved => Judgement::Open,
-        // KIP-890: ours ended at saved + 1 and the producer began the next one there.
-        "Ongoing" if tv2 && epoch == saved + 1 => Judgement::Superseded(format!(
-            "a later transaction of this producer is open at epoch {epoch}; ours ended before it"
-        )),
-        "PrepareCommit" | "CompleteCommit" if ended(epoch) => Judgement::Committed { next, pending },
-        // Aborted by us, or by the coordinator after transaction.timeout.ms (which bumps the
-        // epoch under the classic protocol too).
-        "PrepareAbort" | "CompleteAbort" if ended(epoch) || (!tv2 && epoch == saved + 1) => {
-            Judgement::Aborted {
-                reason: format!("the coordinator aborted it (state {}, epoch {epoch})", d.state),
-                next,
-                pending,
-            }
-        }
-        other => Judgement::Gone(format!(
-            "the coordinator has moved on (state {other}, producer id {}, epoch {epoch}; ours {} epoch {}): it was fenced, timed out or ended already",
-            d.producer_id, p.producer_id, p.producer_epoch
-        )),
-    }
-}
-
-/// What [`judge`] concluded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Judgement {
-    /// Still open at our epoch: EndTxn can end it.
-    Open,
-    /// Ours, committed. Under KIP-890 `next` is the identity the producer's next transaction
-    /// uses; `pending` when that is not known yet (a new producer id, shown once the markers
-    /// are written): ask again.
-    Committed {
-        next: Option<Identity>,
-        pending: bool,
-    },
-    /// Ours, aborted; `next` and `pending` as for `Committed`.
-    Aborted {
-        reason: String,
-        next: Option<Identity>,
-        pending: bool,
-    },
-    /// Fenced, expired, or the coordinator moved past it without telling how it ended.
-    Gone(String),
-    /// A later transaction of the same transactional id has begun: ours ended before it.
-    Superseded(String),
-}
-
-/// Sends EndTxn; an unknown outcome (lost connection, timeout) is resolved with
-/// DescribeTransactions, never by blindly re-sending a commit that could land in a later
-/// transaction.
-async fn end_txn(
-    cluster: &Cluster,
-    p: &PreparedTransaction<&str>,
-    commit: bool,
-    budget: Duration,
-) -> Result<EndOutcome> {
-    let id = p.transactional_id;
-    let req = EndTxnRequest::default()
-        .with_transactional_id(txn_id(id))
-        .with_producer_id(ProducerId(p.producer_id))
-        .with_producer_epoch(p.producer_epoch)
-        .with_committed(commit);
-    let deadline = Instant::now() + budget.max(cluster.config().api_timeout);
-    let mut attempt = 0u32;
-    loop {
-        let sent = async {
-            let conn = cluster
-                .coordinator(CoordinatorKind::Transaction, id)
-                .await?;
-            let cap = if p.transaction_version >= 2 {
-                Some(TV2_END_TXN_VERSION)
-            } else {
-                Some(TV2_END_TXN_VERSION - 1)
-            };
-            let v = conn.version_for::<EndTxnRequest>(cap)?;
-            let r: EndTxnResponse = conn.request_at(&req, v).await?;
-            Ok::<_, Error>((v, r))
-        }
-        .instrument(info_span!(
-            "end_txn",
-            transactional_id = id,
-            commit,
-            epoch = p.producer_epoch
-        ))
-        .await;
-        attempt += 1;
-        let wait = |code: Option<ErrorCode>| {
-            if code == Some(ErrorCode::CONCURRENT_TRANSACTIONS) {
-                backoff(Duration::from_millis(20), Duration::from_secs(1), attempt)
-            } else {
-                backoff(
-                    cluster.config().retry_backoff,
-                    cluster.config().retry_backoff_max,
-                    attempt,
-                )
-            }
-        };
-        match sent {
-            Ok((v, r)) if r.error_code == 0 => {
-                let next = (v >= TV2_END_TXN_VERSION && r.producer_id.0 >= 0).then_some(Identity {
-                    producer_id: r.producer_id.0,
-                    epoch: r.producer_epoch,
-                });
-                return Ok(EndOutcome::Done(next));
-            }
-            Ok((_, r)) => {
-                let e = Error::broker(
-                    format!(
-                        "EndTxn({}) for '{id}'",
-                        if commit { "commit" } else { "abort" }
-                    ),
-                    ErrorCode(r.error_code),
-                );
-                let class = e.class_in(Op::TxnCoordinator);
-                match class {
-                    ErrorClass::Retriable | ErrorClass::RefreshAndRetry
-                        if Instant::now() < deadline =>
-                    {
-                        if class == ErrorClass::RefreshAndRetry {
-                            cluster.forget_coordinator(CoordinatorKind::Transaction, id);
-                        }
-                        tokio::time::sleep(wait(e.code())).await;
-                    }
-                    _ => return Err(e),
-                }
-            }
-            // No answer: the coordinator may or may not have acted on it.
-            Err(e) if e.class() == ErrorClass::RefreshAndRetry && Instant::now() < deadline => {
-                warn!(error = %e, "EndTxn outcome unknown; asking the coordinator");
-                cluster.forget_coordinator(CoordinatorKind::Transaction, id);
-                tokio::time::sleep(wait(None)).await;
-                let d = match describe_transaction(cluster, id).await {
-                    Ok(d) => d,
-                    Err(_) => continue,
-                };
-                match (judge(p, &d), commit) {
-                    (Judgement::Open, _) => continue, // never reached it: send again
-                    // Ended our way, but the next producer id is not shown yet: ask again.
-                    (Judgement::Committed { pending: true, .. }, true)
-                    | (Judgement::Aborted { pending: true, .. }, false) => continue,
-                    (Judgement::Committed { next, .. }, true) => return Ok(EndOutcome::Done(next)),
-                    (Judgement::Aborted { next, .. }, false) => return Ok(EndOutcome::Done(next)),
-                    (Judgement::Committed { .. }, false) => {
-                        return Ok(EndOutcome::Not {
-                            reason: "it was committed".into(),
-                            aborted: false,
-                        })
-                    }
-                    (Judgement::Aborted { reason, .. }, true) => {
-                        return Ok(EndOutcome::Not {
-                            reason,
-                            aborted: true,
-                        })
-                    }
-                    (Judgement::Gone(reason), _) | (Judgement::Superseded(reason), _) => {
-                        return Ok(EndOutcome::Not {
-                            reason,
-                            aborted: false,
-                        })
-                    }
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Commits (or aborts) a transaction prepared by another producer instance — typically one
-/// that crashed after saving its [`PreparedTransaction`] — without InitProducerId, which would
-/// abort it. Safe to call more than once: a second commit reports
-/// [`ResumeOutcome::AlreadyCommitted`], never writes twice.
-///
-/// # Errors
-/// Connection and authorization failures; the transaction's fate is in the `Ok` value.
-///
-/// ```no_run
-/// # async fn demo(saved: onceflow::client::producer::PreparedTransaction) -> onceflow::client::Result<()> {
-/// use onceflow::client::{Cluster, ClientConfig};
-/// use onceflow::client::producer::{resume_transaction, ResumeOutcome};
-/// let cluster = Cluster::connect(ClientConfig::default()).await?;
-/// match resume_transaction(&cluster, &saved, true).await? {
-///     ResumeOutcome::Completed | ResumeOutcome::AlreadyCommitted => println!("committed once"),
-///     other => println!("lost: {other:?}"),
-/// }
-/// # Ok(()) }
-/// ```
-pub async fn resume_transaction(
-    cluster: &Cluster,
-    prepared: &PreparedTransaction,
-    commit: bool,
-) -> Result<ResumeOutcome> {
-    let p = PreparedTransaction {
-        transactional_id: prepared.transactional_id.as_str(),
-        producer_id: prepared.producer_id,
-        producer_epoch: prepared.producer_epoch,
-        transaction_version: prepared.transaction_version,
-        transaction_start_ms: prepared.transaction_start_ms,
-        empty: prepared.empty,
-    };
-    if p.empty {
-        return Ok(ResumeOutcome::NothingToCommit);
-    }
-    let d = match describe_transaction(cluster, p.transactional_id).await {
-        Ok(d) => d,
-        Err(e) if e.code() == Some(ErrorCode::TRANSACTIONAL_ID_NOT_FOUND) => {
-            return Ok(ResumeOutcome::NotCommitted {
-                reason: "the coordinator does not know the transactional id (never used, or expired after transactional.id.expiration.ms)".into(),
-            })
-        }
-        Err(e) => return Err(e),
-    };
-    match judge(&p, &d) {
-        Judgement::Superseded(reason) => return Ok(ResumeOutcome::Superseded { reason }),
-        Judgement::Committed { .. } if commit => return Ok(ResumeOutcome::AlreadyCommitted),
-        Judgement::Aborted { reason, .. } => return Ok(ResumeOutcome::NotCommitted { reason }),
-        Judgement::Committed { .. } => {
-            return Ok(ResumeOutcome::NotCommitted {
-                reason: "it was committed already; it cannot be aborted".into(),
-            })
-        }
-        Judgement::Gone(reason) => return Ok(ResumeOutcome::NotCommitted { reason }),
-        Judgement::Open => {}
-    }
-    let budget = cluster.config().api_timeout;
-    match end_txn(cluster, &p, commit, budget).await {
-        Ok(EndOutcome::Done(_)) => Ok(ResumeOutcome::Completed),
-        Ok(EndOutcome::Not { reason, .. }) => Ok(ResumeOutcome::NotCommitted { reason }),
-        Err(e) if matches!(e.code(), Some(c) if c == ErrorCode::PRODUCER_FENCED || c == ErrorCode::INVALID_PRODUCER_EPOCH) => {
-            Ok(ResumeOutcome::NotCommitted {
-                reason: e.to_string(),
-            })
-        }
-        Err(e) => Err(e),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn prepared(tv: i16, pid: i64, epoch: i16, start: i64) -> PreparedTransaction<&'static str> {
-        PreparedTransaction {
-            transactional_id: "t",
-            producer_id: pid,
-            producer_epoch: epoch,
-            transaction_version: tv,
-            transaction_start_ms: start,
-            empty: false,
-        }
-    }
-
-    fn seen(state: &str, pid: i64, epoch: i16, start: i64) -> TxnDescription {
-        TxnDescription {
-            state: state.into(),
-            producer_id: pid,
-            producer_epoch: epoch,
-            start_ms: start,
-        }
-    }
-
-    /// The outcome's kind and, for ended transactions, the next identity and pending flag.
-    #[derive(Debug, PartialEq)]
-    enum J {
-        Open,
-        Committed(Option<(i64, i16)>, bool),
-        Aborted(Option<(i64, i16)>, bool),
-        Gone,
-        Superseded,
-    }
-
-    fn kind(j: Judgement) -> J {
-        let id = |n: Option<Identity>| n.map(|i| (i.producer_id, i.epoch));
-        match j {
-            Judgement::Open => J::Open,
-            Judgement::Committed { next, pending } => J::Committed(id(next), pending),
-            Judgement::Aborted { next, pending, .. } => J::Aborted(id(next), pending),
-            Judgement::Gone(_) => J::Gone,
-            Judgement::Superseded(_) => J::Superseded,
-        }
-    }
-
-    #[test]
-    fn judge_every_state_id_and_epoch() {
-        const MAX: i16 = LAST_USABLE_EPOCH; // 32766
-        let c = |n: Option<(i64, i16)>| J::Committed(n, false);
-        let a = |n: Option<(i64, i16)>| J::Aborted(n, false);
-        #[rustfmt::skip]
-        let table: &[(PreparedTransaction<&str>, TxnDescription, J)] = &[
-            // Classic protocol: ours is at the saved id and epoch.
-            (prepared(1, 7, 3, 100), seen("Ongoing", 7, 3, 100), J::Open),
-            (prepared(1, 7, 3, -1), seen("Ongoing", 7, 3, 100), J::Open),
-            (prepared(1, 7, 3, 100), seen("Ongoing", 7, 3, 200), J::Superseded),
-            (prepared(1, 7, 3, 100), seen("PrepareCommit", 7, 3, 100), c(None)),
-            (prepared(1, 7, 3, 100), seen("CompleteCommit", 7, 3, 100), c(None)),
-            (prepared(1, 7, 3, 100), seen("CompleteCommit", 7, 3, 200), J::Superseded),
-            (prepared(1, 7, 3, 100), seen("CompleteCommit", 7, 4, -1), J::Gone),
-            (prepared(1, 7, 3, 100), seen("PrepareAbort", 7, 3, 100), a(None)),
-            (prepared(1, 7, 3, 100), seen("CompleteAbort", 7, 3, 100), a(None)),
-            // The coordinator's timeout abort bumps the epoch.
-            (prepared(1, 7, 3, 100), seen("CompleteAbort", 7, 4, 100), a(None)),
-            (prepared(1, 7, 3, 100), seen("CompleteAbort", 7, 5, -1), J::Gone),
-            (prepared(1, 7, 3, 100), seen("Empty", 7, 4, -1), J::Gone),
-            (prepared(1, 7, 3, 100), seen("PrepareEpochFence", 7, 3, 100), J::Gone),
-            (prepared(1, 7, 3, 100), seen("Ongoing", 8, 0, 300), J::Gone),
-            (prepared(1, 7, 3, 100), seen("CompleteCommit", 8, 0, 100), J::Gone),
-            (prepared(1, 7, MAX, 100), seen("CompleteCommit", 8, 0, 100), J::Gone),
-            // KIP-890: ours ends one epoch up.
-            (prepared(2, 7, 3, 100), seen("Ongoing", 7, 3, 100), J::Open),
-            (prepared(2, 7, 3, 100), seen("PrepareCommit", 7, 4, 100), c(Some((7, 4)))),
-            (prepared(2, 7, 3, 100), seen("CompleteCommit", 7, 4, 100), c(Some((7, 4)))),
-            // The previous transaction's end, or a later producer's: not ours.
-            (prepared(2, 7, 3, 100), seen("CompleteCommit", 7, 3, 50), J::Superseded),
-            (prepared(2, 7, 3, -1), seen("CompleteCommit", 7, 3, 50), J::Gone),
-            (prepared(2, 7, 3, -1), seen("CompleteCommit", 7, 5, -1), J::Gone),
-            (prepared(2, 7, 3, 100), seen("PrepareAbort", 7, 4, 100), a(Some((7, 4)))),
-            (prepared(2, 7, 3, 100), seen("CompleteAbort", 7, 4, 100), a(Some((7, 4)))),
-            (prepared(2, 7, 3, -1), seen("CompleteAbort", 7, 6, -1), J::Gone),
-            (prepared(2, 7, 3, -1), seen("Ongoing", 7, 4, 300), J::Superseded),
-            (prepared(2, 7, 3, -1), seen("Empty", 7, 5, -1), J::Gone),
-            (prepared(2, 7, 3, 100), seen("CompleteCommit", 9, 0, 100), J::Gone),
-            // KIP-890 at the last usable epoch: the end moves the id to a new producer id.
-            (prepared(2, 7, MAX, 100), seen("Ongoing", 7, MAX, 100), J::Open),
-            (prepared(2, 7, MAX, 100), seen("PrepareCommit", 7, MAX + 1, 100), J::Committed(None, true)),
-            (prepared(2, 7, MAX, 100), seen("CompleteCommit", 9, 0, 100), c(Some((9, 0)))),
-            (prepared(2, 7, MAX, -1), seen("CompleteCommit", 9, 0, 100), c(Some((9, 0)))),
-            (prepared(2, 7, MAX, 100), seen("PrepareAbort", 7, MAX + 1, 100), J::Aborted(None, true)),
-            (prepared(2, 7, MAX, 100), seen("CompleteAbort", 9, 0, 100), a(Some((9, 0)))),
-            (prepared(2, 7, MAX, 100), seen("Ongoing", 9, 0, 300), J::Superseded),
-            (prepared(2, 7, MAX, 100), seen("Empty", 9, 0, -1), J::Gone),
-            (prepared(2, 7, MAX, 100), seen("CompleteCommit", 9, 1, 300), J::Gone),
-            (prepared(2, 7, MAX - 1, 100), seen("CompleteCommit", 7, MAX, 100), c(Some((7, MAX)))),
-            (prepared(2, 7, MAX - 1, 100), seen("CompleteCommit", 9, 0, 100), J::Gone),
-        ];
-        for (p, d, want) in table {
-            let got = kind(judge(p, d));
-            assert_eq!(
-                &got,
-                want,
-                "saved tv{} id {} epoch {} start {} / seen {} id {} epoch {} start {}",
-                p.transaction_version,
-                p.producer_id,
-                p.producer_epoch,
-                p.transaction_start_ms,
-                d.state,
-                d.producer_id,
-                d.producer_epoch,
-                d.start_ms
-            );
-        }
-    }
 }

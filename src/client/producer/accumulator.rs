@@ -16,7 +16,7 @@ use crate::protocol::records::{
 };
 use bytes::{Bytes, BytesMut};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 /// The producer id and epoch every batch carries when idempotence is on.
@@ -204,6 +204,44 @@ pub(crate) struct Accumulator {
     /// broker reported OUT_OF_ORDER_SEQUENCE_NUMBER / UNKNOWN_PRODUCER_ID). The sender then
     /// stops sending, waits for everything in flight to settle, bumps the epoch and renumbers.
     pub bump_needed: bool,
+}
+
+/// The configuration [`Accumulator::drain`] works to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DrainConfig {
+    pub linger: Duration,
+    pub delivery_timeout: Duration,
+    pub max_in_flight: usize,
+    /// How long to wait before looking again for a partition without a known leader.
+    pub retry_backoff: Duration,
+}
+
+/// What one sender round takes out of the accumulator, and the I/O it then has to do.
+#[derive(Default)]
+pub(crate) struct Drained {
+    /// Batches to send, each with its leader; each already counts as in flight.
+    pub to_send: Vec<(i32, ProducerBatch)>,
+    /// Batches past delivery.timeout.ms, to fail.
+    pub expired: Vec<ProducerBatch>,
+    /// buffer.memory to release for batches that failed to encode when closed.
+    pub released: u32,
+    /// When the sender must look again even if nothing wakes it.
+    pub next_wake: Option<Instant>,
+    /// Partitions to add to the transaction (classic protocol) with one AddPartitionsToTxn;
+    /// empty while such a request is already in flight.
+    pub to_add: Vec<TopicPartition>,
+    /// An expired batch had a sequence: the broker will see a gap.
+    pub gap: bool,
+    /// A partition with something to send has no known leader: refresh metadata.
+    pub missing_leader: bool,
+    /// Bump the epoch from this identity now (a gap was left and nothing is in flight).
+    pub bump_now: Option<Identity>,
+    /// Nothing is buffered or in flight anywhere.
+    pub idle: bool,
+}
+
+fn min_instant(a: Option<Instant>, b: Instant) -> Option<Instant> {
+    Some(a.map_or(b, |a| a.min(b)))
 }
 
 /// Result of appending one record.
@@ -410,6 +448,145 @@ impl Accumulator {
         }
     }
 
+    /// One sender round's decisions, made under the accumulator lock the caller holds: closes
+    /// open batches whose linger.ms passed (all of them when `flushing`), takes out the ready
+    /// ones past delivery.timeout.ms, and picks the head batch of every partition that may send
+    /// now. No I/O and no locking: `leader` is the metadata view, and `leader_ready` says whether
+    /// a leader's connection is ready (asked at most once per leader and round, only for a leader
+    /// a batch would go to; the caller starts connects to the ones that are not).
+    ///
+    /// A partition's head batch goes out only if
+    /// - no gap awaits an epoch bump (non-transactional: nothing is sent until the bump);
+    /// - fewer than max.in.flight of the partition are in flight;
+    /// - under the classic transaction protocol, the partition was added to the transaction
+    ///   (else it is listed in `to_add`);
+    /// - a retry's backoff has passed, and nothing else of the partition is in flight (so a
+    ///   retried batch is the first of its partition the broker sees again);
+    /// - before the partition's first acknowledgement (per epoch) nothing else is in flight;
+    /// - its leader is known, is the one the partition's in-flight requests went to, and is
+    ///   ready.
+    pub fn drain(
+        &mut self,
+        now: Instant,
+        flushing: bool,
+        config: &DrainConfig,
+        leader: impl Fn(&TopicPartition) -> Option<i32>,
+        mut leader_ready: impl FnMut(i32) -> bool,
+    ) -> Drained {
+        let mut out = Drained::default();
+        let identity = self.identity;
+        let transactional = self.txn.is_some();
+        // Classic protocol: a partition joins the transaction (AddPartitionsToTxn) before
+        // anything is produced to it.
+        let needs_add: Option<&HashSet<TopicPartition>> =
+            self.txn.as_ref().filter(|t| !t.tv2).map(|t| &t.added);
+        let mut wanted_add: HashSet<TopicPartition> = HashSet::new();
+        let bumping = self.bump_needed && identity.is_some() && !transactional;
+        if bumping && self.total_in_flight() == 0 {
+            out.bump_now = identity;
+        }
+        // Each leader's readiness, asked once per round.
+        let mut ready: HashMap<i32, bool> = HashMap::new();
+        let mut next_wake = None;
+        for (tp, q) in self.partitions.iter_mut() {
+            if let Some(open) = &q.open {
+                let due = open.created + config.linger;
+                if flushing || due <= now {
+                    out.released += close_open(tp, q, identity, transactional);
+                } else {
+                    next_wake = min_instant(next_wake, due);
+                }
+            }
+            // Expire batches that waited too long. Never ones in flight: their fate is
+            // decided by the response.
+            while q
+                .ready
+                .front()
+                .is_some_and(|b| b.created + config.delivery_timeout <= now)
+            {
+                if let Some(b) = q.ready.pop_front() {
+                    out.gap |= b.base_sequence >= 0;
+                    out.expired.push(b);
+                }
+            }
+            if let Some(b) = q.ready.front() {
+                next_wake = min_instant(next_wake, b.created + config.delivery_timeout);
+            }
+            if bumping || q.in_flight >= config.max_in_flight {
+                continue;
+            }
+            let Some(head) = q.ready.front() else {
+                continue;
+            };
+            if let Some(added) = needs_add {
+                if !added.contains(tp) {
+                    wanted_add.insert(tp.clone());
+                    continue;
+                }
+            }
+            if let Some(at) = head.retry_at.filter(|at| *at > now) {
+                next_wake = min_instant(next_wake, at);
+                continue;
+            }
+            // A retry waits until everything sent after it has settled, so it is the
+            // first of its partition the broker sees again.
+            if head.attempts > 0 && q.in_flight > 0 {
+                continue;
+            }
+            // Until the partition has acknowledged a batch (per epoch), only one goes out.
+            // A broker with no state for this producer accepts any first sequence: had
+            // batch 1 succeeded while batch 0 hit NOT_LEADER_OR_FOLLOWER, batch 0 could
+            // never be written in order again. Without idempotence the same rule keeps a
+            // new topic's first retry from reordering records.
+            if q.last_acked_offset < 0 && q.acked_through < 0 && q.in_flight > 0 {
+                continue;
+            }
+            let Some(leader) = leader(tp) else {
+                out.missing_leader = true;
+                next_wake = min_instant(next_wake, now + config.retry_backoff);
+                continue;
+            };
+            // Nothing goes to a new leader while requests to the old one are unsettled.
+            if q.in_flight > 0 && q.in_flight_leader != Some(leader) {
+                continue;
+            }
+            if !*ready.entry(leader).or_insert_with(|| leader_ready(leader)) {
+                continue;
+            }
+            if let Some(b) = q.ready.pop_front() {
+                q.in_flight += 1;
+                q.in_flight_leader = Some(leader);
+                out.to_send.push((leader, b));
+            }
+        }
+        out.next_wake = next_wake;
+        if out.gap && identity.is_some() {
+            if let Some(t) = self.txn.as_mut() {
+                t.error.get_or_insert(crate::client::Error::Timeout {
+                    what: "delivery of records in the transaction (delivery.timeout.ms)".into(),
+                    after: config.delivery_timeout,
+                });
+            } else {
+                tracing::debug!("expired batches left a sequence gap; epoch bump needed");
+                self.bump_needed = true;
+            }
+        }
+        if let Some(t) = self.txn.as_mut() {
+            t.started |= !out.to_send.is_empty();
+            if !wanted_add.is_empty() && !t.adding {
+                t.adding = true;
+                out.to_add = wanted_add.into_iter().collect();
+            }
+        }
+        out.idle = self.partitions.values().all(|q| q.is_idle());
+        // Forget partitions with nothing buffered so the map does not grow forever; their
+        // sequence state must survive, so only without idempotence.
+        if out.idle && identity.is_none() {
+            self.partitions.clear();
+        }
+        out
+    }
+
     /// Batches in flight across all partitions.
     pub fn total_in_flight(&self) -> usize {
         self.partitions.values().map(|q| q.in_flight).sum()
@@ -540,5 +717,264 @@ mod tests {
         }
         let orders: Vec<u64> = q.ready.iter().map(|b| b.order).collect();
         assert_eq!(orders, vec![3, 4, 5, 7]);
+    }
+}
+
+#[cfg(test)]
+mod drain_tests {
+    use super::*;
+    use std::time::Duration;
+
+    const CONFIG: DrainConfig = DrainConfig {
+        linger: Duration::from_millis(5),
+        delivery_timeout: Duration::from_secs(60),
+        max_in_flight: 5,
+        retry_backoff: Duration::from_millis(100),
+    };
+    const LEADER: i32 = 1;
+
+    fn tp() -> TopicPartition {
+        TopicPartition::new("t", 0)
+    }
+
+    fn ready(order: u64, base_sequence: i32, attempts: u32, created: Instant) -> ProducerBatch {
+        ProducerBatch {
+            tp: tp(),
+            data: Bytes::new(),
+            deliveries: Vec::new(),
+            created,
+            order,
+            base_sequence,
+            attempts,
+            retry_at: None,
+            memory: 0,
+        }
+    }
+
+    /// An idempotent producer whose partition has `n` fresh ready batches (sequences 0..n) and
+    /// has already had a batch acknowledged.
+    fn acked_partition(n: u64) -> Accumulator {
+        let mut acc = Accumulator {
+            identity: Some(Identity {
+                producer_id: 7,
+                epoch: 0,
+            }),
+            ..Accumulator::default()
+        };
+        let now = Instant::now();
+        let q = acc.queue(&tp());
+        q.acked_through = 9;
+        q.last_acked_offset = 100;
+        for o in 0..n {
+            q.ready.push_back(ready(o, 10 + o as i32, 0, now));
+        }
+        acc
+    }
+
+    /// One round with every partition led by `LEADER` and every leader ready.
+    fn round(acc: &mut Accumulator, now: Instant, config: &DrainConfig) -> Drained {
+        acc.drain(now, false, config, |_| Some(LEADER), |_| true)
+    }
+
+    fn sent_orders(d: &Drained) -> Vec<u64> {
+        d.to_send.iter().map(|(_, b)| b.order).collect()
+    }
+
+    #[test]
+    fn a_retry_waits_while_its_partition_has_something_in_flight() {
+        let mut acc = acked_partition(0);
+        let now = Instant::now();
+        let q = acc.queue(&tp());
+        q.ready.push_back(ready(0, 10, 1, now));
+        q.in_flight = 1;
+        q.in_flight_leader = Some(LEADER);
+        assert!(round(&mut acc, now, &CONFIG).to_send.is_empty());
+        let q = acc.queue(&tp());
+        q.in_flight = 0;
+        q.in_flight_leader = None;
+        assert_eq!(sent_orders(&round(&mut acc, now, &CONFIG)), vec![0]);
+    }
+
+    #[test]
+    fn a_retry_waits_for_its_backoff() {
+        let mut acc = acked_partition(0);
+        let now = Instant::now();
+        let mut b = ready(0, 10, 1, now);
+        b.retry_at = Some(now + Duration::from_secs(1));
+        acc.queue(&tp()).ready.push_back(b);
+        let d = round(&mut acc, now, &CONFIG);
+        assert!(d.to_send.is_empty());
+        assert_eq!(d.next_wake, Some(now + Duration::from_secs(1)));
+        let later = now + Duration::from_secs(1);
+        assert_eq!(sent_orders(&round(&mut acc, later, &CONFIG)), vec![0]);
+    }
+
+    #[test]
+    fn only_one_batch_is_in_flight_before_the_first_ack() {
+        let mut acc = acked_partition(2);
+        let q = acc.queue(&tp());
+        q.acked_through = -1;
+        q.last_acked_offset = -1;
+        let now = Instant::now();
+        assert_eq!(sent_orders(&round(&mut acc, now, &CONFIG)), vec![0]);
+        assert!(round(&mut acc, now, &CONFIG).to_send.is_empty());
+        // The first batch is acknowledged (still counting one in flight would not matter).
+        acc.queue(&tp()).acked_through = 10;
+        assert_eq!(sent_orders(&round(&mut acc, now, &CONFIG)), vec![1]);
+    }
+
+    #[test]
+    fn nothing_goes_to_a_new_leader_while_the_old_has_requests_in_flight() {
+        let mut acc = acked_partition(1);
+        let q = acc.queue(&tp());
+        q.in_flight = 1;
+        q.in_flight_leader = Some(LEADER + 1);
+        let now = Instant::now();
+        assert!(round(&mut acc, now, &CONFIG).to_send.is_empty());
+        acc.queue(&tp()).in_flight_leader = Some(LEADER);
+        assert_eq!(sent_orders(&round(&mut acc, now, &CONFIG)), vec![0]);
+    }
+
+    #[test]
+    fn max_in_flight_is_respected() {
+        let mut acc = acked_partition(3);
+        let config = DrainConfig {
+            max_in_flight: 2,
+            ..CONFIG
+        };
+        let now = Instant::now();
+        assert_eq!(sent_orders(&round(&mut acc, now, &config)), vec![0]);
+        assert_eq!(sent_orders(&round(&mut acc, now, &config)), vec![1]);
+        assert!(round(&mut acc, now, &config).to_send.is_empty());
+        assert_eq!(acc.queue(&tp()).in_flight, 2);
+    }
+
+    #[test]
+    fn an_expired_batch_with_a_sequence_reports_a_gap_and_asks_for_a_bump() {
+        let mut acc = acked_partition(0);
+        let now = Instant::now() + Duration::from_secs(120);
+        let old = now - CONFIG.delivery_timeout;
+        acc.queue(&tp()).ready.push_back(ready(0, 10, 0, old));
+        let d = round(&mut acc, now, &CONFIG);
+        assert_eq!(d.expired.len(), 1);
+        assert!(d.gap);
+        assert!(d.to_send.is_empty());
+        assert!(acc.bump_needed);
+        // Nothing is in flight: the next round bumps, and sends nothing until then.
+        acc.queue(&tp()).ready.push_back(ready(1, 11, 0, now));
+        let d = round(&mut acc, now, &CONFIG);
+        assert_eq!(d.bump_now, acc.identity);
+        assert!(d.to_send.is_empty());
+    }
+
+    #[test]
+    fn an_expired_batch_without_a_sequence_leaves_no_gap() {
+        let mut acc = Accumulator::default();
+        let now = Instant::now() + Duration::from_secs(120);
+        let old = now - CONFIG.delivery_timeout;
+        acc.queue(&tp()).ready.push_back(ready(0, -1, 0, old));
+        let d = round(&mut acc, now, &CONFIG);
+        assert_eq!(d.expired.len(), 1);
+        assert!(!d.gap);
+        assert!(!acc.bump_needed);
+    }
+
+    #[test]
+    fn an_expired_batch_in_a_transaction_dooms_it() {
+        let mut acc = acked_partition(0);
+        acc.txn = Some(TxnSend::new("x".into()));
+        if let Some(t) = acc.txn.as_mut() {
+            t.tv2 = true;
+        }
+        let now = Instant::now() + Duration::from_secs(120);
+        let old = now - CONFIG.delivery_timeout;
+        acc.queue(&tp()).ready.push_back(ready(0, 10, 0, old));
+        let d = round(&mut acc, now, &CONFIG);
+        assert!(d.gap);
+        assert!(
+            !acc.bump_needed,
+            "a transactional epoch is never bumped by the sender"
+        );
+        assert!(acc.txn.as_ref().is_some_and(|t| t.error.is_some()));
+    }
+
+    #[test]
+    fn a_partition_not_yet_added_is_not_sent_under_the_classic_protocol() {
+        let mut acc = acked_partition(1);
+        acc.txn = Some(TxnSend::new("x".into()));
+        let now = Instant::now();
+        let d = round(&mut acc, now, &CONFIG);
+        assert!(d.to_send.is_empty());
+        assert_eq!(d.to_add, vec![tp()]);
+        // One AddPartitionsToTxn at a time.
+        let d = round(&mut acc, now, &CONFIG);
+        assert!(d.to_add.is_empty());
+        assert!(d.to_send.is_empty());
+        if let Some(t) = acc.txn.as_mut() {
+            t.adding = false;
+            t.added.insert(tp());
+        }
+        let d = round(&mut acc, now, &CONFIG);
+        assert_eq!(sent_orders(&d), vec![0]);
+        assert!(acc.txn.as_ref().is_some_and(|t| t.started));
+    }
+
+    #[test]
+    fn kip_890_partitions_need_no_add() {
+        let mut acc = acked_partition(1);
+        let mut txn = TxnSend::new("x".into());
+        txn.tv2 = true;
+        acc.txn = Some(txn);
+        let d = round(&mut acc, Instant::now(), &CONFIG);
+        assert_eq!(sent_orders(&d), vec![0]);
+        assert!(d.to_add.is_empty());
+    }
+
+    #[test]
+    fn a_leader_that_is_not_ready_is_skipped_and_asked_once() {
+        let mut acc = acked_partition(1);
+        let other = TopicPartition::new("t", 1);
+        let mut b = ready(0, 0, 0, Instant::now());
+        b.tp = other.clone();
+        acc.queue(&other).ready.push_back(b);
+        let mut asked = 0;
+        let d = acc.drain(
+            Instant::now(),
+            false,
+            &CONFIG,
+            |_| Some(LEADER),
+            |_| {
+                asked += 1;
+                false
+            },
+        );
+        assert!(d.to_send.is_empty());
+        assert_eq!(asked, 1);
+        assert_eq!(acc.total_in_flight(), 0);
+    }
+
+    #[test]
+    fn a_partition_without_a_leader_asks_for_metadata() {
+        let mut acc = acked_partition(1);
+        let now = Instant::now();
+        let d = acc.drain(now, false, &CONFIG, |_| None, |_| true);
+        assert!(d.to_send.is_empty());
+        assert!(d.missing_leader);
+        assert_eq!(d.next_wake, Some(now + CONFIG.retry_backoff));
+    }
+
+    #[test]
+    fn sending_is_held_until_the_epoch_bump_and_its_wait_for_in_flight() {
+        let mut acc = acked_partition(2);
+        acc.bump_needed = true;
+        acc.queue(&tp()).in_flight = 1;
+        acc.queue(&tp()).in_flight_leader = Some(LEADER);
+        let d = round(&mut acc, Instant::now(), &CONFIG);
+        assert!(d.to_send.is_empty());
+        assert_eq!(d.bump_now, None, "something is still in flight");
+        acc.queue(&tp()).in_flight = 0;
+        let d = round(&mut acc, Instant::now(), &CONFIG);
+        assert!(d.to_send.is_empty());
+        assert_eq!(d.bump_now, acc.identity);
     }
 }

@@ -15,6 +15,7 @@ mod producer_id;
 mod sender;
 mod transaction;
 mod txn_phase;
+mod verdict;
 
 pub use metrics::ProducerMetrics;
 pub use transaction::GroupMetadata;

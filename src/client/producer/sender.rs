@@ -1,21 +1,28 @@
 //! The sender task: closes batches, sends them to partition leaders, handles responses.
 //!
 //! One task per producer. Each round it
-//! 1. closes open batches whose linger.ms passed or that filled up (all of them on flush/close);
-//! 2. fails ready batches past delivery.timeout.ms;
-//! 3. if a sequence gap may exist, sends nothing until every request in flight has settled,
-//!    then bumps the epoch and renumbers (see `producer_id`);
-//! 4. takes the head ready batch of every partition that may send (room in flight, the same
-//!    leader as what is in flight, and for a retry: nothing else in flight, so a retried batch
-//!    always goes out before anything with a higher sequence; and a leader whose connection is
-//!    ready: a leader that is not is skipped this round and connected to in the background);
-//! 5. groups them by leader and puts one Produce request per broker on the wire.
+//! 1. under the accumulator lock, fails what a doomed transaction still holds unsent, then lets
+//!    [`Accumulator::drain`](super::accumulator::Accumulator::drain) decide, without I/O: it
+//!    closes open batches whose linger.ms passed or that filled up (all of them on
+//!    flush/close); takes out ready batches past delivery.timeout.ms; if a sequence gap may
+//!    exist, holds everything until every request in flight has settled and then asks for the
+//!    epoch bump (see `producer_id`); and takes the head ready batch of every partition that
+//!    may send (room in flight, the same leader as what is in flight, and for a retry: nothing
+//!    else in flight, so a retried batch always goes out before anything with a higher
+//!    sequence; under the classic transaction protocol, a partition already added; and a
+//!    leader whose connection is ready: a leader that is not is skipped this round and
+//!    connected to in the background);
+//! 2. then, with the lock released, does the I/O: fails the expired batches, bumps the epoch,
+//!    sends AddPartitionsToTxn, starts connects and metadata refreshes, and groups the taken
+//!    batches by leader into one Produce request per broker.
 //!
-//! Responses are handled in their own tasks, which resolve records, or put retriable batches
-//! back in creation order, and wake the sender.
+//! Responses are handled in their own tasks: [`verdict`](super::verdict) decides each batch's
+//! fate from the response and a snapshot of its partition, and `finish` resolves its records,
+//! or puts a retriable batch back in creation order, and wakes the sender.
 
-use super::accumulator::{close_open, ProducerBatch};
+use super::accumulator::{DrainConfig, Drained, ProducerBatch};
 use super::metrics::Counters;
+use super::verdict::{verdict, PartitionResult, PartitionView, Verdict};
 use super::{producer_id, Inner};
 use crate::client::cluster::{backoff, NodeState};
 use crate::client::config::Acks;
@@ -84,29 +91,37 @@ fn start_connect(inner: &Arc<Inner>, connecting: &Arc<Mutex<HashSet<i32>>>, lead
     });
 }
 
+/// The sender loop: one [`Accumulator::drain`](super::accumulator::Accumulator::drain) under
+/// the lock per round, then the round's I/O, then a wait for a wake-up or the next deadline.
 pub(crate) async fn run(inner: Arc<Inner>) {
     // Leaders a background connect of ours is under way for.
     let connecting: Arc<Mutex<HashSet<i32>>> = Arc::default();
+    let config = DrainConfig {
+        linger: inner.config.linger,
+        delivery_timeout: inner.config.delivery_timeout,
+        max_in_flight: inner.config.max_in_flight,
+        retry_backoff: inner.config.client.retry_backoff,
+    };
     loop {
         let now = Instant::now();
         let closing = inner.closed.load(Ordering::Acquire);
         let flushing = closing || inner.flushing.load(Ordering::Acquire) > 0;
-        let mut next_wake: Option<Instant> = None;
-        let mut to_send: Vec<(i32, ProducerBatch)> = Vec::new();
-        let mut expired: Vec<ProducerBatch> = Vec::new();
-        let mut released = 0u32;
-        let mut missing_leader = false;
-        let mut bump_now = None;
-        let mut to_add: Vec<crate::client::TopicPartition> = Vec::new();
         // Each leader's connection, checked once per round: None when not ready.
         let mut leaders: HashMap<i32, Option<Arc<Connection>>> = HashMap::new();
         let mut to_connect: Vec<i32> = Vec::new();
         let meta = inner.cluster.metadata();
-        let idle;
-        {
+        let Drained {
+            to_send,
+            expired,
+            released,
+            next_wake,
+            to_add,
+            gap: _,
+            missing_leader,
+            bump_now,
+            idle,
+        } = {
             let mut acc = inner.lock();
-            let identity = acc.identity;
-            let transactional = acc.txn.is_some();
             // A doomed transaction sends nothing more: its batches fail at once, so that
             // commit reports the error and abort does not wait for them.
             let doomed = acc.txn.as_ref().and_then(|t| t.error.clone());
@@ -117,131 +132,28 @@ pub(crate) async fn run(inner: Arc<Inner>) {
                     Counters::add(&inner.counters.batches_failed, batches as u64);
                 }
             }
-            // Classic protocol: a partition joins the transaction (AddPartitionsToTxn) before
-            // anything is produced to it.
-            let needs_add: Option<HashSet<crate::client::TopicPartition>> =
-                acc.txn.as_ref().filter(|t| !t.tv2).map(|t| t.added.clone());
-            let mut wanted_add: HashSet<crate::client::TopicPartition> = HashSet::new();
-            let bumping = acc.bump_needed && identity.is_some() && !transactional;
-            if bumping && acc.total_in_flight() == 0 {
-                bump_now = identity;
-            }
-            let mut gap = false;
-            for (tp, q) in acc.partitions.iter_mut() {
-                if let Some(open) = &q.open {
-                    let due = open.created + inner.config.linger;
-                    if flushing || due <= now {
-                        released += close_open(tp, q, identity, transactional);
-                    } else {
-                        next_wake = min_instant(next_wake, due);
-                    }
-                }
-                // Expire batches that waited too long. Never ones in flight: their fate is
-                // decided by the response.
-                while q
-                    .ready
-                    .front()
-                    .is_some_and(|b| b.created + inner.config.delivery_timeout <= now)
-                {
-                    if let Some(b) = q.ready.pop_front() {
-                        gap |= b.base_sequence >= 0;
-                        expired.push(b);
-                    }
-                }
-                if let Some(b) = q.ready.front() {
-                    next_wake = min_instant(next_wake, b.created + inner.config.delivery_timeout);
-                }
-                if bumping || q.in_flight >= inner.config.max_in_flight {
-                    continue;
-                }
-                let Some(head) = q.ready.front() else {
-                    continue;
-                };
-                if let Some(added) = &needs_add {
-                    if !added.contains(tp) {
-                        wanted_add.insert(tp.clone());
-                        continue;
-                    }
-                }
-                if let Some(at) = head.retry_at.filter(|at| *at > now) {
-                    next_wake = min_instant(next_wake, at);
-                    continue;
-                }
-                // A retry waits until everything sent after it has settled, so it is the
-                // first of its partition the broker sees again.
-                if head.attempts > 0 && q.in_flight > 0 {
-                    continue;
-                }
-                // Until the partition has acknowledged a batch (per epoch), only one goes out.
-                // A broker with no state for this producer accepts any first sequence: had
-                // batch 1 succeeded while batch 0 hit NOT_LEADER_OR_FOLLOWER, batch 0 could
-                // never be written in order again. Without idempotence the same rule keeps a
-                // new topic's first retry from reordering records.
-                if q.last_acked_offset < 0 && q.acked_through < 0 && q.in_flight > 0 {
-                    continue;
-                }
-                let Some(leader) = meta.leader(tp) else {
-                    missing_leader = true;
-                    next_wake = min_instant(next_wake, now + inner.config.client.retry_backoff);
-                    continue;
-                };
-                // Nothing goes to a new leader while requests to the old one are unsettled.
-                if q.in_flight > 0 && q.in_flight_leader != Some(leader) {
-                    continue;
-                }
-                let conn = leaders.entry(leader).or_insert_with(|| {
-                    let state = inner.cluster.node_state(leader);
-                    let pending = connecting
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .contains(&leader);
-                    match (leader_readiness(&state, pending), state) {
-                        (LeaderReadiness::Send, NodeState::Ready(c)) => Some(c),
-                        (LeaderReadiness::Skip { start_connect }, _) => {
-                            if start_connect {
-                                to_connect.push(leader);
-                            }
-                            None
+            let ready = |leader: i32| {
+                let state = inner.cluster.node_state(leader);
+                let pending = connecting
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains(&leader);
+                let conn = match (leader_readiness(&state, pending), state) {
+                    (LeaderReadiness::Send, NodeState::Ready(c)) => Some(c),
+                    (LeaderReadiness::Skip { start_connect }, _) => {
+                        if start_connect {
+                            to_connect.push(leader);
                         }
-                        (LeaderReadiness::Send, _) => None,
+                        None
                     }
-                });
-                if conn.is_none() {
-                    continue;
-                }
-                if let Some(b) = q.ready.pop_front() {
-                    q.in_flight += 1;
-                    q.in_flight_leader = Some(leader);
-                    to_send.push((leader, b));
-                }
-            }
-            if gap && identity.is_some() {
-                if let Some(t) = acc.txn.as_mut() {
-                    t.error.get_or_insert(Error::Timeout {
-                        what: "delivery of records in the transaction (delivery.timeout.ms)".into(),
-                        after: inner.config.delivery_timeout,
-                    });
-                } else {
-                    debug!("expired batches left a sequence gap; epoch bump needed");
-                    acc.bump_needed = true;
-                }
-            }
-            if let Some(t) = acc.txn.as_mut() {
-                t.started |= !to_send.is_empty();
-                if !wanted_add.is_empty() && !t.adding {
-                    t.adding = true;
-                    to_add = wanted_add.into_iter().collect();
-                }
-            }
-            idle = acc.partitions.values().all(|q| q.is_idle());
-            if idle {
-                // Forget partitions with nothing buffered so the map does not grow forever;
-                // their sequence state must survive, so only without idempotence.
-                if identity.is_none() {
-                    acc.partitions.clear();
-                }
-            }
-        }
+                    (LeaderReadiness::Send, _) => None,
+                };
+                let ready = conn.is_some();
+                leaders.insert(leader, conn);
+                ready
+            };
+            acc.drain(now, flushing, &config, |tp| meta.leader(tp), ready)
+        };
         if released > 0 {
             inner.release(released);
         }
@@ -369,18 +281,6 @@ async fn bump_epoch(inner: &Arc<Inner>, current: super::accumulator::Identity) {
     }
 }
 
-fn min_instant(a: Option<Instant>, b: Instant) -> Option<Instant> {
-    Some(a.map_or(b, |a| a.min(b)))
-}
-
-/// What the broker said about one batch.
-struct PartitionResult {
-    error_code: i16,
-    base_offset: i64,
-    log_append_time: i64,
-    log_start_offset: i64,
-}
-
 /// Puts one Produce request with the given batches (one per partition) on the wire to
 /// `leader`, and spawns the task that handles its response. Never waits.
 fn dispatch(inner: &Arc<Inner>, conn: &Connection, leader: i32, batches: Vec<ProducerBatch>) {
@@ -505,153 +405,20 @@ fn settle_response(
     }
 }
 
-/// What to do with a batch after its request.
-enum Verdict {
-    Done {
-        base_offset: i64,
-        log_append_time: i64,
-    },
-    Retry {
-        error: Error,
-        bump: bool,
-        refresh: bool,
-    },
-    Fail {
-        error: Error,
-    },
-}
-
-/// Decides a batch's fate. The error classes come from [`crate::client::classify`]; what is
-/// particular to produce is the idempotence handling of sequence errors (KIP-360).
-fn verdict(inner: &Inner, b: &ProducerBatch, outcome: Result<PartitionResult, Error>) -> Verdict {
-    let op = if inner.lock().txn.is_some() {
-        Op::TxnProduce
-    } else {
-        Op::General
-    };
-    let r = match outcome {
-        Ok(r) => r,
-        // No answer: the batch may or may not be in the log. With idempotence a resend of the
-        // same sequence is deduplicated by the broker; without it this is where duplicates
-        // come from.
-        Err(error) => {
-            let retriable = matches!(
-                error.class_in(op),
-                ErrorClass::Retriable | ErrorClass::RefreshAndRetry
-            );
-            return if retriable {
-                Verdict::Retry {
-                    error,
-                    bump: false,
-                    refresh: true,
-                }
-            } else {
-                Verdict::Fail { error }
-            };
-        }
-    };
-    let code = ErrorCode(r.error_code);
-    let context = || format!("produce to {}", b.tp);
-    match code {
-        ErrorCode(0) => Verdict::Done {
-            base_offset: r.base_offset,
-            log_append_time: r.log_append_time,
-        },
-        // The broker already has this batch (its offset is no longer known).
-        ErrorCode::DUPLICATE_SEQUENCE_NUMBER if b.base_sequence >= 0 => Verdict::Done {
-            base_offset: -1,
-            log_append_time: -1,
-        },
-        ErrorCode::MESSAGE_TOO_LARGE | ErrorCode::RECORD_LIST_TOO_LARGE => Verdict::Fail {
-            error: Error::BatchTooLarge {
-                context: context(),
-                size: b.data.len(),
-                code,
-            },
-        },
-        ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER if b.base_sequence >= 0 => {
-            let (expected, earlier_pending) =
-                inner.lock().partitions.get(&b.tp).map_or((0, false), |q| {
-                    // Another batch of this partition still unsettled (this one counts as in
-                    // flight until it is settled), or an earlier one queued for a retry.
-                    let pending =
-                        q.in_flight > 1 || q.ready.front().is_some_and(|r| r.order < b.order);
-                    (super::accumulator::next_seq(q.acked_through, 1), pending)
-                });
-            if earlier_pending && super::accumulator::seq_after(b.base_sequence, expected) {
-                // An earlier batch is being retried; this one follows it.
-                Verdict::Retry {
-                    error: Error::broker(context(), code),
-                    bump: false,
-                    refresh: false,
-                }
-            } else {
-                // Either the broker expected an earlier sequence than the first one we have
-                // not seen acknowledged (records it had acknowledged are gone), or it already
-                // holds later records: writing this batch now would reorder them. Never paper
-                // over either; the epoch bump that follows lets later batches go on.
-                Verdict::Fail {
-                    error: Error::broker(
-                        format!(
-                            "{}: sequence {} is out of order (the broker expected another); records may be missing or out of order",
-                            context(),
-                            b.base_sequence
-                        ),
-                        code,
-                    ),
-                }
-            }
-        }
-        // In a transaction the batch fails (abortable) and the abort re-initializes the
-        // producer id (KIP-360): the sender never bumps a transactional epoch by itself.
-        ErrorCode::UNKNOWN_PRODUCER_ID if op == Op::TxnProduce => Verdict::Fail {
-            error: Error::broker(context(), code),
-        },
-        ErrorCode::UNKNOWN_PRODUCER_ID if b.base_sequence >= 0 => {
-            let last_acked = inner
-                .lock()
-                .partitions
-                .get(&b.tp)
-                .map_or(-1, |q| q.last_acked_offset);
-            if r.log_start_offset > last_acked {
-                // Retention removed everything we wrote, and the producer state with it:
-                // nothing was lost, start over under a new epoch.
-                Verdict::Retry {
-                    error: Error::broker(context(), code),
-                    bump: true,
-                    refresh: false,
-                }
-            } else {
-                Verdict::Fail {
-                    error: Error::broker(
-                        format!("{}: the broker lost this producer's state while its records are still in the log; records may be missing", context()),
-                        code,
-                    ),
-                }
-            }
-        }
-        _ => {
-            let error = Error::broker(context(), code);
-            match error.class_in(op) {
-                ErrorClass::Retriable => Verdict::Retry {
-                    error,
-                    bump: false,
-                    refresh: false,
-                },
-                ErrorClass::RefreshAndRetry => Verdict::Retry {
-                    error,
-                    bump: false,
-                    refresh: true,
-                },
-                _ => Verdict::Fail { error },
-            }
-        }
-    }
-}
-
 /// Settles one batch after its request: resolve, retry, or fail.
 fn finish(inner: &Arc<Inner>, mut b: ProducerBatch, outcome: Result<PartitionResult, Error>) {
-    let verdict = verdict(inner, &b, outcome);
+    let view = {
+        let acc = inner.lock();
+        let q = acc.partitions.get(&b.tp);
+        PartitionView {
+            transactional: acc.txn.is_some(),
+            in_flight: q.map_or(0, |q| q.in_flight),
+            ready_head_order: q.and_then(|q| q.ready.front().map(|r| r.order)),
+            acked_through: q.map_or(-1, |q| q.acked_through),
+            last_acked_offset: q.map_or(-1, |q| q.last_acked_offset),
+        }
+    };
+    let verdict = verdict(&view, &b, outcome);
     let now = Instant::now();
     let settle = |acc: &mut super::accumulator::Accumulator, tp| {
         let q = acc.queue(tp);

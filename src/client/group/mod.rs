@@ -21,6 +21,7 @@
 //! can abort or commit there.
 
 pub mod assignor;
+mod codec;
 pub(crate) mod offsets;
 
 use super::consumer::{Consumer, ConsumerRecord, Offset};
@@ -30,19 +31,15 @@ use super::metadata::TopicPartition;
 use super::producer::GroupMetadata;
 use super::{Cluster, ConsumerConfig};
 use crate::protocol::ErrorCode;
-use assignor::{Assignment, MemberSubscription};
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use assignor::Assignment;
 use futures::future::BoxFuture;
-use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition as WireAssignedTp;
-use kafka_protocol::messages::consumer_protocol_subscription::TopicPartition as WireOwnedTp;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ConsumerProtocolAssignment, ConsumerProtocolSubscription, GroupId, HeartbeatRequest,
-    JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest, TopicName,
+    GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -630,56 +627,6 @@ impl GroupConsumer {
     }
 }
 
-fn encode_versioned<T: Encodable>(msg: &T, version: i16) -> Result<Bytes> {
-    let mut buf = BytesMut::new();
-    buf.put_i16(version);
-    msg.encode(&mut buf, version)
-        .map_err(|e| Error::InvalidState(format!("encoding group metadata: {e}")))?;
-    Ok(buf.freeze())
-}
-
-fn decode_versioned<T: Decodable>(mut bytes: Bytes, what: &str) -> Result<T> {
-    if bytes.len() < 2 {
-        return Err(Error::InvalidState(format!("{what}: too short")));
-    }
-    // Newer versions only add fields; decode at the highest version we know.
-    let version = bytes.get_i16().clamp(0, 3);
-    T::decode(&mut bytes, version).map_err(|e| Error::InvalidState(format!("{what}: {e}")))
-}
-
-fn subscription_bytes(
-    topics: &[String],
-    owned: &[TopicPartition],
-    generation: i32,
-) -> Result<Bytes> {
-    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-    for tp in owned {
-        by_topic
-            .entry(tp.topic.as_str())
-            .or_default()
-            .push(tp.partition);
-    }
-    let sub = ConsumerProtocolSubscription::default()
-        .with_topics(
-            topics
-                .iter()
-                .map(|t| StrBytes::from_string(t.clone()))
-                .collect(),
-        )
-        .with_owned_partitions(
-            by_topic
-                .into_iter()
-                .map(|(t, ps)| {
-                    WireOwnedTp::default()
-                        .with_topic(TopicName(StrBytes::from_string(t.to_owned())))
-                        .with_partitions(ps)
-                })
-                .collect(),
-        )
-        .with_generation_id(generation);
-    encode_versioned(&sub, 2)
-}
-
 /// What a JoinGroup + SyncGroup round ended in.
 enum Joined {
     /// A member of the new generation with this assignment.
@@ -768,7 +715,7 @@ async fn join_and_sync(
             let st = shared.lock();
             (st.member_id.clone(), st.generation)
         };
-        let metadata = subscription_bytes(topics, owned, generation)?;
+        let metadata = codec::encode_subscription(topics, owned, generation)?;
         let join = JoinGroupRequest::default()
             .with_group_id(GroupId(StrBytes::from_string(group.clone())))
             .with_session_timeout_ms(cfg.session_timeout.as_millis() as i32)
@@ -828,23 +775,11 @@ async fn join_and_sync(
             if resp.leader.as_str() == me {
                 let mut subs = Vec::new();
                 for m in &resp.members {
-                    let s: ConsumerProtocolSubscription =
-                        decode_versioned(m.metadata.clone(), "member subscription")?;
-                    subs.push(MemberSubscription {
-                        member_id: m.member_id.to_string(),
-                        instance_id: m.group_instance_id.as_ref().map(|i| i.to_string()),
-                        topics: s.topics.iter().map(|t| t.to_string()).collect(),
-                        owned: s
-                            .owned_partitions
-                            .iter()
-                            .flat_map(|t| {
-                                t.partitions
-                                    .iter()
-                                    .map(move |p| TopicPartition::new(t.topic.0.to_string(), *p))
-                            })
-                            .collect(),
-                        generation: s.generation_id,
-                    });
+                    subs.push(codec::decode_subscription(
+                        m.member_id.to_string(),
+                        m.group_instance_id.as_ref().map(|i| i.to_string()),
+                        m.metadata.clone(),
+                    )?);
                 }
                 let all_topics: BTreeSet<String> =
                     subs.iter().flat_map(|s| s.topics.iter().cloned()).collect();
@@ -866,24 +801,10 @@ async fn join_and_sync(
                     "leader computed the assignment"
                 );
                 for (member, tps) in plan {
-                    let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
-                    for tp in tps {
-                        by_topic.entry(tp.topic).or_default().push(tp.partition);
-                    }
-                    let a = ConsumerProtocolAssignment::default().with_assigned_partitions(
-                        by_topic
-                            .into_iter()
-                            .map(|(t, ps)| {
-                                WireAssignedTp::default()
-                                    .with_topic(TopicName(StrBytes::from_string(t)))
-                                    .with_partitions(ps)
-                            })
-                            .collect(),
-                    );
                     assignments.push(
                         SyncGroupRequestAssignment::default()
                             .with_member_id(StrBytes::from_string(member))
-                            .with_assignment(encode_versioned(&a, 1)?),
+                            .with_assignment(codec::encode_assignment(&tps)?),
                     );
                 }
             }
@@ -900,20 +821,7 @@ async fn join_and_sync(
             if let Some(step) = step_for(shared, GroupApi::SyncGroup, ErrorCode(resp.error_code))? {
                 return Ok(step);
             }
-            let assigned: Vec<TopicPartition> = if resp.assignment.is_empty() {
-                Vec::new()
-            } else {
-                let a: ConsumerProtocolAssignment =
-                    decode_versioned(resp.assignment.clone(), "assignment")?;
-                a.assigned_partitions
-                    .iter()
-                    .flat_map(|t| {
-                        t.partitions
-                            .iter()
-                            .map(move |p| TopicPartition::new(t.topic.0.to_string(), *p))
-                    })
-                    .collect()
-            };
+            let assigned = codec::decode_assignment(resp.assignment.clone())?;
             Ok::<_, Error>(Step::Done(Joined::Assigned(Rebalanced {
                 generation,
                 protocol,

@@ -31,9 +31,10 @@ use super::metadata::TopicPartition;
 use super::producer::GroupMetadata;
 use super::{Cluster, ConsumerConfig};
 use crate::protocol::ErrorCode;
-use assignor::Assignment;
+use assignor::{Assignment, MemberSubscription};
 use futures::future::BoxFuture;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
@@ -690,6 +691,173 @@ fn step_for(shared: &Shared, api: GroupApi, code: ErrorCode) -> Result<Option<St
     }
 }
 
+/// The leader's assignment: which partitions each member gets, from the members'
+/// subscriptions (with the partitions each owns now), the protocol the group chose and the
+/// partition count of every subscribed topic. A topic missing from `partition_counts` (its
+/// metadata could not be fetched) is assigned to no one. Pure: the caller fetches metadata
+/// first.
+fn leader_assignment(
+    members: &[MemberSubscription],
+    protocol: &str,
+    partition_counts: &BTreeMap<String, usize>,
+) -> Assignment {
+    if protocol == Strategy::CooperativeSticky.name() {
+        assignor::cooperative_sticky(members, partition_counts)
+    } else {
+        assignor::range(members, partition_counts)
+    }
+}
+
+/// The leader's SyncGroup assignments: decodes the members' subscriptions, fetches the
+/// partition counts of the topics they subscribe to, and runs [`leader_assignment`].
+async fn leader_sync_assignments(
+    shared: &Shared,
+    members: &[JoinGroupResponseMember],
+    protocol: &str,
+) -> Result<Vec<SyncGroupRequestAssignment>> {
+    let mut subs = Vec::new();
+    for m in members {
+        subs.push(codec::decode_subscription(
+            m.member_id.to_string(),
+            m.group_instance_id.as_ref().map(|i| i.to_string()),
+            m.metadata.clone(),
+        )?);
+    }
+    let all_topics: BTreeSet<String> = subs.iter().flat_map(|s| s.topics.iter().cloned()).collect();
+    let mut counts = BTreeMap::new();
+    for t in all_topics {
+        let lookup = shared.config.leader_topic_lookup();
+        if let Ok(n) = shared.cluster.partition_count_with(&t, lookup).await {
+            counts.insert(t, n);
+        }
+    }
+    let plan = leader_assignment(&subs, protocol, &counts);
+    debug!(
+        members = subs.len(),
+        ?plan,
+        "leader computed the assignment"
+    );
+    let mut assignments = Vec::new();
+    for (member, tps) in plan {
+        assignments.push(
+            SyncGroupRequestAssignment::default()
+                .with_member_id(StrBytes::from_string(member))
+                .with_assignment(codec::encode_assignment(&tps)?),
+        );
+    }
+    Ok(assignments)
+}
+
+fn join_request(
+    shared: &Shared,
+    topics: &[String],
+    strategies: &[Strategy],
+    owned: &[TopicPartition],
+) -> Result<JoinGroupRequest> {
+    let cfg = &shared.config;
+    let (member_id, generation) = {
+        let st = shared.lock();
+        (st.member_id.clone(), st.generation)
+    };
+    let metadata = codec::encode_subscription(topics, owned, generation)?;
+    Ok(JoinGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(shared.group_id.clone())))
+        .with_session_timeout_ms(cfg.session_timeout.as_millis() as i32)
+        .with_rebalance_timeout_ms(cfg.max_poll_interval.as_millis() as i32)
+        .with_member_id(StrBytes::from_string(member_id))
+        .with_group_instance_id(cfg.group_instance_id.clone().map(StrBytes::from_string))
+        .with_protocol_type(StrBytes::from_static_str("consumer"))
+        .with_protocols(
+            strategies
+                .iter()
+                .map(|s| {
+                    JoinGroupRequestProtocol::default()
+                        .with_name(StrBytes::from_static_str(s.name()))
+                        .with_metadata(metadata.clone())
+                })
+                .collect(),
+        ))
+}
+
+/// One JoinGroup and, when it admits the member, SyncGroup (the leader computing the
+/// assignment in between).
+async fn join_and_sync_once(
+    shared: &Shared,
+    join: &JoinGroupRequest,
+    join_timeout: Duration,
+) -> Result<Step> {
+    let group = &shared.group_id;
+    let conn = shared
+        .cluster
+        .coordinator(CoordinatorKind::Group, group)
+        .await?;
+    // JoinGroup waits for the whole group: not request.timeout.ms but the rebalance
+    // timeout. A shorter limit would cut it off while the coordinator still holds it
+    // (and a timed-out request poisons the connection).
+    let v = conn.version_for::<JoinGroupRequest>(None)?;
+    let resp = conn
+        .start_request(join, v)?
+        .with_timeout(join_timeout)
+        .response()
+        .await?;
+    let code = ErrorCode(resp.error_code);
+    if code == ErrorCode::MEMBER_ID_REQUIRED {
+        // KIP-394: join again with the id the coordinator chose.
+        shared.lock().member_id = resp.member_id.to_string();
+    }
+    if let Some(step) = step_for(shared, GroupApi::JoinGroup, code)? {
+        return Ok(step);
+    }
+    let me = resp.member_id.to_string();
+    let generation = resp.generation_id;
+    let protocol = resp
+        .protocol_name
+        .as_ref()
+        .map(|p| p.to_string())
+        .unwrap_or_else(|| "range".into());
+    // The member is in the new generation from the JoinGroup answer on, as in the
+    // Java client: what it commits after SyncGroup (a cooperative member commits the
+    // partitions it gives up) carries this generation, which the coordinator accepts.
+    {
+        let mut st = shared.lock();
+        st.member_id = me.clone();
+        st.generation = generation;
+        st.protocol = Some(protocol.clone());
+    }
+    let assignments = if resp.leader.as_str() == me {
+        leader_sync_assignments(shared, &resp.members, &protocol).await?
+    } else {
+        Vec::new()
+    };
+    let sync = SyncGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.clone())))
+        .with_generation_id(generation)
+        .with_member_id(StrBytes::from_string(me))
+        .with_group_instance_id(
+            shared
+                .config
+                .group_instance_id
+                .clone()
+                .map(StrBytes::from_string),
+        )
+        .with_protocol_type(Some(StrBytes::from_static_str("consumer")))
+        .with_protocol_name(Some(StrBytes::from_string(protocol.clone())))
+        .with_assignments(assignments);
+    // SyncGroup waits only for the leader's assignment: request.timeout.ms, as Java.
+    let resp = conn.request(&sync).await?;
+    if let Some(step) = step_for(shared, GroupApi::SyncGroup, ErrorCode(resp.error_code))? {
+        return Ok(step);
+    }
+    let assignment = codec::decode_assignment(resp.assignment.clone())?;
+    Ok(Step::Done(Joined::Assigned(Rebalanced {
+        generation,
+        protocol,
+        assignment,
+    })))
+}
+
+/// Joins the group (JoinGroup + SyncGroup), again after a backoff while the answers say so,
+/// until the member is in a generation with an assignment, is lost, or cannot go on.
 async fn join_and_sync(
     shared: &Arc<Shared>,
     topics: &[String],
@@ -711,125 +879,8 @@ async fn join_and_sync(
                 after: cfg.max_poll_interval,
             });
         }
-        let (member_id, generation) = {
-            let st = shared.lock();
-            (st.member_id.clone(), st.generation)
-        };
-        let metadata = codec::encode_subscription(topics, owned, generation)?;
-        let join = JoinGroupRequest::default()
-            .with_group_id(GroupId(StrBytes::from_string(group.clone())))
-            .with_session_timeout_ms(cfg.session_timeout.as_millis() as i32)
-            .with_rebalance_timeout_ms(cfg.max_poll_interval.as_millis() as i32)
-            .with_member_id(StrBytes::from_string(member_id.clone()))
-            .with_group_instance_id(cfg.group_instance_id.clone().map(StrBytes::from_string))
-            .with_protocol_type(StrBytes::from_static_str("consumer"))
-            .with_protocols(
-                strategies
-                    .iter()
-                    .map(|s| {
-                        JoinGroupRequestProtocol::default()
-                            .with_name(StrBytes::from_static_str(s.name()))
-                            .with_metadata(metadata.clone())
-                    })
-                    .collect(),
-            );
-        let step = async {
-            let conn = shared
-                .cluster
-                .coordinator(CoordinatorKind::Group, group)
-                .await?;
-            // JoinGroup waits for the whole group: not request.timeout.ms but the rebalance
-            // timeout. A shorter limit would cut it off while the coordinator still holds it
-            // (and a timed-out request poisons the connection).
-            let v = conn.version_for::<JoinGroupRequest>(None)?;
-            let resp = conn
-                .start_request(&join, v)?
-                .with_timeout(join_timeout)
-                .response()
-                .await?;
-            let code = ErrorCode(resp.error_code);
-            if code == ErrorCode::MEMBER_ID_REQUIRED {
-                // KIP-394: join again with the id the coordinator chose.
-                shared.lock().member_id = resp.member_id.to_string();
-            }
-            if let Some(step) = step_for(shared, GroupApi::JoinGroup, code)? {
-                return Ok(step);
-            }
-            let me = resp.member_id.to_string();
-            let generation = resp.generation_id;
-            let protocol = resp
-                .protocol_name
-                .as_ref()
-                .map(|p| p.to_string())
-                .unwrap_or_else(|| "range".into());
-            // The member is in the new generation from the JoinGroup answer on, as in the
-            // Java client: what it commits after SyncGroup (a cooperative member commits the
-            // partitions it gives up) carries this generation, which the coordinator accepts.
-            {
-                let mut st = shared.lock();
-                st.member_id = me.clone();
-                st.generation = generation;
-                st.protocol = Some(protocol.clone());
-            }
-            let mut assignments = Vec::new();
-            if resp.leader.as_str() == me {
-                let mut subs = Vec::new();
-                for m in &resp.members {
-                    subs.push(codec::decode_subscription(
-                        m.member_id.to_string(),
-                        m.group_instance_id.as_ref().map(|i| i.to_string()),
-                        m.metadata.clone(),
-                    )?);
-                }
-                let all_topics: BTreeSet<String> =
-                    subs.iter().flat_map(|s| s.topics.iter().cloned()).collect();
-                let mut counts = BTreeMap::new();
-                for t in all_topics {
-                    let lookup = shared.config.leader_topic_lookup();
-                    if let Ok(n) = shared.cluster.partition_count_with(&t, lookup).await {
-                        counts.insert(t, n);
-                    }
-                }
-                let plan: Assignment = if protocol == "cooperative-sticky" {
-                    assignor::cooperative_sticky(&subs, &counts)
-                } else {
-                    assignor::range(&subs, &counts)
-                };
-                debug!(
-                    members = subs.len(),
-                    ?plan,
-                    "leader computed the assignment"
-                );
-                for (member, tps) in plan {
-                    assignments.push(
-                        SyncGroupRequestAssignment::default()
-                            .with_member_id(StrBytes::from_string(member))
-                            .with_assignment(codec::encode_assignment(&tps)?),
-                    );
-                }
-            }
-            let sync = SyncGroupRequest::default()
-                .with_group_id(GroupId(StrBytes::from_string(group.clone())))
-                .with_generation_id(generation)
-                .with_member_id(StrBytes::from_string(me.clone()))
-                .with_group_instance_id(cfg.group_instance_id.clone().map(StrBytes::from_string))
-                .with_protocol_type(Some(StrBytes::from_static_str("consumer")))
-                .with_protocol_name(Some(StrBytes::from_string(protocol.clone())))
-                .with_assignments(assignments);
-            // SyncGroup waits only for the leader's assignment: request.timeout.ms, as Java.
-            let resp = conn.request(&sync).await?;
-            if let Some(step) = step_for(shared, GroupApi::SyncGroup, ErrorCode(resp.error_code))? {
-                return Ok(step);
-            }
-            let assigned = codec::decode_assignment(resp.assignment.clone())?;
-            Ok::<_, Error>(Step::Done(Joined::Assigned(Rebalanced {
-                generation,
-                protocol,
-                assignment: assigned,
-            })))
-        }
-        .await;
-        let refresh = match step {
+        let join = join_request(shared, topics, strategies, owned)?;
+        let refresh = match join_and_sync_once(shared, &join, join_timeout).await {
             Ok(Step::Done(joined)) => return Ok(joined),
             Ok(Step::Again) => continue,
             Ok(Step::Backoff { refresh }) => refresh,
@@ -1093,6 +1144,101 @@ mod tests {
         ];
         for (api, code, want) in table {
             assert_eq!(reaction(*api, *code), *want, "{api:?} answered {code}");
+        }
+    }
+
+    fn sub(id: &str, topics: &[&str], owned: &[(&str, i32)]) -> MemberSubscription {
+        MemberSubscription {
+            member_id: id.into(),
+            instance_id: None,
+            topics: topics.iter().map(|t| t.to_string()).collect(),
+            owned: owned
+                .iter()
+                .map(|(t, p)| TopicPartition::new(*t, *p))
+                .collect(),
+            generation: if owned.is_empty() { -1 } else { 3 },
+        }
+    }
+
+    #[test]
+    fn the_leader_assigns_with_the_protocol_the_group_chose() {
+        type Want = &'static [(&'static str, &'static [(&'static str, i32)])];
+        let fresh = vec![sub("a", &["t"], &[]), sub("b", &["t"], &[])];
+        // b owns t-0 and a owns t-1, t-2: range ignores that, cooperative-sticky keeps it.
+        let owning = vec![
+            sub("a", &["t"], &[("t", 1), ("t", 2)]),
+            sub("b", &["t"], &[("t", 0)]),
+        ];
+        let two_topics = vec![sub("a", &["t", "u"], &[]), sub("b", &["t"], &[])];
+        let t3 = BTreeMap::from([("t".to_string(), 3)]);
+        let t3_u2 = BTreeMap::from([("t".to_string(), 3), ("u".to_string(), 2)]);
+        // (protocol, members, partition counts, the assignment wanted)
+        type Row<'a> = (
+            &'a str,
+            &'a [MemberSubscription],
+            &'a BTreeMap<String, usize>,
+            Want,
+        );
+        let table: &[Row] = &[
+            (
+                "range",
+                &fresh,
+                &t3,
+                &[("a", &[("t", 0), ("t", 1)]), ("b", &[("t", 2)])],
+            ),
+            (
+                "range",
+                &owning,
+                &t3,
+                &[("a", &[("t", 0), ("t", 1)]), ("b", &[("t", 2)])],
+            ),
+            (
+                "cooperative-sticky",
+                &owning,
+                &t3,
+                &[("a", &[("t", 1), ("t", 2)]), ("b", &[("t", 0)])],
+            ),
+            // A protocol this member does not know: range, as before (the group only picks
+            // one every member announced, so this does not happen with onceflow members).
+            (
+                "roundrobin",
+                &owning,
+                &t3,
+                &[("a", &[("t", 0), ("t", 1)]), ("b", &[("t", 2)])],
+            ),
+            (
+                "range",
+                &two_topics,
+                &t3_u2,
+                &[
+                    ("a", &[("t", 0), ("t", 1), ("u", 0), ("u", 1)]),
+                    ("b", &[("t", 2)]),
+                ],
+            ),
+            // u's partition count could not be fetched: nobody gets u.
+            (
+                "range",
+                &two_topics,
+                &t3,
+                &[("a", &[("t", 0), ("t", 1)]), ("b", &[("t", 2)])],
+            ),
+        ];
+        for (protocol, members, counts, want) in table {
+            let want: Assignment = want
+                .iter()
+                .map(|(m, tps)| {
+                    let tps = tps
+                        .iter()
+                        .map(|(t, p)| TopicPartition::new(*t, *p))
+                        .collect();
+                    (m.to_string(), tps)
+                })
+                .collect();
+            let mut got = leader_assignment(members, protocol, counts);
+            for tps in got.values_mut() {
+                tps.sort();
+            }
+            assert_eq!(got, want, "{protocol} for {members:?} over {counts:?}");
         }
     }
 

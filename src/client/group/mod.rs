@@ -22,6 +22,7 @@
 
 pub mod assignor;
 mod codec;
+mod member_phase;
 pub(crate) mod offsets;
 
 use super::consumer::{Consumer, ConsumerRecord, Offset};
@@ -41,6 +42,7 @@ use kafka_protocol::messages::{
     GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::StrBytes;
+use member_phase::{next, MemberEvent, MemberPhase};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -82,16 +84,31 @@ struct MemberState {
     generation: i32,
     protocol: Option<String>,
     assigned: Vec<TopicPartition>,
-    /// A rebalance is needed (heartbeat said so, or a cooperative revocation happened).
-    rejoin: bool,
-    /// The membership is gone (session expired, fenced, poll too late): partitions are lost.
-    lost: bool,
-    /// JoinGroup/SyncGroup succeeded; the heartbeat task runs only then.
-    stable: bool,
+    /// Joining, stable, rejoin needed, lost, failed: see [`member_phase`].
+    phase: MemberPhase,
     last_poll: Option<Instant>,
     /// This member can go on no more (fenced by another member with its group.instance.id,
-    /// not authorized): every poll returns this.
+    /// not authorized): every poll returns this. Set exactly when `phase` is `Failed`.
     fatal: Option<Error>,
+}
+
+impl MemberState {
+    /// Moves the phase on `event`; a transition that cannot happen leaves it as it is (and is
+    /// logged): only the events every phase accepts are applied this way.
+    fn on(&mut self, event: MemberEvent) {
+        match next(self.phase, event) {
+            Ok(p) => self.phase = p,
+            Err(e) => {
+                warn!(error = %e, phase = ?self.phase, ?event, "group member transition refused")
+            }
+        }
+    }
+
+    /// The member can go on no more: every poll returns `e`.
+    fn fail(&mut self, e: Error) {
+        self.fatal = Some(e);
+        self.on(MemberEvent::Fatal);
+    }
 }
 
 /// The group APIs whose error codes decide what the member does next.
@@ -251,7 +268,7 @@ impl GroupConsumer {
     /// Subscribes to topics; takes effect at the next poll (a rebalance).
     pub fn subscribe(&mut self, topics: &[&str]) {
         self.topics = topics.iter().map(|t| t.to_string()).collect();
-        self.shared.lock().rejoin = true;
+        self.shared.lock().on(MemberEvent::RejoinRequested);
     }
 
     /// The assignment strategies to announce, most preferred first (default: range, then
@@ -386,12 +403,8 @@ impl GroupConsumer {
         };
         let r = offsets::commit(&self.shared.cluster, &self.shared.group_id, &who, offsets).await;
         match &r {
-            Err(Error::CommitFailed(_)) => self.shared.lock().rejoin = true,
-            Err(e @ Error::Fenced(_)) => {
-                let mut st = self.shared.lock();
-                st.fatal = Some(e.clone());
-                st.stable = false;
-            }
+            Err(Error::CommitFailed(_)) => self.shared.lock().on(MemberEvent::RejoinRequested),
+            Err(e @ Error::Fenced(_)) => self.shared.lock().fail(e.clone()),
             _ => {}
         }
         r
@@ -444,7 +457,6 @@ impl GroupConsumer {
             let Some(fatal) = st.fatal.clone() else {
                 return Ok(());
             };
-            st.stable = false;
             (fatal, std::mem::take(&mut st.assigned))
         };
         if !gone.is_empty() {
@@ -466,17 +478,25 @@ impl GroupConsumer {
 
     async fn maybe_rebalance(&mut self) -> Result<()> {
         loop {
-            let (rejoin, lost) = {
+            let (phase, fatal) = {
                 let st = self.shared.lock();
-                (st.rejoin || !st.stable, st.lost)
+                (st.phase, st.fatal.clone())
             };
-            if self.topics.is_empty() || !(rejoin || lost) {
+            if self.topics.is_empty() {
                 return Ok(());
             }
-            if lost {
+            if let Some(e) = fatal {
+                // Failed during the last round (a commit answered FENCED_INSTANCE_ID): the
+                // caller reports the loss and the error.
+                return Err(e);
+            }
+            if !phase.needs_join() {
+                return Ok(());
+            }
+            if phase == MemberPhase::Lost {
                 let gone = {
                     let mut st = self.shared.lock();
-                    st.lost = false;
+                    st.on(MemberEvent::LossReported);
                     std::mem::take(&mut st.assigned)
                 };
                 let started: Vec<TopicPartition> = gone
@@ -500,7 +520,10 @@ impl GroupConsumer {
     async fn rebalance(&mut self) -> Result<()> {
         // No heartbeats while joining: one sent with the old generation would come back
         // ILLEGAL_GENERATION and make the new assignment look lost.
-        self.shared.lock().stable = false;
+        {
+            let mut st = self.shared.lock();
+            st.phase = next(st.phase, MemberEvent::JoinStarted)?;
+        }
         let cooperative = self.shared.lock().protocol.as_deref() == Some("cooperative-sticky");
         // Eager protocol: give everything up before joining, committing with the generation
         // the partitions were owned in (still the group's until the join completes).
@@ -527,7 +550,7 @@ impl GroupConsumer {
                 Joined::Lost => {
                     // The coordinator removed us (or our generation): what we owned is lost;
                     // the caller reports it and joins again.
-                    self.shared.lock().lost = true;
+                    self.shared.lock().on(MemberEvent::MembershipGone);
                     return Ok(());
                 }
             };
@@ -543,8 +566,8 @@ impl GroupConsumer {
         {
             let mut st = self.shared.lock();
             st.assigned = new_list.clone();
-            st.stable = true;
-            st.rejoin = cooperative && !revoked.is_empty();
+            let rejoin = cooperative && !revoked.is_empty();
+            st.phase = next(st.phase, MemberEvent::Joined { rejoin })?;
         }
         if !revoked.is_empty() {
             // Cooperative: give these up now; another rebalance hands them to their new owner,
@@ -684,7 +707,7 @@ fn step_for(shared: &Shared, api: GroupApi, code: ErrorCode) -> Result<Option<St
         Reaction::RetryAfterBackoff => Ok(Some(Step::Backoff { refresh: false })),
         Reaction::Fenced => {
             let e = fenced_error(group, shared.config.group_instance_id.as_deref());
-            shared.lock().fatal = Some(e.clone());
+            shared.lock().fail(e.clone());
             Err(e)
         }
         Reaction::Fatal => Err(Error::broker(format!("{api:?} for group '{group}'"), code)),
@@ -912,11 +935,11 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
     let cfg = shared.config.clone();
     loop {
         tokio::time::sleep(cfg.heartbeat_interval).await;
-        let (stable, generation, member_id, last_poll) = {
+        let (phase, generation, member_id, last_poll) = {
             let st = shared.lock();
-            (st.stable, st.generation, st.member_id.clone(), st.last_poll)
+            (st.phase, st.generation, st.member_id.clone(), st.last_poll)
         };
-        if !stable {
+        if !phase.heartbeats() {
             continue;
         }
         if last_poll.is_some_and(|t| t.elapsed() > cfg.max_poll_interval) {
@@ -931,8 +954,7 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
                 leave_group(&shared).await;
             }
             let mut st = shared.lock();
-            st.stable = false;
-            st.lost = true;
+            st.on(MemberEvent::MembershipGone);
             st.member_id.clear();
             st.generation = -1;
             continue;
@@ -961,20 +983,18 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
             }
         };
         let mut st = shared.lock();
-        if !st.stable || st.generation != generation || st.member_id != member_id {
+        if !st.phase.heartbeats() || st.generation != generation || st.member_id != member_id {
             continue; // a rebalance happened meanwhile: this answer is about the old generation
         }
         match reaction(GroupApi::Heartbeat, code) {
             Reaction::Proceed => {}
-            Reaction::Rejoin => st.rejoin = true,
+            Reaction::Rejoin => st.on(MemberEvent::RejoinRequested),
             Reaction::ResetGenerationAndRejoin => {
-                st.lost = true;
-                st.stable = false;
+                st.on(MemberEvent::MembershipGone);
                 st.generation = -1;
             }
             Reaction::ResetMemberAndRejoin => {
-                st.lost = true;
-                st.stable = false;
+                st.on(MemberEvent::MembershipGone);
                 st.generation = -1;
                 st.member_id.clear();
             }
@@ -990,14 +1010,12 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
             Reaction::Fenced => {
                 let e = fenced_error(&shared.group_id, cfg.group_instance_id.as_deref());
                 warn!(error = %e, "fenced");
-                st.fatal = Some(e);
-                st.stable = false;
+                st.fail(e);
             }
             Reaction::Fatal => {
                 let e = Error::broker(format!("heartbeat for group '{}'", shared.group_id), code);
                 warn!(error = %e, "the member cannot go on");
-                st.fatal = Some(e);
-                st.stable = false;
+                st.fail(e);
             }
         }
     }

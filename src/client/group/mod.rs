@@ -528,20 +528,7 @@ impl GroupConsumer {
         // Eager protocol: give everything up before joining, committing with the generation
         // the partitions were owned in (still the group's until the join completes).
         if !cooperative && !self.assignment().is_empty() {
-            let started = self.started();
-            if self.shared.config.enable_auto_commit {
-                if let Err(e) = self.commit_positions().await {
-                    warn!(error = %e, "committing before the rebalance failed");
-                }
-            }
-            if !started.is_empty() {
-                if let Some(l) = &self.listener {
-                    l.on_revoked(&started).await;
-                }
-            }
-            self.shared.lock().assigned.clear();
-            self.pending.clear();
-            self.consumer.assign(Vec::new()).await?;
+            self.revoke_all().await?;
         }
         let owned = self.assignment();
         let joined =
@@ -608,6 +595,25 @@ impl GroupConsumer {
             "joined group"
         );
         Ok(())
+    }
+
+    /// Eager protocol, before joining: commits (with auto commit), calls `on_revoked` and gives
+    /// up every owned partition.
+    async fn revoke_all(&mut self) -> Result<()> {
+        let started = self.started();
+        if self.shared.config.enable_auto_commit {
+            if let Err(e) = self.commit_positions().await {
+                warn!(error = %e, "committing before the rebalance failed");
+            }
+        }
+        if !started.is_empty() {
+            if let Some(l) = &self.listener {
+                l.on_revoked(&started).await;
+            }
+        }
+        self.shared.lock().assigned.clear();
+        self.pending.clear();
+        self.consumer.assign(Vec::new()).await
     }
 
     /// Starts the partitions waiting for their committed offsets, trying until `deadline` (the
@@ -943,20 +949,7 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
             continue;
         }
         if last_poll.is_some_and(|t| t.elapsed() > cfg.max_poll_interval) {
-            warn!(
-                "poll was not called within max.poll.interval.ms={} ms; giving up the membership",
-                cfg.max_poll_interval.as_millis()
-            );
-            // A static member never sends LeaveGroup (as the Java client): its partitions wait
-            // for it until session.timeout.ms, and it stops heartbeating so that they do not
-            // wait longer.
-            if cfg.group_instance_id.is_none() {
-                leave_group(&shared).await;
-            }
-            let mut st = shared.lock();
-            st.on(MemberEvent::MembershipGone);
-            st.member_id.clear();
-            st.generation = -1;
+            give_up_membership(&shared).await;
             continue;
         }
         let req = HeartbeatRequest::default()
@@ -1021,6 +1014,26 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
     }
 }
 
+/// The application did not poll within max.poll.interval.ms: the member leaves the group, and
+/// the next poll reports its partitions lost.
+async fn give_up_membership(shared: &Shared) {
+    let cfg = &shared.config;
+    warn!(
+        "poll was not called within max.poll.interval.ms={} ms; giving up the membership",
+        cfg.max_poll_interval.as_millis()
+    );
+    // A static member never sends LeaveGroup (as the Java client): its partitions wait
+    // for it until session.timeout.ms, and it stops heartbeating so that they do not
+    // wait longer.
+    if cfg.group_instance_id.is_none() {
+        leave_group(shared).await;
+    }
+    let mut st = shared.lock();
+    st.on(MemberEvent::MembershipGone);
+    st.member_id.clear();
+    st.generation = -1;
+}
+
 async fn leave_group(shared: &Shared) {
     let (member_id, instance) = {
         let st = shared.lock();
@@ -1062,6 +1075,7 @@ mod tests {
     use GroupApi::*;
     use Reaction::*;
 
+    // Long only because it is one table: a row per (API, error code) worth pinning.
     #[test]
     fn reactions() {
         let table: &[(GroupApi, ErrorCode, Reaction)] = &[

@@ -21,6 +21,8 @@
 //! can abort or commit there.
 
 pub mod assignor;
+mod codec;
+mod member_phase;
 pub(crate) mod offsets;
 
 use super::consumer::{Consumer, ConsumerRecord, Offset};
@@ -31,18 +33,16 @@ use super::producer::GroupMetadata;
 use super::{Cluster, ConsumerConfig};
 use crate::protocol::ErrorCode;
 use assignor::{Assignment, MemberSubscription};
-use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures::future::BoxFuture;
-use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition as WireAssignedTp;
-use kafka_protocol::messages::consumer_protocol_subscription::TopicPartition as WireOwnedTp;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ConsumerProtocolAssignment, ConsumerProtocolSubscription, GroupId, HeartbeatRequest,
-    JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest, TopicName,
+    GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
+use member_phase::{next, MemberEvent, MemberPhase};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -84,16 +84,31 @@ struct MemberState {
     generation: i32,
     protocol: Option<String>,
     assigned: Vec<TopicPartition>,
-    /// A rebalance is needed (heartbeat said so, or a cooperative revocation happened).
-    rejoin: bool,
-    /// The membership is gone (session expired, fenced, poll too late): partitions are lost.
-    lost: bool,
-    /// JoinGroup/SyncGroup succeeded; the heartbeat task runs only then.
-    stable: bool,
+    /// Joining, stable, rejoin needed, lost, failed: see [`member_phase`].
+    phase: MemberPhase,
     last_poll: Option<Instant>,
     /// This member can go on no more (fenced by another member with its group.instance.id,
-    /// not authorized): every poll returns this.
+    /// not authorized): every poll returns this. Set exactly when `phase` is `Failed`.
     fatal: Option<Error>,
+}
+
+impl MemberState {
+    /// Moves the phase on `event`; a transition that cannot happen leaves it as it is (and is
+    /// logged): only the events every phase accepts are applied this way.
+    fn on(&mut self, event: MemberEvent) {
+        match next(self.phase, event) {
+            Ok(p) => self.phase = p,
+            Err(e) => {
+                warn!(error = %e, phase = ?self.phase, ?event, "group member transition refused")
+            }
+        }
+    }
+
+    /// The member can go on no more: every poll returns `e`.
+    fn fail(&mut self, e: Error) {
+        self.fatal = Some(e);
+        self.on(MemberEvent::Fatal);
+    }
 }
 
 /// The group APIs whose error codes decide what the member does next.
@@ -253,7 +268,7 @@ impl GroupConsumer {
     /// Subscribes to topics; takes effect at the next poll (a rebalance).
     pub fn subscribe(&mut self, topics: &[&str]) {
         self.topics = topics.iter().map(|t| t.to_string()).collect();
-        self.shared.lock().rejoin = true;
+        self.shared.lock().on(MemberEvent::RejoinRequested);
     }
 
     /// The assignment strategies to announce, most preferred first (default: range, then
@@ -388,12 +403,8 @@ impl GroupConsumer {
         };
         let r = offsets::commit(&self.shared.cluster, &self.shared.group_id, &who, offsets).await;
         match &r {
-            Err(Error::CommitFailed(_)) => self.shared.lock().rejoin = true,
-            Err(e @ Error::Fenced(_)) => {
-                let mut st = self.shared.lock();
-                st.fatal = Some(e.clone());
-                st.stable = false;
-            }
+            Err(Error::CommitFailed(_)) => self.shared.lock().on(MemberEvent::RejoinRequested),
+            Err(e @ Error::Fenced(_)) => self.shared.lock().fail(e.clone()),
             _ => {}
         }
         r
@@ -446,7 +457,6 @@ impl GroupConsumer {
             let Some(fatal) = st.fatal.clone() else {
                 return Ok(());
             };
-            st.stable = false;
             (fatal, std::mem::take(&mut st.assigned))
         };
         if !gone.is_empty() {
@@ -468,17 +478,25 @@ impl GroupConsumer {
 
     async fn maybe_rebalance(&mut self) -> Result<()> {
         loop {
-            let (rejoin, lost) = {
+            let (phase, fatal) = {
                 let st = self.shared.lock();
-                (st.rejoin || !st.stable, st.lost)
+                (st.phase, st.fatal.clone())
             };
-            if self.topics.is_empty() || !(rejoin || lost) {
+            if self.topics.is_empty() {
                 return Ok(());
             }
-            if lost {
+            if let Some(e) = fatal {
+                // Failed during the last round (a commit answered FENCED_INSTANCE_ID): the
+                // caller reports the loss and the error.
+                return Err(e);
+            }
+            if !phase.needs_join() {
+                return Ok(());
+            }
+            if phase == MemberPhase::Lost {
                 let gone = {
                     let mut st = self.shared.lock();
-                    st.lost = false;
+                    st.on(MemberEvent::LossReported);
                     std::mem::take(&mut st.assigned)
                 };
                 let started: Vec<TopicPartition> = gone
@@ -502,25 +520,15 @@ impl GroupConsumer {
     async fn rebalance(&mut self) -> Result<()> {
         // No heartbeats while joining: one sent with the old generation would come back
         // ILLEGAL_GENERATION and make the new assignment look lost.
-        self.shared.lock().stable = false;
+        {
+            let mut st = self.shared.lock();
+            st.phase = next(st.phase, MemberEvent::JoinStarted)?;
+        }
         let cooperative = self.shared.lock().protocol.as_deref() == Some("cooperative-sticky");
         // Eager protocol: give everything up before joining, committing with the generation
         // the partitions were owned in (still the group's until the join completes).
         if !cooperative && !self.assignment().is_empty() {
-            let started = self.started();
-            if self.shared.config.enable_auto_commit {
-                if let Err(e) = self.commit_positions().await {
-                    warn!(error = %e, "committing before the rebalance failed");
-                }
-            }
-            if !started.is_empty() {
-                if let Some(l) = &self.listener {
-                    l.on_revoked(&started).await;
-                }
-            }
-            self.shared.lock().assigned.clear();
-            self.pending.clear();
-            self.consumer.assign(Vec::new()).await?;
+            self.revoke_all().await?;
         }
         let owned = self.assignment();
         let joined =
@@ -529,7 +537,7 @@ impl GroupConsumer {
                 Joined::Lost => {
                     // The coordinator removed us (or our generation): what we owned is lost;
                     // the caller reports it and joins again.
-                    self.shared.lock().lost = true;
+                    self.shared.lock().on(MemberEvent::MembershipGone);
                     return Ok(());
                 }
             };
@@ -545,8 +553,8 @@ impl GroupConsumer {
         {
             let mut st = self.shared.lock();
             st.assigned = new_list.clone();
-            st.stable = true;
-            st.rejoin = cooperative && !revoked.is_empty();
+            let rejoin = cooperative && !revoked.is_empty();
+            st.phase = next(st.phase, MemberEvent::Joined { rejoin })?;
         }
         if !revoked.is_empty() {
             // Cooperative: give these up now; another rebalance hands them to their new owner,
@@ -589,6 +597,25 @@ impl GroupConsumer {
         Ok(())
     }
 
+    /// Eager protocol, before joining: commits (with auto commit), calls `on_revoked` and gives
+    /// up every owned partition.
+    async fn revoke_all(&mut self) -> Result<()> {
+        let started = self.started();
+        if self.shared.config.enable_auto_commit {
+            if let Err(e) = self.commit_positions().await {
+                warn!(error = %e, "committing before the rebalance failed");
+            }
+        }
+        if !started.is_empty() {
+            if let Some(l) = &self.listener {
+                l.on_revoked(&started).await;
+            }
+        }
+        self.shared.lock().assigned.clear();
+        self.pending.clear();
+        self.consumer.assign(Vec::new()).await
+    }
+
     /// Starts the partitions waiting for their committed offsets, trying until `deadline` (the
     /// poll's): while an open transaction holds them the coordinator answers
     /// UNSTABLE_OFFSET_COMMIT, and the next poll tries again.
@@ -628,56 +655,6 @@ impl GroupConsumer {
         }
         Ok(())
     }
-}
-
-fn encode_versioned<T: Encodable>(msg: &T, version: i16) -> Result<Bytes> {
-    let mut buf = BytesMut::new();
-    buf.put_i16(version);
-    msg.encode(&mut buf, version)
-        .map_err(|e| Error::InvalidState(format!("encoding group metadata: {e}")))?;
-    Ok(buf.freeze())
-}
-
-fn decode_versioned<T: Decodable>(mut bytes: Bytes, what: &str) -> Result<T> {
-    if bytes.len() < 2 {
-        return Err(Error::InvalidState(format!("{what}: too short")));
-    }
-    // Newer versions only add fields; decode at the highest version we know.
-    let version = bytes.get_i16().clamp(0, 3);
-    T::decode(&mut bytes, version).map_err(|e| Error::InvalidState(format!("{what}: {e}")))
-}
-
-fn subscription_bytes(
-    topics: &[String],
-    owned: &[TopicPartition],
-    generation: i32,
-) -> Result<Bytes> {
-    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-    for tp in owned {
-        by_topic
-            .entry(tp.topic.as_str())
-            .or_default()
-            .push(tp.partition);
-    }
-    let sub = ConsumerProtocolSubscription::default()
-        .with_topics(
-            topics
-                .iter()
-                .map(|t| StrBytes::from_string(t.clone()))
-                .collect(),
-        )
-        .with_owned_partitions(
-            by_topic
-                .into_iter()
-                .map(|(t, ps)| {
-                    WireOwnedTp::default()
-                        .with_topic(TopicName(StrBytes::from_string(t.to_owned())))
-                        .with_partitions(ps)
-                })
-                .collect(),
-        )
-        .with_generation_id(generation);
-    encode_versioned(&sub, 2)
 }
 
 /// What a JoinGroup + SyncGroup round ended in.
@@ -736,13 +713,180 @@ fn step_for(shared: &Shared, api: GroupApi, code: ErrorCode) -> Result<Option<St
         Reaction::RetryAfterBackoff => Ok(Some(Step::Backoff { refresh: false })),
         Reaction::Fenced => {
             let e = fenced_error(group, shared.config.group_instance_id.as_deref());
-            shared.lock().fatal = Some(e.clone());
+            shared.lock().fail(e.clone());
             Err(e)
         }
         Reaction::Fatal => Err(Error::broker(format!("{api:?} for group '{group}'"), code)),
     }
 }
 
+/// The leader's assignment: which partitions each member gets, from the members'
+/// subscriptions (with the partitions each owns now), the protocol the group chose and the
+/// partition count of every subscribed topic. A topic missing from `partition_counts` (its
+/// metadata could not be fetched) is assigned to no one. Pure: the caller fetches metadata
+/// first.
+fn leader_assignment(
+    members: &[MemberSubscription],
+    protocol: &str,
+    partition_counts: &BTreeMap<String, usize>,
+) -> Assignment {
+    if protocol == Strategy::CooperativeSticky.name() {
+        assignor::cooperative_sticky(members, partition_counts)
+    } else {
+        assignor::range(members, partition_counts)
+    }
+}
+
+/// The leader's SyncGroup assignments: decodes the members' subscriptions, fetches the
+/// partition counts of the topics they subscribe to, and runs [`leader_assignment`].
+async fn leader_sync_assignments(
+    shared: &Shared,
+    members: &[JoinGroupResponseMember],
+    protocol: &str,
+) -> Result<Vec<SyncGroupRequestAssignment>> {
+    let mut subs = Vec::new();
+    for m in members {
+        subs.push(codec::decode_subscription(
+            m.member_id.to_string(),
+            m.group_instance_id.as_ref().map(|i| i.to_string()),
+            m.metadata.clone(),
+        )?);
+    }
+    let all_topics: BTreeSet<String> = subs.iter().flat_map(|s| s.topics.iter().cloned()).collect();
+    let mut counts = BTreeMap::new();
+    for t in all_topics {
+        let lookup = shared.config.leader_topic_lookup();
+        if let Ok(n) = shared.cluster.partition_count_with(&t, lookup).await {
+            counts.insert(t, n);
+        }
+    }
+    let plan = leader_assignment(&subs, protocol, &counts);
+    debug!(
+        members = subs.len(),
+        ?plan,
+        "leader computed the assignment"
+    );
+    let mut assignments = Vec::new();
+    for (member, tps) in plan {
+        assignments.push(
+            SyncGroupRequestAssignment::default()
+                .with_member_id(StrBytes::from_string(member))
+                .with_assignment(codec::encode_assignment(&tps)?),
+        );
+    }
+    Ok(assignments)
+}
+
+fn join_request(
+    shared: &Shared,
+    topics: &[String],
+    strategies: &[Strategy],
+    owned: &[TopicPartition],
+) -> Result<JoinGroupRequest> {
+    let cfg = &shared.config;
+    let (member_id, generation) = {
+        let st = shared.lock();
+        (st.member_id.clone(), st.generation)
+    };
+    let metadata = codec::encode_subscription(topics, owned, generation)?;
+    Ok(JoinGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(shared.group_id.clone())))
+        .with_session_timeout_ms(cfg.session_timeout.as_millis() as i32)
+        .with_rebalance_timeout_ms(cfg.max_poll_interval.as_millis() as i32)
+        .with_member_id(StrBytes::from_string(member_id))
+        .with_group_instance_id(cfg.group_instance_id.clone().map(StrBytes::from_string))
+        .with_protocol_type(StrBytes::from_static_str("consumer"))
+        .with_protocols(
+            strategies
+                .iter()
+                .map(|s| {
+                    JoinGroupRequestProtocol::default()
+                        .with_name(StrBytes::from_static_str(s.name()))
+                        .with_metadata(metadata.clone())
+                })
+                .collect(),
+        ))
+}
+
+/// One JoinGroup and, when it admits the member, SyncGroup (the leader computing the
+/// assignment in between).
+async fn join_and_sync_once(
+    shared: &Shared,
+    join: &JoinGroupRequest,
+    join_timeout: Duration,
+) -> Result<Step> {
+    let group = &shared.group_id;
+    let conn = shared
+        .cluster
+        .coordinator(CoordinatorKind::Group, group)
+        .await?;
+    // JoinGroup waits for the whole group: not request.timeout.ms but the rebalance
+    // timeout. A shorter limit would cut it off while the coordinator still holds it
+    // (and a timed-out request poisons the connection).
+    let v = conn.version_for::<JoinGroupRequest>(None)?;
+    let resp = conn
+        .start_request(join, v)?
+        .with_timeout(join_timeout)
+        .response()
+        .await?;
+    let code = ErrorCode(resp.error_code);
+    if code == ErrorCode::MEMBER_ID_REQUIRED {
+        // KIP-394: join again with the id the coordinator chose.
+        shared.lock().member_id = resp.member_id.to_string();
+    }
+    if let Some(step) = step_for(shared, GroupApi::JoinGroup, code)? {
+        return Ok(step);
+    }
+    let me = resp.member_id.to_string();
+    let generation = resp.generation_id;
+    let protocol = resp
+        .protocol_name
+        .as_ref()
+        .map(|p| p.to_string())
+        .unwrap_or_else(|| "range".into());
+    // The member is in the new generation from the JoinGroup answer on, as in the
+    // Java client: what it commits after SyncGroup (a cooperative member commits the
+    // partitions it gives up) carries this generation, which the coordinator accepts.
+    {
+        let mut st = shared.lock();
+        st.member_id = me.clone();
+        st.generation = generation;
+        st.protocol = Some(protocol.clone());
+    }
+    let assignments = if resp.leader.as_str() == me {
+        leader_sync_assignments(shared, &resp.members, &protocol).await?
+    } else {
+        Vec::new()
+    };
+    let sync = SyncGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.clone())))
+        .with_generation_id(generation)
+        .with_member_id(StrBytes::from_string(me))
+        .with_group_instance_id(
+            shared
+                .config
+                .group_instance_id
+                .clone()
+                .map(StrBytes::from_string),
+        )
+        .with_protocol_type(Some(StrBytes::from_static_str("consumer")))
+        .with_protocol_name(Some(StrBytes::from_string(protocol.clone())))
+        .with_assignments(assignments);
+    // SyncGroup waits only for the leader's assignment: request.timeout.ms, as Java.
+    let resp = conn.request(&sync).await?;
+    if let Some(step) = step_for(shared, GroupApi::SyncGroup, ErrorCode(resp.error_code))? {
+        return Ok(step);
+    }
+    let assignment = codec::decode_assignment(resp.assignment.clone())?;
+    Ok(Step::Done(Joined::Assigned(Rebalanced {
+        generation,
+        protocol,
+        assignment,
+    })))
+}
+
+/// Joins the group (JoinGroup + SyncGroup), again after a backoff while the answers say so,
+/// until the member is in a generation with an assignment, is lost, or cannot go on.
 async fn join_and_sync(
     shared: &Arc<Shared>,
     topics: &[String],
@@ -764,164 +908,8 @@ async fn join_and_sync(
                 after: cfg.max_poll_interval,
             });
         }
-        let (member_id, generation) = {
-            let st = shared.lock();
-            (st.member_id.clone(), st.generation)
-        };
-        let metadata = subscription_bytes(topics, owned, generation)?;
-        let join = JoinGroupRequest::default()
-            .with_group_id(GroupId(StrBytes::from_string(group.clone())))
-            .with_session_timeout_ms(cfg.session_timeout.as_millis() as i32)
-            .with_rebalance_timeout_ms(cfg.max_poll_interval.as_millis() as i32)
-            .with_member_id(StrBytes::from_string(member_id.clone()))
-            .with_group_instance_id(cfg.group_instance_id.clone().map(StrBytes::from_string))
-            .with_protocol_type(StrBytes::from_static_str("consumer"))
-            .with_protocols(
-                strategies
-                    .iter()
-                    .map(|s| {
-                        JoinGroupRequestProtocol::default()
-                            .with_name(StrBytes::from_static_str(s.name()))
-                            .with_metadata(metadata.clone())
-                    })
-                    .collect(),
-            );
-        let step = async {
-            let conn = shared
-                .cluster
-                .coordinator(CoordinatorKind::Group, group)
-                .await?;
-            // JoinGroup waits for the whole group: not request.timeout.ms but the rebalance
-            // timeout. A shorter limit would cut it off while the coordinator still holds it
-            // (and a timed-out request poisons the connection).
-            let v = conn.version_for::<JoinGroupRequest>(None)?;
-            let resp = conn
-                .start_request(&join, v)?
-                .with_timeout(join_timeout)
-                .response()
-                .await?;
-            let code = ErrorCode(resp.error_code);
-            if code == ErrorCode::MEMBER_ID_REQUIRED {
-                // KIP-394: join again with the id the coordinator chose.
-                shared.lock().member_id = resp.member_id.to_string();
-            }
-            if let Some(step) = step_for(shared, GroupApi::JoinGroup, code)? {
-                return Ok(step);
-            }
-            let me = resp.member_id.to_string();
-            let generation = resp.generation_id;
-            let protocol = resp
-                .protocol_name
-                .as_ref()
-                .map(|p| p.to_string())
-                .unwrap_or_else(|| "range".into());
-            // The member is in the new generation from the JoinGroup answer on, as in the
-            // Java client: what it commits after SyncGroup (a cooperative member commits the
-            // partitions it gives up) carries this generation, which the coordinator accepts.
-            {
-                let mut st = shared.lock();
-                st.member_id = me.clone();
-                st.generation = generation;
-                st.protocol = Some(protocol.clone());
-            }
-            let mut assignments = Vec::new();
-            if resp.leader.as_str() == me {
-                let mut subs = Vec::new();
-                for m in &resp.members {
-                    let s: ConsumerProtocolSubscription =
-                        decode_versioned(m.metadata.clone(), "member subscription")?;
-                    subs.push(MemberSubscription {
-                        member_id: m.member_id.to_string(),
-                        instance_id: m.group_instance_id.as_ref().map(|i| i.to_string()),
-                        topics: s.topics.iter().map(|t| t.to_string()).collect(),
-                        owned: s
-                            .owned_partitions
-                            .iter()
-                            .flat_map(|t| {
-                                t.partitions
-                                    .iter()
-                                    .map(move |p| TopicPartition::new(t.topic.0.to_string(), *p))
-                            })
-                            .collect(),
-                        generation: s.generation_id,
-                    });
-                }
-                let all_topics: BTreeSet<String> =
-                    subs.iter().flat_map(|s| s.topics.iter().cloned()).collect();
-                let mut counts = BTreeMap::new();
-                for t in all_topics {
-                    let lookup = shared.config.leader_topic_lookup();
-                    if let Ok(n) = shared.cluster.partition_count_with(&t, lookup).await {
-                        counts.insert(t, n);
-                    }
-                }
-                let plan: Assignment = if protocol == "cooperative-sticky" {
-                    assignor::cooperative_sticky(&subs, &counts)
-                } else {
-                    assignor::range(&subs, &counts)
-                };
-                debug!(
-                    members = subs.len(),
-                    ?plan,
-                    "leader computed the assignment"
-                );
-                for (member, tps) in plan {
-                    let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
-                    for tp in tps {
-                        by_topic.entry(tp.topic).or_default().push(tp.partition);
-                    }
-                    let a = ConsumerProtocolAssignment::default().with_assigned_partitions(
-                        by_topic
-                            .into_iter()
-                            .map(|(t, ps)| {
-                                WireAssignedTp::default()
-                                    .with_topic(TopicName(StrBytes::from_string(t)))
-                                    .with_partitions(ps)
-                            })
-                            .collect(),
-                    );
-                    assignments.push(
-                        SyncGroupRequestAssignment::default()
-                            .with_member_id(StrBytes::from_string(member))
-                            .with_assignment(encode_versioned(&a, 1)?),
-                    );
-                }
-            }
-            let sync = SyncGroupRequest::default()
-                .with_group_id(GroupId(StrBytes::from_string(group.clone())))
-                .with_generation_id(generation)
-                .with_member_id(StrBytes::from_string(me.clone()))
-                .with_group_instance_id(cfg.group_instance_id.clone().map(StrBytes::from_string))
-                .with_protocol_type(Some(StrBytes::from_static_str("consumer")))
-                .with_protocol_name(Some(StrBytes::from_string(protocol.clone())))
-                .with_assignments(assignments);
-            // SyncGroup waits only for the leader's assignment: request.timeout.ms, as Java.
-            let resp = conn.request(&sync).await?;
-            if let Some(step) = step_for(shared, GroupApi::SyncGroup, ErrorCode(resp.error_code))? {
-                return Ok(step);
-            }
-            let assigned: Vec<TopicPartition> = if resp.assignment.is_empty() {
-                Vec::new()
-            } else {
-                let a: ConsumerProtocolAssignment =
-                    decode_versioned(resp.assignment.clone(), "assignment")?;
-                a.assigned_partitions
-                    .iter()
-                    .flat_map(|t| {
-                        t.partitions
-                            .iter()
-                            .map(move |p| TopicPartition::new(t.topic.0.to_string(), *p))
-                    })
-                    .collect()
-            };
-            Ok::<_, Error>(Step::Done(Joined::Assigned(Rebalanced {
-                generation,
-                protocol,
-                assignment: assigned,
-            })))
-        }
-        .await;
-        let refresh = match step {
+        let join = join_request(shared, topics, strategies, owned)?;
+        let refresh = match join_and_sync_once(shared, &join, join_timeout).await {
             Ok(Step::Done(joined)) => return Ok(joined),
             Ok(Step::Again) => continue,
             Ok(Step::Backoff { refresh }) => refresh,
@@ -953,29 +941,15 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
     let cfg = shared.config.clone();
     loop {
         tokio::time::sleep(cfg.heartbeat_interval).await;
-        let (stable, generation, member_id, last_poll) = {
+        let (phase, generation, member_id, last_poll) = {
             let st = shared.lock();
-            (st.stable, st.generation, st.member_id.clone(), st.last_poll)
+            (st.phase, st.generation, st.member_id.clone(), st.last_poll)
         };
-        if !stable {
+        if !phase.heartbeats() {
             continue;
         }
         if last_poll.is_some_and(|t| t.elapsed() > cfg.max_poll_interval) {
-            warn!(
-                "poll was not called within max.poll.interval.ms={} ms; giving up the membership",
-                cfg.max_poll_interval.as_millis()
-            );
-            // A static member never sends LeaveGroup (as the Java client): its partitions wait
-            // for it until session.timeout.ms, and it stops heartbeating so that they do not
-            // wait longer.
-            if cfg.group_instance_id.is_none() {
-                leave_group(&shared).await;
-            }
-            let mut st = shared.lock();
-            st.stable = false;
-            st.lost = true;
-            st.member_id.clear();
-            st.generation = -1;
+            give_up_membership(&shared).await;
             continue;
         }
         let req = HeartbeatRequest::default()
@@ -1002,20 +976,18 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
             }
         };
         let mut st = shared.lock();
-        if !st.stable || st.generation != generation || st.member_id != member_id {
+        if !st.phase.heartbeats() || st.generation != generation || st.member_id != member_id {
             continue; // a rebalance happened meanwhile: this answer is about the old generation
         }
         match reaction(GroupApi::Heartbeat, code) {
             Reaction::Proceed => {}
-            Reaction::Rejoin => st.rejoin = true,
+            Reaction::Rejoin => st.on(MemberEvent::RejoinRequested),
             Reaction::ResetGenerationAndRejoin => {
-                st.lost = true;
-                st.stable = false;
+                st.on(MemberEvent::MembershipGone);
                 st.generation = -1;
             }
             Reaction::ResetMemberAndRejoin => {
-                st.lost = true;
-                st.stable = false;
+                st.on(MemberEvent::MembershipGone);
                 st.generation = -1;
                 st.member_id.clear();
             }
@@ -1031,17 +1003,35 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
             Reaction::Fenced => {
                 let e = fenced_error(&shared.group_id, cfg.group_instance_id.as_deref());
                 warn!(error = %e, "fenced");
-                st.fatal = Some(e);
-                st.stable = false;
+                st.fail(e);
             }
             Reaction::Fatal => {
                 let e = Error::broker(format!("heartbeat for group '{}'", shared.group_id), code);
                 warn!(error = %e, "the member cannot go on");
-                st.fatal = Some(e);
-                st.stable = false;
+                st.fail(e);
             }
         }
     }
+}
+
+/// The application did not poll within max.poll.interval.ms: the member leaves the group, and
+/// the next poll reports its partitions lost.
+async fn give_up_membership(shared: &Shared) {
+    let cfg = &shared.config;
+    warn!(
+        "poll was not called within max.poll.interval.ms={} ms; giving up the membership",
+        cfg.max_poll_interval.as_millis()
+    );
+    // A static member never sends LeaveGroup (as the Java client): its partitions wait
+    // for it until session.timeout.ms, and it stops heartbeating so that they do not
+    // wait longer.
+    if cfg.group_instance_id.is_none() {
+        leave_group(shared).await;
+    }
+    let mut st = shared.lock();
+    st.on(MemberEvent::MembershipGone);
+    st.member_id.clear();
+    st.generation = -1;
 }
 
 async fn leave_group(shared: &Shared) {
@@ -1085,6 +1075,7 @@ mod tests {
     use GroupApi::*;
     use Reaction::*;
 
+    // Long only because it is one table: a row per (API, error code) worth pinning.
     #[test]
     fn reactions() {
         let table: &[(GroupApi, ErrorCode, Reaction)] = &[
@@ -1185,6 +1176,101 @@ mod tests {
         ];
         for (api, code, want) in table {
             assert_eq!(reaction(*api, *code), *want, "{api:?} answered {code}");
+        }
+    }
+
+    fn sub(id: &str, topics: &[&str], owned: &[(&str, i32)]) -> MemberSubscription {
+        MemberSubscription {
+            member_id: id.into(),
+            instance_id: None,
+            topics: topics.iter().map(|t| t.to_string()).collect(),
+            owned: owned
+                .iter()
+                .map(|(t, p)| TopicPartition::new(*t, *p))
+                .collect(),
+            generation: if owned.is_empty() { -1 } else { 3 },
+        }
+    }
+
+    #[test]
+    fn the_leader_assigns_with_the_protocol_the_group_chose() {
+        type Want = &'static [(&'static str, &'static [(&'static str, i32)])];
+        let fresh = vec![sub("a", &["t"], &[]), sub("b", &["t"], &[])];
+        // b owns t-0 and a owns t-1, t-2: range ignores that, cooperative-sticky keeps it.
+        let owning = vec![
+            sub("a", &["t"], &[("t", 1), ("t", 2)]),
+            sub("b", &["t"], &[("t", 0)]),
+        ];
+        let two_topics = vec![sub("a", &["t", "u"], &[]), sub("b", &["t"], &[])];
+        let t3 = BTreeMap::from([("t".to_string(), 3)]);
+        let t3_u2 = BTreeMap::from([("t".to_string(), 3), ("u".to_string(), 2)]);
+        // (protocol, members, partition counts, the assignment wanted)
+        type Row<'a> = (
+            &'a str,
+            &'a [MemberSubscription],
+            &'a BTreeMap<String, usize>,
+            Want,
+        );
+        let table: &[Row] = &[
+            (
+                "range",
+                &fresh,
+                &t3,
+                &[("a", &[("t", 0), ("t", 1)]), ("b", &[("t", 2)])],
+            ),
+            (
+                "range",
+                &owning,
+                &t3,
+                &[("a", &[("t", 0), ("t", 1)]), ("b", &[("t", 2)])],
+            ),
+            (
+                "cooperative-sticky",
+                &owning,
+                &t3,
+                &[("a", &[("t", 1), ("t", 2)]), ("b", &[("t", 0)])],
+            ),
+            // A protocol this member does not know: range, as before (the group only picks
+            // one every member announced, so this does not happen with onceflow members).
+            (
+                "roundrobin",
+                &owning,
+                &t3,
+                &[("a", &[("t", 0), ("t", 1)]), ("b", &[("t", 2)])],
+            ),
+            (
+                "range",
+                &two_topics,
+                &t3_u2,
+                &[
+                    ("a", &[("t", 0), ("t", 1), ("u", 0), ("u", 1)]),
+                    ("b", &[("t", 2)]),
+                ],
+            ),
+            // u's partition count could not be fetched: nobody gets u.
+            (
+                "range",
+                &two_topics,
+                &t3,
+                &[("a", &[("t", 0), ("t", 1)]), ("b", &[("t", 2)])],
+            ),
+        ];
+        for (protocol, members, counts, want) in table {
+            let want: Assignment = want
+                .iter()
+                .map(|(m, tps)| {
+                    let tps = tps
+                        .iter()
+                        .map(|(t, p)| TopicPartition::new(*t, *p))
+                        .collect();
+                    (m.to_string(), tps)
+                })
+                .collect();
+            let mut got = leader_assignment(members, protocol, counts);
+            for tps in got.values_mut() {
+                tps.sort();
+            }
+            assert_eq!(got, want, "{protocol} for {members:?} over {counts:?}");
         }
     }
 

@@ -4,7 +4,13 @@
 //! - [`cluster`]: the broker pool and metadata cache shared by everything above it.
 //! - [`producer`]: accumulator, per-broker sender, partitioner.
 //! - [`consumer`]: assignment, positions, the fetcher.
-//! - [`admin`]: topics and configs.
+//! - [`admin`]: topics and configs; [`admin_txn`]: listing, describing and fencing
+//!   transactions.
+//! - [`coordinator`]: finding group and transaction coordinators, and the retry loop for calls
+//!   to them.
+//! - [`txn`]: the two-phase-commit API (the committable, resuming it from any process, the
+//!   pure `judge` of what the coordinator reports).
+//! - [`group`]: consumer groups (classic protocol).
 //! - [`error`]: the error type and [`classify`], the one place that decides whether a broker
 //!   error is retried, needs a metadata refresh, aborts a transaction or is fatal.
 

@@ -3,9 +3,10 @@
 //! Under KRaft any broker accepts these and forwards them to the controller, so requests go to
 //! any live broker and NOT_CONTROLLER is retried like any stale-metadata error.
 
-use super::cluster::{backoff, Cluster};
+use super::cluster::{Cluster, Stale};
 use super::config::ClientConfig;
-use super::error::{Error, ErrorClass, Result};
+use super::error::{Error, Op, Result};
+use super::retry::Step;
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
@@ -16,8 +17,7 @@ use kafka_protocol::protocol::StrBytes;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tracing::{debug, info_span, Instrument};
+use tracing::{info_span, Instrument};
 
 /// A topic to create.
 #[derive(Debug, Clone)]
@@ -82,43 +82,23 @@ fn check_result(
     ))
 }
 
-/// Runs `call` until it succeeds, fails with an error that retrying cannot help, or
-/// default.api.timeout.ms passes. Before retrying a stale-metadata error, `on_stale` runs (e.g.
-/// forget a coordinator) and metadata is refreshed. Shared by the admin calls.
-pub(crate) async fn retrying<T, F, Fut>(
-    cluster: &Cluster,
-    what: &str,
-    on_stale: impl Fn(),
-    mut call: F,
-) -> Result<T>
+/// Runs an admin call through the retry executor: until it succeeds, fails with an error that
+/// retrying cannot help, or default.api.timeout.ms passes (then the last error); stale metadata
+/// is refreshed before the next attempt. Shared by the admin calls.
+pub(crate) async fn retrying<T, F, Fut>(cluster: &Cluster, what: &str, mut call: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    let cfg = cluster.config();
-    let deadline = Instant::now() + cfg.api_timeout;
-    let mut attempt = 0;
-    loop {
-        let e = match call().instrument(info_span!("admin", op = what)).await {
-            Ok(v) => return Ok(v),
-            Err(e) => e,
-        };
-        let class = e.class();
-        if !matches!(class, ErrorClass::Retriable | ErrorClass::RefreshAndRetry)
-            || Instant::now() >= deadline
-        {
-            return Err(e);
-        }
-        debug!(op = what, error = %e, "retrying");
-        attempt += 1;
-        tokio::time::sleep(backoff(cfg.retry_backoff, cfg.retry_backoff_max, attempt)).await;
-        if class == ErrorClass::RefreshAndRetry {
-            on_stale();
-            let g = cluster.metadata().generation;
-            // A failed refresh surfaces on the next attempt.
-            let _ = cluster.refresh_if_older(g).await;
-        }
-    }
+    let policy = cluster
+        .policy(Op::General, cluster.config().api_timeout)
+        .last_error_at_deadline();
+    cluster
+        .retrying(what, policy, Stale::Metadata, |_| {
+            let attempt = call().instrument(info_span!("admin", op = what));
+            async move { attempt.await.map(Step::Done) }
+        })
+        .await
 }
 
 /// Admin client.
@@ -162,7 +142,7 @@ impl Admin {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        retrying(&self.cluster, what, || {}, call).await
+        retrying(&self.cluster, what, call).await
     }
     /// Creates topics and waits until their metadata is visible.
     ///
@@ -342,20 +322,22 @@ impl Admin {
         done: impl Fn(&BTreeMap<String, usize>) -> bool,
         what: &str,
     ) -> Result<()> {
-        let deadline = Instant::now() + self.cluster.config().api_timeout;
-        loop {
-            let names = self.list_topics().await?;
-            if done(&names) {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::Timeout {
-                    what: format!("waiting for {what}"),
-                    after: self.cluster.config().api_timeout,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let cluster = &self.cluster;
+        let policy = cluster.policy(Op::General, cluster.config().api_timeout);
+        let what = format!("waiting for {what}");
+        cluster
+            .retrying(&what, policy, Stale::Metadata, |_| async {
+                let names = self.list_topics().await?;
+                Ok(if done(&names) {
+                    Step::Done(())
+                } else {
+                    Step::Again {
+                        why: "not there yet".into(),
+                        refresh: false,
+                    }
+                })
+            })
+            .await
     }
 
     /// Describes a topic's configs (resource type 2) or a broker's (4, by node id as name).

@@ -152,51 +152,46 @@ impl Admin {
         let base = ListTransactionsRequest::default()
             .with_state_filters(filter.states.iter().map(|s| str_bytes(s)).collect())
             .with_producer_id_filters(filter.producer_ids.iter().map(|p| ProducerId(*p)).collect());
-        let (listed, filtered_by_broker) = retrying(
-            cluster,
-            "list_transactions",
-            || {},
-            || async {
-                let conn = cluster.broker(node).await?;
-                let v = conn.version_for::<ListTransactionsRequest>(None)?;
-                let mut req = base.clone();
-                let by_broker = match filter.open_longer_than {
-                    Some(d) if v >= 1 => {
-                        req.duration_filter = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-                        true
-                    }
-                    _ => false,
-                };
-                let r = conn.request_at(&req, v).await?;
-                ErrorCode::check(r.error_code).map_err(|c| {
-                    Error::broker(format!("list transactions on broker {}", conn.addr()), c)
-                })?;
-                if !r.unknown_state_filters.is_empty() {
-                    let unknown: Vec<&str> =
-                        r.unknown_state_filters.iter().map(|s| s.as_str()).collect();
-                    return Err(Error::InvalidState(format!(
-                        "unknown transaction state(s) {}; known states: {}",
-                        unknown.join(", "),
-                        TRANSACTION_STATES
-                            .iter()
-                            .map(TxnState::as_str)
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )));
+        let (listed, filtered_by_broker) = retrying(cluster, "list_transactions", || async {
+            let conn = cluster.broker(node).await?;
+            let v = conn.version_for::<ListTransactionsRequest>(None)?;
+            let mut req = base.clone();
+            let by_broker = match filter.open_longer_than {
+                Some(d) if v >= 1 => {
+                    req.duration_filter = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+                    true
                 }
-                let listed: Vec<TransactionListing> = r
-                    .transaction_states
-                    .iter()
-                    .map(|s| TransactionListing {
-                        transactional_id: s.transactional_id.0.to_string(),
-                        producer_id: s.producer_id.0,
-                        state: TxnState::parse(s.transaction_state.as_str()),
-                        coordinator: node,
-                    })
-                    .collect();
-                Ok((listed, by_broker))
-            },
-        )
+                _ => false,
+            };
+            let r = conn.request_at(&req, v).await?;
+            ErrorCode::check(r.error_code).map_err(|c| {
+                Error::broker(format!("list transactions on broker {}", conn.addr()), c)
+            })?;
+            if !r.unknown_state_filters.is_empty() {
+                let unknown: Vec<&str> =
+                    r.unknown_state_filters.iter().map(|s| s.as_str()).collect();
+                return Err(Error::InvalidState(format!(
+                    "unknown transaction state(s) {}; known states: {}",
+                    unknown.join(", "),
+                    TRANSACTION_STATES
+                        .iter()
+                        .map(TxnState::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+            let listed: Vec<TransactionListing> = r
+                .transaction_states
+                .iter()
+                .map(|s| TransactionListing {
+                    transactional_id: s.transactional_id.0.to_string(),
+                    producer_id: s.producer_id.0,
+                    state: TxnState::parse(s.transaction_state.as_str()),
+                    coordinator: node,
+                })
+                .collect();
+            Ok((listed, by_broker))
+        })
         .await?;
         let Some(min_age) = filter.open_longer_than else {
             return Ok(listed);
@@ -279,47 +274,40 @@ impl Admin {
                 })
                 .collect(),
         );
-        retrying(
-            cluster,
-            "describe_producers",
-            || {},
-            || async {
-                // Leadership may have moved since the caller grouped the partitions: a stale
-                // leader answers NOT_LEADER_OR_FOLLOWER, which refreshes metadata and retries.
-                let first = tps.first().ok_or_else(|| {
-                    Error::InvalidState("describe_producers needs a partition".into())
-                })?;
-                let conn = cluster.broker(cluster.leader(first).await?).await?;
-                let r = conn.request(&req).await?;
-                let mut out = Vec::new();
-                for t in &r.topics {
-                    for p in &t.partitions {
-                        let tp = TopicPartition::new(t.name.0.to_string(), p.partition_index);
-                        ErrorCode::check(p.error_code).map_err(|c| {
-                            let detail = p
-                                .error_message
-                                .as_ref()
-                                .map(|m| format!(" ({})", m.as_str()))
-                                .unwrap_or_default();
-                            Error::broker(format!("describe producers of {tp}{detail}"), c)
-                        })?;
-                        out.extend(p.active_producers.iter().map(|s| {
-                            ActiveProducer {
-                                partition: tp.clone(),
-                                producer_id: s.producer_id.0,
-                                producer_epoch: s.producer_epoch,
-                                last_sequence: s.last_sequence,
-                                last_timestamp_ms: s.last_timestamp,
-                                coordinator_epoch: s.coordinator_epoch,
-                                current_txn_start_offset: (s.current_txn_start_offset >= 0)
-                                    .then_some(s.current_txn_start_offset),
-                            }
-                        }));
-                    }
+        retrying(cluster, "describe_producers", || async {
+            // Leadership may have moved since the caller grouped the partitions: a stale
+            // leader answers NOT_LEADER_OR_FOLLOWER, which refreshes metadata and retries.
+            let first = tps.first().ok_or_else(|| {
+                Error::InvalidState("describe_producers needs a partition".into())
+            })?;
+            let conn = cluster.broker(cluster.leader(first).await?).await?;
+            let r = conn.request(&req).await?;
+            let mut out = Vec::new();
+            for t in &r.topics {
+                for p in &t.partitions {
+                    let tp = TopicPartition::new(t.name.0.to_string(), p.partition_index);
+                    ErrorCode::check(p.error_code).map_err(|c| {
+                        let detail = p
+                            .error_message
+                            .as_ref()
+                            .map(|m| format!(" ({})", m.as_str()))
+                            .unwrap_or_default();
+                        Error::broker(format!("describe producers of {tp}{detail}"), c)
+                    })?;
+                    out.extend(p.active_producers.iter().map(|s| ActiveProducer {
+                        partition: tp.clone(),
+                        producer_id: s.producer_id.0,
+                        producer_epoch: s.producer_epoch,
+                        last_sequence: s.last_sequence,
+                        last_timestamp_ms: s.last_timestamp,
+                        coordinator_epoch: s.coordinator_epoch,
+                        current_txn_start_offset:
+                            (s.current_txn_start_offset >= 0).then_some(s.current_txn_start_offset),
+                    }));
                 }
-                Ok(out)
-            },
-        )
+            }
+            Ok(out)
+        })
         .await
     }
 

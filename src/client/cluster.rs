@@ -8,20 +8,29 @@
 
 use super::config::ClientConfig;
 use super::connection::Connection;
-use super::error::{Error, Result};
+use super::error::{Error, Op, Result};
 use super::metadata::{
-    BrokerAddr, MetadataSnapshot, PartitionMetadata, TopicMetadata, TopicPartition,
+    BrokerAddr, CoordinatorKind, MetadataSnapshot, PartitionMetadata, TopicMetadata, TopicPartition,
 };
+use super::retry::{self, backoff, Attempt, Policy, Step};
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
 use kafka_protocol::messages::{MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use rand::Rng;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use tracing::{debug, info_span, warn, Instrument};
+
+/// What goes stale when a retried call fails with RefreshAndRetry.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Stale<'a> {
+    /// The metadata (leaders, topics): refresh it.
+    Metadata,
+    /// The coordinator of this key: forget it, so the next attempt looks it up again.
+    Coordinator(CoordinatorKind, &'a str),
+}
 
 /// Node ids used for bootstrap connections, before the real ids are known.
 const BOOTSTRAP_NODE_BASE: i32 = -1000;
@@ -55,7 +64,7 @@ pub struct Cluster {
     interest: Mutex<BTreeSet<String>>,
     refresh: tokio::sync::Mutex<()>,
     last_refresh: Mutex<Option<Instant>>,
-    coordinators: Mutex<HashMap<(super::coordinator::CoordinatorKind, String), i32>>,
+    coordinators: Mutex<HashMap<(CoordinatorKind, String), i32>>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -256,27 +265,17 @@ impl Cluster {
         if current.generation != seen {
             return Ok(current); // someone refreshed while we waited
         }
-        let deadline = Instant::now() + self.config.api_timeout;
-        let mut attempt = 0u32;
-        loop {
-            match self.refresh_once().await {
-                Ok(snap) => return Ok(snap),
-                Err(e) if Instant::now() < deadline => {
-                    attempt += 1;
-                    let wait = backoff(
-                        self.config.retry_backoff,
-                        self.config.retry_backoff_max,
-                        attempt,
-                    );
-                    debug!(error = %e, ?wait, "metadata refresh failed; retrying");
-                    tokio::time::sleep(
-                        wait.min(deadline.saturating_duration_since(Instant::now())),
-                    )
-                    .await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        // A failed refresh is its own retry: nothing to refresh before the next attempt.
+        let policy = self
+            .policy(Op::General, self.config.api_timeout)
+            .last_error_at_deadline();
+        retry::run(
+            "metadata refresh",
+            policy,
+            || async {},
+            |_| async { self.refresh_once().await.map(Step::Done) },
+        )
+        .await
     }
 
     /// Refreshes unless the snapshot is newer than `generation` already.
@@ -399,64 +398,67 @@ impl Cluster {
         if let Some(t) = self.metadata().topics.get(topic) {
             return Ok(t.clone());
         }
-        let start = Instant::now();
         // Interest first: a refresh that starts from now on keeps the topic in the cache.
         let was_tracked = !self.add_interest_new(topic);
-        let mut attempt = 0u32;
-        loop {
-            let answer = self.lookup_once(topic, lookup.auto_create).await;
-            let past_deadline = start.elapsed() >= lookup.deadline;
-            let step = lookup_step(answer.as_ref().map(|(a, _)| *a), lookup, past_deadline);
-            debug!(topic, answer = ?answer.as_ref().map(|(a, _)| a), ?step, "topic lookup");
-            let failure = match step {
-                LookupStep::Found => {
-                    if let Ok((_, Some(found))) = answer {
-                        return Ok(found);
+        // lookup_once asks the broker itself; nothing else to refresh between attempts.
+        let policy = self
+            .policy(Op::General, lookup.deadline)
+            .last_error_at_deadline();
+        let found = retry::run(
+            "topic lookup",
+            policy,
+            || async {},
+            |attempt: Attempt| async move {
+                let answer = self.lookup_once(topic, lookup.auto_create).await;
+                let step = lookup_step(answer.as_ref().map(|(a, _)| *a), lookup, attempt.last);
+                debug!(topic, answer = ?answer.as_ref().map(|(a, _)| a), ?step, "topic lookup");
+                Err(match step {
+                    LookupStep::Found => {
+                        if let Ok((_, Some(found))) = answer {
+                            return Ok(Step::Done(found));
+                        }
+                        Error::InvalidState(format!("metadata for topic '{topic}' went missing"))
                     }
-                    Error::InvalidState(format!("metadata for topic '{topic}' went missing"))
-                }
-                LookupStep::Retry => {
-                    attempt += 1;
-                    let wait = backoff(
-                        self.config.retry_backoff,
-                        self.config.retry_backoff_max,
-                        attempt,
-                    );
-                    let left = lookup.deadline.saturating_sub(start.elapsed());
-                    tokio::time::sleep(wait.min(left)).await;
-                    continue;
-                }
-                LookupStep::NotFound => Error::UnknownTopic(topic.to_owned()),
-                LookupStep::NotCreated => Error::TopicNotCreated {
-                    topic: topic.to_owned(),
-                    waited: format!(
-                        " (still unknown after {} ms, {})",
-                        lookup.deadline.as_millis(),
-                        lookup.deadline_name
-                    ),
-                },
-                LookupStep::Refused(code) => {
-                    Error::broker(format!("metadata for topic '{topic}'"), code)
-                }
-                LookupStep::TimedOut => match answer {
-                    Err(e) => e,
-                    Ok((answer, _)) => Error::Timeout {
-                        what: format!(
+                    LookupStep::Retry => {
+                        return Ok(Step::Again {
+                            why: format!("topic '{topic}' is not ready"),
+                            refresh: false,
+                        })
+                    }
+                    LookupStep::NotFound => Error::UnknownTopic(topic.to_owned()),
+                    LookupStep::NotCreated => Error::TopicNotCreated {
+                        topic: topic.to_owned(),
+                        waited: format!(
+                            " (still unknown after {} ms, {})",
+                            lookup.deadline.as_millis(),
+                            lookup.deadline_name
+                        ),
+                    },
+                    LookupStep::Refused(code) => {
+                        Error::broker(format!("metadata for topic '{topic}'"), code)
+                    }
+                    // The last attempt (`attempt.last`): what it got is final.
+                    LookupStep::TimedOut => match answer {
+                        Err(e) => e,
+                        Ok((answer, _)) => Error::Timeout {
+                            what: format!(
                             "waiting for topic '{topic}' to be ready (last answer: {answer:?}; {})",
                             lookup.deadline_name
                         ),
-                        after: lookup.deadline,
+                            after: lookup.deadline,
+                        },
                     },
-                },
-            };
-            if !was_tracked {
-                self.interest
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(topic);
-            }
-            return Err(failure);
+                })
+            },
+        )
+        .await;
+        if found.is_err() && !was_tracked {
+            self.interest
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(topic);
         }
+        found
     }
 
     /// Adds one topic to the tracked set; whether it was new.
@@ -518,10 +520,17 @@ impl Cluster {
     /// # Errors
     /// [`Error::UnknownTopic`], [`Error::UnknownPartition`] or [`Error::Timeout`].
     pub async fn leader(&self, tp: &TopicPartition) -> Result<i32> {
-        let deadline = Instant::now() + self.config.api_timeout;
-        loop {
-            let t = self.topic(&tp.topic).await?;
-            let count = t.partitions.len();
+        // The topic's own lookup has its own deadline and errors; the wait here is for a
+        // leader of a partition the topic has.
+        self.topic(&tp.topic).await?;
+        let what = format!("finding the leader of {tp}");
+        let policy = self.policy(Op::General, self.config.api_timeout);
+        self.retrying(&what, policy, Stale::Metadata, |_| async {
+            let m = self.metadata();
+            let count = match m.topics.get(&tp.topic) {
+                Some(t) => t.partitions.len(),
+                None => return Err(Error::UnknownTopic(tp.topic.clone())),
+            };
             if tp.partition < 0 || tp.partition as usize >= count {
                 return Err(Error::UnknownPartition {
                     topic: tp.topic.clone(),
@@ -529,26 +538,59 @@ impl Cluster {
                     count,
                 });
             }
-            if let Some(l) = self.metadata().leader(tp) {
-                return Ok(l);
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::Timeout {
-                    what: format!("finding the leader of {tp}"),
-                    after: self.config.api_timeout,
-                });
-            }
-            tokio::time::sleep(self.config.retry_backoff).await;
-            let g = self.metadata().generation;
-            self.refresh_if_older(g).await?;
-        }
+            Ok(match m.leader(tp) {
+                Some(l) => Step::Done(l),
+                None => Step::Again {
+                    why: "no leader is known".into(),
+                    refresh: true,
+                },
+            })
+        })
+        .await
     }
 
-    pub(crate) fn cached_coordinator(
+    /// The retry policy for `op` over `budget`, with this client's retry.backoff.ms and
+    /// retry.backoff.max.ms.
+    pub(crate) fn policy(&self, op: Op, budget: Duration) -> Policy {
+        Policy::new(
+            self.config.retry_backoff,
+            self.config.retry_backoff_max,
+            budget,
+            op,
+        )
+    }
+
+    /// [`retry::run`] with this cluster's stale-view handling: before retrying a
+    /// RefreshAndRetry error (or a `Step::Again` asking for it), refresh metadata or forget the
+    /// coordinator, per `stale`.
+    ///
+    /// # Errors
+    /// As [`retry::run`].
+    pub(crate) async fn retrying<T, C, CF>(
         &self,
-        kind: super::coordinator::CoordinatorKind,
-        key: &str,
-    ) -> Option<i32> {
+        what: &str,
+        policy: Policy,
+        stale: Stale<'_>,
+        call: C,
+    ) -> Result<T>
+    where
+        C: FnMut(Attempt) -> CF,
+        CF: std::future::Future<Output = Result<Step<T>>>,
+    {
+        let on_stale = move || async move {
+            match stale {
+                Stale::Metadata => {
+                    let g = self.metadata().generation;
+                    // A failed refresh shows on the next attempt.
+                    let _ = self.refresh_if_older(g).await;
+                }
+                Stale::Coordinator(kind, key) => self.forget_coordinator(kind, key),
+            }
+        };
+        retry::run(what, policy, on_stale, call).await
+    }
+
+    pub(crate) fn cached_coordinator(&self, kind: CoordinatorKind, key: &str) -> Option<i32> {
         self.coordinators
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -556,12 +598,7 @@ impl Cluster {
             .copied()
     }
 
-    pub(crate) fn cache_coordinator(
-        &self,
-        kind: super::coordinator::CoordinatorKind,
-        key: &str,
-        node: i32,
-    ) {
+    pub(crate) fn cache_coordinator(&self, kind: CoordinatorKind, key: &str, node: i32) {
         self.coordinators
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -569,7 +606,7 @@ impl Cluster {
     }
 
     /// Drops a cached coordinator (after NOT_COORDINATOR or a connection failure).
-    pub fn forget_coordinator(&self, kind: super::coordinator::CoordinatorKind, key: &str) {
+    pub fn forget_coordinator(&self, kind: CoordinatorKind, key: &str) {
         self.coordinators
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -742,14 +779,6 @@ pub(crate) fn lookup_step(
     }
 }
 
-/// Exponential backoff with ±20 % jitter: `base * 2^(attempt-1)`, capped at `max`.
-pub fn backoff(base: Duration, max: Duration, attempt: u32) -> Duration {
-    let exp = base.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
-    let capped = exp.min(max).max(Duration::from_millis(1));
-    let jitter = rand::rng().random_range(0.8..1.2);
-    capped.mul_f64(jitter)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -823,14 +852,5 @@ mod tests {
             TopicAnswer::from_code(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
             A::Unknown
         );
-    }
-
-    #[test]
-    fn backoff_grows_and_caps() {
-        let b = Duration::from_millis(100);
-        let m = Duration::from_secs(1);
-        assert!(backoff(b, m, 1) <= Duration::from_millis(120));
-        assert!(backoff(b, m, 3) >= Duration::from_millis(320));
-        assert!(backoff(b, m, 30) <= Duration::from_millis(1200));
     }
 }

@@ -4,33 +4,18 @@
 //! moves; callers that get NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE call
 //! [`Cluster::forget_coordinator`] and look it up again.
 
-use super::cluster::{backoff, Cluster};
+use super::cluster::{Cluster, Stale};
 use super::connection::Connection;
-use super::error::{Error, ErrorClass, Op, Result};
+use super::error::{Error, Op, Result};
+use super::retry::Step;
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::FindCoordinatorRequest;
 use kafka_protocol::protocol::StrBytes;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tracing::{debug, info_span, Instrument};
+use std::time::Duration;
+use tracing::{info_span, Instrument};
 
-/// What kind of coordinator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CoordinatorKind {
-    /// A consumer group's coordinator.
-    Group,
-    /// A transactional id's coordinator.
-    Transaction,
-}
-
-impl CoordinatorKind {
-    fn wire(self) -> i8 {
-        match self {
-            CoordinatorKind::Group => 0,
-            CoordinatorKind::Transaction => 1,
-        }
-    }
-}
+pub use super::metadata::CoordinatorKind;
 
 impl Cluster {
     /// A connection to the coordinator of `key`, looked up (and cached) with FindCoordinator,
@@ -46,33 +31,16 @@ impl Cluster {
             }
             self.forget_coordinator(kind, key);
         }
-        let deadline = Instant::now() + self.config().api_timeout;
-        let mut attempt = 0;
-        loop {
-            match self.find_coordinator(kind, key).await {
-                Ok(node) => {
-                    self.cache_coordinator(kind, key, node);
-                    match self.broker(node).await {
-                        Ok(c) => return Ok(c),
-                        Err(e) if Instant::now() >= deadline => return Err(e),
-                        Err(_) => self.forget_coordinator(kind, key),
-                    }
-                }
-                Err(e) if e.class() == ErrorClass::Fatal => return Err(e),
-                Err(e) if Instant::now() >= deadline => {
-                    return Err(Error::Timeout {
-                        what: format!(
-                            "finding the {kind:?} coordinator for '{key}' (last error: {e})"
-                        ),
-                        after: self.config().api_timeout,
-                    })
-                }
-                Err(e) => debug!(?kind, key, error = %e, "coordinator lookup failed; retrying"),
-            }
-            attempt += 1;
-            let cfg = self.config();
-            tokio::time::sleep(backoff(cfg.retry_backoff, cfg.retry_backoff_max, attempt)).await;
-        }
+        let what = format!("finding the {kind:?} coordinator for '{key}'");
+        let policy = self.policy(Op::General, self.config().api_timeout);
+        self.retrying(&what, policy, Stale::Coordinator(kind, key), |_| async {
+            let node = self.find_coordinator(kind, key).await?;
+            self.cache_coordinator(kind, key, node);
+            // Not reachable: a connection error, so the coordinator is forgotten and looked
+            // up again.
+            self.broker(node).await.map(Step::Done)
+        })
+        .await
     }
 
     async fn find_coordinator(&self, kind: CoordinatorKind, key: &str) -> Result<i32> {
@@ -119,42 +87,19 @@ pub(crate) async fn coordinator_call_on<T, F, Fut>(
     call: F,
 ) -> Result<T>
 where
-    F: Fn(Arc<crate::client::connection::Connection>) -> Fut,
+    F: Fn(Arc<Connection>) -> Fut,
     Fut: std::future::Future<Output = Result<(i16, T)>>,
 {
-    let deadline = Instant::now() + budget;
-    let mut attempt = 0u32;
-    loop {
-        let result = async {
+    let policy = cluster
+        .policy(Op::TxnCoordinator, budget)
+        .last_error_at_deadline();
+    let what = format!("{what} for '{id}'");
+    cluster
+        .retrying(&what, policy, Stale::Coordinator(kind, id), |_| async {
             let conn = cluster.coordinator(kind, id).await?;
             let (code, v) = call(conn).await?;
-            ErrorCode::check(code)
-                .map_err(|code| Error::broker(format!("{what} for '{id}'"), code))?;
-            Ok::<T, Error>(v)
-        }
-        .await;
-        let e = match result {
-            Ok(v) => return Ok(v),
-            Err(e) => e,
-        };
-        let class = e.class_in(Op::TxnCoordinator);
-        if !matches!(class, ErrorClass::Retriable | ErrorClass::RefreshAndRetry)
-            || Instant::now() >= deadline
-        {
-            return Err(e);
-        }
-        if class == ErrorClass::RefreshAndRetry {
-            cluster.forget_coordinator(kind, id);
-        }
-        attempt += 1;
-        // CONCURRENT_TRANSACTIONS: the previous transaction's markers are being written, which
-        // takes milliseconds: start short and grow.
-        let wait = if e.code() == Some(ErrorCode::CONCURRENT_TRANSACTIONS) {
-            backoff(Duration::from_millis(20), Duration::from_secs(1), attempt)
-        } else {
-            let cfg = cluster.config();
-            backoff(cfg.retry_backoff, cfg.retry_backoff_max, attempt)
-        };
-        tokio::time::sleep(wait).await;
-    }
+            ErrorCode::check(code).map_err(|code| Error::broker(what.clone(), code))?;
+            Ok(Step::Done(v))
+        })
+        .await
 }

@@ -98,3 +98,21 @@ impl MetadataSnapshot {
         self.topics.get(topic).map(|t| t.partitions.len())
     }
 }
+
+/// What kind of coordinator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CoordinatorKind {
+    /// A consumer group's coordinator.
+    Group,
+    /// A transactional id's coordinator.
+    Transaction,
+}
+
+impl CoordinatorKind {
+    pub(crate) fn wire(self) -> i8 {
+        match self {
+            CoordinatorKind::Group => 0,
+            CoordinatorKind::Transaction => 1,
+        }
+    }
+}

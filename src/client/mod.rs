@@ -6,8 +6,10 @@
 //! - [`consumer`]: assignment, positions, the fetcher.
 //! - [`admin`]: topics and configs; [`admin_txn`]: listing, describing and fencing
 //!   transactions.
-//! - [`coordinator`]: finding group and transaction coordinators, and the retry loop for calls
-//!   to them.
+//! - [`coordinator`]: finding group and transaction coordinators, and calls to them.
+//! - `retry`: the one retry executor every retried request goes through (what is retried,
+//!   backoff, deadline, metadata refresh and coordinator re-discovery), deciding with
+//!   [`classify`].
 //! - [`txn`]: the two-phase-commit API (the committable, resuming it from any process, the
 //!   pure `judge` of what the coordinator reports).
 //! - [`group`]: consumer groups (classic protocol).
@@ -25,6 +27,7 @@ pub mod error;
 pub mod group;
 pub mod metadata;
 pub mod producer;
+pub(crate) mod retry;
 pub mod txn;
 
 pub use admin::Admin;

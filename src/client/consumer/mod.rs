@@ -555,7 +555,7 @@ pub(crate) async fn list_offsets(
                 return Err(e);
             }
             attempt += 1;
-            tokio::time::sleep(super::cluster::backoff(
+            tokio::time::sleep(super::retry::backoff(
                 shared.config.client.retry_backoff,
                 shared.config.client.retry_backoff_max,
                 attempt,

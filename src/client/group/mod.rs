@@ -25,6 +25,7 @@ mod codec;
 mod member_phase;
 pub(crate) mod offsets;
 
+use super::cluster::Stale;
 use super::consumer::{Consumer, ConsumerRecord, Offset};
 use super::coordinator::CoordinatorKind;
 use super::error::{Error, Result};
@@ -674,15 +675,10 @@ struct Rebalanced {
 }
 
 /// One JoinGroup (+ SyncGroup) attempt.
-enum Step {
-    Done(Joined),
-    /// Send JoinGroup again now (MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS).
-    Again,
-    /// Send JoinGroup again after a backoff, looking the coordinator up again if `refresh`.
-    Backoff {
-        refresh: bool,
-    },
-}
+/// One join attempt's outcome, in the retry executor's terms: `Done`; `Now` sends JoinGroup
+/// again at once (MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS); `Again` after a backoff, looking
+/// the coordinator up again if `refresh`.
+type Step = crate::client::retry::Step<Joined>;
 
 /// JoinGroup answers only when every member has joined, which may take the whole rebalance
 /// timeout (max.poll.interval.ms): allow that plus this, as the Java client does.
@@ -694,8 +690,8 @@ fn step_for(shared: &Shared, api: GroupApi, code: ErrorCode) -> Result<Option<St
     match reaction(api, code) {
         Reaction::Proceed => Ok(None),
         // Handled by the caller, which has the answer's member id.
-        Reaction::JoinWithGivenMemberId => Ok(Some(Step::Again)),
-        Reaction::Rejoin => Ok(Some(Step::Again)),
+        Reaction::JoinWithGivenMemberId => Ok(Some(Step::Now)),
+        Reaction::Rejoin => Ok(Some(Step::Now)),
         Reaction::ResetGenerationAndRejoin => {
             info!(code = %code, api = ?api, "generation reset; joining again");
             let mut st = shared.lock();
@@ -709,8 +705,14 @@ fn step_for(shared: &Shared, api: GroupApi, code: ErrorCode) -> Result<Option<St
             st.member_id.clear();
             Ok(Some(Step::Done(Joined::Lost)))
         }
-        Reaction::FindCoordinatorAndRetry => Ok(Some(Step::Backoff { refresh: true })),
-        Reaction::RetryAfterBackoff => Ok(Some(Step::Backoff { refresh: false })),
+        Reaction::FindCoordinatorAndRetry => Ok(Some(Step::Again {
+            why: format!("{api:?} answered {code}"),
+            refresh: true,
+        })),
+        Reaction::RetryAfterBackoff => Ok(Some(Step::Again {
+            why: format!("{api:?} answered {code}"),
+            refresh: false,
+        })),
         Reaction::Fenced => {
             let e = fenced_error(group, shared.config.group_instance_id.as_deref());
             shared.lock().fail(e.clone());
@@ -900,39 +902,21 @@ async fn join_and_sync(
         .client
         .request_timeout
         .max(cfg.max_poll_interval + JOIN_GROUP_LAPSE);
-    let mut attempt = 0;
-    loop {
-        if Instant::now() >= deadline {
-            return Err(Error::Timeout {
-                what: format!("joining group '{group}'"),
-                after: cfg.max_poll_interval,
-            });
-        }
-        let join = join_request(shared, topics, strategies, owned)?;
-        let refresh = match join_and_sync_once(shared, &join, join_timeout).await {
-            Ok(Step::Done(joined)) => return Ok(joined),
-            Ok(Step::Again) => continue,
-            Ok(Step::Backoff { refresh }) => refresh,
-            // No answer (connection lost, timed out, coordinator unknown): retry.
-            Err(e) => match e.class() {
-                super::ErrorClass::Retriable => false,
-                super::ErrorClass::RefreshAndRetry => true,
-                _ => return Err(e),
-            },
-        };
-        if refresh {
-            shared
-                .cluster
-                .forget_coordinator(CoordinatorKind::Group, group);
-        }
-        attempt += 1;
-        tokio::time::sleep(super::cluster::backoff(
-            cfg.client.retry_backoff,
-            cfg.client.retry_backoff_max,
-            attempt,
-        ))
-        .await;
-    }
+    // No answer (connection lost, timed out, coordinator unknown) is retried like the answers
+    // that say "again"; a coordinator that moved is looked up again first.
+    let policy = shared
+        .cluster
+        .policy(super::Op::General, cfg.client.api_timeout)
+        .until(deadline);
+    let stale = Stale::Coordinator(CoordinatorKind::Group, group);
+    let what = format!("joining group '{group}'");
+    shared
+        .cluster
+        .retrying(&what, policy, stale, |_| async {
+            let join = join_request(shared, topics, strategies, owned)?;
+            join_and_sync_once(shared, &join, join_timeout).await
+        })
+        .await
 }
 
 /// Heartbeats while the membership is stable; notices rebalances, expiry, fencing, and a poll

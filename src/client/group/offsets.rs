@@ -1,9 +1,10 @@
 //! Committed offsets of a group: OffsetFetch (with RequireStable) and OffsetCommit.
 
-use crate::client::cluster::{backoff, Cluster};
+use crate::client::cluster::{Cluster, Stale};
 use crate::client::coordinator::CoordinatorKind;
-use crate::client::error::{Error, ErrorClass, Result};
+use crate::client::error::{Error, Op, Result};
 use crate::client::metadata::TopicPartition;
+use crate::client::retry::Step;
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
@@ -34,42 +35,31 @@ fn by_topic(tps: &[TopicPartition]) -> BTreeMap<&str, Vec<i32>> {
     topics
 }
 
-/// Retries a group-coordinator call until `deadline`; the first attempt is always made.
+/// Calls the group coordinator through the retry executor until `deadline` (then the last
+/// error); a coordinator move makes the next attempt look it up again.
 async fn with_coordinator<T, F, Fut>(
     cluster: &Cluster,
     group: &str,
     deadline: Instant,
-    mut call: F,
+    call: F,
 ) -> Result<T>
 where
-    F: FnMut(std::sync::Arc<crate::client::connection::Connection>) -> Fut,
+    F: Fn(std::sync::Arc<crate::client::connection::Connection>) -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
 {
-    let mut attempt = 0;
-    loop {
-        let result = match cluster.coordinator(CoordinatorKind::Group, group).await {
-            Ok(conn) => call(conn).await,
-            Err(e) => Err(e),
-        };
-        match result {
-            Ok(v) => return Ok(v),
-            Err(e) => {
-                let class = e.class();
-                if !matches!(class, ErrorClass::Retriable | ErrorClass::RefreshAndRetry)
-                    || Instant::now() >= deadline
-                {
-                    return Err(e);
-                }
-                if class == ErrorClass::RefreshAndRetry {
-                    cluster.forget_coordinator(CoordinatorKind::Group, group);
-                }
-                attempt += 1;
-                let cfg = cluster.config();
-                tokio::time::sleep(backoff(cfg.retry_backoff, cfg.retry_backoff_max, attempt))
-                    .await;
-            }
-        }
-    }
+    let policy = cluster
+        .policy(Op::General, cluster.config().api_timeout)
+        .until(deadline)
+        .last_error_at_deadline();
+    let stale = Stale::Coordinator(CoordinatorKind::Group, group);
+    let what = format!("calling the coordinator of group '{group}'");
+    let call = &call;
+    cluster
+        .retrying(&what, policy, stale, move |_| async move {
+            let conn = cluster.coordinator(CoordinatorKind::Group, group).await?;
+            Ok(Step::Done(call(conn).await?))
+        })
+        .await
 }
 
 /// A group's committed offsets (absent: none), retried within default.api.timeout.ms. See

@@ -7,11 +7,12 @@
 //! exhausted. Either way every partition starts again at sequence 0.
 
 use super::accumulator::Identity;
-use crate::client::cluster::{backoff, Cluster};
-use crate::client::error::{Error, ErrorClass, Result};
+use crate::client::cluster::{Cluster, Stale};
+use crate::client::error::{Error, Op, Result};
+use crate::client::retry::Step;
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::{InitProducerIdRequest, ProducerId};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tracing::{info, info_span, Instrument};
 
 /// Asks any broker for a producer id (non-transactional), or for the next epoch of `current`.
@@ -29,12 +30,13 @@ pub(crate) async fn init_producer_id(
         current_id = current.map(|c| c.producer_id),
         current_epoch = current.map(|c| c.epoch)
     );
-    async {
-        let deadline = Instant::now() + timeout;
-        let cfg = cluster.config();
-        let mut attempt = 0u32;
-        loop {
-            let result: Result<Identity> = async {
+    let policy = cluster.policy(Op::General, timeout);
+    let id = cluster
+        .retrying(
+            "obtaining a producer id",
+            policy,
+            Stale::Metadata,
+            |_| async {
                 let conn = cluster.any_broker().await?;
                 let mut req = InitProducerIdRequest::default()
                     .with_transactional_id(None)
@@ -56,36 +58,18 @@ pub(crate) async fn init_producer_id(
                 let resp = conn.request(&req).await?;
                 ErrorCode::check(resp.error_code)
                     .map_err(|code| Error::broker("InitProducerId", code))?;
-                Ok(Identity {
+                Ok(Step::Done(Identity {
                     producer_id: resp.producer_id.0,
                     epoch: resp.producer_epoch,
-                })
-            }
-            .await;
-            match result {
-                Ok(id) => {
-                    info!(
-                        producer_id = id.producer_id,
-                        epoch = id.epoch,
-                        "producer id assigned"
-                    );
-                    return Ok(id);
-                }
-                Err(e) if e.class() != ErrorClass::Fatal && Instant::now() < deadline => {
-                    attempt += 1;
-                    tokio::time::sleep(backoff(cfg.retry_backoff, cfg.retry_backoff_max, attempt))
-                        .await;
-                }
-                Err(e) if e.class() != ErrorClass::Fatal => {
-                    return Err(Error::Timeout {
-                        what: format!("obtaining a producer id (last error: {e})"),
-                        after: timeout,
-                    })
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-    .instrument(span)
-    .await
+                }))
+            },
+        )
+        .instrument(span)
+        .await?;
+    info!(
+        producer_id = id.producer_id,
+        epoch = id.epoch,
+        "producer id assigned"
+    );
+    Ok(id)
 }

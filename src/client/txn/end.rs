@@ -3,14 +3,16 @@
 
 use super::judge::{judge, Judgement};
 use super::{describe, PreparedTransaction, TxnEnd};
-use crate::client::cluster::{backoff, Cluster};
+use crate::client::cluster::{Cluster, Stale};
 use crate::client::coordinator::CoordinatorKind;
 use crate::client::error::{Error, ErrorClass, Op, Result};
 use crate::client::producer::Identity;
+use crate::client::retry::Step;
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse, ProducerId, TransactionalId};
 use kafka_protocol::protocol::StrBytes;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 use tracing::{info_span, warn, Instrument};
 
 /// EndTxn v5 is KIP-890's: it bumps the epoch and returns the next one.
@@ -25,9 +27,9 @@ pub(crate) enum EndOutcome {
     Not { reason: String, aborted: bool },
 }
 
-/// Sends EndTxn; an unknown outcome (lost connection, timeout) is resolved with
-/// DescribeTransactions, never by blindly re-sending a commit that could land in a later
-/// transaction.
+/// Sends EndTxn through the retry executor; an unknown outcome (lost connection, timeout) is
+/// resolved with DescribeTransactions, never by blindly re-sending a commit that could land in a
+/// later transaction.
 pub(crate) async fn end_txn(
     cluster: &Cluster,
     p: &PreparedTransaction<&str>,
@@ -41,113 +43,114 @@ pub(crate) async fn end_txn(
         .with_producer_id(ProducerId(p.producer_id))
         .with_producer_epoch(p.producer_epoch)
         .with_committed(commit);
-    let deadline = Instant::now() + budget.max(cluster.config().api_timeout);
-    let mut attempt = 0u32;
-    loop {
-        let sent = async {
-            let conn = cluster
-                .coordinator(CoordinatorKind::Transaction, id)
-                .await?;
-            let cap = if p.transaction_version >= 2 {
-                Some(TV2_END_TXN_VERSION)
-            } else {
-                Some(TV2_END_TXN_VERSION - 1)
-            };
-            let v = conn.version_for::<EndTxnRequest>(cap)?;
-            let r: EndTxnResponse = conn.request_at(&req, v).await?;
-            Ok::<_, Error>((v, r))
-        }
+    let what = format!(
+        "EndTxn({}) for '{id}'",
+        if commit { "commit" } else { "abort" }
+    );
+    let policy = cluster
+        .policy(Op::TxnCoordinator, budget.max(cluster.config().api_timeout))
+        .last_error_at_deadline();
+    // Set when an EndTxn got no answer: the coordinator may or may not have acted on it, so the
+    // next attempt asks it before sending again.
+    let unknown = AtomicBool::new(false);
+    let stale = Stale::Coordinator(CoordinatorKind::Transaction, id);
+    cluster
+        .retrying(&what, policy, stale, |_| async {
+            if unknown.load(Ordering::Relaxed) {
+                match resolve_unknown(cluster, p, end).await? {
+                    Resolved::Final(outcome) => return Ok(Step::Done(outcome)),
+                    Resolved::Pending => {
+                        return Ok(Step::Again {
+                            why: "the coordinator has not shown the transaction's end yet".into(),
+                            refresh: false,
+                        })
+                    }
+                    // It never reached the coordinator: send it again, now.
+                    Resolved::NotReached => unknown.store(false, Ordering::Relaxed),
+                }
+            }
+            match send(cluster, p, &req, &what).await {
+                Ok(next) => Ok(Step::Done(EndOutcome::Done(next))),
+                // No answer (a broker error code is an answer).
+                Err(e) if e.code().is_none() && e.class() == ErrorClass::RefreshAndRetry => {
+                    warn!(error = %e, "EndTxn outcome unknown; asking the coordinator");
+                    unknown.store(true, Ordering::Relaxed);
+                    Err(e)
+                }
+                Err(e) => Err(e),
+            }
+        })
+        .await
+}
+
+/// One EndTxn; under KIP-890 the answer names the identity for the next transaction.
+async fn send(
+    cluster: &Cluster,
+    p: &PreparedTransaction<&str>,
+    req: &EndTxnRequest,
+    what: &str,
+) -> Result<Option<Identity>> {
+    let id = p.transactional_id;
+    let conn = cluster
+        .coordinator(CoordinatorKind::Transaction, id)
+        .await?;
+    let cap = if p.transaction_version >= 2 {
+        TV2_END_TXN_VERSION
+    } else {
+        TV2_END_TXN_VERSION - 1
+    };
+    let v = conn.version_for::<EndTxnRequest>(Some(cap))?;
+    let r: EndTxnResponse = conn
+        .request_at(req, v)
         .instrument(info_span!(
             "end_txn",
             transactional_id = id,
-            commit,
+            commit = req.committed,
             epoch = p.producer_epoch
         ))
-        .await;
-        attempt += 1;
-        let wait = |code: Option<ErrorCode>| {
-            if code == Some(ErrorCode::CONCURRENT_TRANSACTIONS) {
-                backoff(Duration::from_millis(20), Duration::from_secs(1), attempt)
-            } else {
-                backoff(
-                    cluster.config().retry_backoff,
-                    cluster.config().retry_backoff_max,
-                    attempt,
-                )
-            }
-        };
-        match sent {
-            Ok((v, r)) if r.error_code == 0 => {
-                let next = (v >= TV2_END_TXN_VERSION && r.producer_id.0 >= 0).then_some(Identity {
-                    producer_id: r.producer_id.0,
-                    epoch: r.producer_epoch,
-                });
-                return Ok(EndOutcome::Done(next));
-            }
-            Ok((_, r)) => {
-                let e = Error::broker(
-                    format!(
-                        "EndTxn({}) for '{id}'",
-                        if commit { "commit" } else { "abort" }
-                    ),
-                    ErrorCode(r.error_code),
-                );
-                let class = e.class_in(Op::TxnCoordinator);
-                match class {
-                    ErrorClass::Retriable | ErrorClass::RefreshAndRetry
-                        if Instant::now() < deadline =>
-                    {
-                        if class == ErrorClass::RefreshAndRetry {
-                            cluster.forget_coordinator(CoordinatorKind::Transaction, id);
-                        }
-                        tokio::time::sleep(wait(e.code())).await;
-                    }
-                    _ => return Err(e),
-                }
-            }
-            // No answer: the coordinator may or may not have acted on it.
-            Err(e) if e.class() == ErrorClass::RefreshAndRetry && Instant::now() < deadline => {
-                warn!(error = %e, "EndTxn outcome unknown; asking the coordinator");
-                cluster.forget_coordinator(CoordinatorKind::Transaction, id);
-                tokio::time::sleep(wait(None)).await;
-                let d = match describe(cluster, id).await {
-                    Ok(Some(d)) => d,
-                    Ok(None) => {
-                        return Ok(EndOutcome::Not {
-                            reason: "the coordinator no longer knows the transactional id".into(),
-                            aborted: false,
-                        })
-                    }
-                    Err(_) => continue,
-                };
-                match (judge(p, &d), commit) {
-                    (Judgement::Open, _) => continue, // never reached it: send again
-                    // Ended our way, but the next producer id is not shown yet: ask again.
-                    (Judgement::Committed { pending: true, .. }, true)
-                    | (Judgement::Aborted { pending: true, .. }, false) => continue,
-                    (Judgement::Committed { next, .. }, true) => return Ok(EndOutcome::Done(next)),
-                    (Judgement::Aborted { next, .. }, false) => return Ok(EndOutcome::Done(next)),
-                    (Judgement::Committed { .. }, false) => {
-                        return Ok(EndOutcome::Not {
-                            reason: "it was committed".into(),
-                            aborted: false,
-                        })
-                    }
-                    (Judgement::Aborted { reason, .. }, true) => {
-                        return Ok(EndOutcome::Not {
-                            reason,
-                            aborted: true,
-                        })
-                    }
-                    (Judgement::Gone(reason), _) | (Judgement::Superseded(reason), _) => {
-                        return Ok(EndOutcome::Not {
-                            reason,
-                            aborted: false,
-                        })
-                    }
-                }
-            }
-            Err(e) => return Err(e),
+        .await?;
+    ErrorCode::check(r.error_code).map_err(|code| Error::broker(what, code))?;
+    Ok(
+        (v >= TV2_END_TXN_VERSION && r.producer_id.0 >= 0).then_some(Identity {
+            producer_id: r.producer_id.0,
+            epoch: r.producer_epoch,
+        }),
+    )
+}
+
+/// What the coordinator says about an EndTxn whose answer was lost.
+enum Resolved {
+    /// The transaction ended (our way or not), or is gone.
+    Final(EndOutcome),
+    /// Ended our way, but the coordinator does not show the next identity yet.
+    Pending,
+    /// Still open at our epoch: the EndTxn never reached it.
+    NotReached,
+}
+
+async fn resolve_unknown(
+    cluster: &Cluster,
+    p: &PreparedTransaction<&str>,
+    end: TxnEnd,
+) -> Result<Resolved> {
+    let Some(d) = describe(cluster, p.transactional_id).await? else {
+        return Ok(Resolved::Final(EndOutcome::Not {
+            reason: "the coordinator no longer knows the transactional id".into(),
+            aborted: false,
+        }));
+    };
+    let not =
+        |reason: String, aborted: bool| Ok(Resolved::Final(EndOutcome::Not { reason, aborted }));
+    match (judge(p, &d), end) {
+        (Judgement::Open, _) => Ok(Resolved::NotReached),
+        (Judgement::Committed { pending: true, .. }, TxnEnd::Commit)
+        | (Judgement::Aborted { pending: true, .. }, TxnEnd::Abort) => Ok(Resolved::Pending),
+        (Judgement::Committed { next, .. }, TxnEnd::Commit)
+        | (Judgement::Aborted { next, .. }, TxnEnd::Abort) => {
+            Ok(Resolved::Final(EndOutcome::Done(next)))
         }
+        (Judgement::Committed { .. }, TxnEnd::Abort) => not("it was committed".into(), false),
+        (Judgement::Aborted { reason, .. }, TxnEnd::Commit) => not(reason, true),
+        (Judgement::Gone(reason), _) | (Judgement::Superseded(reason), _) => not(reason, false),
     }
 }

@@ -15,7 +15,7 @@ use kafka_protocol::messages::{
     CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, MetadataRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -450,10 +450,11 @@ impl Admin {
         partitions: &[TopicPartition],
         at: Offset,
         isolation: IsolationLevel,
-    ) -> Result<HashMap<TopicPartition, i64>> {
-        super::list_offsets::list_offsets(&self.cluster, isolation, partitions, at)
+    ) -> Result<BTreeMap<TopicPartition, i64>> {
+        let offsets = super::list_offsets::list_offsets(&self.cluster, isolation, partitions, at)
             .instrument(info_span!("admin", op = "list_offsets"))
-            .await
+            .await?;
+        Ok(offsets.into_iter().collect())
     }
 
     /// Describes a topic's configs.

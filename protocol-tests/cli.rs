@@ -134,6 +134,30 @@ fn unknown_topic_is_one_line_error() {
     assert_one_line_error(&o, &format!("topic '{missing}' does not exist"));
 }
 
+/// With -G the member's own consumer looks the topic up before joining (no second client), so
+/// a missing topic fails at once instead of waiting in the group for partitions.
+#[test]
+fn consume_with_a_group_on_a_missing_topic_is_one_line_error() {
+    let missing = unique_topic("no-such-topic");
+    let group = unique_topic("cli-missing-group");
+    let (o, _) = onceflow(
+        &[
+            "consume",
+            "-b",
+            &broker(),
+            "-t",
+            &missing,
+            "-G",
+            &group,
+            "-e",
+            "-X",
+            "allow.auto.create.topics=false",
+        ],
+        "",
+    );
+    assert_one_line_error(&o, &format!("topic '{missing}' does not exist"));
+}
+
 #[test]
 fn bad_property_is_one_line_error_naming_it() {
     let (o, _) = onceflow(

@@ -7,7 +7,9 @@ use crate::interop::{java, java_consume_at, Rec};
 use crate::support::proxy::Proxy;
 use crate::support::*;
 use bytes::Bytes;
-use onceflow::client::{Consumer, Producer, ProducerRecord, TopicPartition};
+use onceflow::client::{
+    Admin, Consumer, IsolationLevel, Offset, Producer, ProducerRecord, TopicPartition,
+};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -239,4 +241,78 @@ async fn read_committed_waits_at_an_open_transaction_without_busy_looping() {
         got.extend(c.poll(Duration::from_millis(200)).await.unwrap());
     }
     assert_eq!(values(&got), vec!["before", "in-txn", "after"]);
+}
+
+/// `Admin::list_offsets`: while a transaction with records is open, the end under
+/// read_committed (the LSO) stays at the transaction's first offset and the end under
+/// read_uncommitted (the high watermark) is past its records; after the commit (and its marker)
+/// the two are equal.
+#[tokio::test]
+async fn admin_list_offsets_reports_lso_below_an_open_transaction_and_hw_above_it() {
+    let topic = TestTopic::create("admin-lso", 1).await;
+    let tp = TopicPartition::new(topic.name.clone(), 0);
+    let tps = [tp.clone()];
+    let admin = Admin::new(client_config(&broker())).await.unwrap();
+    let end = |level| {
+        let admin = admin.clone();
+        let tps = tps.clone();
+        async move { admin.list_offsets(&tps, Offset::End, level).await.unwrap()[&tps[0]] }
+    };
+    // Three plain records first, so the LSO is not simply the log start.
+    let plain = producer(&[]).await;
+    for i in 0..3 {
+        plain
+            .send(
+                ProducerRecord::new(topic.name.clone(), Bytes::from(format!("p{i}")))
+                    .with_partition(0),
+            )
+            .await
+            .unwrap();
+    }
+    plain.flush().await.unwrap();
+    let p = producer(&[("transactional.id", &unique_topic("admin-lso"))]).await;
+    p.init_transactions().await.unwrap();
+    p.begin_transaction().unwrap();
+    for i in 0..5 {
+        p.send(
+            ProducerRecord::new(topic.name.clone(), Bytes::from(format!("t{i}"))).with_partition(0),
+        )
+        .await
+        .unwrap();
+    }
+    p.flush().await.unwrap(); // the records are in the log, the transaction open
+
+    assert_eq!(
+        end(IsolationLevel::ReadUncommitted).await,
+        8,
+        "high watermark past the open transaction's records"
+    );
+    assert_eq!(
+        end(IsolationLevel::ReadCommitted).await,
+        3,
+        "LSO at the open transaction's first offset"
+    );
+    let start = admin
+        .list_offsets(&tps, Offset::Beginning, IsolationLevel::ReadCommitted)
+        .await
+        .unwrap();
+    assert_eq!(start[&tp], 0);
+
+    p.commit_transaction().await.unwrap();
+    // The coordinator writes the commit marker after EndTxn returns; the LSO moves then.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (lso, hw) = (
+            end(IsolationLevel::ReadCommitted).await,
+            end(IsolationLevel::ReadUncommitted).await,
+        );
+        if lso == hw && hw == 9 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "waited 60 s for the commit marker (offset 8) to make LSO == HW == 9; LSO {lso}, HW {hw}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

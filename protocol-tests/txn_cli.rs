@@ -5,7 +5,7 @@
 
 use crate::interop::java_values;
 use crate::support::*;
-use onceflow::client::{Admin, Consumer, TopicPartition};
+use onceflow::client::{Admin, IsolationLevel, Offset, TopicPartition};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -201,20 +201,15 @@ async fn our_values(topic: &TestTopic, n: usize, isolation: &str) -> Vec<String>
     v
 }
 
-/// `{partition: (last stable offset, high watermark)}` as onceflow's consumer lists them.
+/// `{partition: (last stable offset, high watermark)}` as onceflow's admin client lists them.
 async fn lso_and_hw(topic: &TestTopic) -> HashMap<i32, (i64, i64)> {
-    let at = |level: &'static str| async move {
-        let c = Consumer::new(consumer_config(&broker(), &[("isolation.level", level)]))
-            .await
-            .unwrap();
-        c.watermarks(&topic.tps()).await.unwrap()
-    };
-    let lso = at("read_committed").await;
-    let hw = at("read_uncommitted").await;
-    topic
-        .tps()
-        .iter()
-        .map(|tp| (tp.partition, (lso[tp].1, hw[tp].1)))
+    let admin = Admin::new(client_config(&broker())).await.unwrap();
+    let tps = topic.tps();
+    let end = |level| admin.list_offsets(&tps, Offset::End, level);
+    let lso = end(IsolationLevel::ReadCommitted).await.unwrap();
+    let hw = end(IsolationLevel::ReadUncommitted).await.unwrap();
+    tps.iter()
+        .map(|tp| (tp.partition, (lso[tp], hw[tp])))
         .collect()
 }
 

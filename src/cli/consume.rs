@@ -1,9 +1,10 @@
 //! `onceflow consume`: records to stdout.
 
-use super::props;
+use super::error::{CliError, Result};
+use super::props::Conn;
 use bytes::Bytes;
 use onceflow::client::group::GroupConsumer;
-use onceflow::client::{Consumer, ConsumerRecord, Error, Offset, TopicPartition};
+use onceflow::client::{Consumer, ConsumerRecord, Offset, TopicPartition};
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -18,9 +19,8 @@ enum Format {
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Bootstrap broker(s), host:port[,host:port...].
-    #[arg(short = 'b', long = "brokers", default_value = "127.0.0.1:9092")]
-    broker: String,
+    #[command(flatten)]
+    conn: Conn,
     /// Topic to read.
     #[arg(short = 't', long)]
     topic: String,
@@ -39,9 +39,6 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value = "json")]
     format: Format,
-    /// A consumer property, key=value (Kafka names, e.g. -X isolation.level=read_committed).
-    #[arg(short = 'X', value_name = "KEY=VALUE")]
-    props: Vec<String>,
     /// Consume as a member of this consumer group: partitions come from the group, reading
     /// starts at the group's committed offsets (-o applies where there is none), and positions
     /// are committed on exit.
@@ -49,7 +46,7 @@ pub struct Args {
     group: Option<String>,
 }
 
-fn parse_offset(s: &str) -> Result<Offset, Error> {
+fn parse_offset(s: &str) -> Result<Offset> {
     match s {
         "beginning" | "earliest" => Ok(Offset::Beginning),
         "end" | "latest" => Ok(Offset::End),
@@ -68,10 +65,23 @@ fn parse_offset(s: &str) -> Result<Offset, Error> {
     }
 }
 
-fn bad_offset(s: &str) -> Error {
-    Error::InvalidState(format!(
+fn bad_offset(s: &str) -> CliError {
+    CliError::Usage(format!(
         "invalid offset '{s}' for -o: use beginning, end, a non-negative offset, or @TIMESTAMP_MS"
     ))
+}
+
+/// The group's auto.offset.reset for `-o`: a member starts where the group committed, and
+/// only where nothing is committed at the beginning or the end.
+fn group_reset(start: Offset) -> Result<&'static str> {
+    match start {
+        Offset::Beginning => Ok("earliest"),
+        Offset::End => Ok("latest"),
+        Offset::At(_) | Offset::Timestamp(_) => Err(CliError::Usage(
+            "with -G, -o must be beginning or end (where to start without a committed offset)"
+                .into(),
+        )),
+    }
 }
 
 /// Where records come from: manual assignment, or a consumer group.
@@ -81,11 +91,11 @@ enum Source {
 }
 
 impl Source {
-    async fn poll(&mut self) -> Result<Vec<ConsumerRecord>, Error> {
-        match self {
-            Source::Assigned(c) => c.poll(Duration::from_millis(500)).await,
-            Source::Group(g) => g.poll(Duration::from_millis(500)).await,
-        }
+    async fn poll(&mut self) -> Result<Vec<ConsumerRecord>> {
+        Ok(match self {
+            Source::Assigned(c) => c.poll(Duration::from_millis(500)).await?,
+            Source::Group(g) => g.poll(Duration::from_millis(500)).await?,
+        })
     }
 
     fn at_end(&self) -> bool {
@@ -94,64 +104,71 @@ impl Source {
             Source::Group(g) => !g.assignment().is_empty() && g.consumer().at_end(),
         }
     }
+
+    /// A group member commits what was printed (it is consumed), then leaves the group.
+    async fn finish(self) -> Result<()> {
+        if let Source::Group(mut g) = self {
+            g.commit_positions().await?;
+            g.close().await?;
+        }
+        Ok(())
+    }
 }
 
-pub async fn run(args: Args) -> Result<ExitCode, Error> {
+pub async fn run(args: Args) -> Result<ExitCode> {
     let start = parse_offset(&args.offset)?;
     let mut source = match &args.group {
-        Some(group) => {
-            if !args.partitions.is_empty() {
-                return Err(Error::InvalidState(
-                    "-p cannot be combined with -G: the group assigns the partitions".into(),
-                ));
-            }
-            let reset = match start {
-                Offset::Beginning => "earliest",
-                Offset::End => "latest",
-                _ => {
-                    return Err(Error::InvalidState(
-                        "with -G, -o must be beginning or end (where to start without a committed offset)".into(),
-                    ))
-                }
-            };
-            let mut props = vec![
-                format!("group.id={group}"),
-                format!("auto.offset.reset={reset}"),
-            ];
-            props.extend(args.props.iter().cloned());
-            let config = props::consumer(&args.broker, &props)?;
-            let lookup = config.topic_lookup();
-            let mut g = GroupConsumer::new(config).await?;
-            // Fail fast on a missing topic rather than waiting in the group (looked up as the
-            // consumer does: the broker may create it, per allow.auto.create.topics).
-            onceflow::client::Admin::new(props::client(&args.broker, &[])?)
-                .await?
-                .cluster()
-                .topic_with(&args.topic, lookup)
-                .await?;
-            g.subscribe(&[args.topic.as_str()]);
-            Source::Group(Box::new(g))
-        }
-        None => {
-            let config = props::consumer(&args.broker, &args.props)?;
-            let mut consumer = Consumer::new(config).await?;
-            let tps: Vec<TopicPartition> = if args.partitions.is_empty() {
-                consumer.assign_topics(&[args.topic.as_str()]).await?
-            } else {
-                let tps: Vec<_> = args
-                    .partitions
-                    .iter()
-                    .map(|p| TopicPartition::new(args.topic.clone(), *p))
-                    .collect();
-                consumer.assign(tps.clone()).await?;
-                tps
-            };
-            for tp in &tps {
-                consumer.seek(tp, start)?;
-            }
-            Source::Assigned(consumer)
-        }
+        Some(group) => Source::Group(Box::new(join_group(&args, group, start).await?)),
+        None => Source::Assigned(assign(&args, start).await?),
     };
+    print_records(&mut source, &args).await?;
+    source.finish().await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A group member subscribed to the topic; the group assigns the partitions at the first poll.
+async fn join_group(args: &Args, group: &str, start: Offset) -> Result<GroupConsumer> {
+    if !args.partitions.is_empty() {
+        return Err(CliError::Usage(
+            "-p cannot be combined with -G: the group assigns the partitions".into(),
+        ));
+    }
+    let reset = group_reset(start)?;
+    let config = args.conn.consumer(&[
+        format!("group.id={group}"),
+        format!("auto.offset.reset={reset}"),
+    ])?;
+    let mut g = GroupConsumer::new(config).await?;
+    // Fail fast on a missing topic rather than wait in the group for partitions that never
+    // come. The member's own consumer looks it up, as it will when assigned: the broker may
+    // create it, per allow.auto.create.topics.
+    g.consumer().partitions_for(&args.topic).await?;
+    g.subscribe(&[args.topic.as_str()]);
+    Ok(g)
+}
+
+/// A consumer assigned -p (or every partition of the topic), each sought to `start`.
+async fn assign(args: &Args, start: Offset) -> Result<Consumer> {
+    let mut consumer = Consumer::new(args.conn.consumer(&[])?).await?;
+    let tps: Vec<TopicPartition> = if args.partitions.is_empty() {
+        consumer.assign_topics(&[args.topic.as_str()]).await?
+    } else {
+        let tps: Vec<_> = args
+            .partitions
+            .iter()
+            .map(|p| TopicPartition::new(args.topic.clone(), *p))
+            .collect();
+        consumer.assign(tps.clone()).await?;
+        tps
+    };
+    for tp in &tps {
+        consumer.seek(tp, start)?;
+    }
+    Ok(consumer)
+}
+
+/// One line per record on stdout until -c records, the end with -e, or stdout closes.
+async fn print_records(source: &mut Source, args: &Args) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut n = 0u64;
@@ -161,13 +178,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Error> {
         }
         let records = source.poll().await?;
         for r in &records {
-            let line = match args.format {
-                Format::Json => json_line(r),
-                Format::Value => {
-                    String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned()
-                }
-            };
-            if writeln!(out, "{line}").is_err() {
+            if writeln!(out, "{}", line(r, args.format)).is_err() {
                 break 'outer; // stdout closed (e.g. piped into head)
             }
             n += 1;
@@ -180,12 +191,16 @@ pub async fn run(args: Args) -> Result<ExitCode, Error> {
         }
     }
     let _ = out.flush();
-    if let Source::Group(mut g) = source {
-        // What was printed is consumed: commit it, then leave the group.
-        g.commit_positions().await?;
-        g.close().await?;
+    Ok(())
+}
+
+fn line(r: &ConsumerRecord, format: Format) -> String {
+    match format {
+        Format::Json => json_line(r),
+        Format::Value => {
+            String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned()
+        }
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 fn bytes_json(b: &Option<Bytes>) -> serde_json::Value {
@@ -230,5 +245,15 @@ mod tests {
         let e = parse_offset("-5").unwrap_err().to_string();
         assert!(e.contains("'-5'"), "{e}");
         assert!(parse_offset("soon").is_err());
+    }
+
+    #[test]
+    fn a_group_starts_without_a_committed_offset_only_at_an_end() {
+        assert_eq!(group_reset(Offset::Beginning).unwrap(), "earliest");
+        assert_eq!(group_reset(Offset::End).unwrap(), "latest");
+        for o in [Offset::At(3), Offset::Timestamp(1)] {
+            let e = group_reset(o).unwrap_err().to_string();
+            assert!(e.contains("-o must be beginning or end"), "{e}");
+        }
     }
 }

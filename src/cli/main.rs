@@ -2,9 +2,15 @@
 //!
 //! Every failure is reported as one line on stderr with a non-zero exit code; nothing here
 //! panics on bad input or waits past the configured timeouts.
+//!
+//! The CLI is a thin layer over the library: each subcommand parses its flags (the connection
+//! options `-b`/`-X` are one shared `props::Conn`), calls the public client API, and prints;
+//! what it cannot do through that API belongs in the library. Its errors are
+//! `error::CliError`: usage errors it finds itself, client errors passed through.
 
 mod consume;
 mod demo;
+mod error;
 mod produce;
 mod props;
 mod topics;

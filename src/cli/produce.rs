@@ -1,9 +1,10 @@
 //! `onceflow produce`: stdin lines to records, optionally in transactions.
 
-use super::props;
+use super::error::{CliError, Result};
+use super::props::Conn;
 use bytes::Bytes;
 use onceflow::client::config::split_property;
-use onceflow::client::{DeliveryFuture, Error, Producer, ProducerRecord};
+use onceflow::client::{DeliveryFuture, Producer, ProducerRecord};
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -13,9 +14,8 @@ use tokio::task::JoinHandle;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Bootstrap broker(s), host:port[,host:port...].
-    #[arg(short = 'b', long = "brokers", default_value = "127.0.0.1:9092")]
-    broker: String,
+    #[command(flatten)]
+    conn: Conn,
     /// Topic to write to.
     #[arg(short = 't', long)]
     topic: String,
@@ -25,9 +25,6 @@ pub struct Args {
     /// Key separator: each line is KEY<SEP>VALUE.
     #[arg(short = 'K', long = "key-delimiter")]
     key_delimiter: Option<String>,
-    /// A producer property, key=value (Kafka names, e.g. -X linger.ms=10). Repeatable.
-    #[arg(short = 'X', value_name = "KEY=VALUE")]
-    props: Vec<String>,
     /// Write in transactions under this transactional.id (fences older producers using it).
     #[arg(long = "transactional-id", value_name = "ID")]
     transactional_id: Option<String>,
@@ -48,16 +45,19 @@ pub struct Args {
 /// What was delivered: (acknowledged, failed, first error).
 type Checked = (u64, u64, Option<String>);
 
-pub async fn run(args: Args) -> Result<ExitCode, Error> {
+pub async fn run(args: Args) -> Result<ExitCode> {
     let txn_id = transactional_id(&args)?;
-    let mut props = args.props.clone();
-    if let Some(id) = &txn_id {
-        props.push(format!("transactional.id={id}"));
-    }
-    let config = props::producer(&args.broker, &props)?;
     if args.key_delimiter.as_deref() == Some("") {
-        return Err(Error::InvalidState("-K needs a non-empty separator".into()));
+        return Err(CliError::Usage(
+            "-K needs a non-empty separator, e.g. -K :".into(),
+        ));
     }
+    // transactional_id() checked that -X transactional.id, if given, says the same.
+    let from_flags: Vec<String> = txn_id
+        .iter()
+        .map(|id| format!("transactional.id={id}"))
+        .collect();
+    let config = args.conn.producer(&from_flags)?;
     let producer = Producer::new(config.clone()).await?;
     // Fail fast on a missing topic, before reading stdin (looked up as the producer does:
     // the broker may create it).
@@ -90,9 +90,9 @@ pub async fn run(args: Args) -> Result<ExitCode, Error> {
 
 /// The transactional id from --transactional-id or -X transactional.id, and the checks that
 /// the transactional flags are used together sensibly.
-fn transactional_id(args: &Args) -> Result<Option<String>, Error> {
+fn transactional_id(args: &Args) -> Result<Option<String>> {
     let mut from_props = None;
-    for p in &args.props {
+    for p in &args.conn.props {
         let (k, v) = split_property(p)?;
         if k == "transactional.id" {
             from_props = Some(v);
@@ -100,7 +100,7 @@ fn transactional_id(args: &Args) -> Result<Option<String>, Error> {
     }
     let id = match (&args.transactional_id, from_props) {
         (Some(a), Some(b)) if *a != b => {
-            return Err(Error::InvalidState(format!(
+            return Err(CliError::Usage(format!(
                 "--transactional-id '{a}' contradicts -X transactional.id={b}; give one"
             )))
         }
@@ -117,17 +117,13 @@ fn transactional_id(args: &Args) -> Result<Option<String>, Error> {
         None
     };
     if let (Some(flag), None) = (flag, &id) {
-        return Err(Error::InvalidState(format!(
-            "{flag} needs --transactional-id"
-        )));
+        return Err(CliError::Usage(format!("{flag} needs --transactional-id")));
     }
     if args.txn_records == Some(0) {
-        return Err(Error::InvalidState(
-            "--txn-records must be at least 1".into(),
-        ));
+        return Err(CliError::Usage("--txn-records must be at least 1".into()));
     }
     if args.prepare_only && (args.abort || args.txn_records.is_some()) {
-        return Err(Error::InvalidState(
+        return Err(CliError::Usage(
             "--prepare-only writes one transaction and leaves it open; it cannot be combined with --abort or --txn-records".into(),
         ));
     }
@@ -147,7 +143,7 @@ impl Input<'_> {
         producer: &Producer,
         tx: &mpsc::Sender<DeliveryFuture>,
         limit: Option<u64>,
-    ) -> Result<u64, String> {
+    ) -> std::result::Result<u64, String> {
         let mut sent = 0u64;
         while limit.is_none_or(|l| sent < l) {
             let line = match self.lines.next_line().await {
@@ -200,10 +196,10 @@ async fn check_deliveries(mut rx: mpsc::Receiver<DeliveryFuture>) -> Checked {
     (ok, failed, first_error)
 }
 
-async fn join(checker: JoinHandle<Checked>) -> Result<Checked, Error> {
+async fn join(checker: JoinHandle<Checked>) -> Result<Checked> {
     checker
         .await
-        .map_err(|e| Error::InvalidState(format!("delivery checker failed: {e}")))
+        .map_err(|e| CliError::Failed(format!("delivery checker failed: {e}")))
 }
 
 fn summary(topic: &str, ok: u64, failed: u64, start: Instant) -> String {
@@ -214,7 +210,7 @@ fn summary(topic: &str, ok: u64, failed: u64, start: Instant) -> String {
     )
 }
 
-fn finish(error: Option<String>, failed: u64) -> Result<ExitCode, Error> {
+fn finish(error: Option<String>, failed: u64) -> Result<ExitCode> {
     if let Some(e) = error {
         eprintln!("onceflow: error: {e}");
         return Ok(ExitCode::FAILURE);
@@ -234,7 +230,7 @@ async fn transactional(
     tx: mpsc::Sender<DeliveryFuture>,
     checker: JoinHandle<Checked>,
     start: Instant,
-) -> Result<ExitCode, Error> {
+) -> Result<ExitCode> {
     let args = input.args;
     producer.init_transactions().await?;
     let (mut committed, mut committed_records) = (0u64, 0u64);
@@ -305,7 +301,7 @@ async fn prepare_only(
     checker: JoinHandle<Checked>,
     id: &str,
     config: &onceflow::client::ProducerConfig,
-) -> Result<ExitCode, Error> {
+) -> Result<ExitCode> {
     producer.init_transactions().await?;
     producer.begin_transaction()?;
     let sent = input.send_all(producer, &tx, None).await;
@@ -320,25 +316,25 @@ async fn prepare_only(
         (Ok(p), None) if failed == 0 => p,
         (Err(e), _) | (Ok(_), Some(e)) => {
             let _ = producer.abort_transaction().await;
-            return Err(Error::InvalidState(format!(
+            return Err(CliError::Failed(format!(
                 "transaction '{id}' not prepared (aborted): {e}"
             )));
         }
         (Ok(_), None) => {
             let _ = producer.abort_transaction().await;
-            return Err(Error::InvalidState(format!(
+            return Err(CliError::Failed(format!(
                 "transaction '{id}' not prepared (aborted): {failed} record(s) failed"
             )));
         }
     };
     let json = serde_json::to_string(&prepared)
-        .map_err(|e| Error::InvalidState(format!("encoding the prepared transaction: {e}")))?;
+        .map_err(|e| CliError::Failed(format!("encoding the prepared transaction: {e}")))?;
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "{json}")
             .and_then(|()| out.flush())
             .map_err(|e| {
-                Error::InvalidState(format!("writing the prepared transaction to stdout: {e}"))
+                CliError::Failed(format!("writing the prepared transaction to stdout: {e}"))
             })?;
     }
     let timeout = config.transaction_timeout;

@@ -1,9 +1,10 @@
 //! `onceflow topics create|delete|list`.
 
-use super::props;
+use super::error::{CliError, Result};
+use super::props::Conn;
 use onceflow::client::admin::NewTopic;
 use onceflow::client::config::split_property;
-use onceflow::client::{Admin, Error};
+use onceflow::client::Admin;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -16,9 +17,8 @@ pub struct Args {
 enum Action {
     /// Create a topic.
     Create {
-        /// Bootstrap broker(s).
-        #[arg(short = 'b', long = "brokers", default_value = "127.0.0.1:9092")]
-        broker: String,
+        #[command(flatten)]
+        conn: Conn,
         /// Topic name.
         #[arg(short = 't', long)]
         topic: String,
@@ -31,69 +31,53 @@ enum Action {
         /// A topic config, key=value (e.g. --config max.message.bytes=2097152). Repeatable.
         #[arg(long = "config", value_name = "KEY=VALUE")]
         configs: Vec<String>,
-        /// A client property, key=value.
-        #[arg(short = 'X', value_name = "KEY=VALUE")]
-        props: Vec<String>,
     },
     /// Delete a topic.
     Delete {
-        /// Bootstrap broker(s).
-        #[arg(short = 'b', long = "brokers", default_value = "127.0.0.1:9092")]
-        broker: String,
+        #[command(flatten)]
+        conn: Conn,
         /// Topic name.
         #[arg(short = 't', long)]
         topic: String,
-        /// A client property, key=value.
-        #[arg(short = 'X', value_name = "KEY=VALUE")]
-        props: Vec<String>,
     },
     /// List topics with their partition counts.
     List {
-        /// Bootstrap broker(s).
-        #[arg(short = 'b', long = "brokers", default_value = "127.0.0.1:9092")]
-        broker: String,
-        /// A client property, key=value.
-        #[arg(short = 'X', value_name = "KEY=VALUE")]
-        props: Vec<String>,
+        #[command(flatten)]
+        conn: Conn,
     },
 }
 
-pub async fn run(args: Args) -> Result<ExitCode, Error> {
+pub async fn run(args: Args) -> Result<ExitCode> {
     match args.action {
         Action::Create {
-            broker,
+            conn,
             topic,
             partitions,
             replication_factor,
             configs,
-            props,
         } => {
             if partitions < 1 {
-                return Err(Error::InvalidState(format!(
+                return Err(CliError::Usage(format!(
                     "--partitions must be at least 1, got {partitions}"
                 )));
             }
-            let admin = Admin::new(props::client(&broker, &props)?).await?;
             let mut t = NewTopic::new(topic.clone(), partitions);
             t.replication_factor = replication_factor;
             for c in &configs {
                 let (k, v) = split_property(c)?;
                 t = t.with_config(k, v);
             }
+            let admin = Admin::new(conn.client()?).await?;
             admin.create_topics(&[t]).await?;
             eprintln!("onceflow: created topic {topic} with {partitions} partition(s)");
         }
-        Action::Delete {
-            broker,
-            topic,
-            props,
-        } => {
-            let admin = Admin::new(props::client(&broker, &props)?).await?;
+        Action::Delete { conn, topic } => {
+            let admin = Admin::new(conn.client()?).await?;
             admin.delete_topics(&[topic.as_str()]).await?;
             eprintln!("onceflow: deleted topic {topic}");
         }
-        Action::List { broker, props } => {
-            let admin = Admin::new(props::client(&broker, &props)?).await?;
+        Action::List { conn } => {
+            let admin = Admin::new(conn.client()?).await?;
             for (name, partitions) in admin.list_topics().await? {
                 println!("{name}\t{partitions}");
             }

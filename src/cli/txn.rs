@@ -1,34 +1,23 @@
 //! `onceflow txn list|describe|abort|commit`: find and end transactions.
 
-use super::props;
+use super::error::{CliError, Result};
+use super::props::Conn;
 use onceflow::client::admin_txn::{
     ActiveProducer, ListTransactionsFilter, TransactionDescription, TRANSACTION_STATES,
 };
 use onceflow::client::txn::{
     resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd, TxnState,
 };
-use onceflow::client::{Admin, Consumer, ConsumerConfig, Error, IsolationLevel, TopicPartition};
+use onceflow::client::{Admin, IsolationLevel, Offset, TopicPartition};
 use onceflow::protocol::ErrorCode;
 use std::collections::HashMap;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct Args {
     #[command(subcommand)]
     action: Action,
-}
-
-/// -b and -X, shared by every txn subcommand.
-#[derive(clap::Args)]
-struct Conn {
-    /// Bootstrap broker(s), host:port[,host:port...].
-    #[arg(short = 'b', long = "brokers", default_value = "127.0.0.1:9092")]
-    broker: String,
-    /// A client property, key=value (e.g. -X default.api.timeout.ms=30000). Repeatable.
-    #[arg(short = 'X', value_name = "KEY=VALUE")]
-    props: Vec<String>,
 }
 
 #[derive(clap::Subcommand)]
@@ -77,7 +66,7 @@ enum Action {
     },
 }
 
-pub async fn run(args: Args) -> Result<ExitCode, Error> {
+pub async fn run(args: Args) -> Result<ExitCode> {
     match args.action {
         Action::List {
             conn,
@@ -100,18 +89,18 @@ pub async fn run(args: Args) -> Result<ExitCode, Error> {
     }
 }
 
-async fn admin(conn: &Conn) -> Result<Admin, Error> {
-    Admin::new(props::client(&conn.broker, &conn.props)?).await
+async fn admin(conn: &Conn) -> Result<Admin> {
+    Ok(Admin::new(conn.client()?).await?)
 }
 
 /// A state name as the coordinator spells it, whatever the case it was typed in.
-fn canonical_state(s: &str) -> Result<String, Error> {
+fn canonical_state(s: &str) -> Result<String> {
     TRANSACTION_STATES
         .iter()
         .find(|k| k.as_str().eq_ignore_ascii_case(s))
         .map(|k| k.as_str().to_owned())
         .ok_or_else(|| {
-            Error::InvalidState(format!(
+            CliError::Usage(format!(
                 "unknown transaction state '{s}' for --state; use one of {}",
                 TRANSACTION_STATES
                     .iter()
@@ -122,22 +111,18 @@ fn canonical_state(s: &str) -> Result<String, Error> {
         })
 }
 
-fn not_found(id: &str) -> Error {
-    Error::InvalidState(format!(
-        "transactional id '{id}' is not known to its coordinator (never used, or expired after transactional.id.expiration.ms)"
+fn not_found(id: &str) -> CliError {
+    CliError::Failed(format!(
+        "transactional id '{id}' is not known to its coordinator (never used, or expired after transactional.id.expiration.ms); check --transactional-id"
     ))
 }
 
-async fn list(
-    conn: Conn,
-    states: Vec<String>,
-    older_than_ms: Option<u64>,
-) -> Result<ExitCode, Error> {
+async fn list(conn: Conn, states: Vec<String>, older_than_ms: Option<u64>) -> Result<ExitCode> {
     let filter = ListTransactionsFilter {
         states: states
             .iter()
             .map(|s| canonical_state(s))
-            .collect::<Result<_, _>>()?,
+            .collect::<Result<_>>()?,
         producer_ids: Vec::new(),
         open_longer_than: older_than_ms.map(Duration::from_millis),
     };
@@ -174,22 +159,16 @@ fn print_description(d: &TransactionDescription) {
 async fn stable_offsets(
     admin: &Admin,
     tps: &[TopicPartition],
-) -> Result<HashMap<TopicPartition, (i64, i64)>, Error> {
-    let at = |isolation_level| {
-        Consumer::with_cluster(
-            ConsumerConfig {
-                client: admin.cluster().config().clone(),
-                isolation_level,
-                ..ConsumerConfig::default()
-            },
-            Arc::clone(admin.cluster()),
-        )
-    };
-    let lso = at(IsolationLevel::ReadCommitted).watermarks(tps).await?;
-    let hw = at(IsolationLevel::ReadUncommitted).watermarks(tps).await?;
+) -> Result<HashMap<TopicPartition, (i64, i64)>> {
+    let lso = admin
+        .list_offsets(tps, Offset::End, IsolationLevel::ReadCommitted)
+        .await?;
+    let hw = admin
+        .list_offsets(tps, Offset::End, IsolationLevel::ReadUncommitted)
+        .await?;
     Ok(tps
         .iter()
-        .filter_map(|tp| Some((tp.clone(), (lso.get(tp)?.1, hw.get(tp)?.1))))
+        .filter_map(|tp| Some((tp.clone(), (*lso.get(tp)?, *hw.get(tp)?))))
         .collect())
 }
 
@@ -210,7 +189,7 @@ fn print_producer(p: &ActiveProducer, now_ms: i64) {
     );
 }
 
-async fn describe(conn: Conn, id: &str) -> Result<ExitCode, Error> {
+async fn describe(conn: Conn, id: &str) -> Result<ExitCode> {
     let admin = admin(&conn).await?;
     let d = admin
         .describe_transaction(id)
@@ -261,7 +240,7 @@ fn one_line(d: Option<&TransactionDescription>) -> String {
     }
 }
 
-async fn abort(conn: Conn, id: &str) -> Result<ExitCode, Error> {
+async fn abort(conn: Conn, id: &str) -> Result<ExitCode> {
     let admin = admin(&conn).await?;
     let before = admin
         .describe_transaction(id)
@@ -291,24 +270,24 @@ async fn abort(conn: Conn, id: &str) -> Result<ExitCode, Error> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn parse_prepared(arg: &str) -> Result<PreparedTransaction, Error> {
+fn parse_prepared(arg: &str) -> Result<PreparedTransaction> {
     let (text, source) = match arg.strip_prefix('@') {
         Some(path) => (
             std::fs::read_to_string(path).map_err(|e| {
-                Error::InvalidState(format!("cannot read --prepared file '{path}': {e}"))
+                CliError::Input(format!("cannot read --prepared file '{path}': {e}"))
             })?,
             format!("file '{path}'"),
         ),
         None => (arg.to_owned(), "--prepared".to_owned()),
     };
     serde_json::from_str(text.trim()).map_err(|e| {
-        Error::InvalidState(format!(
+        CliError::Input(format!(
             "{source} is not a prepared transaction ({e}); expected the JSON line `onceflow produce --prepare-only` prints, e.g. {{\"transactional_id\":\"t\",\"producer_id\":1,\"producer_epoch\":0,\"transaction_version\":2}}"
         ))
     })
 }
 
-async fn commit(conn: Conn, prepared: &str, abort: bool) -> Result<ExitCode, Error> {
+async fn commit(conn: Conn, prepared: &str, abort: bool) -> Result<ExitCode> {
     let prepared = parse_prepared(prepared)?;
     let admin = admin(&conn).await?;
     let id = &prepared.transactional_id;

@@ -4,8 +4,10 @@
 //! any live broker and NOT_CONTROLLER is retried like any stale-metadata error.
 
 use super::cluster::{Cluster, Stale};
-use super::config::ClientConfig;
+use super::config::{ClientConfig, IsolationLevel};
+use super::consumer::Offset;
 use super::error::{Error, Op, Result};
+use super::metadata::TopicPartition;
 use super::retry::Step;
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
@@ -394,6 +396,47 @@ impl Admin {
         tps: &[crate::client::TopicPartition],
     ) -> Result<BTreeMap<crate::client::TopicPartition, i64>> {
         crate::client::group::offsets::fetch_committed(&self.cluster, group, tps).await
+    }
+
+    /// Partitions' offsets at `at`, one ListOffsets request per leader: [`Offset::Beginning`]
+    /// the log start offset, [`Offset::End`] the high watermark under
+    /// [`IsolationLevel::ReadUncommitted`] and the last stable offset (LSO, the first offset
+    /// of the oldest open transaction) under [`IsolationLevel::ReadCommitted`], and
+    /// [`Offset::Timestamp`] the first offset whose timestamp is at or after it (the end when
+    /// no record is that late). [`Offset::At`] is answered as given, without a request.
+    ///
+    /// The LSO below the high watermark is what holds read_committed consumers back: a
+    /// transaction left open (e.g. by a crashed producer) shows here.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`] / [`Error::UnknownPartition`] for a partition that does not
+    /// exist; a partition's broker error when retrying within default.api.timeout.ms does not
+    /// help.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> onceflow::client::Result<()> {
+    /// use onceflow::client::{Admin, ClientConfig, IsolationLevel, Offset, TopicPartition};
+    /// let admin = Admin::new(ClientConfig::default()).await?;
+    /// let tps = [TopicPartition::new("rides", 0), TopicPartition::new("rides", 1)];
+    /// let hw = admin.list_offsets(&tps, Offset::End, IsolationLevel::ReadUncommitted).await?;
+    /// let lso = admin.list_offsets(&tps, Offset::End, IsolationLevel::ReadCommitted).await?;
+    /// for tp in &tps {
+    ///     if lso[tp] < hw[tp] {
+    ///         println!("{tp}: an open transaction holds read_committed consumers at {}", lso[tp]);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list_offsets(
+        &self,
+        partitions: &[TopicPartition],
+        at: Offset,
+        isolation: IsolationLevel,
+    ) -> Result<BTreeMap<TopicPartition, i64>> {
+        let offsets = super::list_offsets::list_offsets(&self.cluster, isolation, partitions, at)
+            .instrument(info_span!("admin", op = "list_offsets"))
+            .await?;
+        Ok(offsets.into_iter().collect())
     }
 
     /// Describes a topic's configs.

@@ -4,6 +4,8 @@
 //! - [`cluster`]: the broker pool and metadata cache shared by everything above it.
 //! - [`producer`]: accumulator, per-broker sender, partitioner.
 //! - [`consumer`]: assignment, positions, the fetcher.
+//! - `list_offsets`: ListOffsets at each leader (earliest, end, by timestamp), for the consumer
+//!   and [`Admin::list_offsets`].
 //! - [`admin`]: topics and configs; [`admin_txn`]: listing, describing and fencing
 //!   transactions.
 //! - [`coordinator`]: finding group and transaction coordinators, and calls to them.
@@ -25,6 +27,7 @@ pub mod consumer;
 pub mod coordinator;
 pub mod error;
 pub mod group;
+mod list_offsets;
 pub mod metadata;
 pub mod producer;
 pub(crate) mod retry;

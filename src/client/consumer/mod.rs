@@ -18,11 +18,7 @@ use super::config::{AutoOffsetReset, ConsumerConfig, IsolationLevel};
 use super::error::{Error, Result};
 use super::metadata::TopicPartition;
 use crate::protocol::records::Header;
-use crate::protocol::ErrorCode;
 use bytes::Bytes;
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::{BrokerId, ListOffsetsRequest, TopicName};
-use kafka_protocol::protocol::StrBytes;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -250,12 +246,25 @@ impl Consumer {
     pub async fn assign_topics(&mut self, topics: &[&str]) -> Result<Vec<TopicPartition>> {
         let mut tps = Vec::new();
         for t in topics {
-            let lookup = self.shared.config.topic_lookup();
-            let meta = self.shared.cluster.topic_with(t, lookup).await?;
-            tps.extend((0..meta.partitions.len() as i32).map(|p| TopicPartition::new(*t, p)));
+            tps.extend(self.partitions_for(t).await?);
         }
         self.assign(tps.clone()).await?;
         Ok(tps)
+    }
+
+    /// Every partition of a topic, looked up as this consumer looks topics up: the broker is
+    /// asked to create a missing topic only under allow.auto.create.topics (its
+    /// auto.create.topics.enable decides).
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`] (and the other errors of
+    /// [`Cluster::topic_with`](crate::client::Cluster::topic_with)).
+    pub async fn partitions_for(&self, topic: &str) -> Result<Vec<TopicPartition>> {
+        let lookup = self.shared.config.topic_lookup();
+        let meta = self.shared.cluster.topic_with(topic, lookup).await?;
+        Ok((0..meta.partitions.len() as i32)
+            .map(|p| TopicPartition::new(topic, p))
+            .collect())
     }
 
     /// The current assignment.
@@ -474,106 +483,12 @@ fn accept_chunk(
     buffered.push_back(chunk);
 }
 
-/// Resolves `Beginning`/`End`/`Timestamp` to offsets with ListOffsets at each leader.
+/// Resolves `Beginning`/`End`/`Timestamp` to offsets at this consumer's isolation level (the
+/// ListOffsets calls and their retries are in `client::list_offsets`).
 pub(crate) async fn list_offsets(
     shared: &Shared,
     tps: &[TopicPartition],
     at: Offset,
 ) -> Result<HashMap<TopicPartition, i64>> {
-    let ts = match at {
-        Offset::Beginning => -2,
-        Offset::End => -1,
-        Offset::Timestamp(t) => t,
-        Offset::At(o) => return Ok(tps.iter().map(|tp| (tp.clone(), o)).collect()),
-    };
-    let cluster = &shared.cluster;
-    let deadline = Instant::now() + shared.config.client.api_timeout;
-    let mut out = HashMap::new();
-    let mut todo: Vec<TopicPartition> = tps.to_vec();
-    let mut attempt = 0;
-    while !todo.is_empty() {
-        let mut by_leader: HashMap<i32, Vec<TopicPartition>> = HashMap::new();
-        for tp in todo.drain(..) {
-            by_leader
-                .entry(cluster.leader(&tp).await?)
-                .or_default()
-                .push(tp);
-        }
-        let mut last_err = None;
-        for (leader, tps) in by_leader {
-            let result = async {
-                let conn = cluster.broker(leader).await?;
-                let mut topics: Vec<ListOffsetsTopic> = Vec::new();
-                for tp in &tps {
-                    let p = ListOffsetsPartition::default()
-                        .with_partition_index(tp.partition)
-                        .with_current_leader_epoch(-1)
-                        .with_timestamp(ts);
-                    match topics.iter_mut().find(|t| t.name.0.as_str() == tp.topic) {
-                        Some(t) => t.partitions.push(p),
-                        None => topics.push(
-                            ListOffsetsTopic::default()
-                                .with_name(TopicName(StrBytes::from_string(tp.topic.clone())))
-                                .with_partitions(vec![p]),
-                        ),
-                    }
-                }
-                let req = ListOffsetsRequest::default()
-                    .with_replica_id(BrokerId(-1))
-                    .with_isolation_level(shared.config.isolation_level.wire())
-                    .with_topics(topics);
-                conn.request(&req).await
-            }
-            .await;
-            match result {
-                Ok(resp) => {
-                    for t in &resp.topics {
-                        for p in &t.partitions {
-                            let tp = TopicPartition::new(t.name.0.to_string(), p.partition_index);
-                            if p.error_code == 0 {
-                                // No record at/after the timestamp: -1; the end is then right.
-                                out.insert(tp, p.offset);
-                            } else {
-                                let e = Error::broker(
-                                    format!("list offsets of {tp}"),
-                                    ErrorCode(p.error_code),
-                                );
-                                last_err = Some(e);
-                                todo.push(tp);
-                            }
-                        }
-                    }
-                }
-                Err(e) => {
-                    last_err = Some(e);
-                    todo.extend(tps);
-                }
-            }
-        }
-        if let Some(e) = last_err {
-            if Instant::now() >= deadline || e.class() == super::ErrorClass::Fatal {
-                return Err(e);
-            }
-            attempt += 1;
-            tokio::time::sleep(super::retry::backoff(
-                shared.config.client.retry_backoff,
-                shared.config.client.retry_backoff_max,
-                attempt,
-            ))
-            .await;
-            let g = cluster.metadata().generation;
-            cluster.refresh_if_older(g).await?;
-        }
-    }
-    // A timestamp past every record resolves to -1: use the end instead, as the Java client does.
-    if matches!(at, Offset::Timestamp(_)) && out.values().any(|o| *o < 0) {
-        let missing: Vec<TopicPartition> = out
-            .iter()
-            .filter(|(_, o)| **o < 0)
-            .map(|(tp, _)| tp.clone())
-            .collect();
-        let ends = Box::pin(list_offsets(shared, &missing, Offset::End)).await?;
-        out.extend(ends);
-    }
-    Ok(out)
+    super::list_offsets::list_offsets(&shared.cluster, shared.config.isolation_level, tps, at).await
 }

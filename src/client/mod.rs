@@ -9,7 +9,8 @@
 //! - [`coordinator`]: finding group and transaction coordinators, and the retry loop for calls
 //!   to them.
 //! - [`txn`]: the two-phase-commit API (the committable, resuming it from any process, the
-//!   pure `judge` of what the coordinator reports).
+//!   pure `judge` of what the coordinator reports) and [`TransactionalPool`], the producer per
+//!   checkpoint over a fixed set of transactional ids.
 //! - [`group`]: consumer groups (classic protocol).
 //! - [`error`]: the error type and [`classify`], the one place that decides whether a broker
 //!   error is retried, needs a metadata refresh, aborts a transaction or is fatal.
@@ -37,3 +38,4 @@ pub use consumer::{Consumer, ConsumerRecord, Offset};
 pub use error::{classify, Error, ErrorClass, Op, Result};
 pub use metadata::TopicPartition;
 pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};
+pub use txn::TransactionalPool;

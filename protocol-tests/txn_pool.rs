@@ -378,3 +378,41 @@ async fn without_a_pool_init_transactions_for_the_next_checkpoint_aborts_the_pre
         "N's records were aborted by the next checkpoint's InitProducerId"
     );
 }
+
+/// A crashed incarnation that is still running (a zombie) must not take its ids back: the new
+/// pool's init() fenced it, and when the zombie's next begin() would replace a slot's producer
+/// (here after it dropped an open transaction) it must refuse, naming the clash, instead of
+/// running InitProducerId, which would fence the new pool in turn and abort its transaction.
+#[tokio::test]
+async fn a_fenced_pool_refuses_to_take_its_ids_back_from_the_new_incarnation() {
+    let topic = TestTopic::create("pool-zombie", 1).await;
+    let prefix = unique_topic("pool-zombie");
+    let (lost, kept) = (values("lost", 3), values("kept", 3));
+
+    let old = pool(&prefix, 2).await;
+    let t = old.begin().await.unwrap();
+    send_all(&t, &topic.name, 1, &lost).await;
+    t.flush().await.unwrap();
+    drop(t); // slot 0 of the old pool now needs a fresh producer before reuse
+
+    let new = pool(&prefix, 2).await;
+    let n = new.begin().await.unwrap();
+    assert_eq!(n.slot(), 0);
+    send_all(&n, &topic.name, 1, &kept).await;
+    n.flush().await.unwrap();
+
+    let e = old
+        .begin()
+        .await
+        .expect_err("the fenced pool must not take slot 0's id back");
+    assert!(matches!(e, Error::Fenced(_)), "{e:?}");
+    let msg = e.to_string();
+    assert!(msg.contains(&format!("{prefix}-0")), "{msg}");
+    assert!(msg.contains("another producer"), "{msg}");
+
+    n.prepare().await.unwrap().commit().await.unwrap().release();
+    assert_eq!(
+        committed_per_partition(&topic, 3).await,
+        expected_per_partition(1, &[&kept])
+    );
+}

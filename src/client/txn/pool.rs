@@ -20,7 +20,7 @@
 //! steady pipeline cycles through the same few ids and a restart has a bounded set to clean up.
 //! See DESIGN.md, "The producer per checkpoint: a pool of transactional ids".
 
-use super::{resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd};
+use super::{describe, resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd};
 use crate::client::cluster::Cluster;
 use crate::client::config::{ConfigError, ProducerConfig};
 use crate::client::error::{Error, Result};
@@ -112,6 +112,62 @@ impl PoolCounts {
     }
 }
 
+/// Why a slot's producer must be replaced before its next transaction, and what the
+/// coordinator must show for the id if nobody else has touched it since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reset {
+    /// The coordinator should show this producer id and epoch: only this pool used the id.
+    Expect { producer_id: i64, epoch: i16 },
+    /// What the coordinator shows cannot be told apart from another producer's takeover.
+    Unknown(&'static str),
+}
+
+/// After ending `c` with `resume_transaction`, what the coordinator shows if this pool was the
+/// last to use the id: an EndTxn we sent leaves the epoch under the classic protocol and bumps
+/// it under KIP-890. Any other outcome means someone else ended the transaction (a timeout, a
+/// fencing producer), and a takeover cannot be ruled out.
+pub(crate) fn after_resume(c: &PreparedTransaction, outcome: &ResumeOutcome) -> Reset {
+    let bump = i16::from(c.transaction_version >= 2);
+    match outcome {
+        ResumeOutcome::NothingToCommit => Reset::Expect {
+            producer_id: c.producer_id,
+            epoch: c.producer_epoch,
+        },
+        ResumeOutcome::Completed | ResumeOutcome::AlreadyCommitted => {
+            match c.producer_epoch.checked_add(bump) {
+                // At the last epoch a KIP-890 end moves the id to a new producer id.
+                Some(epoch) if epoch < i16::MAX => Reset::Expect {
+                    producer_id: c.producer_id,
+                    epoch,
+                },
+                _ => Reset::Unknown("its producer id moved at the last epoch"),
+            }
+        }
+        ResumeOutcome::NotCommitted { .. } | ResumeOutcome::Superseded { .. } => {
+            Reset::Unknown("its transaction was ended by someone else")
+        }
+    }
+}
+
+/// Whether the coordinator's view of a slot's id (`shown`: producer id and epoch, `None` when
+/// it does not know the id) allows this pool to take the id back with InitProducerId. A newer
+/// incarnation's init bumps the epoch of every id, so a zombie never finds what it expects.
+pub(crate) fn may_take_back(reset: &Reset, shown: Option<(i64, i16)>) -> Result<(), String> {
+    match (reset, shown) {
+        // Expired (transactional.id.expiration.ms) or never used: nobody holds it.
+        (_, None) => Ok(()),
+        (Reset::Expect { producer_id, epoch }, Some(shown)) if shown == (*producer_id, *epoch) => {
+            Ok(())
+        }
+        (Reset::Expect { producer_id, epoch }, Some((id, e))) => Err(format!(
+            "the coordinator shows producer id {id} epoch {e}, this pool last used producer id {producer_id} epoch {epoch}"
+        )),
+        (Reset::Unknown(why), Some((id, e))) => Err(format!(
+            "{why}, and the coordinator shows producer id {id} epoch {e}"
+        )),
+    }
+}
+
 struct Slot {
     state: SlotState,
     producer: Producer,
@@ -119,8 +175,9 @@ struct Slot {
     /// abandoned, an end failed, or the transaction was ended with `resume_transaction`, which
     /// the producer does not learn the next epoch from): the next `begin()` on this slot
     /// replaces it with a fresh producer and InitProducerId, which also aborts whatever the old
-    /// one left open. Set only when no committable of the slot is unresolved.
-    reset: bool,
+    /// one left open, but only if the coordinator shows what `Reset` expects (see
+    /// `may_take_back`). Set only when no committable of the slot is unresolved.
+    reset: Option<Reset>,
 }
 
 struct PoolInner {
@@ -145,31 +202,51 @@ impl PoolInner {
     }
 
     /// Frees an open slot; with `reset`, its producer is replaced before the slot is reused.
-    fn discard(&self, slot: usize, reset: bool) {
+    fn discard(&self, slot: usize, reset: Option<Reset>) {
         let mut slots = self.lock();
         if let Some(s) = slots.get_mut(slot) {
             match next(s.state, SlotEvent::Discard) {
                 Ok(state) => {
                     s.state = state;
-                    s.reset |= reset;
+                    if reset.is_some() {
+                        s.reset = reset;
+                    }
                 }
                 Err(e) => warn!(error = %e, "transactional pool slot not discarded"),
             }
         }
     }
 
-    fn end(&self, slot: usize, reset: bool) -> Result<()> {
+    fn end(&self, slot: usize, reset: Option<Reset>) -> Result<()> {
         let mut slots = self.lock();
         let s = slots
             .get_mut(slot)
             .ok_or_else(|| Error::InvalidState(format!("transactional pool has no slot {slot}")))?;
         s.state = next(s.state, SlotEvent::End)?;
-        s.reset |= reset;
+        if reset.is_some() {
+            s.reset = reset;
+        }
         Ok(())
     }
 
     fn transactional_id(&self, slot: usize) -> String {
         slot_id(&self.prefix, slot)
+    }
+
+    /// Replaces a slot's producer, after checking that no other producer has taken the id
+    /// over since this pool last used it (see `may_take_back`).
+    async fn take_back(&self, slot: usize, reset: &Reset) -> Result<Producer> {
+        let id = self.transactional_id(slot);
+        let shown = describe(&self.cluster, &id)
+            .await?
+            .map(|d| (d.producer_id, d.producer_epoch));
+        if let Err(why) = may_take_back(reset, shown) {
+            return Err(Error::Fenced(format!(
+                "transactional id '{id}' of pool '{}' may have been taken over by another producer ({why}): a newer incarnation of this job, another job with the same prefix, or the coordinator aborting a transaction that ran past transaction.timeout.ms; this pool does not take it back. Stop this pool and recover (resolve saved committables, then TransactionalPool::init); if another job uses the prefix, give each job its own",
+                self.prefix
+            )));
+        }
+        self.fresh_producer(slot).await
     }
 
     /// A new producer for `slot`'s id, initialized: InitProducerId fences every older producer
@@ -276,7 +353,7 @@ impl TransactionalPool {
             .map(|producer| Slot {
                 state: SlotState::Free,
                 producer,
-                reset: false,
+                reset: None,
             })
             .collect();
         info!(prefix = %inner.prefix, size, "transactional pool initialized");
@@ -311,7 +388,7 @@ impl TransactionalPool {
             };
             let s = &mut slots[i];
             s.state = next(s.state, SlotEvent::Begin)?;
-            (i, s.producer.clone(), s.reset)
+            (i, s.producer.clone(), s.reset.clone())
         };
         // From here the handle owns the slot: any failure (or cancellation) below drops it,
         // which frees the slot and keeps `reset`.
@@ -322,11 +399,11 @@ impl TransactionalPool {
             producer,
             done: false,
         };
-        if reset {
-            let fresh = self.inner.fresh_producer(slot).await?;
+        if let Some(reset) = reset {
+            let fresh = self.inner.take_back(slot, &reset).await?;
             let mut slots = self.inner.lock();
             slots[slot].producer = fresh.clone();
-            slots[slot].reset = false;
+            slots[slot].reset = None;
             drop(slots);
             open.producer = fresh;
         }
@@ -460,7 +537,7 @@ impl OpenTransaction {
     pub async fn abort(mut self) -> Result<()> {
         self.producer.abort_transaction().await?;
         self.done = true;
-        self.inner.discard(self.slot, false);
+        self.inner.discard(self.slot, None);
         Ok(())
     }
 }
@@ -471,7 +548,11 @@ impl Drop for OpenTransaction {
             // Nobody holds a committable for this transaction: aborting it is safe. The next
             // begin() on this slot does so with InitProducerId on a fresh producer.
             info!(transactional_id = %self.transactional_id, "open transaction dropped; it is aborted before the slot is reused");
-            self.inner.discard(self.slot, true);
+            let reset = match self.producer.producer_id_and_epoch() {
+                Some((producer_id, epoch)) => Reset::Expect { producer_id, epoch },
+                None => Reset::Unknown("its producer has no producer id"),
+            };
+            self.inner.discard(self.slot, Some(reset));
         }
     }
 }
@@ -579,7 +660,7 @@ impl PreparedSlot {
     async fn end(mut self, end: TxnEnd) -> Result<EndedSlot, EndFailed> {
         if self.producer_unsure {
             return match self.resume_outcome(end).await {
-                Ok(outcome) => match (end, outcome) {
+                Ok(outcome) => match (end, &outcome) {
                     (
                         TxnEnd::Commit,
                         ResumeOutcome::NotCommitted { reason }
@@ -591,7 +672,10 @@ impl PreparedSlot {
                         ));
                         Err(EndFailed::new(error, self))
                     }
-                    _ => self.into_ended(true),
+                    _ => {
+                        let reset = after_resume(&self.committable, &outcome);
+                        self.into_ended(Some(reset))
+                    }
                 },
                 Err(error) => Err(EndFailed::new(error, self)),
             };
@@ -601,7 +685,7 @@ impl PreparedSlot {
             TxnEnd::Abort => self.producer.abort_transaction().await,
         };
         match result {
-            Ok(()) => self.into_ended(false),
+            Ok(()) => self.into_ended(None),
             Err(error) => {
                 warn!(transactional_id = %self.committable.transactional_id, error = %error, "ending a prepared transaction failed; retries go through resume_transaction");
                 self.producer_unsure = true;
@@ -621,7 +705,8 @@ impl PreparedSlot {
         match self.resume_outcome(end).await {
             Ok(outcome) => {
                 self.producer_unsure = true;
-                let ended = self.into_ended(true)?;
+                let reset = after_resume(&self.committable, &outcome);
+                let ended = self.into_ended(Some(reset))?;
                 Ok((outcome, ended))
             }
             Err(error) => Err(EndFailed::new(error, self)),
@@ -632,7 +717,7 @@ impl PreparedSlot {
         resume_transaction(&self.inner.cluster, &self.committable, end).await
     }
 
-    fn into_ended(mut self, reset: bool) -> Result<EndedSlot, EndFailed> {
+    fn into_ended(mut self, reset: Option<Reset>) -> Result<EndedSlot, EndFailed> {
         if let Err(error) = self.inner.end(self.slot, reset) {
             return Err(EndFailed::new(error, self));
         }
@@ -820,6 +905,94 @@ mod tests {
         is_send(&pool.begin());
         is_send(&open.prepare());
         is_send(&prepared.resume(TxnEnd::Commit));
+    }
+
+    fn committable(tv: i16, epoch: i16) -> PreparedTransaction {
+        PreparedTransaction {
+            transactional_id: "p-0".into(),
+            producer_id: 7,
+            producer_epoch: epoch,
+            transaction_version: tv,
+            transaction_start_ms: 1,
+            empty: false,
+        }
+    }
+
+    #[test]
+    fn what_the_coordinator_shows_after_a_resume() {
+        let expect = |epoch| Reset::Expect {
+            producer_id: 7,
+            epoch,
+        };
+        let not = ResumeOutcome::NotCommitted {
+            reason: "aborted".into(),
+        };
+        let superseded = ResumeOutcome::Superseded {
+            reason: "later".into(),
+        };
+        let table: &[(i16, i16, ResumeOutcome, Option<Reset>)] = &[
+            // Our EndTxn: classic keeps the epoch, KIP-890 bumps it.
+            (1, 5, ResumeOutcome::Completed, Some(expect(5))),
+            (2, 5, ResumeOutcome::Completed, Some(expect(6))),
+            (1, 5, ResumeOutcome::AlreadyCommitted, Some(expect(5))),
+            (2, 5, ResumeOutcome::AlreadyCommitted, Some(expect(6))),
+            // No EndTxn was sent.
+            (1, 5, ResumeOutcome::NothingToCommit, Some(expect(5))),
+            (2, 5, ResumeOutcome::NothingToCommit, Some(expect(5))),
+            // The last epoch moves the id to a new producer id (KIP-890).
+            (2, i16::MAX - 1, ResumeOutcome::Completed, None),
+            (
+                1,
+                i16::MAX - 1,
+                ResumeOutcome::Completed,
+                Some(expect(i16::MAX - 1)),
+            ),
+            // Someone else ended it.
+            (1, 5, not.clone(), None),
+            (2, 5, not, None),
+            (1, 5, superseded.clone(), None),
+            (2, 5, superseded, None),
+        ];
+        for (tv, epoch, outcome, want) in table {
+            let got = after_resume(&committable(*tv, *epoch), outcome);
+            match want {
+                Some(w) => assert_eq!(&got, w, "tv {tv} epoch {epoch} {outcome:?}"),
+                None => assert!(
+                    matches!(got, Reset::Unknown(_)),
+                    "tv {tv} epoch {epoch} {outcome:?}: {got:?}"
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn a_slot_is_taken_back_only_when_nobody_else_touched_its_id() {
+        let ours = Reset::Expect {
+            producer_id: 7,
+            epoch: 5,
+        };
+        let unknown = Reset::Unknown("an end failed");
+        // (what the pool expects, what the coordinator shows, may it take the id back)
+        type Row<'a> = (&'a Reset, Option<(i64, i16)>, bool);
+        let table: &[Row] = &[
+            (&ours, Some((7, 5)), true),
+            // A newer incarnation's InitProducerId bumped the epoch.
+            (&ours, Some((7, 6)), false),
+            // Another producer id (a clash, or the id expired and was reused).
+            (&ours, Some((8, 5)), false),
+            (&ours, Some((7, 4)), false),
+            // The coordinator forgot the id: nobody holds it.
+            (&ours, None, true),
+            (&unknown, None, true),
+            (&unknown, Some((7, 5)), false),
+        ];
+        for (reset, shown, ok) in table {
+            let got = may_take_back(reset, *shown);
+            assert_eq!(got.is_ok(), *ok, "{reset:?} {shown:?}: {got:?}");
+            if let Err(why) = got {
+                assert!(why.contains("producer id"), "{why}");
+            }
+        }
     }
 
     #[test]

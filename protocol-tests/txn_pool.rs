@@ -416,3 +416,92 @@ async fn a_fenced_pool_refuses_to_take_its_ids_back_from_the_new_incarnation() {
         expected_per_partition(1, &[&kept])
     );
 }
+
+/// A prepared transaction the coordinator aborted after transaction.timeout.ms (checkpoint N's
+/// output is lost): commit() fails and hands the slot back; committing it again goes through
+/// resume_transaction and says it cannot be committed; `resume(Abort)` ends the slot. The pool
+/// then refuses to take the id back (the coordinator moved its epoch, exactly as a newer
+/// incarnation would), and a recovered pool's init() starts clean.
+#[tokio::test]
+async fn a_prepared_slot_that_timed_out_is_reported_and_ended_and_the_pool_stops() {
+    let topic = TestTopic::create("pool-timeout", 1).await;
+    let prefix = unique_topic("pool-timeout");
+    let cluster = Cluster::connect(client_config(&broker())).await.unwrap();
+    let pool = TransactionalPool::init(
+        cluster,
+        producer_config(
+            &broker(),
+            &[("linger.ms", "5"), ("transaction.timeout.ms", "2000")],
+        ),
+        prefix.clone(),
+        2,
+    )
+    .await
+    .unwrap();
+    let t = pool.begin().await.unwrap();
+    send_all(&t, &topic.name, 1, &values("lost", 3)).await;
+    let t = t.prepare().await.unwrap();
+    wait_until_the_coordinator_aborted(&t.committable().transactional_id).await;
+
+    let failed = t.commit().await.unwrap_err();
+    assert!(
+        failed
+            .error()
+            .to_string()
+            .contains("transaction.timeout.ms"),
+        "{}",
+        failed.error()
+    );
+    let failed = failed.into_slot().commit().await.unwrap_err();
+    assert!(matches!(failed.error(), Error::Fenced(_)), "{failed:?}");
+    assert!(
+        failed.error().to_string().contains("cannot be committed"),
+        "{}",
+        failed.error()
+    );
+    let (outcome, ended) = failed.into_slot().resume(TxnEnd::Abort).await.unwrap();
+    assert!(
+        matches!(outcome, ResumeOutcome::NotCommitted { .. }),
+        "{outcome:?}"
+    );
+    ended.release();
+
+    let e = pool.begin().await.unwrap_err();
+    assert!(matches!(e, Error::Fenced(_)), "{e:?}");
+    assert!(e.to_string().contains(&format!("{prefix}-0")), "{e}");
+
+    let recovered = pool_on(
+        Cluster::connect(client_config(&broker())).await.unwrap(),
+        &prefix,
+        2,
+    )
+    .await;
+    let t = recovered.begin().await.unwrap();
+    let next = values("next", 3);
+    send_all(&t, &topic.name, 1, &next).await;
+    t.prepare().await.unwrap().commit().await.unwrap().release();
+    assert_eq!(
+        committed_per_partition(&topic, 3).await,
+        expected_per_partition(1, &[&next])
+    );
+}
+
+/// Waits until the coordinator has aborted the open transaction of `id` after
+/// transaction.timeout.ms and written its markers.
+async fn wait_until_the_coordinator_aborted(id: &str) {
+    let admin = Admin::new(client_config(&broker())).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let d = admin.describe_transaction(id).await.unwrap();
+        if d.as_ref()
+            .is_some_and(|d| d.state == TxnState::CompleteAbort)
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the coordinator did not abort the timed-out transaction of '{id}': {d:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -168,6 +168,15 @@ pub(crate) fn may_take_back(reset: &Reset, shown: Option<(i64, i16)>) -> Result<
     }
 }
 
+/// The reset a slot keeps when a handle leaves it with `new` while `current` is pending: the
+/// pending one stands until a take-back clears it. A handle leaves a slot with a reset pending
+/// only when `begin()` failed to take the id back (say DescribeTransactions timed out); it still
+/// holds the old producer, whose identity would replace what the coordinator is expected to
+/// show (the epoch a resume left) and make the next take-back refuse a slot nobody touched.
+pub(crate) fn pending_reset(current: Option<Reset>, new: Option<Reset>) -> Option<Reset> {
+    current.or(new)
+}
+
 struct Slot {
     state: SlotState,
     producer: Producer,
@@ -208,9 +217,7 @@ impl PoolInner {
             match next(s.state, SlotEvent::Discard) {
                 Ok(state) => {
                     s.state = state;
-                    if reset.is_some() {
-                        s.reset = reset;
-                    }
+                    s.reset = pending_reset(s.reset.take(), reset);
                 }
                 Err(e) => warn!(error = %e, "transactional pool slot not discarded"),
             }
@@ -223,9 +230,7 @@ impl PoolInner {
             .get_mut(slot)
             .ok_or_else(|| Error::InvalidState(format!("transactional pool has no slot {slot}")))?;
         s.state = next(s.state, SlotEvent::End)?;
-        if reset.is_some() {
-            s.reset = reset;
-        }
+        s.reset = pending_reset(s.reset.take(), reset);
         Ok(())
     }
 
@@ -992,6 +997,44 @@ mod tests {
             if let Err(why) = got {
                 assert!(why.contains("producer id"), "{why}");
             }
+        }
+    }
+
+    /// A pending reset is cleared only by a successful take-back. When the take-back itself
+    /// fails (say DescribeTransactions timed out), the dropped handle still holds the old
+    /// producer: its identity must not replace what the coordinator is expected to show.
+    #[test]
+    fn a_pending_reset_stands_until_a_take_back_clears_it() {
+        let after_resume = Reset::Expect {
+            producer_id: 7,
+            epoch: 6,
+        };
+        let old_producer = Reset::Expect {
+            producer_id: 7,
+            epoch: 5,
+        };
+        let unknown = Reset::Unknown("an end failed");
+        let table: &[(Option<Reset>, Option<Reset>, Option<Reset>)] = &[
+            (None, None, None),
+            (None, Some(old_producer.clone()), Some(old_producer.clone())),
+            (
+                Some(after_resume.clone()),
+                Some(old_producer.clone()),
+                Some(after_resume.clone()),
+            ),
+            (
+                Some(unknown.clone()),
+                Some(old_producer.clone()),
+                Some(unknown),
+            ),
+            (Some(after_resume.clone()), None, Some(after_resume)),
+        ];
+        for (current, new, want) in table {
+            assert_eq!(
+                &pending_reset(current.clone(), new.clone()),
+                want,
+                "{current:?} then {new:?}"
+            );
         }
     }
 

@@ -240,6 +240,10 @@ impl PoolInner {
 
     /// Replaces a slot's producer, after checking that no other producer has taken the id
     /// over since this pool last used it (see `may_take_back`).
+    ///
+    /// The check and the InitProducerId are two requests. A newer incarnation whose init falls
+    /// between them is still fenced by ours; it is not silent: its next request fails as
+    /// fenced, and its own take-back then finds our epoch and refuses, so both stop.
     async fn take_back(&self, slot: usize, reset: &Reset) -> Result<Producer> {
         let id = self.transactional_id(slot);
         let shown = describe(&self.cluster, &id)
@@ -375,9 +379,11 @@ impl TransactionalPool {
     /// a release.
     ///
     /// # Errors
-    /// [`Error::PoolExhausted`] when every slot is busy; InitProducerId or
-    /// `begin_transaction` failures when the slot's producer had to be replaced (the slot
-    /// stays free).
+    /// [`Error::PoolExhausted`] when every slot is busy. When the lowest free slot's producer
+    /// must be replaced first (see [`OpenTransaction`], [`PreparedSlot::resume`]):
+    /// [`Error::Fenced`] if another producer may have taken its id over (this pool then stops
+    /// using it: recover with a new pool), or DescribeTransactions / InitProducerId failures;
+    /// the slot stays free and the next call tries again.
     pub async fn begin(&self) -> Result<OpenTransaction> {
         let (slot, producer, reset) = {
             let mut slots = self.inner.lock();
@@ -453,7 +459,9 @@ fn conflict(msg: String) -> Error {
 /// (or [`abort`](Self::abort)).
 ///
 /// Dropping it without either frees the slot; its transaction is aborted (by InitProducerId on
-/// a fresh producer) before the slot is used again.
+/// a fresh producer) before the slot is used again. Until then it stays open at the
+/// coordinator (at most transaction.timeout.ms) and holds back read_committed readers of its
+/// partitions: call [`abort`](Self::abort) when you can.
 #[must_use = "an open transaction must be prepared or aborted"]
 pub struct OpenTransaction {
     inner: Arc<PoolInner>,

@@ -505,3 +505,36 @@ async fn wait_until_the_coordinator_aborted(id: &str) {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+/// Consumed offsets sent into a slot's transaction are committed for the group when its
+/// prepared slot commits (KIP-447 through the pool), together with its records.
+#[tokio::test]
+async fn offsets_sent_into_a_slot_commit_with_its_prepared_transaction() {
+    let input = TestTopic::create("pool-offsets-in", 1).await;
+    let out = TestTopic::create("pool-offsets-out", 1).await;
+    let group = unique_topic("pool-offsets-group");
+    let tp = onceflow::client::TopicPartition::new(input.name.clone(), 0);
+    let pool = pool(&unique_topic("pool-offsets"), 2).await;
+    let admin = Admin::new(client_config(&broker())).await.unwrap();
+
+    let t = pool.begin().await.unwrap();
+    let v = values("out", 2);
+    send_all(&t, &out.name, 1, &v).await;
+    t.send_offsets_to_transaction(
+        &[(tp.clone(), 42)],
+        &onceflow::client::producer::GroupMetadata::new(group.clone()),
+    )
+    .await
+    .unwrap();
+    t.prepare().await.unwrap().commit().await.unwrap().release();
+
+    let committed = admin
+        .committed_offsets(&group, std::slice::from_ref(&tp))
+        .await
+        .unwrap();
+    assert_eq!(committed.get(&tp), Some(&42));
+    assert_eq!(
+        committed_per_partition(&out, 2).await,
+        expected_per_partition(1, &[&v])
+    );
+}

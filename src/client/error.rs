@@ -212,13 +212,13 @@ impl Error {
     pub fn class_in(&self, op: Op) -> ErrorClass {
         match self {
             Error::Broker { code, .. } => classify(*code, op),
+            // A slot frees up when the caller releases one: begin() again after that.
+            Error::PoolExhausted { .. } => ErrorClass::Retriable,
             Error::Io { .. }
             | Error::ConnectionClosed { .. }
             | Error::Timeout { .. }
             | Error::NoBrokerReachable { .. } => ErrorClass::RefreshAndRetry,
             Error::TransactionAbortable(_) => ErrorClass::Abortable,
-            // A slot frees up when the caller releases one: begin() again after that.
-            Error::PoolExhausted { .. } => ErrorClass::Retriable,
             _ => ErrorClass::Fatal,
         }
     }

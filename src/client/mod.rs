@@ -9,8 +9,7 @@
 //! - [`coordinator`]: finding group and transaction coordinators, and the retry loop for calls
 //!   to them.
 //! - [`txn`]: the two-phase-commit API (the committable, resuming it from any process, the
-//!   pure `judge` of what the coordinator reports) and [`TransactionalPool`], the producer per
-//!   checkpoint over a fixed set of transactional ids.
+//!   pure `judge` of what the coordinator reports).
 //! - [`group`]: consumer groups (classic protocol).
 //! - [`error`]: the error type and [`classify`], the one place that decides whether a broker
 //!   error is retried, needs a metadata refresh, aborts a transaction or is fatal.
@@ -28,6 +27,8 @@ pub mod metadata;
 pub mod producer;
 pub mod txn;
 
+pub use txn::TransactionalPool;
+
 pub use admin::Admin;
 pub use cluster::Cluster;
 pub use config::{
@@ -38,4 +39,3 @@ pub use consumer::{Consumer, ConsumerRecord, Offset};
 pub use error::{classify, Error, ErrorClass, Op, Result};
 pub use metadata::TopicPartition;
 pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};
-pub use txn::TransactionalPool;

@@ -27,4 +27,5 @@ mod pipeline;
 mod read_committed;
 mod transactions;
 mod txn_cli;
+mod txn_pool;
 mod txn_stress;

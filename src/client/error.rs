@@ -141,6 +141,20 @@ pub enum Error {
         /// Partitions the topic has.
         count: usize,
     },
+    /// Every slot of a [`crate::client::txn::TransactionalPool`] is busy; the pool never grows.
+    #[error("all {size} transactional ids of pool '{prefix}' are busy ({open} open, {prepared} prepared, {ended} ended and not released); release an ended slot once no durable checkpoint lists its committable (back-pressure until then), or create the pool with more slots")]
+    PoolExhausted {
+        /// The pool's transactional id prefix.
+        prefix: String,
+        /// Slots in the pool.
+        size: usize,
+        /// Slots with an open transaction.
+        open: usize,
+        /// Slots with a prepared transaction.
+        prepared: usize,
+        /// Slots ended and not yet released.
+        ended: usize,
+    },
     /// A configuration problem.
     #[error(transparent)]
     Config(#[from] super::config::ConfigError),
@@ -198,6 +212,8 @@ impl Error {
     pub fn class_in(&self, op: Op) -> ErrorClass {
         match self {
             Error::Broker { code, .. } => classify(*code, op),
+            // A slot frees up when the caller releases one: begin() again after that.
+            Error::PoolExhausted { .. } => ErrorClass::Retriable,
             Error::Io { .. }
             | Error::ConnectionClosed { .. }
             | Error::Timeout { .. }

@@ -33,6 +33,8 @@ pub mod producer;
 pub(crate) mod retry;
 pub mod txn;
 
+pub use txn::TransactionalPool;
+
 pub use admin::Admin;
 pub use cluster::Cluster;
 pub use config::{

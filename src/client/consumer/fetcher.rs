@@ -5,12 +5,11 @@ use super::isolation::AbortedTransactions;
 use super::order::next_order;
 use super::truncation::{on_diverging_epoch, Divergence};
 use super::{list_offsets, Chunk, ConsumerRecord, Fetched, Offset, PartitionState, Shared};
-use crate::client::config::AutoOffsetReset;
+use crate::client::config::{AutoOffsetReset, ConsumerConfig};
 use crate::client::error::{Error, ErrorClass};
 use crate::client::metadata::TopicPartition;
-use crate::protocol::records::{decode_entries, LogEntry, RecordError};
+use crate::protocol::records::{decode_entries, CrcCheck, EntryIter, LogEntry, RecordError};
 use crate::protocol::ErrorCode;
-use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -343,7 +342,7 @@ async fn fetch_from(
                 }
                 continue;
             }
-            let chunk = decode_partition(&tp, w.fetch_offset, w.epoch, p);
+            let chunk = decode_partition(&tp, w.fetch_offset, w.epoch, p, crc_check(cfg));
             {
                 let mut parts = shared.lock();
                 if let Some(st) = release(parts.get_mut(&tp), id).filter(|st| st.epoch == w.epoch) {
@@ -458,6 +457,15 @@ async fn back_off(shared: &Shared, id: u64, list: &[Want], refresh: bool) {
     }
 }
 
+/// `check.crcs` as the codec takes it.
+fn crc_check(cfg: &ConsumerConfig) -> CrcCheck {
+    if cfg.check_crcs {
+        CrcCheck::Verify
+    } else {
+        CrcCheck::Skip
+    }
+}
+
 /// Decodes one partition's records, skipping control batches and records before the fetch
 /// offset (a compressed batch can start before it). Decoding stops at the first entry that
 /// cannot be read: the chunk keeps the records before it, ends where they end, and carries the
@@ -468,6 +476,7 @@ fn decode_partition(
     fetch_offset: i64,
     epoch: u64,
     p: &kafka_protocol::messages::fetch_response::PartitionData,
+    crc: CrcCheck,
 ) -> Chunk {
     let mut records = VecDeque::new();
     let mut next_offset = fetch_offset;
@@ -484,7 +493,7 @@ fn decode_partition(
     if let Some(bytes) = p.records.clone() {
         let decoded = decode_into(
             tp,
-            bytes,
+            decode_entries(bytes).crc_check(crc),
             fetch_offset,
             &mut aborted,
             &mut records,
@@ -517,14 +526,14 @@ fn decode_partition(
 /// after the last good record), noting the leader epoch of the last v2 batch read.
 fn decode_into(
     tp: &TopicPartition,
-    bytes: Bytes,
+    entries: EntryIter,
     fetch_offset: i64,
     aborted: &mut AbortedTransactions,
     records: &mut VecDeque<ConsumerRecord>,
     next_offset: &mut i64,
     last_epoch: &mut Option<i32>,
 ) -> Result<(), RecordError> {
-    for entry in decode_entries(bytes) {
+    for entry in entries {
         let entry = entry?;
         // Markers and aborted batches before the fetch offset still update the index.
         let keep = match &entry {
@@ -599,14 +608,14 @@ mod tests {
     fn legacy_entries_are_read_by_the_fetcher() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/legacy/mixed.log");
         let bytes = std::fs::read(path).unwrap();
-        let chunk = decode_partition(&tp(), 0, 1, &data(bytes));
+        let chunk = decode_partition(&tp(), 0, 1, &data(bytes), CrcCheck::Verify);
         assert!(chunk.error.is_none(), "{:?}", chunk.error);
         let offsets: Vec<i64> = chunk.records.iter().map(|r| r.offset).collect();
         assert_eq!(offsets, (0..8).collect::<Vec<_>>());
         assert_eq!(chunk.next_offset, 8);
         // From the middle of a v1 wrapper (offsets 2..=4): the records before are skipped.
         let bytes = std::fs::read(path).unwrap();
-        let chunk = decode_partition(&tp(), 3, 1, &data(bytes));
+        let chunk = decode_partition(&tp(), 3, 1, &data(bytes), CrcCheck::Verify);
         let offsets: Vec<i64> = chunk.records.iter().map(|r| r.offset).collect();
         assert_eq!(offsets, (3..8).collect::<Vec<_>>());
     }
@@ -650,7 +659,7 @@ mod tests {
     /// (seen).
     #[test]
     fn good_records_before_a_corrupt_batch_are_kept() {
-        let chunk = decode_partition(&tp(), 0, 1, &data(good_corrupt_good()));
+        let chunk = decode_partition(&tp(), 0, 1, &data(good_corrupt_good()), CrcCheck::Verify);
         let offsets: Vec<i64> = chunk.records.iter().map(|r| r.offset).collect();
         assert_eq!(offsets, (0..5).collect::<Vec<_>>());
         assert_eq!(
@@ -663,6 +672,39 @@ mod tests {
                 .as_ref()
                 .expect("the error travels with the chunk"),
         );
+    }
+
+    /// check.crcs=false, as in the Java consumer: a batch whose stored CRC does not match its
+    /// (intact) bytes is read like any other. check.crcs=true is the test above.
+    #[test]
+    fn with_check_crcs_false_a_batch_whose_crc_does_not_match_is_read() {
+        let mut bytes = v2_batch(0, 5);
+        let mut bad_crc = v2_batch(5, 5);
+        bad_crc[17] ^= 0xFF; // the CRC field itself
+        bytes.extend(bad_crc);
+        bytes.extend(v2_batch(10, 5));
+        let verified = decode_partition(&tp(), 0, 1, &data(bytes.clone()), CrcCheck::Verify);
+        assert_corrupt_at_5(verified.error.as_ref().expect("refused when verifying"));
+        let chunk = decode_partition(&tp(), 0, 1, &data(bytes), CrcCheck::Skip);
+        assert!(chunk.error.is_none(), "{:?}", chunk.error);
+        let offsets: Vec<i64> = chunk.records.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, (0..15).collect::<Vec<_>>());
+        assert_eq!(chunk.next_offset, 15);
+    }
+
+    /// The property reaches the decoder: default and "true" verify, "false" skips.
+    #[test]
+    fn check_crcs_property_chooses_the_crc_check() {
+        let cases = [
+            (None, CrcCheck::Verify),
+            (Some("true"), CrcCheck::Verify),
+            (Some("false"), CrcCheck::Skip),
+        ];
+        for (value, want) in cases {
+            let props: Vec<(&str, &str)> = value.map(|v| ("check.crcs", v)).into_iter().collect();
+            let cfg = ConsumerConfig::from_properties(props).unwrap();
+            assert_eq!(crc_check(&cfg), want, "check.crcs={value:?}");
+        }
     }
 
     fn assigned(epoch: u64, position: i64) -> BTreeMap<TopicPartition, PartitionState> {
@@ -679,7 +721,7 @@ mod tests {
     fn the_application_gets_the_records_then_the_error_until_it_seeks() {
         let mut parts = assigned(1, 0);
         let mut buffered = VecDeque::new();
-        let chunk = decode_partition(&tp(), 0, 1, &data(good_corrupt_good()));
+        let chunk = decode_partition(&tp(), 0, 1, &data(good_corrupt_good()), CrcCheck::Verify);
         super::super::accept_chunk(&mut buffered, &mut parts, chunk);
 
         let first =
@@ -708,7 +750,7 @@ mod tests {
     fn the_error_waits_for_every_record_before_it() {
         let mut parts = assigned(1, 0);
         let mut buffered = VecDeque::new();
-        let chunk = decode_partition(&tp(), 0, 1, &data(good_corrupt_good()));
+        let chunk = decode_partition(&tp(), 0, 1, &data(good_corrupt_good()), CrcCheck::Verify);
         super::super::accept_chunk(&mut buffered, &mut parts, chunk);
         let mut got = Vec::new();
         loop {
@@ -732,12 +774,12 @@ mod tests {
     fn chunks_of_another_epoch_are_dropped() {
         let mut parts = assigned(7, 0);
         let mut buffered = VecDeque::new();
-        let old = decode_partition(&tp(), 0, 6, &data(v2_batch(0, 5)));
+        let old = decode_partition(&tp(), 0, 6, &data(v2_batch(0, 5)), CrcCheck::Verify);
         super::super::accept_chunk(&mut buffered, &mut parts, old);
         assert!(buffered.is_empty());
         assert_eq!(parts[&tp()].position, Some(0));
         // Queued while current, then the partition was sought: dropped at take.
-        let current = decode_partition(&tp(), 0, 7, &data(v2_batch(0, 5)));
+        let current = decode_partition(&tp(), 0, 7, &data(v2_batch(0, 5)), CrcCheck::Verify);
         super::super::accept_chunk(&mut buffered, &mut parts, current);
         parts.get_mut(&tp()).unwrap().epoch = 8;
         assert!(super::super::take_records(&mut buffered, &mut parts, 500)
@@ -776,7 +818,7 @@ mod tests {
         let p = data(bytes).with_aborted_transactions(Some(vec![AbortedTransaction::default()
             .with_producer_id(ProducerId(pid))
             .with_first_offset(2)]));
-        let chunk = decode_partition(&tp(), 0, 1, &p);
+        let chunk = decode_partition(&tp(), 0, 1, &p, CrcCheck::Verify);
         assert_eq!(
             chunk.records.iter().map(|r| r.offset).collect::<Vec<_>>(),
             [0, 1]
@@ -809,7 +851,7 @@ mod tests {
         let mut bytes = with_epoch(v2_batch(0, 2), 3);
         bytes.extend(with_epoch(v2_batch(2, 2), 4));
         bytes.extend(v2_batch(4, 2)); // -1
-        let chunk = decode_partition(&tp(), 0, 1, &data(bytes));
+        let chunk = decode_partition(&tp(), 0, 1, &data(bytes), CrcCheck::Verify);
         assert_eq!((chunk.last_epoch, chunk.next_offset), (Some(4), 6));
         let legacy = std::fs::read(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -817,7 +859,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(
-            decode_partition(&tp(), 0, 1, &data(legacy)).last_epoch,
+            decode_partition(&tp(), 0, 1, &data(legacy), CrcCheck::Verify).last_epoch,
             None
         );
     }

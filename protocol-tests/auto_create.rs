@@ -251,7 +251,7 @@ async fn producer_waits_up_to_max_block_for_a_topic_created_while_it_waits() {
 fn cli_produce_to_a_topic_the_broker_does_not_create_is_a_one_line_error() {
     let broker = Lease::no_auto_create();
     let topic = unique_topic("cli-refused");
-    let out = onceflow(
+    let (out, _) = onceflow(
         &[
             "produce",
             "-b",

@@ -2,6 +2,7 @@
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// The binary, with its standard streams piped, for a test that drives a long-running child
 /// itself (reads its stdout while it runs, kills it). Everything else uses [`onceflow`].
@@ -13,15 +14,17 @@ pub fn command() -> Command {
     c
 }
 
-/// Runs `onceflow ARGS` to completion with `stdin` as its whole input (then EOF). Blocking:
-/// async tests use [`onceflow_async`].
-pub fn onceflow(args: &[&str], stdin: &str) -> Output {
+/// Runs `onceflow ARGS` to completion with `stdin` as its whole input (then EOF); returns its
+/// output and how long it ran. Blocking: async tests use [`onceflow_async`].
+pub fn onceflow(args: &[&str], stdin: &str) -> (Output, Duration) {
+    let start = Instant::now();
     let mut child = command().args(args).spawn().expect("run onceflow");
     let mut input = child.stdin.take().expect("piped stdin");
     // A child that exits before reading its input closes the pipe; its output says why.
     let _ = input.write_all(stdin.as_bytes());
     drop(input);
-    child.wait_with_output().expect("wait for onceflow")
+    let out = child.wait_with_output().expect("wait for onceflow");
+    (out, start.elapsed())
 }
 
 /// [`onceflow`] on a blocking thread, so the runtime keeps serving the test's own clients.
@@ -29,7 +32,7 @@ pub async fn onceflow_async(args: Vec<String>, stdin: &str) -> Output {
     let stdin = stdin.to_owned();
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        onceflow(&args, &stdin)
+        onceflow(&args, &stdin).0
     })
     .await
     .expect("the onceflow runner panicked")

@@ -4,8 +4,6 @@
 //! - [`cluster`]: the broker pool and metadata cache shared by everything above it.
 //! - [`producer`]: accumulator, per-broker sender, partitioner.
 //! - [`consumer`]: assignment, positions, the fetcher.
-//! - [`config`]: the client, producer and consumer settings, read from Java-style properties.
-//! - [`metadata`]: topics, partitions and leaders as the cluster reports them.
 //! - [`admin`]: topics and configs; [`admin_txn`]: listing, describing and fencing
 //!   transactions.
 //! - [`coordinator`]: finding group and transaction coordinators, and the retry loop for calls
@@ -15,6 +13,8 @@
 //! - [`group`]: consumer groups (classic protocol).
 //! - [`error`]: the error type and [`classify`], the one place that decides whether a broker
 //!   error is retried, needs a metadata refresh, aborts a transaction or is fatal.
+//! - [`config`]: the client, producer and consumer settings, read from Java-style properties.
+//! - [`metadata`]: topics, partitions and leaders as the cluster reports them.
 
 pub mod admin;
 pub mod admin_txn;
@@ -39,12 +39,3 @@ pub use consumer::{Consumer, ConsumerRecord, Offset};
 pub use error::{classify, Error, ErrorClass, Op, Result};
 pub use metadata::TopicPartition;
 pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};
-
-/// Milliseconds since the Unix epoch by this machine's clock, the unit of Kafka timestamps
-/// (0 if the clock is set before 1970). The one wall-clock reading in the library: record
-/// timestamps and the age of a transaction; intervals use `Instant`.
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}

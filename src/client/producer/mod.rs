@@ -27,7 +27,7 @@ use super::cluster::Cluster;
 use super::config::ProducerConfig;
 use super::error::{Error, Result};
 use super::metadata::TopicPartition;
-use crate::protocol::records::{BatchBuilder, Header, BATCH_HEADER_LEN};
+use crate::protocol::records::{BatchBuilder, Header};
 use accumulator::{Accumulator, Delivery, NewRecord};
 use bytes::Bytes;
 use std::future::Future;
@@ -35,6 +35,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::{oneshot, Notify, Semaphore};
 
 /// A record to send.
@@ -291,7 +292,7 @@ impl Producer {
             record.key.as_deref(),
             record.value.as_deref(),
             &record.headers,
-        ) + BATCH_HEADER_LEN;
+        ) + 61;
         if size > cfg.max_request_size {
             return Err(Error::RecordTooLarge {
                 size,
@@ -311,7 +312,7 @@ impl Producer {
             .cluster
             .partition_count_with(&record.topic, cfg.topic_lookup())
             .await?;
-        let timestamp = record.timestamp.unwrap_or_else(crate::client::now_ms);
+        let timestamp = record.timestamp.unwrap_or_else(now_ms);
         let permits = u32::try_from(size).unwrap_or(u32::MAX);
         // Fast path without a timer; only a full buffer pays for max.block.ms.
         match inner.memory.try_acquire_many(permits) {
@@ -437,4 +438,11 @@ impl Producer {
         self.inner.wake.notify_one();
         Ok(())
     }
+}
+
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }

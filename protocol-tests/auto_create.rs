@@ -6,14 +6,14 @@
 //! one with Kafka's defaults (auto-creation on) and one with it off. Each is shared by the tests
 //! of this module that need it while they run, and wiped when the last one is done.
 
-use crate::faults::PrivateBroker;
+use crate::support::broker::PrivateBroker;
+use crate::support::cli::{assert_one_line_error, onceflow};
 use crate::support::proxy::Proxy;
 use crate::support::*;
 use onceflow::client::admin::NewTopic;
 use onceflow::client::group::GroupConsumer;
 use onceflow::client::{Admin, Consumer, Error, Producer, ProducerRecord};
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -251,8 +251,8 @@ async fn producer_waits_up_to_max_block_for_a_topic_created_while_it_waits() {
 fn cli_produce_to_a_topic_the_broker_does_not_create_is_a_one_line_error() {
     let broker = Lease::no_auto_create();
     let topic = unique_topic("cli-refused");
-    let out = Command::new(env!("CARGO_BIN_EXE_onceflow"))
-        .args([
+    let (out, _) = onceflow(
+        &[
             "produce",
             "-b",
             &broker.addr,
@@ -260,20 +260,14 @@ fn cli_produce_to_a_topic_the_broker_does_not_create_is_a_one_line_error() {
             &topic,
             "-X",
             "max.block.ms=2000",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run onceflow");
-    assert!(!out.status.success(), "expected failure");
-    let err = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "one line on stderr, got: {err}");
-    assert!(lines[0].starts_with("onceflow: error: "), "{err}");
+        ],
+        "",
+    );
     for needle in [
         format!("topic '{topic}' does not exist"),
         "auto.create.topics.enable=false".into(),
         "onceflow topics create".into(),
     ] {
-        assert!(err.contains(&needle), "expected '{needle}' in: {err}");
+        assert_one_line_error(&out, &needle);
     }
 }

@@ -1,42 +1,8 @@
 //! The `onceflow` binary: round trips and one-line errors for bad input.
 
+use crate::support::cli::{assert_one_line_error, onceflow, stderr};
 use crate::support::*;
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
-
-fn onceflow(args: &[&str], stdin: &str) -> (Output, Duration) {
-    let start = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_onceflow"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run onceflow");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    (out, start.elapsed())
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn assert_one_line_error(o: &Output, needle: &str) {
-    assert!(!o.status.success(), "expected failure, got success");
-    let err = stderr(o);
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "one line on stderr, got: {err}");
-    assert!(lines[0].starts_with("onceflow: error: "), "{err}");
-    assert!(err.contains(needle), "expected '{needle}' in: {err}");
-    assert!(!err.contains("panicked"), "{err}");
-}
+use std::time::Duration;
 
 #[test]
 fn produce_then_consume_with_keys_as_json() {

@@ -4,7 +4,7 @@
 //! Members that need a fault talk to the broker through the fault proxy
 //! (`support::proxy`), which also counts the requests it forwards per API.
 
-use crate::groups::{disjoint_cover, fill, member, member_at, run, wait_for, Recorder};
+use crate::support::group::{disjoint_cover, fill, member, member_at, run, wait_for, Recorder};
 use crate::support::proxy::Proxy;
 use crate::support::*;
 use bytes::Bytes;

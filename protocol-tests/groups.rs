@@ -1,151 +1,11 @@
 //! Consumer groups (classic protocol): onceflow members, Java members, both assignors.
 
-use crate::interop::{java, Rec};
+use crate::support::group::*;
+use crate::support::java::{java, Rec};
 use crate::support::*;
-use bytes::Bytes;
-use futures::future::BoxFuture;
-use onceflow::client::group::{GroupConsumer, RebalanceListener, Strategy};
-use onceflow::client::{ProducerRecord, TopicPartition};
+use onceflow::client::group::Strategy;
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-pub(crate) async fn fill(topic: &TestTopic, per_partition: usize) {
-    let p = producer(&[]).await;
-    for part in 0..topic.partitions {
-        for i in 0..per_partition {
-            p.send(
-                ProducerRecord::new(topic.name.clone(), Bytes::from(format!("p{part}-{i}")))
-                    .with_partition(part),
-            )
-            .await
-            .unwrap();
-        }
-    }
-    p.flush().await.unwrap();
-}
-
-pub(crate) fn member_props<'a>(
-    group: &'a str,
-    extra: &[(&'a str, &'a str)],
-) -> Vec<(&'a str, &'a str)> {
-    let mut props = vec![
-        ("group.id", group),
-        ("auto.offset.reset", "earliest"),
-        ("enable.auto.commit", "false"),
-        ("heartbeat.interval.ms", "500"),
-        ("session.timeout.ms", "10000"),
-        ("max.poll.interval.ms", "20000"),
-    ];
-    props.extend_from_slice(extra);
-    props
-}
-
-pub(crate) async fn member(group: &str, extra: &[(&str, &str)]) -> GroupConsumer {
-    member_at(&broker(), group, extra).await
-}
-
-/// A member that talks to `addr` (the broker, or a proxy in front of it).
-pub(crate) async fn member_at(addr: &str, group: &str, extra: &[(&str, &str)]) -> GroupConsumer {
-    GroupConsumer::new(consumer_config(addr, &member_props(group, extra)))
-        .await
-        .unwrap()
-}
-
-/// A member polling in its own task, as an application would: a member blocked in JoinGroup
-/// must not keep another member of the same process from rejoining. The loop ends at the first
-/// error from `poll`, which it keeps for the test.
-pub(crate) struct Running {
-    assignment: Arc<Mutex<Vec<TopicPartition>>>,
-    pub(crate) read: Arc<Mutex<Vec<(i32, i64)>>>,
-    /// Every generation this member polled in while it owned partitions.
-    pub(crate) generations: Arc<Mutex<BTreeSet<i32>>>,
-    pub(crate) error: Arc<Mutex<Option<onceflow::client::Error>>>,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    task: tokio::task::JoinHandle<GroupConsumer>,
-}
-
-pub(crate) fn run(mut m: GroupConsumer) -> Running {
-    let assignment = Arc::new(Mutex::new(Vec::new()));
-    let read = Arc::new(Mutex::new(Vec::new()));
-    let generations = Arc::new(Mutex::new(BTreeSet::new()));
-    let error = Arc::new(Mutex::new(None));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (a, r, g, e, s) = (
-        assignment.clone(),
-        read.clone(),
-        generations.clone(),
-        error.clone(),
-        stop.clone(),
-    );
-    let task = tokio::spawn(async move {
-        while !s.load(std::sync::atomic::Ordering::Relaxed) {
-            match m.poll(Duration::from_millis(100)).await {
-                Ok(records) => r
-                    .lock()
-                    .unwrap()
-                    .extend(records.iter().map(|x| (x.partition, x.offset))),
-                Err(err) => {
-                    *e.lock().unwrap() = Some(err);
-                    break;
-                }
-            }
-            let owned = m.assignment();
-            if !owned.is_empty() {
-                g.lock().unwrap().insert(m.group_metadata().generation_id);
-            }
-            *a.lock().unwrap() = owned;
-        }
-        m
-    });
-    Running {
-        assignment,
-        read,
-        generations,
-        error,
-        stop,
-        task,
-    }
-}
-
-impl Running {
-    pub(crate) fn assignment(&self) -> Vec<TopicPartition> {
-        self.assignment.lock().unwrap().clone()
-    }
-    pub(crate) fn read(&self) -> Vec<(i32, i64)> {
-        self.read.lock().unwrap().clone()
-    }
-    pub(crate) fn generations(&self) -> BTreeSet<i32> {
-        self.generations.lock().unwrap().clone()
-    }
-    /// Fails the test when the member's poll failed.
-    pub(crate) fn check(&self) {
-        if let Some(e) = self.error.lock().unwrap().as_ref() {
-            panic!("the member's poll failed: {e}");
-        }
-    }
-    pub(crate) async fn stop(self) -> (GroupConsumer, Vec<(i32, i64)>) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let m = self.task.await.unwrap();
-        let read = self.read.lock().unwrap().clone();
-        (m, read)
-    }
-}
-
-/// Waits until `done` holds; fails after `secs` seconds saying what it waited for.
-pub(crate) async fn wait_for(secs: u64, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !done() {
-        assert!(Instant::now() < deadline, "waited {secs}s for: {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-pub(crate) fn disjoint_cover(a: &[TopicPartition], b: &[TopicPartition], n: usize) -> bool {
-    let sa: BTreeSet<_> = a.iter().collect();
-    let sb: BTreeSet<_> = b.iter().collect();
-    sa.is_disjoint(&sb) && sa.len() + sb.len() == n && !sa.is_empty() && !sb.is_empty()
-}
 
 /// Generous: the machine running the tests may be heavily loaded.
 const LONG: u64 = 120;
@@ -311,29 +171,6 @@ async fn java_and_onceflow_members_share_a_group() {
     }
     ours.commit_positions().await.unwrap();
     ours.close().await.unwrap();
-}
-
-pub(crate) struct Recorder(pub(crate) Mutex<Vec<String>>);
-
-impl Recorder {
-    pub(crate) fn new() -> Arc<Recorder> {
-        Arc::new(Recorder(Mutex::new(Vec::new())))
-    }
-    pub(crate) fn log(&self) -> Vec<String> {
-        self.0.lock().unwrap().clone()
-    }
-}
-
-impl RebalanceListener for Recorder {
-    fn on_assigned<'a>(&'a self, p: &'a [TopicPartition]) -> BoxFuture<'a, ()> {
-        Box::pin(async move { self.0.lock().unwrap().push(format!("assigned {}", p.len())) })
-    }
-    fn on_revoked<'a>(&'a self, p: &'a [TopicPartition]) -> BoxFuture<'a, ()> {
-        Box::pin(async move { self.0.lock().unwrap().push(format!("revoked {}", p.len())) })
-    }
-    fn on_lost<'a>(&'a self, p: &'a [TopicPartition]) -> BoxFuture<'a, ()> {
-        Box::pin(async move { self.0.lock().unwrap().push(format!("lost {}", p.len())) })
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

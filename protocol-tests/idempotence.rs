@@ -2,7 +2,7 @@
 //! responses, delays them and resets connections; and the inverse test showing the same faults
 //! duplicate records when idempotence is off.
 
-use crate::interop::java_consume_exactly;
+use crate::support::java::java_consume_exactly;
 use crate::support::proxy::Proxy;
 use crate::support::*;
 use bytes::Bytes;

@@ -3,7 +3,7 @@
 //! and aborted transactions (written by the Java client and by onceflow), plain records and a
 //! transaction left open for a while.
 
-use crate::interop::{java, java_consume_at, Rec};
+use crate::support::java::{java, java_consume_at, Rec};
 use crate::support::proxy::Proxy;
 use crate::support::*;
 use bytes::Bytes;

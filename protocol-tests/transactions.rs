@@ -1,7 +1,7 @@
 //! The transactional producer against the real broker, at whatever transaction.version the
 //! broker was formatted with (scripts/test runs the suite at 2 and at 1).
 
-use crate::interop::java_values;
+use crate::support::java::java_values;
 use crate::support::*;
 use bytes::Bytes;
 use onceflow::client::producer::{GroupMetadata, ResumeOutcome};

@@ -3,14 +3,15 @@
 //! transaction that stalls read_committed consumers. Runs at whatever transaction.version the
 //! broker was formatted with (scripts/test runs the suite at 2 and at 1).
 
-use crate::interop::java_values;
+use crate::support::cli::{self, onceflow_async, shown, stderr, stdout};
+use crate::support::java::java_values;
 use crate::support::*;
 use onceflow::client::{Admin, IsolationLevel, Offset, TopicPartition};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
 /// Bound on the CLI's own calls: generous, for a loaded 2-core machine.
@@ -22,39 +23,7 @@ const TXN_TIMEOUT: &str = "transaction.timeout.ms=300000";
 async fn onceflow(args: &[&str], stdin: &str) -> Output {
     let mut argv: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     argv.extend(["-b".into(), broker(), "-X".into(), API_TIMEOUT.into()]);
-    let stdin = stdin.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_onceflow"))
-            .args(&argv)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run onceflow");
-        let mut input = child.stdin.take().unwrap();
-        input.write_all(stdin.as_bytes()).unwrap();
-        drop(input);
-        child.wait_with_output().unwrap()
-    })
-    .await
-    .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn shown(o: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        stdout(o),
-        stderr(o)
-    )
+    onceflow_async(argv, stdin).await
 }
 
 /// A `produce --prepare-only` child; killed (SIGKILL) on drop if still running.
@@ -86,11 +55,8 @@ impl Preparer {
         ];
         let input = lines.join("\n") + "\n";
         tokio::task::spawn_blocking(move || {
-            let mut child = Command::new(env!("CARGO_BIN_EXE_onceflow"))
+            let mut child = cli::command()
                 .args(&args)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
                 .spawn()
                 .expect("run onceflow produce --prepare-only");
             let mut stdin = child.stdin.take().unwrap();

@@ -3,7 +3,7 @@
 //! committed transaction is read exactly once under read_committed, no record of an aborted one
 //! is, and a transaction whose outcome the producer could not learn is all or nothing.
 
-use crate::faults::PrivateBroker;
+use crate::support::broker::PrivateBroker;
 use crate::support::*;
 use bytes::Bytes;
 use onceflow::client::{Error, Producer, ProducerRecord};

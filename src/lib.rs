@@ -1,10 +1,31 @@
 //! onceflow: a pure-Rust Apache Kafka client built around exactly-once delivery.
 //!
-//! Layers, each using only the one below it:
-//! - [`protocol`]: framing, API version negotiation, the v2 record batch codec, compression and
-//!   the broker error codes.
-//! - [`client`]: connections, the broker pool and metadata cache, the producer, the consumer and
-//!   admin calls.
+//! # Map of the crate
+//!
+//! Layers, each using only the one below it (DESIGN.md follows a connection, a batch, a fetch,
+//! a transaction and a group member through them):
+//! - [`protocol`]: bytes, no I/O. Framing, API version negotiation, the record batch codec (v2
+//!   batches, and reading old v0/v1 message sets), compression, the broker error codes.
+//! - [`client`]: everything that talks to brokers. [`client::connection`] (one pipelined,
+//!   cancel-safe connection), [`client::cluster`] (the broker pool and metadata cache),
+//!   [`client::producer`], [`client::consumer`] (manual assignment and the fetcher),
+//!   [`client::group`] (consumer groups), [`client::admin`]; [`client::error`] decides what every
+//!   broker error means ([`client::classify`]). Its own module list says more.
+//! - The `onceflow` binary (`src/cli/`, not part of the library): produce, consume, topics and
+//!   transaction commands, built on [`client`] alone.
+//! - [`base64`]: the one small codec the CLI and the tests write bytes as JSON with.
+//!
+//! # Where exactly-once lives
+//!
+//! - Idempotent produce (sequence numbers, epoch bumps, no duplicates on retry):
+//!   [`client::producer`], its accumulator, sender and the pure per-response verdict.
+//! - Transactions: the producer's transaction methods and their phase enum in
+//!   [`client::producer`]; the two-phase commit (the committable an engine checkpoints,
+//!   resuming it from any process, DescribeTransactions, EndTxn) in [`client::txn`]; listing,
+//!   describing and fencing other producers' transactions in [`client::admin_txn`].
+//! - Reading only committed data: [`client::consumer::isolation`] (read_committed).
+//! - Committing consumed offsets inside a transaction (KIP-447): the group's metadata from
+//!   [`client::group`], handed to `Producer::send_offsets_to_transaction`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -1,7 +1,11 @@
-//! Shared helpers: the broker address, unique topics, clients, the fault proxy.
+//! Shared helpers: the broker address, unique topics, clients; and, in their own modules,
+//! private brokers (`broker`), the `onceflow` binary (`cli`), consumer-group members (`group`),
+//! the Java peer (`java`) and the fault proxy (`proxy`).
 
-#![allow(dead_code)]
-
+pub mod broker;
+pub mod cli;
+pub mod group;
+pub mod java;
 pub mod proxy;
 
 use onceflow::client::admin::NewTopic;
@@ -10,7 +14,6 @@ use onceflow::client::{
     ProducerConfig, TopicPartition,
 };
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -176,20 +179,4 @@ pub async fn consume_all(
         out.extend(c.poll(Duration::from_millis(200)).await.unwrap());
     }
     out
-}
-
-/// Runs protocol-tests/kafka-broker.sh with env overrides.
-pub fn broker_script(action: &str, env: &[(&str, &str)]) -> String {
-    let out = Command::new("bash")
-        .arg(repo().join("protocol-tests/kafka-broker.sh"))
-        .arg(action)
-        .envs(env.iter().copied())
-        .output()
-        .expect("run kafka-broker.sh");
-    assert!(
-        out.status.success(),
-        "kafka-broker.sh {action} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }

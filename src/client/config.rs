@@ -231,8 +231,9 @@ pub struct ConsumerConfig {
     pub heartbeat_interval: Duration,
     /// `max.poll.interval.ms`.
     pub max_poll_interval: Duration,
-    /// `check.crcs`: accepted for compatibility; onceflow always verifies batch CRCs (with the
-    /// hardware crc32c it costs nothing measurable, and a corrupt batch must never be delivered).
+    /// `check.crcs` (default true): verify the checksum of every batch (and v0/v1 message)
+    /// fetched, as the Java consumer does. False skips it, as in Java; with the hardware crc32c
+    /// the check costs little, and a corrupt batch then reaches the application unnoticed.
     pub check_crcs: bool,
     /// `allow.auto.create.topics` (default true, as in the Java consumer; librdkafka spells it
     /// the same but defaults to false): whether assigning or subscribing to a topic that does

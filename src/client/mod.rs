@@ -17,6 +17,8 @@
 //! - [`group`]: consumer groups (classic protocol).
 //! - [`error`]: the error type and [`classify`], the one place that decides whether a broker
 //!   error is retried, needs a metadata refresh, aborts a transaction or is fatal.
+//! - [`config`]: the client, producer and consumer settings, read from Java-style properties.
+//! - [`metadata`]: topics, partitions and leaders as the cluster reports them.
 
 pub mod admin;
 pub mod admin_txn;

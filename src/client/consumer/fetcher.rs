@@ -5,13 +5,13 @@ use super::isolation::AbortedTransactions;
 use super::order::next_order;
 use super::truncation::{on_diverging_epoch, Divergence};
 use super::{list_offsets, Chunk, ConsumerRecord, Fetched, Offset, PartitionState, Shared};
-use crate::client::config::AutoOffsetReset;
-use crate::client::error::{Error, ErrorClass};
-use crate::client::metadata::TopicPartition;
-use crate::protocol::records::{decode_entries, LogEntry, RecordError};
+use crate::client::config::{AutoOffsetReset, ConsumerConfig};
+use crate::client::error::{classify, Error, ErrorClass, Op, Result};
+use crate::client::metadata::{MetadataSnapshot, TopicPartition};
+use crate::protocol::records::{decode_entries, CrcCheck, EntryIter, LogEntry, RecordError};
 use crate::protocol::ErrorCode;
-use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -41,100 +41,180 @@ struct Want {
 }
 
 pub(crate) async fn run(shared: Arc<Shared>, tx: mpsc::Sender<Fetched>) {
-    let busy: Arc<std::sync::Mutex<HashSet<i32>>> = Arc::default();
-    // Each finished request reports the partitions it brought records for.
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Vec<TopicPartition>>();
-    let mut order: Vec<TopicPartition> = Vec::new();
-    let mut served: Vec<TopicPartition> = Vec::new();
-    let mut request_ids: u64 = 0;
+    let mut fetcher = Fetcher::new(shared, tx);
     loop {
-        resolve_positions(&shared, &tx).await;
-        shared.cluster.refresh_if_stale();
-        let now = Instant::now();
-        let meta = shared.cluster.metadata();
-        let mut by_leader: HashMap<i32, Vec<Want>> = HashMap::new();
-        let mut requests: Vec<(i32, u64, Vec<Want>)> = Vec::new();
-        let mut missing_leader = false;
-        let mut next_wake: Option<Instant> = None;
-        while let Ok(s) = done_rx.try_recv() {
-            served.extend(s);
+        resolve_positions(&fetcher.shared, &fetcher.tx).await;
+        fetcher.shared.cluster.refresh_if_stale();
+        fetcher.collect_served();
+        let meta = fetcher.shared.cluster.metadata();
+        let round = fetcher.plan_round(&meta, Instant::now());
+        if round.missing_leader {
+            let _ = fetcher
+                .shared
+                .cluster
+                .refresh_if_older(meta.generation)
+                .await;
         }
-        {
-            let mut parts = shared.lock();
-            order = next_order(&order, parts.keys(), &served);
-            served.clear();
-            if parts.values().any(|st| st.pending.is_some()) {
-                // A ListOffsets failed: try again after a backoff.
-                next_wake = Some(now + shared.config.client.retry_backoff);
-            }
-            let busy = busy.lock().unwrap_or_else(|p| p.into_inner());
-            for tp in &order {
-                let Some(st) = parts.get_mut(tp) else {
-                    continue;
-                };
-                if st.in_flight.is_some()
-                    || st.halted
-                    || st.pending.is_some()
-                    || st.position.is_none()
-                {
-                    continue;
-                }
-                if let Some(at) = st.backoff_until {
-                    if at > now {
-                        next_wake = Some(next_wake.map_or(at, |w: Instant| w.min(at)));
-                        continue;
-                    }
-                    st.backoff_until = None;
-                }
-                let Some(leader) = meta.leader(tp) else {
-                    missing_leader = true;
-                    continue;
-                };
-                if busy.contains(&leader) {
-                    continue;
-                }
-                let leader_epoch = meta.partition(tp).map_or(-1, |p| p.leader_epoch);
-                by_leader.entry(leader).or_default().push(Want {
-                    tp: tp.clone(),
-                    fetch_offset: st.fetch_offset,
-                    epoch: st.epoch,
-                    leader_epoch,
-                    last_fetched_epoch: st.last_fetched_epoch,
-                });
-            }
-            for (leader, list) in by_leader.drain() {
-                request_ids += 1;
-                for w in &list {
-                    if let Some(st) = parts.get_mut(&w.tp) {
-                        st.in_flight = Some(request_ids);
-                    }
-                }
-                requests.push((leader, request_ids, list));
-            }
+        for (leader, id, list) in round.requests {
+            fetcher.spawn_fetch(leader, id, list);
         }
-        if missing_leader {
-            let g = meta.generation;
-            let _ = shared.cluster.refresh_if_older(g).await;
-        }
-        for (leader, id, list) in requests {
-            busy.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(leader);
-            let shared = shared.clone();
-            let tx = tx.clone();
-            let busy = busy.clone();
-            let done = done_tx.clone();
-            tokio::spawn(async move {
-                let served = fetch_from(&shared, leader, id, list, &tx).await;
-                busy.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&leader);
-                let _ = done.send(served);
-            });
-        }
-        if tx.is_closed() {
+        if fetcher.tx.is_closed() {
             return;
         }
+        fetcher
+            .wait_for_work(round.next_wake, round.missing_leader)
+            .await;
+    }
+}
+
+/// The fetcher task's own state, kept across rounds.
+struct Fetcher {
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<Fetched>,
+    /// Leaders with a Fetch in flight: one request at a time per leader.
+    busy: Arc<std::sync::Mutex<HashSet<i32>>>,
+    /// Each finished request reports the partitions it brought records for.
+    done_tx: mpsc::UnboundedSender<Vec<TopicPartition>>,
+    done_rx: mpsc::UnboundedReceiver<Vec<TopicPartition>>,
+    /// The order partitions are put in requests ([`next_order`]).
+    order: Vec<TopicPartition>,
+    /// Partitions responses brought records for since the order was last updated.
+    served: Vec<TopicPartition>,
+    /// The id of the last request built.
+    request_ids: u64,
+}
+
+/// What one round sends, and when it must look again.
+#[derive(Debug, Default)]
+struct Round {
+    /// One Fetch per leader: the leader, the request id, the partitions in fetch order.
+    requests: Vec<(i32, u64, Vec<Want>)>,
+    /// A partition has no known leader: refresh metadata, look again after a backoff.
+    missing_leader: bool,
+    /// When a partition backing off (or a failed ListOffsets) may be tried again.
+    next_wake: Option<Instant>,
+}
+
+/// Whether a partition may go into this round's requests, by its own state (its leader
+/// decides next).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Readiness {
+    /// In a request already, halted at corrupt data or a truncation, waiting for ListOffsets,
+    /// or without a position yet.
+    NotNow,
+    /// Backing off after an error until then.
+    After(Instant),
+    /// May be fetched; a backoff that has passed is over.
+    Ready,
+}
+
+fn readiness(st: &PartitionState, now: Instant) -> Readiness {
+    if st.in_flight.is_some() || st.halted || st.pending.is_some() || st.position.is_none() {
+        return Readiness::NotNow;
+    }
+    match st.backoff_until {
+        Some(at) if at > now => Readiness::After(at),
+        _ => Readiness::Ready,
+    }
+}
+
+impl Fetcher {
+    fn new(shared: Arc<Shared>, tx: mpsc::Sender<Fetched>) -> Fetcher {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        Fetcher {
+            shared,
+            tx,
+            busy: Arc::default(),
+            done_tx,
+            done_rx,
+            order: Vec::new(),
+            served: Vec::new(),
+            request_ids: 0,
+        }
+    }
+
+    /// Takes the reports of requests finished since the last round.
+    fn collect_served(&mut self) {
+        while let Ok(s) = self.done_rx.try_recv() {
+            self.served.extend(s);
+        }
+    }
+
+    /// Under the partitions lock: updates the fetch order, picks every partition that may be
+    /// fetched now whose leader is known and not busy, groups them per leader and marks them
+    /// in flight under a new request id each.
+    fn plan_round(&mut self, meta: &MetadataSnapshot, now: Instant) -> Round {
+        let mut round = Round::default();
+        let mut by_leader: HashMap<i32, Vec<Want>> = HashMap::new();
+        let mut parts = self.shared.lock();
+        self.order = next_order(&self.order, parts.keys(), &self.served);
+        self.served.clear();
+        if parts.values().any(|st| st.pending.is_some()) {
+            // A ListOffsets failed: try again after a backoff.
+            round.next_wake = Some(now + self.shared.config.client.retry_backoff);
+        }
+        let busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        for tp in &self.order {
+            let Some(st) = parts.get_mut(tp) else {
+                continue;
+            };
+            match readiness(st, now) {
+                Readiness::NotNow => continue,
+                Readiness::After(at) => {
+                    round.next_wake = Some(round.next_wake.map_or(at, |w| w.min(at)));
+                    continue;
+                }
+                Readiness::Ready => st.backoff_until = None,
+            }
+            let Some(leader) = meta.leader(tp) else {
+                round.missing_leader = true;
+                continue;
+            };
+            if busy.contains(&leader) {
+                continue;
+            }
+            by_leader.entry(leader).or_default().push(Want {
+                tp: tp.clone(),
+                fetch_offset: st.fetch_offset,
+                epoch: st.epoch,
+                leader_epoch: meta.partition(tp).map_or(-1, |p| p.leader_epoch),
+                last_fetched_epoch: st.last_fetched_epoch,
+            });
+        }
+        for (leader, list) in by_leader {
+            self.request_ids += 1;
+            for w in &list {
+                if let Some(st) = parts.get_mut(&w.tp) {
+                    st.in_flight = Some(self.request_ids);
+                }
+            }
+            round.requests.push((leader, self.request_ids, list));
+        }
+        round
+    }
+
+    /// Sends a request in its own task; the leader is busy until it is done.
+    fn spawn_fetch(&self, leader: i32, id: u64, list: Vec<Want>) {
+        self.busy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(leader);
+        let shared = self.shared.clone();
+        let tx = self.tx.clone();
+        let busy = self.busy.clone();
+        let done = self.done_tx.clone();
+        tokio::spawn(async move {
+            let served = fetch_from(&shared, leader, id, list, &tx).await;
+            busy.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&leader);
+            let _ = done.send(served);
+        });
+    }
+
+    /// Waits for something that can change the next round: the consumer (assign, seek,
+    /// poll), a finished request, a backoff running out, or the missing-leader retry.
+    async fn wait_for_work(&mut self, next_wake: Option<Instant>, missing_leader: bool) {
         let sleep = async {
             match next_wake {
                 Some(at) => tokio::time::sleep_until(at.into()).await,
@@ -142,10 +222,10 @@ pub(crate) async fn run(shared: Arc<Shared>, tx: mpsc::Sender<Fetched>) {
             }
         };
         tokio::select! {
-            _ = shared.wake.notified() => {}
-            Some(s) = done_rx.recv() => served.extend(s),
+            _ = self.shared.wake.notified() => {}
+            Some(s) = self.done_rx.recv() => self.served.extend(s),
             _ = sleep => {}
-            _ = tokio::time::sleep(shared.config.client.retry_backoff), if missing_leader => {}
+            _ = tokio::time::sleep(self.shared.config.client.retry_backoff), if missing_leader => {}
         }
     }
 }
@@ -208,168 +288,34 @@ async fn fetch_from(
     list: Vec<Want>,
     tx: &mpsc::Sender<Fetched>,
 ) -> Vec<TopicPartition> {
-    let cfg = &shared.config;
-    let mut served = Vec::new();
     let span = debug_span!("fetch", leader, partitions = list.len());
-    let result = async {
-        let conn = shared.cluster.broker(leader).await?;
-        let version = conn.version_for::<FetchRequest>(Some(MAX_FETCH_VERSION))?;
-        let mut topics: Vec<FetchTopic> = Vec::new();
-        for w in &list {
-            let mut p = FetchPartition::default()
-                .with_partition(w.tp.partition)
-                .with_fetch_offset(w.fetch_offset)
-                .with_log_start_offset(-1)
-                .with_partition_max_bytes(cfg.max_partition_fetch_bytes);
-            // The leader fences a request of a stale epoch (FENCED_LEADER_EPOCH) or one it does
-            // not know yet (UNKNOWN_LEADER_EPOCH): both refresh metadata and retry.
-            if version >= CURRENT_LEADER_EPOCH_VERSION {
-                p = p.with_current_leader_epoch(w.leader_epoch);
-            }
-            if version >= LAST_FETCHED_EPOCH_VERSION {
-                p = p.with_last_fetched_epoch(w.last_fetched_epoch);
-            }
-            // Topics may repeat when the order interleaves them; the broker serves the
-            // partitions in request order either way.
-            match topics
-                .last_mut()
-                .filter(|t| t.topic.0.as_str() == w.tp.topic)
-            {
-                Some(t) => t.partitions.push(p),
-                None => topics.push(
-                    FetchTopic::default()
-                        .with_topic(TopicName(StrBytes::from_string(w.tp.topic.clone())))
-                        .with_partitions(vec![p]),
-                ),
-            }
-        }
-        let req = FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(cfg.fetch_max_wait.as_millis().min(i32::MAX as u128) as i32)
-            .with_min_bytes(cfg.fetch_min_bytes)
-            .with_max_bytes(cfg.fetch_max_bytes)
-            .with_isolation_level(cfg.isolation_level.wire())
-            .with_session_id(0)
-            .with_session_epoch(-1)
-            .with_topics(topics);
-        // The broker holds a Fetch up to max_wait when there is no data: that is not the
-        // network being slow, and must not time out (and replace) the connection.
-        conn.start_request(&req, version)?
-            .with_timeout(conn.request_timeout() + cfg.fetch_max_wait)
-            .response()
-            .await
-    }
-    .instrument(span)
-    .await;
-    let resp: FetchResponse = match result {
+    let resp = match send_fetch(shared, leader, &list).instrument(span).await {
         Ok(r) => r,
         Err(e) => {
             debug!(leader, error = %e, "fetch failed");
             back_off(shared, id, &list, e.class() == ErrorClass::RefreshAndRetry).await;
-            return served;
+            return Vec::new();
         }
     };
-    let mut seen: HashSet<TopicPartition> = HashSet::new();
+    let answers = answers(&list, &resp);
+    let mut served = Vec::new();
     let mut refresh = false;
-    for t in &resp.responses {
-        for p in &t.partitions {
-            let tp = TopicPartition::new(t.topic.0.to_string(), p.partition_index);
-            let Some(w) = list.iter().find(|w| w.tp == tp) else {
-                continue;
-            };
-            if !seen.insert(tp.clone()) {
-                continue; // a partition answered twice: only the first answer counts
-            }
-            if p.error_code != 0 {
-                let code = ErrorCode(p.error_code);
-                if code == ErrorCode::OFFSET_OUT_OF_RANGE {
-                    let reset = match cfg.auto_offset_reset {
-                        AutoOffsetReset::Earliest => Some(Offset::Beginning),
-                        AutoOffsetReset::Latest => Some(Offset::End),
-                        AutoOffsetReset::None => None,
-                    };
-                    let fail = {
-                        let mut parts = shared.lock();
-                        match release(parts.get_mut(&tp), id).filter(|st| st.epoch == w.epoch) {
-                            Some(st) => match reset {
-                                Some(r) => {
-                                    debug!(%tp, fetch_offset = w.fetch_offset, ?r, "offset out of range; resetting");
-                                    st.epoch = shared.next_epoch();
-                                    st.pending = Some(r);
-                                    st.position = None;
-                                    false
-                                }
-                                None => {
-                                    st.backoff_until =
-                                        Some(Instant::now() + cfg.client.retry_backoff_max);
-                                    true
-                                }
-                            },
-                            None => false,
-                        }
-                    };
-                    if fail {
-                        let e = Error::broker(
-                            format!(
-                                "fetch {tp} at offset {} (auto.offset.reset=none)",
-                                w.fetch_offset
-                            ),
-                            code,
-                        );
-                        let _ = tx.send(Fetched::Error(e)).await;
-                    }
-                    continue;
-                }
-                let err = Error::broker(format!("fetch {tp}"), code);
-                match err.class() {
-                    ErrorClass::Retriable | ErrorClass::RefreshAndRetry => {
-                        refresh |= err.class() == ErrorClass::RefreshAndRetry;
-                        set_backoff(shared, id, &tp);
-                    }
-                    _ => {
-                        set_backoff(shared, id, &tp);
-                        let _ = tx.send(Fetched::Error(err)).await;
-                    }
-                }
-                continue;
-            }
-            let diverging = &p.diverging_epoch;
-            if diverging.epoch >= 0 || diverging.end_offset >= 0 {
-                let chunk = diverged(shared, id, w, p);
-                if let Some(chunk) = chunk {
-                    if tx.send(Fetched::Chunk(chunk)).await.is_err() {
-                        return served;
-                    }
-                }
-                continue;
-            }
-            let chunk = decode_partition(&tp, w.fetch_offset, w.epoch, p);
-            {
-                let mut parts = shared.lock();
-                if let Some(st) = release(parts.get_mut(&tp), id).filter(|st| st.epoch == w.epoch) {
-                    st.fetch_offset = chunk.next_offset;
-                    st.log_start_offset = p.log_start_offset;
-                    if let Some(e) = chunk.last_epoch {
-                        st.last_fetched_epoch = e;
-                    }
-                    if let Some(e) = &chunk.error {
-                        debug!(%tp, error = %e, "fetching stopped at corrupt data");
-                        st.halted = true;
-                    }
-                }
-            }
-            if !chunk.records.is_empty() {
-                served.push(tp.clone());
-            }
-            if tx.send(Fetched::Chunk(chunk)).await.is_err() {
-                return served;
-            }
+    for &(i, p) in &answers {
+        match apply_partition(shared, id, &list[i], p, tx).await {
+            Applied::Records => served.push(list[i].tp.clone()),
+            Applied::Nothing => {}
+            Applied::Refresh => refresh = true,
+            Applied::ConsumerGone => return served,
         }
     }
     // Partitions the response left out are fetched again next round.
     {
+        let mut answered = vec![false; list.len()];
+        for &(i, _) in &answers {
+            answered[i] = true;
+        }
         let mut parts = shared.lock();
-        for w in list.iter().filter(|w| !seen.contains(&w.tp)) {
+        for (w, _) in list.iter().zip(answered).filter(|(_, a)| !a) {
             release(parts.get_mut(&w.tp), id);
         }
     }
@@ -378,6 +324,241 @@ async fn fetch_from(
         let _ = shared.cluster.refresh_if_older(g).await;
     }
     served
+}
+
+/// Connects to `leader` and sends the Fetch for `list`.
+async fn send_fetch(shared: &Shared, leader: i32, list: &[Want]) -> Result<FetchResponse> {
+    let cfg = &shared.config;
+    let conn = shared.cluster.broker(leader).await?;
+    let version = conn.version_for::<FetchRequest>(Some(MAX_FETCH_VERSION))?;
+    let req = build_request(cfg, version, list);
+    // The broker holds a Fetch up to max_wait when there is no data: that is not the network
+    // being slow, and must not time out (and replace) the connection.
+    conn.start_request(&req, version)?
+        .with_timeout(conn.request_timeout() + cfg.fetch_max_wait)
+        .response()
+        .await
+}
+
+/// The Fetch request for `list`, partitions in its order. Sessions (KIP-227) are not used:
+/// every request is a full one.
+fn build_request(cfg: &ConsumerConfig, version: i16, list: &[Want]) -> FetchRequest {
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for w in list {
+        let mut p = FetchPartition::default()
+            .with_partition(w.tp.partition)
+            .with_fetch_offset(w.fetch_offset)
+            .with_log_start_offset(-1)
+            .with_partition_max_bytes(cfg.max_partition_fetch_bytes);
+        // The leader fences a request of a stale epoch (FENCED_LEADER_EPOCH) or one it does
+        // not know yet (UNKNOWN_LEADER_EPOCH): both refresh metadata and retry.
+        if version >= CURRENT_LEADER_EPOCH_VERSION {
+            p = p.with_current_leader_epoch(w.leader_epoch);
+        }
+        if version >= LAST_FETCHED_EPOCH_VERSION {
+            p = p.with_last_fetched_epoch(w.last_fetched_epoch);
+        }
+        // Topics may repeat when the order interleaves them; the broker serves the partitions
+        // in request order either way.
+        match topics
+            .last_mut()
+            .filter(|t| t.topic.0.as_str() == w.tp.topic)
+        {
+            Some(t) => t.partitions.push(p),
+            None => topics.push(
+                FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_string(w.tp.topic.clone())))
+                    .with_partitions(vec![p]),
+            ),
+        }
+    }
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(cfg.fetch_max_wait.as_millis().min(i32::MAX as u128) as i32)
+        .with_min_bytes(cfg.fetch_min_bytes)
+        .with_max_bytes(cfg.fetch_max_bytes)
+        .with_isolation_level(cfg.isolation_level.wire())
+        .with_session_id(0)
+        .with_session_epoch(-1)
+        .with_topics(topics)
+}
+
+/// The answers a response holds for the partitions of `list`, in response order: the index of
+/// the partition in `list` and its data. A partition not asked for is ignored; one answered
+/// twice counts once, the first time.
+fn answers<'a>(list: &[Want], resp: &'a FetchResponse) -> Vec<(usize, &'a PartitionData)> {
+    let mut seen = vec![false; list.len()];
+    let mut out = Vec::new();
+    for t in &resp.responses {
+        for p in &t.partitions {
+            let asked = list
+                .iter()
+                .position(|w| w.tp.partition == p.partition_index && w.tp.topic == *t.topic.0);
+            if let Some(i) = asked.filter(|i| !seen[*i]) {
+                seen[i] = true;
+                out.push((i, p));
+            }
+        }
+    }
+    out
+}
+
+/// What one partition's answer came to, for the request as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Applied {
+    /// Records went to the consumer: the partition moves to the end of the fetch order.
+    Records,
+    /// Nothing more to do.
+    Nothing,
+    /// Retried after a backoff; metadata must be refreshed first.
+    Refresh,
+    /// The consumer is gone: stop.
+    ConsumerGone,
+}
+
+/// Applies one partition's answer: its error, a diverging epoch, or its records.
+async fn apply_partition(
+    shared: &Shared,
+    id: u64,
+    w: &Want,
+    p: &PartitionData,
+    tx: &mpsc::Sender<Fetched>,
+) -> Applied {
+    if p.error_code != 0 {
+        return on_error(shared, id, w, ErrorCode(p.error_code), tx).await;
+    }
+    let diverging = &p.diverging_epoch;
+    if diverging.epoch >= 0 || diverging.end_offset >= 0 {
+        if let Some(chunk) = diverged(shared, id, w, p) {
+            if tx.send(Fetched::Chunk(chunk)).await.is_err() {
+                return Applied::ConsumerGone;
+            }
+        }
+        return Applied::Nothing;
+    }
+    let chunk = decode_partition(&w.tp, w.fetch_offset, w.epoch, p, crc_check(&shared.config));
+    advance(shared, id, w, p.log_start_offset, &chunk);
+    let records = !chunk.records.is_empty();
+    if tx.send(Fetched::Chunk(chunk)).await.is_err() {
+        return Applied::ConsumerGone;
+    }
+    if records {
+        Applied::Records
+    } else {
+        Applied::Nothing
+    }
+}
+
+/// Moves the partition past a decoded chunk, if the request is still current: the next fetch
+/// starts after it, and a chunk that ends at corrupt data halts the partition.
+fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &Chunk) {
+    let mut parts = shared.lock();
+    let Some(st) = release(parts.get_mut(&w.tp), id).filter(|st| st.epoch == w.epoch) else {
+        return;
+    };
+    st.fetch_offset = chunk.next_offset;
+    st.log_start_offset = log_start_offset;
+    if let Some(e) = chunk.last_epoch {
+        st.last_fetched_epoch = e;
+    }
+    if let Some(e) = &chunk.error {
+        debug!(tp = %w.tp, error = %e, "fetching stopped at corrupt data");
+        st.halted = true;
+    }
+}
+
+/// What a partition's error code in a Fetch response makes the fetcher do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnError {
+    /// OFFSET_OUT_OF_RANGE with a reset policy: the position is resolved again from there.
+    Reset(Offset),
+    /// OFFSET_OUT_OF_RANGE under auto.offset.reset=none: the application is told, and the
+    /// partition waits retry.backoff.max.ms.
+    OutOfRange,
+    /// Fetched again after retry.backoff.ms; with `refresh`, after a metadata refresh (the
+    /// leader moved, or its epoch is not ours).
+    Retry { refresh: bool },
+    /// The application is told; fetched again after retry.backoff.ms.
+    Fail,
+}
+
+/// The one decision about a partition's error code, with [`classify`] for all but
+/// OFFSET_OUT_OF_RANGE.
+fn on_partition_error(code: ErrorCode, reset: AutoOffsetReset) -> OnError {
+    if code == ErrorCode::OFFSET_OUT_OF_RANGE {
+        return match reset {
+            AutoOffsetReset::Earliest => OnError::Reset(Offset::Beginning),
+            AutoOffsetReset::Latest => OnError::Reset(Offset::End),
+            AutoOffsetReset::None => OnError::OutOfRange,
+        };
+    }
+    match classify(code, Op::General) {
+        ErrorClass::Retriable => OnError::Retry { refresh: false },
+        ErrorClass::RefreshAndRetry => OnError::Retry { refresh: true },
+        _ => OnError::Fail,
+    }
+}
+
+/// Applies [`on_partition_error`]'s decision to the partition and tells the application when
+/// it must know.
+async fn on_error(
+    shared: &Shared,
+    id: u64,
+    w: &Want,
+    code: ErrorCode,
+    tx: &mpsc::Sender<Fetched>,
+) -> Applied {
+    let tp = &w.tp;
+    match on_partition_error(code, shared.config.auto_offset_reset) {
+        action @ (OnError::Reset(_) | OnError::OutOfRange) => {
+            let tell = {
+                let mut parts = shared.lock();
+                match release(parts.get_mut(tp), id).filter(|st| st.epoch == w.epoch) {
+                    Some(st) => match action {
+                        OnError::Reset(r) => {
+                            debug!(%tp, fetch_offset = w.fetch_offset, ?r, "offset out of range; resetting");
+                            st.epoch = shared.next_epoch();
+                            st.pending = Some(r);
+                            st.position = None;
+                            false
+                        }
+                        _ => {
+                            st.backoff_until =
+                                Some(Instant::now() + shared.config.client.retry_backoff_max);
+                            true
+                        }
+                    },
+                    None => false,
+                }
+            };
+            if tell {
+                let e = Error::broker(
+                    format!(
+                        "fetch {tp} at offset {} (auto.offset.reset=none)",
+                        w.fetch_offset
+                    ),
+                    code,
+                );
+                let _ = tx.send(Fetched::Error(e)).await;
+            }
+            Applied::Nothing
+        }
+        OnError::Retry { refresh } => {
+            set_backoff(shared, id, tp);
+            if refresh {
+                Applied::Refresh
+            } else {
+                Applied::Nothing
+            }
+        }
+        OnError::Fail => {
+            set_backoff(shared, id, tp);
+            let _ = tx
+                .send(Fetched::Error(Error::broker(format!("fetch {tp}"), code)))
+                .await;
+            Applied::Nothing
+        }
+    }
 }
 
 /// Applies a diverging epoch (KIP-320) to the partition, if the request is still current;
@@ -458,6 +639,15 @@ async fn back_off(shared: &Shared, id: u64, list: &[Want], refresh: bool) {
     }
 }
 
+/// `check.crcs` as the codec takes it.
+fn crc_check(cfg: &ConsumerConfig) -> CrcCheck {
+    if cfg.check_crcs {
+        CrcCheck::Verify
+    } else {
+        CrcCheck::Skip
+    }
+}
+
 /// Decodes one partition's records, skipping control batches and records before the fetch
 /// offset (a compressed batch can start before it). Decoding stops at the first entry that
 /// cannot be read: the chunk keeps the records before it, ends where they end, and carries the
@@ -468,6 +658,7 @@ fn decode_partition(
     fetch_offset: i64,
     epoch: u64,
     p: &kafka_protocol::messages::fetch_response::PartitionData,
+    crc: CrcCheck,
 ) -> Chunk {
     let mut records = VecDeque::new();
     let mut next_offset = fetch_offset;
@@ -484,7 +675,7 @@ fn decode_partition(
     if let Some(bytes) = p.records.clone() {
         let decoded = decode_into(
             tp,
-            bytes,
+            decode_entries(bytes).crc_check(crc),
             fetch_offset,
             &mut aborted,
             &mut records,
@@ -517,14 +708,14 @@ fn decode_partition(
 /// after the last good record), noting the leader epoch of the last v2 batch read.
 fn decode_into(
     tp: &TopicPartition,
-    bytes: Bytes,
+    entries: EntryIter,
     fetch_offset: i64,
     aborted: &mut AbortedTransactions,
     records: &mut VecDeque<ConsumerRecord>,
     next_offset: &mut i64,
     last_epoch: &mut Option<i32>,
 ) -> Result<(), RecordError> {
-    for entry in decode_entries(bytes) {
+    for entry in entries {
         let entry = entry?;
         // Markers and aborted batches before the fetch offset still update the index.
         let keep = match &entry {
@@ -599,14 +790,14 @@ mod tests {
     fn legacy_entries_are_read_by_the_fetcher() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/legacy/mixed.log");
         let bytes = std::fs::read(path).unwrap();
-        let chunk = decode_partition(&tp(), 0, 1, &data(bytes));
+        let chunk = decode_partition(&tp(), 0, 1, &data(bytes), CrcCheck::Verify);
         assert!(chunk.error.is_none(), "{:?}", chunk.error);
         let offsets: Vec<i64> = chunk.records.iter().map(|r| r.offset).collect();
         assert_eq!(offsets, (0..8).collect::<Vec<_>>());
         assert_eq!(chunk.next_offset, 8);
         // From the middle of a v1 wrapper (offsets 2..=4): the records before are skipped.
         let bytes = std::fs::read(path).unwrap();
-        let chunk = decode_partition(&tp(), 3, 1, &data(bytes));
+        let chunk = decode_partition(&tp(), 3, 1, &data(bytes), CrcCheck::Verify);
         let offsets: Vec<i64> = chunk.records.iter().map(|r| r.offset).collect();
         assert_eq!(offsets, (3..8).collect::<Vec<_>>());
     }
@@ -650,7 +841,7 @@ mod tests {
     /// (seen).
     #[test]
     fn good_records_before_a_corrupt_batch_are_kept() {
-        let chunk = decode_partition(&tp(), 0, 1, &data(good_corrupt_good()));
+        let chunk = decode_partition(&tp(), 0, 1, &data(good_corrupt_good()), CrcCheck::Verify);
         let offsets: Vec<i64> = chunk.records.iter().map(|r| r.offset).collect();
         assert_eq!(offsets, (0..5).collect::<Vec<_>>());
         assert_eq!(
@@ -663,6 +854,289 @@ mod tests {
                 .as_ref()
                 .expect("the error travels with the chunk"),
         );
+    }
+
+    /// A topic of a request: its name and, per partition, (partition, fetch offset, max bytes,
+    /// current leader epoch, last fetched epoch).
+    type TopicLayout = (String, Vec<(i32, i64, i32, i32, i32)>);
+
+    /// (what, the response, the answers as (index in the list, high watermark)).
+    type AnswersCase = (&'static str, FetchResponse, Vec<(usize, i64)>);
+
+    fn want(topic: &str, partition: i32, fetch_offset: i64) -> Want {
+        Want {
+            tp: TopicPartition::new(topic, partition),
+            fetch_offset,
+            epoch: 1,
+            leader_epoch: 7,
+            last_fetched_epoch: 6,
+        }
+    }
+
+    /// Which partitions may go into a round, by their own state.
+    #[test]
+    fn readiness_of_a_partition() {
+        let now = Instant::now();
+        let later = now + std::time::Duration::from_secs(1);
+        let earlier = now - std::time::Duration::from_millis(1);
+        let fetching = || {
+            let mut st = PartitionState::new(1, None);
+            st.position = Some(0);
+            st.fetch_offset = 0;
+            st
+        };
+        let with = |f: &dyn Fn(&mut PartitionState)| {
+            let mut st = fetching();
+            f(&mut st);
+            st
+        };
+        let cases: Vec<(&str, PartitionState, Readiness)> = vec![
+            ("has a position", fetching(), Readiness::Ready),
+            (
+                "no position yet",
+                with(&|st| st.position = None),
+                Readiness::NotNow,
+            ),
+            (
+                "waiting for ListOffsets",
+                with(&|st| st.pending = Some(Offset::End)),
+                Readiness::NotNow,
+            ),
+            (
+                "in a request",
+                with(&|st| st.in_flight = Some(3)),
+                Readiness::NotNow,
+            ),
+            ("halted", with(&|st| st.halted = true), Readiness::NotNow),
+            (
+                "backing off",
+                with(&|st| st.backoff_until = Some(later)),
+                Readiness::After(later),
+            ),
+            (
+                "backoff over",
+                with(&|st| st.backoff_until = Some(earlier)),
+                Readiness::Ready,
+            ),
+            (
+                "halted beats backing off",
+                with(&|st| {
+                    st.halted = true;
+                    st.backoff_until = Some(later);
+                }),
+                Readiness::NotNow,
+            ),
+        ];
+        for (what, st, want) in cases {
+            assert_eq!(readiness(&st, now), want, "{what}");
+        }
+    }
+
+    /// The request carries the configuration, the partitions in order (a topic repeats when
+    /// the order interleaves it) and the leader epochs only from the versions that have them.
+    #[test]
+    fn the_request_follows_the_list_and_the_version() {
+        let cfg = ConsumerConfig::from_properties([
+            ("fetch.max.wait.ms", "250"),
+            ("fetch.min.bytes", "10"),
+            ("fetch.max.bytes", "1000"),
+            ("max.partition.fetch.bytes", "100"),
+            ("isolation.level", "read_committed"),
+        ])
+        .unwrap();
+        let list = [
+            want("a", 0, 10),
+            want("a", 1, 11),
+            want("b", 0, 12),
+            want("a", 2, 13),
+        ];
+        // (version, current_leader_epoch sent, last_fetched_epoch sent)
+        for (version, current, last) in [(4, -1, -1), (8, -1, -1), (9, 7, -1), (12, 7, 6)] {
+            let req = build_request(&cfg, version, &list);
+            assert_eq!(
+                (
+                    req.replica_id.0,
+                    req.max_wait_ms,
+                    req.min_bytes,
+                    req.max_bytes,
+                    req.isolation_level,
+                    req.session_id,
+                    req.session_epoch
+                ),
+                (-1, 250, 10, 1000, 1, 0, -1),
+                "v{version}"
+            );
+            let layout: Vec<TopicLayout> = req
+                .topics
+                .iter()
+                .map(|t| {
+                    let ps = t.partitions.iter().map(|p| {
+                        (
+                            p.partition,
+                            p.fetch_offset,
+                            p.partition_max_bytes,
+                            p.current_leader_epoch,
+                            p.last_fetched_epoch,
+                        )
+                    });
+                    (t.topic.0.to_string(), ps.collect())
+                })
+                .collect();
+            assert_eq!(
+                layout,
+                vec![
+                    (
+                        "a".to_owned(),
+                        vec![(0, 10, 100, current, last), (1, 11, 100, current, last)]
+                    ),
+                    ("b".to_owned(), vec![(0, 12, 100, current, last)]),
+                    ("a".to_owned(), vec![(2, 13, 100, current, last)]),
+                ],
+                "v{version}"
+            );
+        }
+    }
+
+    /// A response's answers, matched to the request's partitions.
+    #[test]
+    fn answers_match_the_request_ignore_strangers_and_count_a_partition_once() {
+        use kafka_protocol::messages::fetch_response::FetchableTopicResponse;
+        let topic = |name: &str, parts: &[(i32, i64)]| {
+            FetchableTopicResponse::default()
+                .with_topic(TopicName(StrBytes::from_string(name.to_owned())))
+                .with_partitions(
+                    parts
+                        .iter()
+                        .map(|(i, hw)| {
+                            PartitionData::default()
+                                .with_partition_index(*i)
+                                .with_high_watermark(*hw)
+                        })
+                        .collect(),
+                )
+        };
+        let list = [want("a", 0, 0), want("b", 1, 0), want("c", 2, 0)];
+        let cases: Vec<AnswersCase> = vec![
+            ("empty", FetchResponse::default(), vec![]),
+            (
+                "in response order, not request order",
+                FetchResponse::default()
+                    .with_responses(vec![topic("b", &[(1, 20)]), topic("a", &[(0, 10)])]),
+                vec![(1, 20), (0, 10)],
+            ),
+            (
+                "a partition not asked for, and a topic not asked for",
+                FetchResponse::default()
+                    .with_responses(vec![topic("a", &[(9, 90), (0, 10)]), topic("x", &[(0, 1)])]),
+                vec![(0, 10)],
+            ),
+            (
+                "answered twice: the first answer counts",
+                FetchResponse::default()
+                    .with_responses(vec![topic("c", &[(2, 30)]), topic("c", &[(2, 31)])]),
+                vec![(2, 30)],
+            ),
+        ];
+        for (what, resp, want) in cases {
+            let got: Vec<(usize, i64)> = answers(&list, &resp)
+                .into_iter()
+                .map(|(i, p)| (i, p.high_watermark))
+                .collect();
+            assert_eq!(got, want, "{what}");
+        }
+    }
+
+    /// What a partition's error code makes the fetcher do.
+    #[test]
+    fn partition_error_decisions() {
+        use AutoOffsetReset::{Earliest, Latest};
+        let none = AutoOffsetReset::None;
+        let cases = [
+            (
+                ErrorCode::OFFSET_OUT_OF_RANGE,
+                Earliest,
+                OnError::Reset(Offset::Beginning),
+            ),
+            (
+                ErrorCode::OFFSET_OUT_OF_RANGE,
+                Latest,
+                OnError::Reset(Offset::End),
+            ),
+            (ErrorCode::OFFSET_OUT_OF_RANGE, none, OnError::OutOfRange),
+            (
+                ErrorCode::NOT_LEADER_OR_FOLLOWER,
+                Latest,
+                OnError::Retry { refresh: true },
+            ),
+            (
+                ErrorCode::FENCED_LEADER_EPOCH,
+                Latest,
+                OnError::Retry { refresh: true },
+            ),
+            (
+                ErrorCode::UNKNOWN_LEADER_EPOCH,
+                Latest,
+                OnError::Retry { refresh: true },
+            ),
+            (
+                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                Latest,
+                OnError::Retry { refresh: true },
+            ),
+            (
+                ErrorCode::KAFKA_STORAGE_ERROR,
+                none,
+                OnError::Retry { refresh: true },
+            ),
+            (
+                ErrorCode::REQUEST_TIMED_OUT,
+                Latest,
+                OnError::Retry { refresh: false },
+            ),
+            (
+                ErrorCode::CORRUPT_MESSAGE,
+                Latest,
+                OnError::Retry { refresh: false },
+            ),
+            (ErrorCode::TOPIC_AUTHORIZATION_FAILED, Latest, OnError::Fail),
+            (ErrorCode::UNSUPPORTED_VERSION, Earliest, OnError::Fail),
+        ];
+        for (code, reset, want) in cases {
+            assert_eq!(on_partition_error(code, reset), want, "{code:?} {reset:?}");
+        }
+    }
+
+    /// check.crcs=false, as in the Java consumer: a batch whose stored CRC does not match its
+    /// (intact) bytes is read like any other. check.crcs=true is the test above.
+    #[test]
+    fn with_check_crcs_false_a_batch_whose_crc_does_not_match_is_read() {
+        let mut bytes = v2_batch(0, 5);
+        let mut bad_crc = v2_batch(5, 5);
+        bad_crc[17] ^= 0xFF; // the CRC field itself
+        bytes.extend(bad_crc);
+        bytes.extend(v2_batch(10, 5));
+        let verified = decode_partition(&tp(), 0, 1, &data(bytes.clone()), CrcCheck::Verify);
+        assert_corrupt_at_5(verified.error.as_ref().expect("refused when verifying"));
+        let chunk = decode_partition(&tp(), 0, 1, &data(bytes), CrcCheck::Skip);
+        assert!(chunk.error.is_none(), "{:?}", chunk.error);
+        let offsets: Vec<i64> = chunk.records.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, (0..15).collect::<Vec<_>>());
+        assert_eq!(chunk.next_offset, 15);
+    }
+
+    /// The property reaches the decoder: default and "true" verify, "false" skips.
+    #[test]
+    fn check_crcs_property_chooses_the_crc_check() {
+        let cases = [
+            (None, CrcCheck::Verify),
+            (Some("true"), CrcCheck::Verify),
+            (Some("false"), CrcCheck::Skip),
+        ];
+        for (value, want) in cases {
+            let props: Vec<(&str, &str)> = value.map(|v| ("check.crcs", v)).into_iter().collect();
+            let cfg = ConsumerConfig::from_properties(props).unwrap();
+            assert_eq!(crc_check(&cfg), want, "check.crcs={value:?}");
+        }
     }
 
     fn assigned(epoch: u64, position: i64) -> BTreeMap<TopicPartition, PartitionState> {
@@ -679,7 +1153,7 @@ mod tests {
     fn the_application_gets_the_records_then_the_error_until_it_seeks() {
         let mut parts = assigned(1, 0);
         let mut buffered = VecDeque::new();
-        let chunk = decode_partition(&tp(), 0, 1, &data(good_corrupt_good()));
+        let chunk = decode_partition(&tp(), 0, 1, &data(good_corrupt_good()), CrcCheck::Verify);
         super::super::accept_chunk(&mut buffered, &mut parts, chunk);
 
         let first =
@@ -708,7 +1182,7 @@ mod tests {
     fn the_error_waits_for_every_record_before_it() {
         let mut parts = assigned(1, 0);
         let mut buffered = VecDeque::new();
-        let chunk = decode_partition(&tp(), 0, 1, &data(good_corrupt_good()));
+        let chunk = decode_partition(&tp(), 0, 1, &data(good_corrupt_good()), CrcCheck::Verify);
         super::super::accept_chunk(&mut buffered, &mut parts, chunk);
         let mut got = Vec::new();
         loop {
@@ -732,12 +1206,12 @@ mod tests {
     fn chunks_of_another_epoch_are_dropped() {
         let mut parts = assigned(7, 0);
         let mut buffered = VecDeque::new();
-        let old = decode_partition(&tp(), 0, 6, &data(v2_batch(0, 5)));
+        let old = decode_partition(&tp(), 0, 6, &data(v2_batch(0, 5)), CrcCheck::Verify);
         super::super::accept_chunk(&mut buffered, &mut parts, old);
         assert!(buffered.is_empty());
         assert_eq!(parts[&tp()].position, Some(0));
         // Queued while current, then the partition was sought: dropped at take.
-        let current = decode_partition(&tp(), 0, 7, &data(v2_batch(0, 5)));
+        let current = decode_partition(&tp(), 0, 7, &data(v2_batch(0, 5)), CrcCheck::Verify);
         super::super::accept_chunk(&mut buffered, &mut parts, current);
         parts.get_mut(&tp()).unwrap().epoch = 8;
         assert!(super::super::take_records(&mut buffered, &mut parts, 500)
@@ -776,7 +1250,7 @@ mod tests {
         let p = data(bytes).with_aborted_transactions(Some(vec![AbortedTransaction::default()
             .with_producer_id(ProducerId(pid))
             .with_first_offset(2)]));
-        let chunk = decode_partition(&tp(), 0, 1, &p);
+        let chunk = decode_partition(&tp(), 0, 1, &p, CrcCheck::Verify);
         assert_eq!(
             chunk.records.iter().map(|r| r.offset).collect::<Vec<_>>(),
             [0, 1]
@@ -809,7 +1283,7 @@ mod tests {
         let mut bytes = with_epoch(v2_batch(0, 2), 3);
         bytes.extend(with_epoch(v2_batch(2, 2), 4));
         bytes.extend(v2_batch(4, 2)); // -1
-        let chunk = decode_partition(&tp(), 0, 1, &data(bytes));
+        let chunk = decode_partition(&tp(), 0, 1, &data(bytes), CrcCheck::Verify);
         assert_eq!((chunk.last_epoch, chunk.next_offset), (Some(4), 6));
         let legacy = std::fs::read(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -817,7 +1291,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(
-            decode_partition(&tp(), 0, 1, &data(legacy)).last_epoch,
+            decode_partition(&tp(), 0, 1, &data(legacy), CrcCheck::Verify).last_epoch,
             None
         );
     }

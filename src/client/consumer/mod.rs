@@ -1,6 +1,6 @@
 //! The consumer: assign partitions, seek, and read records as batches or as a stream.
 //!
-//! Positions live in the consumer; a background [`fetcher`] task keeps one Fetch request in
+//! Positions live in the consumer; a background `fetcher` task keeps one Fetch request in
 //! flight per leader broker and hands decoded records over a bounded channel, so the next fetch
 //! overlaps with the application processing the previous one while a slow application still
 //! bounds memory. Every assignment of a partition, seek and reset gives it a new *epoch*, drawn

@@ -10,7 +10,7 @@ use crate::client::metadata::TopicPartition;
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::{DescribeTransactionsRequest, TransactionalId};
 use kafka_protocol::protocol::StrBytes;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// What the coordinator knows about one transactional id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,13 +38,9 @@ impl TransactionDescription {
     /// How long the transaction has been running, measured with this machine's clock against
     /// the coordinator's start time; `None` without a start time.
     pub fn age(&self) -> Option<Duration> {
-        let start = u64::try_from(self.start_time_ms?).ok()?;
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .ok()?
-            .as_millis();
-        let now = u64::try_from(now).ok()?;
-        Some(Duration::from_millis(now.saturating_sub(start)))
+        let start = self.start_time_ms.filter(|s| *s >= 0)?;
+        let age = crate::client::producer::now_ms().saturating_sub(start);
+        Some(Duration::from_millis(u64::try_from(age).unwrap_or(0)))
     }
 
     /// Whether a transaction is open (records or markers not final yet).
@@ -124,6 +120,7 @@ pub(crate) async fn describe(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::producer::now_ms;
 
     fn description(state: TxnState, start: Option<i64>) -> TransactionDescription {
         TransactionDescription {
@@ -136,10 +133,6 @@ mod tests {
             partitions: Vec::new(),
             coordinator: 1,
         }
-    }
-
-    fn now_ms() -> i64 {
-        crate::client::producer::now_ms()
     }
 
     #[test]

@@ -7,8 +7,8 @@ use bytes::Bytes;
 use super::layout::*;
 use super::varint::{get_varint, get_varlong};
 use super::{
-    Compression, ControlRecord, Header, Record, RecordError, TimestampType, BATCH_HEADER_LEN,
-    LOG_OVERHEAD, MAGIC_V2,
+    Compression, ControlRecord, CrcCheck, Header, Record, RecordError, TimestampType,
+    BATCH_HEADER_LEN, LOG_OVERHEAD, MAGIC_V2,
 };
 use crate::protocol::compression::{decompress_with_limit, DEFAULT_MAX_DECOMPRESSED_BYTES};
 
@@ -478,8 +478,9 @@ pub(super) fn next_frame(buf: &mut Bytes, done: &mut bool) -> Option<Result<Fram
     }))
 }
 
-/// Checks a framed magic-2 entry (header length, CRC-32C) and reads its header.
-pub(super) fn parse_v2(frame: Frame) -> Result<RecordBatch, RecordError> {
+/// Checks a framed magic-2 entry (header length, and its CRC-32C unless `crc` says to skip it)
+/// and reads its header.
+pub(super) fn parse_v2(frame: Frame, crc: CrcCheck) -> Result<RecordBatch, RecordError> {
     let Frame {
         offset,
         length,
@@ -494,14 +495,8 @@ pub(super) fn parse_v2(frame: Frame) -> Result<RecordBatch, RecordError> {
             min: BATCH_HEADER_LEN - LOG_OVERHEAD,
         });
     }
-    let stored = be_i32(&batch, CRC) as u32;
-    let computed = crc32c::crc32c(&batch[ATTRIBUTES..]);
-    if stored != computed {
-        return Err(RecordError::CrcMismatch {
-            offset,
-            stored,
-            computed,
-        });
+    if crc == CrcCheck::Verify {
+        verify_crc32c(offset, &batch)?;
     }
     Ok(RecordBatch {
         base_offset: offset,
@@ -519,6 +514,20 @@ pub(super) fn parse_v2(frame: Frame) -> Result<RecordBatch, RecordError> {
     })
 }
 
+/// The stored CRC-32C of a framed v2 batch (over everything from the attributes on) matches.
+fn verify_crc32c(offset: i64, batch: &[u8]) -> Result<(), RecordError> {
+    let stored = be_i32(batch, CRC) as u32;
+    let computed = crc32c::crc32c(&batch[ATTRIBUTES..]);
+    if stored != computed {
+        return Err(RecordError::CrcMismatch {
+            offset,
+            stored,
+            computed,
+        });
+    }
+    Ok(())
+}
+
 impl Iterator for BatchIter {
     type Item = Result<RecordBatch, RecordError>;
 
@@ -533,7 +542,7 @@ impl Iterator for BatchIter {
                 magic: frame.magic,
             }));
         }
-        Some(parse_v2(frame))
+        Some(parse_v2(frame, CrcCheck::Verify))
     }
 }
 

@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use super::batch::{next_frame, parse_v2};
 use super::legacy::{parse_frame, LegacyMessage, LegacyRecordIter, MAGIC_V0, MAGIC_V1};
-use super::{Record, RecordBatch, RecordError, RecordIter, MAGIC_V2};
+use super::{CrcCheck, Record, RecordBatch, RecordError, RecordIter, MAGIC_V2};
 
 /// One entry of a records buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,9 +70,14 @@ impl FusedIterator for LogRecordIter {}
 /// Iterates the entries of a records buffer in any message format (magic 0, 1 or 2). Framing,
 /// truncation and error behaviour are those of [`decode_batches`](super::decode_batches): a
 /// truncated last entry ends the iteration silently, a corrupt entry is an `Err` item, and the
-/// iteration goes on after it only when its length could be trusted.
+/// iteration goes on after it only when its length could be trusted. Checksums are verified;
+/// [`EntryIter::crc_check`] can turn that off.
 pub fn decode_entries(buf: Bytes) -> EntryIter {
-    EntryIter { buf, done: false }
+    EntryIter {
+        buf,
+        done: false,
+        crc: CrcCheck::Verify,
+    }
 }
 
 /// Iterator over the entries of a records buffer; see [`decode_entries`].
@@ -80,6 +85,15 @@ pub fn decode_entries(buf: Bytes) -> EntryIter {
 pub struct EntryIter {
     buf: Bytes,
     done: bool,
+    crc: CrcCheck,
+}
+
+impl EntryIter {
+    /// Verifies checksums (the default) or skips them (the consumer's `check.crcs=false`).
+    pub fn crc_check(mut self, crc: CrcCheck) -> EntryIter {
+        self.crc = crc;
+        self
+    }
 }
 
 impl Iterator for EntryIter {
@@ -91,8 +105,8 @@ impl Iterator for EntryIter {
             Err(e) => return Some(Err(e)),
         };
         Some(match frame.magic {
-            MAGIC_V2 => parse_v2(frame).map(LogEntry::Batch),
-            MAGIC_V0 | MAGIC_V1 => parse_frame(frame).map(LogEntry::Legacy),
+            MAGIC_V2 => parse_v2(frame, self.crc).map(LogEntry::Batch),
+            MAGIC_V0 | MAGIC_V1 => parse_frame(frame, self.crc).map(LogEntry::Legacy),
             magic => Err(RecordError::UnsupportedMagic {
                 offset: frame.offset,
                 magic,

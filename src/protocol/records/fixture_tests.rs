@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::{
     decode_batches, Compression, ControlRecord, Record, RecordBatch, RecordError, TimestampType,
-    NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
+    BATCH_HEADER_LEN, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
 };
 
 /// Every fixture this module knows; `every_fixture_log_is_covered` fails when one is added to
@@ -598,8 +598,6 @@ const TXN_ZSTD_LAYOUT: [(i64, TzBatch); 11] = [
 
 /// Zstandard frame magic number (RFC 8878), little-endian on the wire.
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
-/// Length of a v2 batch header: the records section (compressed as a whole) follows it.
-const BATCH_HEADER_LEN: usize = 61;
 
 /// Compressed transactions: five transactions of 5 zstd records (commit, abort, commit, abort,
 /// commit, by two producer instances sharing one transactional.id) with a plain zstd batch of 2

@@ -48,7 +48,7 @@ use std::iter::FusedIterator;
 use bytes::Bytes;
 
 use super::batch::{be_i32, be_i64, next_frame, Frame};
-use super::{Compression, Record, RecordError, TimestampType};
+use super::{Compression, CrcCheck, Record, RecordError, TimestampType};
 use crate::protocol::compression::{decompress_with_limit, DEFAULT_MAX_DECOMPRESSED_BYTES};
 
 /// Magic byte of the original message format.
@@ -86,6 +86,8 @@ pub struct LegacyMessage {
     /// Value; for a wrapper the compressed inner message set.
     pub value: Option<Bytes>,
     encoded_len: usize,
+    /// How it was read; a wrapper's inner messages are read the same way.
+    crc: CrcCheck,
 }
 
 impl LegacyMessage {
@@ -186,7 +188,7 @@ impl LegacyMessage {
         let mut done = false;
         let mut last_inner = None;
         while let Some(frame) = next_frame(&mut rest, &mut done) {
-            let m = parse_frame(frame.map_err(|e| inner_error(self.offset, &e))?)
+            let m = parse_frame(frame.map_err(|e| inner_error(self.offset, &e))?, self.crc)
                 .map_err(|e| inner_error(self.offset, &e))?;
             if m.is_wrapper() {
                 return Err(bad("an inner message is compressed"));
@@ -219,6 +221,7 @@ impl LegacyMessage {
                 base,
                 append_time,
                 wrapper_offset: self.offset,
+                crc: self.crc,
             },
         })
     }
@@ -241,8 +244,9 @@ fn inner_error(wrapper_offset: i64, e: &RecordError) -> RecordError {
     }
 }
 
-/// Checks a framed magic 0/1 entry (size, CRC-32) and reads its fields.
-pub(super) fn parse_frame(frame: Frame) -> Result<LegacyMessage, RecordError> {
+/// Checks a framed magic 0/1 entry (size, and its CRC-32 unless `crc` says to skip it) and
+/// reads its fields.
+pub(super) fn parse_frame(frame: Frame, crc: CrcCheck) -> Result<LegacyMessage, RecordError> {
     let Frame {
         offset,
         length,
@@ -261,14 +265,16 @@ pub(super) fn parse_frame(frame: Frame) -> Result<LegacyMessage, RecordError> {
             min,
         });
     }
-    let stored = be_i32(&bytes, CRC) as u32;
-    let computed = crc32fast::hash(&bytes[MAGIC..]);
-    if stored != computed {
-        return Err(RecordError::CrcMismatch {
-            offset,
-            stored,
-            computed,
-        });
+    if crc == CrcCheck::Verify {
+        let stored = be_i32(&bytes, CRC) as u32;
+        let computed = crc32fast::hash(&bytes[MAGIC..]);
+        if stored != computed {
+            return Err(RecordError::CrcMismatch {
+                offset,
+                stored,
+                computed,
+            });
+        }
     }
     let attributes = bytes[ATTRIBUTES] as i8;
     let (timestamp, mut pos) = if magic == MAGIC_V1 {
@@ -314,6 +320,7 @@ pub(super) fn parse_frame(frame: Frame) -> Result<LegacyMessage, RecordError> {
         key,
         value,
         encoded_len: bytes.len(),
+        crc,
     })
 }
 
@@ -354,6 +361,7 @@ enum State {
         /// The wrapper's timestamp when its type is LogAppendTime.
         append_time: Option<i64>,
         wrapper_offset: i64,
+        crc: CrcCheck,
     },
 }
 
@@ -369,9 +377,10 @@ impl Iterator for LegacyRecordIter {
                 base,
                 append_time,
                 wrapper_offset,
+                crc,
             } => {
                 let item = next_frame(rest, done)?
-                    .and_then(parse_frame)
+                    .and_then(|f| parse_frame(f, *crc))
                     .map_err(|e| inner_error(*wrapper_offset, &e));
                 let m = match item {
                     Ok(m) => m,

@@ -7,8 +7,8 @@ use proptest::prelude::*;
 use serde_json::Value;
 
 use super::{
-    decode_batches, decode_entries, BatchBuilder, Compression, LogEntry, ProducerFields, Record,
-    RecordError,
+    decode_batches, decode_entries, BatchBuilder, Compression, CrcCheck, LogEntry, ProducerFields,
+    Record, RecordError,
 };
 use crate::protocol::compression::{compress, CompressionError};
 
@@ -615,4 +615,44 @@ proptest! {
             }
         }
     }
+}
+
+/// `check.crcs`: a plain message and a wrapper's inner message with a CRC that does not match
+/// their (intact) bytes are refused when verifying and read when told to skip the check.
+#[test]
+fn crc_check_skip_reads_messages_whose_crc_does_not_match() {
+    let flip_crc = |mut m: Vec<u8>| {
+        m[12] ^= 0xFF; // the crc field of a v0/v1 message
+        m
+    };
+    let plain = flip_crc(message(7, 1, 0, 100, Some(b"k"), Some(b"v")));
+    let inner = flip_crc(message(0, 1, 0, 100, None, Some(b"inside")));
+    let wrapped = wrapper(8, 1, Compression::Gzip, false, 100, &inner);
+    let mut buf = plain.clone();
+    buf.extend(&wrapped);
+
+    let verified: Vec<_> = decode_entries(Bytes::from(buf.clone())).collect();
+    assert!(
+        matches!(verified[0], Err(RecordError::CrcMismatch { offset: 7, .. })),
+        "{:?}",
+        verified[0]
+    );
+    let inner_err = legacy(&verified[1]).record_iter().unwrap_err();
+    assert_eq!(
+        inner_err.to_string(),
+        "message at offset 8: an inner message fails its CRC check"
+    );
+
+    let mut records = Vec::new();
+    for e in decode_entries(Bytes::from(buf)).crc_check(CrcCheck::Skip) {
+        let e = e.expect("read without its CRC checked");
+        records.extend(e.record_iter().unwrap().map(|r| r.unwrap()));
+    }
+    assert_eq!(
+        summary(&records),
+        vec![
+            (7, 100, Some(&b"k"[..]), Some(&b"v"[..])),
+            (8, 100, None, Some(&b"inside"[..])),
+        ]
+    );
 }

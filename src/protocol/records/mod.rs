@@ -60,6 +60,19 @@ pub use self::legacy::{
 };
 pub use crate::protocol::compression::{Compression, CompressionError};
 
+/// Whether decoding checks each entry's checksum: the CRC-32C of a v2 batch, the CRC-32 of a
+/// v0/v1 message (and of the messages inside a compressed one). A consumer verifies unless the
+/// application sets `check.crcs=false`, as in the Java client; the length, offset and varint
+/// checks that keep decoding safe apply either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CrcCheck {
+    /// Refuse an entry whose stored checksum does not match its bytes.
+    #[default]
+    Verify,
+    /// Do not compute checksums.
+    Skip,
+}
+
 /// Size of the v2 batch header, everything before the first record.
 pub const BATCH_HEADER_LEN: usize = 61;
 /// Bytes before the part counted by batchLength (baseOffset + batchLength).

@@ -1118,3 +1118,40 @@ fn record_iter_is_lazy_and_stops_after_an_error() {
     ));
     assert!(it.next().is_none());
 }
+
+/// `check.crcs`: a v2 batch whose stored CRC does not match its (intact) bytes is refused when
+/// verifying and read, records and all, when told to skip the check. `decode_batches` always
+/// verifies.
+#[test]
+fn crc_check_skip_reads_a_v2_batch_whose_crc_does_not_match() {
+    let mut b = build(
+        Compression::Lz4,
+        &simple_inputs(3, 10),
+        ProducerFields::NONE,
+    )
+    .to_vec();
+    b[CRC] ^= 0xFF;
+    let b = Bytes::from(b);
+    let verified: Vec<_> = decode_entries(b.clone()).collect();
+    assert!(
+        matches!(
+            verified[..],
+            [Err(RecordError::CrcMismatch { offset: 0, .. })]
+        ),
+        "{verified:?}"
+    );
+    assert!(matches!(
+        decode_batches(b.clone()).next(),
+        Some(Err(RecordError::CrcMismatch { .. }))
+    ));
+    let skipped: Vec<_> = decode_entries(b).crc_check(CrcCheck::Skip).collect();
+    let [Ok(entry)] = &skipped[..] else {
+        panic!("one entry, read: {skipped:?}");
+    };
+    let values: Vec<Bytes> = entry
+        .record_iter()
+        .unwrap()
+        .map(|r| r.unwrap().value.unwrap())
+        .collect();
+    assert_eq!(values, vec![Bytes::from(vec![b'v'; 10]); 3]);
+}

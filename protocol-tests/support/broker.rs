@@ -1,0 +1,70 @@
+//! Brokers the tests start themselves (to kill, restart or configure differently from the shared
+//! one), through protocol-tests/kafka-broker.sh.
+
+use super::repo;
+use std::process::Command;
+
+/// A private broker, wiped when dropped.
+pub struct PrivateBroker {
+    env: Vec<(String, String)>,
+    pub addr: String,
+}
+
+impl PrivateBroker {
+    pub fn start(port: u16) -> PrivateBroker {
+        Self::start_with(port, "")
+    }
+
+    /// A private broker with extra server.properties lines (`;`-separated), e.g.
+    /// "auto.create.topics.enable=false". The controller uses port + 1.
+    pub fn start_with(port: u16, extra_props: &str) -> PrivateBroker {
+        let dir = repo().join(format!("target/kafka-private-{port}"));
+        let tv = std::env::var("ONCEFLOW_EXPECT_TV").unwrap_or_else(|_| "2".into());
+        let mut env = vec![
+            ("KAFKA_TV".to_owned(), tv),
+            ("KAFKA_PORT".to_owned(), port.to_string()),
+            ("KAFKA_DIR".to_owned(), dir.display().to_string()),
+        ];
+        if !extra_props.is_empty() {
+            env.push(("KAFKA_EXTRA_PROPS".to_owned(), extra_props.to_owned()));
+        }
+        let mut b = PrivateBroker {
+            addr: String::new(),
+            env,
+        };
+        b.run("wipe");
+        b.addr = b.run("start");
+        b
+    }
+
+    pub fn run(&self, action: &str) -> String {
+        let env: Vec<(&str, &str)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        broker_script(action, &env)
+    }
+}
+
+impl Drop for PrivateBroker {
+    fn drop(&mut self) {
+        self.run("wipe");
+    }
+}
+
+/// Runs protocol-tests/kafka-broker.sh with env overrides.
+pub fn broker_script(action: &str, env: &[(&str, &str)]) -> String {
+    let out = Command::new("bash")
+        .arg(repo().join("protocol-tests/kafka-broker.sh"))
+        .arg(action)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run kafka-broker.sh");
+    assert!(
+        out.status.success(),
+        "kafka-broker.sh {action} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}

@@ -63,6 +63,9 @@ pub(crate) enum Verdict {
 
 /// Decides a batch's fate. The error classes come from [`crate::client::classify`]; what is
 /// particular to produce is the idempotence handling of sequence errors (KIP-360).
+///
+/// Long on purpose: one `match` over (outcome, error class, idempotence state) read as a
+/// decision table, row for row with its table test; splitting it would scatter the rows.
 pub(crate) fn verdict(
     view: &PartitionView,
     b: &ProducerBatch,

@@ -22,6 +22,10 @@ pub(crate) const LAST_USABLE_EPOCH: i16 = i16::MAX - 1;
 /// coordinator shows the old id at epoch 32767). DescribeTransactions does not name the
 /// previous id, but a new id at epoch 0 in a Complete state arises only from that move (a
 /// transaction begun at epoch 0 ends at epoch 1), so it is ours when our epoch was the last.
+///
+/// Long on purpose: one decision table over (state, producer id, epoch, protocol version),
+/// row for row with the 40-row table test; splitting it would hide the epoch rules that tie
+/// the rows together.
 pub(crate) fn judge(p: &PreparedTransaction<&str>, d: &TransactionDescription) -> Judgement {
     let tv2 = p.transaction_version >= 2;
     let saved = p.producer_epoch as i32;

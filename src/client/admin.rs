@@ -151,12 +151,7 @@ impl Admin {
     /// # Errors
     /// The first per-topic error, e.g. TOPIC_ALREADY_EXISTS or INVALID_REPLICATION_FACTOR.
     pub async fn create_topics(&self, topics: &[NewTopic]) -> Result<()> {
-        let timeout_ms = self
-            .cluster
-            .config()
-            .api_timeout
-            .as_millis()
-            .min(i32::MAX as u128) as i32;
+        let timeout_ms = self.controller_timeout_ms();
         let req = CreateTopicsRequest::default()
             .with_timeout_ms(timeout_ms)
             .with_topics(
@@ -213,12 +208,7 @@ impl Admin {
     /// # Errors
     /// The first per-topic error, e.g. UNKNOWN_TOPIC_OR_PARTITION.
     pub async fn delete_topics(&self, names: &[&str]) -> Result<()> {
-        let timeout_ms = self
-            .cluster
-            .config()
-            .api_timeout
-            .as_millis()
-            .min(i32::MAX as u128) as i32;
+        let timeout_ms = self.controller_timeout_ms();
         let req = DeleteTopicsRequest::default()
             .with_timeout_ms(timeout_ms)
             .with_topic_names(
@@ -262,12 +252,7 @@ impl Admin {
     pub async fn create_partitions(&self, topic: &str, count: i32) -> Result<()> {
         use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
         use kafka_protocol::messages::CreatePartitionsRequest;
-        let timeout_ms = self
-            .cluster
-            .config()
-            .api_timeout
-            .as_millis()
-            .min(i32::MAX as u128) as i32;
+        let timeout_ms = self.controller_timeout_ms();
         let req = CreatePartitionsRequest::default()
             .with_timeout_ms(timeout_ms)
             .with_topics(vec![CreatePartitionsTopic::default()
@@ -317,6 +302,12 @@ impl Admin {
                 .collect())
         })
         .await
+    }
+
+    /// How long the controller may take (the requests' timeout_ms): default.api.timeout.ms.
+    fn controller_timeout_ms(&self) -> i32 {
+        let ms = self.cluster.config().api_timeout.as_millis();
+        i32::try_from(ms).unwrap_or(i32::MAX)
     }
 
     async fn wait_for(

@@ -19,7 +19,7 @@ use super::admin::{retrying, Admin};
 
 use super::config::ProducerConfig;
 use super::error::{Error, Result};
-use super::metadata::TopicPartition;
+use super::metadata::{by_topic, TopicPartition};
 use super::producer::Producer;
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::describe_producers_request::TopicRequest;
@@ -257,13 +257,7 @@ impl Admin {
         tps: &[TopicPartition],
     ) -> Result<Vec<ActiveProducer>> {
         let cluster = self.cluster();
-        let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-        for tp in tps {
-            topics
-                .entry(tp.topic.as_str())
-                .or_default()
-                .push(tp.partition);
-        }
+        let topics = by_topic(tps);
         let req = DescribeProducersRequest::default().with_topics(
             topics
                 .iter()

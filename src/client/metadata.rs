@@ -1,6 +1,6 @@
 //! The metadata cache's data: which broker leads which partition.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// A topic and partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -115,4 +115,14 @@ impl CoordinatorKind {
             CoordinatorKind::Transaction => 1,
         }
     }
+}
+
+/// Partitions grouped by topic, topics sorted, partitions in the order given: the shape of
+/// every request that lists partitions per topic.
+pub(crate) fn by_topic(tps: &[TopicPartition]) -> BTreeMap<&str, Vec<i32>> {
+    let mut out: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for tp in tps {
+        out.entry(tp.topic.as_str()).or_default().push(tp.partition);
+    }
+    out
 }

@@ -6,7 +6,7 @@
 
 use super::assignor::MemberSubscription;
 use crate::client::error::{Error, Result};
-use crate::client::metadata::TopicPartition;
+use crate::client::metadata::{by_topic, TopicPartition};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition as WireAssignedTp;
 use kafka_protocol::messages::consumer_protocol_subscription::TopicPartition as WireOwnedTp;
@@ -14,7 +14,6 @@ use kafka_protocol::messages::{
     ConsumerProtocolAssignment, ConsumerProtocolSubscription, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use std::collections::BTreeMap;
 
 /// The subscription version onceflow writes: v2 carries the owned partitions (cooperative
 /// protocol) and their generation; v3 adds only the rack, which onceflow does not send.
@@ -40,15 +39,6 @@ fn decode_versioned<T: Decodable>(mut bytes: Bytes, what: &str) -> Result<T> {
     // Newer versions only add fields; decode at the highest version we know.
     let version = bytes.get_i16().clamp(0, HIGHEST_KNOWN_VERSION);
     T::decode(&mut bytes, version).map_err(|e| Error::InvalidState(format!("{what}: {e}")))
-}
-
-/// Partitions grouped by topic, topics and partitions in the order given (topics sorted).
-fn by_topic(tps: &[TopicPartition]) -> BTreeMap<&str, Vec<i32>> {
-    let mut out: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-    for tp in tps {
-        out.entry(tp.topic.as_str()).or_default().push(tp.partition);
-    }
-    out
 }
 
 /// This member's subscription, as JoinGroup announces it for every strategy.

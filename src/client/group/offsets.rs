@@ -3,7 +3,7 @@
 use crate::client::cluster::{Cluster, Stale};
 use crate::client::coordinator::CoordinatorKind;
 use crate::client::error::{Error, Op, Result};
-use crate::client::metadata::TopicPartition;
+use crate::client::metadata::{by_topic, TopicPartition};
 use crate::client::retry::Step;
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::offset_commit_request::{
@@ -22,17 +22,6 @@ pub(crate) struct Committer {
     pub generation: i32,
     pub member_id: String,
     pub instance_id: Option<String>,
-}
-
-fn by_topic(tps: &[TopicPartition]) -> BTreeMap<&str, Vec<i32>> {
-    let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-    for tp in tps {
-        topics
-            .entry(tp.topic.as_str())
-            .or_default()
-            .push(tp.partition);
-    }
-    topics
 }
 
 /// Calls the group coordinator through the retry executor until `deadline` (then the last

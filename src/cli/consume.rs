@@ -69,7 +69,7 @@ fn parse_offset(s: &str) -> Result<Offset, Error> {
 }
 
 fn bad_offset(s: &str) -> Error {
-    Error::InvalidState(format!(
+    Error::Usage(format!(
         "invalid offset '{s}' for -o: use beginning, end, a non-negative offset, or @TIMESTAMP_MS"
     ))
 }
@@ -101,7 +101,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Error> {
     let mut source = match &args.group {
         Some(group) => {
             if !args.partitions.is_empty() {
-                return Err(Error::InvalidState(
+                return Err(Error::Usage(
                     "-p cannot be combined with -G: the group assigns the partitions".into(),
                 ));
             }
@@ -109,7 +109,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Error> {
                 Offset::Beginning => "earliest",
                 Offset::End => "latest",
                 _ => {
-                    return Err(Error::InvalidState(
+                    return Err(Error::Usage(
                         "with -G, -o must be beginning or end (where to start without a committed offset)".into(),
                     ))
                 }

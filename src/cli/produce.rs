@@ -56,7 +56,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Error> {
     }
     let config = props::producer(&args.broker, &props)?;
     if args.key_delimiter.as_deref() == Some("") {
-        return Err(Error::InvalidState("-K needs a non-empty separator".into()));
+        return Err(Error::Usage("-K needs a non-empty separator".into()));
     }
     let producer = Producer::new(config.clone()).await?;
     // Fail fast on a missing topic, before reading stdin (looked up as the producer does:
@@ -100,7 +100,7 @@ fn transactional_id(args: &Args) -> Result<Option<String>, Error> {
     }
     let id = match (&args.transactional_id, from_props) {
         (Some(a), Some(b)) if *a != b => {
-            return Err(Error::InvalidState(format!(
+            return Err(Error::Usage(format!(
                 "--transactional-id '{a}' contradicts -X transactional.id={b}; give one"
             )))
         }
@@ -117,17 +117,13 @@ fn transactional_id(args: &Args) -> Result<Option<String>, Error> {
         None
     };
     if let (Some(flag), None) = (flag, &id) {
-        return Err(Error::InvalidState(format!(
-            "{flag} needs --transactional-id"
-        )));
+        return Err(Error::Usage(format!("{flag} needs --transactional-id")));
     }
     if args.txn_records == Some(0) {
-        return Err(Error::InvalidState(
-            "--txn-records must be at least 1".into(),
-        ));
+        return Err(Error::Usage("--txn-records must be at least 1".into()));
     }
     if args.prepare_only && (args.abort || args.txn_records.is_some()) {
-        return Err(Error::InvalidState(
+        return Err(Error::Usage(
             "--prepare-only writes one transaction and leaves it open; it cannot be combined with --abort or --txn-records".into(),
         ));
     }
@@ -203,7 +199,7 @@ async fn check_deliveries(mut rx: mpsc::Receiver<DeliveryFuture>) -> Checked {
 async fn join(checker: JoinHandle<Checked>) -> Result<Checked, Error> {
     checker
         .await
-        .map_err(|e| Error::InvalidState(format!("delivery checker failed: {e}")))
+        .map_err(|e| Error::Usage(format!("delivery checker failed: {e}")))
 }
 
 fn summary(topic: &str, ok: u64, failed: u64, start: Instant) -> String {
@@ -320,25 +316,25 @@ async fn prepare_only(
         (Ok(p), None) if failed == 0 => p,
         (Err(e), _) | (Ok(_), Some(e)) => {
             let _ = producer.abort_transaction().await;
-            return Err(Error::InvalidState(format!(
+            return Err(Error::Usage(format!(
                 "transaction '{id}' not prepared (aborted): {e}"
             )));
         }
         (Ok(_), None) => {
             let _ = producer.abort_transaction().await;
-            return Err(Error::InvalidState(format!(
+            return Err(Error::Usage(format!(
                 "transaction '{id}' not prepared (aborted): {failed} record(s) failed"
             )));
         }
     };
     let json = serde_json::to_string(&prepared)
-        .map_err(|e| Error::InvalidState(format!("encoding the prepared transaction: {e}")))?;
+        .map_err(|e| Error::Usage(format!("encoding the prepared transaction: {e}")))?;
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "{json}")
             .and_then(|()| out.flush())
             .map_err(|e| {
-                Error::InvalidState(format!("writing the prepared transaction to stdout: {e}"))
+                Error::Usage(format!("writing the prepared transaction to stdout: {e}"))
             })?;
     }
     let timeout = config.transaction_timeout;

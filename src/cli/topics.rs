@@ -69,7 +69,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Error> {
             props,
         } => {
             if partitions < 1 {
-                return Err(Error::InvalidState(format!(
+                return Err(Error::Usage(format!(
                     "--partitions must be at least 1, got {partitions}"
                 )));
             }

@@ -111,7 +111,7 @@ fn canonical_state(s: &str) -> Result<String, Error> {
         .find(|k| k.as_str().eq_ignore_ascii_case(s))
         .map(|k| k.as_str().to_owned())
         .ok_or_else(|| {
-            Error::InvalidState(format!(
+            Error::Usage(format!(
                 "unknown transaction state '{s}' for --state; use one of {}",
                 TRANSACTION_STATES
                     .iter()
@@ -123,7 +123,7 @@ fn canonical_state(s: &str) -> Result<String, Error> {
 }
 
 fn not_found(id: &str) -> Error {
-    Error::InvalidState(format!(
+    Error::Usage(format!(
         "transactional id '{id}' is not known to its coordinator (never used, or expired after transactional.id.expiration.ms)"
     ))
 }
@@ -294,15 +294,14 @@ async fn abort(conn: Conn, id: &str) -> Result<ExitCode, Error> {
 fn parse_prepared(arg: &str) -> Result<PreparedTransaction, Error> {
     let (text, source) = match arg.strip_prefix('@') {
         Some(path) => (
-            std::fs::read_to_string(path).map_err(|e| {
-                Error::InvalidState(format!("cannot read --prepared file '{path}': {e}"))
-            })?,
+            std::fs::read_to_string(path)
+                .map_err(|e| Error::Usage(format!("cannot read --prepared file '{path}': {e}")))?,
             format!("file '{path}'"),
         ),
         None => (arg.to_owned(), "--prepared".to_owned()),
     };
     serde_json::from_str(text.trim()).map_err(|e| {
-        Error::InvalidState(format!(
+        Error::Usage(format!(
             "{source} is not a prepared transaction ({e}); expected the JSON line `onceflow produce --prepare-only` prints, e.g. {{\"transactional_id\":\"t\",\"producer_id\":1,\"producer_epoch\":0,\"transaction_version\":2}}"
         ))
     })

@@ -413,7 +413,7 @@ impl Cluster {
                     if let Ok((_, Some(found))) = answer {
                         return Ok(found);
                     }
-                    Error::InvalidState(format!("metadata for topic '{topic}' went missing"))
+                    Error::Internal(format!("metadata for topic '{topic}' went missing"))
                 }
                 LookupStep::Retry => {
                     attempt += 1;

@@ -15,10 +15,12 @@ mod producer_id;
 mod sender;
 mod transaction;
 mod txn_phase;
+mod txn_requests;
 mod verdict;
 
 pub use metrics::ProducerMetrics;
-pub use transaction::GroupMetadata;
+// GroupMetadata belongs to the group module; re-exported here, where it used to be.
+pub use crate::client::group::GroupMetadata;
 // The two-phase-commit API lives in `client::txn`; re-exported here where it used to be.
 pub use crate::client::txn::{resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd};
 pub(crate) use accumulator::Identity;
@@ -138,8 +140,6 @@ pub(crate) struct Inner {
     pub flushes: Arc<flush::FlushTracker>,
     pub flushing: AtomicUsize,
     pub closed: AtomicBool,
-    /// Set when the producer can no longer send (e.g. an epoch bump was refused).
-    pub fatal: Mutex<Option<Error>>,
     pub counters: metrics::Counters,
 }
 
@@ -229,7 +229,6 @@ impl Producer {
             flushes: flush::FlushTracker::new(),
             flushing: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
-            fatal: Mutex::new(None),
             counters: metrics::Counters::default(),
         });
         tokio::spawn(sender::run(inner.clone()));
@@ -274,17 +273,10 @@ impl Producer {
         if inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("producer"));
         }
-        if let Some(e) = inner
-            .fatal
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        {
-            return Err(e);
-        }
         // A transactional producer sends only inside a transaction: before init_transactions()
         // the record would wait forever for a partition that is never added; between commit
-        // and begin_transaction() it would be written outside any transaction.
+        // and begin_transaction() it would be written outside any transaction. A failed
+        // producer (fenced, an epoch bump refused) sends nothing.
         inner.check_can_send()?;
         let cfg = &inner.config;
         let size = BatchBuilder::encoded_record_size(

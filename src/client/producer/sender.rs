@@ -20,14 +20,15 @@
 //! fate from the response and a snapshot of its partition, and `finish` resolves its records,
 //! or puts a retriable batch back in creation order, and wakes the sender.
 
-use super::accumulator::{DrainConfig, Drained, ProducerBatch};
+use super::accumulator::{DrainConfig, Drained, EpochBump, ProducerBatch};
 use super::metrics::Counters;
+use super::txn_phase::TxnPhase;
 use super::verdict::{verdict, PartitionResult, PartitionView, Verdict};
 use super::{producer_id, Inner};
 use crate::client::cluster::{backoff, NodeState};
 use crate::client::config::Acks;
 use crate::client::connection::Connection;
-use crate::client::error::{Error, ErrorClass, Op};
+use crate::client::error::{Error, Op};
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ProduceRequest, TopicName};
@@ -124,9 +125,13 @@ pub(crate) async fn run(inner: Arc<Inner>) {
             let mut acc = inner.lock();
             // A doomed transaction sends nothing more: its batches fail at once, so that
             // commit reports the error and abort does not wait for them.
-            let doomed = acc.txn.as_ref().and_then(|t| t.error.clone());
-            if let Some(err) = &doomed {
-                let (mem, n, batches) = acc.fail_unsent(err);
+            let doomed = acc.txn.as_ref().and_then(|t| {
+                let fatal = matches!(t.phase, TxnPhase::FatalError(_));
+                t.phase.doom().map(|e| (e.clone(), fatal))
+            });
+            if let Some((err, fatal)) = &doomed {
+                // A failed producer resends nothing: everything queued fails.
+                let (mem, n, batches) = acc.fail_unsent(err, !fatal);
                 if n > 0 {
                     inner.release(mem);
                     Counters::add(&inner.counters.batches_failed, batches as u64);
@@ -201,7 +206,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
                     Some(Some(conn)) => dispatch(&inner, conn, leader, batches),
                     _ => {
                         for b in batches {
-                            let e = Error::InvalidState(format!(
+                            let e = Error::Internal(format!(
                                 "no connection to broker {leader} for {}",
                                 b.tp
                             ));
@@ -265,9 +270,8 @@ async fn bump_epoch(inner: &Arc<Inner>, current: super::accumulator::Identity) {
             warn!(error = %e, "epoch bump failed; failing buffered records");
             let drained: Vec<ProducerBatch> = {
                 let mut acc = inner.lock();
-                acc.bump_needed = false;
+                acc.bump = EpochBump::Failed(e.clone());
                 acc.identity = None;
-                *inner.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
                 acc.partitions
                     .values_mut()
                     .flat_map(|q| q.ready.drain(..).collect::<Vec<_>>())
@@ -478,7 +482,10 @@ fn finish(inner: &Arc<Inner>, mut b: ProducerBatch, outcome: Result<PartitionRes
                 });
             }
             let mut acc = inner.lock();
-            acc.bump_needed |= bump;
+            // A transactional producer's epoch is the coordinator's to bump.
+            if bump && acc.txn.is_none() {
+                acc.need_bump();
+            }
             let tp = b.tp.clone();
             settle(&mut acc, &tp);
             acc.queue(&tp).requeue(b);
@@ -504,25 +511,21 @@ fn finish(inner: &Arc<Inner>, mut b: ProducerBatch, outcome: Result<PartitionRes
             {
                 let mut acc = inner.lock();
                 settle(&mut acc, &tp);
-                let fatal = error.class_in(Op::TxnProduce) == ErrorClass::Fatal;
                 match acc.txn.as_mut() {
                     // In a transaction a failed batch dooms the transaction (it must abort;
                     // the abort resets sequences); fencing dooms the producer.
                     Some(t) => {
-                        t.reinit |= matches!(
+                        let reinit = matches!(
                             error.code(),
                             Some(
                                 ErrorCode::INVALID_PRODUCER_EPOCH | ErrorCode::UNKNOWN_PRODUCER_ID
                             )
                         );
-                        t.error.get_or_insert(error.clone());
-                        if fatal {
-                            *inner.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);
-                        }
+                        t.fail(error, Op::TxnProduce, reinit);
                     }
                     // A failed batch leaves a hole in the sequence: later batches would be
                     // refused as out of order until the epoch is bumped and they are renumbered.
-                    None if had_sequence => acc.bump_needed = true,
+                    None if had_sequence => acc.need_bump(),
                     None => {}
                 }
             }

@@ -4,6 +4,9 @@
 //! - `accumulator`: per-partition open and ready batches, bounded by buffer.memory.
 //! - `sender`: one task that closes batches on linger/size, groups ready batches by leader and
 //!   sends one Produce request per broker, keeping at most max.in.flight batches per partition.
+//! - `transaction`: the transaction methods (init, begin, send offsets, prepare, commit,
+//!   abort); `txn_phase`: the transaction state enum and its checked transitions;
+//!   `txn_requests`: the coordinator requests they send.
 //!
 //! See DESIGN.md, "A batch's life", for the path a record takes.
 

@@ -518,57 +518,31 @@ impl Accumulator {
         let mut ready: HashMap<i32, bool> = HashMap::new();
         let mut next_wake = None;
         for (tp, q) in self.partitions.iter_mut() {
-            if let Some(open) = &q.open {
-                let due = open.created + config.linger;
-                if flushing || due <= now {
-                    out.released += close_open(tp, q, identity, transactional);
-                } else {
-                    next_wake = min_instant(next_wake, due);
-                }
-            }
-            // Expire batches that waited too long. Never ones in flight: their fate is
-            // decided by the response.
-            while q
-                .ready
-                .front()
-                .is_some_and(|b| b.created + config.delivery_timeout <= now)
-            {
-                if let Some(b) = q.ready.pop_front() {
-                    out.gap |= b.base_sequence >= 0;
-                    out.expired.push(b);
-                }
-            }
-            if let Some(b) = q.ready.front() {
-                next_wake = min_instant(next_wake, b.created + config.delivery_timeout);
-            }
-            if bumping || closed_txn || q.in_flight >= config.max_in_flight {
+            let wake = close_and_expire(
+                tp,
+                q,
+                now,
+                flushing,
+                config,
+                identity,
+                transactional,
+                &mut out,
+            );
+            next_wake = wake.map_or(next_wake, |w| min_instant(next_wake, w));
+            if bumping || closed_txn {
                 continue;
             }
-            let Some(head) = q.ready.front() else {
-                continue;
-            };
-            if let Some(added) = needs_add {
-                if !added.contains(tp) {
+            match head_gate(tp, q, now, config, needs_add) {
+                HeadGate::Go => {}
+                HeadGate::Hold => continue,
+                HeadGate::Until(at) => {
+                    next_wake = min_instant(next_wake, at);
+                    continue;
+                }
+                HeadGate::AddFirst => {
                     wanted_add.insert(tp.clone());
                     continue;
                 }
-            }
-            if let Some(at) = head.retry_at.filter(|at| *at > now) {
-                next_wake = min_instant(next_wake, at);
-                continue;
-            }
-            // A retry waits until everything sent after it has settled, so it is the
-            // first of its partition the broker sees again.
-            if head.attempts > 0 && q.in_flight > 0 {
-                continue;
-            }
-            // Until the partition has acknowledged a batch (per epoch), only one goes out.
-            // A broker with no state for this producer accepts any first sequence: had
-            // batch 1 succeeded while batch 0 hit NOT_LEADER_OR_FOLLOWER, batch 0 could
-            // never be written in order again. Without idempotence the same rule keeps a
-            // new topic's first retry from reordering records.
-            if q.last_acked_offset < 0 && q.acked_through < 0 && q.in_flight > 0 {
-                continue;
             }
             let Some(leader) = leader(tp) else {
                 out.missing_leader = true;
@@ -589,6 +563,20 @@ impl Accumulator {
             }
         }
         out.next_wake = next_wake;
+        self.after_round(&mut out, wanted_add, config);
+        out
+    }
+
+    /// The end of a round: a sequence gap dooms the transaction or asks for an epoch bump;
+    /// the open transaction learns that records went out and which partitions to add; a
+    /// producer without idempotence forgets idle partitions.
+    fn after_round(
+        &mut self,
+        out: &mut Drained,
+        wanted_add: HashSet<TopicPartition>,
+        config: &DrainConfig,
+    ) {
+        let identity = self.identity;
         if out.gap && identity.is_some() {
             if let Some(t) = self.txn.as_mut() {
                 let error = crate::client::Error::Timeout {
@@ -616,7 +604,6 @@ impl Accumulator {
         if out.idle && identity.is_none() {
             self.partitions.clear();
         }
-        out
     }
 
     /// Batches in flight across all partitions.
@@ -630,6 +617,93 @@ impl Accumulator {
 pub(crate) fn seq_after(a: i32, b: i32) -> bool {
     let diff = (a as i64 - b as i64).rem_euclid(i32::MAX as i64 + 1);
     diff > 0 && diff < (1 << 30)
+}
+
+/// A partition's own part of a round: closes its open batch when linger.ms passed (or on
+/// flush), takes out ready batches past delivery.timeout.ms (never ones in flight: their fate
+/// is decided by the response). Returns when the partition needs looking at again.
+#[allow(clippy::too_many_arguments)]
+fn close_and_expire(
+    tp: &TopicPartition,
+    q: &mut PartitionQueue,
+    now: Instant,
+    flushing: bool,
+    config: &DrainConfig,
+    identity: Option<Identity>,
+    transactional: bool,
+    out: &mut Drained,
+) -> Option<Instant> {
+    let mut wake = None;
+    if let Some(open) = &q.open {
+        let due = open.created + config.linger;
+        if flushing || due <= now {
+            out.released += close_open(tp, q, identity, transactional);
+        } else {
+            wake = min_instant(wake, due);
+        }
+    }
+    while q
+        .ready
+        .front()
+        .is_some_and(|b| b.created + config.delivery_timeout <= now)
+    {
+        if let Some(b) = q.ready.pop_front() {
+            out.gap |= b.base_sequence >= 0;
+            out.expired.push(b);
+        }
+    }
+    if let Some(b) = q.ready.front() {
+        wake = min_instant(wake, b.created + config.delivery_timeout);
+    }
+    wake
+}
+
+/// Whether a partition's head batch may go out, as far as the partition alone decides (the
+/// leader is checked after).
+#[derive(Debug, PartialEq, Eq)]
+enum HeadGate {
+    Go,
+    /// Not now; something else wakes the sender (a response, a new batch).
+    Hold,
+    /// Not before this time (a retry's backoff).
+    Until(Instant),
+    /// Classic protocol: the partition must join the transaction first.
+    AddFirst,
+}
+
+fn head_gate(
+    tp: &TopicPartition,
+    q: &PartitionQueue,
+    now: Instant,
+    config: &DrainConfig,
+    needs_add: Option<&HashSet<TopicPartition>>,
+) -> HeadGate {
+    if q.in_flight >= config.max_in_flight {
+        return HeadGate::Hold;
+    }
+    let Some(head) = q.ready.front() else {
+        return HeadGate::Hold;
+    };
+    if needs_add.is_some_and(|added| !added.contains(tp)) {
+        return HeadGate::AddFirst;
+    }
+    if let Some(at) = head.retry_at.filter(|at| *at > now) {
+        return HeadGate::Until(at);
+    }
+    // A retry waits until everything sent after it has settled, so it is the first of its
+    // partition the broker sees again.
+    if head.attempts > 0 && q.in_flight > 0 {
+        return HeadGate::Hold;
+    }
+    // Until the partition has acknowledged a batch (per epoch), only one goes out. A broker
+    // with no state for this producer accepts any first sequence: had batch 1 succeeded while
+    // batch 0 hit NOT_LEADER_OR_FOLLOWER, batch 0 could never be written in order again.
+    // Without idempotence the same rule keeps a new topic's first retry from reordering
+    // records.
+    if q.last_acked_offset < 0 && q.acked_through < 0 && q.in_flight > 0 {
+        return HeadGate::Hold;
+    }
+    HeadGate::Go
 }
 
 /// Sequence numbers wrap from i32::MAX to 0, as the broker expects.

@@ -173,6 +173,10 @@ impl TxnPhase {
 /// Moves `phase` by `event`: the new phase, or the unchanged phase and the error that tells the
 /// caller what to do instead. A pure function, table-tested; it takes the phase by value so
 /// that the open transaction's data moves along without a copy.
+///
+/// Long on purpose: it is the transition table itself, one arm per (phase, event) pair that
+/// is allowed, then one per refusal with its message. Split up, the table could no longer be
+/// read (or checked for a missing pair) in one place.
 pub(crate) fn next(phase: TxnPhase, event: TxnEvent) -> (TxnPhase, Result<(), Error>) {
     use TxnEvent as E;
     use TxnPhase as P;

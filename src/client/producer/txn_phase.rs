@@ -6,13 +6,15 @@
 //! re-initialize the producer id instead of sending EndTxn.
 //!
 //! ```text
-//! Uninitialized ──init──▶ Initializing ──ok──▶ Ready ──begin──▶ InTransaction ◀─┐ end failed
-//!        ▲                     │                 ▲  ▲                │           │
+//! Uninitialized ──init──▶ Initializing ──ok──▶ Ready ──begin──▶ InTransaction
+//!        ▲                     │                 ▲  ▲                │
 //!        └──────failed─────────┘                 │  └──(re-)init     ├─commit─▶ Committing ─┐
 //!                                                │                   └─abort──▶ Aborting ───┤
 //!                                                └────────────── ended ────────────────────┘
+//!   an end that fails: Committing → InTransaction; Aborting → InTransaction, or
+//!                      AbortableError when the transaction was doomed
 //!   InTransaction / Committing ──a record or request failed──▶ AbortableError ──abort──▶ Aborting
-//!   any phase ──fencing, an epoch that cannot be bumped──▶ FatalError (refuses everything)
+//!   any phase ──fenced, not authorized──▶ FatalError (refuses everything, for good)
 //! ```
 //!
 //! Every public call asks [`next`] first, so a call out of order fails at once with an error

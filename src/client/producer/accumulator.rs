@@ -433,14 +433,16 @@ impl Accumulator {
                 }
             }
             let first_unsent = if keep_sent {
-                q.ready
+                let first = q
+                    .ready
                     .iter()
                     .position(|b| b.attempts == 0)
-                    .unwrap_or(q.ready.len())
+                    .unwrap_or(q.ready.len());
+                debug_assert!(q.ready.iter().skip(first).all(|b| b.attempts == 0));
+                first
             } else {
                 0
             };
-            debug_assert!(q.ready.iter().skip(first_unsent).all(|b| b.attempts == 0));
             for b in q.ready.drain(first_unsent..) {
                 n += b.record_count();
                 batches += 1;
@@ -811,6 +813,24 @@ mod tests {
         assert_eq!(batches, 2);
         let left: Vec<u64> = acc.queue(&tp).ready.iter().map(|b| b.order).collect();
         assert_eq!(left, vec![3], "the batch the broker may have written stays");
+    }
+
+    #[test]
+    fn a_failed_producer_fails_every_queued_batch() {
+        let mut acc = Accumulator::default();
+        let tp = TopicPartition::new("t", 0);
+        for (order, attempts) in [(3, 1), (4, 0)] {
+            let mut b = batch(order);
+            b.attempts = attempts;
+            acc.queue(&tp).ready.push_back(b);
+        }
+        let err = crate::client::Error::Fenced("fenced".into());
+        let (_, _, batches) = acc.fail_unsent(&err, false);
+        assert_eq!(
+            batches, 2,
+            "nothing will be resent: the sent batch fails too"
+        );
+        assert!(acc.queue(&tp).ready.is_empty());
     }
 
     #[test]

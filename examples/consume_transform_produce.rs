@@ -130,7 +130,7 @@ async fn run(a: Args) -> Result<(), Error> {
                 );
             }
             if revoked.0.load(Ordering::SeqCst) {
-                return Err(Error::InvalidState(
+                return Err(Error::TransactionAbortable(
                     "partitions were revoked mid-transaction".into(),
                 ));
             }

@@ -104,7 +104,7 @@ impl Admin {
     /// metadata (each coordinates part of the ids) and merging the answers, sorted by id.
     ///
     /// # Errors
-    /// [`Error::InvalidState`] naming a state filter the brokers do not know; broker errors
+    /// [`Error::Usage`] naming a state filter the brokers do not know; broker errors
     /// (e.g. CLUSTER_AUTHORIZATION_FAILED) and [`Error::Timeout`] after retries within
     /// default.api.timeout.ms. One broker failing fails the call: a partial list could hide
     /// the very transaction being looked for.
@@ -170,7 +170,7 @@ impl Admin {
             if !r.unknown_state_filters.is_empty() {
                 let unknown: Vec<&str> =
                     r.unknown_state_filters.iter().map(|s| s.as_str()).collect();
-                return Err(Error::InvalidState(format!(
+                return Err(Error::Usage(format!(
                     "unknown transaction state(s) {}; known states: {}",
                     unknown.join(", "),
                     TRANSACTION_STATES
@@ -271,9 +271,9 @@ impl Admin {
         retrying(cluster, "describe_producers", || async {
             // Leadership may have moved since the caller grouped the partitions: a stale
             // leader answers NOT_LEADER_OR_FOLLOWER, which refreshes metadata and retries.
-            let first = tps.first().ok_or_else(|| {
-                Error::InvalidState("describe_producers needs a partition".into())
-            })?;
+            let first = tps
+                .first()
+                .ok_or_else(|| Error::Usage("describe_producers needs a partition".into()))?;
             let conn = cluster.broker(cluster.leader(first).await?).await?;
             let r = conn.request(&req).await?;
             let mut out = Vec::new();
@@ -337,7 +337,7 @@ impl Admin {
         let producer = Producer::with_cluster(config, self.cluster().clone()).await?;
         producer.init_transactions().await?;
         let (producer_id, producer_epoch) = producer.producer_id_and_epoch().ok_or_else(|| {
-            Error::InvalidState(format!(
+            Error::Internal(format!(
                 "InitProducerId for '{transactional_id}' returned no producer id"
             ))
         })?;

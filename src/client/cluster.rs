@@ -417,7 +417,7 @@ impl Cluster {
                         if let Ok((_, Some(found))) = answer {
                             return Ok(Step::Done(found));
                         }
-                        Error::InvalidState(format!("metadata for topic '{topic}' went missing"))
+                        Error::Internal(format!("metadata for topic '{topic}' went missing"))
                     }
                     LookupStep::Retry => {
                         return Ok(Step::Again {

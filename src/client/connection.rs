@@ -388,7 +388,7 @@ impl Connection {
     /// [`Error::ConnectionClosed`] when the connection has failed, or an encoding error.
     pub fn start_request<R: Request>(&self, req: &R, version: i16) -> Result<PendingResponse<R>> {
         let (rx, correlation_id) = self.send_frame(req, version, true)?;
-        let rx = rx.ok_or_else(|| Error::InvalidState("expected a response waiter".into()))?;
+        let rx = rx.ok_or_else(|| Error::Internal("expected a response waiter".into()))?;
         Ok(PendingResponse {
             shared: self.shared.clone(),
             rx,

@@ -171,9 +171,17 @@ pub enum Error {
     /// partitions may belong to another member now).
     #[error("{0}")]
     CommitFailed(String),
-    /// A call that is not valid in the current state.
+    /// A call made out of order (e.g. `send` before `init_transactions()`) or with a bad
+    /// argument. The message names what is wrong and what to call or change instead.
     #[error("{0}")]
-    InvalidState(String),
+    Usage(String),
+    /// The broker's answer makes no sense: bytes that do not decode as what the protocol says
+    /// they are, or an answer that contradicts the request.
+    #[error("the broker's answer makes no sense: {0}")]
+    Protocol(String),
+    /// The client broke one of its own rules: a bug in onceflow.
+    #[error("internal error: {0}; this is a bug in onceflow, please report it")]
+    Internal(String),
     /// The open transaction cannot commit (a record failed, or the coordinator aborted it);
     /// `abort_transaction()` recovers, and the producer goes on.
     #[error("{0}")]
@@ -219,6 +227,7 @@ impl Error {
             | Error::Timeout { .. }
             | Error::NoBrokerReachable { .. } => ErrorClass::RefreshAndRetry,
             Error::TransactionAbortable(_) => ErrorClass::Abortable,
+            // Usage, Protocol, Internal, Fenced, Config, ...: retrying cannot help.
             _ => ErrorClass::Fatal,
         }
     }
@@ -359,6 +368,29 @@ mod tests {
             classify(ErrorCode::TOPIC_AUTHORIZATION_FAILED, Op::General),
             ErrorClass::Fatal
         );
+    }
+
+    #[test]
+    fn usage_protocol_and_must_abort_errors_are_told_apart() {
+        let cases = [
+            (
+                Error::Usage("call init_transactions() first".into()),
+                ErrorClass::Fatal,
+            ),
+            (
+                Error::Protocol("assignment: too short".into()),
+                ErrorClass::Fatal,
+            ),
+            (Error::Internal("x".into()), ErrorClass::Fatal),
+            (
+                Error::TransactionAbortable("call abort_transaction()".into()),
+                ErrorClass::Abortable,
+            ),
+        ];
+        for (e, want) in cases {
+            assert_eq!(e.class(), want, "{e}");
+            assert_eq!(e.class_in(Op::TxnCoordinator), want, "{e}");
+        }
     }
 
     #[test]

@@ -275,13 +275,13 @@ impl Consumer {
     /// Moves a partition's position. Takes effect for the next records returned.
     ///
     /// # Errors
-    /// [`Error::InvalidState`] when the partition is not assigned.
+    /// [`Error::Usage`] when the partition is not assigned.
     pub fn seek(&mut self, tp: &TopicPartition, offset: Offset) -> Result<()> {
         {
             let mut parts = self.shared.lock();
             let st = parts
                 .get_mut(tp)
-                .ok_or_else(|| Error::InvalidState(format!("cannot seek {tp}: not assigned")))?;
+                .ok_or_else(|| Error::Usage(format!("cannot seek {tp}: not assigned")))?;
             st.epoch = self.shared.next_epoch();
             st.halted = false;
             st.last_fetched_epoch = -1;

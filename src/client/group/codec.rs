@@ -28,17 +28,17 @@ fn encode_versioned<T: Encodable>(msg: &T, version: i16) -> Result<Bytes> {
     let mut buf = BytesMut::new();
     buf.put_i16(version);
     msg.encode(&mut buf, version)
-        .map_err(|e| Error::InvalidState(format!("encoding group metadata: {e}")))?;
+        .map_err(|e| Error::Internal(format!("encoding group metadata: {e}")))?;
     Ok(buf.freeze())
 }
 
 fn decode_versioned<T: Decodable>(mut bytes: Bytes, what: &str) -> Result<T> {
     if bytes.len() < 2 {
-        return Err(Error::InvalidState(format!("{what}: too short")));
+        return Err(Error::Protocol(format!("{what}: too short")));
     }
     // Newer versions only add fields; decode at the highest version we know.
     let version = bytes.get_i16().clamp(0, HIGHEST_KNOWN_VERSION);
-    T::decode(&mut bytes, version).map_err(|e| Error::InvalidState(format!("{what}: {e}")))
+    T::decode(&mut bytes, version).map_err(|e| Error::Protocol(format!("{what}: {e}")))
 }
 
 /// This member's subscription, as JoinGroup announces it for every strategy.

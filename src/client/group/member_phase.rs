@@ -84,7 +84,7 @@ pub(crate) fn next(phase: MemberPhase, event: MemberEvent) -> Result<MemberPhase
     match (phase, event) {
         // Nothing brings a failed member back; events still under way when it failed (a
         // round finishing, a heartbeat answer) change nothing.
-        (P::Failed, E::JoinStarted) => Err(Error::InvalidState(
+        (P::Failed, E::JoinStarted) => Err(Error::Usage(
             "this group member cannot go on (fenced or not authorized); create a new one".into(),
         )),
         (P::Failed, _) => Ok(P::Failed),
@@ -105,13 +105,13 @@ pub(crate) fn next(phase: MemberPhase, event: MemberEvent) -> Result<MemberPhase
         // LeaveGroup sent); the new assignment is reported lost and the member joins again.
         (P::Lost, E::Joined { .. }) => Ok(P::Lost),
         (p @ (P::Unjoined | P::Stable | P::RejoinNeeded), E::Joined { .. }) => Err(
-            Error::InvalidState(format!("group member: a join round ended while {p:?}")),
+            Error::Internal(format!("group member: a join round ended while {p:?}")),
         ),
 
         (_, E::MembershipGone) => Ok(P::Lost),
 
         (P::Lost, E::LossReported) => Ok(P::Unjoined),
-        (p, E::LossReported) => Err(Error::InvalidState(format!(
+        (p, E::LossReported) => Err(Error::Internal(format!(
             "group member: a loss reported while {p:?}"
         ))),
     }

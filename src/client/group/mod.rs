@@ -23,14 +23,16 @@
 pub mod assignor;
 mod codec;
 mod member_phase;
+mod metadata;
 pub(crate) mod offsets;
+
+pub use metadata::GroupMetadata;
 
 use super::cluster::Stale;
 use super::consumer::{Consumer, ConsumerRecord, Offset};
 use super::coordinator::CoordinatorKind;
 use super::error::{Error, Result};
 use super::metadata::TopicPartition;
-use super::producer::GroupMetadata;
 use super::{Cluster, ConsumerConfig};
 use crate::protocol::ErrorCode;
 use assignor::{Assignment, MemberSubscription};
@@ -312,7 +314,7 @@ impl GroupConsumer {
     /// transaction aborted).
     ///
     /// # Errors
-    /// [`Error::InvalidState`] when the partition is not owned.
+    /// [`Error::Usage`] when the partition is not owned.
     pub fn seek(&mut self, tp: &TopicPartition, offset: Offset) -> Result<()> {
         self.consumer.seek(tp, offset)
     }

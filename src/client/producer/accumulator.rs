@@ -9,7 +9,9 @@
 //! sequence number never changes on a retry. Only an epoch bump rewrites the producer fields of
 //! unsent batches, renumbering them from 0 under the new epoch.
 
+use super::txn_phase::{TxnEvent, TxnPhase};
 use super::{RecordMetadata, Result};
+use crate::client::error::{ErrorClass, Op};
 use crate::client::metadata::TopicPartition;
 use crate::protocol::records::{
     rewrite_producer_fields, BatchBuilder, Compression, Header, ProducerFields, RecordError,
@@ -141,53 +143,64 @@ impl PartitionQueue {
     }
 }
 
-/// What the sender needs to know about the open transaction.
+/// A transactional producer's state, read by the sender and `send` under the accumulator lock.
 pub(crate) struct TxnSend {
     pub transactional_id: String,
-    /// KIP-890 (transaction.version 2) for this transaction: partitions join implicitly with
-    /// the produce, EndTxn bumps the epoch. Fixed when the transaction begins.
-    pub tv2: bool,
-    /// Where the producer is in its transactional life; moved only through
-    /// [`super::txn_phase::next`].
-    pub phase: super::txn_phase::TxnPhase,
-    /// Partitions the coordinator has added to the transaction (classic protocol).
-    pub added: HashSet<TopicPartition>,
-    /// An AddPartitionsToTxn request is in flight.
+    /// Where the producer is in its transactional life, with the open transaction's data and
+    /// the error that dooms it; moved only through [`super::txn_phase::next`].
+    pub phase: TxnPhase,
+    /// An AddPartitionsToTxn request is in flight (classic protocol). Not a phase: it comes
+    /// and goes many times within one transaction, in any phase that has one open, and is
+    /// owned by the sender's request, not by a call of the application.
     pub adding: bool,
-    /// Something may have reached the broker in this transaction (a produce or offsets): the
-    /// transaction must be ended with EndTxn.
-    pub started: bool,
-    /// The first error that dooms this transaction; commit refuses, abort clears it.
-    pub error: Option<crate::client::Error>,
-    /// When the transaction began, to tell a transaction.timeout.ms expiry from fencing.
-    pub began: Option<Instant>,
-    /// The broker no longer accepts this producer id and epoch for the transaction
-    /// (INVALID_PRODUCER_EPOCH or UNKNOWN_PRODUCER_ID on a produce, or the coordinator aborted
-    /// it): EndTxn would be refused, so the abort re-initializes with InitProducerId(current
-    /// id and epoch) instead (KIP-360, KIP-588).
-    pub reinit: bool,
 }
 
 impl TxnSend {
-    /// Moves the phase by `event`, or says why it cannot.
-    pub fn step(&mut self, event: super::txn_phase::TxnEvent) -> super::Result<()> {
-        self.phase = super::txn_phase::next(self.phase, event)?;
-        Ok(())
+    /// Moves the phase by `event`, or says why it cannot (the phase then stays).
+    pub fn step(&mut self, event: TxnEvent) -> super::Result<()> {
+        let phase = std::mem::replace(&mut self.phase, TxnPhase::Uninitialized);
+        let (phase, result) = super::txn_phase::next(phase, event);
+        self.phase = phase;
+        result
+    }
+
+    /// Records an error that dooms the transaction, or (when fatal in `op`) the producer.
+    /// `reinit`: the broker no longer accepts our epoch (see `TxnPhase::AbortableError`).
+    pub fn fail(&mut self, error: crate::client::Error, op: Op, reinit: bool) {
+        let event = if error.class_in(op) == ErrorClass::Fatal {
+            TxnEvent::Fatal(error)
+        } else {
+            TxnEvent::Abortable { error, reinit }
+        };
+        // Never refused: an error that arrives when no transaction is open dooms nothing.
+        if let Err(e) = self.step(event) {
+            tracing::error!(error = %e, "transaction error not recorded");
+        }
     }
 
     pub fn new(transactional_id: String) -> Self {
         TxnSend {
             transactional_id,
-            tv2: false,
-            phase: super::txn_phase::TxnPhase::Uninitialized,
-            added: HashSet::new(),
+            phase: TxnPhase::Uninitialized,
             adding: false,
-            started: false,
-            error: None,
-            began: None,
-            reinit: false,
         }
     }
+}
+
+/// The epoch of an idempotent producer *without* transactions. (A transactional producer's
+/// epoch belongs to the transaction coordinator and its state to [`TxnPhase`].) Not a phase of
+/// the application's calls: the sender decides it from responses and acts on it by itself.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum EpochBump {
+    /// Batches carry the current epoch.
+    #[default]
+    NotNeeded,
+    /// A sequence gap may exist (a batch with a sequence failed or expired, or the broker
+    /// reported OUT_OF_ORDER_SEQUENCE_NUMBER / UNKNOWN_PRODUCER_ID). The sender stops sending,
+    /// waits for everything in flight to settle, bumps the epoch and renumbers.
+    Needed,
+    /// The bump failed: nothing can be sent safely any more, every send fails with this.
+    Failed(crate::client::Error),
 }
 
 /// All partitions' buffers.
@@ -200,10 +213,8 @@ pub(crate) struct Accumulator {
     pub sticky: HashMap<String, i32>,
     /// Producer id and epoch, when idempotence is on.
     pub identity: Option<Identity>,
-    /// Set when a sequence gap may exist (a batch with a sequence failed or expired, or the
-    /// broker reported OUT_OF_ORDER_SEQUENCE_NUMBER / UNKNOWN_PRODUCER_ID). The sender then
-    /// stops sending, waits for everything in flight to settle, bumps the epoch and renumbers.
-    pub bump_needed: bool,
+    /// Without transactions: whether the epoch must be bumped (or could not be).
+    pub bump: EpochBump,
 }
 
 /// The configuration [`Accumulator::drain`] works to.
@@ -263,19 +274,23 @@ pub(crate) struct NewRecord<'a> {
 }
 
 impl Accumulator {
-    /// Whether a record may be appended now: always without transactions; inside an open
-    /// transaction that is not doomed otherwise.
-    pub fn check_can_send(&self) -> super::Result<()> {
-        let Some(t) = &self.txn else {
-            return Ok(());
-        };
-        super::txn_phase::next(t.phase, super::txn_phase::TxnEvent::Use("send()"))?;
-        match &t.error {
-            // As the Java client: once the transaction is doomed, sends fail with its error
-            // until it is aborted.
-            // (The error keeps its class, abortable or fatal.)
-            Some(e) => Err(e.clone()),
-            None => Ok(()),
+    /// Whether a record may be appended now: without transactions unless the epoch could not
+    /// be bumped; with them, inside an open transaction that is not doomed.
+    pub fn check_can_send(&mut self) -> super::Result<()> {
+        match &mut self.txn {
+            Some(t) => t.step(TxnEvent::Use("send()")),
+            None => match &self.bump {
+                EpochBump::Failed(e) => Err(e.clone()),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// Without transactions: a sequence gap may exist, bump the epoch (unless it already
+    /// failed to, for good).
+    pub fn need_bump(&mut self) {
+        if !matches!(self.bump, EpochBump::Failed(_)) {
+            self.bump = EpochBump::Needed;
         }
     }
 
@@ -358,7 +373,7 @@ impl Accumulator {
     /// in flight, so no batch with an old sequence can still land.
     pub fn rebase(&mut self, identity: Identity) -> Vec<(ProducerBatch, RecordError)> {
         self.identity = Some(identity);
-        self.bump_needed = false;
+        self.bump = EpochBump::NotNeeded;
         let transactional = self.txn.is_some();
         let mut broken = Vec::new();
         for q in self.partitions.values_mut() {
@@ -399,7 +414,14 @@ impl Accumulator {
     /// record would be acknowledged and never written. (The Java client likewise aborts only
     /// undrained batches.) Batches are sent from the head of the queue and retries go back in
     /// creation order, so the never-sent batches are always a suffix of the queue.
-    pub fn fail_unsent(&mut self, err: &crate::client::Error) -> (u32, usize, usize) {
+    ///
+    /// With `keep_sent` false (the producer failed for good, nothing will be resent) every
+    /// queued batch fails, sent before or not.
+    pub fn fail_unsent(
+        &mut self,
+        err: &crate::client::Error,
+        keep_sent: bool,
+    ) -> (u32, usize, usize) {
         let (mut mem, mut n, mut batches) = (0u32, 0usize, 0usize);
         for q in self.partitions.values_mut() {
             if let Some(open) = q.open.take() {
@@ -410,12 +432,17 @@ impl Accumulator {
                     let _ = d.tx.send(Err(err.clone()));
                 }
             }
-            let first_unsent = q
-                .ready
-                .iter()
-                .position(|b| b.attempts == 0)
-                .unwrap_or(q.ready.len());
-            debug_assert!(q.ready.iter().skip(first_unsent).all(|b| b.attempts == 0));
+            let first_unsent = if keep_sent {
+                let first = q
+                    .ready
+                    .iter()
+                    .position(|b| b.attempts == 0)
+                    .unwrap_or(q.ready.len());
+                debug_assert!(q.ready.iter().skip(first).all(|b| b.attempts == 0));
+                first
+            } else {
+                0
+            };
             for b in q.ready.drain(first_unsent..) {
                 n += b.record_count();
                 batches += 1;
@@ -476,12 +503,16 @@ impl Accumulator {
         let mut out = Drained::default();
         let identity = self.identity;
         let transactional = self.txn.is_some();
+        let open = self.txn.as_ref().and_then(|t| t.phase.open());
         // Classic protocol: a partition joins the transaction (AddPartitionsToTxn) before
         // anything is produced to it.
-        let needs_add: Option<&HashSet<TopicPartition>> =
-            self.txn.as_ref().filter(|t| !t.tv2).map(|t| &t.added);
+        let needs_add: Option<&HashSet<TopicPartition>> = open.filter(|t| !t.tv2).map(|t| &t.added);
+        // A transactional batch belongs to an open transaction; with none open (the producer
+        // failed for good) nothing more goes out.
+        let closed_txn = transactional && open.is_none();
         let mut wanted_add: HashSet<TopicPartition> = HashSet::new();
-        let bumping = self.bump_needed && identity.is_some() && !transactional;
+        let bumping =
+            matches!(self.bump, EpochBump::Needed) && identity.is_some() && !transactional;
         if bumping && self.total_in_flight() == 0 {
             out.bump_now = identity;
         }
@@ -489,57 +520,31 @@ impl Accumulator {
         let mut ready: HashMap<i32, bool> = HashMap::new();
         let mut next_wake = None;
         for (tp, q) in self.partitions.iter_mut() {
-            if let Some(open) = &q.open {
-                let due = open.created + config.linger;
-                if flushing || due <= now {
-                    out.released += close_open(tp, q, identity, transactional);
-                } else {
-                    next_wake = min_instant(next_wake, due);
-                }
-            }
-            // Expire batches that waited too long. Never ones in flight: their fate is
-            // decided by the response.
-            while q
-                .ready
-                .front()
-                .is_some_and(|b| b.created + config.delivery_timeout <= now)
-            {
-                if let Some(b) = q.ready.pop_front() {
-                    out.gap |= b.base_sequence >= 0;
-                    out.expired.push(b);
-                }
-            }
-            if let Some(b) = q.ready.front() {
-                next_wake = min_instant(next_wake, b.created + config.delivery_timeout);
-            }
-            if bumping || q.in_flight >= config.max_in_flight {
+            let wake = close_and_expire(
+                tp,
+                q,
+                now,
+                flushing,
+                config,
+                identity,
+                transactional,
+                &mut out,
+            );
+            next_wake = wake.map_or(next_wake, |w| min_instant(next_wake, w));
+            if bumping || closed_txn {
                 continue;
             }
-            let Some(head) = q.ready.front() else {
-                continue;
-            };
-            if let Some(added) = needs_add {
-                if !added.contains(tp) {
+            match head_gate(tp, q, now, config, needs_add) {
+                HeadGate::Go => {}
+                HeadGate::Hold => continue,
+                HeadGate::Until(at) => {
+                    next_wake = min_instant(next_wake, at);
+                    continue;
+                }
+                HeadGate::AddFirst => {
                     wanted_add.insert(tp.clone());
                     continue;
                 }
-            }
-            if let Some(at) = head.retry_at.filter(|at| *at > now) {
-                next_wake = min_instant(next_wake, at);
-                continue;
-            }
-            // A retry waits until everything sent after it has settled, so it is the
-            // first of its partition the broker sees again.
-            if head.attempts > 0 && q.in_flight > 0 {
-                continue;
-            }
-            // Until the partition has acknowledged a batch (per epoch), only one goes out.
-            // A broker with no state for this producer accepts any first sequence: had
-            // batch 1 succeeded while batch 0 hit NOT_LEADER_OR_FOLLOWER, batch 0 could
-            // never be written in order again. Without idempotence the same rule keeps a
-            // new topic's first retry from reordering records.
-            if q.last_acked_offset < 0 && q.acked_through < 0 && q.in_flight > 0 {
-                continue;
             }
             let Some(leader) = leader(tp) else {
                 out.missing_leader = true;
@@ -560,19 +565,36 @@ impl Accumulator {
             }
         }
         out.next_wake = next_wake;
+        self.after_round(&mut out, wanted_add, config);
+        out
+    }
+
+    /// The end of a round: a sequence gap dooms the transaction or asks for an epoch bump;
+    /// the open transaction learns that records went out and which partitions to add; a
+    /// producer without idempotence forgets idle partitions.
+    fn after_round(
+        &mut self,
+        out: &mut Drained,
+        wanted_add: HashSet<TopicPartition>,
+        config: &DrainConfig,
+    ) {
+        let identity = self.identity;
         if out.gap && identity.is_some() {
             if let Some(t) = self.txn.as_mut() {
-                t.error.get_or_insert(crate::client::Error::Timeout {
+                let error = crate::client::Error::Timeout {
                     what: "delivery of records in the transaction (delivery.timeout.ms)".into(),
                     after: config.delivery_timeout,
-                });
+                };
+                t.fail(error, Op::TxnProduce, false);
             } else {
                 tracing::debug!("expired batches left a sequence gap; epoch bump needed");
-                self.bump_needed = true;
+                self.need_bump();
             }
         }
         if let Some(t) = self.txn.as_mut() {
-            t.started |= !out.to_send.is_empty();
+            if let Some(open) = t.phase.open_mut() {
+                open.started |= !out.to_send.is_empty();
+            }
             if !wanted_add.is_empty() && !t.adding {
                 t.adding = true;
                 out.to_add = wanted_add.into_iter().collect();
@@ -584,7 +606,6 @@ impl Accumulator {
         if out.idle && identity.is_none() {
             self.partitions.clear();
         }
-        out
     }
 
     /// Batches in flight across all partitions.
@@ -598,6 +619,93 @@ impl Accumulator {
 pub(crate) fn seq_after(a: i32, b: i32) -> bool {
     let diff = (a as i64 - b as i64).rem_euclid(i32::MAX as i64 + 1);
     diff > 0 && diff < (1 << 30)
+}
+
+/// A partition's own part of a round: closes its open batch when linger.ms passed (or on
+/// flush), takes out ready batches past delivery.timeout.ms (never ones in flight: their fate
+/// is decided by the response). Returns when the partition needs looking at again.
+#[allow(clippy::too_many_arguments)]
+fn close_and_expire(
+    tp: &TopicPartition,
+    q: &mut PartitionQueue,
+    now: Instant,
+    flushing: bool,
+    config: &DrainConfig,
+    identity: Option<Identity>,
+    transactional: bool,
+    out: &mut Drained,
+) -> Option<Instant> {
+    let mut wake = None;
+    if let Some(open) = &q.open {
+        let due = open.created + config.linger;
+        if flushing || due <= now {
+            out.released += close_open(tp, q, identity, transactional);
+        } else {
+            wake = min_instant(wake, due);
+        }
+    }
+    while q
+        .ready
+        .front()
+        .is_some_and(|b| b.created + config.delivery_timeout <= now)
+    {
+        if let Some(b) = q.ready.pop_front() {
+            out.gap |= b.base_sequence >= 0;
+            out.expired.push(b);
+        }
+    }
+    if let Some(b) = q.ready.front() {
+        wake = min_instant(wake, b.created + config.delivery_timeout);
+    }
+    wake
+}
+
+/// Whether a partition's head batch may go out, as far as the partition alone decides (the
+/// leader is checked after).
+#[derive(Debug, PartialEq, Eq)]
+enum HeadGate {
+    Go,
+    /// Not now; something else wakes the sender (a response, a new batch).
+    Hold,
+    /// Not before this time (a retry's backoff).
+    Until(Instant),
+    /// Classic protocol: the partition must join the transaction first.
+    AddFirst,
+}
+
+fn head_gate(
+    tp: &TopicPartition,
+    q: &PartitionQueue,
+    now: Instant,
+    config: &DrainConfig,
+    needs_add: Option<&HashSet<TopicPartition>>,
+) -> HeadGate {
+    if q.in_flight >= config.max_in_flight {
+        return HeadGate::Hold;
+    }
+    let Some(head) = q.ready.front() else {
+        return HeadGate::Hold;
+    };
+    if needs_add.is_some_and(|added| !added.contains(tp)) {
+        return HeadGate::AddFirst;
+    }
+    if let Some(at) = head.retry_at.filter(|at| *at > now) {
+        return HeadGate::Until(at);
+    }
+    // A retry waits until everything sent after it has settled, so it is the first of its
+    // partition the broker sees again.
+    if head.attempts > 0 && q.in_flight > 0 {
+        return HeadGate::Hold;
+    }
+    // Until the partition has acknowledged a batch (per epoch), only one goes out. A broker
+    // with no state for this producer accepts any first sequence: had batch 1 succeeded while
+    // batch 0 hit NOT_LEADER_OR_FOLLOWER, batch 0 could never be written in order again.
+    // Without idempotence the same rule keeps a new topic's first retry from reordering
+    // records.
+    if q.last_acked_offset < 0 && q.acked_through < 0 && q.in_flight > 0 {
+        return HeadGate::Hold;
+    }
+    HeadGate::Go
 }
 
 /// Sequence numbers wrap from i32::MAX to 0, as the broker expects.
@@ -700,11 +808,29 @@ mod tests {
             b.attempts = attempts;
             q.ready.push_back(b);
         }
-        let err = crate::client::Error::InvalidState("aborted".into());
-        let (_, _, batches) = acc.fail_unsent(&err);
+        let err = crate::client::Error::TransactionAbortable("aborted".into());
+        let (_, _, batches) = acc.fail_unsent(&err, true);
         assert_eq!(batches, 2);
         let left: Vec<u64> = acc.queue(&tp).ready.iter().map(|b| b.order).collect();
         assert_eq!(left, vec![3], "the batch the broker may have written stays");
+    }
+
+    #[test]
+    fn a_failed_producer_fails_every_queued_batch() {
+        let mut acc = Accumulator::default();
+        let tp = TopicPartition::new("t", 0);
+        for (order, attempts) in [(3, 1), (4, 0)] {
+            let mut b = batch(order);
+            b.attempts = attempts;
+            acc.queue(&tp).ready.push_back(b);
+        }
+        let err = crate::client::Error::Fenced("fenced".into());
+        let (_, _, batches) = acc.fail_unsent(&err, false);
+        assert_eq!(
+            batches, 2,
+            "nothing will be resent: the sent batch fails too"
+        );
+        assert!(acc.queue(&tp).ready.is_empty());
     }
 
     #[test]
@@ -769,6 +895,44 @@ mod drain_tests {
             q.ready.push_back(ready(o, 10 + o as i32, 0, now));
         }
         acc
+    }
+
+    /// A transactional producer with a transaction open.
+    fn in_transaction(tv2: bool) -> TxnSend {
+        let mut t = TxnSend::new("x".into());
+        for event in [
+            TxnEvent::InitStart,
+            TxnEvent::InitDone,
+            TxnEvent::Begin {
+                tv2,
+                now: Instant::now(),
+            },
+        ] {
+            assert!(t.step(event).is_ok());
+        }
+        t
+    }
+
+    #[test]
+    fn a_failed_producer_sends_nothing_more() {
+        let mut acc = acked_partition(1);
+        let mut t = in_transaction(true);
+        t.fail(
+            crate::client::Error::Fenced("fenced".into()),
+            Op::TxnProduce,
+            false,
+        );
+        acc.txn = Some(t);
+        let d = round(&mut acc, Instant::now(), &CONFIG);
+        assert!(d.to_send.is_empty());
+    }
+
+    #[test]
+    fn an_idempotent_producer_whose_bump_failed_refuses_sends() {
+        let mut acc = acked_partition(0);
+        assert!(acc.check_can_send().is_ok());
+        acc.bump = EpochBump::Failed(crate::client::Error::Fenced("x".into()));
+        assert!(acc.check_can_send().is_err());
     }
 
     /// One round with every partition led by `LEADER` and every leader ready.
@@ -859,7 +1023,7 @@ mod drain_tests {
         assert_eq!(d.expired.len(), 1);
         assert!(d.gap);
         assert!(d.to_send.is_empty());
-        assert!(acc.bump_needed);
+        assert!(matches!(acc.bump, EpochBump::Needed));
         // Nothing is in flight: the next round bumps, and sends nothing until then.
         acc.queue(&tp()).ready.push_back(ready(1, 11, 0, now));
         let d = round(&mut acc, now, &CONFIG);
@@ -876,32 +1040,30 @@ mod drain_tests {
         let d = round(&mut acc, now, &CONFIG);
         assert_eq!(d.expired.len(), 1);
         assert!(!d.gap);
-        assert!(!acc.bump_needed);
+        assert!(matches!(acc.bump, EpochBump::NotNeeded));
     }
 
     #[test]
     fn an_expired_batch_in_a_transaction_dooms_it() {
         let mut acc = acked_partition(0);
-        acc.txn = Some(TxnSend::new("x".into()));
-        if let Some(t) = acc.txn.as_mut() {
-            t.tv2 = true;
-        }
+        acc.txn = Some(in_transaction(true));
         let now = Instant::now() + Duration::from_secs(120);
         let old = now - CONFIG.delivery_timeout;
         acc.queue(&tp()).ready.push_back(ready(0, 10, 0, old));
         let d = round(&mut acc, now, &CONFIG);
         assert!(d.gap);
         assert!(
-            !acc.bump_needed,
+            matches!(acc.bump, EpochBump::NotNeeded),
             "a transactional epoch is never bumped by the sender"
         );
-        assert!(acc.txn.as_ref().is_some_and(|t| t.error.is_some()));
+        let phase = acc.txn.as_ref().map(|t| t.phase.name());
+        assert_eq!(phase, Some("AbortableError"));
     }
 
     #[test]
     fn a_partition_not_yet_added_is_not_sent_under_the_classic_protocol() {
         let mut acc = acked_partition(1);
-        acc.txn = Some(TxnSend::new("x".into()));
+        acc.txn = Some(in_transaction(false));
         let now = Instant::now();
         let d = round(&mut acc, now, &CONFIG);
         assert!(d.to_send.is_empty());
@@ -912,19 +1074,24 @@ mod drain_tests {
         assert!(d.to_send.is_empty());
         if let Some(t) = acc.txn.as_mut() {
             t.adding = false;
-            t.added.insert(tp());
+            if let Some(open) = t.phase.open_mut() {
+                open.added.insert(tp());
+            }
         }
         let d = round(&mut acc, now, &CONFIG);
         assert_eq!(sent_orders(&d), vec![0]);
-        assert!(acc.txn.as_ref().is_some_and(|t| t.started));
+        let started = acc
+            .txn
+            .as_ref()
+            .and_then(|t| t.phase.open())
+            .map(|o| o.started);
+        assert_eq!(started, Some(true));
     }
 
     #[test]
     fn kip_890_partitions_need_no_add() {
         let mut acc = acked_partition(1);
-        let mut txn = TxnSend::new("x".into());
-        txn.tv2 = true;
-        acc.txn = Some(txn);
+        acc.txn = Some(in_transaction(true));
         let d = round(&mut acc, Instant::now(), &CONFIG);
         assert_eq!(sent_orders(&d), vec![0]);
         assert!(d.to_add.is_empty());
@@ -966,7 +1133,7 @@ mod drain_tests {
     #[test]
     fn sending_is_held_until_the_epoch_bump_and_its_wait_for_in_flight() {
         let mut acc = acked_partition(2);
-        acc.bump_needed = true;
+        acc.bump = EpochBump::Needed;
         acc.queue(&tp()).in_flight = 1;
         acc.queue(&tp()).in_flight_leader = Some(LEADER);
         let d = round(&mut acc, Instant::now(), &CONFIG);

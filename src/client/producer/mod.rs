@@ -4,6 +4,9 @@
 //! - `accumulator`: per-partition open and ready batches, bounded by buffer.memory.
 //! - `sender`: one task that closes batches on linger/size, groups ready batches by leader and
 //!   sends one Produce request per broker, keeping at most max.in.flight batches per partition.
+//! - `transaction`: the transaction methods (init, begin, send offsets, prepare, commit,
+//!   abort); `txn_phase`: the transaction state enum and its checked transitions;
+//!   `txn_requests`: the coordinator requests they send.
 //!
 //! See DESIGN.md, "A batch's life", for the path a record takes.
 
@@ -15,10 +18,12 @@ mod producer_id;
 mod sender;
 mod transaction;
 mod txn_phase;
+mod txn_requests;
 mod verdict;
 
 pub use metrics::ProducerMetrics;
-pub use transaction::GroupMetadata;
+// GroupMetadata belongs to the group module; re-exported here, where it used to be.
+pub use crate::client::group::GroupMetadata;
 // The two-phase-commit API lives in `client::txn`; re-exported here where it used to be.
 pub use crate::client::txn::{resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd};
 pub(crate) use accumulator::Identity;
@@ -138,8 +143,6 @@ pub(crate) struct Inner {
     pub flushes: Arc<flush::FlushTracker>,
     pub flushing: AtomicUsize,
     pub closed: AtomicBool,
-    /// Set when the producer can no longer send (e.g. an epoch bump was refused).
-    pub fatal: Mutex<Option<Error>>,
     pub counters: metrics::Counters,
 }
 
@@ -229,7 +232,6 @@ impl Producer {
             flushes: flush::FlushTracker::new(),
             flushing: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
-            fatal: Mutex::new(None),
             counters: metrics::Counters::default(),
         });
         tokio::spawn(sender::run(inner.clone()));
@@ -267,46 +269,21 @@ impl Producer {
     ///
     /// # Errors
     /// [`Error::UnknownTopic`], [`Error::UnknownPartition`], [`Error::RecordTooLarge`],
-    /// [`Error::Timeout`] when buffer space does not free up within max.block.ms, or
-    /// [`Error::Closed`].
+    /// [`Error::Timeout`] when buffer space does not free up within max.block.ms,
+    /// [`Error::Closed`]; with transactions [`Error::Usage`] outside a transaction, and the
+    /// transaction's (or the producer's) error once it has failed.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
         let inner = &self.inner;
         if inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("producer"));
         }
-        if let Some(e) = inner
-            .fatal
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        {
-            return Err(e);
-        }
         // A transactional producer sends only inside a transaction: before init_transactions()
         // the record would wait forever for a partition that is never added; between commit
-        // and begin_transaction() it would be written outside any transaction.
+        // and begin_transaction() it would be written outside any transaction. A failed
+        // producer (fenced, an epoch bump refused) sends nothing.
         inner.check_can_send()?;
         let cfg = &inner.config;
-        let size = BatchBuilder::encoded_record_size(
-            0,
-            record.key.as_deref(),
-            record.value.as_deref(),
-            &record.headers,
-        ) + 61;
-        if size > cfg.max_request_size {
-            return Err(Error::RecordTooLarge {
-                size,
-                limit_name: "max.request.size",
-                limit: cfg.max_request_size,
-            });
-        }
-        if size > cfg.buffer_memory {
-            return Err(Error::RecordTooLarge {
-                size,
-                limit_name: "buffer.memory",
-                limit: cfg.buffer_memory,
-            });
-        }
+        let size = check_record_size(cfg, &record)?;
         inner.cluster.refresh_if_stale();
         let count = inner
             .cluster
@@ -314,56 +291,22 @@ impl Producer {
             .await?;
         let timestamp = record.timestamp.unwrap_or_else(now_ms);
         let permits = u32::try_from(size).unwrap_or(u32::MAX);
-        // Fast path without a timer; only a full buffer pays for max.block.ms.
-        match inner.memory.try_acquire_many(permits) {
-            Ok(permit) => permit.forget(),
-            Err(_) => {
-                tokio::time::timeout(cfg.max_block, inner.memory.acquire_many(permits))
-                    .await
-                    .map_err(|_| Error::Timeout {
-                        what: "waiting for buffer.memory to free up".into(),
-                        after: cfg.max_block,
-                    })?
-                    .map_err(|_| Error::Closed("producer"))?
-                    .forget();
-            }
-        }
+        self.reserve_memory(permits).await?;
 
         let (tx, rx) = oneshot::channel();
         let appended = {
             let mut acc = inner.lock();
             // Again under the lock the append takes: commit or abort may have begun since.
-            if let Err(e) = acc.check_can_send() {
-                drop(acc);
-                inner.release(permits);
-                return Err(e);
-            }
-            let partition = match record.partition {
-                Some(p) => {
-                    if p < 0 || p as usize >= count {
-                        drop(acc);
-                        inner.release(permits);
-                        return Err(Error::UnknownPartition {
-                            topic: record.topic,
-                            partition: p,
-                            count,
-                        });
-                    }
-                    p
+            let partition = match acc
+                .check_can_send()
+                .and_then(|()| choose_partition(&mut acc, cfg, &record, count))
+            {
+                Ok(p) => p,
+                Err(e) => {
+                    drop(acc);
+                    inner.release(permits);
+                    return Err(e);
                 }
-                None => match record.key.as_deref() {
-                    Some(k) if !cfg.partitioner_ignore_keys => {
-                        partitioner::partition_for_key(k, count)
-                    }
-                    _ => match acc.sticky.get(&record.topic) {
-                        Some(p) => *p,
-                        None => {
-                            let p = partitioner::next_sticky(None, count);
-                            acc.sticky.insert(record.topic.clone(), p);
-                            p
-                        }
-                    },
-                },
             };
             let tp = TopicPartition::new(record.topic.clone(), partition);
             let appended = acc.append(
@@ -402,6 +345,26 @@ impl Producer {
         Ok(DeliveryFuture { rx })
     }
 
+    /// Takes `permits` of buffer.memory, waiting at most max.block.ms for them.
+    async fn reserve_memory(&self, permits: u32) -> Result<()> {
+        let inner = &self.inner;
+        // Fast path without a timer; only a full buffer pays for max.block.ms.
+        match inner.memory.try_acquire_many(permits) {
+            Ok(permit) => permit.forget(),
+            Err(_) => {
+                tokio::time::timeout(inner.config.max_block, inner.memory.acquire_many(permits))
+                    .await
+                    .map_err(|_| Error::Timeout {
+                        what: "waiting for buffer.memory to free up".into(),
+                        after: inner.config.max_block,
+                    })?
+                    .map_err(|_| Error::Closed("producer"))?
+                    .forget();
+            }
+        }
+        Ok(())
+    }
+
     /// Sends everything buffered now, without waiting for linger.ms, and waits until every
     /// record sent before this call has completed (successfully or not).
     ///
@@ -438,6 +401,62 @@ impl Producer {
         self.inner.wake.notify_one();
         Ok(())
     }
+}
+
+/// The record's size as buffered, if the limits allow it.
+fn check_record_size(cfg: &ProducerConfig, record: &ProducerRecord) -> Result<usize> {
+    let size = BatchBuilder::encoded_record_size(
+        0,
+        record.key.as_deref(),
+        record.value.as_deref(),
+        &record.headers,
+    ) + 61;
+    for (limit_name, limit) in [
+        ("max.request.size", cfg.max_request_size),
+        ("buffer.memory", cfg.buffer_memory),
+    ] {
+        if size > limit {
+            return Err(Error::RecordTooLarge {
+                size,
+                limit_name,
+                limit,
+            });
+        }
+    }
+    Ok(size)
+}
+
+/// The record's partition: the one it names (which must exist), the key's, or the topic's
+/// sticky partition for keyless records.
+fn choose_partition(
+    acc: &mut Accumulator,
+    cfg: &ProducerConfig,
+    record: &ProducerRecord,
+    count: usize,
+) -> Result<i32> {
+    if let Some(p) = record.partition {
+        if p < 0 || p as usize >= count {
+            return Err(Error::UnknownPartition {
+                topic: record.topic.clone(),
+                partition: p,
+                count,
+            });
+        }
+        return Ok(p);
+    }
+    if let Some(k) = record.key.as_deref() {
+        if !cfg.partitioner_ignore_keys {
+            return Ok(partitioner::partition_for_key(k, count));
+        }
+    }
+    Ok(match acc.sticky.get(&record.topic) {
+        Some(p) => *p,
+        None => {
+            let p = partitioner::next_sticky(None, count);
+            acc.sticky.insert(record.topic.clone(), p);
+            p
+        }
+    })
 }
 
 pub(crate) fn now_ms() -> i64 {

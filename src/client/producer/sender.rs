@@ -20,14 +20,17 @@
 //! fate from the response and a snapshot of its partition, and `finish` resolves its records,
 //! or puts a retriable batch back in creation order, and wakes the sender.
 
-use super::accumulator::{DrainConfig, Drained, ProducerBatch};
+use super::accumulator::{Accumulator, DrainConfig, Drained, EpochBump, ProducerBatch};
 use super::metrics::Counters;
+use super::txn_phase::TxnPhase;
 use super::verdict::{verdict, PartitionResult, PartitionView, Verdict};
 use super::{producer_id, Inner};
 use crate::client::cluster::NodeState;
 use crate::client::config::Acks;
 use crate::client::connection::Connection;
-use crate::client::error::{Error, ErrorClass, Op};
+use crate::client::error::{Error, Op};
+use crate::client::metadata::MetadataSnapshot;
+use crate::client::metadata::TopicPartition;
 use crate::client::retry::backoff;
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -107,10 +110,8 @@ pub(crate) async fn run(inner: Arc<Inner>) {
         let now = Instant::now();
         let closing = inner.closed.load(Ordering::Acquire);
         let flushing = closing || inner.flushing.load(Ordering::Acquire) > 0;
-        // Each leader's connection, checked once per round: None when not ready.
-        let mut leaders: HashMap<i32, Option<Arc<Connection>>> = HashMap::new();
-        let mut to_connect: Vec<i32> = Vec::new();
         let meta = inner.cluster.metadata();
+        let mut leaders = Leaders::default();
         let Drained {
             to_send,
             expired,
@@ -121,55 +122,19 @@ pub(crate) async fn run(inner: Arc<Inner>) {
             missing_leader,
             bump_now,
             idle,
-        } = {
-            let mut acc = inner.lock();
-            // A doomed transaction sends nothing more: its batches fail at once, so that
-            // commit reports the error and abort does not wait for them.
-            let doomed = acc.txn.as_ref().and_then(|t| t.error.clone());
-            if let Some(err) = &doomed {
-                let (mem, n, batches) = acc.fail_unsent(err);
-                if n > 0 {
-                    inner.release(mem);
-                    Counters::add(&inner.counters.batches_failed, batches as u64);
-                }
-            }
-            let ready = |leader: i32| {
-                let state = inner.cluster.node_state(leader);
-                let pending = connecting
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .contains(&leader);
-                let conn = match (leader_readiness(&state, pending), state) {
-                    (LeaderReadiness::Send, NodeState::Ready(c)) => Some(c),
-                    (LeaderReadiness::Skip { start_connect }, _) => {
-                        if start_connect {
-                            to_connect.push(leader);
-                        }
-                        None
-                    }
-                    (LeaderReadiness::Send, _) => None,
-                };
-                let ready = conn.is_some();
-                leaders.insert(leader, conn);
-                ready
-            };
-            acc.drain(now, flushing, &config, |tp| meta.leader(tp), ready)
-        };
+        } = drain_round(
+            &inner,
+            &connecting,
+            &config,
+            &meta,
+            now,
+            flushing,
+            &mut leaders,
+        );
         if released > 0 {
             inner.release(released);
         }
-        for b in expired {
-            let n = b.record_count();
-            let what = format!(
-                "delivery of {n} record(s) to {} (delivery.timeout.ms)",
-                b.tp
-            );
-            let mem = b.fail(Error::Timeout {
-                what,
-                after: inner.config.delivery_timeout,
-            });
-            inner.release(mem);
-        }
+        fail_expired(&inner, expired);
         if let Some(current) = bump_now {
             bump_epoch(&inner, current).await;
             continue;
@@ -177,7 +142,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
         if !to_add.is_empty() {
             tokio::spawn(super::transaction::add_partitions(inner.clone(), to_add));
         }
-        for leader in to_connect {
+        for leader in leaders.to_connect {
             start_connect(&inner, &connecting, leader);
         }
         if missing_leader {
@@ -188,30 +153,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
             });
         }
         let sent_any = !to_send.is_empty();
-        if sent_any {
-            let mut by_leader: HashMap<i32, Vec<ProducerBatch>> = HashMap::new();
-            for (leader, b) in to_send {
-                by_leader.entry(leader).or_default().push(b);
-            }
-            for (leader, batches) in by_leader {
-                // Inline, not spawned: the request must be on the wire before the next round
-                // sends this partition's next batch, or two requests could pass each other and
-                // the broker would see sequences out of order. Never waits: the connection was
-                // ready when the batches were taken.
-                match leaders.get(&leader) {
-                    Some(Some(conn)) => dispatch(&inner, conn, leader, batches),
-                    _ => {
-                        for b in batches {
-                            let e = Error::InvalidState(format!(
-                                "no connection to broker {leader} for {}",
-                                b.tp
-                            ));
-                            finish(&inner, b, Err(e));
-                        }
-                    }
-                }
-            }
-        }
+        send_round(&inner, &leaders.conns, to_send);
         if closing && idle {
             debug!("producer sender stopped");
             return;
@@ -227,6 +169,108 @@ pub(crate) async fn run(inner: Arc<Inner>) {
                 let _ = tokio::time::timeout_at(at.into(), notified).await;
             }
             None => notified.await,
+        }
+    }
+}
+
+/// What one round learnt of the leaders it asked about.
+#[derive(Default)]
+struct Leaders {
+    /// Each leader's connection, checked once per round: None when not ready.
+    conns: HashMap<i32, Option<Arc<Connection>>>,
+    /// Leaders to connect to in the background.
+    to_connect: Vec<i32>,
+}
+
+/// The round's decisions, under the accumulator lock: first a doomed transaction's queued
+/// batches fail, then [`Accumulator::drain`](super::accumulator::Accumulator::drain) decides.
+fn drain_round(
+    inner: &Arc<Inner>,
+    connecting: &Mutex<HashSet<i32>>,
+    config: &DrainConfig,
+    meta: &MetadataSnapshot,
+    now: Instant,
+    flushing: bool,
+    leaders: &mut Leaders,
+) -> Drained {
+    let mut acc = inner.lock();
+    // A doomed transaction sends nothing more: its batches fail at once, so that commit
+    // reports the error and abort does not wait for them.
+    let doomed = acc.txn.as_ref().and_then(|t| {
+        let fatal = matches!(t.phase, TxnPhase::FatalError(_));
+        t.phase.doom().map(|e| (e.clone(), fatal))
+    });
+    if let Some((err, fatal)) = &doomed {
+        // A failed producer resends nothing: everything queued fails.
+        let (mem, n, batches) = acc.fail_unsent(err, !fatal);
+        if n > 0 {
+            inner.release(mem);
+            Counters::add(&inner.counters.batches_failed, batches as u64);
+        }
+    }
+    let ready = |leader: i32| {
+        let state = inner.cluster.node_state(leader);
+        let pending = connecting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&leader);
+        let conn = match (leader_readiness(&state, pending), state) {
+            (LeaderReadiness::Send, NodeState::Ready(c)) => Some(c),
+            (LeaderReadiness::Skip { start_connect }, _) => {
+                if start_connect {
+                    leaders.to_connect.push(leader);
+                }
+                None
+            }
+            (LeaderReadiness::Send, _) => None,
+        };
+        let ready = conn.is_some();
+        leaders.conns.insert(leader, conn);
+        ready
+    };
+    acc.drain(now, flushing, config, |tp| meta.leader(tp), ready)
+}
+
+/// Fails the batches that waited past delivery.timeout.ms.
+fn fail_expired(inner: &Inner, expired: Vec<ProducerBatch>) {
+    for b in expired {
+        let n = b.record_count();
+        let what = format!(
+            "delivery of {n} record(s) to {} (delivery.timeout.ms)",
+            b.tp
+        );
+        let mem = b.fail(Error::Timeout {
+            what,
+            after: inner.config.delivery_timeout,
+        });
+        inner.release(mem);
+    }
+}
+
+/// Puts the round's batches on the wire, one Produce request per leader.
+fn send_round(
+    inner: &Arc<Inner>,
+    conns: &HashMap<i32, Option<Arc<Connection>>>,
+    to_send: Vec<(i32, ProducerBatch)>,
+) {
+    let mut by_leader: HashMap<i32, Vec<ProducerBatch>> = HashMap::new();
+    for (leader, b) in to_send {
+        by_leader.entry(leader).or_default().push(b);
+    }
+    for (leader, batches) in by_leader {
+        // Inline, not spawned: the request must be on the wire before the next round sends
+        // this partition's next batch, or two requests could pass each other and the broker
+        // would see sequences out of order. Never waits: the connection was ready when the
+        // batches were taken.
+        match conns.get(&leader) {
+            Some(Some(conn)) => dispatch(inner, conn, leader, batches),
+            _ => {
+                for b in batches {
+                    let e =
+                        Error::Internal(format!("no connection to broker {leader} for {}", b.tp));
+                    finish(inner, b, Err(e));
+                }
+            }
         }
     }
 }
@@ -266,9 +310,8 @@ async fn bump_epoch(inner: &Arc<Inner>, current: super::accumulator::Identity) {
             warn!(error = %e, "epoch bump failed; failing buffered records");
             let drained: Vec<ProducerBatch> = {
                 let mut acc = inner.lock();
-                acc.bump_needed = false;
+                acc.bump = EpochBump::Failed(e.clone());
                 acc.identity = None;
-                *inner.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
                 acc.partitions
                     .values_mut()
                     .flat_map(|q| q.ready.drain(..).collect::<Vec<_>>())
@@ -287,86 +330,83 @@ async fn bump_epoch(inner: &Arc<Inner>, current: super::accumulator::Identity) {
 fn dispatch(inner: &Arc<Inner>, conn: &Connection, leader: i32, batches: Vec<ProducerBatch>) {
     let span = debug_span!("produce", leader, batches = batches.len());
     let _entered = span.enter();
-    {
-        let version = match conn.version_for::<ProduceRequest>(Some(MAX_PRODUCE_VERSION)) {
-            Ok(v) => v,
-            Err(e) => {
-                for b in batches {
-                    finish(inner, b, Err(e.clone()));
-                }
-                return;
-            }
-        };
-        let mut topics: Vec<TopicProduceData> = Vec::new();
-        for b in &batches {
-            let pd = PartitionProduceData::default()
-                .with_index(b.tp.partition)
-                .with_records(Some(b.data.clone()));
-            match topics.iter_mut().find(|t| t.name.0.as_str() == b.tp.topic) {
-                Some(t) => t.partition_data.push(pd),
-                None => topics.push(
-                    TopicProduceData::default()
-                        .with_name(TopicName(StrBytes::from_string(b.tp.topic.clone())))
-                        .with_partition_data(vec![pd]),
-                ),
-            }
+    let fail_all = |batches: Vec<ProducerBatch>, e: Error| {
+        for b in batches {
+            finish(inner, b, Err(e.clone()));
         }
-        let timeout_ms = inner
-            .config
-            .client
-            .request_timeout
-            .as_millis()
-            .min(i32::MAX as u128) as i32;
-        let transactional_id = inner.lock().txn.as_ref().map(|t| {
-            kafka_protocol::messages::TransactionalId(StrBytes::from_string(
-                t.transactional_id.clone(),
-            ))
-        });
-        let req = ProduceRequest::default()
-            .with_transactional_id(transactional_id)
-            .with_acks(inner.config.acks.wire())
-            .with_timeout_ms(timeout_ms)
-            .with_topic_data(topics);
-        if inner.config.acks == Acks::None {
-            let sent = conn.send_no_response(&req, version);
-            for b in batches {
-                let outcome = match &sent {
-                    Ok(()) => Ok(PartitionResult {
-                        error_code: 0,
-                        base_offset: -1,
-                        log_append_time: -1,
-                        log_start_offset: -1,
-                    }),
-                    Err(e) => Err(e.clone()),
-                };
-                finish(inner, b, outcome);
-            }
-            return;
+    };
+    let version = match conn.version_for::<ProduceRequest>(Some(MAX_PRODUCE_VERSION)) {
+        Ok(v) => v,
+        Err(e) => return fail_all(batches, e),
+    };
+    let req = produce_request(inner, &batches);
+    if inner.config.acks == Acks::None {
+        // acks=0: the broker never answers; a batch on the wire counts as written.
+        let sent = conn.send_no_response(&req, version);
+        for b in batches {
+            let outcome = match &sent {
+                Ok(()) => Ok(PartitionResult {
+                    error_code: 0,
+                    base_offset: -1,
+                    log_append_time: -1,
+                    log_start_offset: -1,
+                }),
+                Err(e) => Err(e.clone()),
+            };
+            finish(inner, b, outcome);
         }
-        let pending = match conn.start_request(&req, version) {
-            Ok(p) => p,
-            Err(e) => {
-                for b in batches {
-                    finish(inner, b, Err(e.clone()));
-                }
-                return;
-            }
-        };
-        let inner = inner.clone();
-        tokio::spawn(
-            async move {
-                match pending.response().await {
-                    Ok(resp) => settle_response(&inner, batches, resp),
-                    Err(e) => {
-                        for b in batches {
-                            finish(&inner, b, Err(e.clone()));
-                        }
+        return;
+    }
+    let pending = match conn.start_request(&req, version) {
+        Ok(p) => p,
+        Err(e) => return fail_all(batches, e),
+    };
+    let inner = inner.clone();
+    tokio::spawn(
+        async move {
+            match pending.response().await {
+                Ok(resp) => settle_response(&inner, batches, resp),
+                Err(e) => {
+                    for b in batches {
+                        finish(&inner, b, Err(e.clone()));
                     }
                 }
             }
-            .in_current_span(),
-        );
+        }
+        .in_current_span(),
+    );
+}
+
+/// One Produce request carrying `batches` (one per partition), topics in first-seen order.
+fn produce_request(inner: &Inner, batches: &[ProducerBatch]) -> ProduceRequest {
+    let mut topics: Vec<TopicProduceData> = Vec::new();
+    for b in batches {
+        let pd = PartitionProduceData::default()
+            .with_index(b.tp.partition)
+            .with_records(Some(b.data.clone()));
+        match topics.iter_mut().find(|t| t.name.0.as_str() == b.tp.topic) {
+            Some(t) => t.partition_data.push(pd),
+            None => topics.push(
+                TopicProduceData::default()
+                    .with_name(TopicName(StrBytes::from_string(b.tp.topic.clone())))
+                    .with_partition_data(vec![pd]),
+            ),
+        }
     }
+    let timeout_ms = inner
+        .config
+        .client
+        .request_timeout
+        .as_millis()
+        .min(i32::MAX as u128) as i32;
+    let transactional_id = inner.lock().txn.as_ref().map(|t| {
+        kafka_protocol::messages::TransactionalId(StrBytes::from_string(t.transactional_id.clone()))
+    });
+    ProduceRequest::default()
+        .with_transactional_id(transactional_id)
+        .with_acks(inner.config.acks.wire())
+        .with_timeout_ms(timeout_ms)
+        .with_topic_data(topics)
 }
 
 /// Resolves every batch of a Produce response.
@@ -407,7 +447,7 @@ fn settle_response(
 }
 
 /// Settles one batch after its request: resolve, retry, or fail.
-fn finish(inner: &Arc<Inner>, mut b: ProducerBatch, outcome: Result<PartitionResult, Error>) {
+fn finish(inner: &Arc<Inner>, b: ProducerBatch, outcome: Result<PartitionResult, Error>) {
     let view = {
         let acc = inner.lock();
         let q = acc.partitions.get(&b.tp);
@@ -419,43 +459,12 @@ fn finish(inner: &Arc<Inner>, mut b: ProducerBatch, outcome: Result<PartitionRes
             last_acked_offset: q.map_or(-1, |q| q.last_acked_offset),
         }
     };
-    let verdict = verdict(&view, &b, outcome);
     let now = Instant::now();
-    let settle = |acc: &mut super::accumulator::Accumulator, tp| {
-        let q = acc.queue(tp);
-        q.in_flight = q.in_flight.saturating_sub(1);
-        if q.in_flight == 0 {
-            q.in_flight_leader = None;
-        }
-    };
-    match verdict {
+    match verdict(&view, &b, outcome) {
         Verdict::Done {
             base_offset,
             log_append_time,
-        } => {
-            let n = b.record_count();
-            let tp = b.tp.clone();
-            let seq = b.base_sequence;
-            let mem = b.complete(base_offset, log_append_time);
-            Counters::add(&inner.counters.batches_acknowledged, 1);
-            {
-                let mut acc = inner.lock();
-                settle(&mut acc, &tp);
-                let q = acc.queue(&tp);
-                // Responses are handled in their own tasks, which may run out of order:
-                // only ever move forward.
-                if seq >= 0 {
-                    let last = super::accumulator::next_seq(seq, n.saturating_sub(1));
-                    if q.acked_through < 0 || super::accumulator::seq_after(last, q.acked_through) {
-                        q.acked_through = last;
-                    }
-                }
-                if base_offset >= 0 {
-                    q.last_acked_offset = q.last_acked_offset.max(base_offset + n as i64 - 1);
-                }
-            }
-            inner.release(mem);
-        }
+        } => acknowledged(inner, b, base_offset, log_append_time),
         Verdict::Retry {
             error,
             bump,
@@ -463,29 +472,7 @@ fn finish(inner: &Arc<Inner>, mut b: ProducerBatch, outcome: Result<PartitionRes
         } if b.created + inner.config.delivery_timeout > now
             && b.attempts < inner.config.retries =>
         {
-            b.attempts += 1;
-            let wait = backoff(
-                inner.config.client.retry_backoff,
-                inner.config.client.retry_backoff_max,
-                b.attempts,
-            );
-            debug!(tp = %b.tp, attempt = b.attempts, sequence = b.base_sequence, error = %error, ?wait, "retrying batch");
-            b.retry_at = Some(now + wait);
-            if refresh {
-                let cluster = inner.cluster.clone();
-                let g = cluster.metadata().generation;
-                tokio::spawn(async move {
-                    let _ = cluster.refresh_if_older(g).await;
-                });
-            }
-            let mut acc = inner.lock();
-            acc.bump_needed |= bump;
-            let tp = b.tp.clone();
-            settle(&mut acc, &tp);
-            acc.queue(&tp).requeue(b);
-            // Counted once the batch is back in its queue, so a reader of the counter knows
-            // where the batch is.
-            Counters::add(&inner.counters.batches_retried, 1);
+            retry(inner, b, now, &error, bump, refresh)
         }
         Verdict::Retry { error, .. } | Verdict::Fail { error } => {
             let error = if b.created + inner.config.delivery_timeout <= now {
@@ -496,41 +483,112 @@ fn finish(inner: &Arc<Inner>, mut b: ProducerBatch, outcome: Result<PartitionRes
             } else {
                 error
             };
-            warn!(tp = %b.tp, sequence = b.base_sequence, error = %error, "batch failed");
-
-            let tp = b.tp.clone();
-            let had_sequence = b.base_sequence >= 0;
-            let mem = b.fail(error.clone());
-            Counters::add(&inner.counters.batches_failed, 1);
-            {
-                let mut acc = inner.lock();
-                settle(&mut acc, &tp);
-                let fatal = error.class_in(Op::TxnProduce) == ErrorClass::Fatal;
-                match acc.txn.as_mut() {
-                    // In a transaction a failed batch dooms the transaction (it must abort;
-                    // the abort resets sequences); fencing dooms the producer.
-                    Some(t) => {
-                        t.reinit |= matches!(
-                            error.code(),
-                            Some(
-                                ErrorCode::INVALID_PRODUCER_EPOCH | ErrorCode::UNKNOWN_PRODUCER_ID
-                            )
-                        );
-                        t.error.get_or_insert(error.clone());
-                        if fatal {
-                            *inner.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);
-                        }
-                    }
-                    // A failed batch leaves a hole in the sequence: later batches would be
-                    // refused as out of order until the epoch is bumped and they are renumbered.
-                    None if had_sequence => acc.bump_needed = true,
-                    None => {}
-                }
-            }
-            inner.release(mem);
+            failed(inner, b, error)
         }
     }
     inner.wake.notify_one();
+}
+
+/// One batch of the partition is no longer in flight.
+fn settle(acc: &mut Accumulator, tp: &TopicPartition) {
+    let q = acc.queue(tp);
+    q.in_flight = q.in_flight.saturating_sub(1);
+    if q.in_flight == 0 {
+        q.in_flight_leader = None;
+    }
+}
+
+/// The broker wrote the batch: resolve its records, move the acknowledged sequence and offset.
+fn acknowledged(inner: &Inner, b: ProducerBatch, base_offset: i64, log_append_time: i64) {
+    let n = b.record_count();
+    let tp = b.tp.clone();
+    let seq = b.base_sequence;
+    let mem = b.complete(base_offset, log_append_time);
+    Counters::add(&inner.counters.batches_acknowledged, 1);
+    {
+        let mut acc = inner.lock();
+        settle(&mut acc, &tp);
+        let q = acc.queue(&tp);
+        // Responses are handled in their own tasks, which may run out of order: only ever
+        // move forward.
+        if seq >= 0 {
+            let last = super::accumulator::next_seq(seq, n.saturating_sub(1));
+            if q.acked_through < 0 || super::accumulator::seq_after(last, q.acked_through) {
+                q.acked_through = last;
+            }
+        }
+        if base_offset >= 0 {
+            q.last_acked_offset = q.last_acked_offset.max(base_offset + n as i64 - 1);
+        }
+    }
+    inner.release(mem);
+}
+
+/// The batch goes back into its queue in creation order, after a backoff.
+fn retry(
+    inner: &Inner,
+    mut b: ProducerBatch,
+    now: Instant,
+    error: &Error,
+    bump: bool,
+    refresh: bool,
+) {
+    b.attempts += 1;
+    let wait = backoff(
+        inner.config.client.retry_backoff,
+        inner.config.client.retry_backoff_max,
+        b.attempts,
+    );
+    debug!(tp = %b.tp, attempt = b.attempts, sequence = b.base_sequence, error = %error, ?wait, "retrying batch");
+    b.retry_at = Some(now + wait);
+    if refresh {
+        let cluster = inner.cluster.clone();
+        let g = cluster.metadata().generation;
+        tokio::spawn(async move {
+            let _ = cluster.refresh_if_older(g).await;
+        });
+    }
+    let mut acc = inner.lock();
+    // A transactional producer's epoch is the coordinator's to bump.
+    if bump && acc.txn.is_none() {
+        acc.need_bump();
+    }
+    let tp = b.tp.clone();
+    settle(&mut acc, &tp);
+    acc.queue(&tp).requeue(b);
+    // Counted once the batch is back in its queue, so a reader of the counter knows where the
+    // batch is.
+    Counters::add(&inner.counters.batches_retried, 1);
+}
+
+/// The batch failed for good: fail its records; in a transaction that dooms the transaction
+/// (or, fenced, the producer), without one a batch with a sequence needs an epoch bump.
+fn failed(inner: &Inner, b: ProducerBatch, error: Error) {
+    warn!(tp = %b.tp, sequence = b.base_sequence, error = %error, "batch failed");
+    let tp = b.tp.clone();
+    let had_sequence = b.base_sequence >= 0;
+    let mem = b.fail(error.clone());
+    Counters::add(&inner.counters.batches_failed, 1);
+    {
+        let mut acc = inner.lock();
+        settle(&mut acc, &tp);
+        match acc.txn.as_mut() {
+            // In a transaction a failed batch dooms the transaction (it must abort; the abort
+            // resets sequences); fencing dooms the producer.
+            Some(t) => {
+                let reinit = matches!(
+                    error.code(),
+                    Some(ErrorCode::INVALID_PRODUCER_EPOCH | ErrorCode::UNKNOWN_PRODUCER_ID)
+                );
+                t.fail(error, Op::TxnProduce, reinit);
+            }
+            // A failed batch leaves a hole in the sequence: later batches would be refused as
+            // out of order until the epoch is bumped and they are renumbered.
+            None if had_sequence => acc.need_bump(),
+            None => {}
+        }
+    }
+    inner.release(mem);
 }
 
 #[cfg(test)]

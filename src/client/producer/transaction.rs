@@ -1,81 +1,62 @@
-//! Transactions: init, begin, send offsets, commit, abort, and resuming a prepared
-//! transaction from another process.
+//! The producer's transaction methods: init, begin, send offsets, prepare, commit, abort.
 //!
-//! A transaction's states (see DESIGN.md, "A transaction's life"):
-//! `init_transactions` (InitProducerId with the transactional id: fences older instances and
-//! aborts whatever they left open) → ready → `begin_transaction` (local; fixes the protocol
-//! version for this transaction) → in transaction: records are sent; under the classic protocol
-//! each new partition first joins with AddPartitionsToTxn, under KIP-890 (transaction.version 2)
-//! the produce itself adds it → `commit_transaction` / `abort_transaction`: flush, then EndTxn.
-//! Under transaction.version 2 EndTxn returns the epoch for the next transaction.
+//! A transaction's life (see DESIGN.md, "A transaction's life"), in phases of
+//! [`TxnPhase`] (`txn_phase`): `init_transactions` (InitProducerId with the transactional id:
+//! fences older instances and aborts whatever they left open) → Ready → `begin_transaction`
+//! (local; fixes the protocol version for this transaction) → InTransaction: records are sent;
+//! under the classic protocol each new partition first joins with AddPartitionsToTxn, under
+//! KIP-890 (transaction.version 2) the produce itself adds it → `commit_transaction` /
+//! `abort_transaction`: flush, then EndTxn. Under transaction.version 2 EndTxn returns the
+//! epoch for the next transaction. The requests themselves are in `txn_requests`; EndTxn and
+//! what the coordinator reports are in `client::txn`.
 //!
 //! Errors are classified by [`crate::client::classify`] with [`Op::TxnCoordinator`] /
 //! [`Op::TxnProduce`]: retriable ones are retried within transaction.timeout.ms, abortable ones
-//! doom the transaction (commit refuses; abort works), fatal ones (fencing) doom the producer.
+//! doom the transaction (AbortableError: commit refuses, abort works), fatal ones (fencing)
+//! doom the producer (FatalError).
 
 use super::accumulator::Identity;
-use super::txn_phase::TxnEvent;
-use super::{Inner, Producer};
-use crate::client::cluster::Cluster;
-use crate::client::coordinator::coordinator_call_on;
-use crate::client::coordinator::CoordinatorKind;
+use super::txn_phase::{TxnEvent, TxnPhase};
+use super::txn_requests::{
+    add_offsets_to_txn, add_partitions_to_txn, init_transactional_id, txn_offset_commit,
+};
+use super::{GroupMetadata, Inner, Producer};
 use crate::client::error::{Error, ErrorClass, Op, Result};
 use crate::client::metadata::TopicPartition;
 use crate::client::txn::{
     describe, end_txn, judge, EndOutcome, Judgement, PreparedTransaction, TxnEnd, TxnState,
-    TV2_END_TXN_VERSION,
 };
 use crate::protocol::ErrorCode;
-use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-use kafka_protocol::messages::txn_offset_commit_request::{
-    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
-};
-use kafka_protocol::messages::{
-    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, GroupId,
-    InitProducerIdRequest, ProduceRequest, ProducerId, TopicName, TransactionalId,
-    TxnOffsetCommitRequest,
-};
-use kafka_protocol::protocol::StrBytes;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{info, info_span, warn, Instrument};
 
-/// AddPartitionsToTxn v4+ is for brokers verifying on a client's behalf; clients use ≤ v3.
-const MAX_CLIENT_ADD_PARTITIONS_VERSION: i16 = 3;
-/// Under the classic protocol TxnOffsetCommit must stay ≤ v4 (v5 implies KIP-890's implicit
-/// AddOffsetsToTxn).
-const MAX_CLASSIC_TXN_OFFSET_COMMIT_VERSION: i16 = 4;
-
-/// A consumer group's identity as TxnOffsetCommit needs it (KIP-447): with the generation and
-/// member id, the group coordinator fences a zombie from an older generation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupMetadata {
-    /// The group.
-    pub group_id: String,
-    /// Generation id, -1 for a group without members (manual assignment).
-    pub generation_id: i32,
-    /// Member id, empty without membership.
-    pub member_id: String,
-    /// group.instance.id for static members.
-    pub group_instance_id: Option<String>,
+fn no_transactional_id() -> Error {
+    Error::Usage(
+        "transactions need transactional.id; set it in the ProducerConfig to use them".into(),
+    )
 }
 
-impl GroupMetadata {
-    /// Metadata for a group used without membership (offsets only), as the Java client's
-    /// `new ConsumerGroupMetadata(groupId)`.
-    pub fn new(group_id: impl Into<String>) -> Self {
-        GroupMetadata {
-            group_id: group_id.into(),
-            generation_id: -1,
-            member_id: String::new(),
-            group_instance_id: None,
-        }
-    }
+/// What a call inside an open transaction needs of it.
+struct OpenView {
+    id: String,
+    identity: Identity,
+    tv2: bool,
+    started: bool,
 }
 
-fn txn_id(id: &str) -> TransactionalId {
-    TransactionalId(StrBytes::from_string(id.to_owned()))
+/// What ending a transaction needs to know, read once everything it sent has settled.
+struct Ending {
+    id: String,
+    identity: Identity,
+    tv2: bool,
+    /// Something may have reached the broker: the coordinator must end the transaction.
+    started: bool,
+    began: Instant,
+    /// The broker stopped accepting our epoch: re-initialize instead of EndTxn.
+    reinit: bool,
+    /// A record or request of the transaction failed.
+    failed: bool,
 }
 
 impl Producer {
@@ -85,28 +66,50 @@ impl Producer {
             .txn
             .as_ref()
             .map(|t| t.transactional_id.clone())
-            .ok_or_else(|| {
-                Error::InvalidState("transactions need transactional.id to be set".into())
-            })
+            .ok_or_else(no_transactional_id)
     }
 
-    fn check_fatal(&self) -> Result<()> {
-        match self
-            .inner
-            .fatal
+    /// Moves the transaction phase (see `txn_phase`), or says what to call instead.
+    fn step(&self, event: TxnEvent) -> Result<()> {
+        self.inner
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+            .txn
+            .as_mut()
+            .ok_or_else(no_transactional_id)?
+            .step(event)
     }
 
-    fn identity(&self) -> Result<Identity> {
-        self.inner.lock().identity.ok_or_else(|| {
-            Error::InvalidState("call init_transactions() before using the transaction".into())
+    /// Checks that a transaction is open and not doomed, for `what`, and returns what the call
+    /// needs of it.
+    fn open_transaction(&self, what: &'static str) -> Result<OpenView> {
+        let mut acc = self.inner.lock();
+        let identity = acc.identity;
+        let t = acc.txn.as_mut().ok_or_else(no_transactional_id)?;
+        t.step(TxnEvent::Use(what))?;
+        let (Some(open), Some(identity)) = (t.phase.open(), identity) else {
+            return Err(Error::Internal(format!(
+                "{what}: phase {} without an open transaction or a producer id",
+                t.phase.name()
+            )));
+        };
+        Ok(OpenView {
+            id: t.transactional_id.clone(),
+            identity,
+            tv2: open.tv2,
+            started: open.started,
         })
+    }
+
+    /// Records an error in the transaction phase according to its class: abortable errors
+    /// doom the transaction, fatal ones the producer. `reinit`: the broker no longer accepts
+    /// our epoch for the transaction, the abort must re-initialize.
+    fn note_error<T>(&self, result: Result<T>, reinit: bool) -> Result<T> {
+        if let Err(e) = &result {
+            if let Some(t) = self.inner.lock().txn.as_mut() {
+                t.fail(e.clone(), Op::TxnCoordinator, reinit);
+            }
+        }
+        result
     }
 
     /// Registers the transactional id with its coordinator and gets the producer id and epoch.
@@ -114,7 +117,8 @@ impl Producer {
     ///
     /// # Errors
     /// A fatal error naming both settings when transaction.timeout.ms exceeds the broker's
-    /// transaction.max.timeout.ms; fatal authorization errors; [`Error::Timeout`].
+    /// transaction.max.timeout.ms; fatal authorization errors; [`Error::Timeout`];
+    /// [`Error::Usage`] while a transaction is open.
     ///
     /// ```no_run
     /// # async fn demo() -> onceflow::client::Result<()> {
@@ -127,7 +131,6 @@ impl Producer {
     /// # Ok(()) }
     /// ```
     pub async fn init_transactions(&self) -> Result<()> {
-        self.check_fatal()?;
         let id = self.txn_id()?;
         self.step(TxnEvent::InitStart)?;
         let inner = &self.inner;
@@ -141,44 +144,25 @@ impl Producer {
         };
         let mut acc = inner.lock();
         acc.reset_sequences(identity);
-        if let Some(t) = acc.txn.as_mut() {
-            t.step(TxnEvent::InitDone)?;
-            t.added.clear();
-            t.started = false;
-            t.error = None;
-        }
-        Ok(())
-    }
-
-    /// Moves the transaction phase (see `txn_phase`), or says what to call instead.
-    fn step(&self, event: TxnEvent) -> Result<()> {
-        self.inner
-            .lock()
-            .txn
+        acc.txn
             .as_mut()
-            .ok_or_else(|| {
-                Error::InvalidState("transactions need transactional.id to be set".into())
-            })?
-            .step(event)
+            .ok_or_else(no_transactional_id)?
+            .step(TxnEvent::InitDone)
     }
 
     /// Starts a transaction (no request is sent).
     ///
     /// # Errors
-    /// [`Error::InvalidState`] when a transaction is open or init_transactions was not called.
+    /// [`Error::Usage`] when a transaction is open or init_transactions was not called; the
+    /// producer's fatal error once it has one.
     pub fn begin_transaction(&self) -> Result<()> {
-        self.check_fatal()?;
         let tv2 = self.inner.cluster.transaction_version_2();
         let mut acc = self.inner.lock();
-        let t = acc.txn.as_mut().ok_or_else(|| {
-            Error::InvalidState("transactions need transactional.id to be set".into())
+        let t = acc.txn.as_mut().ok_or_else(no_transactional_id)?;
+        t.step(TxnEvent::Begin {
+            tv2,
+            now: Instant::now(),
         })?;
-        t.step(TxnEvent::Begin)?;
-        t.tv2 = tv2;
-        t.added.clear();
-        t.started = false;
-        t.error = None;
-        t.began = Some(Instant::now());
         info!(transactional_id = %t.transactional_id, tv2, "transaction begun");
         Ok(())
     }
@@ -194,93 +178,58 @@ impl Producer {
         offsets: &[(TopicPartition, i64)],
         group: &GroupMetadata,
     ) -> Result<()> {
-        self.check_fatal()?;
-        let id = self.txn_id()?;
-        let identity = self.identity()?;
-        let tv2 = {
-            let mut acc = self.inner.lock();
-            let t = acc.txn.as_mut().ok_or_else(|| {
-                Error::InvalidState("transactions need transactional.id to be set".into())
-            })?;
-            t.step(TxnEvent::Use("send_offsets_to_transaction()"))?;
-            if let Some(e) = &t.error {
-                return Err(e.clone());
-            }
-            t.tv2
-        };
+        let txn = self.open_transaction("send_offsets_to_transaction()")?;
+        let inner = &self.inner;
+        let timeout = inner.config.transaction_timeout;
         let result = async {
-            if !tv2 {
-                let req = AddOffsetsToTxnRequest::default()
-                    .with_transactional_id(txn_id(&id))
-                    .with_producer_id(ProducerId(identity.producer_id))
-                    .with_producer_epoch(identity.epoch)
-                    .with_group_id(GroupId(StrBytes::from_string(group.group_id.clone())));
-                coordinator_call(&self.inner, &id, "AddOffsetsToTxn", |conn| {
-                    let req = req.clone();
-                    async move {
-                        let r = conn.request(&req).await?;
-                        Ok((r.error_code, ()))
-                    }
-                })
+            if !txn.tv2 {
+                add_offsets_to_txn(
+                    &inner.cluster,
+                    &txn.id,
+                    txn.identity,
+                    &group.group_id,
+                    timeout,
+                )
                 .await?;
             }
-            if let Some(t) = self.inner.lock().txn.as_mut() {
-                t.started = true;
+            if let Some(open) = inner.lock().txn.as_mut().and_then(|t| t.phase.open_mut()) {
+                open.started = true;
             }
-            txn_offset_commit(&self.inner, &id, identity, tv2, offsets, group).await
+            txn_offset_commit(
+                &inner.cluster,
+                &txn.id,
+                txn.identity,
+                txn.tv2,
+                offsets,
+                group,
+                timeout,
+            )
+            .await
         }
         .instrument(info_span!("send_offsets_to_transaction", group = %group.group_id))
         .await;
-        self.note_error(result)
-    }
-
-    /// Records an error in the transaction state according to its class.
-    fn note_error<T>(&self, result: Result<T>) -> Result<T> {
-        if let Err(e) = &result {
-            match e.class_in(Op::TxnCoordinator) {
-                ErrorClass::Fatal => {
-                    *self.inner.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone())
-                }
-                _ => {
-                    if let Some(t) = self.inner.lock().txn.as_mut() {
-                        t.error.get_or_insert(e.clone());
-                    }
-                }
-            }
-        }
-        result
+        self.note_error(result, false)
     }
 
     /// Flushes the transaction's records and returns its committable, without committing:
     /// the first phase of a two-phase commit. Save the result durably, then commit with
-    /// [`Producer::commit_transaction`] or, from any process, [`resume_transaction`].
+    /// [`Producer::commit_transaction`] or, from any process,
+    /// [`resume_transaction`](crate::client::txn::resume_transaction).
     ///
     /// # Errors
     /// The transaction's abortable error if any record failed.
     pub async fn prepare_commit(&self) -> Result<PreparedTransaction> {
-        self.check_fatal()?;
         self.step(TxnEvent::Use("prepare_commit()"))?;
         self.flush().await?;
-        self.check_fatal()?;
-        let identity = self.identity()?;
-        let (id, tv2, started) = {
-            let mut acc = self.inner.lock();
-            let t = acc.txn.as_mut().ok_or_else(|| {
-                Error::InvalidState("transactions need transactional.id to be set".into())
-            })?;
-            t.step(TxnEvent::Use("prepare_commit()"))?;
-            if let Some(e) = &t.error {
-                return Err(e.clone());
-            }
-            (t.transactional_id.clone(), t.tv2, t.started)
-        };
-        let transaction_version = if tv2 { 2 } else { 1 };
-        if !started {
+        let txn = self.open_transaction("prepare_commit()")?;
+        let identity = txn.identity;
+        let transaction_version = if txn.tv2 { 2 } else { 1 };
+        if !txn.started {
             // Nothing reached the broker: there is nothing to commit, and the coordinator has
             // no transaction to tell apart from the next one (which will have the same
             // producer id and epoch). The committable says so, and resuming it does nothing.
             return Ok(PreparedTransaction {
-                transactional_id: id,
+                transactional_id: txn.id,
                 producer_id: identity.producer_id,
                 producer_epoch: identity.epoch,
                 transaction_version,
@@ -289,7 +238,7 @@ impl Producer {
             });
         }
         // The coordinator's start time identifies this transaction among later ones.
-        let d = describe(&self.inner.cluster, &id).await?;
+        let d = describe(&self.inner.cluster, &txn.id).await?;
         let Some(d) = d.filter(|d| {
             d.state == TxnState::Ongoing
                 && d.producer_id == identity.producer_id
@@ -299,13 +248,13 @@ impl Producer {
             // ours: it was aborted (transaction.timeout.ms) or fenced. A committable for it
             // could never be committed.
             let e = Error::Fenced(format!(
-                "transaction '{id}' can no longer be committed: the coordinator shows no open transaction of producer id {} epoch {}; it timed out (transaction.timeout.ms) or was fenced",
-                identity.producer_id, identity.epoch
+                "transaction '{}' can no longer be committed: the coordinator shows no open transaction of producer id {} epoch {}; it timed out (transaction.timeout.ms) or was fenced",
+                txn.id, identity.producer_id, identity.epoch
             ));
-            return self.note_error(Err(e));
+            return self.note_error(Err(e), false);
         };
         Ok(PreparedTransaction {
-            transactional_id: id,
+            transactional_id: txn.id,
             producer_id: identity.producer_id,
             producer_epoch: identity.epoch,
             transaction_version,
@@ -317,8 +266,9 @@ impl Producer {
     /// Flushes and commits the transaction.
     ///
     /// # Errors
-    /// The transaction's abortable error (the caller must then abort), or a fatal error
-    /// (fenced, or aborted by the coordinator after transaction.timeout.ms).
+    /// [`Error::TransactionAbortable`] when a record or request of the transaction failed
+    /// (the caller must then abort), or a fatal error (fenced, or aborted by the coordinator
+    /// after transaction.timeout.ms at transaction.version 1).
     pub async fn commit_transaction(&self) -> Result<()> {
         self.end_transaction(TxnEnd::Commit).await
     }
@@ -332,30 +282,50 @@ impl Producer {
     }
 
     async fn end_transaction(&self, end: TxnEnd) -> Result<()> {
-        let commit = end.is_commit();
-        self.check_fatal()?;
-        self.step(TxnEvent::EndStart { commit })?;
+        self.step(TxnEvent::EndStart(end))?;
         let result = self.end_transaction_steps(end).await;
         // Ended: ready for the next begin_transaction(). Not ended: the transaction is still
         // open (a refused commit is aborted next; a failed abort can be tried again).
-        let step = self.step(if result.is_ok() {
-            TxnEvent::EndDone
-        } else {
-            TxnEvent::EndFailed
+        let step = self.step(match &result {
+            Ok(()) => TxnEvent::EndDone,
+            Err(e) => TxnEvent::EndFailed(e.clone()),
         });
         result.and(step)
     }
 
+    /// The end of a transaction, step by step.
     async fn end_transaction_steps(&self, end: TxnEnd) -> Result<()> {
-        let commit = end.is_commit();
-        let id = self.txn_id()?;
-        let inner = &self.inner;
-        if !commit {
-            let err = Error::InvalidState("the transaction was aborted".into());
-            let (mem, _, batches) = inner.lock().fail_unsent(&err);
-            inner.release(mem);
-            super::metrics::Counters::add(&inner.counters.batches_failed, batches as u64);
+        if end == TxnEnd::Abort {
+            self.drop_unsent();
         }
+        self.settle_in_flight().await?;
+        let ending = self.ending()?;
+        // After INVALID_PRODUCER_EPOCH / UNKNOWN_PRODUCER_ID the coordinator would refuse
+        // EndTxn at our epoch; the re-initialization below ends the transaction instead.
+        if ending.started && (end.is_commit() || !ending.reinit) {
+            self.end_on_coordinator(&ending, end).await?;
+        }
+        if end == TxnEnd::Abort {
+            self.after_abort(&ending).await?;
+        }
+        info!(transactional_id = %ending.id, commit = end.is_commit(), "transaction ended");
+        Ok(())
+    }
+
+    /// Abort, first step: fails the batches that never went out. A batch sent at least once
+    /// stays to be resent until it settles (see `Accumulator::fail_unsent`).
+    fn drop_unsent(&self) {
+        let inner = &self.inner;
+        let err = Error::TransactionAbortable(
+            "the transaction was aborted (abort_transaction()) before this record was sent; it was not written".into(),
+        );
+        let (mem, _, batches) = inner.lock().fail_unsent(&err, true);
+        inner.release(mem);
+        super::metrics::Counters::add(&inner.counters.batches_failed, batches as u64);
+    }
+
+    /// Waits until every record of the transaction has settled, and every AddPartitionsToTxn.
+    async fn settle_in_flight(&self) -> Result<()> {
         self.flush().await?;
         // An AddPartitionsToTxn still in flight would land after EndTxn and open a new
         // transaction on the coordinator that nobody ends (classic protocol: the hanging
@@ -363,95 +333,109 @@ impl Producer {
         while self.inner.lock().txn.as_ref().is_some_and(|t| t.adding) {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        self.check_fatal()?;
-        let identity = self.identity()?;
-        let (tv2, started, began, reinit) = {
-            let acc = inner.lock();
-            let t = acc.txn.as_ref().ok_or_else(|| {
-                Error::InvalidState("transactions need transactional.id to be set".into())
-            })?;
-            if commit {
-                if let Some(e) = &t.error {
-                    return Err(match e {
-                        // Already says what happened and what to do.
-                        Error::TransactionAbortable(_) => e.clone(),
-                        _ => Error::TransactionAbortable(format!(
-                            "cannot commit: the transaction failed ({e}); call abort_transaction() and redo the work"
-                        )),
-                    });
+        Ok(())
+    }
+
+    /// Everything has settled: a commit goes on only if nothing failed meanwhile (the phase
+    /// refuses it otherwise); reads what the rest of the end needs.
+    fn ending(&self) -> Result<Ending> {
+        let mut acc = self.inner.lock();
+        let identity = acc.identity;
+        let t = acc.txn.as_mut().ok_or_else(no_transactional_id)?;
+        t.step(TxnEvent::Flushed)?;
+        let (open, reinit, failed) = match &t.phase {
+            TxnPhase::Committing(open) => (open, false, false),
+            TxnPhase::Aborting { txn, error, reinit } => (txn, *reinit, error.is_some()),
+            p => {
+                return Err(Error::Internal(format!(
+                    "ending a transaction in phase {}",
+                    p.name()
+                )))
+            }
+        };
+        let identity = identity.ok_or_else(|| {
+            Error::Internal("a transaction is ending without a producer id".into())
+        })?;
+        Ok(Ending {
+            id: t.transactional_id.clone(),
+            identity,
+            tv2: open.tv2,
+            started: open.started,
+            began: open.began,
+            reinit,
+            failed,
+        })
+    }
+
+    /// EndTxn, on the path `resume_transaction` uses too, so an answer that is lost is
+    /// resolved the same way. A refusal is explained: timed out, aborted, or fenced.
+    async fn end_on_coordinator(&self, ending: &Ending, end: TxnEnd) -> Result<()> {
+        let inner = &self.inner;
+        let id = ending.id.as_str();
+        let prepared = PreparedTransaction {
+            transactional_id: id,
+            producer_id: ending.identity.producer_id,
+            producer_epoch: ending.identity.epoch,
+            transaction_version: if ending.tv2 { 2 } else { 1 },
+            // This producer has begun nothing since: the coordinator's latest is ours.
+            transaction_start_ms: -1,
+            empty: false,
+        };
+        let timeout = inner.config.transaction_timeout;
+        let outcome = end_txn(&inner.cluster, &prepared, end, timeout).await;
+        let timed_out = ending.began.elapsed() >= timeout;
+        match outcome {
+            Ok(EndOutcome::Done(next)) => {
+                let mut acc = inner.lock();
+                if let Some(next) = next {
+                    // KIP-890: the next transaction uses the bumped epoch from sequence 0.
+                    acc.reset_sequences(next);
+                }
+                match acc.txn.as_mut() {
+                    Some(t) if end == TxnEnd::Abort => t.step(TxnEvent::EndTxnDone),
+                    _ => Ok(()),
                 }
             }
-            (t.tv2, t.started, t.began, t.reinit)
-        };
-        // After INVALID_PRODUCER_EPOCH / UNKNOWN_PRODUCER_ID the coordinator would refuse
-        // EndTxn at our epoch; the re-initialization below ends the transaction instead.
-        let end_with_end_txn = commit || !reinit;
-        if started && end_with_end_txn {
-            let prepared = PreparedTransaction {
-                transactional_id: id.as_str(),
-                producer_id: identity.producer_id,
-                producer_epoch: identity.epoch,
-                transaction_version: if tv2 { 2 } else { 1 },
-                // This producer has begun nothing since: the coordinator's latest is ours.
-                transaction_start_ms: -1,
-                empty: false,
-            };
-            let outcome = end_txn(
-                &inner.cluster,
-                &prepared,
-                end,
-                inner.config.transaction_timeout,
-            )
-            .await;
-            match outcome {
-                Ok(EndOutcome::Done(next)) => {
-                    if let Some(next) = next {
-                        // KIP-890: the next transaction uses the bumped epoch from sequence 0.
-                        inner.lock().reset_sequences(next);
-                    }
-                }
-                Ok(EndOutcome::Not { reason, aborted }) => {
-                    let timed_out =
-                        began.is_some_and(|b| b.elapsed() >= inner.config.transaction_timeout);
-                    if aborted && commit {
-                        // KIP-588: the coordinator aborted it (and bumped the epoch); the
-                        // abort re-initializes, and the producer goes on.
-                        let e = coordinator_aborted(&id, &reason, timed_out, inner);
-                        return self.note_error(Err(e));
-                    }
-                    let e = Error::Fenced(if timed_out {
-                        format!(
-                            "transaction '{id}' was aborted by the coordinator: it ran longer than transaction.timeout.ms={} ms ({reason}); call init_transactions() and redo the work",
-                            inner.config.transaction_timeout.as_millis()
-                        )
-                    } else {
-                        format!(
-                            "transaction '{id}' could not be {}: {reason}",
-                            if commit { "committed" } else { "aborted" }
-                        )
-                    });
-                    *inner.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
-                    return Err(e);
-                }
-                Err(e) => {
-                    let e = explain_end_failure(inner, &prepared, e, began).await;
-                    return self.note_error(Err(e));
-                }
+            Ok(EndOutcome::Not { reason, aborted }) if aborted && end.is_commit() => {
+                // KIP-588: the coordinator aborted it (and bumped the epoch); the abort
+                // re-initializes, and the producer goes on.
+                let e = coordinator_aborted(id, &reason, timed_out, timeout);
+                self.note_error(Err(e), true)
+            }
+            Ok(EndOutcome::Not { reason, .. }) => {
+                let e = Error::Fenced(if timed_out {
+                    format!(
+                        "transaction '{id}' was aborted by the coordinator: it ran longer than transaction.timeout.ms={} ms ({reason}); call init_transactions() and redo the work",
+                        timeout.as_millis()
+                    )
+                } else {
+                    format!(
+                        "transaction '{id}' could not be {}: {reason}",
+                        if end.is_commit() {
+                            "committed"
+                        } else {
+                            "aborted"
+                        }
+                    )
+                });
+                self.note_error(Err(e), false)
+            }
+            Err(e) => {
+                let (e, reinit) = explain_end_failure(inner, &prepared, e, ending.began).await;
+                self.note_error(Err(e), reinit)
             }
         }
-        let had_error = {
-            let mut acc = inner.lock();
-            let t = acc.txn.as_mut().map(|t| {
-                t.added.clear();
-                t.started = false;
-                t.error.take()
-            });
-            matches!(t, Some(Some(_)))
-        };
+    }
+
+    /// Abort, last steps: take back the sequences of batches dropped unsent, and re-initialize
+    /// the producer id when the broker stopped accepting our epoch (or, under the classic
+    /// protocol, when a failed batch may have left a sequence gap).
+    async fn after_abort(&self, ending: &Ending) -> Result<()> {
+        let inner = &self.inner;
         // Batches dropped unsent by the abort had sequences: take them back (the epoch stays
         // under the classic protocol; under KIP-890 EndTxn already started a new epoch at 0).
         // (When nothing reached the broker there was no EndTxn, under KIP-890 either.)
-        if !commit && (!tv2 || !started) {
+        if !ending.tv2 || !ending.started {
             inner.lock().rewind_sequences();
         }
         // Classic protocol: a failed batch may have left a sequence gap; KIP-360 lets a
@@ -459,54 +443,47 @@ impl Producer {
         // same call ends a transaction the broker no longer accepts our epoch for (KIP-588):
         // the coordinator accepts it when it bumped the epoch itself (timeout abort), and
         // answers PRODUCER_FENCED when another producer did.
-        if !commit && (reinit || (had_error && !tv2)) {
-            let next = match init_transactional_id(
-                &inner.cluster,
-                &id,
-                inner.config.transaction_timeout,
-                Some(identity),
-            )
+        if !(ending.reinit || (ending.failed && !ending.tv2)) {
+            return Ok(());
+        }
+        let timeout = inner.config.transaction_timeout;
+        match init_transactional_id(&inner.cluster, &ending.id, timeout, Some(ending.identity))
             .await
-            {
-                Ok(next) => next,
-                Err(e) => {
-                    let e = match e.code() {
-                        Some(ErrorCode::PRODUCER_FENCED | ErrorCode::INVALID_PRODUCER_EPOCH)
-                            if reinit =>
-                        {
-                            Error::Fenced(format!(
-                                "transaction '{id}' was aborted by the coordinator and this producer cannot take its id over again ({e}): another producer fenced it, or the cluster runs transaction.version 1, whose coordinator does not resume a producer after a timeout; create a new producer and call init_transactions()"
-                            ))
-                        }
-                        _ => e,
-                    };
-                    if e.class_in(Op::TxnCoordinator) == ErrorClass::Fatal {
-                        *inner.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+        {
+            Ok(next) => {
+                inner.lock().reset_sequences(next);
+                Ok(())
+            }
+            Err(e) => {
+                let id = &ending.id;
+                let e = match e.code() {
+                    Some(ErrorCode::PRODUCER_FENCED | ErrorCode::INVALID_PRODUCER_EPOCH)
+                        if ending.reinit =>
+                    {
+                        Error::Fenced(format!(
+                            "transaction '{id}' was aborted by the coordinator and this producer cannot take its id over again ({e}): another producer fenced it, or the cluster runs transaction.version 1, whose coordinator does not resume a producer after a timeout; create a new producer and call init_transactions()"
+                        ))
                     }
-                    return Err(e);
+                    _ => e,
+                };
+                if e.class_in(Op::TxnCoordinator) == ErrorClass::Fatal {
+                    if let Some(t) = inner.lock().txn.as_mut() {
+                        t.fail(e.clone(), Op::TxnCoordinator, false);
+                    }
                 }
-            };
-            let mut acc = inner.lock();
-            acc.reset_sequences(next);
-            if let Some(t) = acc.txn.as_mut() {
-                t.reinit = false;
+                Err(e)
             }
         }
-        info!(transactional_id = %id, commit, "transaction ended");
-        Ok(())
     }
 }
 
 /// The abortable error for a transaction the coordinator aborted (after
 /// transaction.timeout.ms, when `timed_out`): the abort re-initializes the producer id.
-fn coordinator_aborted(id: &str, reason: &str, timed_out: bool, inner: &Inner) -> Error {
-    if let Some(t) = inner.lock().txn.as_mut() {
-        t.reinit = true;
-    }
+fn coordinator_aborted(id: &str, reason: &str, timed_out: bool, timeout: Duration) -> Error {
     Error::TransactionAbortable(if timed_out {
         format!(
             "transaction '{id}' was aborted by the coordinator: it ran longer than transaction.timeout.ms={} ms ({reason}); call abort_transaction() and redo the work, or raise transaction.timeout.ms",
-            inner.config.transaction_timeout.as_millis()
+            timeout.as_millis()
         )
     } else {
         format!(
@@ -516,285 +493,78 @@ fn coordinator_aborted(id: &str, reason: &str, timed_out: bool, inner: &Inner) -
 }
 
 /// Turns an EndTxn refusal into what happened: the coordinator aborted the transaction (after
-/// transaction.timeout.ms, or for another reason): abortable, the abort re-initializes; or
-/// another producer fenced this one: fatal.
+/// transaction.timeout.ms, or for another reason): abortable, and the abort re-initializes
+/// (the `bool`); or another producer fenced this one: fatal.
 async fn explain_end_failure(
     inner: &Inner,
     p: &PreparedTransaction<&str>,
     e: Error,
-    began: Option<Instant>,
-) -> Error {
+    began: Instant,
+) -> (Error, bool) {
     if e.code().is_none() {
-        return e;
+        return (e, false);
     }
     let Ok(Some(d)) = describe(&inner.cluster, p.transactional_id).await else {
-        return e;
+        return (e, false);
     };
-    let timed_out = began.is_some_and(|b| b.elapsed() >= inner.config.transaction_timeout);
+    let timeout = inner.config.transaction_timeout;
+    let timed_out = began.elapsed() >= timeout;
     match judge(p, &d) {
-        Judgement::Aborted { reason, .. } => coordinator_aborted(
-            p.transactional_id,
-            &format!("{reason}; {e}"),
-            timed_out,
-            inner,
+        Judgement::Aborted { reason, .. } => (
+            coordinator_aborted(
+                p.transactional_id,
+                &format!("{reason}; {e}"),
+                timed_out,
+                timeout,
+            ),
+            true,
         ),
-        Judgement::Gone(reason) => Error::Fenced(format!(
-            "transaction '{}' was fenced: {reason} ({e})",
-            p.transactional_id
-        )),
-        _ => e,
+        Judgement::Gone(reason) => (
+            Error::Fenced(format!(
+                "transaction '{}' was fenced: {reason} ({e})",
+                p.transactional_id
+            )),
+            false,
+        ),
+        _ => (e, false),
     }
 }
 
-/// Whether transactions may use KIP-890 (transaction.version 2) with this cluster: the finalized
-/// feature says so and the versions needed are there. Decided per transaction.
-impl Cluster {
-    pub(crate) fn transaction_version_2(&self) -> bool {
-        self.any_live_connection().is_some_and(|c| {
-            c.versions().finalized_feature("transaction.version") >= 2
-                && c.versions()
-                    .version_for::<ProduceRequest>(None)
-                    .unwrap_or(0)
-                    >= 12
-                && c.versions().version_for::<EndTxnRequest>(None).unwrap_or(0)
-                    >= TV2_END_TXN_VERSION
-        })
-    }
-}
-
-/// Calls the transaction coordinator of `id`, retrying retriable errors and coordinator moves
-/// within transaction.timeout.ms. `call` returns (error code, value).
-async fn coordinator_call<T, F, Fut>(inner: &Inner, id: &str, what: &str, call: F) -> Result<T>
-where
-    F: Fn(Arc<crate::client::connection::Connection>) -> Fut,
-    Fut: std::future::Future<Output = Result<(i16, T)>>,
-{
-    coordinator_call_on(
-        &inner.cluster,
-        CoordinatorKind::Transaction,
-        id,
-        what,
-        inner.config.transaction_timeout,
-        call,
-    )
-    .await
-}
-
-/// InitProducerId for a transactional id. With `current`, bumps that producer's epoch
-/// (KIP-360) instead of fencing.
-pub(crate) async fn init_transactional_id(
-    cluster: &Cluster,
-    id: &str,
-    timeout: Duration,
-    current: Option<Identity>,
-) -> Result<Identity> {
-    let timeout_ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    let req = InitProducerIdRequest::default()
-        .with_transactional_id(Some(txn_id(id)))
-        .with_transaction_timeout_ms(timeout_ms)
-        .with_producer_id(ProducerId(current.map_or(-1, |c| c.producer_id)))
-        .with_producer_epoch(current.map_or(-1, |c| c.epoch));
-    let budget = timeout.max(cluster.config().api_timeout);
-    let result = coordinator_call_on(
-        cluster,
-        CoordinatorKind::Transaction,
-        id,
-        "InitProducerId",
-        budget,
-        |conn| {
-            let req = req.clone();
-            async move {
-                let r = conn.request(&req).await?;
-                Ok((
-                    r.error_code,
-                    Identity {
-                        producer_id: r.producer_id.0,
-                        epoch: r.producer_epoch,
-                    },
-                ))
-            }
-        },
-    )
-    .instrument(info_span!("init_producer_id", transactional_id = id))
-    .await;
-    match result {
-        Err(e) if e.code() == Some(ErrorCode::INVALID_TRANSACTION_TIMEOUT) => {
-            let max = broker_transaction_max_timeout(cluster).await;
-            Err(Error::Config(crate::client::ConfigError::Conflict(format!(
-                "transaction.timeout.ms={} exceeds the broker's transaction.max.timeout.ms={}; lower transaction.timeout.ms or raise transaction.max.timeout.ms on the brokers",
-                timeout.as_millis(),
-                max.map_or("(unknown)".to_owned(), |m| m.to_string())
-            ))))
-        }
-        Ok(id_) => {
-            info!(
-                transactional_id = id,
-                producer_id = id_.producer_id,
-                epoch = id_.epoch,
-                "transactional producer id assigned"
-            );
-            Ok(id_)
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// The broker's transaction.max.timeout.ms, for the error message (best effort).
-async fn broker_transaction_max_timeout(cluster: &Cluster) -> Option<String> {
-    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
-    use kafka_protocol::messages::DescribeConfigsRequest;
-    let node = *cluster.metadata().brokers.keys().next()?;
-    let conn = cluster.broker(node).await.ok()?;
-    let req =
-        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
-            .with_resource_type(4)
-            .with_resource_name(StrBytes::from_string(node.to_string()))
-            .with_configuration_keys(Some(vec![StrBytes::from_static_str(
-                "transaction.max.timeout.ms",
-            )]))]);
-    let resp = conn.request(&req).await.ok()?;
-    resp.results
-        .iter()
-        .flat_map(|r| r.configs.iter())
-        .find(|c| c.name.as_str() == "transaction.max.timeout.ms")
-        .and_then(|c| c.value.as_ref().map(|v| v.to_string()))
-}
-
-/// Classic protocol: adds partitions to the transaction; called by the sender.
+/// Classic protocol: adds partitions to the transaction; called by the sender, which sends
+/// nothing to them until this has ended (one such request at a time: `TxnSend::adding`).
 pub(crate) async fn add_partitions(inner: Arc<Inner>, tps: Vec<TopicPartition>) {
     let (id, identity) = {
-        let acc = inner.lock();
-        match (acc.txn.as_ref(), acc.identity) {
+        let mut acc = inner.lock();
+        let identity = acc.identity;
+        match (acc.txn.as_mut(), identity) {
             (Some(t), Some(i)) => (t.transactional_id.clone(), i),
-            _ => return,
+            (Some(t), None) => {
+                // No producer id (cannot happen once initialized): nothing to add to.
+                t.adding = false;
+                return;
+            }
+            (None, _) => return,
         }
     };
-    let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-    for tp in &tps {
-        topics
-            .entry(tp.topic.as_str())
-            .or_default()
-            .push(tp.partition);
-    }
-    let req = AddPartitionsToTxnRequest::default()
-        .with_v3_and_below_transactional_id(txn_id(&id))
-        .with_v3_and_below_producer_id(ProducerId(identity.producer_id))
-        .with_v3_and_below_producer_epoch(identity.epoch)
-        .with_v3_and_below_topics(
-            topics
-                .iter()
-                .map(|(t, ps)| {
-                    AddPartitionsToTxnTopic::default()
-                        .with_name(TopicName(StrBytes::from_string((*t).to_owned())))
-                        .with_partitions(ps.clone())
-                })
-                .collect(),
-        );
-    let result = coordinator_call(&inner, &id, "AddPartitionsToTxn", |conn| {
-        let req = req.clone();
-        async move {
-            let v = conn.version_for::<AddPartitionsToTxnRequest>(Some(
-                MAX_CLIENT_ADD_PARTITIONS_VERSION,
-            ))?;
-            let r = conn.request_at(&req, v).await?;
-            // The first partition error stands for the request; OPERATION_NOT_ATTEMPTED
-            // only says another partition failed.
-            let code = r
-                .results_by_topic_v3_and_below
-                .iter()
-                .flat_map(|t| t.results_by_partition.iter())
-                .map(|p| p.partition_error_code)
-                .find(|c| *c != 0 && *c != ErrorCode::OPERATION_NOT_ATTEMPTED.0)
-                .unwrap_or(0);
-            Ok((code, ()))
-        }
-    })
-    .instrument(info_span!("add_partitions_to_txn", partitions = tps.len()))
-    .await;
+    let timeout = inner.config.transaction_timeout;
+    let result = add_partitions_to_txn(&inner.cluster, &id, identity, &tps, timeout).await;
     {
         let mut acc = inner.lock();
         if let Some(t) = acc.txn.as_mut() {
             t.adding = false;
             match result {
                 Ok(()) => {
-                    t.started = true;
-                    t.added.extend(tps);
+                    if let Some(open) = t.phase.open_mut() {
+                        open.started = true;
+                        open.added.extend(tps);
+                    }
                 }
                 Err(e) => {
                     warn!(error = %e, "AddPartitionsToTxn failed");
-                    if e.class_in(Op::TxnCoordinator) == ErrorClass::Fatal {
-                        *inner.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
-                    }
-                    t.error.get_or_insert(e);
+                    t.fail(e, Op::TxnCoordinator, false);
                 }
             }
         }
     }
     inner.wake.notify_one();
-}
-
-async fn txn_offset_commit(
-    inner: &Inner,
-    id: &str,
-    identity: Identity,
-    tv2: bool,
-    offsets: &[(TopicPartition, i64)],
-    group: &GroupMetadata,
-) -> Result<()> {
-    let mut topics: BTreeMap<&str, Vec<TxnOffsetCommitRequestPartition>> = BTreeMap::new();
-    for (tp, offset) in offsets {
-        topics.entry(tp.topic.as_str()).or_default().push(
-            TxnOffsetCommitRequestPartition::default()
-                .with_partition_index(tp.partition)
-                .with_committed_offset(*offset)
-                .with_committed_leader_epoch(-1)
-                .with_committed_metadata(Some(StrBytes::from_static_str(""))),
-        );
-    }
-    let req = TxnOffsetCommitRequest::default()
-        .with_transactional_id(txn_id(id))
-        .with_group_id(GroupId(StrBytes::from_string(group.group_id.clone())))
-        .with_producer_id(ProducerId(identity.producer_id))
-        .with_producer_epoch(identity.epoch)
-        .with_generation_id(group.generation_id)
-        .with_member_id(StrBytes::from_string(group.member_id.clone()))
-        .with_group_instance_id(group.group_instance_id.clone().map(StrBytes::from_string))
-        .with_topics(
-            topics
-                .into_iter()
-                .map(|(t, ps)| {
-                    TxnOffsetCommitRequestTopic::default()
-                        .with_name(TopicName(StrBytes::from_string(t.to_owned())))
-                        .with_partitions(ps)
-                })
-                .collect(),
-        );
-    let cap = if tv2 {
-        None
-    } else {
-        Some(MAX_CLASSIC_TXN_OFFSET_COMMIT_VERSION)
-    };
-    coordinator_call_on(
-        &inner.cluster,
-        CoordinatorKind::Group,
-        &group.group_id,
-        "TxnOffsetCommit",
-        inner.config.transaction_timeout,
-        |conn| {
-            let req = req.clone();
-            async move {
-                let v = conn.version_for::<TxnOffsetCommitRequest>(cap)?;
-                let r = conn.request_at(&req, v).await?;
-                let code = r
-                    .topics
-                    .iter()
-                    .flat_map(|t| t.partitions.iter())
-                    .map(|p| p.error_code)
-                    .find(|c| *c != 0)
-                    .unwrap_or(0);
-                Ok((code, ()))
-            }
-        },
-    )
-    .await
 }

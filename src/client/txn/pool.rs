@@ -80,7 +80,7 @@ pub(crate) fn next(state: SlotState, event: SlotEvent) -> Result<SlotState> {
 
 /// A slot transition the handle types should have made impossible: a bug in the pool.
 fn misuse(msg: String) -> Error {
-    Error::InvalidState(msg)
+    Error::Internal(msg)
 }
 
 /// The slot `begin()` takes: the lowest free one (Flink's POOLING rule), so ids are reused in

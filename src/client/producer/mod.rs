@@ -137,6 +137,8 @@ pub(crate) struct Inner {
     pub acc: Mutex<Accumulator>,
     /// Wakes the sender: a batch is ready, a response came back, flush or close was asked.
     pub wake: Notify,
+    /// Wakes an ending transaction waiting for an AddPartitionsToTxn to finish.
+    pub adds_done: Notify,
     pub memory: Semaphore,
     /// Records appended but not yet resolved.
     /// What `flush` waits for: the records sent before it was called.
@@ -228,6 +230,7 @@ impl Producer {
                 ..Default::default()
             }),
             wake: Notify::new(),
+            adds_done: Notify::new(),
             memory: Semaphore::new(memory),
             flushes: flush::FlushTracker::new(),
             flushing: AtomicUsize::new(0),
@@ -410,7 +413,7 @@ fn check_record_size(cfg: &ProducerConfig, record: &ProducerRecord) -> Result<us
         record.key.as_deref(),
         record.value.as_deref(),
         &record.headers,
-    ) + 61;
+    ) + crate::protocol::records::BATCH_HEADER_LEN;
     for (limit_name, limit) in [
         ("max.request.size", cfg.max_request_size),
         ("buffer.memory", cfg.buffer_memory),

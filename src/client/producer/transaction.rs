@@ -330,10 +330,14 @@ impl Producer {
         // An AddPartitionsToTxn still in flight would land after EndTxn and open a new
         // transaction on the coordinator that nobody ends (classic protocol: the hanging
         // transaction KIP-890 fixes); it then times out and fences this producer. Wait for it.
-        while self.inner.lock().txn.as_ref().is_some_and(|t| t.adding) {
-            tokio::time::sleep(Duration::from_millis(2)).await;
+        loop {
+            // Registered before the check, so a finish between the check and the wait wakes it.
+            let done = self.inner.adds_done.notified();
+            if !self.inner.lock().txn.as_ref().is_some_and(|t| t.adding) {
+                return Ok(());
+            }
+            done.await;
         }
-        Ok(())
     }
 
     /// Everything has settled: a commit goes on only if nothing failed meanwhile (the phase
@@ -541,6 +545,7 @@ pub(crate) async fn add_partitions(inner: Arc<Inner>, tps: Vec<TopicPartition>) 
             (Some(t), None) => {
                 // No producer id (cannot happen once initialized): nothing to add to.
                 t.adding = false;
+                inner.adds_done.notify_waiters();
                 return;
             }
             (None, _) => return,
@@ -566,5 +571,6 @@ pub(crate) async fn add_partitions(inner: Arc<Inner>, tps: Vec<TopicPartition>) 
             }
         }
     }
+    inner.adds_done.notify_waiters();
     inner.wake.notify_one();
 }

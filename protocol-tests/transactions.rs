@@ -5,7 +5,7 @@ use crate::support::java::java_values;
 use crate::support::*;
 use bytes::Bytes;
 use onceflow::client::producer::{GroupMetadata, ResumeOutcome};
-use onceflow::client::txn::{TxnEnd, TxnState};
+use onceflow::client::txn::TxnEnd;
 use onceflow::client::{Producer, ProducerRecord, TopicPartition};
 use std::time::Duration;
 
@@ -155,29 +155,6 @@ async fn a_transaction_the_coordinator_aborted(prefix: &str) -> (TestTopic, Stri
     p.flush().await.unwrap();
     wait_until_the_coordinator_aborted(&id).await;
     (topic, id, p)
-}
-
-/// Waits (generously: the machine may be loaded) until the coordinator has aborted the open
-/// transaction of `id` for running past transaction.timeout.ms and written the markers (at
-/// transaction.version 1 a record sent before the markers land still joins the transaction).
-async fn wait_until_the_coordinator_aborted(id: &str) {
-    let admin = onceflow::client::Admin::new(client_config(&broker()))
-        .await
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let d = admin.describe_transaction(id).await.unwrap();
-        if d.as_ref()
-            .is_some_and(|d| d.state == TxnState::CompleteAbort)
-        {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the coordinator did not abort the timed-out transaction of '{id}': {d:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// What follows the coordinator's abort. At transaction.version 2 the coordinator accepts the

@@ -486,26 +486,6 @@ async fn a_prepared_slot_that_timed_out_is_reported_and_ended_and_the_pool_stops
     );
 }
 
-/// Waits until the coordinator has aborted the open transaction of `id` after
-/// transaction.timeout.ms and written its markers.
-async fn wait_until_the_coordinator_aborted(id: &str) {
-    let admin = Admin::new(client_config(&broker())).await.unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    loop {
-        let d = admin.describe_transaction(id).await.unwrap();
-        if d.as_ref()
-            .is_some_and(|d| d.state == TxnState::CompleteAbort)
-        {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the coordinator did not abort the timed-out transaction of '{id}': {d:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-}
-
 /// Consumed offsets sent into a slot's transaction are committed for the group when its
 /// prepared slot commits (KIP-447 through the pool), together with its records.
 #[tokio::test]

@@ -9,6 +9,7 @@ pub mod java;
 pub mod proxy;
 
 use onceflow::client::admin::NewTopic;
+use onceflow::client::txn::TxnState;
 use onceflow::client::{
     Admin, ClientConfig, Consumer, ConsumerConfig, ConsumerRecord, Offset, Producer,
     ProducerConfig, TopicPartition,
@@ -179,4 +180,25 @@ pub async fn consume_all(
         out.extend(c.poll(Duration::from_millis(200)).await.unwrap());
     }
     out
+}
+
+/// Waits (generously: the machine may be loaded) until the coordinator has aborted the open
+/// transaction of `id` for running past transaction.timeout.ms and written the markers (at
+/// transaction.version 1 a record sent before the markers land still joins the transaction).
+pub async fn wait_until_the_coordinator_aborted(id: &str) {
+    let admin = Admin::new(client_config(&broker())).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let d = admin.describe_transaction(id).await.unwrap();
+        if d.as_ref()
+            .is_some_and(|d| d.state == TxnState::CompleteAbort)
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the coordinator did not abort the timed-out transaction of '{id}': {d:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -11,6 +11,9 @@
 //!   [`client::producer`], [`client::consumer`] (manual assignment and the fetcher),
 //!   [`client::group`] (consumer groups), [`client::admin`]; [`client::error`] decides what every
 //!   broker error means ([`client::classify`]). Its own module list says more.
+//! - [`engine`]: checkpointed Kafka-to-Kafka jobs on top of [`client`] alone: the checkpoint
+//!   coordinator, state on fjall, job files, the exactly-once sink, the taxi rides workload
+//!   (being built: issue 10).
 //! - The `onceflow` binary (`src/cli/`, not part of the library): produce, consume, topics and
 //!   transaction commands, built on [`client`] alone.
 //! - [`base64`]: the one small codec the CLI and the tests write bytes as JSON with.
@@ -31,4 +34,5 @@
 
 pub mod base64;
 pub mod client;
+pub mod engine;
 pub mod protocol;

@@ -1,0 +1,1 @@
+//! The checkpoint coordinator (to be built): a pure state machine fed events.

@@ -1,0 +1,1 @@
+//! Job files and built-in operators (to be built).

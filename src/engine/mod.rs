@@ -1,0 +1,18 @@
+//! The engine: checkpointed jobs from Kafka to Kafka, exactly once (DESIGN.md, "A checkpoint's
+//! life" and "A recovery's life"). It uses only the client's public API.
+//!
+//! - [`checkpoint`]: the checkpoint coordinator — when to inject a barrier, when a checkpoint
+//!   is complete, what to commit, what to restore — as a pure state machine fed events.
+//! - [`state`]: operator state on fjall: key groups, keyed value/map/list state, and the one
+//!   atomic, fsynced batch per checkpoint; retention and restore.
+//! - [`job`]: job files (TOML) and their built-in operators (JSON filters, projection, keyed
+//!   window aggregates), checked with errors naming the line and the field.
+//! - [`sink`]: the exactly-once Kafka sink: a transaction per checkpoint from a pool of
+//!   transactional ids, committed once the checkpoint is durable; the recovery order.
+//! - [`taxi`]: the NYC taxi rides workload: a deterministic generator and the verifier.
+
+pub mod checkpoint;
+pub mod job;
+pub mod sink;
+pub mod state;
+pub mod taxi;

@@ -1,0 +1,1 @@
+//! The exactly-once Kafka sink (to be built).

@@ -1,0 +1,1 @@
+//! Operator state on fjall (to be built).

@@ -1,0 +1,1 @@
+//! The taxi rides workload (to be built).

@@ -25,6 +25,7 @@ mod limits;
 mod ordering;
 mod pipeline;
 mod read_committed;
+mod taxi_cli;
 mod transactions;
 mod txn_cli;
 mod txn_pool;

@@ -13,6 +13,7 @@ mod demo;
 mod error;
 mod produce;
 mod props;
+mod taxi;
 mod topics;
 mod txn;
 
@@ -43,6 +44,8 @@ enum Command {
     /// Run the demo against a local broker: produce a taxi-ride data set, read it back,
     /// print throughput.
     Demo(demo::Args),
+    /// The NYC taxi rides workload: generate ride events, verify a job's output.
+    Taxi(taxi::Args),
 }
 
 fn main() -> ExitCode {
@@ -71,6 +74,7 @@ fn main() -> ExitCode {
             Command::Topics(a) => topics::run(a).await,
             Command::Txn(a) => txn::run(a).await,
             Command::Demo(a) => demo::run(a).await,
+            Command::Taxi(a) => taxi::run(a).await,
         }
     });
     // Background tasks (sender, fetcher) must not keep the process alive after the command.

@@ -1,1 +1,141 @@
-//! The taxi rides workload (to be built).
+//! The NYC taxi rides workload: a deterministic generator of ride events ([`generate`]) and
+//! the verifier of the two shipped jobs' output ([`verify`]). `onceflow taxi generate|verify`
+//! is the command line over them.
+//!
+//! A ride is two events, START then END, each carrying the whole ride (both coordinates and
+//! the passenger count, as in Flink's taxi training exercises), so a filter on one event can
+//! see where the ride starts and ends. The record key is the driver id as a decimal string.
+
+pub mod generate;
+pub mod verify;
+
+use serde::{Deserialize, Serialize};
+
+/// One ride event: the record value, as JSON with exactly these fields in this order (agreed
+/// with the job operators; do not change it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ride {
+    /// The ride's id, unique per ride (START and END share it).
+    pub ride_id: u64,
+    /// The driver's id; the record key.
+    pub driver_id: u64,
+    /// The taxi's id (each driver drives one taxi).
+    pub taxi_id: u64,
+    /// START (true) or END (false).
+    pub is_start: bool,
+    /// Pick-up longitude, degrees.
+    pub start_lon: f64,
+    /// Pick-up latitude, degrees.
+    pub start_lat: f64,
+    /// Drop-off longitude, degrees.
+    pub end_lon: f64,
+    /// Drop-off latitude, degrees.
+    pub end_lat: f64,
+    /// Passengers on the ride.
+    pub passengers: u32,
+    /// When the event happened: the pick-up (START) or the drop-off (END), ms since the epoch.
+    pub event_time: i64,
+}
+
+impl Ride {
+    /// The record key: the driver id as decimal digits.
+    pub fn key(&self) -> Vec<u8> {
+        self.driver_id.to_string().into_bytes()
+    }
+
+    /// The record value: the JSON object, fields in declaration order.
+    pub fn to_json(&self) -> String {
+        // Serializing a struct of numbers and booleans cannot fail; the fallback is never
+        // taken but keeps this path free of a panic.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Whether the ride both starts and ends inside `area` (what the cleansing job keeps).
+    pub fn inside(&self, area: &BoundingBox) -> bool {
+        area.contains(self.start_lon, self.start_lat) && area.contains(self.end_lon, self.end_lat)
+    }
+
+    /// "ride 17 START": how verdicts name the event.
+    pub fn describe(&self) -> String {
+        format!(
+            "ride {} {}",
+            self.ride_id,
+            if self.is_start { "START" } else { "END" }
+        )
+    }
+}
+
+/// A longitude/latitude rectangle, bounds inclusive.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BoundingBox {
+    /// Western edge (smallest longitude).
+    pub min_lon: f64,
+    /// Eastern edge.
+    pub max_lon: f64,
+    /// Southern edge (smallest latitude).
+    pub min_lat: f64,
+    /// Northern edge.
+    pub max_lat: f64,
+}
+
+impl BoundingBox {
+    /// Whether the point lies inside, edges included. The generator keeps every point at
+    /// least 0.01° away from the edges (see [`generate`]), so whether a job's filter counts the
+    /// edges as inside, and a last-bit difference in parsing a coordinate, never change the
+    /// verdict on generated data.
+    pub fn contains(&self, lon: f64, lat: f64) -> bool {
+        (self.min_lon..=self.max_lon).contains(&lon) && (self.min_lat..=self.max_lat).contains(&lat)
+    }
+}
+
+/// New York City: lon −74.05..−73.70, lat 40.50..41.00 (the box of the cleansing job).
+pub const NYC: BoundingBox = BoundingBox {
+    min_lon: -74.05,
+    max_lon: -73.70,
+    min_lat: 40.50,
+    max_lat: 41.00,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_json_has_the_agreed_fields_in_order_and_reads_back() {
+        let r = Ride {
+            ride_id: 7,
+            driver_id: 2013000001,
+            taxi_id: 2013500001,
+            is_start: true,
+            start_lon: -73.912345,
+            start_lat: 40.7,
+            end_lon: -74.0,
+            end_lat: 40.51,
+            passengers: 2,
+            event_time: 1735689600000,
+        };
+        let json = r.to_json();
+        assert_eq!(
+            json,
+            r#"{"ride_id":7,"driver_id":2013000001,"taxi_id":2013500001,"is_start":true,"start_lon":-73.912345,"start_lat":40.7,"end_lon":-74.0,"end_lat":40.51,"passengers":2,"event_time":1735689600000}"#
+        );
+        assert_eq!(serde_json::from_str::<Ride>(&json).unwrap(), r);
+        assert_eq!(r.key(), b"2013000001");
+        assert_eq!(r.describe(), "ride 7 START");
+    }
+
+    #[test]
+    fn the_box_includes_its_edges() {
+        for (lon, lat, inside) in [
+            (-73.9, 40.7, true),
+            (-74.05, 40.5, true),
+            (-73.70, 41.0, true),
+            (-74.0501, 40.7, false),
+            (-73.6999, 40.7, false),
+            (-73.9, 40.4999, false),
+            (-73.9, 41.0001, false),
+        ] {
+            assert_eq!(NYC.contains(lon, lat), inside, "({lon}, {lat})");
+        }
+    }
+}

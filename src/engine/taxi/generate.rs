@@ -1,0 +1,567 @@
+//! A deterministic generator of taxi ride events: the same [`Config`] gives the same events,
+//! byte for byte, on every platform and every version of onceflow's dependencies.
+//!
+//! **Determinism.** The random numbers come from our own SplitMix64 ([`SplitMix64`], a
+//! dozen lines with published test vectors), not from `rand`: `rand` documents that `StdRng`'s
+//! algorithm may change between its releases, which would silently change a data set that
+//! tests, fixtures and benchmarks name by seed. Every value is drawn with integer arithmetic
+//! (coordinates as whole micro-degrees, divided by 10⁶ only at the end), so no floating-point
+//! rounding differs between machines. `fixtures/taxi/rides-sample.jsonl` pins the output: a
+//! unit test fails if the generator stops reproducing it. Changing the order or number of
+//! draws below changes every data set: do it only on purpose, and regenerate the fixture.
+//!
+//! **The model.** Ride `i` (ride ids from 1) starts at `start_ms + i·1000/rides_per_second`
+//! (event time, integer division) and lasts `min_ride_ms..=max_ride_ms`; a fixed pool of
+//! `drivers` drivers, each with its own taxi. A share of the rides (`outside_per_mille`) starts
+//! or ends (or both) outside [`NYC`](super::NYC); every point keeps at least 0.01° from the
+//! box's edges, inside or out.
+//!
+//! **Out of order, bounded.** Each event "arrives" `0..max_disorder_ms` (a random delay)
+//! after its event time, and events are emitted in arrival order (ties by generation order).
+//! For two events emitted one after the other, `arrival(a) ≤ arrival(b)` gives
+//! `event_time(b) > event_time(a) − max_disorder_ms`: every event is less than
+//! `max_disorder_ms` older than the newest event emitted before it, which is what a watermark
+//! with that bounded out-of-orderness tolerates (no generated event is late). Because a ride
+//! lasts at least `max_disorder_ms`, its END arrives after its START: END follows START in
+//! emission order as well as in event time.
+//!
+//! The iterator holds only the rides in progress (a heap ordered by arrival), so it streams
+//! any number of rides in bounded memory.
+
+use super::Ride;
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+
+/// 2025-01-01T00:00:00Z: the default first pick-up (a fixed time, not the clock: the data must
+/// not depend on when it is generated).
+pub const DEFAULT_START_MS: i64 = 1_735_689_600_000;
+
+/// The first driver id; drivers are numbered from here.
+const FIRST_DRIVER_ID: u64 = 2_013_000_000;
+/// The first taxi id; driver `FIRST_DRIVER_ID + d` drives taxi `FIRST_TAXI_ID + d`.
+const FIRST_TAXI_ID: u64 = 1_000_000_000;
+
+/// What to generate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The PRNG seed: same seed (and other settings), same events.
+    pub seed: u64,
+    /// How many rides (each gives two events).
+    pub rides: u64,
+    /// Pick-ups per second of event time (the base rate at which event time advances).
+    pub rides_per_second: u32,
+    /// The size of the driver pool (driver ids `2013000000..`).
+    pub drivers: u64,
+    /// Rides per thousand that start or end outside the NYC box.
+    pub outside_per_mille: u32,
+    /// The first pick-up's event time, ms since the epoch.
+    pub start_ms: i64,
+    /// Events arrive up to this much (exclusive) after their event time, ms.
+    pub max_disorder_ms: i64,
+    /// The shortest ride, ms; at least `max_disorder_ms`.
+    pub min_ride_ms: i64,
+    /// The longest ride, ms.
+    pub max_ride_ms: i64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            seed: 1,
+            rides: 1000,
+            rides_per_second: 10,
+            drivers: 200,
+            outside_per_mille: 100,
+            start_ms: DEFAULT_START_MS,
+            max_disorder_ms: 60_000,
+            min_ride_ms: 5 * 60_000,
+            max_ride_ms: 45 * 60_000,
+        }
+    }
+}
+
+/// A [`Config`] that cannot be generated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GenerateError {
+    /// A setting is out of range; the message names it and the range.
+    #[error("{0}")]
+    Setting(String),
+}
+
+impl Config {
+    /// Checks the settings.
+    ///
+    /// # Errors
+    /// [`GenerateError::Setting`] naming the setting out of range.
+    pub fn check(&self) -> Result<(), GenerateError> {
+        let bad = |s: String| Err(GenerateError::Setting(s));
+        if self.rides_per_second == 0 {
+            return bad("the ride rate must be at least 1 ride per second".into());
+        }
+        if self.drivers == 0 {
+            return bad("the number of drivers must be at least 1".into());
+        }
+        if self.outside_per_mille > 1000 {
+            return bad(format!(
+                "the share of rides outside the box is per mille, at most 1000, got {}",
+                self.outside_per_mille
+            ));
+        }
+        if self.max_disorder_ms < 1 {
+            return bad(format!(
+                "the out-of-orderness must be at least 1 ms, got {}",
+                self.max_disorder_ms
+            ));
+        }
+        if self.min_ride_ms < self.max_disorder_ms || self.max_ride_ms < self.min_ride_ms {
+            return bad(format!(
+                "ride durations must satisfy out-of-orderness ({}) <= shortest ({}) <= longest ({}) ms",
+                self.max_disorder_ms, self.min_ride_ms, self.max_ride_ms
+            ));
+        }
+        Ok(())
+    }
+
+    /// The event time of ride `index`'s pick-up (index from 0).
+    fn start_of(&self, index: u64) -> i64 {
+        let offset = u128::from(index) * 1000 / u128::from(self.rides_per_second.max(1));
+        self.start_ms
+            .saturating_add(i64::try_from(offset).unwrap_or(i64::MAX))
+    }
+}
+
+/// SplitMix64 (Steele, Lea, Flood 2014; Vigna's public-domain reference): a tiny PRNG whose
+/// output is fixed by its definition, so data sets stay the same across versions.
+#[derive(Debug, Clone)]
+pub struct SplitMix64 {
+    state: u64,
+}
+
+impl SplitMix64 {
+    /// A generator seeded with `seed`.
+    pub fn new(seed: u64) -> Self {
+        SplitMix64 { state: seed }
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (0 when `n` is 0), by multiply-high: the bias is below n/2⁶⁴,
+    /// irrelevant here, and there is no rejection loop whose draw count could vary.
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+
+    /// A number in `lo..=hi` (`lo` when `hi < lo`).
+    fn between(&mut self, lo: i64, hi: i64) -> i64 {
+        let span = hi.saturating_sub(lo).max(0) as u64;
+        lo + self.below(span.saturating_add(1)) as i64
+    }
+}
+
+/// An event waiting for its arrival time.
+struct Pending {
+    arrival: i64,
+    seq: u64,
+    ride: Ride,
+}
+
+impl Pending {
+    fn rank(&self) -> (i64, u64) {
+        (self.arrival, self.seq)
+    }
+}
+
+impl PartialEq for Pending {
+    fn eq(&self, other: &Self) -> bool {
+        self.rank() == other.rank()
+    }
+}
+impl Eq for Pending {}
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Pending {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.rank().cmp(&other.rank())
+    }
+}
+
+/// The ride events of a [`Config`], in emission (arrival) order.
+pub struct Rides {
+    config: Config,
+    rng: SplitMix64,
+    /// Index of the next ride to create.
+    next_ride: u64,
+    /// Generation order, the tie-break between equal arrival times.
+    seq: u64,
+    pending: BinaryHeap<Reverse<Pending>>,
+}
+
+/// The events of `config`.
+///
+/// # Errors
+/// [`GenerateError::Setting`] when [`Config::check`] refuses the settings.
+pub fn rides(config: Config) -> Result<Rides, GenerateError> {
+    config.check()?;
+    Ok(Rides {
+        rng: SplitMix64::new(config.seed),
+        config,
+        next_ride: 0,
+        seq: 0,
+        pending: BinaryHeap::new(),
+    })
+}
+
+/// A whole micro-degree coordinate as degrees.
+fn degrees(micro: i64) -> f64 {
+    micro as f64 / 1e6
+}
+
+impl Rides {
+    /// A point inside the NYC box, 0.01° clear of its edges: lon −74.04..−73.71, lat
+    /// 40.51..40.99.
+    fn inside(&mut self) -> (f64, f64) {
+        let lon = self.rng.between(-74_040_000, -73_710_000);
+        let lat = self.rng.between(40_510_000, 40_990_000);
+        (degrees(lon), degrees(lat))
+    }
+
+    /// A point outside the box, 0.01° or more beyond one of its four edges.
+    fn outside(&mut self) -> (f64, f64) {
+        let (lon, lat) = self.inside();
+        match self.rng.below(4) {
+            0 => (degrees(self.rng.between(-74_400_000, -74_060_000)), lat),
+            1 => (degrees(self.rng.between(-73_690_000, -73_350_000)), lat),
+            2 => (lon, degrees(self.rng.between(40_150_000, 40_490_000))),
+            _ => (lon, degrees(self.rng.between(41_010_000, 41_350_000))),
+        }
+    }
+
+    /// Creates ride `next_ride`: queues its START and END.
+    fn create_ride(&mut self) {
+        let index = self.next_ride;
+        self.next_ride += 1;
+        let start_time = self.config.start_of(index);
+        let d = self.rng.below(self.config.drivers);
+        let duration = self
+            .rng
+            .between(self.config.min_ride_ms, self.config.max_ride_ms);
+        let passengers = 1 + self.rng.below(4) as u32;
+        let outside = self.rng.below(1000) < u64::from(self.config.outside_per_mille);
+        // Which end(s) leave the box: 0 the pick-up, 1 the drop-off, 2 both.
+        let which = if outside { self.rng.below(3) } else { 3 };
+        let start = if which == 0 || which == 2 {
+            self.outside()
+        } else {
+            self.inside()
+        };
+        let end = if which == 1 || which == 2 {
+            self.outside()
+        } else {
+            self.inside()
+        };
+        let start_delay = self.rng.between(0, self.config.max_disorder_ms - 1);
+        let end_delay = self.rng.between(0, self.config.max_disorder_ms - 1);
+        let ride = Ride {
+            ride_id: index + 1,
+            driver_id: FIRST_DRIVER_ID + d,
+            taxi_id: FIRST_TAXI_ID + d,
+            is_start: true,
+            start_lon: start.0,
+            start_lat: start.1,
+            end_lon: end.0,
+            end_lat: end.1,
+            passengers,
+            event_time: start_time,
+        };
+        let end_event = Ride {
+            is_start: false,
+            event_time: start_time.saturating_add(duration),
+            ..ride.clone()
+        };
+        for (ride, delay) in [(ride, start_delay), (end_event, end_delay)] {
+            self.seq += 1;
+            self.pending.push(Reverse(Pending {
+                arrival: ride.event_time.saturating_add(delay),
+                seq: self.seq,
+                ride,
+            }));
+        }
+    }
+}
+
+impl Iterator for Rides {
+    type Item = Ride;
+
+    fn next(&mut self) -> Option<Ride> {
+        loop {
+            let next_start =
+                (self.next_ride < self.config.rides).then(|| self.config.start_of(self.next_ride));
+            // Every event not yet created arrives at or after the next pick-up time (its
+            // event time is at least that), and later in generation order: a pending event
+            // arriving no later than that may go out now.
+            let ready = match (self.pending.peek(), next_start) {
+                (Some(Reverse(p)), Some(s)) => p.arrival <= s,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => return None,
+            };
+            if ready {
+                return self.pending.pop().map(|Reverse(p)| p.ride);
+            }
+            self.create_ride();
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = (self.config.rides - self.next_ride)
+            .saturating_mul(2)
+            .saturating_add(self.pending.len() as u64);
+        let left = usize::try_from(left).unwrap_or(usize::MAX);
+        (left, Some(left))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::NYC;
+    use super::*;
+    use std::collections::HashMap;
+
+    fn all(config: Config) -> Vec<Ride> {
+        rides(config).unwrap().collect()
+    }
+
+    fn with_rides(n: u64) -> Config {
+        Config {
+            rides: n,
+            ..Config::default()
+        }
+    }
+
+    /// The published SplitMix64 outputs for seed 1234567: the algorithm is the reference one.
+    #[test]
+    fn splitmix64_matches_the_reference_outputs() {
+        let mut r = SplitMix64::new(1234567);
+        let got: Vec<u64> = (0..5).map(|_| r.next_u64()).collect();
+        assert_eq!(
+            got,
+            [
+                6457827717110365317,
+                3203168211198807973,
+                9817491932198370423,
+                4593380528125082431,
+                16408922859458223821
+            ]
+        );
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_events_and_another_seed_others() {
+        let a = all(with_rides(500));
+        assert_eq!(a, all(with_rides(500)));
+        let b = all(Config {
+            seed: 2,
+            ..with_rides(500)
+        });
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 1000);
+    }
+
+    #[test]
+    fn every_ride_has_one_start_and_one_end_in_order() {
+        let events = all(with_rides(2000));
+        let mut seen: HashMap<u64, (Option<usize>, Option<usize>)> = HashMap::new();
+        for (i, e) in events.iter().enumerate() {
+            let slot = seen.entry(e.ride_id).or_default();
+            let which = if e.is_start { &mut slot.0 } else { &mut slot.1 };
+            assert!(which.is_none(), "{} twice", e.describe());
+            *which = Some(i);
+        }
+        assert_eq!(seen.len(), 2000);
+        let by_id: HashMap<(u64, bool), &Ride> = events
+            .iter()
+            .map(|e| ((e.ride_id, e.is_start), e))
+            .collect();
+        for (id, (s, e)) in seen {
+            let (s, e) = (s.unwrap(), e.unwrap());
+            assert!(s < e, "ride {id}: END emitted before START");
+            let (start, end) = (by_id[&(id, true)], by_id[&(id, false)]);
+            assert!(start.event_time < end.event_time, "ride {id}");
+            // Both events describe the same ride.
+            assert_eq!(
+                Ride {
+                    is_start: true,
+                    event_time: start.event_time,
+                    ..end.clone()
+                },
+                *start
+            );
+        }
+    }
+
+    #[test]
+    fn disorder_is_real_and_bounded_by_the_out_of_orderness() {
+        let events = all(with_rides(5000));
+        let mut max = i64::MIN;
+        let mut behind = 0;
+        let mut worst = 0;
+        for e in &events {
+            if e.event_time < max {
+                behind += 1;
+                worst = worst.max(max - e.event_time);
+            }
+            max = max.max(e.event_time);
+        }
+        assert!(worst < 60_000, "an event {worst} ms behind the newest");
+        assert!(
+            worst > 30_000,
+            "disorder should come close to the bound, got {worst}"
+        );
+        assert!(
+            behind > events.len() / 10,
+            "only {behind} events out of order"
+        );
+    }
+
+    #[test]
+    fn the_share_outside_the_box_is_as_configured_and_clear_of_the_edges() {
+        let events = all(with_rides(10_000));
+        let starts: Vec<&Ride> = events.iter().filter(|e| e.is_start).collect();
+        let outside = starts.iter().filter(|e| !e.inside(&NYC)).count();
+        // 10 % of 10 000 rides; the binomial standard deviation is 30.
+        assert!((850..=1150).contains(&outside), "{outside} outside");
+        let none = all(Config {
+            outside_per_mille: 0,
+            ..with_rides(1000)
+        });
+        assert!(none.iter().all(|e| e.inside(&NYC)));
+        let every = all(Config {
+            outside_per_mille: 1000,
+            ..with_rides(1000)
+        });
+        assert!(every.iter().all(|e| !e.inside(&NYC)));
+        // No coordinate within 0.01° (less a rounding hair) of an edge.
+        let near = |v: f64, edge: f64| (v - edge).abs() < 0.0099;
+        for e in &events {
+            for lon in [e.start_lon, e.end_lon] {
+                assert!(!near(lon, NYC.min_lon) && !near(lon, NYC.max_lon), "{e:?}");
+            }
+            for lat in [e.start_lat, e.end_lat] {
+                assert!(!near(lat, NYC.min_lat) && !near(lat, NYC.max_lat), "{e:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn drivers_come_from_the_fixed_pool_and_keep_their_taxi() {
+        let events = all(Config {
+            drivers: 7,
+            ..with_rides(1000)
+        });
+        let drivers: std::collections::BTreeSet<u64> = events.iter().map(|e| e.driver_id).collect();
+        assert_eq!(drivers.len(), 7);
+        assert!(events
+            .iter()
+            .all(|e| e.taxi_id - FIRST_TAXI_ID == e.driver_id - FIRST_DRIVER_ID));
+        assert!(events.iter().all(|e| (1..=4).contains(&e.passengers)));
+    }
+
+    #[test]
+    fn pick_ups_follow_the_base_rate() {
+        let events = all(Config {
+            rides_per_second: 4,
+            ..with_rides(9)
+        });
+        let mut starts: Vec<(u64, i64)> = events
+            .iter()
+            .filter(|e| e.is_start)
+            .map(|e| (e.ride_id, e.event_time - DEFAULT_START_MS))
+            .collect();
+        starts.sort();
+        let times: Vec<i64> = starts.iter().map(|s| s.1).collect();
+        assert_eq!(times, [0, 250, 500, 750, 1000, 1250, 1500, 1750, 2000]);
+    }
+
+    #[test]
+    fn the_iterator_knows_how_many_events_are_left() {
+        let mut it = rides(with_rides(10)).unwrap();
+        assert_eq!(it.size_hint(), (20, Some(20)));
+        it.next();
+        assert_eq!(it.size_hint(), (19, Some(19)));
+        assert_eq!(it.count(), 19);
+    }
+
+    #[test]
+    fn settings_out_of_range_are_named() {
+        for (config, needle) in [
+            (
+                Config {
+                    rides_per_second: 0,
+                    ..Config::default()
+                },
+                "rate",
+            ),
+            (
+                Config {
+                    drivers: 0,
+                    ..Config::default()
+                },
+                "drivers",
+            ),
+            (
+                Config {
+                    outside_per_mille: 1001,
+                    ..Config::default()
+                },
+                "per mille",
+            ),
+            (
+                Config {
+                    min_ride_ms: 59_999,
+                    ..Config::default()
+                },
+                "durations",
+            ),
+        ] {
+            let e = rides(config).err().unwrap().to_string();
+            assert!(e.contains(needle), "{e}");
+        }
+    }
+
+    /// fixtures/taxi/rides-sample.jsonl is 200 events (100 rides) from seed 1 with the default
+    /// settings. Regenerate it with ONCEFLOW_UPDATE_FIXTURES=1 after a deliberate change.
+    #[test]
+    fn the_sample_fixture_is_what_seed_1_generates() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures")
+            .join("taxi")
+            .join("rides-sample.jsonl");
+        let text: String = all(with_rides(100))
+            .iter()
+            .map(|e| e.to_json() + "\n")
+            .collect();
+        assert_eq!(text.lines().count(), 200);
+        if std::env::var_os("ONCEFLOW_UPDATE_FIXTURES").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &text).unwrap();
+        }
+        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            on_disk == text,
+            "{} differs from what seed 1 generates: the generator changed (rerun with \
+             ONCEFLOW_UPDATE_FIXTURES=1 if on purpose)",
+            path.display()
+        );
+    }
+}

@@ -1,0 +1,885 @@
+//! The verifier's pure core: the expected output of a shipped job computed in batch from its
+//! input, and the comparison of that expectation with what the job wrote (missing, duplicated,
+//! wrong, unexpected, out of order per key), summed up in a one-line verdict.
+//!
+//! **The jobs.**
+//! - [`Job::Cleansing`] keeps the rides that start and end inside [`NYC`]. A job-file filter
+//!   sees one event at a time; since every event carries both ends of its ride, the filter
+//!   tests `start_*` AND `end_*` on each event, so both events of a ride inside the box pass
+//!   and both of a ride outside are dropped. Output: the input event unchanged.
+//! - [`Job::PerDriverHourly`]: per driver and event-time tumbling hour `[start, start + 1 h)`
+//!   of `event_time`, the number of rides ended (END events) and the sum of their passengers,
+//!   as [`WindowCount`]. A window with no END event has no output.
+//!
+//! **Windows still open.** A streaming job emits a window once its watermark passes the
+//! window's end, and the watermark stops with the input: the last windows never close. A
+//! window is required only when even the slowest input partition's watermark (its newest
+//! event time minus the out-of-orderness) has passed its end, so the window closed whether
+//! the job tracks watermarks per partition or globally. Later windows are optional: absent
+//! is fine, present must be right and not duplicated.
+//!
+//! **Identity and order.** An output record is identified by (ride id, START/END) or by
+//! (driver, window start); the key for ordering is its driver id (the jobs key by it). The
+//! expected order per driver is the input's order (cleansing: the input is keyed by driver,
+//! so a driver's events sit in one partition, in order) or ascending window start.
+//!
+//! Values are compared field by field as JSON: integers exactly, other numbers within 10⁻⁹
+//! (a job that parses and re-prints a coordinate may differ in the last bit), and a field
+//! added or dropped is a difference.
+
+use super::{Ride, NYC};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+/// One hour in ms: the per-driver window's size.
+pub const HOUR_MS: i64 = 3_600_000;
+
+/// Coordinates may differ by this much and still count as equal.
+const FLOAT_TOLERANCE: f64 = 1e-9;
+
+/// A shipped job whose output can be verified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Job {
+    /// Keep the rides that start and end in the NYC box (`jobs/` ride cleansing).
+    Cleansing,
+    /// Rides and passengers per driver per event-time hour.
+    PerDriverHourly,
+}
+
+impl Job {
+    /// The job's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Job::Cleansing => "cleansing",
+            Job::PerDriverHourly => "per-driver-hourly",
+        }
+    }
+}
+
+/// The per-driver-hourly job's output record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowCount {
+    /// The driver.
+    pub driver_id: u64,
+    /// The window's first ms (inclusive), a multiple of an hour since the epoch.
+    pub window_start: i64,
+    /// The window's end (exclusive): `window_start` + 1 h.
+    pub window_end: i64,
+    /// Rides that ended in the window (END events).
+    pub rides: u64,
+    /// Passengers of those rides.
+    pub passengers: u64,
+}
+
+/// What identifies an output record: the unit of missing and duplicated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RecordId {
+    /// A ride event (cleansing).
+    Event {
+        /// The ride.
+        ride_id: u64,
+        /// START or END.
+        is_start: bool,
+    },
+    /// A driver's window (per-driver-hourly).
+    Window {
+        /// The driver.
+        driver_id: u64,
+        /// The window's start, ms since the epoch.
+        window_start: i64,
+    },
+}
+
+impl fmt::Display for RecordId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecordId::Event { ride_id, is_start } => write!(
+                f,
+                "ride {ride_id} {}",
+                if *is_start { "START" } else { "END" }
+            ),
+            RecordId::Window {
+                driver_id,
+                window_start,
+            } => write!(f, "driver {driver_id} window {window_start}"),
+        }
+    }
+}
+
+/// A record read from a topic: where it was and its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicRecord {
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+    /// Value (`None`: a tombstone).
+    pub value: Option<Vec<u8>>,
+}
+
+/// An input record the verifier cannot compute from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum VerifyError {
+    /// The input record is not a ride event; the message names where it is and why.
+    #[error("input partition {partition} offset {offset} is not a ride event: {reason}")]
+    Input {
+        /// Partition.
+        partition: i32,
+        /// Offset.
+        offset: i64,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// One record the job should write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExpectedRecord {
+    /// Its identity.
+    pub id: RecordId,
+    /// Its ordering key: the driver.
+    pub driver_id: u64,
+    /// Its value, as JSON.
+    pub value: Value,
+    /// False for a window the job need not have closed yet (see the module docs).
+    pub required: bool,
+}
+
+/// The job's expected output, in the expected order per driver.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expected {
+    /// The job.
+    pub job: Job,
+    /// The records, each driver's in the order the job must keep.
+    pub records: Vec<ExpectedRecord>,
+}
+
+/// Builds [`Expected`] from the input read record by record (each partition in offset order;
+/// partitions may interleave), keeping only what the expectation needs.
+#[derive(Debug)]
+pub struct ExpectationBuilder {
+    job: Job,
+    out_of_orderness_ms: i64,
+    /// Cleansing: the passing events by input position.
+    events: Vec<((i32, i64), Ride)>,
+    /// Per-driver-hourly: (driver, window start) → (rides, passengers).
+    windows: BTreeMap<(u64, i64), (u64, u64)>,
+    /// The newest event time per input partition.
+    newest: BTreeMap<i32, i64>,
+}
+
+impl ExpectationBuilder {
+    /// A builder for `job`, whose watermark trails the newest event time by
+    /// `out_of_orderness_ms`.
+    pub fn new(job: Job, out_of_orderness_ms: i64) -> Self {
+        ExpectationBuilder {
+            job,
+            out_of_orderness_ms,
+            events: Vec::new(),
+            windows: BTreeMap::new(),
+            newest: BTreeMap::new(),
+        }
+    }
+
+    /// Takes one input record.
+    ///
+    /// # Errors
+    /// [`VerifyError::Input`] when the value is missing or not a ride event's JSON.
+    pub fn push(&mut self, record: &TopicRecord) -> Result<(), VerifyError> {
+        let bad = |reason: String| VerifyError::Input {
+            partition: record.partition,
+            offset: record.offset,
+            reason,
+        };
+        let value = record
+            .value
+            .as_deref()
+            .ok_or_else(|| bad("it has no value".into()))?;
+        let ride: Ride = serde_json::from_slice(value).map_err(|e| bad(e.to_string()))?;
+        let newest = self.newest.entry(record.partition).or_insert(i64::MIN);
+        *newest = (*newest).max(ride.event_time);
+        match self.job {
+            Job::Cleansing => {
+                if ride.inside(&NYC) {
+                    self.events.push(((record.partition, record.offset), ride));
+                }
+            }
+            Job::PerDriverHourly => {
+                if !ride.is_start {
+                    let start = ride.event_time - ride.event_time.rem_euclid(HOUR_MS);
+                    let w = self.windows.entry((ride.driver_id, start)).or_default();
+                    w.0 += 1;
+                    w.1 += u64::from(ride.passengers);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The expectation.
+    pub fn finish(mut self) -> Expected {
+        let records = match self.job {
+            Job::Cleansing => {
+                self.events.sort_by_key(|(at, _)| *at);
+                self.events
+                    .into_iter()
+                    .map(|(_, ride)| ExpectedRecord {
+                        id: RecordId::Event {
+                            ride_id: ride.ride_id,
+                            is_start: ride.is_start,
+                        },
+                        driver_id: ride.driver_id,
+                        value: serde_json::to_value(&ride).unwrap_or(Value::Null),
+                        required: true,
+                    })
+                    .collect()
+            }
+            Job::PerDriverHourly => {
+                // The slowest partition's watermark: every window ending by it has closed.
+                let closed_by = self
+                    .newest
+                    .values()
+                    .min()
+                    .map_or(i64::MIN, |t| t.saturating_sub(self.out_of_orderness_ms));
+                self.windows
+                    .into_iter()
+                    .map(|((driver_id, window_start), (rides, passengers))| {
+                        let w = WindowCount {
+                            driver_id,
+                            window_start,
+                            window_end: window_start + HOUR_MS,
+                            rides,
+                            passengers,
+                        };
+                        ExpectedRecord {
+                            id: RecordId::Window {
+                                driver_id,
+                                window_start,
+                            },
+                            driver_id,
+                            required: w.window_end <= closed_by,
+                            value: serde_json::to_value(&w).unwrap_or(Value::Null),
+                        }
+                    })
+                    .collect()
+            }
+        };
+        Expected {
+            job: self.job,
+            records,
+        }
+    }
+}
+
+/// The expected output of `job` for `input`.
+///
+/// # Errors
+/// [`VerifyError::Input`] for the first input record that is not a ride event.
+pub fn expected<'a>(
+    job: Job,
+    out_of_orderness_ms: i64,
+    input: impl IntoIterator<Item = &'a TopicRecord>,
+) -> Result<Expected, VerifyError> {
+    let mut b = ExpectationBuilder::new(job, out_of_orderness_ms);
+    for r in input {
+        b.push(r)?;
+    }
+    Ok(b.finish())
+}
+
+/// How many records have one kind of fault, and the first one's description.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// How many.
+    pub count: usize,
+    /// The first, described for the verdict.
+    pub first: Option<String>,
+}
+
+impl Tally {
+    fn add(&mut self, n: usize, describe: impl FnOnce() -> String) {
+        if n > 0 && self.first.is_none() {
+            self.first = Some(describe());
+        }
+        self.count += n;
+    }
+}
+
+/// The result of comparing the expectation with the job's output.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Comparison {
+    /// Required records expected.
+    pub expected: usize,
+    /// Output records read.
+    pub read: usize,
+    /// Output records that are right (each expected record counted once).
+    pub right: usize,
+    /// Optional windows (still open at the input's end) that were absent.
+    pub open_absent: usize,
+    /// Expected records not in the output.
+    pub missing: Tally,
+    /// Extra copies of right records.
+    pub duplicated: Tally,
+    /// Records with an expected identity but a different value.
+    pub wrong: Tally,
+    /// Records that are not expected at all (unreadable, or an identity not expected).
+    pub unexpected: Tally,
+    /// Records that came before one of their driver's records expected earlier.
+    pub out_of_order: Tally,
+}
+
+impl Comparison {
+    /// No fault of any kind.
+    pub fn is_ok(&self) -> bool {
+        self.missing.count == 0
+            && self.duplicated.count == 0
+            && self.wrong.count == 0
+            && self.unexpected.count == 0
+            && self.out_of_order.count == 0
+    }
+
+    /// The one-line verdict, e.g. `verify: OK — 19734 records, no loss, no duplicates, order
+    /// kept per key` or `verify: FAILED — 3 missing (first: ride 17 END), 2 duplicated (first:
+    /// ride 4 START); 19731 of 19734 expected records read`.
+    pub fn verdict(&self) -> String {
+        if self.is_ok() {
+            let mut s = format!(
+                "verify: OK — {} records, no loss, no duplicates, order kept per key",
+                self.right
+            );
+            if self.open_absent > 0 {
+                s += &format!(
+                    " ({} windows still open at the input's end not yet written, as allowed)",
+                    self.open_absent
+                );
+            }
+            return s;
+        }
+        let mut parts = Vec::new();
+        for (tally, what) in [
+            (&self.missing, "missing"),
+            (&self.duplicated, "duplicated"),
+            (&self.wrong, "wrong"),
+            (&self.unexpected, "unexpected"),
+            (&self.out_of_order, "out of order"),
+        ] {
+            if tally.count > 0 {
+                let first = tally.first.as_deref().unwrap_or("?");
+                parts.push(format!("{} {what} (first: {first})", tally.count));
+            }
+        }
+        format!(
+            "verify: FAILED — {}; {} records read, {} expected",
+            parts.join(", "),
+            self.read,
+            self.expected
+        )
+    }
+}
+
+/// An output record parsed: its identity, driver and JSON value.
+struct Parsed {
+    id: RecordId,
+    driver_id: u64,
+    value: Value,
+}
+
+fn parse(job: Job, value: Option<&[u8]>) -> Result<Parsed, String> {
+    let bytes = value.ok_or("no value (a tombstone)")?;
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+    match job {
+        Job::Cleansing => {
+            let r: Ride = serde_json::from_value(value.clone())
+                .map_err(|e| format!("not a ride event: {e}"))?;
+            Ok(Parsed {
+                id: RecordId::Event {
+                    ride_id: r.ride_id,
+                    is_start: r.is_start,
+                },
+                driver_id: r.driver_id,
+                value,
+            })
+        }
+        Job::PerDriverHourly => {
+            let w: WindowCount = serde_json::from_value(value.clone())
+                .map_err(|e| format!("not a per-driver window count: {e}"))?;
+            Ok(Parsed {
+                id: RecordId::Window {
+                    driver_id: w.driver_id,
+                    window_start: w.window_start,
+                },
+                driver_id: w.driver_id,
+                value,
+            })
+        }
+    }
+}
+
+fn numbers_equal(a: &serde_json::Number, b: &serde_json::Number) -> bool {
+    if let (Some(x), Some(y)) = (a.as_i64(), b.as_i64()) {
+        return x == y;
+    }
+    if let (Some(x), Some(y)) = (a.as_u64(), b.as_u64()) {
+        return x == y;
+    }
+    match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) => (x - y).abs() <= FLOAT_TOLERANCE,
+        _ => false,
+    }
+}
+
+fn values_equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => numbers_equal(x, y),
+        _ => a == b,
+    }
+}
+
+/// The fields in which `actual` differs from `expected`, as `field got G (expected E)`;
+/// empty when they match.
+fn differences(expected: &Value, actual: &Value) -> Vec<String> {
+    let empty = Map::new();
+    let e = expected.as_object().unwrap_or(&empty);
+    let a = actual.as_object().unwrap_or(&empty);
+    let mut out = Vec::new();
+    for (k, ev) in e {
+        match a.get(k) {
+            None => out.push(format!("{k} absent (expected {ev})")),
+            Some(av) if !values_equal(ev, av) => out.push(format!("{k} {av} (expected {ev})")),
+            Some(_) => {}
+        }
+    }
+    for (k, av) in a {
+        if !e.contains_key(k) {
+            out.push(format!("{k} {av} not expected"));
+        }
+    }
+    out
+}
+
+/// Compares the job's output (`actual`, in any order: it is sorted by partition and offset)
+/// with `expected`.
+pub fn compare(expected: &Expected, actual: &[TopicRecord]) -> Comparison {
+    let mut cmp = Comparison {
+        expected: expected.records.iter().filter(|r| r.required).count(),
+        read: actual.len(),
+        ..Comparison::default()
+    };
+    // Per identity: its first position in the expectation, how often it is expected, and how
+    // many right and wrong copies were read.
+    struct Seen {
+        index: usize,
+        expected: usize,
+        right: usize,
+        wrong: usize,
+    }
+    let mut seen: HashMap<RecordId, Seen> = HashMap::new();
+    for (index, r) in expected.records.iter().enumerate() {
+        seen.entry(r.id)
+            .or_insert(Seen {
+                index,
+                expected: 0,
+                right: 0,
+                wrong: 0,
+            })
+            .expected += 1;
+    }
+    let mut sorted: Vec<&TopicRecord> = actual.iter().collect();
+    sorted.sort_by_key(|r| (r.partition, r.offset));
+    // Per driver: the latest expected position among its right records read so far.
+    let mut latest: HashMap<u64, usize> = HashMap::new();
+    for r in sorted {
+        let at = || format!("partition {} offset {}", r.partition, r.offset);
+        let p = match parse(expected.job, r.value.as_deref()) {
+            Ok(p) => p,
+            Err(why) => {
+                cmp.unexpected.add(1, || format!("{}: {why}", at()));
+                continue;
+            }
+        };
+        let Some(s) = seen.get_mut(&p.id) else {
+            cmp.unexpected.add(1, || {
+                format!("{} at {}, which the job should not write", p.id, at())
+            });
+            continue;
+        };
+        let want = &expected.records[s.index];
+        let diff = differences(&want.value, &p.value);
+        if !diff.is_empty() {
+            s.wrong += 1;
+            cmp.wrong
+                .add(1, || format!("{} at {}: {}", p.id, at(), diff.join(", ")));
+            continue;
+        }
+        s.right += 1;
+        if s.right > s.expected {
+            cmp.duplicated
+                .add(1, || format!("{} again at {}", p.id, at()));
+            continue;
+        }
+        cmp.right += 1;
+        // Order per driver: a record whose expected position is before that of an earlier
+        // record of the same driver was written out of order. Only first copies count, so a
+        // duplicate is not also an order violation.
+        if s.right == 1 {
+            match latest.get(&p.driver_id) {
+                Some(&before) if before > s.index => {
+                    let earlier = expected.records[before].id;
+                    cmp.out_of_order.add(1, || {
+                        format!(
+                            "driver {}: {} at {} after {earlier}",
+                            p.driver_id,
+                            p.id,
+                            at()
+                        )
+                    });
+                }
+                _ => {
+                    latest.insert(p.driver_id, s.index);
+                }
+            }
+        }
+    }
+    // Missing, in expected order (the first named is the earliest expected).
+    for r in &expected.records {
+        let Some(s) = seen.get_mut(&r.id) else {
+            continue;
+        };
+        if s.expected == 0 {
+            continue; // already counted under another copy of the id
+        }
+        let absent = s.expected.saturating_sub(s.right + s.wrong);
+        if r.required {
+            cmp.missing.add(absent, || r.id.to_string());
+        } else {
+            cmp.open_absent += absent;
+        }
+        s.expected = 0;
+    }
+    cmp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::taxi::generate::{self, Config};
+
+    fn ride(ride_id: u64, driver: u64, is_start: bool, inside: bool, t: i64, p: u32) -> Ride {
+        Ride {
+            ride_id,
+            driver_id: driver,
+            taxi_id: 1000 + driver,
+            is_start,
+            start_lon: -73.9,
+            start_lat: 40.7,
+            end_lon: if inside { -73.95 } else { -74.2 },
+            end_lat: 40.75,
+            passengers: p,
+            event_time: t,
+        }
+    }
+
+    fn rec(partition: i32, offset: i64, value: &str) -> TopicRecord {
+        TopicRecord {
+            partition,
+            offset,
+            value: Some(value.as_bytes().to_vec()),
+        }
+    }
+
+    /// Input records for rides, one partition per driver (as keying by driver would).
+    fn input(rides: &[Ride]) -> Vec<TopicRecord> {
+        let mut next: HashMap<u64, i64> = HashMap::new();
+        rides
+            .iter()
+            .map(|r| {
+                let o = next.entry(r.driver_id).or_default();
+                *o += 1;
+                rec(r.driver_id as i32, *o - 1, &r.to_json())
+            })
+            .collect()
+    }
+
+    /// The expected records written as a job would: each driver's to its own partition.
+    fn written(e: &Expected) -> Vec<TopicRecord> {
+        let mut next: HashMap<u64, i64> = HashMap::new();
+        e.records
+            .iter()
+            .filter(|r| r.required)
+            .map(|r| {
+                let o = next.entry(r.driver_id).or_default();
+                *o += 1;
+                rec(r.driver_id as i32, *o - 1, &r.value.to_string())
+            })
+            .collect()
+    }
+
+    fn sample() -> Vec<Ride> {
+        vec![
+            ride(1, 1, true, true, 1_000, 2),
+            ride(2, 2, true, false, 2_000, 1),
+            ride(1, 1, false, true, 5_000, 2),
+            ride(3, 1, true, true, 6_000, 3),
+            ride(2, 2, false, false, 7_000, 1),
+            ride(3, 1, false, true, HOUR_MS + 10, 3),
+            ride(4, 2, true, true, 3 * HOUR_MS, 4),
+        ]
+    }
+
+    #[test]
+    fn cleansing_keeps_both_events_of_rides_inside_the_box_in_input_order() {
+        let e = expected(Job::Cleansing, 60_000, &input(&sample())).unwrap();
+        let ids: Vec<String> = e.records.iter().map(|r| r.id.to_string()).collect();
+        assert_eq!(
+            ids,
+            [
+                "ride 1 START",
+                "ride 1 END",
+                "ride 3 START",
+                "ride 3 END",
+                "ride 4 START"
+            ]
+        );
+        assert!(e.records.iter().all(|r| r.required));
+        assert_eq!(
+            e.records[0].value,
+            serde_json::to_value(&sample()[0]).unwrap()
+        );
+    }
+
+    #[test]
+    fn per_driver_hourly_counts_ended_rides_and_passengers_per_hour() {
+        let e = expected(Job::PerDriverHourly, 60_000, &input(&sample())).unwrap();
+        let got: Vec<(WindowCount, bool)> = e
+            .records
+            .iter()
+            .map(|r| (serde_json::from_value(r.value.clone()).unwrap(), r.required))
+            .collect();
+        let w = |driver_id, start: i64, rides, passengers| WindowCount {
+            driver_id,
+            window_start: start,
+            window_end: start + HOUR_MS,
+            rides,
+            passengers,
+        };
+        // Partition 1 (driver 1) reaches 1 h + 10 ms, partition 2 (driver 2) 3 h: the slowest
+        // watermark is 1 h + 10 ms − 60 s, so only windows ending by then are required — none.
+        assert_eq!(
+            got,
+            [
+                (w(1, 0, 1, 2), false),
+                (w(1, HOUR_MS, 1, 3), false),
+                (w(2, 0, 1, 1), false)
+            ]
+        );
+        // With no out-of-orderness, the first hour has closed everywhere.
+        let e = expected(Job::PerDriverHourly, 0, &input(&sample())).unwrap();
+        let required: Vec<bool> = e.records.iter().map(|r| r.required).collect();
+        assert_eq!(required, [true, false, true]);
+    }
+
+    #[test]
+    fn an_input_record_that_is_not_a_ride_is_named() {
+        let e = expected(Job::Cleansing, 0, &[rec(2, 7, "{\"ride_id\":1}")]).unwrap_err();
+        let s = e.to_string();
+        assert!(
+            s.starts_with("input partition 2 offset 7 is not a ride event"),
+            "{s}"
+        );
+        let tomb = TopicRecord {
+            partition: 0,
+            offset: 0,
+            value: None,
+        };
+        assert!(expected(Job::Cleansing, 0, &[tomb]).is_err());
+    }
+
+    /// One verdict per kind of fault: (what the job wrote, the verdict's expected text).
+    #[test]
+    fn each_kind_of_fault_has_its_verdict() {
+        let e = expected(Job::Cleansing, 60_000, &input(&sample())).unwrap();
+        let good = written(&e);
+        let with_value = |mut r: TopicRecord, v: &str| {
+            r.value = Some(v.as_bytes().to_vec());
+            r
+        };
+        let mut changed = sample()[2].clone();
+        changed.passengers = 5;
+        let cases: Vec<(&str, Vec<TopicRecord>, &str)> = vec![
+            (
+                "exact",
+                good.clone(),
+                "verify: OK — 5 records, no loss, no duplicates, order kept per key",
+            ),
+            (
+                "missing",
+                good[1..].to_vec(),
+                "verify: FAILED — 1 missing (first: ride 1 START); 4 records read, 5 expected",
+            ),
+            (
+                "duplicated",
+                [good.clone(), vec![rec(9, 0, &sample()[3].to_json())]].concat(),
+                "verify: FAILED — 1 duplicated (first: ride 3 START again at partition 9 offset 0); \
+                 6 records read, 5 expected",
+            ),
+            (
+                "wrong",
+                vec![
+                    good[0].clone(),
+                    with_value(good[1].clone(), &changed.to_json()),
+                    good[2].clone(),
+                    good[3].clone(),
+                    good[4].clone(),
+                ],
+                "verify: FAILED — 1 wrong (first: ride 1 END at partition 1 offset 1: \
+                 passengers 5 (expected 2)); 5 records read, 5 expected",
+            ),
+            (
+                "unexpected",
+                [
+                    good.clone(),
+                    vec![rec(9, 0, &sample()[1].to_json()), rec(9, 1, "nope")],
+                ]
+                .concat(),
+                "verify: FAILED — 2 unexpected (first: ride 2 START at partition 9 offset 0, \
+                 which the job should not write); 7 records read, 5 expected",
+            ),
+            (
+                "out of order",
+                vec![
+                    with_value(good[0].clone(), &sample()[2].to_json()),
+                    with_value(good[1].clone(), &sample()[0].to_json()),
+                    good[2].clone(),
+                    good[3].clone(),
+                    good[4].clone(),
+                ],
+                "verify: FAILED — 1 out of order (first: driver 1: ride 1 START at partition 1 \
+                 offset 1 after ride 1 END); 5 records read, 5 expected",
+            ),
+        ];
+        for (name, actual, verdict) in cases {
+            let c = compare(&e, &actual);
+            assert_eq!(c.verdict(), verdict, "{name}");
+            assert_eq!(c.is_ok(), name == "exact", "{name}");
+        }
+    }
+
+    #[test]
+    fn missing_and_duplicated_together_name_both() {
+        let e = expected(Job::Cleansing, 60_000, &input(&sample())).unwrap();
+        let good = written(&e);
+        // Drop ride 3 END (partition 1, offset 3) and write ride 4 START twice.
+        let mut actual: Vec<TopicRecord> = good
+            .iter()
+            .filter(|r| (r.partition, r.offset) != (1, 3))
+            .cloned()
+            .collect();
+        actual.push(rec(2, 1, &sample()[6].to_json()));
+        let c = compare(&e, &actual);
+        assert_eq!(
+            c.verdict(),
+            "verify: FAILED — 1 missing (first: ride 3 END), 1 duplicated (first: ride 4 START \
+             again at partition 2 offset 1); 5 records read, 5 expected"
+        );
+    }
+
+    #[test]
+    fn a_reprinted_coordinate_or_integer_float_still_matches_but_an_added_field_does_not() {
+        let e = expected(Job::Cleansing, 0, &input(&sample()[..1])).unwrap();
+        let mut v = serde_json::to_value(&sample()[0]).unwrap();
+        v["start_lon"] = serde_json::json!(-73.9 + 1e-12);
+        let c = compare(&e, &[rec(1, 0, &v.to_string())]);
+        assert!(c.is_ok(), "{}", c.verdict());
+        // A float field printed as an integer (-74.0 as -74) is the same number.
+        let n = |v: Value| v.as_number().cloned().unwrap();
+        assert!(numbers_equal(
+            &n(serde_json::json!(-74)),
+            &n(serde_json::json!(-74.0))
+        ));
+        assert!(!numbers_equal(
+            &n(serde_json::json!(3)),
+            &n(serde_json::json!(4))
+        ));
+        v["extra"] = serde_json::json!(1);
+        let c = compare(&e, &[rec(1, 0, &v.to_string())]);
+        assert!(
+            c.verdict().contains(
+                "1 wrong (first: ride 1 START at partition 1 offset 0: extra 1 not expected)"
+            ),
+            "{}",
+            c.verdict()
+        );
+    }
+
+    #[test]
+    fn open_windows_may_be_absent_but_not_wrong() {
+        let e = expected(Job::PerDriverHourly, 0, &input(&sample())).unwrap();
+        // Only the two required windows written: OK, the open one is mentioned.
+        let c = compare(&e, &written(&e));
+        assert_eq!(
+            c.verdict(),
+            "verify: OK — 2 records, no loss, no duplicates, order kept per key (1 windows still \
+             open at the input's end not yet written, as allowed)"
+        );
+        // The open window written with a wrong count is wrong.
+        let mut open: WindowCount = serde_json::from_value(e.records[1].value.clone()).unwrap();
+        open.rides = 9;
+        let mut actual = written(&e);
+        actual.push(rec(1, 9, &serde_json::to_string(&open).unwrap()));
+        let c = compare(&e, &actual);
+        assert_eq!(c.wrong.count, 1, "{}", c.verdict());
+        assert!(
+            c.verdict().contains("rides 9 (expected 1)"),
+            "{}",
+            c.verdict()
+        );
+        // Windows written out of order per driver.
+        let all: Vec<TopicRecord> = e
+            .records
+            .iter()
+            .rev()
+            .enumerate()
+            .map(|(i, r)| rec(0, i as i64, &r.value.to_string()))
+            .collect();
+        let c = compare(&e, &all);
+        assert_eq!(c.out_of_order.count, 1, "{}", c.verdict());
+    }
+
+    #[test]
+    fn an_empty_expectation_and_output_is_ok() {
+        let e = expected(Job::Cleansing, 0, &[]).unwrap();
+        assert_eq!(
+            compare(&e, &[]).verdict(),
+            "verify: OK — 0 records, no loss, no duplicates, order kept per key"
+        );
+    }
+
+    /// The generator's data through the cleansing expectation: about 90 % of the rides kept,
+    /// both events each, and the exact output verifies.
+    #[test]
+    fn generated_rides_verify_against_their_own_expected_output() {
+        let events: Vec<Ride> = generate::rides(Config {
+            rides: 2000,
+            drivers: 20,
+            ..Config::default()
+        })
+        .unwrap()
+        .collect();
+        let inp = input(&events);
+        for job in [Job::Cleansing, Job::PerDriverHourly] {
+            let e = expected(job, 60_000, &inp).unwrap();
+            let c = compare(&e, &written(&e));
+            assert!(c.is_ok(), "{}: {}", job.name(), c.verdict());
+        }
+        let e = expected(Job::Cleansing, 60_000, &inp).unwrap();
+        assert!(
+            (3400..=3800).contains(&e.records.len()),
+            "{}",
+            e.records.len()
+        );
+    }
+}

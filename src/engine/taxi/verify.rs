@@ -882,4 +882,54 @@ mod tests {
             e.records.len()
         );
     }
+
+    /// Three hours of pick-ups (drop-offs until 3 h 45 min): the windows of the first three
+    /// hours are required, they sum up to every ride ended in them, and dropping one is
+    /// missing.
+    #[test]
+    fn hours_of_generated_rides_give_required_windows() {
+        let events: Vec<Ride> = generate::rides(Config {
+            rides: 3 * 3600,
+            rides_per_second: 1,
+            drivers: 5,
+            ..Config::default()
+        })
+        .unwrap()
+        .collect();
+        let e = expected(Job::PerDriverHourly, 60_000, &input(&events)).unwrap();
+        let windows: Vec<(WindowCount, bool)> = e
+            .records
+            .iter()
+            .map(|r| (serde_json::from_value(r.value.clone()).unwrap(), r.required))
+            .collect();
+        let first_hour = generate::DEFAULT_START_MS;
+        let required: Vec<&WindowCount> = windows
+            .iter()
+            .filter(|(_, req)| *req)
+            .map(|(w, _)| w)
+            .collect();
+        assert_eq!(required.len(), 15, "5 drivers × the first 3 hours");
+        assert!(required
+            .iter()
+            .all(|w| w.window_start < first_hour + 3 * HOUR_MS));
+        let ended_in_first_three = events
+            .iter()
+            .filter(|r| !r.is_start && r.event_time < first_hour + 3 * HOUR_MS)
+            .count() as u64;
+        assert_eq!(
+            required.iter().map(|w| w.rides).sum::<u64>(),
+            ended_in_first_three
+        );
+        let mut actual = written(&e);
+        assert!(compare(&e, &actual).is_ok());
+        actual.remove(0);
+        let c = compare(&e, &actual);
+        assert!(
+            c.verdict().starts_with(
+                "verify: FAILED — 1 missing (first: driver 2013000000 window 1735689600000)"
+            ),
+            "{}",
+            c.verdict()
+        );
+    }
 }

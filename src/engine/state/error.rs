@@ -47,12 +47,14 @@ pub enum StateError {
         difference: String,
     },
     /// A record could not be decoded.
-    #[error("corrupt state in {}: {what}; restore another checkpoint with --from-checkpoint or start with --fresh", dir.display())]
+    #[error("corrupt state in {}: {what}; {remedy}", dir.display())]
     Corrupt {
         /// The state directory.
         dir: PathBuf,
         /// What is corrupt.
         what: String,
+        /// What the user can do.
+        remedy: &'static str,
     },
     /// Another process (or another store in this process) holds the directory.
     #[error("another onceflow process holds {}: stop it or give this job its own state directory", dir.display())]
@@ -82,6 +84,13 @@ pub enum StateError {
     InvalidSetting(String),
 }
 
+/// The remedy for a corrupt record or value.
+pub(crate) const RESTORE_OLDER: &str =
+    "restore an older retained checkpoint with --from-checkpoint, or start with --fresh";
+/// The remedy when fjall cannot open the directory at all.
+pub(crate) const MOVE_ASIDE: &str =
+    "fjall cannot open it: move the directory aside and start with --fresh";
+
 /// The state backend's result.
 pub type Result<T, E = StateError> = std::result::Result<T, E>;
 
@@ -94,10 +103,12 @@ pub(crate) fn fjall_error(dir: &Path, e: fjall::Error) -> StateError {
         fjall::Error::JournalRecovery(inner) => StateError::Corrupt {
             dir,
             what: format!("the journal cannot be recovered ({inner:?})"),
+            remedy: MOVE_ASIDE,
         },
         fjall::Error::InvalidTrailer | fjall::Error::InvalidTag(_) => StateError::Corrupt {
             dir,
             what: format!("fjall found invalid data ({e:?})"),
+            remedy: MOVE_ASIDE,
         },
         other => StateError::Storage {
             dir,

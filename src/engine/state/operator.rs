@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::error::{fjall_error, Result, StateError};
+use super::error::{fjall_error, Result, StateError, RESTORE_OLDER};
 use super::keys::{
     decode_list, decode_value, encode_list, encode_value, key_group, map_entry_key, state_key,
 };
@@ -265,6 +265,7 @@ impl OperatorState {
         StateError::Corrupt {
             dir: self.dir.clone(),
             what: format!("operator {:?} holds {what}", self.uid),
+            remedy: RESTORE_OLDER,
         }
     }
 }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::client::txn::PreparedTransaction;
 
-use super::error::{fjall_error, Result, StateError};
+use super::error::{fjall_error, Result, StateError, RESTORE_OLDER};
 use super::keys::{
     checkpoint_key, decode_undo, encode_undo, parse_checkpoint_key, parse_undo_key, undo_key,
     CHECKPOINT_PREFIX, GENERATION_KEY, LAYOUT_KEY, UNDO_FLOOR_KEY,
@@ -168,12 +168,25 @@ impl StateStore {
                     return Err(StateError::NoCheckpoint { dir: store.dir });
                 };
                 store.latest = latest;
-                let mut record = store.record(latest)?;
+                let target = match from {
+                    RestoreFrom::Checkpoint(n) => n,
+                    _ => latest,
+                };
+                if target > latest {
+                    return Err(StateError::CheckpointNotFound {
+                        dir: store.dir,
+                        requested: target,
+                        latest,
+                    });
+                }
+                // Only the target's record is decoded: a damaged newer record must not stop
+                // `--from-checkpoint` from going back past it.
+                let record = store.record(target)?;
                 if let Some(difference) = store.layout.difference(&record.layout) {
                     return Err(StateError::LayoutMismatch { difference });
                 }
-                if let RestoreFrom::Checkpoint(n) = from {
-                    record = store.rollback_to(n)?;
+                if target < latest {
+                    store.rollback_to(target)?;
                 }
                 record
             }
@@ -258,6 +271,7 @@ impl StateStore {
         let corrupt = |what: String| StateError::Corrupt {
             dir: self.dir.clone(),
             what: format!("checkpoint record {n}: {what}"),
+            remedy: RESTORE_OLDER,
         };
         let json = match bytes.split_first() {
             Some((&RECORD_FORMAT, json)) => json,
@@ -404,6 +418,7 @@ impl StateStore {
             let before = decode_undo(&image).ok_or_else(|| StateError::Corrupt {
                 dir: self.dir.clone(),
                 what: "an undo image with an unknown tag".to_string(),
+                remedy: RESTORE_OLDER,
             })?;
             if op as usize >= self.operators.len() {
                 return Err(self.corrupt_key(&key));
@@ -562,6 +577,7 @@ impl StateStore {
         StateError::Corrupt {
             dir: self.dir.clone(),
             what: format!("unexpected key {key:02x?}"),
+            remedy: RESTORE_OLDER,
         }
     }
 }

@@ -518,3 +518,110 @@ fn a_kill_mid_persist_restores_a_complete_checkpoint() {
         }
     }
 }
+
+#[test]
+fn a_corrupt_checkpoint_record_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let (mut store, _) = open(dir.path(), 2, RestoreFrom::Fresh).expect("fresh");
+        let mut op = store.operator("counts").expect("op");
+        checkpoint(&mut store, &mut op, 1);
+    }
+    {
+        // Damage c/1 behind the store's back.
+        let db = fjall::Database::builder(dir.path()).open().expect("fjall");
+        let meta = db
+            .keyspace("meta", fjall::KeyspaceCreateOptions::default)
+            .expect("meta");
+        meta.insert(super::keys::checkpoint_key(1), b"\x01{not json".to_vec())
+            .expect("insert");
+        db.persist(fjall::PersistMode::SyncAll).expect("persist");
+    }
+    let err = open(dir.path(), 2, RestoreFrom::Latest).expect_err("corrupt");
+    assert!(matches!(err, StateError::Corrupt { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("checkpoint record 1"), "{msg}");
+    assert!(
+        msg.contains("--from-checkpoint") && msg.contains("--fresh"),
+        "{msg}"
+    );
+}
+
+/// A damaged latest record does not block going back to an older retained checkpoint.
+#[test]
+fn from_checkpoint_goes_back_past_a_corrupt_latest_record() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let (mut store, _) = open(dir.path(), 2, RestoreFrom::Fresh).expect("fresh");
+        let mut op = store.operator("counts").expect("op");
+        COUNT.set(&mut op, b"a", b"1");
+        checkpoint(&mut store, &mut op, 1);
+        COUNT.set(&mut op, b"a", b"2");
+        checkpoint(&mut store, &mut op, 2);
+    }
+    {
+        let db = fjall::Database::builder(dir.path()).open().expect("fjall");
+        let meta = db
+            .keyspace("meta", fjall::KeyspaceCreateOptions::default)
+            .expect("meta");
+        meta.insert(super::keys::checkpoint_key(2), b"\x07".to_vec())
+            .expect("insert");
+        db.persist(fjall::PersistMode::SyncAll).expect("persist");
+    }
+    let err = open(dir.path(), 2, RestoreFrom::Latest).expect_err("corrupt latest");
+    assert!(
+        err.to_string()
+            .contains("checkpoint record 2: unknown format 7"),
+        "{err}"
+    );
+    let (store, record) = open(dir.path(), 2, RestoreFrom::Checkpoint(1)).expect("back to 1");
+    assert_eq!(record.id, 1);
+    assert_eq!(store.list().expect("list"), vec![1]);
+    let op = store.operator("counts").expect("op");
+    assert_eq!(count(&op, "a").as_deref(), Some("1"));
+}
+
+/// A flipped byte inside a complete journal batch: fjall refuses to recover, and the store
+/// says the state is corrupt instead of starting from nothing.
+#[test]
+fn a_corrupt_journal_is_an_error_not_a_fresh_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Below fjall's journal compression threshold (4 KiB), so it is stored as is.
+    let marker = vec![b'Q'; 1000];
+    {
+        let (mut store, _) = open(dir.path(), 2, RestoreFrom::Fresh).expect("fresh");
+        let mut op = store.operator("counts").expect("op");
+        COUNT.set(&mut op, b"big", &marker);
+        checkpoint(&mut store, &mut op, 1);
+        COUNT.set(&mut op, b"a", b"2");
+        checkpoint(&mut store, &mut op, 2);
+    }
+    let mut damaged = false;
+    for entry in std::fs::read_dir(dir.path()).expect("read dir") {
+        let path = entry.expect("entry").path();
+        if !path.is_file() {
+            continue;
+        }
+        let mut bytes = std::fs::read(&path).expect("read");
+        if let Some(at) = bytes
+            .windows(marker.len())
+            .position(|w| w == marker.as_slice())
+        {
+            bytes[at + 100] ^= 0xff;
+            std::fs::write(&path, bytes).expect("write");
+            damaged = true;
+        }
+    }
+    assert!(
+        damaged,
+        "found no journal holding the marker value in {:?}",
+        dir.path()
+    );
+    let err = open(dir.path(), 2, RestoreFrom::Latest).expect_err("corrupt journal");
+    assert!(matches!(err, StateError::Corrupt { .. }), "{err:?}");
+    assert!(err.to_string().contains("journal"), "{err}");
+    assert!(
+        err.to_string().contains("move the directory aside"),
+        "{err}"
+    );
+}

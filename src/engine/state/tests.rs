@@ -625,3 +625,13 @@ fn a_corrupt_journal_is_an_error_not_a_fresh_start() {
         "{err}"
     );
 }
+
+/// The persister runs on its own thread and tasks own their operator state.
+#[test]
+fn store_and_operator_state_can_move_to_other_threads() {
+    fn send<T: Send + 'static>() {}
+    send::<StateStore>();
+    send::<OperatorState>();
+    send::<FrozenDelta>();
+    send::<StateError>();
+}

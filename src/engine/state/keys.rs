@@ -47,6 +47,30 @@ pub(crate) fn map_entry_key(kg: u16, state: u8, key: &[u8], map_key: &[u8]) -> V
     out
 }
 
+/// `kg | timer state id` : the prefix of one key group's timers.
+pub(crate) fn timer_prefix(kg: u16, state: u8) -> Vec<u8> {
+    let mut out = Vec::with_capacity(3);
+    out.extend_from_slice(&kg.to_be_bytes());
+    out.push(state);
+    out
+}
+
+/// `kg | timer state id | time | key`, the time as u64 BE with the sign bit flipped, so
+/// negative times sort before positive ones.
+pub(crate) fn timer_key(kg: u16, state: u8, time: i64, key: &[u8]) -> Vec<u8> {
+    let mut out = timer_prefix(kg, state);
+    out.extend_from_slice(&((time as u64) ^ (1 << 63)).to_be_bytes());
+    out.extend_from_slice(key);
+    out
+}
+
+/// The (time, key) of a [`timer_key`]; `None` when too short.
+pub(crate) fn decode_timer_key(stored: &[u8]) -> Option<(i64, &[u8])> {
+    let time = stored.get(3..11)?;
+    let time = u64::from_be_bytes(time.try_into().ok()?) ^ (1 << 63);
+    Some((time as i64, &stored[11..]))
+}
+
 /// `c/` + id (u64 BE).
 pub(crate) fn checkpoint_key(id: u64) -> Vec<u8> {
     let mut out = CHECKPOINT_PREFIX.to_vec();
@@ -178,6 +202,18 @@ mod tests {
         assert!(!entry_of_a.starts_with(&a));
         assert!(map_entry_key(7, 1, b"ab", b"x").starts_with(&a));
         assert!(state_key(7, 1, b"zz") < state_key(8, 0, b"a"));
+    }
+
+    #[test]
+    fn timer_keys_sort_by_time_and_round_trip() {
+        let times = [i64::MIN, -5, -1, 0, 1, 1_700_000_000_000, i64::MAX];
+        let keys: Vec<Vec<u8>> = times.iter().map(|&t| timer_key(3, 4, t, b"k")).collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "{keys:?}");
+        for (&t, k) in times.iter().zip(&keys) {
+            assert!(k.starts_with(&timer_prefix(3, 4)));
+            assert_eq!(decode_timer_key(k), Some((t, &b"k"[..])));
+        }
+        assert_eq!(decode_timer_key(&[0, 3, 4, 1]), None);
     }
 
     #[test]

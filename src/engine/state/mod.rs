@@ -8,8 +8,12 @@
 //! the state is exactly the latest complete one. K checkpoints are retained through undo
 //! images, so a restore can also start from an older one.
 //!
+//! An operator's states ([`ValueState`], [`MapState`], [`ListState`], [`TimerState`]) are told
+//! apart by a `u8` id, unique within the operator across all kinds.
+//!
 //! ```text
 //! op-<uid>: kg (u16 BE) | state id (u8) | key len (u32 BE) | key [| map key] → 0x01 | value
+//!           kg (u16 BE) | timer state id (u8) | time (u64 BE, sign flipped) | key → 0x01
 //! undo:     ckpt (u64 BE) | operator index (u32 BE) | state key      → absent | present+value
 //! meta:     c/ + ckpt (u64 BE) → record (JSON); layout; gen; undo-floor
 //! ```
@@ -25,5 +29,5 @@ mod tests;
 pub use error::{Result, StateError};
 pub use keys::key_group;
 pub use layout::{Layout, OperatorLayout};
-pub use operator::{FrozenDelta, ListState, MapState, OperatorState, ValueState};
+pub use operator::{FrozenDelta, ListState, MapState, OperatorState, TimerState, ValueState};
 pub use store::{CheckpointRecord, RestoreFrom, SourcePosition, StateStore, StoreOptions};

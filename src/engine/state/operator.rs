@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use super::error::{fjall_error, Result, StateError, RESTORE_OLDER};
 use super::keys::{
-    decode_list, decode_value, encode_list, encode_value, key_group, map_entry_key, state_key,
+    decode_list, decode_timer_key, decode_value, encode_list, encode_value, key_group,
+    map_entry_key, state_key, timer_key, timer_prefix,
 };
 
 /// Changes since the last snapshot: stored key → stored value (format byte included), or
@@ -241,14 +242,29 @@ impl OperatorState {
 
     /// Every stored entry under `prefix`, with both deltas laid over fjall.
     fn scan(&self, prefix: &[u8]) -> Result<Entries> {
+        self.scan_until(prefix, prefix, |_| false)
+    }
+
+    /// The stored entries under `prefix` from `start` on, up to the first key for which
+    /// `past_end` holds, with both deltas laid over fjall (a delete in a delta removes the
+    /// key from the result's values: it stays as `None`).
+    fn scan_until(
+        &self,
+        prefix: &[u8],
+        start: &[u8],
+        past_end: impl Fn(&[u8]) -> bool,
+    ) -> Result<Entries> {
         let mut merged = Entries::new();
-        for guard in self.keyspace.prefix(prefix) {
+        for guard in self.keyspace.range(start.to_vec()..) {
             let (k, v) = guard.into_inner().map_err(|e| fjall_error(&self.dir, e))?;
+            if !k.starts_with(prefix) || past_end(&k) {
+                break;
+            }
             merged.insert(k.to_vec(), Some(v.to_vec()));
         }
         let mut overlay = |entries: &Entries| {
-            for (k, v) in entries.range(prefix.to_vec()..) {
-                if !k.starts_with(prefix) {
+            for (k, v) in entries.range(start.to_vec()..) {
+                if !k.starts_with(prefix) || past_end(k) {
                     break;
                 }
                 merged.insert(k.clone(), v.clone());
@@ -425,5 +441,55 @@ impl ListState {
     /// Deletes `key`'s list.
     pub fn clear(&self, op: &mut OperatorState, key: &[u8]) {
         self.update(op, key, &[]);
+    }
+}
+
+/// Timers: (event time, key) pairs an operator fires once the watermark passes them, stored
+/// as `kg | id | time (order-preserving u64 BE) | key` so due timers are a range scan per key
+/// group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimerState {
+    id: u8,
+}
+
+impl TimerState {
+    /// The timer state with this id within its operator.
+    pub const fn new(id: u8) -> Self {
+        Self { id }
+    }
+
+    /// Registers a timer for `key` at `time` (ms); registering it twice keeps one.
+    pub fn register(&self, op: &mut OperatorState, key: &[u8], time: i64) {
+        let k = timer_key(op.key_group(key), self.id, time, key);
+        op.write(k, Some(encode_value(&[])));
+    }
+
+    /// Deletes the timer for `key` at `time` (fired or no longer needed).
+    pub fn delete(&self, op: &mut OperatorState, key: &[u8], time: i64) {
+        let k = timer_key(op.key_group(key), self.id, time, key);
+        op.write(k, None);
+    }
+
+    /// Every timer at or before `up_to`, ordered by time, then key group, then key. They stay
+    /// registered until [`TimerState::delete`]d.
+    ///
+    /// # Errors
+    /// A fjall read error, or a corrupt timer key.
+    pub fn due(&self, op: &OperatorState, up_to: i64) -> Result<Vec<(i64, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for kg in 0..op.key_groups {
+            let prefix = timer_prefix(kg, self.id);
+            let past = |k: &[u8]| decode_timer_key(k).is_none_or(|(t, _)| t > up_to);
+            for (k, v) in op.scan_until(&prefix, &prefix, past)? {
+                if v.is_none() {
+                    continue;
+                }
+                let (time, key) = decode_timer_key(&k)
+                    .ok_or_else(|| op.corrupt("a timer key too short for its time"))?;
+                out.push((time, kg, key.to_vec()));
+            }
+        }
+        out.sort();
+        Ok(out.into_iter().map(|(t, _, k)| (t, k)).collect())
     }
 }

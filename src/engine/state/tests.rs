@@ -8,6 +8,7 @@ use crate::client::txn::PreparedTransaction;
 const COUNT: ValueState = ValueState::new(0);
 const SEEN: MapState = MapState::new(1);
 const PENDING: ListState = ListState::new(2);
+const WINDOWS: TimerState = TimerState::new(3);
 
 fn layout(key_groups: u16) -> Layout {
     Layout {
@@ -634,4 +635,47 @@ fn store_and_operator_state_can_move_to_other_threads() {
     send::<OperatorState>();
     send::<FrozenDelta>();
     send::<StateError>();
+}
+
+#[test]
+fn timers_fire_in_time_order_across_key_groups_and_survive_a_checkpoint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let (mut store, _) = open(dir.path(), 2, RestoreFrom::Fresh).expect("fresh");
+        let mut op = store.operator("counts").expect("op");
+        // "21", "foobar" and "abc" fall in key groups 108, 62 and 27 of 128.
+        WINDOWS.register(&mut op, b"21", 3_000);
+        WINDOWS.register(&mut op, b"foobar", -1_000);
+        WINDOWS.register(&mut op, b"abc", 2_000);
+        WINDOWS.register(&mut op, b"abc", 9_000);
+        WINDOWS.register(&mut op, b"gone", 1_000);
+        checkpoint(&mut store, &mut op, 1);
+        WINDOWS.delete(&mut op, b"gone", 1_000);
+        WINDOWS.register(&mut op, b"foobar", 2_000);
+        checkpoint(&mut store, &mut op, 2);
+    }
+    let (store, _) = open(dir.path(), 2, RestoreFrom::Latest).expect("reopen");
+    let mut op = store.operator("counts").expect("op");
+    let due = WINDOWS.due(&op, 3_000).expect("due");
+    let want: Vec<(i64, Vec<u8>)> = vec![
+        (-1_000, b"foobar".to_vec()),
+        (2_000, b"abc".to_vec()),
+        (2_000, b"foobar".to_vec()),
+        (3_000, b"21".to_vec()),
+    ];
+    assert_eq!(due, want);
+    // Unpersisted changes count too: a deleted timer no longer fires, a new one does.
+    WINDOWS.delete(&mut op, b"abc", 2_000);
+    WINDOWS.register(&mut op, b"late", 2_500);
+    assert_eq!(
+        WINDOWS.due(&op, 2_999).expect("due"),
+        vec![
+            (-1_000, b"foobar".to_vec()),
+            (2_000, b"foobar".to_vec()),
+            (2_500, b"late".to_vec()),
+        ]
+    );
+    assert_eq!(WINDOWS.due(&op, i64::MAX).expect("due").len(), 5);
+    // Timers do not leak into value state of the same operator (other state ids).
+    assert_eq!(COUNT.get(&op, b"abc").expect("read"), None);
 }

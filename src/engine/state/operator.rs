@@ -1,0 +1,495 @@
+//! One operator's state: the in-memory delta buffers over its fjall keyspace, and the
+//! value / map / list handles that read and write through them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::error::{fjall_error, Result, StateError, RESTORE_OLDER};
+use super::keys::{
+    decode_list, decode_timer_key, decode_value, encode_list, encode_value, key_group,
+    map_entry_key, state_key, timer_key, timer_prefix,
+};
+
+/// Changes since the last snapshot: stored key → stored value (format byte included), or
+/// `None` for a delete. A BTreeMap keeps one entry per key (a fjall batch must not carry the
+/// same key twice: its items share one sequence number) and gives ordered map scans.
+pub(crate) type Entries = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+
+/// The frozen changes of one operator for one checkpoint, on their way to
+/// [`super::StateStore::persist`]. Cheap to clone (shared).
+#[derive(Debug, Clone)]
+pub struct FrozenDelta {
+    pub(crate) checkpoint: u64,
+    pub(crate) operator: u32,
+    pub(crate) entries: Arc<Entries>,
+    pub(crate) bytes: usize,
+}
+
+impl FrozenDelta {
+    /// The checkpoint the delta belongs to.
+    pub fn checkpoint(&self) -> u64 {
+        self.checkpoint
+    }
+    /// How many keys it changes.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+    /// Approximate bytes of keys and values (the checkpoint's size metric).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+/// Where an operator's delta buffers stand: at most one checkpoint in flight.
+#[derive(Debug)]
+enum Phase {
+    /// No checkpoint in flight: reads go active → fjall.
+    Open,
+    /// Checkpoint N's changes are frozen and being persisted: reads go active → frozen → fjall.
+    InFlight(FrozenDelta),
+}
+
+/// One stateful operator's state, owned by its task. Writes land in the active delta; fjall
+/// only ever sees whole checkpoints (written by the persister), so a crash before
+/// [`super::StateStore::persist`] loses exactly the writes since the last checkpoint.
+pub struct OperatorState {
+    pub(crate) uid: String,
+    pub(crate) index: u32,
+    pub(crate) keyspace: fjall::Keyspace,
+    pub(crate) key_groups: u16,
+    pub(crate) dir: PathBuf,
+    active: Entries,
+    active_bytes: usize,
+    phase: Phase,
+}
+
+impl std::fmt::Debug for OperatorState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OperatorState")
+            .field("uid", &self.uid)
+            .field("index", &self.index)
+            .field("active_keys", &self.active.len())
+            .field("active_bytes", &self.active_bytes)
+            .field("in_flight", &self.in_flight())
+            .finish_non_exhaustive()
+    }
+}
+
+impl OperatorState {
+    pub(crate) fn new(
+        uid: String,
+        index: u32,
+        keyspace: fjall::Keyspace,
+        key_groups: u16,
+        dir: PathBuf,
+    ) -> Self {
+        Self {
+            uid,
+            index,
+            keyspace,
+            key_groups,
+            dir,
+            active: Entries::new(),
+            active_bytes: 0,
+            phase: Phase::Open,
+        }
+    }
+
+    /// The operator's uid.
+    pub fn uid(&self) -> &str {
+        &self.uid
+    }
+
+    /// The key group of a serialized key in this job.
+    pub fn key_group(&self, key: &[u8]) -> u16 {
+        key_group(key, self.key_groups)
+    }
+
+    /// Approximate bytes written since the last snapshot: over the job's budget, the runtime
+    /// triggers an early checkpoint and then back-pressures.
+    pub fn uncommitted_bytes(&self) -> usize {
+        self.active_bytes
+    }
+
+    /// The checkpoint in flight, if any.
+    pub fn in_flight(&self) -> Option<u64> {
+        match &self.phase {
+            Phase::Open => None,
+            Phase::InFlight(f) => Some(f.checkpoint),
+        }
+    }
+
+    /// Freezes the changes since the last snapshot as checkpoint `n`'s and starts a new,
+    /// empty active buffer (O(1): a swap). Hand the result to the persister.
+    ///
+    /// # Errors
+    /// [`StateError::Misuse`] when another checkpoint is still in flight.
+    pub fn snapshot(&mut self, n: u64) -> Result<FrozenDelta> {
+        if let Phase::InFlight(f) = &self.phase {
+            return Err(StateError::Misuse(format!(
+                "operator {:?}: snapshot of checkpoint {n} while checkpoint {} is in flight",
+                self.uid, f.checkpoint
+            )));
+        }
+        let frozen = FrozenDelta {
+            checkpoint: n,
+            operator: self.index,
+            entries: Arc::new(std::mem::take(&mut self.active)),
+            bytes: std::mem::take(&mut self.active_bytes),
+        };
+        self.phase = Phase::InFlight(frozen.clone());
+        Ok(frozen)
+    }
+
+    /// Checkpoint `n` is durable: drop its frozen buffer (reads now find it in fjall).
+    ///
+    /// # Errors
+    /// [`StateError::Misuse`] when `n` is not the checkpoint in flight.
+    pub fn complete(&mut self, n: u64) -> Result<()> {
+        match &self.phase {
+            Phase::InFlight(f) if f.checkpoint == n => {
+                self.phase = Phase::Open;
+                Ok(())
+            }
+            other => Err(StateError::Misuse(format!(
+                "operator {:?}: complete({n}) but the checkpoint in flight is {:?}",
+                self.uid,
+                match other {
+                    Phase::Open => None,
+                    Phase::InFlight(f) => Some(f.checkpoint),
+                }
+            ))),
+        }
+    }
+
+    /// Checkpoint `n` was cancelled (declined, timed out): its changes are still
+    /// uncommitted, so they go back under the active buffer (newer writes win) and into the
+    /// next checkpoint.
+    ///
+    /// # Errors
+    /// [`StateError::Misuse`] when `n` is not the checkpoint in flight.
+    pub fn cancel(&mut self, n: u64) -> Result<()> {
+        match std::mem::replace(&mut self.phase, Phase::Open) {
+            Phase::InFlight(f) if f.checkpoint == n => {
+                let entries = Arc::try_unwrap(f.entries).unwrap_or_else(|shared| (*shared).clone());
+                for (k, v) in entries {
+                    if let std::collections::btree_map::Entry::Vacant(slot) = self.active.entry(k) {
+                        self.active_bytes += slot.key().len() + v.as_ref().map_or(0, Vec::len);
+                        slot.insert(v);
+                    }
+                }
+                Ok(())
+            }
+            other => {
+                let in_flight = match &other {
+                    Phase::Open => None,
+                    Phase::InFlight(f) => Some(f.checkpoint),
+                };
+                self.phase = other;
+                Err(StateError::Misuse(format!(
+                    "operator {:?}: cancel({n}) but the checkpoint in flight is {in_flight:?}",
+                    self.uid
+                )))
+            }
+        }
+    }
+
+    /// The stored value of `key`: active delta, then the frozen one, then fjall.
+    fn read(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(v) = self.active.get(key) {
+            return Ok(v.clone());
+        }
+        if let Phase::InFlight(f) = &self.phase {
+            if let Some(v) = f.entries.get(key) {
+                return Ok(v.clone());
+            }
+        }
+        let stored = self
+            .keyspace
+            .get(key)
+            .map_err(|e| fjall_error(&self.dir, e))?;
+        Ok(stored.map(|s| s.to_vec()))
+    }
+
+    /// The user bytes of `key`.
+    fn read_user(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        match self.read(key)? {
+            None => Ok(None),
+            Some(stored) => match decode_value(&stored) {
+                Some(v) => Ok(Some(v.to_vec())),
+                None => Err(self.corrupt("a value with an unknown format byte")),
+            },
+        }
+    }
+
+    fn write(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        let key_len = key.len();
+        let new_len = value.as_ref().map_or(0, Vec::len);
+        match self.active.insert(key, value) {
+            // The key was counted already; only the value is replaced.
+            Some(old) => {
+                self.active_bytes =
+                    self.active_bytes.saturating_sub(old.map_or(0, |o| o.len())) + new_len;
+            }
+            None => self.active_bytes += key_len + new_len,
+        }
+    }
+
+    /// Every stored entry under `prefix`, with both deltas laid over fjall.
+    fn scan(&self, prefix: &[u8]) -> Result<Entries> {
+        self.scan_until(prefix, prefix, |_| false)
+    }
+
+    /// The stored entries under `prefix` from `start` on, up to the first key for which
+    /// `past_end` holds, with both deltas laid over fjall (a delete in a delta removes the
+    /// key from the result's values: it stays as `None`).
+    fn scan_until(
+        &self,
+        prefix: &[u8],
+        start: &[u8],
+        past_end: impl Fn(&[u8]) -> bool,
+    ) -> Result<Entries> {
+        let mut merged = Entries::new();
+        for guard in self.keyspace.range(start.to_vec()..) {
+            let (k, v) = guard.into_inner().map_err(|e| fjall_error(&self.dir, e))?;
+            if !k.starts_with(prefix) || past_end(&k) {
+                break;
+            }
+            merged.insert(k.to_vec(), Some(v.to_vec()));
+        }
+        let mut overlay = |entries: &Entries| {
+            for (k, v) in entries.range(start.to_vec()..) {
+                if !k.starts_with(prefix) || past_end(k) {
+                    break;
+                }
+                merged.insert(k.clone(), v.clone());
+            }
+        };
+        if let Phase::InFlight(f) = &self.phase {
+            overlay(&f.entries);
+        }
+        overlay(&self.active);
+        Ok(merged)
+    }
+
+    fn corrupt(&self, what: &str) -> StateError {
+        StateError::Corrupt {
+            dir: self.dir.clone(),
+            what: format!("operator {:?} holds {what}", self.uid),
+            remedy: RESTORE_OLDER,
+        }
+    }
+}
+
+/// A single value per key. `id` tells the operator's states apart (0, 1, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValueState {
+    id: u8,
+}
+
+impl ValueState {
+    /// The value state with this id within its operator.
+    pub const fn new(id: u8) -> Self {
+        Self { id }
+    }
+
+    fn key(&self, op: &OperatorState, key: &[u8]) -> Vec<u8> {
+        state_key(op.key_group(key), self.id, key)
+    }
+
+    /// The value of `key`.
+    ///
+    /// # Errors
+    /// A fjall read error, or a corrupt stored value.
+    pub fn get(&self, op: &OperatorState, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        op.read_user(&self.key(op, key))
+    }
+
+    /// Sets the value of `key`.
+    pub fn set(&self, op: &mut OperatorState, key: &[u8], value: &[u8]) {
+        let k = self.key(op, key);
+        op.write(k, Some(encode_value(value)));
+    }
+
+    /// Deletes the value of `key`.
+    pub fn clear(&self, op: &mut OperatorState, key: &[u8]) {
+        let k = self.key(op, key);
+        op.write(k, None);
+    }
+}
+
+/// A map per key (map keys ordered as bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MapState {
+    id: u8,
+}
+
+impl MapState {
+    /// The map state with this id within its operator.
+    pub const fn new(id: u8) -> Self {
+        Self { id }
+    }
+
+    /// The value under `map_key` in `key`'s map.
+    ///
+    /// # Errors
+    /// A fjall read error, or a corrupt stored value.
+    pub fn get(&self, op: &OperatorState, key: &[u8], map_key: &[u8]) -> Result<Option<Vec<u8>>> {
+        op.read_user(&map_entry_key(op.key_group(key), self.id, key, map_key))
+    }
+
+    /// Puts `value` under `map_key` in `key`'s map.
+    pub fn insert(&self, op: &mut OperatorState, key: &[u8], map_key: &[u8], value: &[u8]) {
+        let k = map_entry_key(op.key_group(key), self.id, key, map_key);
+        op.write(k, Some(encode_value(value)));
+    }
+
+    /// Removes `map_key` from `key`'s map.
+    pub fn remove(&self, op: &mut OperatorState, key: &[u8], map_key: &[u8]) {
+        let k = map_entry_key(op.key_group(key), self.id, key, map_key);
+        op.write(k, None);
+    }
+
+    /// All entries of `key`'s map, ordered by map key.
+    ///
+    /// # Errors
+    /// A fjall read error, or a corrupt stored value.
+    pub fn entries(&self, op: &OperatorState, key: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let prefix = state_key(op.key_group(key), self.id, key);
+        let mut out = Vec::new();
+        for (k, v) in op.scan(&prefix)? {
+            let Some(stored) = v else { continue };
+            let value = decode_value(&stored)
+                .ok_or_else(|| op.corrupt("a map value with an unknown format byte"))?;
+            out.push((k[prefix.len()..].to_vec(), value.to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Removes every entry of `key`'s map.
+    ///
+    /// # Errors
+    /// A fjall read error.
+    pub fn clear(&self, op: &mut OperatorState, key: &[u8]) -> Result<()> {
+        let prefix = state_key(op.key_group(key), self.id, key);
+        let present: Vec<Vec<u8>> = op
+            .scan(&prefix)?
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|_| k))
+            .collect();
+        for k in present {
+            op.write(k, None);
+        }
+        Ok(())
+    }
+}
+
+/// A list per key (stored as one value: fine for the short lists operators keep, such as a
+/// window's pending elements).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListState {
+    id: u8,
+}
+
+impl ListState {
+    /// The list state with this id within its operator.
+    pub const fn new(id: u8) -> Self {
+        Self { id }
+    }
+
+    fn key(&self, op: &OperatorState, key: &[u8]) -> Vec<u8> {
+        state_key(op.key_group(key), self.id, key)
+    }
+
+    /// `key`'s list (empty when absent).
+    ///
+    /// # Errors
+    /// A fjall read error, or a corrupt stored list.
+    pub fn get(&self, op: &OperatorState, key: &[u8]) -> Result<Vec<Vec<u8>>> {
+        match op.read_user(&self.key(op, key))? {
+            None => Ok(Vec::new()),
+            Some(bytes) => decode_list(&bytes).ok_or_else(|| op.corrupt("a truncated list")),
+        }
+    }
+
+    /// Appends `item` to `key`'s list.
+    ///
+    /// # Errors
+    /// A fjall read error, or a corrupt stored list.
+    pub fn push(&self, op: &mut OperatorState, key: &[u8], item: &[u8]) -> Result<()> {
+        let mut items = self.get(op, key)?;
+        items.push(item.to_vec());
+        self.update(op, key, &items);
+        Ok(())
+    }
+
+    /// Replaces `key`'s list (an empty list deletes it).
+    pub fn update(&self, op: &mut OperatorState, key: &[u8], items: &[Vec<u8>]) {
+        let k = self.key(op, key);
+        if items.is_empty() {
+            op.write(k, None);
+        } else {
+            op.write(k, Some(encode_value(&encode_list(items))));
+        }
+    }
+
+    /// Deletes `key`'s list.
+    pub fn clear(&self, op: &mut OperatorState, key: &[u8]) {
+        self.update(op, key, &[]);
+    }
+}
+
+/// Timers: (event time, key) pairs an operator fires once the watermark passes them, stored
+/// as `kg | id | time (order-preserving u64 BE) | key` so due timers are a range scan per key
+/// group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimerState {
+    id: u8,
+}
+
+impl TimerState {
+    /// The timer state with this id within its operator.
+    pub const fn new(id: u8) -> Self {
+        Self { id }
+    }
+
+    /// Registers a timer for `key` at `time` (ms); registering it twice keeps one.
+    pub fn register(&self, op: &mut OperatorState, key: &[u8], time: i64) {
+        let k = timer_key(op.key_group(key), self.id, time, key);
+        op.write(k, Some(encode_value(&[])));
+    }
+
+    /// Deletes the timer for `key` at `time` (fired or no longer needed).
+    pub fn delete(&self, op: &mut OperatorState, key: &[u8], time: i64) {
+        let k = timer_key(op.key_group(key), self.id, time, key);
+        op.write(k, None);
+    }
+
+    /// Every timer at or before `up_to`, ordered by time, then key group, then key. They stay
+    /// registered until [`TimerState::delete`]d.
+    ///
+    /// # Errors
+    /// A fjall read error, or a corrupt timer key.
+    pub fn due(&self, op: &OperatorState, up_to: i64) -> Result<Vec<(i64, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for kg in 0..op.key_groups {
+            let prefix = timer_prefix(kg, self.id);
+            let past = |k: &[u8]| decode_timer_key(k).is_none_or(|(t, _)| t > up_to);
+            for (k, v) in op.scan_until(&prefix, &prefix, past)? {
+                if v.is_none() {
+                    continue;
+                }
+                let (time, key) = decode_timer_key(&k)
+                    .ok_or_else(|| op.corrupt("a timer key too short for its time"))?;
+                out.push((time, kg, key.to_vec()));
+            }
+        }
+        out.sort();
+        Ok(out.into_iter().map(|(t, _, k)| (t, k)).collect())
+    }
+}

@@ -379,7 +379,7 @@ impl Cluster {
     }
 
     /// Metadata for a topic, from the cache or else from a Metadata request for this topic
-    /// alone, repeated as `lookup` says (see [`lookup_step`]).
+    /// alone, repeated as `lookup` says (the pure `lookup_step` decides).
     ///
     /// The request asks the broker to create the topic only when `lookup.auto_create` (the
     /// producer; the consumer per `allow.auto.create.topics`); the broker's

@@ -18,6 +18,8 @@
 //! - A record is routed against the watermark *before* it is observed (it cannot make itself
 //!   late anyway: it raises W to at most t − B ≤ t < end).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// One window, `[start, end)` in epoch milliseconds.
@@ -116,6 +118,89 @@ impl Watermark {
     pub fn current(&self) -> Option<i64> {
         self.max_event_time
             .map(|m| m.saturating_sub(self.out_of_orderness))
+    }
+}
+
+/// The watermark of a task fed by several inputs (its partitions, or upstream tasks after a
+/// key_by): the smallest watermark of its active inputs, so that no input's on-time events
+/// become late because another input runs ahead.
+///
+/// - An input that has not reported a watermark yet holds the combined one back (`None`).
+/// - An input marked idle (the runtime decides when, from time) is left out until it reports
+///   again; with every input idle the combined watermark stays where it was.
+/// - The combined watermark never goes back: an idle input that wakes up behind it does not
+///   lower it (its records may then be late, as in Flink).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputWatermarks {
+    inputs: BTreeMap<u32, InputState>,
+    combined: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct InputState {
+    watermark: Option<i64>,
+    idle: bool,
+}
+
+impl InputWatermarks {
+    /// Inputs with no watermark yet.
+    pub fn new(inputs: impl IntoIterator<Item = u32>) -> Self {
+        let mut out = Self {
+            inputs: BTreeMap::new(),
+            combined: None,
+        };
+        for input in inputs {
+            out.add_input(input);
+        }
+        out
+    }
+
+    /// A new input (a partition added to the topic); it holds the watermark back until it
+    /// reports or is marked idle. Adding a known input changes nothing.
+    pub fn add_input(&mut self, input: u32) {
+        self.inputs.entry(input).or_insert(InputState {
+            watermark: None,
+            idle: false,
+        });
+    }
+
+    /// `input`'s watermark is now `watermark` (an input's own watermark never goes back
+    /// either); the input is active again. Returns the combined watermark.
+    pub fn advance(&mut self, input: u32, watermark: i64) -> Option<i64> {
+        let state = self.inputs.entry(input).or_insert(InputState {
+            watermark: None,
+            idle: false,
+        });
+        state.watermark = Some(state.watermark.map_or(watermark, |w| w.max(watermark)));
+        state.idle = false;
+        self.recompute()
+    }
+
+    /// Leaves `input` out until it reports again. Returns the combined watermark.
+    pub fn set_idle(&mut self, input: u32) -> Option<i64> {
+        if let Some(state) = self.inputs.get_mut(&input) {
+            state.idle = true;
+        }
+        self.recompute()
+    }
+
+    /// The combined watermark.
+    pub fn current(&self) -> Option<i64> {
+        self.combined
+    }
+
+    fn recompute(&mut self) -> Option<i64> {
+        let mut active = self.inputs.values().filter(|s| !s.idle).peekable();
+        if active.peek().is_some() {
+            // min over active inputs; any active input without a watermark holds it back.
+            let min = active
+                .map(|s| s.watermark)
+                .try_fold(i64::MAX, |acc, w| w.map(|w| acc.min(w)));
+            if let Some(min) = min {
+                self.combined = Some(self.combined.map_or(min, |c| c.max(min)));
+            }
+        }
+        self.combined
     }
 }
 
@@ -292,6 +377,78 @@ mod tests {
         let r = route(kind, hour - 1, wm.current(), 1_000);
         assert_eq!(r.windows, vec![(w(0, hour), Admission::LateUpdate)]);
         assert!(!r.is_late());
+    }
+
+    #[test]
+    fn input_watermarks_table() {
+        enum Step {
+            Advance(u32, i64),
+            Idle(u32),
+            Add(u32),
+        }
+        use Step::*;
+        // (inputs, steps, combined watermark after each step)
+        type Case = (Vec<u32>, Vec<Step>, Vec<Option<i64>>);
+        let cases: Vec<Case> = vec![
+            // The slowest input decides; an input without a watermark holds it back.
+            (
+                vec![0, 1],
+                vec![
+                    Advance(0, 100),
+                    Advance(1, 50),
+                    Advance(1, 200),
+                    Advance(0, 150),
+                ],
+                vec![None, Some(50), Some(100), Some(150)],
+            ),
+            // An input's watermark never goes back.
+            (
+                vec![0],
+                vec![Advance(0, 100), Advance(0, 90)],
+                vec![Some(100), Some(100)],
+            ),
+            // Idle inputs are left out; all idle keeps the last value; waking up behind the
+            // combined watermark does not lower it.
+            (
+                vec![0, 1],
+                vec![
+                    Advance(0, 100),
+                    Idle(1),
+                    Advance(0, 300),
+                    Idle(0),
+                    Advance(1, 50),
+                    Advance(1, 400),
+                ],
+                // (input 0 is idle at the end, so input 1 alone moves it to 400)
+                vec![None, Some(100), Some(300), Some(300), Some(300), Some(400)],
+            ),
+            (
+                vec![0, 1],
+                vec![Idle(1), Advance(0, 10), Advance(1, 20), Advance(0, 30)],
+                vec![None, Some(10), Some(10), Some(20)],
+            ),
+            // A new partition holds the watermark where it is until it reports.
+            (
+                vec![0],
+                vec![Advance(0, 100), Add(1), Advance(0, 200), Advance(1, 150)],
+                vec![Some(100), Some(100), Some(100), Some(150)],
+            ),
+        ];
+        for (i, (inputs, steps, want)) in cases.into_iter().enumerate() {
+            let mut wm = InputWatermarks::new(inputs);
+            let got: Vec<Option<i64>> = steps
+                .iter()
+                .map(|s| match *s {
+                    Advance(input, w) => wm.advance(input, w),
+                    Idle(input) => wm.set_idle(input),
+                    Add(input) => {
+                        wm.add_input(input);
+                        wm.current()
+                    }
+                })
+                .collect();
+            assert_eq!(got, want, "case {i}");
+        }
     }
 
     #[test]

@@ -468,3 +468,25 @@ fn a_missing_file_names_the_path() {
         "{e}"
     );
 }
+
+#[test]
+fn errors_in_dotted_and_sub_table_forms_point_at_the_operator() {
+    // window written with dotted keys (as in jobs/) and as a [pipeline.window] sub-table.
+    let dotted = format!(
+        "{HEAD}[[pipeline]]\nwindow.tumbling = \"1h\"\nwindow.time = \"t\"\n[[pipeline]]\naggregate.n = \"count\"\n{SINK}"
+    );
+    let (line, field, message) = invalid(&dotted);
+    assert_eq!((line, field.as_str()), (6, "window"), "{message}");
+    let table = format!(
+        "{HEAD}[[pipeline]]\n[pipeline.window]\ntumbling = \"1h\"\ntime = \"t\"\n[[pipeline]]\naggregate.n = \"count\"\n{SINK}"
+    );
+    let (line, field, message) = invalid(&table);
+    assert_eq!(line, 6, "the [pipeline.window] header: {message}");
+    assert_eq!(field, "window", "{message}");
+    let bad_type = format!(
+        "{HEAD}[[pipeline]]\n[pipeline.filter]\nfield = \"a\"\nop = \">\"\nvalue = 1979-05-27\n{SINK}"
+    );
+    let (line, field, message) = invalid(&bad_type);
+    assert_eq!((line, field.as_str()), (9, "filter.value"), "{message}");
+    assert!(message.contains("got datetime"), "{message}");
+}

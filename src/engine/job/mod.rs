@@ -13,9 +13,12 @@
 //! - [`project::Projection`]: keep and rename fields;
 //! - [`project::KeyBy`]: the record's key, as stable bytes;
 //! - [`aggregate::WindowAggregate`]: keyed count / sum / min / max / avg per event-time window,
-//!   with the window assignment, watermark and lateness rules of [`window`].
+//!   with the window assignment, watermark and lateness rules of [`window`];
+//! - [`batch::run_batch`]: a whole pipeline over a finite input, in memory: the expected output
+//!   a streaming run is verified against.
 
 pub mod aggregate;
+pub mod batch;
 pub mod filter;
 pub mod num;
 pub mod path;

@@ -74,7 +74,9 @@ pub enum Operator {
     Filter(Predicate),
     /// Keep and rename fields.
     Project(Projection),
-    /// Key the records by a field.
+    /// Key the records by a field. From here on the sink writes the key's
+    /// [`Key::kafka_key`](super::project::Key::kafka_key) as the Kafka key; before any key_by,
+    /// records keep their input's Kafka key.
     KeyBy(KeyBy),
     /// A `window` and the `aggregate` that follows it.
     WindowAggregate(WindowAggregate),

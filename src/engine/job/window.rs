@@ -464,4 +464,54 @@ mod tests {
         let r = route(kind, 7, Some(15), 0);
         assert!(r.is_late());
     }
+
+    proptest::proptest! {
+        #[test]
+        fn assigned_windows_hold_the_event_and_start_on_the_slide(
+            t in -1_000_000_000_000_000_i64..1_000_000_000_000_000,
+            size in 1_i64..10_000_000,
+            parts in 1_i64..50,
+        ) {
+            let slide = (size / parts).max(1);
+            let windows = WindowKind::Sliding { size, slide }.assign(t);
+            let expected = t.div_euclid(slide) - (t - size).div_euclid(slide);
+            proptest::prop_assert_eq!(i64::try_from(windows.len()).unwrap(), expected);
+            for (i, win) in windows.iter().enumerate() {
+                proptest::prop_assert!(win.start <= t && t < win.end);
+                proptest::prop_assert_eq!(win.end - win.start, size);
+                proptest::prop_assert_eq!(win.start.rem_euclid(slide), 0);
+                if i > 0 {
+                    proptest::prop_assert_eq!(win.start - windows[i - 1].start, slide);
+                }
+            }
+            let tumbling = WindowKind::Tumbling { size }.assign(t);
+            proptest::prop_assert_eq!(tumbling.len(), 1);
+            proptest::prop_assert!(tumbling[0].start <= t && t < tumbling[0].end);
+        }
+
+        /// Events out of order by at most B are never late with out-of-orderness B, and every
+        /// window an event lands in has not fired yet.
+        #[test]
+        fn disorder_within_the_bound_is_never_late(
+            times in proptest::collection::vec(0_i64..100_000, 1..200),
+            size in 1_i64..5_000,
+        ) {
+            let mut max: Option<i64> = None;
+            let mut disorder = 0;
+            for t in &times {
+                disorder = disorder.max(max.map_or(0, |m| m - t));
+                max = Some(max.map_or(*t, |m| m.max(*t)));
+            }
+            let kind = WindowKind::Tumbling { size };
+            let mut wm = Watermark::new(disorder);
+            for t in times {
+                let r = route(kind, t, wm.current(), 0);
+                proptest::prop_assert!(
+                    r.windows.iter().all(|(_, a)| *a == Admission::OnTime),
+                    "t {} at watermark {:?}: {:?}", t, wm.current(), r
+                );
+                wm.observe(t);
+            }
+        }
+    }
 }

@@ -418,11 +418,12 @@ impl<'a> Locator<'a> {
             return JobError::Syntax {
                 file: self.file.to_owned(),
                 line: self.line(span.start),
-                message: e.message().trim().to_owned(),
+                message: one_line(e.message()),
             };
         }
         let mut field = self.field_at(span.start);
-        let msg = e.message().trim();
+        let msg = one_line(e.message());
+        let msg = msg.as_str();
         let message = if let Some(rest) = msg
             .strip_prefix("invalid type: ")
             .or_else(|| msg.strip_prefix("invalid value: "))
@@ -459,6 +460,16 @@ impl<'a> Locator<'a> {
             message,
         }
     }
+}
+
+/// Parser messages may span lines; a user's error is one.
+fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn join(a: &str, b: &str) -> String {

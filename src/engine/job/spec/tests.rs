@@ -453,9 +453,21 @@ fn the_error_line_reads_as_the_brief_shows() {
 
 #[test]
 fn a_file_that_is_not_toml_is_a_syntax_error_with_its_line() {
-    let e = Job::parse("jobs/x.toml", "name = \"x\"\n[source\n").unwrap_err();
-    assert!(matches!(e, JobError::Syntax { line: 2, .. }), "{e}");
-    assert!(!e.to_string().contains('\n'), "{e}");
+    let cases = [
+        ("name = \"x\"\n[source\n", 2),
+        ("name = \"x\"\n\nname = \"y\"\n", 3),
+        ("name = \"x\nsink = 1\n", 1),
+        // An unclosed array points at its opening line.
+        ("[source]\ntopics = [\"a\",\n", 2),
+    ];
+    for (text, line) in cases {
+        let e = Job::parse("jobs/x.toml", text).unwrap_err();
+        assert!(
+            matches!(e, JobError::Syntax { line: l, .. } if l == line),
+            "{e} (wanted line {line})"
+        );
+        assert!(!e.to_string().contains('\n'), "{e}");
+    }
 }
 
 #[test]

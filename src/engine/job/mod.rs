@@ -15,11 +15,14 @@
 //! - [`aggregate::WindowAggregate`]: keyed count / sum / min / max / avg per event-time window,
 //!   with the window assignment, watermark and lateness rules of [`window`];
 //! - [`batch::run_batch`]: a whole pipeline over a finite input, in memory: the expected output
-//!   a streaming run is verified against.
+//!   a streaming run is verified against;
+//! - [`layout`]: what a checkpoint's state depends on, to refuse a changed job naming what
+//!   differs.
 
 pub mod aggregate;
 pub mod batch;
 pub mod filter;
+pub mod layout;
 pub mod num;
 pub mod path;
 pub mod project;

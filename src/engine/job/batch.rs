@@ -1,0 +1,221 @@
+//! A job's pipeline run over a finite list of records, in memory: the reference a streaming run
+//! is compared with (the taxi verifier's "expected output").
+//!
+//! Same operators, same rules, except time: every record counts as on time, and every window
+//! fires at the end. That is what a streaming run produces when no record is late, i.e. when
+//! the window's `out_of_orderness` covers the input's real disorder across all partitions.
+//!
+//! The output key is what the sink writes: the input record's Kafka key until a `key_by`, then
+//! the key's [`Key::kafka_key`].
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::aggregate::Accumulator;
+use super::project::Key;
+use super::spec::Operator;
+use super::window::Window;
+
+/// The records a pipeline emits, and what it dropped.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct BatchOutput {
+    /// (Kafka key, value), stateless records in input order, then window results by window
+    /// end, start and key.
+    pub records: Vec<(Option<Vec<u8>>, Value)>,
+    /// Records dropped by `key_by` (key field missing or null).
+    pub no_key: u64,
+    /// Records dropped by the window (event time missing or not an integer).
+    pub no_event_time: u64,
+}
+
+/// The key a record carries: the input's Kafka key until a `key_by` replaces it.
+#[derive(Debug, Clone)]
+enum Carried {
+    Input(Option<Vec<u8>>),
+    Keyed(Key),
+}
+
+impl Carried {
+    fn kafka_key(&self) -> Option<Vec<u8>> {
+        match self {
+            Carried::Input(k) => k.clone(),
+            Carried::Keyed(k) => Some(k.kafka_key()),
+        }
+    }
+}
+
+/// Runs `pipeline` over `input` ((Kafka key, JSON value) in input order).
+pub fn run_batch<I>(pipeline: &[Operator], input: I) -> BatchOutput
+where
+    I: IntoIterator<Item = (Option<Vec<u8>>, Value)>,
+{
+    let split = pipeline
+        .iter()
+        .position(|op| matches!(op, Operator::WindowAggregate(_)));
+    let (before, window, after) = match split {
+        Some(i) => (&pipeline[..i], pipeline.get(i), &pipeline[i + 1..]),
+        None => (pipeline, None, &[][..]),
+    };
+    let mut out = BatchOutput::default();
+    let mut windows: BTreeMap<(Window, Key), Accumulator> = BTreeMap::new();
+    for (kafka_key, value) in input {
+        let Some((carried, value)) = stateless(before, Carried::Input(kafka_key), value, &mut out)
+        else {
+            continue;
+        };
+        match window {
+            Some(Operator::WindowAggregate(w)) => {
+                let Some(t) = w.event_time(&value) else {
+                    out.no_event_time += 1;
+                    continue;
+                };
+                // check_pipeline puts a key_by before every window, so the record is keyed.
+                let Carried::Keyed(key) = carried else {
+                    out.no_key += 1;
+                    continue;
+                };
+                for win in w.kind.assign(t) {
+                    let acc = windows
+                        .entry((win, key.clone()))
+                        .or_insert_with(|| w.aggregate.accumulator());
+                    w.aggregate.add(acc, &value);
+                }
+            }
+            _ => out.records.push((carried.kafka_key(), value)),
+        }
+    }
+    if let Some(Operator::WindowAggregate(w)) = window {
+        let mut fired: Vec<_> = windows.into_iter().collect();
+        fired.sort_by(|((a, ka), _), ((b, kb), _)| (a.end, a.start, ka).cmp(&(b.end, b.start, kb)));
+        for ((win, key), acc) in fired {
+            let Some(key_value) = key.to_value() else {
+                continue;
+            };
+            let result = w.result_record(&key_value, win, &acc);
+            if let Some((carried, v)) = stateless(after, Carried::Keyed(key), result, &mut out) {
+                out.records.push((carried.kafka_key(), v));
+            }
+        }
+    }
+    out
+}
+
+/// Filters, projections and key_by; `None` when the record is dropped.
+fn stateless(
+    ops: &[Operator],
+    mut carried: Carried,
+    mut value: Value,
+    out: &mut BatchOutput,
+) -> Option<(Carried, Value)> {
+    for op in ops {
+        match op {
+            Operator::Filter(p) => {
+                if !p.matches(&value) {
+                    return None;
+                }
+            }
+            Operator::Project(p) => value = p.apply(value),
+            Operator::KeyBy(k) => match k.extract(&value) {
+                Some(found) => carried = Carried::Keyed(found),
+                None => {
+                    out.no_key += 1;
+                    return None;
+                }
+            },
+            // Only one window per job (check_pipeline); the caller splits there.
+            Operator::WindowAggregate(_) => {}
+        }
+    }
+    Some((carried, value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::job::Job;
+    use serde_json::json;
+
+    fn ride(ride_id: u64, driver: u64, is_start: bool, lon: f64, passengers: u32, t: i64) -> Value {
+        json!({
+            "ride_id": ride_id, "driver_id": driver, "taxi_id": 1, "is_start": is_start,
+            "start_lon": lon, "start_lat": 40.75, "end_lon": -73.95, "end_lat": 40.78,
+            "passengers": passengers, "event_time": t
+        })
+    }
+
+    fn keyed(v: Value) -> (Option<Vec<u8>>, Value) {
+        (Some(v["driver_id"].to_string().into_bytes()), v)
+    }
+
+    #[test]
+    fn the_cleansing_job_in_batch_keeps_nyc_rides_in_order_with_their_keys() {
+        let job = Job::parse("c.toml", include_str!("../../../jobs/rides-cleansing.toml")).unwrap();
+        let input = vec![
+            keyed(ride(1, 7, true, -73.98, 1, 10)),
+            keyed(ride(2, 8, true, -74.17, 1, 20)), // Newark: dropped
+            keyed(ride(1, 7, false, -73.98, 1, 30)),
+        ];
+        let out = run_batch(&job.pipeline, input.clone());
+        assert_eq!(out.records, vec![input[0].clone(), input[2].clone()]);
+    }
+
+    #[test]
+    fn the_hourly_job_in_batch_counts_starts_per_driver_per_hour() {
+        let job = Job::parse(
+            "h.toml",
+            include_str!("../../../jobs/rides-per-driver-hourly.toml"),
+        )
+        .unwrap();
+        let h = 3_600_000;
+        let input = vec![
+            keyed(ride(1, 7, true, -73.98, 2, h + 5)),
+            keyed(ride(1, 7, false, -73.98, 2, h + 60_000)), // END: not counted
+            keyed(ride(2, 8, true, -73.98, 4, h + 10)),
+            keyed(ride(3, 7, true, -73.98, 1, 2 * h - 1)),
+            keyed(ride(4, 7, true, -73.98, 3, 2 * h)),
+            keyed(json!({"is_start": true, "event_time": h})), // no driver_id
+            keyed(json!({"is_start": true, "driver_id": 9})),  // no event_time
+        ];
+        let out = run_batch(&job.pipeline, input);
+        let row = |d: u64, start: i64, rides: u64, passengers: u64| {
+            (
+                Some(d.to_string().into_bytes()),
+                json!({"driver_id": d, "window_start": start, "window_end": start + h,
+                       "rides": rides, "passengers": passengers}),
+            )
+        };
+        assert_eq!(
+            out.records,
+            vec![row(7, h, 2, 3), row(8, h, 1, 4), row(7, 2 * h, 1, 3)]
+        );
+        assert_eq!((out.no_key, out.no_event_time), (1, 1));
+    }
+
+    #[test]
+    fn sliding_windows_in_batch_count_a_record_in_each_of_its_windows() {
+        let job = Job::parse(
+            "s.toml",
+            "name = \"s\"\n[source]\nbrokers = \"b:1\"\ntopics = [\"in\"]\n\
+             [[pipeline]]\nkey_by = \"k\"\n\
+             [[pipeline]]\nwindow = { sliding = { size = \"10ms\", slide = \"5ms\" }, time = \"t\" }\n\
+             [[pipeline]]\naggregate.n = \"count\"\n\
+             [[pipeline]]\nfilter = { field = \"n\", op = \">\", value = 1 }\n\
+             [sink]\ntopic = \"o\"\ndelivery.guarantee = \"none\"\n",
+        )
+        .unwrap();
+        let input = vec![
+            (None, json!({"k": "a", "t": 3})),
+            (None, json!({"k": "a", "t": 7})),
+        ];
+        let out = run_batch(&job.pipeline, input);
+        // [-5,5) has one record (filtered out by n > 1), [0,10) has two, [5,15) one.
+        assert_eq!(
+            out.records,
+            vec![(
+                Some(b"a".to_vec()),
+                json!({"k": "a", "window_start": 0, "window_end": 10, "n": 2})
+            )]
+        );
+    }
+}

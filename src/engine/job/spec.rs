@@ -1,0 +1,1056 @@
+//! The job file: its serde shape (`Raw*`, `deny_unknown_fields` everywhere), the checks that
+//! need more than one field, and the checked [`Job`].
+//!
+//! Line numbers come from toml's spans: a serde error carries the span of the offending key or
+//! value, and each cross-field check holds a [`Spanned`] value. The dotted field name comes from
+//! the span too: the file is parsed again into toml's spanned tree (`DeTable`) and the deepest
+//! key whose key or value holds the span is named, its path joined with dots (array indices and
+//! the `pipeline` prefix left out: the line already says which entry).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use serde::de::{self, Deserialize, Deserializer, SeqAccess, Visitor};
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
+
+use super::aggregate::{AggFn, AggregateSpec, WindowAggregate};
+use super::filter::{BoundingBox, CmpOp, Literal, Predicate};
+use super::num::Num;
+use super::path::FieldPath;
+use super::project::{KeyBy, Projection};
+use super::window::WindowKind;
+use super::JobError;
+
+// ---------------------------------------------------------------------------------------------
+// The checked job.
+
+/// A checked job file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    /// The job's name: letters, digits, `.`, `_`, `-`.
+    pub name: String,
+    /// Where records come from.
+    pub source: Source,
+    /// The operators, in order.
+    pub pipeline: Vec<Operator>,
+    /// Where records go.
+    pub sink: Sink,
+    /// Runtime settings.
+    pub settings: Settings,
+}
+
+/// The Kafka source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    /// Bootstrap brokers, `host:port`.
+    pub brokers: Vec<String>,
+    /// Input topics (one or more).
+    pub topics: Vec<String>,
+    /// The consumer group whose offsets are committed after each checkpoint, for monitoring
+    /// tools only (positions live in the checkpoint). Default `onceflow-<name>`.
+    pub group: String,
+    /// Where to start when there is no checkpoint.
+    pub start: StartPosition,
+}
+
+/// Where a job without a checkpoint starts reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StartPosition {
+    /// The beginning of each partition (the default).
+    #[default]
+    Earliest,
+    /// The end of each partition.
+    Latest,
+}
+
+/// One built-in operator.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Operator {
+    /// Keep the records that match.
+    Filter(Predicate),
+    /// Keep and rename fields.
+    Project(Projection),
+    /// Key the records by a field. From here on the sink writes the key's
+    /// [`Key::kafka_key`](super::project::Key::kafka_key) as the Kafka key; before any key_by,
+    /// records keep their input's Kafka key.
+    KeyBy(KeyBy),
+    /// A `window` and the `aggregate` that follows it.
+    WindowAggregate(WindowAggregate),
+}
+
+/// The Kafka sink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sink {
+    /// Output topic.
+    pub topic: String,
+    /// Delivery guarantee.
+    pub guarantee: DeliveryGuarantee,
+    /// Transactional id prefix (`<prefix>-<task>-<slot>`); present when exactly-once.
+    pub transactional_id_prefix: Option<String>,
+}
+
+/// `sink.delivery.guarantee`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeliveryGuarantee {
+    /// Transactions committed when a checkpoint is durable (the default).
+    #[default]
+    ExactlyOnce,
+    /// Flush on each checkpoint, no transactions: duplicates after a restart.
+    AtLeastOnce,
+    /// Fire and forget.
+    None,
+}
+
+/// `[settings]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// Tasks per operator (default 1).
+    pub parallelism: u32,
+    /// Key groups, fixed for the life of the job's state (default 128).
+    pub key_groups: u32,
+    /// `checkpoint.interval.ms` (default 1000).
+    pub checkpoint_interval_ms: u64,
+    /// `checkpoint.timeout.ms` (default 60000).
+    pub checkpoint_timeout_ms: u64,
+    /// `transaction.timeout.ms` (default 300000).
+    pub transaction_timeout_ms: u64,
+    /// `state.dir` (default `state/<name>`).
+    pub state_dir: PathBuf,
+}
+
+/// The most key groups a job may have (a key group is a u16 in state keys; Flink's limit).
+pub const MAX_KEY_GROUPS: u32 = 32_768;
+
+// ---------------------------------------------------------------------------------------------
+// The file's shape.
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJob {
+    name: Spanned<String>,
+    source: Spanned<RawSource>,
+    #[serde(default)]
+    pipeline: Vec<Spanned<RawStage>>,
+    sink: Spanned<RawSink>,
+    #[serde(default)]
+    settings: RawSettings,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    brokers: Spanned<Brokers>,
+    topics: Spanned<Vec<Spanned<String>>>,
+    group: Option<Spanned<String>>,
+    #[serde(default)]
+    start: StartPosition,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawStage {
+    Filter(Spanned<RawPred>),
+    Project(Spanned<RawProject>),
+    KeyBy(Spanned<FieldPath>),
+    Window(Spanned<RawWindow>),
+    Aggregate(Spanned<BTreeMap<String, Spanned<RawAgg>>>),
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPred {
+    field: Option<FieldPath>,
+    op: Option<CmpOp>,
+    value: Option<Spanned<toml::Value>>,
+    and: Option<Spanned<Vec<Spanned<RawPred>>>>,
+    or: Option<Spanned<Vec<Spanned<RawPred>>>>,
+    not: Option<Box<Spanned<RawPred>>>,
+    within: Option<Spanned<RawWithin>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWithin {
+    lon: FieldPath,
+    lat: FieldPath,
+    #[serde(rename = "box")]
+    bbox: Spanned<Vec<f64>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProject {
+    keep: Option<Vec<FieldPath>>,
+    #[serde(default)]
+    rename: BTreeMap<String, String>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWindow {
+    tumbling: Option<Spanned<Duration>>,
+    sliding: Option<Spanned<RawSliding>>,
+    time: FieldPath,
+    out_of_orderness: Option<Duration>,
+    allowed_lateness: Option<Duration>,
+    late_topic: Option<Spanned<String>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSliding {
+    size: Spanned<Duration>,
+    slide: Spanned<Duration>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RawAgg {
+    Count,
+    Sum(FieldPath),
+    Min(FieldPath),
+    Max(FieldPath),
+    Avg(FieldPath),
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSink {
+    topic: Spanned<String>,
+    delivery: Option<RawDelivery>,
+    transactional: Option<RawTransactional>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDelivery {
+    guarantee: DeliveryGuarantee,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTransactional {
+    id: RawTransactionalId,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTransactionalId {
+    prefix: Spanned<String>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawSettings {
+    parallelism: Option<Spanned<u32>>,
+    key: Option<RawKeySettings>,
+    checkpoint: Option<RawCheckpoint>,
+    transaction: Option<RawTransaction>,
+    state: Option<RawState>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKeySettings {
+    groups: Spanned<u32>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCheckpoint {
+    interval: Option<RawMs>,
+    timeout: Option<RawMs>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTransaction {
+    timeout: RawMs,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMs {
+    ms: Spanned<u64>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawState {
+    dir: Spanned<String>,
+}
+
+/// `"127.0.0.1:9092"`, `"a:9092,b:9092"` or `["a:9092", "b:9092"]`.
+struct Brokers(Vec<String>);
+
+impl<'de> Deserialize<'de> for Brokers {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Brokers;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string like \"host:9092\" or \"a:9092,b:9092\", or an array of them")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Brokers, E> {
+                Ok(Brokers(
+                    v.split(',')
+                        .map(|s| s.trim().to_owned())
+                        .filter(|s| !s.is_empty())
+                        .collect(),
+                ))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Brokers, A::Error> {
+                let mut out = Vec::new();
+                while let Some(s) = seq.next_element::<String>()? {
+                    out.extend(
+                        s.split(',')
+                            .map(|s| s.trim().to_owned())
+                            .filter(|s| !s.is_empty()),
+                    );
+                }
+                Ok(Brokers(out))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// A duration written `"250ms"`, `"30s"`, `"15m"`, `"1h"` or `"1d"`; held in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Duration(i64);
+
+const DURATION_HINT: &str = "a duration like \"1h\", \"15m\", \"30s\" or \"250ms\"";
+
+fn parse_duration(text: &str) -> Option<i64> {
+    let t = text.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(digits);
+    let n: i64 = n.parse().ok()?;
+    let scale: i64 = match unit.trim() {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" | "min" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return None,
+    };
+    n.checked_mul(scale)
+}
+
+impl<'de> Deserialize<'de> for Duration {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Duration;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(DURATION_HINT)
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Duration, E> {
+                parse_duration(v)
+                    .map(Duration)
+                    .ok_or_else(|| E::custom(format!("expected {DURATION_HINT}, got {v:?}")))
+            }
+        }
+        deserializer.deserialize_str(V)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors with line and field.
+
+/// Turns spans into `file:line: field: message`.
+struct Locator<'a> {
+    file: &'a str,
+    text: &'a str,
+    tree: Option<Spanned<DeTable<'a>>>,
+}
+
+impl<'a> Locator<'a> {
+    fn new(file: &'a str, text: &'a str) -> Self {
+        Self {
+            file,
+            text,
+            tree: DeTable::parse(text).ok(),
+        }
+    }
+
+    fn line(&self, offset: usize) -> usize {
+        let end = offset.min(self.text.len());
+        self.text.as_bytes()[..end]
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count()
+            + 1
+    }
+
+    /// The dotted path of the deepest key whose key or value holds `offset`.
+    fn field_at(&self, offset: usize) -> String {
+        let Some(tree) = &self.tree else {
+            return String::new();
+        };
+        let mut path = Vec::new();
+        find_in_table(tree.get_ref(), offset, &mut path);
+        if path.first().map(String::as_str) == Some("pipeline") {
+            path.remove(0);
+        }
+        path.join(".")
+    }
+
+    /// An error at `span`, naming `field` (or the key found at the span when `None`).
+    fn at(&self, span: &Range<usize>, field: Option<&str>, message: impl Into<String>) -> JobError {
+        JobError::Invalid {
+            file: self.file.to_owned(),
+            line: self.line(span.start),
+            field: field.map_or_else(|| self.field_at(span.start), str::to_owned),
+            message: message.into(),
+        }
+    }
+
+    /// A toml/serde error, reworded as "expected X, got Y" where it can be.
+    fn toml_error(&self, e: &toml::de::Error) -> JobError {
+        let span = e.span().unwrap_or(0..0);
+        if self.tree.is_none() {
+            return JobError::Syntax {
+                file: self.file.to_owned(),
+                line: self.line(span.start),
+                message: one_line(e.message()),
+            };
+        }
+        let mut field = self.field_at(span.start);
+        let msg = one_line(e.message());
+        let msg = msg.as_str();
+        let message = if let Some(rest) = msg
+            .strip_prefix("invalid type: ")
+            .or_else(|| msg.strip_prefix("invalid value: "))
+        {
+            match rest.split_once(", expected ") {
+                Some((got, expected)) => {
+                    // serde names integer types by their Rust names.
+                    let expected = match expected {
+                        "u32" | "u64" | "i64" => "a whole number",
+                        other => other,
+                    };
+                    format!("expected {expected}, got {got}")
+                }
+                None => msg.to_owned(),
+            }
+        } else if let Some(name) = msg
+            .strip_prefix("missing field `")
+            .and_then(|r| r.strip_suffix('`'))
+        {
+            field = join(&field, name);
+            "missing; this field is required".to_owned()
+        } else if msg.starts_with("wanted exactly 1 element") {
+            field = "pipeline".to_owned();
+            "each [[pipeline]] entry holds exactly one operator: filter, project, key_by, \
+             window or aggregate"
+                .to_owned()
+        } else {
+            msg.to_owned()
+        };
+        JobError::Invalid {
+            file: self.file.to_owned(),
+            line: self.line(span.start),
+            field,
+            message,
+        }
+    }
+}
+
+/// Parser messages may span lines; a user's error is one.
+fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn join(a: &str, b: &str) -> String {
+    if a.is_empty() {
+        b.to_owned()
+    } else {
+        format!("{a}.{b}")
+    }
+}
+
+fn holds(span: &Range<usize>, offset: usize) -> bool {
+    span.contains(&offset) || (span.is_empty() && span.start == offset)
+}
+
+fn find_in_table(table: &DeTable<'_>, offset: usize, path: &mut Vec<String>) -> bool {
+    for (key, value) in table {
+        path.push(key.get_ref().to_string());
+        if find_in_value(value.get_ref(), offset, path)
+            || holds(&key.span(), offset)
+            || holds(&value.span(), offset)
+        {
+            return true;
+        }
+        path.pop();
+    }
+    false
+}
+
+fn find_in_value(value: &DeValue<'_>, offset: usize, path: &mut Vec<String>) -> bool {
+    match value {
+        DeValue::Table(t) => find_in_table(t, offset, path),
+        DeValue::Array(items) => items
+            .iter()
+            .any(|item| find_in_value(item.get_ref(), offset, path) || holds(&item.span(), offset)),
+        _ => false,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parse and check.
+
+impl Job {
+    /// Reads and checks a job file.
+    ///
+    /// # Errors
+    /// [`JobError::Read`] when the file cannot be read; otherwise as [`Job::parse`].
+    pub fn load(path: &Path) -> Result<Job, JobError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| JobError::Read {
+            file: file.clone(),
+            source,
+        })?;
+        Job::parse(&file, &text)
+    }
+
+    /// Parses and checks the text of a job file; `file` is only used in messages.
+    ///
+    /// # Errors
+    /// [`JobError::Syntax`] when the text is not TOML, [`JobError::Invalid`] when it is not a
+    /// valid job: each names the line (and the field) to change.
+    pub fn parse(file: &str, text: &str) -> Result<Job, JobError> {
+        let loc = Locator::new(file, text);
+        let raw: RawJob = toml::from_str(text).map_err(|e| loc.toml_error(&e))?;
+        check(&loc, raw)
+    }
+}
+
+fn check(loc: &Locator<'_>, raw: RawJob) -> Result<Job, JobError> {
+    let name = raw.name.get_ref().clone();
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        return Err(loc.at(
+            &raw.name.span(),
+            Some("name"),
+            format!("{name:?} is not a job name: use letters, digits, '.', '_' and '-'"),
+        ));
+    }
+    let source = check_source(loc, &name, raw.source)?;
+    let pipeline = check_pipeline(loc, raw.pipeline)?;
+    let sink = check_sink(loc, raw.sink)?;
+    let settings = check_settings(loc, &name, sink.guarantee, raw.settings)?;
+    Ok(Job {
+        name,
+        source,
+        pipeline,
+        sink,
+        settings,
+    })
+}
+
+fn check_source(
+    loc: &Locator<'_>,
+    name: &str,
+    raw: Spanned<RawSource>,
+) -> Result<Source, JobError> {
+    let raw = raw.into_inner();
+    let brokers_span = raw.brokers.span();
+    let brokers = raw.brokers.into_inner().0;
+    if brokers.is_empty() {
+        return Err(loc.at(
+            &brokers_span,
+            Some("source.brokers"),
+            "no broker given; write e.g. brokers = \"localhost:9092\"",
+        ));
+    }
+    let topics_span = raw.topics.span();
+    let mut topics = Vec::new();
+    for t in raw.topics.into_inner() {
+        if t.get_ref().trim().is_empty() {
+            return Err(loc.at(&t.span(), Some("source.topics"), "a topic name is empty"));
+        }
+        topics.push(t.into_inner());
+    }
+    if topics.is_empty() {
+        return Err(loc.at(
+            &topics_span,
+            Some("source.topics"),
+            "no topic given; write e.g. topics = [\"rides\"]",
+        ));
+    }
+    let group = match raw.group {
+        Some(g) if g.get_ref().trim().is_empty() => {
+            return Err(loc.at(&g.span(), Some("source.group"), "the group name is empty"));
+        }
+        Some(g) => g.into_inner(),
+        None => format!("onceflow-{name}"),
+    };
+    Ok(Source {
+        brokers,
+        topics,
+        group,
+        start: raw.start,
+    })
+}
+
+/// Order rules: at most one `key_by`, `window` and `aggregate`; `window` needs a `key_by`
+/// before it and an `aggregate` right after it; `aggregate` needs the `window` right before it.
+/// `filter` and `project` may go anywhere (after the aggregate they see its output records).
+fn check_pipeline(
+    loc: &Locator<'_>,
+    stages: Vec<Spanned<RawStage>>,
+) -> Result<Vec<Operator>, JobError> {
+    let mut out = Vec::new();
+    let mut key: Option<FieldPath> = None;
+    let mut pending_window: Option<(Range<usize>, RawWindow)> = None;
+    let mut aggregated = false;
+    for stage in stages {
+        let stage = stage.into_inner();
+        if let (Some((span, _)), false) = (&pending_window, matches!(stage, RawStage::Aggregate(_)))
+        {
+            return Err(loc.at(
+                span,
+                Some("window"),
+                "a window must be followed directly by an aggregate; add [[pipeline]] \
+                 aggregate.count = \"count\" (or the functions you want) after it",
+            ));
+        }
+        match stage {
+            RawStage::Filter(p) => out.push(Operator::Filter(check_pred(loc, p)?)),
+            RawStage::Project(p) => {
+                let span = p.span();
+                let p = p.into_inner();
+                let proj = Projection::new(p.keep, p.rename)
+                    .map_err(|e| loc.at(&span, Some("project"), e.to_string()))?;
+                out.push(Operator::Project(proj));
+            }
+            RawStage::KeyBy(field) => {
+                if key.is_some() {
+                    return Err(loc.at(
+                        &field.span(),
+                        Some("key_by"),
+                        "a job has at most one key_by",
+                    ));
+                }
+                let field = field.into_inner();
+                key = Some(field.clone());
+                out.push(Operator::KeyBy(KeyBy { field }));
+            }
+            RawStage::Window(w) => {
+                let span = w.span();
+                if key.is_none() {
+                    return Err(loc.at(
+                        &span,
+                        Some("window"),
+                        "a window needs a key_by before it; add [[pipeline]] key_by = \"<field>\"",
+                    ));
+                }
+                if aggregated {
+                    return Err(loc.at(&span, Some("window"), "a job has at most one window"));
+                }
+                pending_window = Some((span, w.into_inner()));
+            }
+            RawStage::Aggregate(a) => {
+                let Some((wspan, window)) = pending_window.take() else {
+                    return Err(loc.at(
+                        &a.span(),
+                        Some("aggregate"),
+                        "an aggregate needs a window right before it (and a key_by before that)",
+                    ));
+                };
+                let key_name = key.as_ref().map_or("key", FieldPath::last).to_owned();
+                out.push(Operator::WindowAggregate(check_window(
+                    loc, wspan, window, a, key_name,
+                )?));
+                aggregated = true;
+            }
+        }
+    }
+    if let Some((span, _)) = pending_window {
+        return Err(loc.at(
+            &span,
+            Some("window"),
+            "a window must be followed directly by an aggregate; add [[pipeline]] \
+             aggregate.count = \"count\" (or the functions you want) after it",
+        ));
+    }
+    Ok(out)
+}
+
+fn check_pred(loc: &Locator<'_>, raw: Spanned<RawPred>) -> Result<Predicate, JobError> {
+    let span = raw.span();
+    let p = raw.into_inner();
+    let forms = [
+        p.field.is_some() || p.op.is_some() || p.value.is_some(),
+        p.and.is_some(),
+        p.or.is_some(),
+        p.not.is_some(),
+        p.within.is_some(),
+    ];
+    if forms.iter().filter(|f| **f).count() != 1 {
+        return Err(loc.at(
+            &span,
+            Some("filter"),
+            "give exactly one of: field + op + value, and = [...], or = [...], not = {...}, \
+             within = {...}",
+        ));
+    }
+    if let Some((is_and, list)) = p.and.map(|l| (true, l)).or(p.or.map(|l| (false, l))) {
+        let lspan = list.span();
+        let items = list.into_inner();
+        let name = if is_and { "filter.and" } else { "filter.or" };
+        if items.is_empty() {
+            return Err(loc.at(
+                &lspan,
+                Some(name),
+                "an empty list; give at least one condition",
+            ));
+        }
+        let items = items
+            .into_iter()
+            .map(|i| check_pred(loc, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        return Ok(if is_and {
+            Predicate::And(items)
+        } else {
+            Predicate::Or(items)
+        });
+    }
+    if let Some(inner) = p.not {
+        return Ok(Predicate::Not(Box::new(check_pred(loc, *inner)?)));
+    }
+    if let Some(w) = p.within {
+        let w = w.into_inner();
+        let bspan = w.bbox.span();
+        let b = w.bbox.into_inner();
+        let hint = "expected box = [west, south, east, north] in degrees, e.g. \
+                    [-74.05, 40.50, -73.70, 41.00]";
+        let [west, south, east, north] = b[..] else {
+            return Err(loc.at(
+                &bspan,
+                Some("filter.within.box"),
+                format!("{hint}, got {} numbers", b.len()),
+            ));
+        };
+        if !(-180.0..=180.0).contains(&west)
+            || !(-180.0..=180.0).contains(&east)
+            || !(-90.0..=90.0).contains(&south)
+            || !(-90.0..=90.0).contains(&north)
+        {
+            return Err(loc.at(
+                &bspan,
+                Some("filter.within.box"),
+                format!("{hint}; longitudes lie in -180..180 and latitudes in -90..90"),
+            ));
+        }
+        if west > east || south > north {
+            return Err(loc.at(&bspan, Some("filter.within.box"), format!("{hint}; west must be ≤ east and south ≤ north (a box across the antimeridian is not supported)")));
+        }
+        return Ok(Predicate::Within(BoundingBox {
+            lon: w.lon,
+            lat: w.lat,
+            west,
+            south,
+            east,
+            north,
+        }));
+    }
+    let (Some(field), Some(op), Some(value)) = (p.field, p.op, p.value) else {
+        return Err(loc.at(
+            &span,
+            Some("filter"),
+            "a comparison needs all of field, op and value, e.g. \
+             { field = \"passengers\", op = \">=\", value = 1 }",
+        ));
+    };
+    let vspan = value.span();
+    let literal = match value.into_inner() {
+        toml::Value::Integer(i) => Literal::Number(Num::Int(i128::from(i))),
+        toml::Value::Float(f) if f.is_finite() => Literal::Number(Num::Float(f)),
+        toml::Value::String(s) => Literal::String(s),
+        toml::Value::Boolean(b) => Literal::Bool(b),
+        other => {
+            return Err(loc.at(
+                &vspan,
+                Some("filter.value"),
+                format!(
+                    "expected a number, a string or a boolean, got {} {other}",
+                    other.type_str()
+                ),
+            ));
+        }
+    };
+    if op.is_ordering() && matches!(literal, Literal::Bool(_)) {
+        return Err(loc.at(
+            &vspan,
+            Some("filter.value"),
+            format!(
+                "`{}` orders values; a boolean only takes = or !=",
+                op.as_str()
+            ),
+        ));
+    }
+    Ok(Predicate::Compare {
+        field,
+        op,
+        value: literal,
+    })
+}
+
+fn check_window(
+    loc: &Locator<'_>,
+    wspan: Range<usize>,
+    w: RawWindow,
+    agg: Spanned<BTreeMap<String, Spanned<RawAgg>>>,
+    key_name: String,
+) -> Result<WindowAggregate, JobError> {
+    let kind = match (w.tumbling, w.sliding) {
+        (Some(size), None) => {
+            if size.get_ref().0 <= 0 {
+                return Err(loc.at(
+                    &size.span(),
+                    Some("window.tumbling"),
+                    "the size must be more than 0",
+                ));
+            }
+            WindowKind::Tumbling {
+                size: size.get_ref().0,
+            }
+        }
+        (None, Some(s)) => {
+            let s = s.into_inner();
+            let (size, slide) = (s.size.get_ref().0, s.slide.get_ref().0);
+            if size <= 0 {
+                return Err(loc.at(
+                    &s.size.span(),
+                    Some("window.sliding.size"),
+                    "the size must be more than 0",
+                ));
+            }
+            if slide <= 0 || slide > size {
+                return Err(loc.at(
+                    &s.slide.span(),
+                    Some("window.sliding.slide"),
+                    "the slide must be more than 0 and at most the size",
+                ));
+            }
+            WindowKind::Sliding { size, slide }
+        }
+        _ => {
+            return Err(loc.at(
+                &wspan,
+                Some("window"),
+                "give exactly one of tumbling = \"1h\" or sliding = { size = \"1h\", slide = \"5m\" }",
+            ));
+        }
+    };
+    let late_topic = match w.late_topic {
+        Some(t) if t.get_ref().trim().is_empty() => {
+            return Err(loc.at(
+                &t.span(),
+                Some("window.late_topic"),
+                "the topic name is empty",
+            ));
+        }
+        t => t.map(Spanned::into_inner),
+    };
+    let aspan = agg.span();
+    let agg = agg.into_inner();
+    if agg.is_empty() {
+        return Err(loc.at(
+            &aspan,
+            Some("aggregate"),
+            "no function; write e.g. aggregate.rides = \"count\"",
+        ));
+    }
+    let mut outputs = Vec::new();
+    for (name, f) in agg {
+        if name == key_name || name == "window_start" || name == "window_end" {
+            return Err(loc.at(
+                &f.span(),
+                Some(&format!("aggregate.{name}")),
+                format!(
+                    "`{name}` is taken in the output record (the key `{key_name}`, window_start, \
+                     window_end); choose another name"
+                ),
+            ));
+        }
+        let f = match f.into_inner() {
+            RawAgg::Count => AggFn::Count,
+            RawAgg::Sum(p) => AggFn::Sum(p),
+            RawAgg::Min(p) => AggFn::Min(p),
+            RawAgg::Max(p) => AggFn::Max(p),
+            RawAgg::Avg(p) => AggFn::Avg(p),
+        };
+        outputs.push((name, f));
+    }
+    Ok(WindowAggregate {
+        kind,
+        time: w.time,
+        out_of_orderness: w.out_of_orderness.map_or(0, |d| d.0),
+        allowed_lateness: w.allowed_lateness.map_or(0, |d| d.0),
+        late_topic,
+        key_name,
+        aggregate: AggregateSpec { outputs },
+    })
+}
+
+fn check_sink(loc: &Locator<'_>, raw: Spanned<RawSink>) -> Result<Sink, JobError> {
+    let span = raw.span();
+    let raw = raw.into_inner();
+    if raw.topic.get_ref().trim().is_empty() {
+        return Err(loc.at(
+            &raw.topic.span(),
+            Some("sink.topic"),
+            "the topic name is empty",
+        ));
+    }
+    let guarantee = raw.delivery.map(|d| d.guarantee).unwrap_or_default();
+    let prefix = match raw.transactional {
+        Some(t) => {
+            let p = t.id.prefix;
+            let text = p.get_ref();
+            if text.is_empty() || text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(loc.at(
+                    &p.span(),
+                    Some("sink.transactional.id.prefix"),
+                    format!(
+                        "{text:?} is not a usable prefix: give a non-empty name without spaces"
+                    ),
+                ));
+            }
+            Some(p.into_inner())
+        }
+        None => None,
+    };
+    if guarantee == DeliveryGuarantee::ExactlyOnce && prefix.is_none() {
+        return Err(loc.at(
+            &span,
+            Some("sink.transactional.id.prefix"),
+            "required for exactly-once: add transactional.id.prefix = \"<a name unique to this \
+             job on this cluster>\" to [sink] (or set delivery.guarantee = \"at-least-once\")",
+        ));
+    }
+    Ok(Sink {
+        topic: raw.topic.into_inner(),
+        guarantee,
+        transactional_id_prefix: prefix,
+    })
+}
+
+fn check_settings(
+    loc: &Locator<'_>,
+    name: &str,
+    guarantee: DeliveryGuarantee,
+    raw: RawSettings,
+) -> Result<Settings, JobError> {
+    let parallelism = raw.parallelism.as_ref().map_or(1, |p| *p.get_ref());
+    if let Some(p) = &raw.parallelism {
+        if parallelism == 0 {
+            return Err(loc.at(
+                &p.span(),
+                Some("settings.parallelism"),
+                "must be at least 1",
+            ));
+        }
+    }
+    let key_groups = raw.key.as_ref().map_or(128, |k| *k.groups.get_ref());
+    if let Some(k) = &raw.key {
+        if key_groups == 0 || key_groups > MAX_KEY_GROUPS || key_groups < parallelism {
+            return Err(loc.at(
+                &k.groups.span(),
+                Some("settings.key.groups"),
+                format!(
+                    "{key_groups} is out of range: give parallelism ({parallelism}) to \
+                     {MAX_KEY_GROUPS}; it cannot change once the job has state"
+                ),
+            ));
+        }
+    } else if key_groups < parallelism {
+        if let Some(p) = &raw.parallelism {
+            return Err(loc.at(
+                &p.span(),
+                Some("settings.parallelism"),
+                format!("{parallelism} exceeds the key groups (128); raise key.groups too"),
+            ));
+        }
+    }
+    let ms = |m: Option<&RawMs>, default: u64| m.map_or(default, |m| *m.ms.get_ref());
+    let ckpt = raw.checkpoint.as_ref();
+    let interval = ms(ckpt.and_then(|c| c.interval.as_ref()), 1_000);
+    let timeout = ms(ckpt.and_then(|c| c.timeout.as_ref()), 60_000);
+    for (value, m, field) in [
+        (
+            interval,
+            ckpt.and_then(|c| c.interval.as_ref()),
+            "settings.checkpoint.interval.ms",
+        ),
+        (
+            timeout,
+            ckpt.and_then(|c| c.timeout.as_ref()),
+            "settings.checkpoint.timeout.ms",
+        ),
+    ] {
+        if let (0, Some(m)) = (value, m) {
+            return Err(loc.at(&m.ms.span(), Some(field), "must be at least 1"));
+        }
+    }
+    let txn = ms(raw.transaction.as_ref().map(|t| &t.timeout), 300_000);
+    let needed = interval.saturating_add(timeout);
+    if guarantee == DeliveryGuarantee::ExactlyOnce && txn <= needed {
+        // Only the part of the budget known from the file; the runtime also checks the
+        // broker's transaction.max.timeout.ms and a restart allowance at start.
+        let span = raw
+            .transaction
+            .as_ref()
+            .map(|t| t.timeout.ms.span())
+            .or_else(|| ckpt.and_then(|c| c.interval.as_ref()).map(|m| m.ms.span()))
+            .unwrap_or(0..0);
+        return Err(loc.at(
+            &span,
+            Some("settings.transaction.timeout.ms"),
+            format!(
+                "{txn} does not outlast checkpoint.interval.ms + checkpoint.timeout.ms = {needed}: \
+                 a transaction would time out before its checkpoint commits it (data loss); \
+                 raise transaction.timeout.ms above {needed} or lower the checkpoint settings"
+            ),
+        ));
+    }
+    let state_dir = match raw.state {
+        Some(s) if s.dir.get_ref().trim().is_empty() => {
+            return Err(loc.at(
+                &s.dir.span(),
+                Some("settings.state.dir"),
+                "the directory is empty",
+            ));
+        }
+        Some(s) => PathBuf::from(s.dir.into_inner()),
+        None => PathBuf::from("state").join(name),
+    };
+    Ok(Settings {
+        parallelism,
+        key_groups,
+        checkpoint_interval_ms: interval,
+        checkpoint_timeout_ms: timeout,
+        transaction_timeout_ms: txn,
+        state_dir,
+    })
+}
+
+#[cfg(test)]
+mod tests;

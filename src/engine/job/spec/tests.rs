@@ -1,0 +1,504 @@
+use super::*;
+use serde_json::json;
+
+const CLEANSING: &str = include_str!("../../../../jobs/rides-cleansing.toml");
+const HOURLY: &str = include_str!("../../../../jobs/rides-per-driver-hourly.toml");
+
+fn ride(
+    driver: u64,
+    is_start: bool,
+    start: (f64, f64),
+    end: (f64, f64),
+    t: i64,
+) -> serde_json::Value {
+    json!({
+        "ride_id": 1, "driver_id": driver, "taxi_id": 3, "is_start": is_start,
+        "start_lon": start.0, "start_lat": start.1, "end_lon": end.0, "end_lat": end.1,
+        "passengers": 2, "event_time": t
+    })
+}
+
+#[test]
+fn the_shipped_cleansing_job_parses_and_keeps_rides_inside_nyc() {
+    let job = Job::parse("jobs/rides-cleansing.toml", CLEANSING).unwrap();
+    assert_eq!(job.name, "rides-cleansing");
+    assert_eq!(job.source.topics, vec!["rides".to_owned()]);
+    assert_eq!(job.source.group, "onceflow-rides-cleansing");
+    assert_eq!(job.sink.guarantee, DeliveryGuarantee::ExactlyOnce);
+    assert_eq!(
+        job.sink.transactional_id_prefix.as_deref(),
+        Some("rides-cleansing")
+    );
+    assert_eq!(job.settings.parallelism, 2);
+    let [Operator::Filter(filter)] = &job.pipeline[..] else {
+        panic!("one filter expected, got {:?}", job.pipeline);
+    };
+    let times_square = (-73.985, 40.758);
+    let jfk = (-73.7781, 40.6413);
+    let newark = (-74.1745, 40.6895);
+    assert!(filter.matches(&ride(1, true, times_square, jfk, 0)));
+    assert!(!filter.matches(&ride(1, true, times_square, newark, 0)));
+    assert!(!filter.matches(&ride(1, false, newark, times_square, 0)));
+}
+
+#[test]
+fn the_shipped_hourly_job_parses_into_a_keyed_hourly_count_and_sum() {
+    let job = Job::parse("jobs/rides-per-driver-hourly.toml", HOURLY).unwrap();
+    let [Operator::Filter(starts), Operator::KeyBy(key), Operator::WindowAggregate(win)] =
+        &job.pipeline[..]
+    else {
+        panic!(
+            "filter, key_by, window+aggregate expected, got {:?}",
+            job.pipeline
+        );
+    };
+    let start = ride(7, true, (-73.98, 40.75), (-73.95, 40.78), 1_700_000_000_000);
+    let end = ride(
+        7,
+        false,
+        (-73.98, 40.75),
+        (-73.95, 40.78),
+        1_700_000_600_000,
+    );
+    assert!(starts.matches(&start));
+    assert!(!starts.matches(&end));
+    assert_eq!(key.extract(&start).unwrap().as_bytes(), b"7");
+    assert_eq!(win.kind, WindowKind::Tumbling { size: 3_600_000 });
+    assert_eq!(win.out_of_orderness, 60_000);
+    assert_eq!(win.allowed_lateness, 0);
+    assert_eq!(win.late_topic, None);
+    assert_eq!(win.event_time(&start), Some(1_700_000_000_000));
+    let windows = win.kind.assign(1_700_000_000_000);
+    assert_eq!(windows.len(), 1);
+    let mut acc = win.aggregate.accumulator();
+    win.aggregate.add(&mut acc, &start);
+    win.aggregate.add(&mut acc, &start);
+    assert_eq!(
+        win.result_record(&json!(7), windows[0], &acc),
+        json!({"driver_id": 7, "window_start": 1_699_999_200_000_i64,
+               "window_end": 1_700_002_800_000_i64, "passengers": 4, "rides": 2})
+    );
+    assert_eq!(job.settings.key_groups, 128);
+    assert_eq!(job.settings.transaction_timeout_ms, 300_000);
+}
+
+const HEAD: &str = "name = \"x\"\n[source]\nbrokers = \"b:9092\"\ntopics = [\"in\"]\n";
+const SINK: &str = "[sink]\ntopic = \"out\"\ntransactional.id.prefix = \"x\"\n";
+
+#[test]
+fn defaults_of_a_minimal_job() {
+    let job = Job::parse("m.toml", &format!("{HEAD}{SINK}")).unwrap();
+    assert_eq!(job.source.brokers, vec!["b:9092".to_owned()]);
+    assert_eq!(job.source.start, StartPosition::Earliest);
+    assert!(job.pipeline.is_empty());
+    assert_eq!(
+        job.settings,
+        Settings {
+            parallelism: 1,
+            key_groups: 128,
+            checkpoint_interval_ms: 1_000,
+            checkpoint_timeout_ms: 60_000,
+            transaction_timeout_ms: 300_000,
+            state_dir: PathBuf::from("state/x"),
+        }
+    );
+    let job = Job::parse(
+        "m.toml",
+        "name = \"x\"\n[source]\nbrokers = [\"a:1\", \"b:2,c:3\"]\ntopics = [\"in\"]\n\
+         [sink]\ntopic = \"o\"\ndelivery.guarantee = \"at-least-once\"\n",
+    )
+    .unwrap();
+    assert_eq!(job.source.brokers, vec!["a:1", "b:2", "c:3"]);
+    assert_eq!(job.sink.guarantee, DeliveryGuarantee::AtLeastOnce);
+    assert_eq!(job.sink.transactional_id_prefix, None);
+}
+
+#[test]
+fn sliding_windows_projection_and_nested_filters_parse() {
+    let text = format!(
+        "{HEAD}\
+[[pipeline]]
+filter.or = [
+  {{ not = {{ field = \"a.b\", op = \"<\", value = 2.5 }} }},
+  {{ and = [ {{ field = \"s\", op = \"!=\", value = \"x\" }}, {{ field = \"ok\", op = \"==\", value = false }} ] }},
+]
+[[pipeline]]
+project = {{ keep = [\"k\", \"t\", \"a.b\"], rename = {{ \"a.b\" = \"ab\" }} }}
+[[pipeline]]
+key_by = \"k\"
+[[pipeline]]
+[pipeline.window]
+sliding = {{ size = \"10m\", slide = \"5m\" }}
+time = \"t\"
+late_topic = \"late\"
+[[pipeline]]
+aggregate = {{ n = \"count\", lo = {{ min = \"ab\" }}, hi = {{ max = \"ab\" }}, mean = {{ avg = \"ab\" }} }}
+[[pipeline]]
+filter = {{ field = \"n\", op = \">\", value = 1 }}
+{SINK}"
+    );
+    let job = Job::parse("s.toml", &text).unwrap();
+    assert_eq!(job.pipeline.len(), 5);
+    let Operator::Filter(f) = &job.pipeline[0] else {
+        panic!()
+    };
+    assert!(f.matches(&json!({"a": {"b": 3}})));
+    assert!(f.matches(&json!({"s": "y", "ok": false})));
+    assert!(!f.matches(&json!({"a": {"b": 1}, "s": "x"})));
+    let Operator::Project(p) = &job.pipeline[1] else {
+        panic!()
+    };
+    assert_eq!(
+        p.apply(json!({"k": 1, "t": 2, "a": {"b": 3}, "z": 0})),
+        json!({"k": 1, "t": 2, "ab": 3})
+    );
+    let Operator::WindowAggregate(w) = &job.pipeline[3] else {
+        panic!()
+    };
+    assert_eq!(
+        w.kind,
+        WindowKind::Sliding {
+            size: 600_000,
+            slide: 300_000
+        }
+    );
+    assert_eq!(w.late_topic.as_deref(), Some("late"));
+    let names: Vec<&str> = w
+        .aggregate
+        .outputs
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(names, ["hi", "lo", "mean", "n"]);
+}
+
+#[test]
+fn durations_table() {
+    let cases = [
+        ("250ms", Some(250)),
+        ("30s", Some(30_000)),
+        ("15m", Some(900_000)),
+        ("15min", Some(900_000)),
+        ("1h", Some(3_600_000)),
+        ("2d", Some(172_800_000)),
+        ("0s", Some(0)),
+        ("1 h", Some(3_600_000)),
+        ("1", None),
+        ("h", None),
+        ("1.5h", None),
+        ("-1s", None),
+        ("1hour", None),
+        ("99999999999999999d", None),
+    ];
+    for (text, want) in cases {
+        assert_eq!(parse_duration(text), want, "{text:?}");
+    }
+}
+
+/// Parses `text` expecting an error; returns (line, field, message).
+fn invalid(text: &str) -> (usize, String, String) {
+    match Job::parse("jobs/x.toml", text) {
+        Ok(job) => panic!("expected an error, got {job:?}\n{text}"),
+        Err(JobError::Invalid {
+            line,
+            field,
+            message,
+            ..
+        }) => (line, field, message),
+        Err(other) => panic!("expected Invalid, got {other}"),
+    }
+}
+
+#[test]
+fn malformed_files_name_the_line_and_the_field() {
+    // (file text, line, field, part of the message)
+    let stage = |s: &str| format!("{HEAD}[[pipeline]]\n{s}\n{SINK}"); // the stage is on line 6
+    let cases: Vec<(String, usize, &str, &str)> = vec![
+        (
+            stage("filter = { field = 3, op = \"=\", value = 1 }"),
+            6,
+            "filter.field",
+            "expected a string like \"trip.start.lon\", got integer `3`",
+        ),
+        (
+            stage("filter = { field = \"a..b\", op = \"=\", value = 1 }"),
+            6,
+            "filter.field",
+            "empty segment",
+        ),
+        (
+            stage("filter = { field = \"a\", op = \"=~\", value = 1 }"),
+            6,
+            "filter.op",
+            "unknown variant `=~`",
+        ),
+        (
+            stage("filter = { field = \"a\", op = \"=\", value = [1] }"),
+            6,
+            "filter.value",
+            "expected a number, a string or a boolean, got array",
+        ),
+        (
+            stage("filter = { field = \"a\", op = \"<\", value = true }"),
+            6,
+            "filter.value",
+            "a boolean only takes = or !=",
+        ),
+        (
+            stage("filter = { field = \"a\", value = 1 }"),
+            6,
+            "filter",
+            "needs all of field, op and value",
+        ),
+        (
+            stage("filter = { field = \"a\", op = \"=\", value = 1, not = { field = \"b\", op = \"=\", value = 1 } }"),
+            6,
+            "filter",
+            "exactly one of",
+        ),
+        (
+            stage("filter.and = [\n  { field = \"a\", op = \">\", value = 1 },\n  { fiedl = \"b\" },\n]"),
+            8,
+            "filter.and.fiedl",
+            "unknown field `fiedl`",
+        ),
+        (
+            stage("filter.or = []"),
+            6,
+            "filter.or",
+            "an empty list",
+        ),
+        (
+            stage("filter.within = { lon = \"x\", lat = \"y\", box = [1.0, 2.0, 3.0] }"),
+            6,
+            "filter.within.box",
+            "got 3 numbers",
+        ),
+        (
+            stage("filter.within = { lon = \"x\", lat = \"y\", box = [-73.7, 40.5, -74.05, 41.0] }"),
+            6,
+            "filter.within.box",
+            "west must be ≤ east",
+        ),
+        (
+            stage("fitler = { field = \"a\", op = \"=\", value = 1 }"),
+            6,
+            "fitler",
+            "unknown variant `fitler`",
+        ),
+        (
+            stage("key_by = \"a\"\nproject.keep = [\"a\"]"),
+            5,
+            "pipeline",
+            "exactly one operator",
+        ),
+        (
+            stage("project = { keep = [\"a\"], rename = { b = \"c\" } }"),
+            6,
+            "project",
+            "`b` is renamed but not in `keep`",
+        ),
+        (
+            stage("window = { tumbling = \"1h\", time = \"t\" }\n[[pipeline]]\naggregate.n = \"count\""),
+            6,
+            "window",
+            "needs a key_by before it",
+        ),
+        (
+            stage("key_by = \"k\"\n[[pipeline]]\naggregate.n = \"count\""),
+            8,
+            "aggregate",
+            "needs a window right before it",
+        ),
+        (
+            stage("key_by = \"k\"\n[[pipeline]]\nwindow = { tumbling = \"1h\", time = \"t\" }"),
+            8,
+            "window",
+            "followed directly by an aggregate",
+        ),
+        (
+            stage("key_by = \"k\"\n[[pipeline]]\nwindow = { tumbling = \"1 hour\", time = \"t\" }\n[[pipeline]]\naggregate.n = \"count\""),
+            8,
+            "window.tumbling",
+            "expected a duration like \"1h\"",
+        ),
+        (
+            stage("key_by = \"k\"\n[[pipeline]]\nwindow = { tumbling = 3600, time = \"t\" }\n[[pipeline]]\naggregate.n = \"count\""),
+            8,
+            "window.tumbling",
+            "expected a duration like \"1h\", \"15m\", \"30s\" or \"250ms\", got integer `3600`",
+        ),
+        (
+            stage("key_by = \"k\"\n[[pipeline]]\nwindow = { sliding = { size = \"1m\", slide = \"2m\" }, time = \"t\" }\n[[pipeline]]\naggregate.n = \"count\""),
+            8,
+            "window.sliding.slide",
+            "at most the size",
+        ),
+        (
+            stage("key_by = \"k\"\n[[pipeline]]\nwindow = { tumbling = \"1h\", time = \"t\" }\n[[pipeline]]\naggregate.n = \"total\""),
+            10,
+            "aggregate.n",
+            "unknown variant `total`",
+        ),
+        (
+            stage("key_by = \"d.k\"\n[[pipeline]]\nwindow = { tumbling = \"1h\", time = \"t\" }\n[[pipeline]]\naggregate.k = \"count\""),
+            10,
+            "aggregate.k",
+            "`k` is taken",
+        ),
+        (
+            format!("nmae = \"x\"\n{HEAD}{SINK}"),
+            1,
+            "nmae",
+            "unknown field `nmae`",
+        ),
+        (
+            format!("name = \"x y\"\n[source]\nbrokers = \"b:9092\"\ntopics = [\"in\"]\n{SINK}"),
+            1,
+            "name",
+            "not a job name",
+        ),
+        (
+            format!("name = \"x\"\n[source]\nbrokers = \"b:9092\"\n{SINK}"),
+            2,
+            "source.topics",
+            "missing",
+        ),
+        (
+            format!("name = \"x\"\n[source]\nbrokers = \"b:9092\"\ntopics = []\n{SINK}"),
+            4,
+            "source.topics",
+            "no topic given",
+        ),
+        (
+            format!("{HEAD}[source.extra]\n{SINK}"),
+            5,
+            "source.extra",
+            "unknown field `extra`",
+        ),
+        (
+            format!("{HEAD}[sink]\ntopic = \"out\"\n"),
+            5,
+            "sink.transactional.id.prefix",
+            "required for exactly-once",
+        ),
+        (
+            format!("{HEAD}[sink]\ntopic = \"out\"\ndelivery.guarantee = \"exactly_once\"\n"),
+            7,
+            "sink.delivery.guarantee",
+            "unknown variant `exactly_once`",
+        ),
+        (
+            format!("{HEAD}[sink]\ntopic = \"out\"\ntransactional.id.prefix = \"a b\"\n"),
+            7,
+            "sink.transactional.id.prefix",
+            "not a usable prefix",
+        ),
+        (
+            format!("{HEAD}{SINK}[settings]\ncheckpoint.interval.ms = \"1s\"\n"),
+            9,
+            "settings.checkpoint.interval.ms",
+            "expected a whole number, got string \"1s\"",
+        ),
+        (
+            format!("{HEAD}{SINK}[settings]\ncheckpoint.intervall.ms = 5\n"),
+            9,
+            "settings.checkpoint.intervall",
+            "unknown field `intervall`",
+        ),
+        (
+            format!("{HEAD}{SINK}[settings]\ncheckpoint.interval.ms = 10000\ntransaction.timeout.ms = 60000\n"),
+            10,
+            "settings.transaction.timeout.ms",
+            "60000 does not outlast checkpoint.interval.ms + checkpoint.timeout.ms = 70000",
+        ),
+        (
+            format!("{HEAD}{SINK}[settings]\nparallelism = 4\nkey.groups = 2\n"),
+            10,
+            "settings.key.groups",
+            "out of range",
+        ),
+        (
+            format!("{HEAD}{SINK}[settings]\nparallelism = 0\n"),
+            9,
+            "settings.parallelism",
+            "at least 1",
+        ),
+    ];
+    for (text, line, field, part) in cases {
+        let (got_line, got_field, message) = invalid(&text);
+        let shown = format!("jobs/x.toml:{got_line}: {got_field}: {message}");
+        assert_eq!(
+            (got_line, got_field.as_str()),
+            (line, field),
+            "{shown}\n--- in:\n{text}"
+        );
+        assert!(message.contains(part), "{shown}\n(wanted {part:?})");
+        assert!(!shown.contains('\n'), "one line: {shown}");
+    }
+}
+
+#[test]
+fn the_error_line_reads_as_the_brief_shows() {
+    let text =
+        format!("{HEAD}[[pipeline]]\nfilter = {{ field = 3, op = \"=\", value = 1 }}\n{SINK}");
+    let e = Job::parse("jobs/x.toml", &text).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "jobs/x.toml:6: filter.field: expected a string like \"trip.start.lon\", got integer `3`"
+    );
+    assert_eq!(e.line(), Some(6));
+    assert_eq!(e.field(), Some("filter.field"));
+}
+
+#[test]
+fn a_file_that_is_not_toml_is_a_syntax_error_with_its_line() {
+    let cases = [
+        ("name = \"x\"\n[source\n", 2),
+        ("name = \"x\"\n\nname = \"y\"\n", 3),
+        ("name = \"x\nsink = 1\n", 1),
+        // An unclosed array points at its opening line.
+        ("[source]\ntopics = [\"a\",\n", 2),
+    ];
+    for (text, line) in cases {
+        let e = Job::parse("jobs/x.toml", text).unwrap_err();
+        assert!(
+            matches!(e, JobError::Syntax { line: l, .. } if l == line),
+            "{e} (wanted line {line})"
+        );
+        assert!(!e.to_string().contains('\n'), "{e}");
+    }
+}
+
+#[test]
+fn a_missing_file_names_the_path() {
+    let e = Job::load(Path::new("/nonexistent/job.toml")).unwrap_err();
+    assert!(matches!(e, JobError::Read { .. }));
+    assert!(
+        e.to_string()
+            .starts_with("/nonexistent/job.toml: cannot read the job file"),
+        "{e}"
+    );
+}
+
+#[test]
+fn errors_in_dotted_and_sub_table_forms_point_at_the_operator() {
+    // window written with dotted keys (as in jobs/) and as a [pipeline.window] sub-table.
+    let dotted = format!(
+        "{HEAD}[[pipeline]]\nwindow.tumbling = \"1h\"\nwindow.time = \"t\"\n[[pipeline]]\naggregate.n = \"count\"\n{SINK}"
+    );
+    let (line, field, message) = invalid(&dotted);
+    assert_eq!((line, field.as_str()), (6, "window"), "{message}");
+    let table = format!(
+        "{HEAD}[[pipeline]]\n[pipeline.window]\ntumbling = \"1h\"\ntime = \"t\"\n[[pipeline]]\naggregate.n = \"count\"\n{SINK}"
+    );
+    let (line, field, message) = invalid(&table);
+    assert_eq!(line, 6, "the [pipeline.window] header: {message}");
+    assert_eq!(field, "window", "{message}");
+    let bad_type = format!(
+        "{HEAD}[[pipeline]]\n[pipeline.filter]\nfield = \"a\"\nop = \">\"\nvalue = 1979-05-27\n{SINK}"
+    );
+    let (line, field, message) = invalid(&bad_type);
+    assert_eq!((line, field.as_str()), (9, "filter.value"), "{message}");
+    assert!(message.contains("got datetime"), "{message}");
+}

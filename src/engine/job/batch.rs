@@ -161,7 +161,7 @@ mod tests {
     }
 
     #[test]
-    fn the_hourly_job_in_batch_counts_starts_per_driver_per_hour() {
+    fn the_hourly_job_in_batch_counts_ends_per_driver_per_hour() {
         let job = Job::parse(
             "h.toml",
             include_str!("../../../jobs/rides-per-driver-hourly.toml"),
@@ -169,13 +169,13 @@ mod tests {
         .unwrap();
         let h = 3_600_000;
         let input = vec![
-            keyed(ride(1, 7, true, -73.98, 2, h + 5)),
-            keyed(ride(1, 7, false, -73.98, 2, h + 60_000)), // END: not counted
-            keyed(ride(2, 8, true, -73.98, 4, h + 10)),
-            keyed(ride(3, 7, true, -73.98, 1, 2 * h - 1)),
-            keyed(ride(4, 7, true, -73.98, 3, 2 * h)),
-            keyed(json!({"is_start": true, "event_time": h})), // no driver_id
-            keyed(json!({"is_start": true, "driver_id": 9})),  // no event_time
+            keyed(ride(1, 7, false, -73.98, 2, h + 5)),
+            keyed(ride(1, 7, true, -73.98, 2, h - 60_000)), // START: not counted
+            keyed(ride(2, 8, false, -73.98, 4, h + 10)),
+            keyed(ride(3, 7, false, -73.98, 1, 2 * h - 1)),
+            keyed(ride(4, 7, false, -73.98, 3, 2 * h)),
+            keyed(json!({"is_start": false, "event_time": h})), // no driver_id
+            keyed(json!({"is_start": false, "driver_id": 9})),  // no event_time
         ];
         let out = run_batch(&job.pipeline, input);
         let row = |d: u64, start: i64, rides: u64, passengers: u64| {

@@ -117,7 +117,7 @@ mod tests {
         // (edit of the file, expected differences)
         let cases: Vec<(&str, &str, Vec<&str>)> = vec![
             // Stateless edits and timings keep the checkpoint usable.
-            ("value = true", "value = false", vec![]),
+            ("value = false", "value = true", vec![]),
             ("checkpoint.interval.ms = 1000", "checkpoint.interval.ms = 500", vec![]),
             ("window.tumbling = \"1h\"", "window.tumbling = \"1m\"", vec![
                 "window: was \"tumbling 3600000ms on event_time\", now \"tumbling 60000ms on event_time\"",

@@ -44,7 +44,7 @@ fn the_shipped_cleansing_job_parses_and_keeps_rides_inside_nyc() {
 #[test]
 fn the_shipped_hourly_job_parses_into_a_keyed_hourly_count_and_sum() {
     let job = Job::parse("jobs/rides-per-driver-hourly.toml", HOURLY).unwrap();
-    let [Operator::Filter(starts), Operator::KeyBy(key), Operator::WindowAggregate(win)] =
+    let [Operator::Filter(ends), Operator::KeyBy(key), Operator::WindowAggregate(win)] =
         &job.pipeline[..]
     else {
         panic!(
@@ -60,8 +60,8 @@ fn the_shipped_hourly_job_parses_into_a_keyed_hourly_count_and_sum() {
         (-73.95, 40.78),
         1_700_000_600_000,
     );
-    assert!(starts.matches(&start));
-    assert!(!starts.matches(&end));
+    assert!(!ends.matches(&start));
+    assert!(ends.matches(&end));
     assert_eq!(key.extract(&start).unwrap().as_bytes(), b"7");
     assert_eq!(win.kind, WindowKind::Tumbling { size: 3_600_000 });
     assert_eq!(win.out_of_orderness, 60_000);

@@ -4,6 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{CheckpointId, Committable, JobFailure, Millis, Positions, Settings, TaskId};
+use crate::client::error::Op;
+use crate::client::txn::ResumeOutcome;
+use crate::client::ErrorClass;
 
 /// The coordinator's state. Every transition goes through [`Coordinator::on`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,6 +121,29 @@ pub enum CommitOutcome {
     NotCommitted(String),
     /// A later transaction of the same id exists: a foreign writer.
     Superseded(String),
+    /// An error retrying cannot fix (authorization, configuration): the job stops; a restart
+    /// after the fix resumes the committable from the durable record.
+    Failed(String),
+}
+
+impl CommitOutcome {
+    /// What the client's `resume_transaction` answered, as an outcome: connection and
+    /// coordinator errors are retriable, anything the client classifies fatal is `Failed`.
+    pub fn from_resume(answer: Result<ResumeOutcome, crate::client::Error>) -> CommitOutcome {
+        match answer {
+            Ok(ResumeOutcome::Completed) => CommitOutcome::Completed,
+            Ok(ResumeOutcome::AlreadyCommitted) => CommitOutcome::AlreadyCommitted,
+            Ok(ResumeOutcome::NothingToCommit) => CommitOutcome::NothingToCommit,
+            Ok(ResumeOutcome::NotCommitted { reason }) => CommitOutcome::NotCommitted(reason),
+            Ok(ResumeOutcome::Superseded { reason }) => CommitOutcome::Superseded(reason),
+            Err(e) => match e.class_in(Op::TxnCoordinator) {
+                ErrorClass::Retriable | ErrorClass::RefreshAndRetry => {
+                    CommitOutcome::Retriable(e.to_string())
+                }
+                _ => CommitOutcome::Failed(e.to_string()),
+            },
+        }
+    }
 }
 
 /// The latest durable record, as recovery reads it.
@@ -681,6 +707,11 @@ impl<C: Committable, D> Coordinator<C, D> {
                 checkpoint,
                 transactional_id,
                 reason,
+            }),
+            CommitOutcome::Failed(error) => self.fail(JobFailure::CommitFailed {
+                checkpoint,
+                transactional_id,
+                error,
             }),
         }
     }

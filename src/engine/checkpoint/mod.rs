@@ -211,6 +211,16 @@ pub enum JobFailure {
         /// The last retriable error.
         last_error: String,
     },
+    /// A commit failed with an error retrying cannot fix.
+    #[error("committing transaction {transactional_id} of checkpoint {checkpoint} failed: {error}; fix that and restart the job, whose recovery commits it if it is still open")]
+    CommitFailed {
+        /// The checkpoint that brought it.
+        checkpoint: CheckpointId,
+        /// Its transactional id.
+        transactional_id: String,
+        /// The error.
+        error: String,
+    },
     /// More than F checkpoints in a row failed.
     #[error("{failures} checkpoints in a row failed (checkpoint.tolerable.failures = {tolerated}); the last, checkpoint {checkpoint}: {last_reason}")]
     TooManyFailures {

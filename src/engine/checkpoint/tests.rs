@@ -724,6 +724,43 @@ fn recovery_fails_on_a_transaction_it_cannot_commit() {
 }
 
 #[test]
+fn the_client_resume_answer_maps_to_an_outcome() {
+    use crate::client::txn::ResumeOutcome as R;
+    use crate::client::Error;
+    use crate::protocol::ErrorCode;
+    let broker = |code| Err(Error::broker("EndTxn", code));
+    for (answer, expected) in [
+        (Ok(R::Completed), "Completed"),
+        (Ok(R::AlreadyCommitted), "AlreadyCommitted"),
+        (Ok(R::NothingToCommit), "NothingToCommit"),
+        (Ok(R::NotCommitted { reason: "r".into() }), "NotCommitted"),
+        (Ok(R::Superseded { reason: "r".into() }), "Superseded"),
+        (broker(ErrorCode::NOT_COORDINATOR), "Retriable"),
+        (broker(ErrorCode::COORDINATOR_NOT_AVAILABLE), "Retriable"),
+        (broker(ErrorCode::CONCURRENT_TRANSACTIONS), "Retriable"),
+        (
+            broker(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+            "Failed",
+        ),
+    ] {
+        let got = format!("{:?}", CommitOutcome::from_resume(answer.clone()));
+        assert!(got.starts_with(expected), "{answer:?}: {got}");
+    }
+    // A fatal commit error fails the job naming the transaction.
+    let mut co = running(settings());
+    to_persist(&mut co, 100, 1, vec![txn("s-0")]);
+    co.on(110, E::Persisted(CheckpointId(1)));
+    let got = co.on(
+        120,
+        result(&txn("s-0"), CommitOutcome::Failed("not authorized".into())),
+    );
+    let [D::FailJob(f @ JobFailure::CommitFailed { .. })] = got.as_slice() else {
+        panic!("{got:?}")
+    };
+    assert!(f.to_string().contains("s-0") && f.to_string().contains("not authorized"));
+}
+
+#[test]
 fn the_client_committable_gives_its_name_start_and_emptiness() {
     let p = PreparedTransaction {
         transactional_id: "job-0-1".to_string(),
@@ -869,7 +906,8 @@ fn random_event_sequences_keep_every_invariant() {
                         0..=69 => CommitOutcome::Completed,
                         70..=79 => CommitOutcome::AlreadyCommitted,
                         80..=96 => CommitOutcome::Retriable("e".into()),
-                        97..=98 => CommitOutcome::NotCommitted("timed out".into()),
+                        97 => CommitOutcome::NotCommitted("timed out".into()),
+                        98 => CommitOutcome::Failed("denied".into()),
                         _ => CommitOutcome::Superseded("later".into()),
                     };
                     E::CommitResult {

@@ -322,10 +322,14 @@ pub struct Coordinator<C, D> {
     /// there. `None` since the tasks started: the pause is between checkpoints.
     last_end: Option<Millis>,
     failures: u32,
-    /// Per injected checkpoint not yet covered by a durable one: the time before which none
-    /// of its transactions started (the previous trigger, or the tasks' start). The commit
-    /// deadline of a committable without a known start counts from there.
-    opened_after: BTreeMap<CheckpointId, Millis>,
+    /// Per injected checkpoint not yet covered by a durable one: when it was triggered.
+    triggered: BTreeMap<CheckpointId, Millis>,
+    /// Per task: the trigger time of the last checkpoint it acknowledged (or the tasks'
+    /// start). A sink's next committable began after that barrier passed it, so a commit
+    /// deadline without a known start counts from there. (Not from the trigger before the
+    /// acknowledged checkpoint: a sink that missed a cancelled barrier carries an older
+    /// transaction.)
+    floors: BTreeMap<TaskId, Millis>,
     collected: Collected<C, D>,
     pending: Vec<Pending<C>>,
     /// During recovery: the restored positions.
@@ -346,7 +350,8 @@ impl<C: Committable, D> Coordinator<C, D> {
             last_trigger: 0,
             last_end: None,
             failures: 0,
-            opened_after: BTreeMap::new(),
+            triggered: BTreeMap::new(),
+            floors: BTreeMap::new(),
             collected: Collected::default(),
             pending: Vec::new(),
             restored: None,
@@ -440,6 +445,8 @@ impl<C: Committable, D> Coordinator<C, D> {
                     self.phase = Phase::Idle;
                     self.last_trigger = self.now;
                     self.last_end = None;
+                    let now = self.now;
+                    self.floors = self.tasks.iter().map(|&t| (t, now)).collect();
                     Vec::new()
                 }
                 _ => ignored("tasks started out of order", CheckpointId(0)),
@@ -464,7 +471,7 @@ impl<C: Committable, D> Coordinator<C, D> {
             {
                 let id = self.next_id;
                 self.next_id = id.next();
-                self.opened_after.insert(id, self.last_trigger);
+                self.triggered.insert(id, self.now);
                 self.last_trigger = self.now;
                 self.phase = Phase::InFlight {
                     id,
@@ -491,7 +498,7 @@ impl<C: Committable, D> Coordinator<C, D> {
         );
         // An ack is taken once, only from a known task, only for a checkpoint injected since
         // the last durable one (older ones were all acknowledged or cancelled before it).
-        let Some(&opened_after) = self.opened_after.get(&id) else {
+        let Some(&triggered) = self.triggered.get(&id) else {
             return ignored(
                 "an ack of a checkpoint not injected since the last durable one",
                 id,
@@ -512,13 +519,14 @@ impl<C: Committable, D> Coordinator<C, D> {
             });
         }
         self.collected.positions.extend(positions);
+        let floor = self.floors.insert(task, triggered).unwrap_or(0);
         let (timeout, margin) = (
             self.settings.transaction_timeout_ms,
             self.settings.commit_margin_ms,
         );
         let deadline_from = |c: &C| {
             c.start_ms()
-                .unwrap_or(opened_after)
+                .unwrap_or(floor)
                 .saturating_add(timeout)
                 .saturating_sub(margin)
         };
@@ -596,7 +604,7 @@ impl<C: Committable, D> Coordinator<C, D> {
         self.failures = 0;
         self.last_durable = Some(id);
         self.last_end = Some(self.now);
-        self.opened_after.retain(|&n, _| n > id);
+        self.triggered.retain(|&n, _| n > id);
         self.collected.taken.retain(|&(n, _)| n > id);
         let mut decisions = vec![Decision::Completed(id)];
         for empty in std::mem::take(&mut self.collected.empties) {
@@ -733,7 +741,8 @@ impl<C: Committable, D> Coordinator<C, D> {
         self.phase = Phase::Recovering(RecoveryStep::Loading);
         self.collected = Collected::default();
         self.pending.clear();
-        self.opened_after.clear();
+        self.triggered.clear();
+        self.floors.clear();
         decisions.push(Decision::Restart {
             reason: format!("{task} failed: {reason}"),
         });

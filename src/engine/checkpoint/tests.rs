@@ -412,6 +412,35 @@ fn every_commit_retry_has_a_deadline_then_fails_the_job() {
 }
 
 #[test]
+fn without_a_known_start_the_deadline_counts_from_the_last_barrier_the_sink_acknowledged() {
+    // Checkpoint 1 (triggered at 100) times out before the sink sees it; the sink's
+    // transaction acknowledged with 2 (triggered at 200) was begun after the tasks started
+    // (0), so its deadline is 0 + 10 000 − 1 000, not 100 + 9 000. Checkpoint 3's next one
+    // began after barrier 2 passed the sink: 200 + 9 000.
+    let mut co = running(settings());
+    co.on(100, E::Tick);
+    assert_eq!(co.on(150, E::Tick), vec![D::Cancel(CheckpointId(1))]);
+    to_persist(&mut co, 200, 2, vec![txn("s-0")]);
+    let deadlines = |ds: &[D]| -> Vec<Millis> {
+        ds.iter()
+            .filter_map(|d| match d {
+                D::Commit { deadline, .. } => Some(*deadline),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(
+        deadlines(&co.on(210, E::Persisted(CheckpointId(2)))),
+        vec![9_000]
+    );
+    to_persist(&mut co, 300, 3, vec![txn("s-1")]);
+    assert_eq!(
+        deadlines(&co.on(310, E::Persisted(CheckpointId(3)))),
+        vec![9_200]
+    );
+}
+
+#[test]
 fn a_lost_or_superseded_transaction_fails_the_job_naming_ids_and_settings() {
     for (outcome, words) in [
         (

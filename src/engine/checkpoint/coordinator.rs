@@ -566,8 +566,10 @@ impl<C: Committable, D> Coordinator<C, D> {
     /// Builds batch `id` from what was collected and what is still unresolved.
     fn batch(&mut self, id: CheckpointId) -> Batch<C, D> {
         let collected = std::mem::take(&mut self.collected);
-        // The empties' slots are free once batch `id` is durable (no record lists them).
+        // The empties' slots are free once batch `id` is durable (no record lists them), and
+        // the acks taken stay taken: a second ack while `id` is written must not count again.
         self.collected.empties = collected.empties;
+        self.collected.taken = collected.taken;
         for p in &mut self.pending {
             if let Standing::Resolved { unlisted_by: None } = p.standing {
                 p.standing = Standing::Resolved {

@@ -561,6 +561,32 @@ fn late_acks_of_a_cancelled_checkpoint_count_for_nothing_but_are_carried() {
 }
 
 #[test]
+fn a_second_ack_while_the_checkpoint_is_written_is_ignored() {
+    let mut co = running(settings());
+    to_persist(&mut co, 100, 1, vec![txn("s-0")]);
+    assert_eq!(co.on(101, sink_ack(1, vec![txn("dup")])), vec![]);
+    assert_eq!(co.on(102, source_ack(1, 99)), vec![]);
+    co.on(110, E::Persisted(CheckpointId(1)));
+    let b = to_persist(&mut co, 200, 2, vec![]);
+    let names: Vec<_> = b
+        .unresolved
+        .iter()
+        .map(|l| l.committable.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["s-0"],
+        "the second ack's committable is not listed"
+    );
+    let deltas: Vec<_> = b.deltas.iter().map(|d| d.checkpoint.0).collect();
+    assert_eq!(
+        deltas,
+        vec![2],
+        "the second ack's delta is not applied again"
+    );
+}
+
+#[test]
 fn a_task_failure_cancels_the_checkpoint_in_flight_and_restarts() {
     let mut co = running(settings());
     co.on(100, E::Tick);

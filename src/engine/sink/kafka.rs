@@ -226,6 +226,24 @@ impl KafkaSink {
                     info!(checkpoint = c.checkpoint, transactional_id = %id, ?outcome, "restored committable resolved");
                 }
                 Resolution::Lost(reason) => {
+                    // Known start only: an unknown one cannot tell a fencing from a timeout.
+                    let start = c.transaction.transaction_start_ms;
+                    if start >= 0
+                        && abort_cause(
+                            start,
+                            now_ms(),
+                            config.producer.transaction_timeout,
+                            config.commit_margin,
+                        ) == AbortCause::Fenced
+                    {
+                        return Err(SinkError::PrefixClash {
+                            prefix: config.pool_prefix(),
+                            detail: format!(
+                                "restored checkpoint {}'s transaction '{id}' was aborted before transaction.timeout.ms could expire, so by another producer (its records are lost): {reason}",
+                                c.checkpoint
+                            ),
+                        });
+                    }
                     let error = data_loss(&config, c.checkpoint, &id, reason);
                     if !config.continue_on_data_loss {
                         return Err(error);

@@ -406,3 +406,22 @@ async fn a_restart_whose_restored_transaction_another_job_aborted_stops_with_a_p
     assert!(matches!(e, SinkError::PrefixClash { .. }), "{e:?}");
     assert!(e.to_string().contains("restored checkpoint 1"), "{e}");
 }
+
+/// Two live jobs with one prefix, the second starting while the first has records in an open
+/// transaction: the second's init fences the first's id and aborts that transaction. The
+/// first job's barrier then cannot prepare, and — the abort coming long before
+/// transaction.timeout.ms could expire — it stops with a prefix-clash error, not a
+/// restartable failure whose restart would fence the second job back.
+#[tokio::test]
+async fn a_second_job_fencing_an_open_transaction_stops_the_first_at_its_barrier() {
+    let topic = TestTopic::create("sink-clash-open", 1).await;
+    let prefix = unique_topic("sink-clash-open");
+    let (mut first, _) = start(config(&prefix, Delivery::ExactlyOnce, &[]), &[]).await;
+    write_all(&mut first, &topic.name, &values("first", 2)).await;
+    wait_for_high_watermark(&topic, 2).await;
+
+    let (_second, _) = start(config(&prefix, Delivery::ExactlyOnce, &[]), &[]).await;
+    let e = first.on_barrier(1).await.unwrap_err();
+    assert!(matches!(e, SinkError::PrefixClash { .. }), "{e:?}");
+    assert!(!e.is_restartable());
+}

@@ -425,3 +425,41 @@ async fn a_second_job_fencing_an_open_transaction_stops_the_first_at_its_barrier
     assert!(matches!(e, SinkError::PrefixClash { .. }), "{e:?}");
     assert!(!e.is_restartable());
 }
+
+/// With every transactional id busy (two checkpoints prepared in a pool of two), `write` does
+/// not wait and does not grow the pool: it answers back-pressure and hands the record back.
+/// A committed checkpoint's slot stays busy until its resolution is durable (`release`); then
+/// the record handed back is written, into the lowest slot.
+#[tokio::test]
+async fn a_full_pool_answers_backpressure_with_the_record_until_a_release() {
+    let topic = TestTopic::create("sink-full", 1).await;
+    let prefix = unique_topic("sink-full");
+    let mut cfg = config(&prefix, Delivery::ExactlyOnce, &[]);
+    cfg.pool_size = 2;
+    let (mut sink, _) = start(cfg, &[]).await;
+    let (v1, v2) = (values("one", 1), values("two", 1));
+    write_all(&mut sink, &topic.name, &v1).await;
+    sink.on_barrier(1).await.unwrap().expect("a committable");
+    write_all(&mut sink, &topic.name, &v2).await;
+    sink.on_barrier(2).await.unwrap().expect("a committable");
+
+    let record = ProducerRecord::new(topic.name.clone(), Bytes::from("three-0")).with_partition(0);
+    let Written::Backpressure { record, reason } = sink.write(record).await.unwrap() else {
+        panic!("a pool of 2 with 2 prepared transactions must answer back-pressure");
+    };
+    assert!(reason.contains("2 prepared"), "{reason}");
+    sink.on_checkpoint_durable(1).await.unwrap();
+    let Written::Backpressure { record, .. } = sink.write(*record).await.unwrap() else {
+        panic!("checkpoint 1's slot must stay busy until its resolution is durable");
+    };
+    assert_eq!(sink.metrics().backpressure, 2);
+    sink.release(1);
+    assert!(matches!(sink.write(*record).await.unwrap(), Written::Sent));
+    let c3 = sink.on_barrier(3).await.unwrap().expect("a committable");
+    assert_eq!(c3.transaction.transactional_id, format!("{prefix}-0-0"));
+    sink.on_checkpoint_durable(3).await.unwrap();
+    assert_eq!(
+        committed(&topic, 3).await,
+        vec!["one-0".to_owned(), "two-0".into(), "three-0".into()]
+    );
+}

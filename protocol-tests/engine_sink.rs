@@ -9,9 +9,10 @@ use crate::support::*;
 use bytes::Bytes;
 use onceflow::client::txn::TxnState;
 use onceflow::client::{Admin, Cluster, IsolationLevel, Offset, Producer, ProducerRecord};
+use onceflow::engine::checkpoint::Settings;
 use onceflow::engine::sink::{
     check_timeout_budget, CommitOutcome, Delivery, KafkaSink, RecoveryReport, SinkCommittable,
-    SinkConfig, SinkError, TimeoutBudget, Written,
+    SinkConfig, SinkError, Written,
 };
 use std::time::Duration;
 
@@ -241,27 +242,29 @@ async fn a_transaction_the_coordinator_aborted_before_the_commit_is_reported_as_
 #[tokio::test]
 async fn the_budget_check_refuses_a_transaction_timeout_above_the_brokers_maximum() {
     let admin = Admin::new(client_config(&broker())).await.unwrap();
-    let budget = TimeoutBudget {
-        transaction_timeout: Duration::from_millis(1_000_000),
-        checkpoint_interval: Duration::from_secs(1),
-        checkpoint_timeout: Duration::from_secs(60),
-        restart_allowance: Duration::from_secs(60),
+    let settings = Settings {
+        transaction_timeout_ms: 1_000_000,
+        interval_ms: 1_000,
+        checkpoint_timeout_ms: 60_000,
+        restart_allowance_ms: 60_000,
+        ..Settings::default()
     };
-    let msg = check_timeout_budget(&admin, &budget)
+    let msg = check_timeout_budget(&admin, &settings)
         .await
         .unwrap_err()
         .to_string();
     assert!(!msg.contains('\n'), "one line: {msg}");
     for w in [
-        "transaction.timeout.ms=1000000",
-        "transaction.max.timeout.ms=900000",
-        "set transaction.timeout.ms to at most 900000",
+        "transaction.timeout.ms = 1000000",
+        "transaction.max.timeout.ms = 900000",
+        "set transaction.timeout.ms to 900000",
     ] {
         assert!(msg.contains(w), "'{w}' missing in: {msg}");
     }
-    let fits = TimeoutBudget {
-        transaction_timeout: Duration::from_secs(300),
-        ..budget
+    // 4 · (1 s + 60 s) + 60 s + 10 s = 314 s needed; 400 s fits under 900 s.
+    let fits = Settings {
+        transaction_timeout_ms: 400_000,
+        ..settings
     };
     assert_eq!(
         check_timeout_budget(&admin, &fits).await.unwrap(),

@@ -23,7 +23,7 @@ pub mod budget;
 mod decide;
 mod kafka;
 
-pub use budget::{check_budget, check_timeout_budget, TimeoutBudget};
+pub use budget::{brokers_max_timeout, check_timeout_budget};
 pub use kafka::{
     CheckpointCommit, CommitOutcome, KafkaSink, RecoveredCommittable, RecoveryReport, SinkMetrics,
     Written,
@@ -102,16 +102,6 @@ impl SinkConfig {
     /// The prefix of this task's pool: `<job prefix>-<task>`.
     pub fn pool_prefix(&self) -> String {
         format!("{}-{}", self.transactional_id_prefix, self.task)
-    }
-
-    /// The durations transaction.timeout.ms must cover.
-    pub fn budget(&self) -> TimeoutBudget {
-        TimeoutBudget {
-            transaction_timeout: self.producer.transaction_timeout,
-            checkpoint_interval: self.checkpoint_interval,
-            checkpoint_timeout: self.checkpoint_timeout,
-            restart_allowance: self.restart_allowance,
-        }
     }
 }
 

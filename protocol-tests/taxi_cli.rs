@@ -37,27 +37,6 @@ fn generated(seed: u64) -> Vec<Ride> {
     .collect()
 }
 
-/// Deletes a topic the test did not create itself when dropped.
-struct DeleteOnDrop(String);
-
-impl Drop for DeleteOnDrop {
-    fn drop(&mut self) {
-        let name = self.0.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                if let Ok(a) = Admin::new(client_config(&broker())).await {
-                    let _ = a.delete_topics(&[name.as_str()]).await;
-                }
-            })
-        })
-        .join();
-    }
-}
-
 /// Reads `expected` records from every partition of `topic`, from the beginning.
 async fn read_all(topic: &str, expected: usize) -> Vec<onceflow::client::ConsumerRecord> {
     let mut c = Consumer::new(consumer_config(&broker(), &[]))
@@ -82,7 +61,7 @@ async fn read_all(topic: &str, expected: usize) -> Vec<onceflow::client::Consume
 #[tokio::test]
 async fn generate_creates_the_topic_and_writes_every_ride_keyed_by_driver_in_order() {
     let topic = unique_topic("taxi-gen");
-    let _cleanup = DeleteOnDrop(topic.clone());
+    let _cleanup = TestTopic::adopt(&topic);
     let count = RIDES.to_string();
     let o = taxi(&[
         "generate",

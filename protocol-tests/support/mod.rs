@@ -84,6 +84,15 @@ pub struct TestTopic {
 }
 
 impl TestTopic {
+    /// A topic something else creates (e.g. the CLI under test), deleted like ours on drop.
+    pub fn adopt(name: &str) -> TestTopic {
+        TestTopic {
+            name: name.to_owned(),
+            partitions: 0,
+            broker: broker(),
+        }
+    }
+
     pub async fn create(prefix: &str, partitions: i32) -> TestTopic {
         Self::create_with(&broker(), prefix, partitions, &[]).await
     }

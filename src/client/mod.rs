@@ -47,3 +47,4 @@ pub use consumer::{Consumer, ConsumerRecord, Offset};
 pub use error::{classify, Error, ErrorClass, Op, Result};
 pub use metadata::TopicPartition;
 pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};
+pub use retry::{backoff, exponential_backoff};

@@ -35,10 +35,12 @@ use tracing::debug;
 /// Exponential backoff with ±20 % jitter: `base * 2^(attempt-1)`, capped at `max`.
 pub fn backoff(base: Duration, max: Duration, attempt: u32) -> Duration {
     let jitter = rand::rng().random_range(0.8..1.2);
-    unjittered(base, max, attempt).mul_f64(jitter)
+    exponential_backoff(base, max, attempt).mul_f64(jitter)
 }
 
-fn unjittered(base: Duration, max: Duration, attempt: u32) -> Duration {
+/// The same without jitter (for decisions that must be deterministic, e.g. under table test):
+/// `base * 2^(attempt-1)`, capped at `max`, at least 1 ms.
+pub fn exponential_backoff(base: Duration, max: Duration, attempt: u32) -> Duration {
     let exp = base.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
     exp.min(max).max(Duration::from_millis(1))
 }
@@ -177,13 +179,13 @@ pub(crate) fn decide(
         return Decision::OutOfTime;
     }
     let wait = if code == Some(ErrorCode::CONCURRENT_TRANSACTIONS) {
-        unjittered(
+        exponential_backoff(
             CONCURRENT_TRANSACTIONS_BASE,
             CONCURRENT_TRANSACTIONS_MAX,
             attempt,
         )
     } else {
-        unjittered(base, max, attempt)
+        exponential_backoff(base, max, attempt)
     };
     Decision::Retry {
         wait: wait.min(left),

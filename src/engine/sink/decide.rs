@@ -115,8 +115,8 @@ pub(crate) fn after_failure(
         return AfterFailure::DeadlinePassed;
     }
     let left = Duration::from_millis(u64::try_from(deadline_ms - now_ms).unwrap_or(0));
-    let exp = RETRY_BASE.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
-    AfterFailure::RetryAfter(exp.min(RETRY_MAX).min(left))
+    let exp = crate::client::exponential_backoff(RETRY_BASE, RETRY_MAX, attempt);
+    AfterFailure::RetryAfter(exp.min(left))
 }
 
 /// The slot number of `id` if it is a transactional id of the sink task whose pool prefix is

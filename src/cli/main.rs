@@ -13,6 +13,7 @@ mod demo;
 mod error;
 mod produce;
 mod props;
+mod run;
 mod taxi;
 mod topics;
 mod txn;
@@ -44,6 +45,8 @@ enum Command {
     /// Run the demo against a local broker: produce a taxi-ride data set, read it back,
     /// print throughput.
     Demo(demo::Args),
+    /// Run a job file (source → operators → sink, exactly once) until SIGINT/SIGTERM.
+    Run(run::Args),
     /// The NYC taxi rides workload: generate ride events, verify a job's output.
     Taxi(taxi::Args),
 }
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
             Command::Txn(a) => txn::run(a).await,
             Command::Demo(a) => demo::run(a).await,
             Command::Taxi(a) => taxi::run(a).await,
+            Command::Run(a) => run::run(a).await,
         }
     });
     // Background tasks (sender, fetcher) must not keep the process alive after the command.

@@ -9,10 +9,13 @@
 //!   window aggregates), checked with errors naming the line and the field.
 //! - [`sink`]: the exactly-once Kafka sink: a transaction per checkpoint from a pool of
 //!   transactional ids, committed once the checkpoint is durable; the recovery order.
+//! - [`runtime`]: `onceflow run`: one task drives source → operators → sink with the
+//!   coordinator's checkpoints, exactly once.
 //! - [`taxi`]: the NYC taxi rides workload: a deterministic generator and the verifier.
 
 pub mod checkpoint;
 pub mod job;
+pub mod runtime;
 pub mod sink;
 pub mod state;
 pub mod taxi;

@@ -29,7 +29,7 @@ fn the_shipped_cleansing_job_parses_and_keeps_rides_inside_nyc() {
         job.sink.transactional_id_prefix.as_deref(),
         Some("rides-cleansing")
     );
-    assert_eq!(job.settings.parallelism, 2);
+    assert_eq!(job.settings.parallelism, 1);
     let [Operator::Filter(filter)] = &job.pipeline[..] else {
         panic!("one filter expected, got {:?}", job.pipeline);
     };

@@ -1,0 +1,205 @@
+//! `onceflow run` end to end against a real broker: the shipped cleansing job (its file with
+//! the topic names, transactional id prefix and state directory replaced) runs as a child
+//! process over rides from `onceflow taxi generate`; it is SIGKILLed once some of its output
+//! is committed, started again on the same state, and `onceflow taxi verify` then finds every
+//! expected record once (no loss, no duplicates, order kept per key). Transactional: run on
+//! TV2 (9192) and TV1 (9196).
+
+use crate::support::cli::{command, onceflow_async, shown, stdout};
+use crate::support::*;
+use onceflow::client::{Consumer, Offset};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const API_TIMEOUT: &str = "default.api.timeout.ms=60000";
+const RIDES: &str = "2000";
+const DEADLINE: Duration = Duration::from_secs(240);
+
+/// The shipped job file with its names replaced for this test.
+fn job_file(dir: &Path, shipped: &str, input: &str, output: &str, prefix: &str) -> PathBuf {
+    let text = std::fs::read_to_string(repo().join("jobs").join(shipped)).unwrap();
+    let state = dir.join("state");
+    let lines: Vec<String> = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("topics = ") {
+                format!("topics = [\"{input}\"]")
+            } else if l.starts_with("topic = ") {
+                format!("topic = \"{output}\"")
+            } else if l.starts_with("transactional.id.prefix = ") {
+                format!("transactional.id.prefix = \"{prefix}\"")
+            } else if l.starts_with("state.dir = ") {
+                format!("state.dir = \"{}\"", state.display())
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect();
+    let path = dir.join(shipped);
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    path
+}
+
+/// `onceflow run JOB -b BROKER EXTRA` in the background, its stderr into `log`.
+fn start_job(job: &Path, log: &Path, extra: &[&str]) -> Child {
+    let log = std::fs::File::create(log).unwrap();
+    command()
+        .args([
+            "run",
+            job.to_str().unwrap(),
+            "-b",
+            &broker(),
+            "-X",
+            API_TIMEOUT,
+        ])
+        .args(extra)
+        .env("ONCEFLOW_LOG", "onceflow=info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start onceflow run")
+}
+
+async fn taxi(args: &[&str]) -> Output {
+    let mut argv: Vec<String> = vec!["taxi".into()];
+    argv.extend(args.iter().map(|s| s.to_string()));
+    argv.extend(["-b".into(), broker(), "-X".into(), API_TIMEOUT.into()]);
+    onceflow_async(argv, "").await
+}
+
+/// How many records of `topic` a read_committed reader sees now.
+async fn committed_count(topic: &TestTopic) -> usize {
+    let config = consumer_config(&broker(), &[("isolation.level", "read_committed")]);
+    let mut c = Consumer::new(config).await.unwrap();
+    for tp in c.assign_topics(&[&topic.name]).await.unwrap() {
+        c.seek(&tp, Offset::Beginning).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut n = 0;
+    loop {
+        n += c.poll(Duration::from_millis(200)).await.unwrap().len();
+        if c.at_end() {
+            return n;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "reading {} to its end took over 60 s",
+            topic.name
+        );
+    }
+}
+
+fn log_of(log: &Path) -> String {
+    std::fs::read_to_string(log).unwrap_or_default()
+}
+
+/// Fails the test with the job's log when it exited.
+fn assert_running(child: &mut Child, log: &Path) {
+    if let Some(status) = child.try_wait().unwrap() {
+        panic!("onceflow run exited ({status}):\n{}", log_of(log));
+    }
+}
+
+/// Polls `taxi verify` until it says OK; returns its output.
+async fn wait_for_verify_ok(
+    job: &str,
+    input: &str,
+    output: &str,
+    child: &mut Child,
+    log: &Path,
+) -> Output {
+    let start = Instant::now();
+    loop {
+        assert_running(child, log);
+        let o = taxi(&[
+            "verify",
+            "--job",
+            job,
+            "--input",
+            input,
+            "--output",
+            output,
+            "--read-timeout-ms",
+            "60000",
+        ])
+        .await;
+        if o.status.success() {
+            return o;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "taxi verify did not say OK within {DEADLINE:?}; last: {}\njob log:\n{}",
+            shown(&o),
+            log_of(log)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn sigterm(child: &Child) {
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn cleansing_run_killed_mid_stream_and_restarted_writes_every_ride_exactly_once() {
+    let input = TestTopic::create("run-clean-in", 3).await;
+    let output = TestTopic::create("run-clean-out", 3).await;
+    let dir = std::env::temp_dir().join(unique_topic("onceflow-run"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = taxi(&["generate", "-t", &input.name, "--count", RIDES]).await;
+    assert!(o.status.success(), "{}", shown(&o));
+    let prefix = unique_topic("run-clean");
+    let job = job_file(
+        &dir,
+        "rides-cleansing.toml",
+        &input.name,
+        &output.name,
+        &prefix,
+    );
+    let log1 = dir.join("run1.log");
+
+    // First run: SIGKILL as soon as one checkpoint's output is committed.
+    let mut first = start_job(&job, &log1, &["--fresh"]);
+    let start = Instant::now();
+    while committed_count(&output).await == 0 {
+        assert_running(&mut first, &log1);
+        assert!(
+            start.elapsed() < DEADLINE,
+            "no output committed within {DEADLINE:?}:\n{}",
+            log_of(&log1)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+
+    // Second run on the same state: recovers, catches up; the output is exact.
+    let log2 = dir.join("run2.log");
+    let mut second = start_job(&job, &log2, &[]);
+    let o = wait_for_verify_ok("cleansing", &input.name, &output.name, &mut second, &log2).await;
+    assert!(stdout(&o).starts_with("verify: OK"), "{}", shown(&o));
+    assert!(
+        log_of(&log2).contains("state restored"),
+        "{}",
+        log_of(&log2)
+    );
+
+    // SIGTERM: a clean stop, exit 0, one summary line.
+    sigterm(&second);
+    let status = tokio::task::spawn_blocking(move || second.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}:\n{}", log_of(&log2));
+    assert!(
+        log_of(&log2).contains("run: stopped after checkpoint"),
+        "{}",
+        log_of(&log2)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,109 @@
+//! The engine runtime, first version: one task runs source → operators → sink, exactly once
+//! (DESIGN.md, "The runtime (first version)").
+//!
+//! [`run`] carries out a job file: it opens the state (latest checkpoint, a chosen one, or
+//! fresh), checks the transaction timeout budget against the brokers, recovers the sink
+//! (restored committables committed FIRST, then the pool's init aborts what the crashed
+//! incarnation left open), makes the resolutions durable, seeks a read_committed consumer to
+//! the restored positions, and loops: poll, run each record through the operators, write the
+//! outputs into the sink's open transaction; between records it feeds the pure
+//! [`Coordinator`](crate::engine::checkpoint::Coordinator) a tick and carries out its
+//! decisions (barrier: snapshot + prepare + ack; persist on a blocking thread; commit; release).
+//!
+//! **One owner of the commit retry: the sink.** `KafkaSink::on_checkpoint_durable(N)` commits
+//! every prepared transaction of checkpoints ≤ N and retries until the transaction's deadline;
+//! the runtime reports each resolution to the coordinator as a `CommitResult`, so the
+//! coordinator's `Commit` decisions are only bookkeeping here and its `RetryCommitAt` never
+//! comes. A commit error is fatal: the restart's recovery commits it from the durable record.
+//!
+//! **Parallelism.** This version runs parallelism 1 and refuses more. More tasks come by
+//! running one [`task`] loop per task on its key-group range (kg·P/G, as Flink does), with
+//! bounded channels between a source task and the keyed tasks carrying records and barriers;
+//! the coordinator already takes a set of task ids and waits for every ack, the sink's ids are
+//! already `<prefix>-<task>-<slot>`, and the state is already split by key group.
+//!
+//! **Known limits (this version).** The sink's `recover` resumes and then inits the pool in one
+//! call, so the resolutions are made durable after the init rather than between the two (a
+//! crash in that window resumes an already committed transaction again at the next start).
+//! Consumer group offsets are not committed (monitoring only). Back-pressure from the sink's
+//! pool (which one checkpoint in flight and 3 slots do not reach) is waited out only while a
+//! checkpoint is under way; otherwise the job stops with an error rather than risk a record's
+//! output landing after its barrier.
+
+mod pipeline;
+mod task;
+
+use std::path::PathBuf;
+
+use crate::client::{ClientConfig, ConsumerConfig, ProducerConfig};
+use crate::engine::job::Job;
+use crate::engine::state::RestoreFrom;
+
+pub use task::run;
+
+/// What [`run`] needs besides the job file.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// The checked job.
+    pub job: Job,
+    /// The broker connection (bootstrap servers and client settings).
+    pub client: ClientConfig,
+    /// Producer settings for the sink (no transactional.id: the sink names its ids).
+    pub producer: ProducerConfig,
+    /// Consumer settings for the source (read_committed is forced).
+    pub consumer: ConsumerConfig,
+    /// Which checkpoint to start from.
+    pub restore: RestoreFrom,
+    /// The state directory (the job's `state.dir` unless overridden).
+    pub state_dir: PathBuf,
+}
+
+/// What a run did, when it stopped cleanly.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Input records processed.
+    pub records_in: u64,
+    /// Records written to the sink.
+    pub records_out: u64,
+    /// The latest durable checkpoint.
+    pub last_checkpoint: u64,
+}
+
+/// Why a run stopped. Each is one line naming what is wrong and what to change.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// The job asks for something this runtime does not do.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The state store failed or refused the restore.
+    #[error(transparent)]
+    State(#[from] crate::engine::state::StateError),
+    /// The sink failed (data loss, prefix clash, budget, a client error).
+    #[error(transparent)]
+    Sink(#[from] crate::engine::sink::SinkError),
+    /// The coordinator failed the job.
+    #[error(transparent)]
+    Checkpoint(#[from] crate::engine::checkpoint::JobFailure),
+    /// A client call of the source failed.
+    #[error("{what}: {source}")]
+    Client {
+        /// What the runtime was doing.
+        what: String,
+        /// The client's error.
+        #[source]
+        source: crate::client::Error,
+    },
+    /// An invariant of the runtime broke (a bug): the message says which.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl RuntimeError {
+    fn client(what: impl Into<String>, source: crate::client::Error) -> RuntimeError {
+        RuntimeError::Client {
+            what: what.into(),
+            source,
+        }
+    }
+}

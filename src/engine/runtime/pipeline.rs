@@ -1,0 +1,317 @@
+//! One task's operator chain: the stateless operators run inline, the window aggregate keeps
+//! its accumulators, timers and watermark in the task's [`OperatorState`].
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::RuntimeError;
+use crate::engine::job::aggregate::{Accumulator, WindowAggregate};
+use crate::engine::job::project::Key;
+use crate::engine::job::window::{route, Admission, Watermark, Window, WindowKind};
+use crate::engine::job::Operator;
+use crate::engine::state::{MapState, OperatorState, TimerState, ValueState};
+
+/// The uid (keyspace `op-window`) of the one window operator a job may have.
+pub(crate) const WINDOW_UID: &str = "window";
+/// Its kind in the state layout.
+pub(crate) const WINDOW_KIND: &str = "window-aggregate";
+
+/// Per record key: window start (u64 BE, sign flipped) → accumulator (JSON).
+const ACCUMULATORS: MapState = MapState::new(0);
+/// (window end, record key): fire the window.
+const FIRE: TimerState = TimerState::new(1);
+/// (window end + allowed lateness, record key): drop the window's state.
+const CLEANUP: TimerState = TimerState::new(2);
+/// Under the empty key: the watermark (JSON), so a restart does not re-open fired windows.
+const WATERMARK: ValueState = ValueState::new(3);
+
+/// A record on its way to the sink: its Kafka key and value.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Output {
+    pub key: Option<Vec<u8>>,
+    pub value: Bytes,
+}
+
+/// The key a record carries: the input's Kafka key until a `key_by` replaces it.
+#[derive(Debug, Clone)]
+enum Carried {
+    Input(Option<Vec<u8>>),
+    Keyed(Key),
+}
+
+impl Carried {
+    fn kafka_key(&self) -> Option<Vec<u8>> {
+        match self {
+            Carried::Input(k) => k.clone(),
+            Carried::Keyed(k) => Some(k.kafka_key()),
+        }
+    }
+}
+
+/// The window operator with its state.
+struct WindowOp {
+    spec: WindowAggregate,
+    state: OperatorState,
+    watermark: Watermark,
+    /// The watermark up to which timers were last looked for (timers are scanned only when
+    /// the watermark crosses a window boundary: a scan visits every key group).
+    scanned_to: Option<i64>,
+}
+
+/// The operator chain of one task.
+pub(crate) struct Pipeline {
+    before: Vec<Operator>,
+    window: Option<WindowOp>,
+    after: Vec<Operator>,
+    /// Counters: records dropped for a missing key, a missing event time, lateness.
+    pub dropped: u64,
+}
+
+impl Pipeline {
+    /// The chain of `operators`; `state` is the window operator's state (restored), required
+    /// when the chain has a window.
+    pub(crate) fn new(
+        operators: &[Operator],
+        state: Option<OperatorState>,
+    ) -> Result<Pipeline, RuntimeError> {
+        let split = operators
+            .iter()
+            .position(|op| matches!(op, Operator::WindowAggregate(_)));
+        let Some(i) = split else {
+            return Ok(Pipeline {
+                before: operators.to_vec(),
+                window: None,
+                after: Vec::new(),
+                dropped: 0,
+            });
+        };
+        let Some(Operator::WindowAggregate(spec)) = operators.get(i) else {
+            return Err(RuntimeError::Internal("window operator not found".into()));
+        };
+        let state =
+            state.ok_or_else(|| RuntimeError::Internal("window operator without state".into()))?;
+        let watermark = match WATERMARK.get(&state, b"")? {
+            Some(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| RuntimeError::Internal(format!("stored watermark: {e}")))?,
+            None => Watermark::new(spec.out_of_orderness),
+        };
+        Ok(Pipeline {
+            before: operators[..i].to_vec(),
+            window: Some(WindowOp {
+                spec: spec.clone(),
+                state,
+                watermark,
+                // None: the first advance after a restore scans the restored timers.
+                scanned_to: None,
+            }),
+            after: operators[i + 1..].to_vec(),
+            dropped: 0,
+        })
+    }
+
+    /// The window operator's state, for snapshots.
+    pub(crate) fn state_mut(&mut self) -> Option<&mut OperatorState> {
+        self.window.as_mut().map(|w| &mut w.state)
+    }
+
+    /// Runs one input record through the chain; returns what goes to the sink, in order.
+    pub(crate) fn process(
+        &mut self,
+        key: Option<Vec<u8>>,
+        raw: &Bytes,
+    ) -> Result<Vec<Output>, RuntimeError> {
+        let Ok(value) = serde_json::from_slice::<Value>(raw) else {
+            self.dropped += 1;
+            return Ok(Vec::new());
+        };
+        let mut changed = false;
+        let Some((carried, value)) =
+            stateless(&self.before, Carried::Input(key), value, &mut changed)
+        else {
+            return Ok(Vec::new());
+        };
+        let Some(window) = self.window.as_mut() else {
+            // Unchanged records go out as they came (bytes and all).
+            let value = if changed {
+                Bytes::from(value.to_string())
+            } else {
+                raw.clone()
+            };
+            return Ok(vec![Output {
+                key: carried.kafka_key(),
+                value,
+            }]);
+        };
+        let Carried::Keyed(key) = carried else {
+            self.dropped += 1;
+            return Ok(Vec::new());
+        };
+        let Some(t) = window.spec.event_time(&value) else {
+            self.dropped += 1;
+            return Ok(Vec::new());
+        };
+        if route(
+            window.spec.kind,
+            t,
+            window.watermark.current(),
+            window.spec.allowed_lateness,
+        )
+        .is_late()
+        {
+            self.dropped += 1;
+        }
+        let mut results = window.add(&key, t, &value)?;
+        results.extend(window.advance(t)?);
+        let mut out = Vec::new();
+        for (key, result) in results {
+            let mut changed = true;
+            if let Some((carried, v)) =
+                stateless(&self.after, Carried::Keyed(key), result, &mut changed)
+            {
+                out.push(Output {
+                    key: carried.kafka_key(),
+                    value: Bytes::from(v.to_string()),
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Filters, projections and key_by; `None` when the record is dropped.
+fn stateless(
+    ops: &[Operator],
+    mut carried: Carried,
+    mut value: Value,
+    changed: &mut bool,
+) -> Option<(Carried, Value)> {
+    for op in ops {
+        match op {
+            Operator::Filter(p) => {
+                if !p.matches(&value) {
+                    return None;
+                }
+            }
+            Operator::Project(p) => {
+                value = p.apply(value);
+                *changed = true;
+            }
+            Operator::KeyBy(k) => carried = Carried::Keyed(k.extract(&value)?),
+            // One window per job (checked when the job is loaded); the caller splits there.
+            Operator::WindowAggregate(_) => {}
+        }
+    }
+    Some((carried, value))
+}
+
+/// A window start as a map key that sorts like the number.
+fn start_key(start: i64) -> [u8; 8] {
+    ((start as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+fn window_size(kind: WindowKind) -> (i64, i64) {
+    match kind {
+        WindowKind::Tumbling { size } => (size, size),
+        WindowKind::Sliding { size, slide } => (size, slide),
+    }
+}
+
+/// Whether a timer may have become due as the watermark went from `scanned` to `w`. Window
+/// ends are ≡ size (mod slide) and cleanups ≡ size + lateness (mod slide), so a timer in
+/// (scanned, w] means `w` crossed one of those residues. Pure, so the scan (which visits
+/// every key group) runs once per window boundary, not once per record.
+pub(crate) fn timers_may_be_due(
+    scanned: Option<i64>,
+    w: i64,
+    size: i64,
+    slide: i64,
+    lateness: i64,
+) -> bool {
+    let Some(s) = scanned else {
+        return true;
+    };
+    let phase = |x: i64, offset: i64| x.saturating_sub(offset).div_euclid(slide.max(1));
+    [size, size.saturating_add(lateness)]
+        .iter()
+        .any(|&off| phase(w, off) != phase(s, off))
+}
+
+impl WindowOp {
+    /// Adds a record at event time `t` to its windows; a late update fires its window again.
+    fn add(&mut self, key: &Key, t: i64, value: &Value) -> Result<Vec<(Key, Value)>, RuntimeError> {
+        let lateness = self.spec.allowed_lateness;
+        let routed = route(self.spec.kind, t, self.watermark.current(), lateness);
+        let mut fired = Vec::new();
+        for (window, admission) in routed.windows {
+            if admission == Admission::Late {
+                continue;
+            }
+            let k = key.as_bytes();
+            let mut acc = self.accumulator(k, window)?;
+            self.spec.aggregate.add(&mut acc, value);
+            let bytes = serde_json::to_vec(&acc)
+                .map_err(|e| RuntimeError::Internal(format!("accumulator: {e}")))?;
+            ACCUMULATORS.insert(&mut self.state, k, &start_key(window.start), &bytes);
+            if admission == Admission::LateUpdate {
+                fired.extend(self.result(key, window, &acc));
+            } else {
+                FIRE.register(&mut self.state, k, window.end);
+                CLEANUP.register(&mut self.state, k, window.end.saturating_add(lateness));
+            }
+        }
+        Ok(fired)
+    }
+
+    fn accumulator(&self, key: &[u8], window: Window) -> Result<Accumulator, RuntimeError> {
+        match ACCUMULATORS.get(&self.state, key, &start_key(window.start))? {
+            Some(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| RuntimeError::Internal(format!("stored accumulator: {e}"))),
+            None => Ok(self.spec.aggregate.accumulator()),
+        }
+    }
+
+    fn result(&self, key: &Key, window: Window, acc: &Accumulator) -> Option<(Key, Value)> {
+        let key_value = key.to_value()?;
+        Some((
+            key.clone(),
+            self.spec.result_record(&key_value, window, acc),
+        ))
+    }
+
+    /// Observes `t`; when the watermark crosses a window boundary, fires the due windows (by
+    /// end, then key) and drops the expired ones.
+    fn advance(&mut self, t: i64) -> Result<Vec<(Key, Value)>, RuntimeError> {
+        if !self.watermark.observe(t) {
+            return Ok(Vec::new());
+        }
+        let Some(w) = self.watermark.current() else {
+            return Ok(Vec::new());
+        };
+        let bytes = serde_json::to_vec(&self.watermark)
+            .map_err(|e| RuntimeError::Internal(format!("watermark: {e}")))?;
+        WATERMARK.set(&mut self.state, b"", &bytes);
+        let (size, slide) = window_size(self.spec.kind);
+        let lateness = self.spec.allowed_lateness;
+        if !timers_may_be_due(self.scanned_to, w, size, slide, lateness) {
+            return Ok(Vec::new());
+        }
+        self.scanned_to = Some(w);
+        let mut out = Vec::new();
+        for (end, k) in FIRE.due(&self.state, w)? {
+            FIRE.delete(&mut self.state, &k, end);
+            let window = Window {
+                start: end - size,
+                end,
+            };
+            let key = Key::from_bytes(k);
+            let acc = self.accumulator(key.as_bytes(), window)?;
+            out.extend(self.result(&key, window, &acc));
+        }
+        for (at, k) in CLEANUP.due(&self.state, w)? {
+            CLEANUP.delete(&mut self.state, &k, at);
+            let start = at - lateness - size;
+            ACCUMULATORS.remove(&mut self.state, &k, &start_key(start));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,697 @@
+//! The task loop and the start-up recovery of [`run`].
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::pipeline::{Pipeline, WINDOW_KIND, WINDOW_UID};
+use super::{RunConfig, RunSummary, RuntimeError};
+use crate::client::txn::PreparedTransaction;
+use crate::client::{
+    Admin, Cluster, Consumer, ConsumerRecord, IsolationLevel, Offset, ProducerRecord,
+};
+use crate::engine::checkpoint::{
+    self, CheckpointId, CommitOutcome, Coordinator, Decision, Event, Listed, Millis, Phase,
+    Positions, Restored, TaskId,
+};
+use crate::engine::job::{DeliveryGuarantee, Job, Operator, StartPosition};
+use crate::engine::sink::{
+    self, check_timeout_budget, Delivery, KafkaSink, SinkCommittable, SinkConfig, Written,
+};
+use crate::engine::state::{
+    CheckpointRecord, FrozenDelta, Layout, OperatorLayout, RestoreFrom, SourcePosition, StateStore,
+    StoreOptions,
+};
+
+type C = PreparedTransaction;
+type D = Vec<FrozenDelta>;
+
+/// The one task of this version.
+const TASK: TaskId = TaskId(0);
+/// Transactional ids per sink task: the open, the prepared and the just-committed one.
+const POOL_SIZE: usize = 3;
+/// How long one poll waits for records (the loop ticks the coordinator in between).
+const POLL: Duration = Duration::from_millis(100);
+/// How long a stop waits for the checkpoint under way.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+fn now_ms() -> Millis {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Runs `config.job` until `stop` turns true (then finishes the checkpoint under way, if
+/// quick, and returns) or a fatal error.
+///
+/// # Errors
+/// Every [`RuntimeError`]: an unsupported job, a state store that cannot restore, a timeout
+/// budget the brokers refuse, data loss or a prefix clash found by the sink, a checkpoint
+/// failure, a source that cannot read.
+pub async fn run(
+    config: RunConfig,
+    stop: watch::Receiver<bool>,
+) -> Result<RunSummary, RuntimeError> {
+    let job = &config.job;
+    check_supported(job)?;
+    let settings = checkpoint_settings(job);
+    let layout = state_layout(job);
+    let (store, record) = open_store(
+        config.state_dir.clone(),
+        layout,
+        settings.retention,
+        config.restore,
+    )
+    .await?;
+    let cluster = Cluster::connect(config.client.clone())
+        .await
+        .map_err(|e| RuntimeError::client("connecting to the brokers", e))?;
+    let delivery = delivery(job.sink.guarantee);
+    if delivery == Delivery::ExactlyOnce {
+        check_timeout_budget(&Admin::with_cluster(cluster.clone()), &settings).await?;
+    }
+    let restored: Vec<SinkCommittable> = record
+        .committables
+        .iter()
+        .map(|t| SinkCommittable {
+            checkpoint: record.id,
+            transaction: t.clone(),
+        })
+        .collect();
+    let (sink, report) = KafkaSink::recover(
+        sink_config(&config, delivery, &settings),
+        cluster.clone(),
+        &restored,
+    )
+    .await?;
+    tracing::info!(
+        checkpoint = record.id,
+        resumed = report.resumed.len(),
+        lingering = report.lingering_aborted.len(),
+        "sink recovered"
+    );
+    let state = match has_window(job) {
+        true => Some(store.operator(WINDOW_UID)?),
+        false => None,
+    };
+    let pipeline = Pipeline::new(&job.pipeline, state)?;
+    let mut consumer_config = config.consumer.clone();
+    consumer_config.isolation_level = IsolationLevel::ReadCommitted;
+    let mut consumer = Consumer::with_cluster(consumer_config, cluster);
+    let topics: Vec<&str> = job.source.topics.iter().map(String::as_str).collect();
+    consumer
+        .assign_topics(&topics)
+        .await
+        .map_err(|e| RuntimeError::client("assigning the source topics", e))?;
+    let mut task = Task {
+        coord: Coordinator::new(settings, [TASK]),
+        store: Arc::new(Mutex::new(store)),
+        pipeline,
+        sink,
+        consumer,
+        sink_topic: job.sink.topic.clone(),
+        start: job.source.start,
+        positions: Positions::new(),
+        persisting: None,
+        slots: BTreeMap::new(),
+        committed: BTreeMap::new(),
+        queue: VecDeque::new(),
+        input: VecDeque::new(),
+        held: VecDeque::new(),
+        summary: RunSummary {
+            last_checkpoint: record.id,
+            ..RunSummary::default()
+        },
+    };
+    task.recover(&record, report.resumed).await?;
+    task.run(stop).await
+}
+
+/// Refuses what this version does not run, in one line naming the setting.
+fn check_supported(job: &Job) -> Result<(), RuntimeError> {
+    if job.settings.parallelism != 1 {
+        return Err(RuntimeError::Unsupported(format!(
+            "settings.parallelism = {}: this runtime runs one task only; set settings.parallelism = 1",
+            job.settings.parallelism
+        )));
+    }
+    let late = job
+        .pipeline
+        .iter()
+        .any(|op| matches!(op, Operator::WindowAggregate(w) if w.late_topic.is_some()));
+    if late {
+        return Err(RuntimeError::Unsupported(
+            "window.late_topic is not supported by this runtime yet (late records are counted); remove it".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn has_window(job: &Job) -> bool {
+    job.pipeline
+        .iter()
+        .any(|op| matches!(op, Operator::WindowAggregate(_)))
+}
+
+/// The coordinator's settings from the job file (the rest at their defaults).
+pub(crate) fn checkpoint_settings(job: &Job) -> checkpoint::Settings {
+    checkpoint::Settings {
+        interval_ms: job.settings.checkpoint_interval_ms,
+        checkpoint_timeout_ms: job.settings.checkpoint_timeout_ms,
+        transaction_timeout_ms: job.settings.transaction_timeout_ms,
+        ..checkpoint::Settings::default()
+    }
+}
+
+/// What a checkpoint of this job depends on, as the state store checks it.
+pub(crate) fn state_layout(job: &Job) -> Layout {
+    let operators = match has_window(job) {
+        true => vec![OperatorLayout::new(WINDOW_UID, WINDOW_KIND)],
+        false => Vec::new(),
+    };
+    Layout {
+        key_groups: u16::try_from(job.settings.key_groups).unwrap_or(u16::MAX),
+        operators,
+        sink_prefix: job.sink.transactional_id_prefix.clone(),
+        sink_ids: u32::try_from(POOL_SIZE).unwrap_or(u32::MAX) * job.settings.parallelism,
+    }
+}
+
+pub(crate) fn delivery(g: DeliveryGuarantee) -> Delivery {
+    match g {
+        DeliveryGuarantee::ExactlyOnce => Delivery::ExactlyOnce,
+        DeliveryGuarantee::AtLeastOnce => Delivery::AtLeastOnce,
+        DeliveryGuarantee::None => Delivery::None,
+    }
+}
+
+fn sink_config(config: &RunConfig, delivery: Delivery, s: &checkpoint::Settings) -> SinkConfig {
+    let mut producer = config.producer.clone();
+    producer.transaction_timeout = Duration::from_millis(s.transaction_timeout_ms);
+    let prefix = config
+        .job
+        .sink
+        .transactional_id_prefix
+        .clone()
+        .unwrap_or_default();
+    let mut c = SinkConfig::new(delivery, prefix, TASK.0, producer);
+    c.pool_size = POOL_SIZE;
+    c.checkpoint_interval = Duration::from_millis(s.interval_ms);
+    c.checkpoint_timeout = Duration::from_millis(s.checkpoint_timeout_ms);
+    c.restart_allowance = Duration::from_millis(s.restart_allowance_ms);
+    c.commit_margin = Duration::from_millis(s.commit_margin_ms);
+    c
+}
+
+async fn open_store(
+    dir: PathBuf,
+    layout: Layout,
+    retention: u64,
+    restore: RestoreFrom,
+) -> Result<(StateStore, CheckpointRecord), RuntimeError> {
+    let options = StoreOptions {
+        retain: u32::try_from(retention).unwrap_or(2),
+    };
+    tokio::task::spawn_blocking(move || StateStore::open(dir, layout, options, restore))
+        .await
+        .map_err(|e| RuntimeError::Internal(format!("the state store's thread: {e}")))?
+        .map_err(RuntimeError::from)
+}
+
+/// Positions as the coordinator keeps them ⇄ as the store writes them.
+pub(crate) fn to_store(positions: &Positions) -> Vec<SourcePosition> {
+    positions
+        .iter()
+        .map(|(tp, &next_offset)| SourcePosition {
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+            next_offset,
+        })
+        .collect()
+}
+
+pub(crate) fn from_store(positions: &[SourcePosition]) -> Positions {
+    positions
+        .iter()
+        .map(|p| {
+            let tp = checkpoint::TopicPartition {
+                topic: p.topic.clone(),
+                partition: p.partition,
+            };
+            (tp, p.next_offset)
+        })
+        .collect()
+}
+
+/// The record as the coordinator's recovery reads it; checkpoint 0 (a fresh start, or a crash
+/// before the first checkpoint) is no record.
+pub(crate) fn restored(record: &CheckpointRecord) -> Option<Restored<C>> {
+    (record.id > 0).then(|| Restored {
+        id: CheckpointId(record.id),
+        positions: from_store(&record.positions),
+        unresolved: record
+            .committables
+            .iter()
+            .map(|c| Listed {
+                checkpoint: CheckpointId(record.id),
+                committable: c.clone(),
+            })
+            .collect(),
+    })
+}
+
+/// Where a partition starts: its restored position, else the job's start.
+pub(crate) fn start_offset(restored: Option<i64>, start: StartPosition) -> Offset {
+    match (restored, start) {
+        (Some(o), _) => Offset::At(o),
+        (None, StartPosition::Earliest) => Offset::Beginning,
+        (None, StartPosition::Latest) => Offset::End,
+    }
+}
+
+fn sink_outcome(o: sink::CommitOutcome) -> CommitOutcome {
+    match o {
+        sink::CommitOutcome::Committed => CommitOutcome::Completed,
+        sink::CommitOutcome::AlreadyCommitted => CommitOutcome::AlreadyCommitted,
+        _ => CommitOutcome::NotCommitted("lost, and continue_on_data_loss went on".into()),
+    }
+}
+
+struct Task {
+    coord: Coordinator<C, D>,
+    /// Shared with the persister's blocking thread (one write at a time: the coordinator
+    /// never decides a second Persist before the first's Persisted).
+    store: Arc<Mutex<StateStore>>,
+    pipeline: Pipeline,
+    sink: KafkaSink,
+    consumer: Consumer,
+    sink_topic: String,
+    start: StartPosition,
+    /// Per partition: the next offset to fetch after the records processed so far.
+    positions: Positions,
+    persisting: Option<JoinHandle<Result<CheckpointId, String>>>,
+    /// Transactional id → the checkpoint whose committable it is (for `release`).
+    slots: BTreeMap<String, CheckpointId>,
+    /// Transactional id → how the sink's commit ended, until reported to the coordinator.
+    committed: BTreeMap<String, CommitOutcome>,
+    queue: VecDeque<Decision<C, D>>,
+    input: VecDeque<ConsumerRecord>,
+    /// Outputs the sink handed back (back-pressure), written first once a slot is free.
+    held: VecDeque<ProducerRecord>,
+    summary: RunSummary,
+}
+
+impl Task {
+    fn event(&mut self, e: Event<C, D>) {
+        let decisions = self.coord.on(now_ms(), e);
+        self.queue.extend(decisions);
+    }
+
+    async fn drain(&mut self) -> Result<(), RuntimeError> {
+        while let Some(d) = self.queue.pop_front() {
+            self.apply(d).await?;
+        }
+        Ok(())
+    }
+
+    /// Recovery in the DESIGN order; the sink's `recover` already resumed the restored
+    /// committables and then initialized the pool, so the coordinator is told their outcomes.
+    async fn recover(
+        &mut self,
+        record: &CheckpointRecord,
+        resumed: Vec<sink::RecoveredCommittable>,
+    ) -> Result<(), RuntimeError> {
+        self.event(Event::Loaded(restored(record)));
+        for r in resumed {
+            let found = record
+                .committables
+                .iter()
+                .find(|c| c.transactional_id == r.transactional_id);
+            if let Some(c) = found {
+                let outcome = CommitOutcome::from_resume(Ok(r.outcome));
+                self.event(Event::CommitResult {
+                    committable: c.clone(),
+                    outcome,
+                });
+            }
+        }
+        self.drain().await?;
+        match self.coord.phase() {
+            Phase::Idle => Ok(()),
+            Phase::Failed(f) => Err(f.clone().into()),
+            other => Err(RuntimeError::Internal(format!(
+                "recovery ended in {other:?}"
+            ))),
+        }
+    }
+
+    async fn apply(&mut self, d: Decision<C, D>) -> Result<(), RuntimeError> {
+        match d {
+            Decision::InjectBarrier(id) => self.barrier(id).await,
+            Decision::Cancel(id) => self.cancel(id),
+            Decision::Persist(batch) => self.persist(batch),
+            Decision::Completed(id) => self.completed(id),
+            Decision::Commit {
+                checkpoint,
+                committable,
+                ..
+            } => self.commit(checkpoint, committable).await,
+            Decision::MarkResolved { .. } => Ok(()),
+            Decision::ReleaseSlot(c) => {
+                if let Some(n) = self.slots.remove(&c.transactional_id) {
+                    self.sink.release(n.0);
+                }
+                Ok(())
+            }
+            Decision::FailJob(f) => Err(f.into()),
+            Decision::RetryCommitAt { committable, .. } => Err(RuntimeError::Internal(format!(
+                "the coordinator asked to retry {}, but the sink owns commit retries",
+                committable.transactional_id
+            ))),
+            Decision::Restart { reason } => Err(RuntimeError::Internal(format!(
+                "a restart was decided ({reason}); restart the job"
+            ))),
+            // The sink's recover resumed them already (before the pool's init).
+            Decision::Resume(_) => Ok(()),
+            Decision::PersistResolutions {
+                checkpoint,
+                resolved,
+            } => self.persist_resolutions(checkpoint, resolved).await,
+            // The sink's recover initialized the pool and aborted the lingering ids.
+            Decision::AbortPool => {
+                self.event(Event::PoolAborted);
+                Ok(())
+            }
+            Decision::StartTasks { positions, .. } => self.start_tasks(positions),
+        }
+    }
+
+    async fn barrier(&mut self, id: CheckpointId) -> Result<(), RuntimeError> {
+        let delta = match self.pipeline.state_mut() {
+            Some(state) => Some(vec![state.snapshot(id.0)?]),
+            None => None,
+        };
+        let committable = self.sink.on_barrier(id.0).await?;
+        let committables = committable.map(|c| vec![c.transaction]).unwrap_or_default();
+        for c in &committables {
+            self.slots.insert(c.transactional_id.clone(), id);
+        }
+        let positions = self.positions.clone();
+        self.event(Event::Ack {
+            id,
+            task: TASK,
+            delta,
+            positions,
+            committables,
+        });
+        Ok(())
+    }
+
+    fn cancel(&mut self, id: CheckpointId) -> Result<(), RuntimeError> {
+        if let Some(state) = self.pipeline.state_mut() {
+            if state.in_flight() == Some(id.0) {
+                // Its changes go back under the active buffer, into the next snapshot.
+                state.cancel(id.0)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn persist(&mut self, batch: checkpoint::Batch<C, D>) -> Result<(), RuntimeError> {
+        let id = batch.id;
+        // A cancelled checkpoint's delta went back into the operator (cancel), so its changes
+        // are in this checkpoint's delta already.
+        let deltas: Vec<FrozenDelta> = batch
+            .deltas
+            .into_iter()
+            .filter(|d| d.checkpoint == id)
+            .flat_map(|d| d.delta)
+            .collect();
+        let positions = to_store(&batch.positions);
+        let committables: Vec<C> = batch
+            .unresolved
+            .into_iter()
+            .map(|l| l.committable)
+            .collect();
+        let store = self.store.clone();
+        self.persisting = Some(tokio::task::spawn_blocking(move || {
+            let mut store = store.lock().map_err(|e| e.to_string())?;
+            store
+                .persist(id.0, &deltas, positions, committables)
+                .map(|()| id)
+                .map_err(|e| e.to_string())
+        }));
+        Ok(())
+    }
+
+    /// Feeds the persister's answer once it has one.
+    async fn check_persist(&mut self) -> Result<(), RuntimeError> {
+        if !self.persisting.as_ref().is_some_and(|h| h.is_finished()) {
+            return Ok(());
+        }
+        let Some(handle) = self.persisting.take() else {
+            return Ok(());
+        };
+        let answer = handle
+            .await
+            .map_err(|e| RuntimeError::Internal(format!("the persister's thread: {e}")))?;
+        match answer {
+            Ok(id) => self.event(Event::Persisted(id)),
+            Err(reason) => self.event(Event::PersistFailed { reason }),
+        }
+        self.drain().await
+    }
+
+    fn completed(&mut self, id: CheckpointId) -> Result<(), RuntimeError> {
+        self.summary.last_checkpoint = id.0;
+        if let Some(state) = self.pipeline.state_mut() {
+            if state.in_flight() == Some(id.0) {
+                state.complete(id.0)?;
+            }
+        }
+        tracing::debug!(checkpoint = id.0, "checkpoint durable");
+        Ok(())
+    }
+
+    /// The sink commits every prepared transaction of checkpoints ≤ N (and owns the retries);
+    /// the coordinator hears how each ended.
+    async fn commit(&mut self, n: CheckpointId, committable: C) -> Result<(), RuntimeError> {
+        for done in self.sink.on_checkpoint_durable(n.0).await? {
+            self.committed
+                .insert(done.transactional_id, sink_outcome(done.outcome));
+        }
+        let outcome = match self.committed.remove(&committable.transactional_id) {
+            Some(o) => o,
+            None if committable.empty => CommitOutcome::NothingToCommit,
+            None => {
+                return Err(RuntimeError::Internal(format!(
+                    "the sink did not commit {} of checkpoint {n}",
+                    committable.transactional_id
+                )))
+            }
+        };
+        self.event(Event::CommitResult {
+            committable,
+            outcome,
+        });
+        Ok(())
+    }
+
+    async fn persist_resolutions(
+        &mut self,
+        n: CheckpointId,
+        resolved: Vec<C>,
+    ) -> Result<(), RuntimeError> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut store = store
+                .lock()
+                .map_err(|e| RuntimeError::Internal(e.to_string()))?;
+            let record = store.record(n.0)?;
+            let left = record
+                .committables
+                .into_iter()
+                .filter(|c| {
+                    !resolved
+                        .iter()
+                        .any(|r| r.transactional_id == c.transactional_id)
+                })
+                .collect();
+            store.update_committables(n.0, left)?;
+            Ok::<(), RuntimeError>(())
+        })
+        .await
+        .map_err(|e| RuntimeError::Internal(format!("the state store's thread: {e}")))??;
+        self.event(Event::ResolutionsPersisted);
+        Ok(())
+    }
+
+    fn start_tasks(&mut self, positions: Positions) -> Result<(), RuntimeError> {
+        for tp in self.consumer.assignment() {
+            let key = checkpoint::TopicPartition {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+            };
+            let offset = start_offset(positions.get(&key).copied(), self.start);
+            self.consumer
+                .seek(&tp, offset)
+                .map_err(|e| RuntimeError::client(format!("seeking {tp}"), e))?;
+        }
+        tracing::info!(positions = ?positions, "source positioned");
+        self.positions = positions;
+        self.event(Event::TasksStarted);
+        Ok(())
+    }
+
+    async fn run(mut self, mut stop: watch::Receiver<bool>) -> Result<RunSummary, RuntimeError> {
+        loop {
+            if *stop.borrow_and_update() {
+                return self.finish().await;
+            }
+            self.check_persist().await?;
+            if !self.held.is_empty() {
+                self.write_held().await?;
+                if !self.held.is_empty() {
+                    self.wait_for_release().await?;
+                    continue;
+                }
+            }
+            self.event(Event::Tick);
+            self.drain().await?;
+            match self.input.pop_front() {
+                Some(record) => self.process(record).await?,
+                None => {
+                    let polled = self
+                        .consumer
+                        .poll(POLL)
+                        .await
+                        .map_err(|e| RuntimeError::client("polling the source", e))?;
+                    self.input.extend(polled);
+                }
+            }
+        }
+    }
+
+    /// One record through the operators into the sink; its position counts once its outputs
+    /// are handed to the sink (or held, which stops barriers until they are written).
+    async fn process(&mut self, record: ConsumerRecord) -> Result<(), RuntimeError> {
+        self.summary.records_in += 1;
+        let tp = checkpoint::TopicPartition {
+            topic: record.topic.clone(),
+            partition: record.partition,
+        };
+        self.positions.insert(tp, record.offset + 1);
+        let Some(value) = record.value.as_ref() else {
+            return Ok(());
+        };
+        let key = record.key.as_ref().map(|k| k.to_vec());
+        for out in self.pipeline.process(key, value)? {
+            let mut r = ProducerRecord::new(self.sink_topic.clone(), out.value);
+            if let Some(k) = out.key {
+                r = r.with_key(k);
+            }
+            self.held.push_back(r);
+        }
+        self.write_held().await
+    }
+
+    async fn write_held(&mut self) -> Result<(), RuntimeError> {
+        while let Some(r) = self.held.pop_front() {
+            match self.sink.write(r).await? {
+                Written::Sent => self.summary.records_out += 1,
+                Written::Backpressure { record, reason } => {
+                    tracing::debug!(reason, "sink back-pressure");
+                    self.held.push_front(*record);
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Back-pressure: no barrier may pass while outputs are held (they belong before it), so
+    /// only a checkpoint already under way can free a slot.
+    async fn wait_for_release(&mut self) -> Result<(), RuntimeError> {
+        let under_way = self.persisting.is_some()
+            || matches!(
+                self.coord.phase(),
+                Phase::InFlight { .. } | Phase::Persisting { .. }
+            );
+        if !under_way {
+            return Err(RuntimeError::Unsupported(
+                "every transactional id of the sink's pool is busy and no checkpoint is under way to free one; restart the job".into(),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        Ok(())
+    }
+
+    /// Stop: let the checkpoint under way finish (and commit) if it does so quickly.
+    async fn finish(mut self) -> Result<RunSummary, RuntimeError> {
+        let deadline = tokio::time::Instant::now() + STOP_GRACE;
+        while self.persisting.is_some() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            self.check_persist().await?;
+        }
+        tracing::info!(summary = ?self.summary, "stopped");
+        Ok(self.summary)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partition_starts_at_its_restored_position_else_at_the_jobs_start() {
+        let cases = [
+            (Some(7), StartPosition::Earliest, Offset::At(7)),
+            (Some(0), StartPosition::Latest, Offset::At(0)),
+            (None, StartPosition::Earliest, Offset::Beginning),
+            (None, StartPosition::Latest, Offset::End),
+        ];
+        for (restored, start, want) in cases {
+            assert_eq!(
+                start_offset(restored, start),
+                want,
+                "{restored:?} {start:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn positions_survive_the_store_and_back() {
+        let mut p = Positions::new();
+        p.insert(
+            checkpoint::TopicPartition {
+                topic: "a".into(),
+                partition: 2,
+            },
+            41,
+        );
+        assert_eq!(from_store(&to_store(&p)), p);
+    }
+
+    #[test]
+    fn checkpoint_zero_restores_nothing() {
+        let record = CheckpointRecord {
+            id: 0,
+            generation: 1,
+            layout: Layout {
+                key_groups: 1,
+                operators: Vec::new(),
+                sink_prefix: None,
+                sink_ids: 0,
+            },
+            positions: Vec::new(),
+            committables: Vec::new(),
+        };
+        assert!(restored(&record).is_none());
+        let r = restored(&CheckpointRecord { id: 3, ..record }).unwrap();
+        assert_eq!(r.id, CheckpointId(3));
+    }
+}

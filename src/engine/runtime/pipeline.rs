@@ -315,3 +315,31 @@ impl WindowOp {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::timers_may_be_due;
+
+    #[test]
+    fn timers_are_scanned_only_when_the_watermark_crosses_a_window_end_or_cleanup() {
+        let h = 3_600_000;
+        // (scanned, w, size, slide, lateness, expected)
+        let cases = [
+            (None, 5, h, h, 0, true),              // first advance after a restore
+            (Some(10), 20, h, h, 0, false),        // inside one hour
+            (Some(h - 1), h, h, h, 0, true),       // reaches the end at h
+            (Some(h), h + 5, h, h, 0, false),      // already scanned at h
+            (Some(h + 1), h + 9, h, h, 10, false), // the cleanup at h + 10 is not reached yet
+            (Some(4), 6, 10, 5, 0, true),          // sliding: ends at 5, 10, 15 …
+            (Some(6), 9, 10, 5, 0, false),
+        ];
+        for (scanned, w, size, slide, lateness, want) in cases {
+            let got = timers_may_be_due(scanned, w, size, slide, lateness);
+            assert_eq!(
+                got, want,
+                "{scanned:?} → {w}, size {size}, slide {slide}, L {lateness}"
+            );
+        }
+        assert!(timers_may_be_due(Some(h + 9), h + 10, h, h, 10));
+    }
+}

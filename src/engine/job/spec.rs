@@ -115,7 +115,7 @@ pub struct Settings {
     pub key_groups: u32,
     /// `checkpoint.interval.ms` (default 1000).
     pub checkpoint_interval_ms: u64,
-    /// `checkpoint.timeout.ms` (default 60000).
+    /// `checkpoint.timeout.ms` (default 30000, as the coordinator's default: with the other defaults it fits the timeout budget).
     pub checkpoint_timeout_ms: u64,
     /// `transaction.timeout.ms` (default 300000).
     pub transaction_timeout_ms: u64,
@@ -993,7 +993,7 @@ fn check_settings(
     let ms = |m: Option<&RawMs>, default: u64| m.map_or(default, |m| *m.ms.get_ref());
     let ckpt = raw.checkpoint.as_ref();
     let interval = ms(ckpt.and_then(|c| c.interval.as_ref()), 1_000);
-    let timeout = ms(ckpt.and_then(|c| c.timeout.as_ref()), 60_000);
+    let timeout = ms(ckpt.and_then(|c| c.timeout.as_ref()), 30_000);
     for (value, m, field) in [
         (
             interval,

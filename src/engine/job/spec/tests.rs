@@ -97,7 +97,7 @@ fn defaults_of_a_minimal_job() {
             parallelism: 1,
             key_groups: 128,
             checkpoint_interval_ms: 1_000,
-            checkpoint_timeout_ms: 60_000,
+            checkpoint_timeout_ms: 30_000,
             transaction_timeout_ms: 300_000,
             state_dir: PathBuf::from("state/x"),
         }
@@ -407,10 +407,10 @@ fn malformed_files_name_the_line_and_the_field() {
             "unknown field `intervall`",
         ),
         (
-            format!("{HEAD}{SINK}[settings]\ncheckpoint.interval.ms = 10000\ntransaction.timeout.ms = 60000\n"),
+            format!("{HEAD}{SINK}[settings]\ncheckpoint.interval.ms = 10000\ntransaction.timeout.ms = 30000\n"),
             10,
             "settings.transaction.timeout.ms",
-            "60000 does not outlast checkpoint.interval.ms + checkpoint.timeout.ms = 70000",
+            "30000 does not outlast checkpoint.interval.ms + checkpoint.timeout.ms = 40000",
         ),
         (
             format!("{HEAD}{SINK}[settings]\nparallelism = 4\nkey.groups = 2\n"),

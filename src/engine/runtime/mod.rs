@@ -17,7 +17,7 @@
 //! comes. A commit error is fatal: the restart's recovery commits it from the durable record.
 //!
 //! **Parallelism.** This version runs parallelism 1 and refuses more. More tasks come by
-//! running one [`task`] loop per task on its key-group range (kg·P/G, as Flink does), with
+//! running one `task` loop per task on its key-group range (kg·P/G, as Flink does), with
 //! bounded channels between a source task and the keyed tasks carrying records and barriers;
 //! the coordinator already takes a set of task ids and waits for every ack, the sink's ids are
 //! already `<prefix>-<task>-<slot>`, and the state is already split by key group.

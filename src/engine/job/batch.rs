@@ -29,15 +29,19 @@ pub struct BatchOutput {
     pub no_event_time: u64,
 }
 
-/// The key a record carries: the input's Kafka key until a `key_by` replaces it.
+/// The key a record carries: the input's Kafka key until a `key_by` replaces it. Shared by
+/// the batch runner and the runtime, so both key their output alike.
 #[derive(Debug, Clone)]
-enum Carried {
+pub(crate) enum Carried {
+    /// The input record's Kafka key.
     Input(Option<Vec<u8>>),
+    /// The key `key_by` extracted.
     Keyed(Key),
 }
 
 impl Carried {
-    fn kafka_key(&self) -> Option<Vec<u8>> {
+    /// The Kafka key of an output record.
+    pub(crate) fn kafka_key(&self) -> Option<Vec<u8>> {
         match self {
             Carried::Input(k) => k.clone(),
             Carried::Keyed(k) => Some(k.kafka_key()),

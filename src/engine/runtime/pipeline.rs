@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::RuntimeError;
 use crate::engine::job::aggregate::{Accumulator, WindowAggregate};
+use crate::engine::job::batch::Carried;
 use crate::engine::job::project::Key;
 use crate::engine::job::window::{route, Admission, Watermark, Window, WindowKind};
 use crate::engine::job::Operator;
@@ -30,22 +31,6 @@ const WATERMARK: ValueState = ValueState::new(3);
 pub(crate) struct Output {
     pub key: Option<Vec<u8>>,
     pub value: Bytes,
-}
-
-/// The key a record carries: the input's Kafka key until a `key_by` replaces it.
-#[derive(Debug, Clone)]
-enum Carried {
-    Input(Option<Vec<u8>>),
-    Keyed(Key),
-}
-
-impl Carried {
-    fn kafka_key(&self) -> Option<Vec<u8>> {
-        match self {
-            Carried::Input(k) => k.clone(),
-            Carried::Keyed(k) => Some(k.kafka_key()),
-        }
-    }
 }
 
 /// The window operator with its state.

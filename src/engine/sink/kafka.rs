@@ -46,7 +46,7 @@ pub struct CheckpointCommit {
     pub outcome: CommitOutcome,
 }
 
-/// One restored committable [`KafkaSink::recover`] resolved.
+/// One restored committable [`KafkaSink::resume`] resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoveredCommittable {
     /// The checkpoint.
@@ -58,7 +58,7 @@ pub struct RecoveredCommittable {
     pub outcome: ResumeOutcome,
 }
 
-/// What [`KafkaSink::recover`] did, in order.
+/// What a recovery ([`KafkaSink::resume`], then [`Resumed::start`]) did, in order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
     /// Step 1: the restored committables, in checkpoint order.

@@ -6,10 +6,20 @@
 //! TV2 (9192) and TV1 (9196).
 
 use crate::support::cli::{command, onceflow_async, shown, stdout};
+use crate::support::proxy::Proxy;
 use crate::support::*;
-use onceflow::client::{Consumer, Offset};
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
+use onceflow::client::{Cluster, Consumer, Offset, ProducerRecord};
+use onceflow::engine::job::Job;
+use onceflow::engine::runtime::{run, RunConfig};
+use onceflow::engine::sink::{Delivery, KafkaSink, SinkConfig, Written};
+use onceflow::engine::state::{
+    CheckpointRecord, Layout, RestoreFrom, StateError, StateStore, StoreOptions,
+};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const API_TIMEOUT: &str = "default.api.timeout.ms=60000";
@@ -201,5 +211,112 @@ async fn cleansing_run_killed_mid_stream_and_restarted_writes_every_ride_exactly
         "{}",
         log_of(&log2)
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Opens the job's state store, retrying while the dropped runtime's handle still holds its
+/// lock.
+async fn open_state(
+    dir: &Path,
+    layout: Layout,
+    from: RestoreFrom,
+) -> (StateStore, CheckpointRecord) {
+    let start = Instant::now();
+    loop {
+        match StateStore::open(dir, layout.clone(), StoreOptions::default(), from) {
+            Ok(opened) => return opened,
+            Err(StateError::Locked { .. }) if start.elapsed() < Duration::from_secs(60) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("opening the state store at {}: {e}", dir.display()),
+        }
+    }
+}
+
+/// The runtime's recovery order: the resolutions of the restored committables are durable
+/// BEFORE the sink's pool init sends its first InitProducerId. The state holds checkpoint 1
+/// with an unresolved committable (prepared by a sink that then crashed); the runtime starts
+/// through a proxy that holds the first InitProducerId, and "crashes" (is dropped) while it is
+/// held. The state must then list checkpoint 1's committable as resolved: a restart resuming it
+/// after the init had bumped its id's epoch would fail on a transaction that committed.
+#[tokio::test]
+async fn the_runtime_persists_the_resolutions_before_the_sinks_pool_init() {
+    let input = TestTopic::create("run-order-in", 1).await;
+    let output = TestTopic::create("run-order-out", 1).await;
+    let dir = std::env::temp_dir().join(unique_topic("onceflow-order"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prefix = unique_topic("run-order");
+    let path = job_file(
+        &dir,
+        "rides-cleansing.toml",
+        &input.name,
+        &output.name,
+        &prefix,
+    );
+    let job = Job::load(&path).unwrap();
+    let state_dir = job.settings.state_dir.clone();
+    let layout = Layout {
+        key_groups: u16::try_from(job.settings.key_groups).unwrap(),
+        operators: Vec::new(),
+        sink_prefix: Some(prefix.clone()),
+        sink_ids: 3,
+    };
+
+    // Checkpoint 1 is durable with a prepared, uncommitted transaction of task 0's slot 0.
+    let cluster = Cluster::connect(client_config(&broker())).await.unwrap();
+    let sink_config = SinkConfig::new(
+        Delivery::ExactlyOnce,
+        &prefix,
+        0,
+        producer_config(&broker(), &[("linger.ms", "5")]),
+    );
+    let (mut sink, _) = KafkaSink::recover(sink_config, cluster, &[]).await.unwrap();
+    let record = ProducerRecord::new(output.name.clone(), Bytes::from("r-0")).with_partition(0);
+    assert!(matches!(sink.write(record).await.unwrap(), Written::Sent));
+    let c = sink.on_barrier(1).await.unwrap().expect("a committable");
+    drop(sink); // the crash
+    let (mut store, _) = open_state(&state_dir, layout.clone(), RestoreFrom::Fresh).await;
+    store
+        .persist(1, &[], Vec::new(), vec![c.transaction.clone()])
+        .unwrap();
+    drop(store);
+
+    // The restart, through a proxy holding the pool init's first InitProducerId.
+    let proxy = Proxy::start(&broker()).await;
+    *proxy.faults.hold_next_request.lock().unwrap() =
+        Some((ApiKey::InitProducerId, Duration::from_secs(600)));
+    let config = RunConfig {
+        job,
+        client: client_config(&proxy.addr),
+        producer: producer_config(&proxy.addr, &[]),
+        consumer: consumer_config(&proxy.addr, &[]),
+        restore: RestoreFrom::Latest,
+        state_dir: state_dir.clone(),
+    };
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let held = async {
+        let start = Instant::now();
+        while proxy.faults.held_requests.load(Ordering::Relaxed) == 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "the runtime's pool init sent no InitProducerId within 120 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        r = run(config, stop) => panic!("the runtime ended while its pool init was held: {r:?}"),
+        () = held => {} // the crash: the runtime is dropped with the init in flight
+    }
+
+    let (_store, record) = open_state(&state_dir, layout, RestoreFrom::Latest).await;
+    assert_eq!(record.id, 1);
+    assert!(
+        record.committables.is_empty(),
+        "checkpoint 1's committable is still unresolved in the state although the pool's init \
+         was already under way: {:?}",
+        record.committables
+    );
+    drop(proxy);
     let _ = std::fs::remove_dir_all(&dir);
 }

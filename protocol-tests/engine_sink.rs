@@ -3,16 +3,17 @@
 //!
 //! Each test drives the sink as the runtime will, without a runtime: write, barrier N,
 //! checkpoint N durable, release; and a "crash" is dropping the sink, a restart is
-//! `KafkaSink::recover` with the committables the durable checkpoint holds.
+//! `KafkaSink::resume` with the committables the durable checkpoint holds, then
+//! `Resumed::start` (`KafkaSink::recover` does both where no resolution needs persisting).
 
 use crate::support::*;
 use bytes::Bytes;
-use onceflow::client::txn::TxnState;
+use onceflow::client::txn::{ResumeOutcome, TxnState};
 use onceflow::client::{Admin, Cluster, IsolationLevel, Offset, Producer, ProducerRecord};
 use onceflow::engine::checkpoint::Settings;
 use onceflow::engine::sink::{
-    check_timeout_budget, CommitOutcome, Delivery, KafkaSink, RecoveryReport, SinkCommittable,
-    SinkConfig, SinkError, Written,
+    check_timeout_budget, CommitOutcome, Delivery, KafkaSink, RecoveryReport, Resumed,
+    SinkCommittable, SinkConfig, SinkError, Written,
 };
 use std::time::Duration;
 
@@ -465,4 +466,84 @@ async fn a_full_pool_answers_backpressure_with_the_record_until_a_release() {
         committed(&topic, 3).await,
         vec!["one-0".to_owned(), "two-0".into(), "three-0".into()]
     );
+}
+
+/// A committable prepared for checkpoint 1 (durable) whose sink then crashed.
+async fn prepared_and_crashed(topic: &TestTopic, prefix: &str, v: &[String]) -> SinkCommittable {
+    let (mut old, _) = start(config(prefix, Delivery::ExactlyOnce, &[]), &[]).await;
+    write_all(&mut old, &topic.name, v).await;
+    let c = old.on_barrier(1).await.unwrap().expect("a committable");
+    drop(old); // the crash: checkpoint 1 durable, its transaction not committed
+    c
+}
+
+async fn resume(prefix: &str, restored: &[SinkCommittable]) -> Result<Resumed, SinkError> {
+    let cluster = Cluster::connect(client_config(&broker())).await.unwrap();
+    KafkaSink::resume(
+        config(prefix, Delivery::ExactlyOnce, &[]),
+        cluster,
+        restored,
+    )
+    .await
+}
+
+/// The crash window between a recovery's commit of the restored committable and its
+/// resolution becoming durable, in the right order (resume, persist, start): the crash comes
+/// before the pool's init, so the restart resumes the same committable again, finds it
+/// AlreadyCommitted (nothing was lost) and starts.
+#[tokio::test]
+async fn a_crash_before_the_resolutions_are_durable_resumes_the_same_committable_as_already_committed(
+) {
+    let topic = TestTopic::create("sink-window", 1).await;
+    let prefix = unique_topic("sink-window");
+    let v = values("n", 3);
+    let c = prepared_and_crashed(&topic, &prefix, &v).await;
+
+    let first = resume(&prefix, std::slice::from_ref(&c)).await.unwrap();
+    assert_eq!(first.resumed()[0].outcome, ResumeOutcome::Completed);
+    drop(first); // the crash: the resolution was never persisted, the pool never started
+
+    let again = resume(&prefix, &[c]).await.unwrap();
+    assert_eq!(again.resumed()[0].outcome, ResumeOutcome::AlreadyCommitted);
+    let (mut sink, report) = again.start().await.unwrap();
+    assert_eq!(report.resumed.len(), 1);
+    assert_eq!(committed(&topic, 3).await, v);
+    let v2 = values("n2", 2);
+    write_all(&mut sink, &topic.name, &v2).await;
+    sink.on_barrier(2).await.unwrap().expect("a committable");
+    sink.on_checkpoint_durable(2).await.unwrap();
+    let mut want = v;
+    want.extend(v2);
+    assert_eq!(committed(&topic, 5).await, want);
+}
+
+/// The inverse (why the order matters): the pool's init (start) before the resolution is
+/// durable, then the crash. The restart resumes the same committable, finds its id's epoch
+/// bumped by that init, and fails — a prefix clash (or data loss) although it committed.
+#[tokio::test]
+async fn starting_the_pool_before_the_resolutions_are_durable_fails_the_next_restart() {
+    let topic = TestTopic::create("sink-window-inv", 1).await;
+    let prefix = unique_topic("sink-window-inv");
+    let v = values("n", 3);
+    let c = prepared_and_crashed(&topic, &prefix, &v).await;
+
+    let (first, report) = resume(&prefix, std::slice::from_ref(&c))
+        .await
+        .unwrap()
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(report.resumed[0].outcome, ResumeOutcome::Completed);
+    drop(first); // the crash: the resolution was never persisted, but the pool's init ran
+
+    let e = resume(&prefix, &[c]).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            SinkError::PrefixClash { .. } | SinkError::DataLoss { .. }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("checkpoint 1's"), "{e}");
+    assert_eq!(committed(&topic, 3).await, v, "yet nothing was lost");
 }

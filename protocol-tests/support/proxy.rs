@@ -52,6 +52,8 @@ pub struct Faults {
     pub forwarded: Mutex<HashMap<i16, u64>>,
     /// Hold the next request of this API this long before forwarding it (one-shot).
     pub hold_next_request: Mutex<Option<(ApiKey, std::time::Duration)>>,
+    /// Requests `hold_next_request` has started holding (counted before the hold).
+    pub held_requests: AtomicU64,
     pub fake_leader: Mutex<Option<FakeLeader>>,
 }
 
@@ -200,6 +202,7 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
                     }
                 };
                 if let Some(d) = hold {
+                    faults.held_requests.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(d).await;
                 }
                 *faults.forwarded.lock().unwrap().entry(api).or_insert(0) += 1;

@@ -22,10 +22,7 @@
 //! the coordinator already takes a set of task ids and waits for every ack, the sink's ids are
 //! already `<prefix>-<task>-<slot>`, and the state is already split by key group.
 //!
-//! **Known limits (this version).** The sink's `recover` resumes and then inits the pool in one
-//! call, so the resolutions are made durable after the init rather than between the two (a
-//! crash in that window resumes an already committed transaction again at the next start).
-//! Consumer group offsets are not committed (monitoring only). Back-pressure from the sink's
+//! **Known limits (this version).** Consumer group offsets are not committed (monitoring only). Back-pressure from the sink's
 //! pool (which one checkpoint in flight and 3 slots do not reach) is waited out only while a
 //! checkpoint is under way; otherwise the job stops with an error rather than risk a record's
 //! output landing after its barrier.

@@ -82,7 +82,8 @@ pub async fn run(
             transaction: t.clone(),
         })
         .collect();
-    let (sink, report) = KafkaSink::recover(
+    // Step 1 only: the pool's init waits until the resolutions are durable (AbortPool).
+    let resumed = KafkaSink::resume(
         sink_config(&config, delivery, &settings),
         cluster.clone(),
         &restored,
@@ -90,9 +91,8 @@ pub async fn run(
     .await?;
     tracing::info!(
         checkpoint = record.id,
-        resumed = report.resumed.len(),
-        lingering = report.lingering_aborted.len(),
-        "sink recovered"
+        resumed = resumed.resumed().len(),
+        "restored committables resumed"
     );
     let state = match has_window(job) {
         true => Some(store.operator(WINDOW_UID)?),
@@ -111,7 +111,8 @@ pub async fn run(
         coord: Coordinator::new(settings, [TASK]),
         store: Arc::new(Mutex::new(store)),
         pipeline,
-        sink,
+        resumed: None,
+        sink: None,
         consumer,
         sink_topic: job.sink.topic.clone(),
         start: job.source.start,
@@ -127,7 +128,7 @@ pub async fn run(
             ..RunSummary::default()
         },
     };
-    task.recover(&record, report.resumed).await?;
+    task.recover(&record, resumed).await?;
     task.run(stop).await
 }
 
@@ -287,7 +288,11 @@ struct Task {
     /// never decides a second Persist before the first's Persisted).
     store: Arc<Mutex<StateStore>>,
     pipeline: Pipeline,
-    sink: KafkaSink,
+    /// The sink between its resume and its start: taken at `AbortPool`, once the
+    /// resolutions are durable.
+    resumed: Option<sink::Resumed>,
+    /// The sink, from `AbortPool` on.
+    sink: Option<KafkaSink>,
     consumer: Consumer,
     sink_topic: String,
     start: StartPosition,
@@ -318,15 +323,21 @@ impl Task {
         Ok(())
     }
 
-    /// Recovery in the DESIGN order; the sink's `recover` already resumed the restored
-    /// committables and then initialized the pool, so the coordinator is told their outcomes.
+    /// Recovery in the DESIGN order: the sink's `resume` already resolved the restored
+    /// committables, so the coordinator is told their outcomes; it then decides
+    /// PersistResolutions (fsynced) and only after `ResolutionsPersisted` AbortPool, which
+    /// starts the sink (the pool's init). The other order would let a crash after the init
+    /// restart with the same committable unresolved, and resuming it then finds its id's epoch
+    /// bumped by the init: a committed transaction reported as lost or as a prefix clash.
     async fn recover(
         &mut self,
         record: &CheckpointRecord,
-        resumed: Vec<sink::RecoveredCommittable>,
+        resumed: sink::Resumed,
     ) -> Result<(), RuntimeError> {
         self.event(Event::Loaded(restored(record)));
-        for r in resumed {
+        let outcomes = resumed.resumed().to_vec();
+        self.resumed = Some(resumed);
+        for r in outcomes {
             let found = record
                 .committables
                 .iter()
@@ -362,8 +373,10 @@ impl Task {
             } => self.commit(checkpoint, committable).await,
             Decision::MarkResolved { .. } => Ok(()),
             Decision::ReleaseSlot(c) => {
-                if let Some(n) = self.slots.remove(&c.transactional_id) {
-                    self.sink.release(n.0);
+                if let (Some(n), Some(sink)) =
+                    (self.slots.remove(&c.transactional_id), self.sink.as_mut())
+                {
+                    sink.release(n.0);
                 }
                 Ok(())
             }
@@ -375,19 +388,42 @@ impl Task {
             Decision::Restart { reason } => Err(RuntimeError::Internal(format!(
                 "a restart was decided ({reason}); restart the job"
             ))),
-            // The sink's recover resumed them already (before the pool's init).
+            // The sink's resume resolved them already (before the pool's init).
             Decision::Resume(_) => Ok(()),
             Decision::PersistResolutions {
                 checkpoint,
                 resolved,
             } => self.persist_resolutions(checkpoint, resolved).await,
-            // The sink's recover initialized the pool and aborted the lingering ids.
-            Decision::AbortPool => {
-                self.event(Event::PoolAborted);
-                Ok(())
-            }
+            // The resolutions are durable now: the sink's start inits the pool and aborts the
+            // lingering ids.
+            Decision::AbortPool => self.start_sink().await,
             Decision::StartTasks { positions, .. } => self.start_tasks(positions),
         }
+    }
+
+    /// Steps 2 and 3 of the sink's recovery, once the coordinator decided AbortPool (after
+    /// the resolutions were persisted).
+    async fn start_sink(&mut self) -> Result<(), RuntimeError> {
+        let Some(resumed) = self.resumed.take() else {
+            return Err(RuntimeError::Internal(
+                "AbortPool decided twice: the sink was started already".into(),
+            ));
+        };
+        let (sink, report) = resumed.start().await?;
+        tracing::info!(
+            lingering = report.lingering_aborted.len(),
+            "sink started (pool initialized)"
+        );
+        self.sink = Some(sink);
+        self.event(Event::PoolAborted);
+        Ok(())
+    }
+
+    /// The started sink; it exists from AbortPool on, before any barrier or record.
+    fn sink(&mut self) -> Result<&mut KafkaSink, RuntimeError> {
+        self.sink.as_mut().ok_or_else(|| {
+            RuntimeError::Internal("the sink was used before the recovery started it".into())
+        })
     }
 
     async fn barrier(&mut self, id: CheckpointId) -> Result<(), RuntimeError> {
@@ -395,7 +431,7 @@ impl Task {
             Some(state) => Some(vec![state.snapshot(id.0)?]),
             None => None,
         };
-        let committable = self.sink.on_barrier(id.0).await?;
+        let committable = self.sink()?.on_barrier(id.0).await?;
         let committables = committable.map(|c| vec![c.transaction]).unwrap_or_default();
         for c in &committables {
             self.slots.insert(c.transactional_id.clone(), id);
@@ -480,7 +516,7 @@ impl Task {
     /// The sink commits every prepared transaction of checkpoints ≤ N (and owns the retries);
     /// the coordinator hears how each ended.
     async fn commit(&mut self, n: CheckpointId, committable: C) -> Result<(), RuntimeError> {
-        for done in self.sink.on_checkpoint_durable(n.0).await? {
+        for done in self.sink()?.on_checkpoint_durable(n.0).await? {
             self.committed
                 .insert(done.transactional_id, sink_outcome(done.outcome));
         }
@@ -601,7 +637,7 @@ impl Task {
 
     async fn write_held(&mut self) -> Result<(), RuntimeError> {
         while let Some(r) = self.held.pop_front() {
-            match self.sink.write(r).await? {
+            match self.sink()?.write(r).await? {
                 Written::Sent => self.summary.records_out += 1,
                 Written::Backpressure { record, reason } => {
                     tracing::debug!(reason, "sink back-pressure");

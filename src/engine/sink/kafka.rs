@@ -46,7 +46,7 @@ pub struct CheckpointCommit {
     pub outcome: CommitOutcome,
 }
 
-/// One restored committable [`KafkaSink::recover`] resolved.
+/// One restored committable [`KafkaSink::resume`] resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoveredCommittable {
     /// The checkpoint.
@@ -58,7 +58,7 @@ pub struct RecoveredCommittable {
     pub outcome: ResumeOutcome,
 }
 
-/// What [`KafkaSink::recover`] did, in order.
+/// What a recovery ([`KafkaSink::resume`], then [`Resumed::start`]) did, in order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
     /// Step 1: the restored committables, in checkpoint order.
@@ -181,31 +181,124 @@ fn check_config(config: &SinkConfig) -> Result<(), SinkError> {
     Ok(())
 }
 
-impl KafkaSink {
-    /// Starts a sink task, recovering in THIS order:
-    /// 1. every restored committable (of the checkpoint being restored: unresolved ones of
-    ///    every task, or this task's) is resumed with `resume_transaction(commit)`, in
-    ///    checkpoint order, retried until its deadline. Completed, AlreadyCommitted and
-    ///    NothingToCommit are fine; NotCommitted is data loss, Superseded a prefix clash.
-    ///    This must come first: step 2's InitProducerId would *abort* a prepared transaction
-    ///    of a durable checkpoint.
+/// A sink task halfway through its recovery: every restored committable is resolved (step 1
+/// of [`KafkaSink::resume`]), nothing of the pool has been touched yet. The only way on is
+/// [`Resumed::start`], and the caller must make the resolutions durable BEFORE it: start's
+/// InitProducerId bumps every pool id's epoch, after which resuming the same committable again
+/// (a crash before the resolutions were durable) finds the coordinator moved on and reports a
+/// lost transaction or a prefix clash although it committed.
+#[derive(Debug)]
+#[must_use = "a resumed sink must be started (after its resolutions are durable) to write"]
+pub struct Resumed {
+    config: SinkConfig,
+    cluster: Arc<Cluster>,
+    metrics: SinkMetrics,
+    report: RecoveryReport,
+}
+
+impl Resumed {
+    /// What step 1 resolved, in checkpoint order: persist these resolutions (fsynced) before
+    /// calling [`Self::start`].
+    pub fn resumed(&self) -> &[RecoveredCommittable] {
+        &self.report.resumed
+    }
+
+    /// Steps 2 and 3 of the recovery, to call only once the resolutions of
+    /// [`Self::resumed`] are durable:
     /// 2. the pool's init (exactly-once) runs InitProducerId on every id `<prefix>-<task>-<slot>`,
     ///    fencing the crashed incarnation and aborting what it left open (its records after
     ///    the last barrier, which would otherwise hold read_committed readers at the LSO).
     /// 3. ListTransactions: Ongoing transactions of this task's ids beyond the pool (an
     ///    earlier run with a larger pool) are aborted by fencing their ids.
     ///
-    /// With a fresh start `restored` is empty. The caller persists the resolutions before
-    /// calling [`Self::release`] or writing a new checkpoint.
+    /// # Errors
+    /// [`SinkError::Client`] when the pool, the producer or the listing cannot be set up.
+    pub async fn start(self) -> Result<(KafkaSink, RecoveryReport), SinkError> {
+        let Resumed {
+            config,
+            cluster,
+            mut metrics,
+            mut report,
+        } = self;
+        // 2. Then the pool (or the plain producer).
+        let mode = match config.delivery {
+            Delivery::ExactlyOnce => {
+                let pool = TransactionalPool::init(
+                    cluster.clone(),
+                    config.producer.clone(),
+                    config.pool_prefix(),
+                    config.pool_size,
+                )
+                .await
+                .map_err(|e| SinkError::client("initializing the transactional id pool", e))?;
+                Mode::ExactlyOnce(Box::new(ExactlyOnce {
+                    pool,
+                    open: None,
+                    prepared: BTreeMap::new(),
+                    ended: BTreeMap::new(),
+                    retired: Vec::new(),
+                }))
+            }
+            delivery => {
+                let mut producer_config = config.producer.clone();
+                producer_config.enable_idempotence = true;
+                let producer = Producer::with_cluster(producer_config, cluster.clone())
+                    .await
+                    .map_err(|e| SinkError::client("creating the sink's producer", e))?;
+                if delivery == Delivery::AtLeastOnce {
+                    Mode::AtLeastOnce {
+                        producer,
+                        pending: Vec::new(),
+                    }
+                } else {
+                    Mode::None { producer }
+                }
+            }
+        };
+
+        // 3. Then the ids beyond the pool. (Without exactly-once now, every id of the task is
+        // "beyond the pool": a job switched from exactly-once leaves none open.)
+        if !config.transactional_id_prefix.is_empty() {
+            let size = match config.delivery {
+                Delivery::ExactlyOnce => config.pool_size,
+                _ => 0,
+            };
+            report.lingering_aborted = abort_lingering(&cluster, &config, size).await?;
+            metrics.lingering_aborted += report.lingering_aborted.len() as u64;
+        }
+
+        Ok((
+            KafkaSink {
+                config,
+                cluster,
+                mode,
+                last_barrier: None,
+                metrics,
+            },
+            report,
+        ))
+    }
+}
+
+impl KafkaSink {
+    /// Step 1 of a sink task's recovery: every restored committable (of the checkpoint being
+    /// restored: unresolved ones of every task, or this task's) is resumed with
+    /// `resume_transaction(commit)`, in checkpoint order, retried until its deadline.
+    /// Completed, AlreadyCommitted and NothingToCommit are fine; NotCommitted is data loss,
+    /// Superseded a prefix clash. It must come before the pool's init ([`Resumed::start`]),
+    /// whose InitProducerId would *abort* a prepared transaction of a durable checkpoint; and
+    /// the caller makes the resolutions durable between the two (see [`Resumed`]).
+    ///
+    /// With a fresh start `restored` is empty.
     ///
     /// # Errors
     /// [`SinkError::DataLoss`] (unless `continue_on_data_loss`), [`SinkError::PrefixClash`],
     /// [`SinkError::CommitDeadline`], [`SinkError::Config`], [`SinkError::Client`].
-    pub async fn recover(
+    pub async fn resume(
         config: SinkConfig,
         cluster: Arc<Cluster>,
         restored: &[SinkCommittable],
-    ) -> Result<(KafkaSink, RecoveryReport), SinkError> {
+    ) -> Result<Resumed, SinkError> {
         check_config(&config)?;
         let mut metrics = SinkMetrics::default();
         let mut report = RecoveryReport::default();
@@ -268,63 +361,28 @@ impl KafkaSink {
             });
         }
 
-        // 2. Then the pool (or the plain producer).
-        let mode = match config.delivery {
-            Delivery::ExactlyOnce => {
-                let pool = TransactionalPool::init(
-                    cluster.clone(),
-                    config.producer.clone(),
-                    config.pool_prefix(),
-                    config.pool_size,
-                )
-                .await
-                .map_err(|e| SinkError::client("initializing the transactional id pool", e))?;
-                Mode::ExactlyOnce(Box::new(ExactlyOnce {
-                    pool,
-                    open: None,
-                    prepared: BTreeMap::new(),
-                    ended: BTreeMap::new(),
-                    retired: Vec::new(),
-                }))
-            }
-            delivery => {
-                let mut producer_config = config.producer.clone();
-                producer_config.enable_idempotence = true;
-                let producer = Producer::with_cluster(producer_config, cluster.clone())
-                    .await
-                    .map_err(|e| SinkError::client("creating the sink's producer", e))?;
-                if delivery == Delivery::AtLeastOnce {
-                    Mode::AtLeastOnce {
-                        producer,
-                        pending: Vec::new(),
-                    }
-                } else {
-                    Mode::None { producer }
-                }
-            }
-        };
-
-        // 3. Then the ids beyond the pool. (Without exactly-once now, every id of the task is
-        // "beyond the pool": a job switched from exactly-once leaves none open.)
-        if !config.transactional_id_prefix.is_empty() {
-            let size = match config.delivery {
-                Delivery::ExactlyOnce => config.pool_size,
-                _ => 0,
-            };
-            report.lingering_aborted = abort_lingering(&cluster, &config, size).await?;
-            metrics.lingering_aborted += report.lingering_aborted.len() as u64;
-        }
-
-        Ok((
-            KafkaSink {
-                config,
-                cluster,
-                mode,
-                last_barrier: None,
-                metrics,
-            },
+        Ok(Resumed {
+            config,
+            cluster,
+            metrics,
             report,
-        ))
+        })
+    }
+
+    /// [`Self::resume`] then [`Resumed::start`] in one call, with NO durable step between:
+    /// only for callers that keep no resolutions (a fresh start with nothing restored, tests).
+    /// A caller with durable state must call the two itself and persist the resolutions in
+    /// between, or a crash after the pool's init makes the next restart fail on a committable
+    /// that did commit.
+    ///
+    /// # Errors
+    /// Those of [`Self::resume`] and [`Resumed::start`].
+    pub async fn recover(
+        config: SinkConfig,
+        cluster: Arc<Cluster>,
+        restored: &[SinkCommittable],
+    ) -> Result<(KafkaSink, RecoveryReport), SinkError> {
+        Self::resume(config, cluster, restored).await?.start().await
     }
 
     /// Writes a record: into the open transaction (exactly-once; one is begun in the lowest

@@ -6,8 +6,9 @@
 //! A library piece the runtime drives, one [`KafkaSink`] per sink task:
 //!
 //! ```text
-//!   recover(restored)        resume restored committables FIRST, then the pool's init,
-//!                            then abort lingering ids beyond the pool
+//!   resume(restored)         resume restored committables FIRST -> Resumed
+//!   (the caller persists the resolutions, fsynced)
+//!   Resumed::start()         only then the pool's init, then abort lingering ids beyond it
 //!   write(record)*           into the open transaction (begun lazily in a free slot)
 //!   on_barrier(N)            flush + prepare -> Some(committable) to save in checkpoint N
 //!   on_checkpoint_durable(N) commit every prepared transaction of checkpoints <= N
@@ -25,8 +26,8 @@ mod kafka;
 
 pub use budget::{brokers_max_timeout, check_timeout_budget};
 pub use kafka::{
-    CheckpointCommit, CommitOutcome, KafkaSink, RecoveredCommittable, RecoveryReport, SinkMetrics,
-    Written,
+    CheckpointCommit, CommitOutcome, KafkaSink, RecoveredCommittable, RecoveryReport, Resumed,
+    SinkMetrics, Written,
 };
 
 use crate::client::txn::PreparedTransaction;

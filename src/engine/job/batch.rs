@@ -64,7 +64,8 @@ where
     let mut out = BatchOutput::default();
     let mut windows: BTreeMap<(Window, Key), Accumulator> = BTreeMap::new();
     for (kafka_key, value) in input {
-        let Some((carried, value)) = stateless(before, Carried::Input(kafka_key), value, &mut out)
+        let Some((carried, value)) =
+            stateless_counted(before, Carried::Input(kafka_key), value, &mut out)
         else {
             continue;
         };
@@ -97,7 +98,9 @@ where
                 continue;
             };
             let result = w.result_record(&key_value, win, &acc);
-            if let Some((carried, v)) = stateless(after, Carried::Keyed(key), result, &mut out) {
+            if let Some((carried, v)) =
+                stateless_counted(after, Carried::Keyed(key), result, &mut out)
+            {
                 out.records.push((carried.kafka_key(), v));
             }
         }
@@ -105,33 +108,60 @@ where
     out
 }
 
-/// Filters, projections and key_by; `None` when the record is dropped.
-fn stateless(
+/// Why the stateless operators dropped a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dropped {
+    /// A filter did not match.
+    Filtered,
+    /// `key_by`'s field is missing or null.
+    NoKey,
+}
+
+/// Filters, projections and key_by, shared by the batch runner and the runtime: the record's
+/// key and value, and whether a projection changed the value (the runtime then re-encodes it;
+/// otherwise the input bytes go out as they came).
+pub(crate) fn stateless(
     ops: &[Operator],
     mut carried: Carried,
     mut value: Value,
-    out: &mut BatchOutput,
-) -> Option<(Carried, Value)> {
+) -> Result<(Carried, Value, bool), Dropped> {
+    let mut projected = false;
     for op in ops {
         match op {
             Operator::Filter(p) => {
                 if !p.matches(&value) {
-                    return None;
+                    return Err(Dropped::Filtered);
                 }
             }
-            Operator::Project(p) => value = p.apply(value),
-            Operator::KeyBy(k) => match k.extract(&value) {
-                Some(found) => carried = Carried::Keyed(found),
-                None => {
-                    out.no_key += 1;
-                    return None;
-                }
-            },
+            Operator::Project(p) => {
+                value = p.apply(value);
+                projected = true;
+            }
+            Operator::KeyBy(k) => {
+                carried = Carried::Keyed(k.extract(&value).ok_or(Dropped::NoKey)?)
+            }
             // Only one window per job (check_pipeline); the caller splits there.
             Operator::WindowAggregate(_) => {}
         }
     }
-    Some((carried, value))
+    Ok((carried, value, projected))
+}
+
+/// [`stateless`], counting what key_by drops.
+fn stateless_counted(
+    ops: &[Operator],
+    carried: Carried,
+    value: Value,
+    out: &mut BatchOutput,
+) -> Option<(Carried, Value)> {
+    match stateless(ops, carried, value) {
+        Ok((carried, value, _)) => Some((carried, value)),
+        Err(Dropped::NoKey) => {
+            out.no_key += 1;
+            None
+        }
+        Err(Dropped::Filtered) => None,
+    }
 }
 
 #[cfg(test)]

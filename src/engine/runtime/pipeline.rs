@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::RuntimeError;
 use crate::engine::job::aggregate::{Accumulator, WindowAggregate};
-use crate::engine::job::batch::Carried;
+use crate::engine::job::batch::{stateless, Carried};
 use crate::engine::job::project::Key;
 use crate::engine::job::window::{route, Admission, Watermark, Window, WindowKind};
 use crate::engine::job::Operator;
@@ -109,9 +109,7 @@ impl Pipeline {
             self.dropped += 1;
             return Ok(Vec::new());
         };
-        let mut changed = false;
-        let Some((carried, value)) =
-            stateless(&self.before, Carried::Input(key), value, &mut changed)
+        let Ok((carried, value, changed)) = stateless(&self.before, Carried::Input(key), value)
         else {
             return Ok(Vec::new());
         };
@@ -149,10 +147,7 @@ impl Pipeline {
         results.extend(window.advance(t)?);
         let mut out = Vec::new();
         for (key, result) in results {
-            let mut changed = true;
-            if let Some((carried, v)) =
-                stateless(&self.after, Carried::Keyed(key), result, &mut changed)
-            {
+            if let Ok((carried, v, _)) = stateless(&self.after, Carried::Keyed(key), result) {
                 out.push(Output {
                     key: carried.kafka_key(),
                     value: Bytes::from(v.to_string()),
@@ -161,32 +156,6 @@ impl Pipeline {
         }
         Ok(out)
     }
-}
-
-/// Filters, projections and key_by; `None` when the record is dropped.
-fn stateless(
-    ops: &[Operator],
-    mut carried: Carried,
-    mut value: Value,
-    changed: &mut bool,
-) -> Option<(Carried, Value)> {
-    for op in ops {
-        match op {
-            Operator::Filter(p) => {
-                if !p.matches(&value) {
-                    return None;
-                }
-            }
-            Operator::Project(p) => {
-                value = p.apply(value);
-                *changed = true;
-            }
-            Operator::KeyBy(k) => carried = Carried::Keyed(k.extract(&value)?),
-            // One window per job (checked when the job is loaded); the caller splits there.
-            Operator::WindowAggregate(_) => {}
-        }
-    }
-    Some((carried, value))
 }
 
 /// A window start as a map key that sorts like the number.

@@ -692,6 +692,9 @@ fn check_pipeline(
     Ok(out)
 }
 
+/// A filter predicate, checked. Long on purpose: one branch per form the job file allows
+/// (comparison, `and`, `or`, `not`, `within`), in the order the docs list them, each naming
+/// its own field and line; it reads as the table of filter forms. Split it when a form grows.
 fn check_pred(loc: &Locator<'_>, raw: Spanned<RawPred>) -> Result<Predicate, JobError> {
     let span = raw.span();
     let p = raw.into_inner();

@@ -309,51 +309,19 @@ impl KafkaSink {
         for c in restored {
             let outcome = resume_restored(&cluster, &config, c).await?;
             let id = c.transaction.transactional_id.clone();
-            match resolution(&outcome) {
-                Resolution::Committed => {
-                    match outcome {
-                        ResumeOutcome::Completed => metrics.commits += 1,
-                        ResumeOutcome::AlreadyCommitted => metrics.already_committed += 1,
-                        _ => {}
-                    }
-                    info!(checkpoint = c.checkpoint, transactional_id = %id, ?outcome, "restored committable resolved");
-                }
-                Resolution::Lost(reason) => {
-                    // Known start only: an unknown one cannot tell a fencing from a timeout.
-                    let start = c.transaction.transaction_start_ms;
-                    if start >= 0
-                        && abort_cause(
-                            start,
-                            now_ms(),
-                            config.producer.transaction_timeout,
-                            config.commit_margin,
-                        ) == AbortCause::Fenced
-                    {
-                        return Err(SinkError::PrefixClash {
-                            prefix: config.pool_prefix(),
-                            detail: format!(
-                                "restored checkpoint {}'s transaction '{id}' was aborted before transaction.timeout.ms could expire, so by another producer (its records are lost): {reason}",
-                                c.checkpoint
-                            ),
-                        });
-                    }
-                    let error = data_loss(&config, c.checkpoint, &id, reason);
-                    if !config.continue_on_data_loss {
-                        return Err(error);
-                    }
-                    warn!(error = %error, "continuing without the lost records (continue_on_data_loss)");
-                    metrics.data_loss_continued += 1;
-                }
-                Resolution::Clash(reason) => {
-                    return Err(SinkError::PrefixClash {
-                        prefix: config.pool_prefix(),
-                        detail: format!(
-                            "restored checkpoint {}'s transaction '{id}' was superseded: {reason}",
-                            c.checkpoint
-                        ),
-                    })
-                }
-            }
+            // Known start only: an unknown one cannot tell a fencing from a timeout.
+            let start = Some(c.transaction.transaction_start_ms).filter(|s| *s >= 0);
+            let label = format!("restored checkpoint {}", c.checkpoint);
+            settle(
+                &config,
+                c.checkpoint,
+                &label,
+                &id,
+                start,
+                &outcome,
+                &mut metrics,
+            )?;
+            info!(checkpoint = c.checkpoint, transactional_id = %id, ?outcome, "restored committable resolved");
             report.resumed.push(RecoveredCommittable {
                 checkpoint: c.checkpoint,
                 transactional_id: id,
@@ -790,51 +758,69 @@ async fn commit_prepared(
                 continue;
             }
         };
-        match resolution(&outcome) {
-            Resolution::Committed => {
-                return Ok(match outcome {
-                    ResumeOutcome::AlreadyCommitted => {
-                        metrics.already_committed += 1;
-                        (CommitOutcome::AlreadyCommitted, ended)
-                    }
-                    _ => {
-                        metrics.commits += 1;
-                        (CommitOutcome::Committed, ended)
-                    }
-                });
+        let start = if c.transaction_start_ms >= 0 {
+            c.transaction_start_ms
+        } else {
+            p.began_ms
+        };
+        let label = format!("checkpoint {ckpt}");
+        let outcome = settle(config, ckpt, &label, &id, Some(start), &outcome, metrics)?;
+        return Ok((outcome, ended));
+    }
+}
+
+/// What a resumed (or retried) commit's outcome means for the sink, the one rule for a
+/// checkpoint's commit and a recovery's: committed (counted); lost — a prefix clash when the
+/// coordinator aborted it before `transaction.timeout.ms` could expire from `start` (so another
+/// producer did), else data loss, or counted and carried on with `continue_on_data_loss`;
+/// superseded — a prefix clash.
+fn settle(
+    config: &SinkConfig,
+    ckpt: u64,
+    label: &str,
+    id: &str,
+    start: Option<i64>,
+    outcome: &ResumeOutcome,
+    metrics: &mut SinkMetrics,
+) -> Result<CommitOutcome, SinkError> {
+    match resolution(outcome) {
+        Resolution::Committed => Ok(match outcome {
+            ResumeOutcome::AlreadyCommitted => {
+                metrics.already_committed += 1;
+                CommitOutcome::AlreadyCommitted
             }
-            Resolution::Lost(reason) => {
-                let start = if c.transaction_start_ms >= 0 {
-                    c.transaction_start_ms
-                } else {
-                    p.began_ms
-                };
-                if abort_cause(start, now_ms(), timeout, config.commit_margin) == AbortCause::Fenced
-                {
-                    return Err(SinkError::PrefixClash {
-                        prefix: config.pool_prefix(),
-                        detail: format!(
-                            "checkpoint {ckpt}'s transaction '{id}' was aborted before transaction.timeout.ms could expire, so by another producer (its records are lost): {reason}"
-                        ),
-                    });
-                }
-                let error = data_loss(config, ckpt, &id, reason);
-                if !config.continue_on_data_loss {
-                    return Err(error);
-                }
-                warn!(error = %error, "continuing without the lost records (continue_on_data_loss)");
-                metrics.data_loss_continued += 1;
-                return Ok((CommitOutcome::LostAndContinued, ended));
+            ResumeOutcome::Completed => {
+                metrics.commits += 1;
+                CommitOutcome::Committed
             }
-            Resolution::Clash(reason) => {
+            _ => CommitOutcome::Committed,
+        }),
+        Resolution::Lost(reason) => {
+            let timeout = config.producer.transaction_timeout;
+            if start.is_some_and(|s| {
+                abort_cause(s, now_ms(), timeout, config.commit_margin) == AbortCause::Fenced
+            }) {
                 return Err(SinkError::PrefixClash {
                     prefix: config.pool_prefix(),
                     detail: format!(
-                        "checkpoint {ckpt}'s transaction '{id}' was superseded by a later transaction of the id: {reason}"
+                        "{label}'s transaction '{id}' was aborted before transaction.timeout.ms could expire, so by another producer (its records are lost): {reason}"
                     ),
-                })
+                });
             }
+            let error = data_loss(config, ckpt, id, reason);
+            if !config.continue_on_data_loss {
+                return Err(error);
+            }
+            warn!(error = %error, "continuing without the lost records (continue_on_data_loss)");
+            metrics.data_loss_continued += 1;
+            Ok(CommitOutcome::LostAndContinued)
         }
+        Resolution::Clash(reason) => Err(SinkError::PrefixClash {
+            prefix: config.pool_prefix(),
+            detail: format!(
+                "{label}'s transaction '{id}' was superseded by a later transaction of the id: {reason}"
+            ),
+        }),
     }
 }
 

@@ -27,7 +27,15 @@
 //! checkpoint is under way; otherwise the job stops with an error rather than risk a record's
 //! output landing after its barrier.
 
+mod alignment;
+mod coordinate;
+mod keyed;
+mod launch;
+mod message;
+mod output;
 mod pipeline;
+mod routing;
+mod source;
 mod task;
 
 use std::path::PathBuf;

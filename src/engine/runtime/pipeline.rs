@@ -1,5 +1,8 @@
-//! One task's operator chain: the stateless operators run inline, the window aggregate keeps
-//! its accumulators, timers and watermark in the task's [`OperatorState`].
+//! The operator chain, split where the parallel runtime splits it: the stateless prefix
+//! (filters, projections, key_by) runs chained in each source subtask ([`Prefix`]); the window
+//! aggregate and what follows it run in the keyed subtask that owns the record's key group
+//! ([`WindowStage`]), its accumulators and timers in that subtask's [`OperatorState`] and its
+//! watermark driven by the watermarks the sources send ([`WindowStage::advance_to`]).
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -8,7 +11,7 @@ use super::RuntimeError;
 use crate::engine::job::aggregate::{Accumulator, WindowAggregate};
 use crate::engine::job::batch::{stateless, Carried};
 use crate::engine::job::project::Key;
-use crate::engine::job::window::{route, Admission, Watermark, Window, WindowKind};
+use crate::engine::job::window::{route, Admission, Window, WindowKind};
 use crate::engine::job::Operator;
 use crate::engine::state::{MapState, OperatorState, TimerState, ValueState};
 
@@ -23,8 +26,11 @@ const ACCUMULATORS: MapState = MapState::new(0);
 const FIRE: TimerState = TimerState::new(1);
 /// (window end + allowed lateness, record key): drop the window's state.
 const CLEANUP: TimerState = TimerState::new(2);
-/// Under the empty key: the watermark (JSON), so a restart does not re-open fired windows.
+/// A keyed subtask's watermark (JSON i64), under [`WATERMARK_KEY`] in the first key group of
+/// its range, so a restart does not re-open fired windows; with a rescale, a subtask takes the
+/// smallest of those in its new range (no record that was on time becomes late).
 const WATERMARK: ValueState = ValueState::new(3);
+const WATERMARK_KEY: &[u8] = b"watermark";
 
 /// A record on its way to the sink: its Kafka key and value.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,118 +39,167 @@ pub(crate) struct Output {
     pub value: Bytes,
 }
 
-/// The window operator with its state.
-struct WindowOp {
-    spec: WindowAggregate,
-    state: OperatorState,
-    watermark: Watermark,
-    /// The watermark up to which timers were last looked for (timers are scanned only when
-    /// the watermark crosses a window boundary: a scan visits every key group).
-    scanned_to: Option<i64>,
+/// What the stateless prefix made of an input record.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Prefixed {
+    /// A job without a window: the record goes to the sink.
+    Out(Output),
+    /// For the window: its key (routes it to a keyed subtask), event time and value.
+    Keyed { key: Key, time: i64, value: Value },
+    /// Filtered out or dropped (not JSON, no key, no event time).
+    Dropped,
 }
 
-/// The operator chain of one task.
-pub(crate) struct Pipeline {
+/// The stateless operators before the window (all of them without one), run in a source
+/// subtask.
+pub(crate) struct Prefix {
     before: Vec<Operator>,
-    window: Option<WindowOp>,
-    after: Vec<Operator>,
-    /// Counters: records dropped for a missing key, a missing event time, lateness.
+    window: Option<WindowAggregate>,
+    /// Records dropped for not being JSON, a missing key or a missing event time.
     pub dropped: u64,
 }
 
-impl Pipeline {
-    /// The chain of `operators`; `state` is the window operator's state (restored), required
-    /// when the chain has a window.
-    pub(crate) fn new(
-        operators: &[Operator],
-        state: Option<OperatorState>,
-    ) -> Result<Pipeline, RuntimeError> {
+impl Prefix {
+    /// The prefix of `operators` (up to the window, if any).
+    pub(crate) fn new(operators: &[Operator]) -> Prefix {
         let split = operators
             .iter()
             .position(|op| matches!(op, Operator::WindowAggregate(_)));
-        let Some(i) = split else {
-            return Ok(Pipeline {
-                before: operators.to_vec(),
-                window: None,
-                after: Vec::new(),
-                dropped: 0,
-            });
-        };
-        let Some(Operator::WindowAggregate(spec)) = operators.get(i) else {
-            return Err(RuntimeError::Internal("window operator not found".into()));
-        };
-        let state =
-            state.ok_or_else(|| RuntimeError::Internal("window operator without state".into()))?;
-        let watermark = match WATERMARK.get(&state, b"")? {
-            Some(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| RuntimeError::Internal(format!("stored watermark: {e}")))?,
-            None => Watermark::new(spec.out_of_orderness),
-        };
-        Ok(Pipeline {
-            before: operators[..i].to_vec(),
-            window: Some(WindowOp {
-                spec: spec.clone(),
-                state,
-                watermark,
-                // None: the first advance after a restore scans the restored timers.
-                scanned_to: None,
-            }),
-            after: operators[i + 1..].to_vec(),
+        let window = split.and_then(|i| match operators.get(i) {
+            Some(Operator::WindowAggregate(w)) => Some(w.clone()),
+            _ => None,
+        });
+        Prefix {
+            before: operators[..split.unwrap_or(operators.len())].to_vec(),
+            window,
             dropped: 0,
-        })
+        }
     }
 
-    /// The window operator's state, for snapshots.
-    pub(crate) fn state_mut(&mut self) -> Option<&mut OperatorState> {
-        self.window.as_mut().map(|w| &mut w.state)
+    /// The window the records go to, if the job has one.
+    pub(crate) fn window(&self) -> Option<&WindowAggregate> {
+        self.window.as_ref()
     }
 
-    /// Runs one input record through the chain; returns what goes to the sink, in order.
-    pub(crate) fn process(
-        &mut self,
-        key: Option<Vec<u8>>,
-        raw: &Bytes,
-    ) -> Result<Vec<Output>, RuntimeError> {
+    /// Runs one input record through the prefix.
+    pub(crate) fn process(&mut self, key: Option<Vec<u8>>, raw: &Bytes) -> Prefixed {
         let Ok(value) = serde_json::from_slice::<Value>(raw) else {
             self.dropped += 1;
-            return Ok(Vec::new());
+            return Prefixed::Dropped;
         };
         let Ok((carried, value, changed)) = stateless(&self.before, Carried::Input(key), value)
         else {
-            return Ok(Vec::new());
+            return Prefixed::Dropped;
         };
-        let Some(window) = self.window.as_mut() else {
+        let Some(window) = self.window.as_ref() else {
             // Unchanged records go out as they came (bytes and all).
             let value = if changed {
                 Bytes::from(value.to_string())
             } else {
                 raw.clone()
             };
-            return Ok(vec![Output {
+            return Prefixed::Out(Output {
                 key: carried.kafka_key(),
                 value,
-            }]);
+            });
         };
         let Carried::Keyed(key) = carried else {
             self.dropped += 1;
-            return Ok(Vec::new());
+            return Prefixed::Dropped;
         };
-        let Some(t) = window.spec.event_time(&value) else {
+        let Some(time) = window.event_time(&value) else {
             self.dropped += 1;
-            return Ok(Vec::new());
+            return Prefixed::Dropped;
         };
-        if route(
-            window.spec.kind,
-            t,
-            window.watermark.current(),
-            window.spec.allowed_lateness,
-        )
-        .is_late()
-        {
-            self.dropped += 1;
+        Prefixed::Keyed { key, time, value }
+    }
+}
+
+/// The window operator with its state.
+struct WindowOp {
+    spec: WindowAggregate,
+    state: OperatorState,
+    /// The subtask's watermark: the smallest of its inputs' (never back).
+    watermark: Option<i64>,
+    /// The watermark up to which timers were last looked for (timers are scanned only when
+    /// the watermark crosses a window boundary: a scan visits every key group of the range).
+    scanned_to: Option<i64>,
+}
+
+/// The window aggregate and the operators after it, in one keyed subtask.
+pub(crate) struct WindowStage {
+    window: WindowOp,
+    after: Vec<Operator>,
+    /// Late records (counted, not written).
+    pub late: u64,
+}
+
+impl WindowStage {
+    /// The stage of `operators` (which must have a window) on `state`, the subtask's handle
+    /// restricted to its key groups; restores the subtask's watermark.
+    pub(crate) fn new(
+        operators: &[Operator],
+        state: OperatorState,
+    ) -> Result<WindowStage, RuntimeError> {
+        let i = operators
+            .iter()
+            .position(|op| matches!(op, Operator::WindowAggregate(_)));
+        let Some(Operator::WindowAggregate(spec)) = i.and_then(|i| operators.get(i)) else {
+            return Err(RuntimeError::Internal("window operator not found".into()));
+        };
+        let mut watermark: Option<i64> = None;
+        for kg in state.key_groups() {
+            if let Some(bytes) = WATERMARK.get_in_group(&state, kg, WATERMARK_KEY)? {
+                let w: i64 = serde_json::from_slice(&bytes)
+                    .map_err(|e| RuntimeError::Internal(format!("stored watermark: {e}")))?;
+                watermark = Some(watermark.map_or(w, |m| m.min(w)));
+            }
         }
-        let mut results = window.add(&key, t, &value)?;
-        results.extend(window.advance(t)?);
+        Ok(WindowStage {
+            window: WindowOp {
+                spec: spec.clone(),
+                state,
+                watermark,
+                // None: the first advance after a restore scans the restored timers.
+                scanned_to: None,
+            },
+            after: operators[i.unwrap_or(0) + 1..].to_vec(),
+            late: 0,
+        })
+    }
+
+    /// The window operator's state, for snapshots.
+    pub(crate) fn state_mut(&mut self) -> &mut OperatorState {
+        &mut self.window.state
+    }
+
+    /// The watermark.
+    pub(crate) fn watermark(&self) -> Option<i64> {
+        self.window.watermark
+    }
+
+    /// Adds one keyed record at event time `t`; returns what goes to the sink (late updates).
+    pub(crate) fn process(
+        &mut self,
+        key: &Key,
+        t: i64,
+        value: &Value,
+    ) -> Result<Vec<Output>, RuntimeError> {
+        let w = &self.window;
+        if route(w.spec.kind, t, w.watermark, w.spec.allowed_lateness).is_late() {
+            self.late += 1;
+        }
+        let results = self.window.add(key, t, value)?;
+        Ok(self.finish(results))
+    }
+
+    /// The inputs' watermark is now `w`: fires the windows it closes.
+    pub(crate) fn advance_to(&mut self, w: i64) -> Result<Vec<Output>, RuntimeError> {
+        let results = self.window.advance_to(w)?;
+        Ok(self.finish(results))
+    }
+
+    fn finish(&self, results: Vec<(Key, Value)>) -> Vec<Output> {
         let mut out = Vec::new();
         for (key, result) in results {
             if let Ok((carried, v, _)) = stateless(&self.after, Carried::Keyed(key), result) {
@@ -154,7 +209,7 @@ impl Pipeline {
                 });
             }
         }
-        Ok(out)
+        out
     }
 }
 
@@ -194,7 +249,7 @@ impl WindowOp {
     /// Adds a record at event time `t` to its windows; a late update fires its window again.
     fn add(&mut self, key: &Key, t: i64, value: &Value) -> Result<Vec<(Key, Value)>, RuntimeError> {
         let lateness = self.spec.allowed_lateness;
-        let routed = route(self.spec.kind, t, self.watermark.current(), lateness);
+        let routed = route(self.spec.kind, t, self.watermark, lateness);
         let mut fired = Vec::new();
         for (window, admission) in routed.windows {
             if admission == Admission::Late {
@@ -232,18 +287,19 @@ impl WindowOp {
         ))
     }
 
-    /// Observes `t`; when the watermark crosses a window boundary, fires the due windows (by
-    /// end, then key) and drops the expired ones.
-    fn advance(&mut self, t: i64) -> Result<Vec<(Key, Value)>, RuntimeError> {
-        if !self.watermark.observe(t) {
+    /// Moves the watermark to `w` (never back); when it crosses a window boundary, fires
+    /// the due windows (by end, then key) and drops the expired ones.
+    fn advance_to(&mut self, w: i64) -> Result<Vec<(Key, Value)>, RuntimeError> {
+        if self.watermark.is_some_and(|c| c >= w) {
             return Ok(Vec::new());
         }
-        let Some(w) = self.watermark.current() else {
-            return Ok(Vec::new());
-        };
-        let bytes = serde_json::to_vec(&self.watermark)
+        self.watermark = Some(w);
+        let bytes = serde_json::to_vec(&w)
             .map_err(|e| RuntimeError::Internal(format!("watermark: {e}")))?;
-        WATERMARK.set(&mut self.state, b"", &bytes);
+        let groups = self.state.key_groups();
+        if !groups.is_empty() {
+            WATERMARK.set_in_group(&mut self.state, groups.start, WATERMARK_KEY, &bytes);
+        }
         let (size, slide) = window_size(self.spec.kind);
         let lateness = self.spec.allowed_lateness;
         if !timers_may_be_due(self.scanned_to, w, size, slide, lateness) {

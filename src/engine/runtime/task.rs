@@ -1,65 +1,53 @@
-//! The task loop and the start-up recovery of [`run`].
+//! Start-up of [`run`]: the state, the budget, the sinks' resume, the partitions' assignment;
+//! then the coordinator's loop (`coordinate`) recovers and starts the subtasks (`launch`).
 
-use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
-use super::pipeline::{Pipeline, WINDOW_KIND, WINDOW_UID};
+use super::coordinate::Master;
+use super::launch::Plan;
+use super::message::C;
+use super::pipeline::{WINDOW_KIND, WINDOW_UID};
+use super::routing::assign_partitions;
 use super::{RunConfig, RunSummary, RuntimeError};
-use crate::client::txn::PreparedTransaction;
-use crate::client::{
-    Admin, Cluster, Consumer, ConsumerRecord, IsolationLevel, Offset, ProducerRecord,
-};
-use crate::engine::checkpoint::{
-    self, CheckpointId, CommitOutcome, Coordinator, Decision, Event, Listed, Millis, Phase,
-    Positions, Restored, TaskId,
-};
+use crate::client::{Admin, Cluster, Consumer, IsolationLevel, Offset};
+use crate::engine::checkpoint::{self, CheckpointId, Listed, Millis, Positions, Restored};
 use crate::engine::job::{DeliveryGuarantee, Job, Operator, StartPosition};
-use crate::engine::sink::{
-    self, check_timeout_budget, Delivery, KafkaSink, SinkCommittable, SinkConfig, Written,
-};
+use crate::engine::sink::{check_timeout_budget, Delivery, KafkaSink, SinkCommittable, SinkConfig};
 use crate::engine::state::{
-    CheckpointRecord, FrozenDelta, Layout, OperatorLayout, RestoreFrom, SourcePosition, StateStore,
-    StoreOptions,
+    CheckpointRecord, Layout, OperatorLayout, RestoreFrom, SourcePosition, StateStore, StoreOptions,
 };
 
-type C = PreparedTransaction;
-type D = Vec<FrozenDelta>;
-
-/// The one task of this version.
-const TASK: TaskId = TaskId(0);
 /// Transactional ids per sink task: the open, the prepared and the just-committed one.
 const POOL_SIZE: usize = 3;
-/// How long one poll waits for records (the loop ticks the coordinator in between).
-const POLL: Duration = Duration::from_millis(100);
-/// How long a stop waits for the checkpoint under way.
-const STOP_GRACE: Duration = Duration::from_secs(10);
 
-fn now_ms() -> Millis {
+pub(crate) fn now_ms() -> Millis {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Runs `config.job` until `stop` turns true (then finishes the checkpoint under way, if
-/// quick, and returns) or a fatal error.
+/// Runs `config.job` at its `settings.parallelism` until `stop` turns true (then finishes the
+/// checkpoint under way, if quick, and returns) or a fatal error.
 ///
 /// # Errors
-/// Every [`RuntimeError`]: an unsupported job, a state store that cannot restore, a timeout
-/// budget the brokers refuse, data loss or a prefix clash found by the sink, a checkpoint
-/// failure, a source that cannot read.
+/// Every [`RuntimeError`]: an unsupported job, a state store that cannot restore (a changed
+/// parallelism among others), a timeout budget the brokers refuse, data loss or a prefix clash
+/// found by a sink, a checkpoint failure, a source that cannot read.
 pub async fn run(
     config: RunConfig,
     stop: watch::Receiver<bool>,
 ) -> Result<RunSummary, RuntimeError> {
     let job = &config.job;
     check_supported(job)?;
+    let parallelism = usize::try_from(job.settings.parallelism)
+        .unwrap_or(1)
+        .max(1);
     let settings = checkpoint_settings(job);
     let layout = state_layout(job);
+    let key_groups = layout.key_groups;
     let (store, record) = open_store(
         config.state_dir.clone(),
         layout,
@@ -82,63 +70,53 @@ pub async fn run(
             transaction: t.clone(),
         })
         .collect();
-    // Step 1 only: the pool's init waits until the resolutions are durable (AbortPool).
-    let resumed = KafkaSink::resume(
-        sink_config(&config, delivery, &settings),
-        cluster.clone(),
-        &restored,
-    )
-    .await?;
+    // Step 1 only: the pools' init waits until the resolutions are durable (AbortPool). Sink
+    // task 0 resolves every restored committable, whichever task prepared it; the others
+    // have none to resolve.
+    let mut resumed = Vec::with_capacity(parallelism);
+    for i in 0..parallelism {
+        let mine: &[SinkCommittable] = if i == 0 { &restored } else { &[] };
+        let config = sink_config(&config, delivery, &settings, i);
+        resumed.push(KafkaSink::resume(config, cluster.clone(), mine).await?);
+    }
     tracing::info!(
         checkpoint = record.id,
-        resumed = resumed.resumed().len(),
+        resumed = restored.len(),
+        parallelism,
         "restored committables resumed"
     );
-    let state = match has_window(job) {
-        true => Some(store.operator(WINDOW_UID)?),
-        false => None,
-    };
-    let pipeline = Pipeline::new(&job.pipeline, state)?;
-    let mut consumer_config = config.consumer.clone();
-    consumer_config.isolation_level = IsolationLevel::ReadCommitted;
-    let mut consumer = Consumer::with_cluster(consumer_config, cluster);
-    let topics: Vec<&str> = job.source.topics.iter().map(String::as_str).collect();
-    consumer
-        .assign_topics(&topics)
-        .await
-        .map_err(|e| RuntimeError::client("assigning the source topics", e))?;
-    let mut task = Task {
-        coord: Coordinator::new(settings, [TASK]),
-        store: Arc::new(Mutex::new(store)),
-        pipeline,
-        resumed: None,
-        sink: None,
+    let mut consumer = config.consumer.clone();
+    consumer.isolation_level = IsolationLevel::ReadCommitted;
+    let probe = Consumer::with_cluster(consumer.clone(), cluster.clone());
+    let mut partitions = Vec::new();
+    for t in &job.source.topics {
+        let found = probe
+            .partitions_for(t)
+            .await
+            .map_err(|e| RuntimeError::client(format!("looking up source topic {t}"), e))?;
+        partitions.extend(found);
+    }
+    drop(probe);
+    let plan = Plan {
+        job: job.clone(),
+        parallelism,
+        key_groups,
         consumer,
-        sink_topic: job.sink.topic.clone(),
-        start: job.source.start,
-        positions: Positions::new(),
-        persisting: None,
-        slots: BTreeMap::new(),
-        committed: BTreeMap::new(),
-        queue: VecDeque::new(),
-        input: VecDeque::new(),
-        held: VecDeque::new(),
-        summary: RunSummary {
-            last_checkpoint: record.id,
-            ..RunSummary::default()
-        },
+        cluster,
+        assignment: assign_partitions(&partitions, parallelism),
+        patience: Duration::from_millis(settings.checkpoint_timeout_ms),
     };
-    task.recover(&record, resumed).await?;
-    task.run(stop).await
+    let mut master = Master::new(settings, plan, store, resumed, record.id);
+    master.recover(&record).await?;
+    master.run(stop).await
 }
 
 /// Refuses what this version does not run, in one line naming the setting.
 fn check_supported(job: &Job) -> Result<(), RuntimeError> {
-    if job.settings.parallelism != 1 {
-        return Err(RuntimeError::Unsupported(format!(
-            "settings.parallelism = {}: this runtime runs one task only; set settings.parallelism = 1",
-            job.settings.parallelism
-        )));
+    if job.settings.parallelism == 0 {
+        return Err(RuntimeError::Unsupported(
+            "settings.parallelism = 0: a job needs at least one task; set settings.parallelism = 1 or more".into(),
+        ));
     }
     let late = job
         .pipeline
@@ -190,7 +168,13 @@ pub(crate) fn delivery(g: DeliveryGuarantee) -> Delivery {
     }
 }
 
-fn sink_config(config: &RunConfig, delivery: Delivery, s: &checkpoint::Settings) -> SinkConfig {
+/// The sink of sink task `task` (transactional ids `<prefix>-<task>-<slot>`).
+fn sink_config(
+    config: &RunConfig,
+    delivery: Delivery,
+    s: &checkpoint::Settings,
+    task: usize,
+) -> SinkConfig {
     let mut producer = config.producer.clone();
     producer.transaction_timeout = Duration::from_millis(s.transaction_timeout_ms);
     let prefix = config
@@ -199,7 +183,8 @@ fn sink_config(config: &RunConfig, delivery: Delivery, s: &checkpoint::Settings)
         .transactional_id_prefix
         .clone()
         .unwrap_or_default();
-    let mut c = SinkConfig::new(delivery, prefix, TASK.0, producer);
+    let task = u32::try_from(task).unwrap_or(u32::MAX);
+    let mut c = SinkConfig::new(delivery, prefix, task, producer);
     c.pool_size = POOL_SIZE;
     c.checkpoint_interval = Duration::from_millis(s.interval_ms);
     c.checkpoint_timeout = Duration::from_millis(s.checkpoint_timeout_ms);
@@ -274,413 +259,61 @@ pub(crate) fn start_offset(restored: Option<i64>, start: StartPosition) -> Offse
     }
 }
 
-fn sink_outcome(o: sink::CommitOutcome) -> CommitOutcome {
-    match o {
-        sink::CommitOutcome::Committed => CommitOutcome::Completed,
-        sink::CommitOutcome::AlreadyCommitted => CommitOutcome::AlreadyCommitted,
-        _ => CommitOutcome::NotCommitted("lost, and continue_on_data_loss went on".into()),
-    }
-}
-
-struct Task {
-    coord: Coordinator<C, D>,
-    /// Shared with the persister's blocking thread (one write at a time: the coordinator
-    /// never decides a second Persist before the first's Persisted).
-    store: Arc<Mutex<StateStore>>,
-    pipeline: Pipeline,
-    /// The sink between its resume and its start: taken at `AbortPool`, once the
-    /// resolutions are durable.
-    resumed: Option<sink::Resumed>,
-    /// The sink, from `AbortPool` on.
-    sink: Option<KafkaSink>,
-    consumer: Consumer,
-    sink_topic: String,
-    start: StartPosition,
-    /// Per partition: the next offset to fetch after the records processed so far.
-    positions: Positions,
-    persisting: Option<JoinHandle<Result<CheckpointId, String>>>,
-    /// Transactional id → the checkpoint whose committable it is (for `release`).
-    slots: BTreeMap<String, CheckpointId>,
-    /// Transactional id → how the sink's commit ended, until reported to the coordinator.
-    committed: BTreeMap<String, CommitOutcome>,
-    queue: VecDeque<Decision<C, D>>,
-    input: VecDeque<ConsumerRecord>,
-    /// Outputs the sink handed back (back-pressure), written first once a slot is free.
-    held: VecDeque<ProducerRecord>,
-    summary: RunSummary,
-}
-
-impl Task {
-    fn event(&mut self, e: Event<C, D>) {
-        let decisions = self.coord.on(now_ms(), e);
-        self.queue.extend(decisions);
-    }
-
-    async fn drain(&mut self) -> Result<(), RuntimeError> {
-        while let Some(d) = self.queue.pop_front() {
-            self.apply(d).await?;
-        }
-        Ok(())
-    }
-
-    /// Recovery in the DESIGN order: the sink's `resume` already resolved the restored
-    /// committables, so the coordinator is told their outcomes; it then decides
-    /// PersistResolutions (fsynced) and only after `ResolutionsPersisted` AbortPool, which
-    /// starts the sink (the pool's init). The other order would let a crash after the init
-    /// restart with the same committable unresolved, and resuming it then finds its id's epoch
-    /// bumped by the init: a committed transaction reported as lost or as a prefix clash.
-    async fn recover(
-        &mut self,
-        record: &CheckpointRecord,
-        resumed: sink::Resumed,
-    ) -> Result<(), RuntimeError> {
-        self.event(Event::Loaded(restored(record)));
-        let outcomes = resumed.resumed().to_vec();
-        self.resumed = Some(resumed);
-        for r in outcomes {
-            let found = record
-                .committables
-                .iter()
-                .find(|c| c.transactional_id == r.transactional_id);
-            if let Some(c) = found {
-                let outcome = CommitOutcome::from_resume(Ok(r.outcome));
-                self.event(Event::CommitResult {
-                    committable: c.clone(),
-                    outcome,
-                });
-            }
-        }
-        self.drain().await?;
-        match self.coord.phase() {
-            Phase::Idle => Ok(()),
-            Phase::Failed(f) => Err(f.clone().into()),
-            other => Err(RuntimeError::Internal(format!(
-                "recovery ended in {other:?}"
-            ))),
-        }
-    }
-
-    async fn apply(&mut self, d: Decision<C, D>) -> Result<(), RuntimeError> {
-        match d {
-            Decision::InjectBarrier(id) => self.barrier(id).await,
-            Decision::Cancel(id) => self.cancel(id),
-            Decision::Persist(batch) => self.persist(batch),
-            Decision::Completed(id) => self.completed(id),
-            Decision::Commit {
-                checkpoint,
-                committable,
-                ..
-            } => self.commit(checkpoint, committable).await,
-            Decision::MarkResolved { .. } => Ok(()),
-            Decision::ReleaseSlot(c) => {
-                if let (Some(n), Some(sink)) =
-                    (self.slots.remove(&c.transactional_id), self.sink.as_mut())
-                {
-                    sink.release(n.0);
-                }
-                Ok(())
-            }
-            Decision::FailJob(f) => Err(f.into()),
-            Decision::RetryCommitAt { committable, .. } => Err(RuntimeError::Internal(format!(
-                "the coordinator asked to retry {}, but the sink owns commit retries",
-                committable.transactional_id
-            ))),
-            Decision::Restart { reason } => Err(RuntimeError::Internal(format!(
-                "a restart was decided ({reason}); restart the job"
-            ))),
-            // The sink's resume resolved them already (before the pool's init).
-            Decision::Resume(_) => Ok(()),
-            Decision::PersistResolutions {
-                checkpoint,
-                resolved,
-            } => self.persist_resolutions(checkpoint, resolved).await,
-            // The resolutions are durable now: the sink's start inits the pool and aborts the
-            // lingering ids.
-            Decision::AbortPool => self.start_sink().await,
-            Decision::StartTasks { positions, .. } => self.start_tasks(positions),
-        }
-    }
-
-    /// Steps 2 and 3 of the sink's recovery, once the coordinator decided AbortPool (after
-    /// the resolutions were persisted).
-    async fn start_sink(&mut self) -> Result<(), RuntimeError> {
-        let Some(resumed) = self.resumed.take() else {
-            return Err(RuntimeError::Internal(
-                "AbortPool decided twice: the sink was started already".into(),
-            ));
-        };
-        let (sink, report) = resumed.start().await?;
-        tracing::info!(
-            lingering = report.lingering_aborted.len(),
-            "sink started (pool initialized)"
-        );
-        self.sink = Some(sink);
-        self.event(Event::PoolAborted);
-        Ok(())
-    }
-
-    /// The started sink; it exists from AbortPool on, before any barrier or record.
-    fn sink(&mut self) -> Result<&mut KafkaSink, RuntimeError> {
-        self.sink.as_mut().ok_or_else(|| {
-            RuntimeError::Internal("the sink was used before the recovery started it".into())
-        })
-    }
-
-    async fn barrier(&mut self, id: CheckpointId) -> Result<(), RuntimeError> {
-        let delta = match self.pipeline.state_mut() {
-            Some(state) => Some(vec![state.snapshot(id.0)?]),
-            None => None,
-        };
-        let committable = self.sink()?.on_barrier(id.0).await?;
-        let committables = committable.map(|c| vec![c.transaction]).unwrap_or_default();
-        for c in &committables {
-            self.slots.insert(c.transactional_id.clone(), id);
-        }
-        let positions = self.positions.clone();
-        self.event(Event::Ack {
-            id,
-            task: TASK,
-            delta,
-            positions,
-            committables,
-        });
-        Ok(())
-    }
-
-    fn cancel(&mut self, id: CheckpointId) -> Result<(), RuntimeError> {
-        if let Some(state) = self.pipeline.state_mut() {
-            if state.in_flight() == Some(id.0) {
-                // Its changes go back under the active buffer, into the next snapshot.
-                state.cancel(id.0)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn persist(&mut self, batch: checkpoint::Batch<C, D>) -> Result<(), RuntimeError> {
-        let id = batch.id;
-        // A cancelled checkpoint's delta went back into the operator (cancel), so its changes
-        // are in this checkpoint's delta already.
-        let deltas: Vec<FrozenDelta> = batch
-            .deltas
-            .into_iter()
-            .filter(|d| d.checkpoint == id)
-            .flat_map(|d| d.delta)
-            .collect();
-        let positions = to_store(&batch.positions);
-        let committables: Vec<C> = batch
-            .unresolved
-            .into_iter()
-            .map(|l| l.committable)
-            .collect();
-        let store = self.store.clone();
-        self.persisting = Some(tokio::task::spawn_blocking(move || {
-            let mut store = store.lock().map_err(|e| e.to_string())?;
-            store
-                .persist(id.0, &deltas, positions, committables)
-                .map(|()| id)
-                .map_err(|e| e.to_string())
-        }));
-        Ok(())
-    }
-
-    /// Feeds the persister's answer once it has one.
-    async fn check_persist(&mut self) -> Result<(), RuntimeError> {
-        if !self.persisting.as_ref().is_some_and(|h| h.is_finished()) {
-            return Ok(());
-        }
-        let Some(handle) = self.persisting.take() else {
-            return Ok(());
-        };
-        let answer = handle
-            .await
-            .map_err(|e| RuntimeError::Internal(format!("the persister's thread: {e}")))?;
-        match answer {
-            Ok(id) => self.event(Event::Persisted(id)),
-            Err(reason) => self.event(Event::PersistFailed { reason }),
-        }
-        self.drain().await
-    }
-
-    fn completed(&mut self, id: CheckpointId) -> Result<(), RuntimeError> {
-        self.summary.last_checkpoint = id.0;
-        if let Some(state) = self.pipeline.state_mut() {
-            if state.in_flight() == Some(id.0) {
-                state.complete(id.0)?;
-            }
-        }
-        tracing::debug!(checkpoint = id.0, "checkpoint durable");
-        Ok(())
-    }
-
-    /// The sink commits every prepared transaction of checkpoints ≤ N (and owns the retries);
-    /// the coordinator hears how each ended.
-    async fn commit(&mut self, n: CheckpointId, committable: C) -> Result<(), RuntimeError> {
-        for done in self.sink()?.on_checkpoint_durable(n.0).await? {
-            self.committed
-                .insert(done.transactional_id, sink_outcome(done.outcome));
-        }
-        let outcome = match self.committed.remove(&committable.transactional_id) {
-            Some(o) => o,
-            None if committable.empty => CommitOutcome::NothingToCommit,
-            None => {
-                return Err(RuntimeError::Internal(format!(
-                    "the sink did not commit {} of checkpoint {n}",
-                    committable.transactional_id
-                )))
-            }
-        };
-        self.event(Event::CommitResult {
-            committable,
-            outcome,
-        });
-        Ok(())
-    }
-
-    async fn persist_resolutions(
-        &mut self,
-        n: CheckpointId,
-        resolved: Vec<C>,
-    ) -> Result<(), RuntimeError> {
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut store = store
-                .lock()
-                .map_err(|e| RuntimeError::Internal(e.to_string()))?;
-            let record = store.record(n.0)?;
-            let left = record
-                .committables
-                .into_iter()
-                .filter(|c| {
-                    !resolved
-                        .iter()
-                        .any(|r| r.transactional_id == c.transactional_id)
-                })
-                .collect();
-            store.update_committables(n.0, left)?;
-            Ok::<(), RuntimeError>(())
-        })
-        .await
-        .map_err(|e| RuntimeError::Internal(format!("the state store's thread: {e}")))??;
-        self.event(Event::ResolutionsPersisted);
-        Ok(())
-    }
-
-    fn start_tasks(&mut self, positions: Positions) -> Result<(), RuntimeError> {
-        for tp in self.consumer.assignment() {
-            let key = checkpoint::TopicPartition {
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-            };
-            let offset = start_offset(positions.get(&key).copied(), self.start);
-            self.consumer
-                .seek(&tp, offset)
-                .map_err(|e| RuntimeError::client(format!("seeking {tp}"), e))?;
-        }
-        tracing::info!(positions = ?positions, "source positioned");
-        self.positions = positions;
-        self.event(Event::TasksStarted);
-        Ok(())
-    }
-
-    async fn run(mut self, mut stop: watch::Receiver<bool>) -> Result<RunSummary, RuntimeError> {
-        loop {
-            if *stop.borrow_and_update() {
-                return self.finish().await;
-            }
-            self.check_persist().await?;
-            if !self.held.is_empty() {
-                self.write_held().await?;
-                if !self.held.is_empty() {
-                    self.wait_for_release().await?;
-                    continue;
-                }
-            }
-            self.event(Event::Tick);
-            self.drain().await?;
-            match self.input.pop_front() {
-                Some(record) => self.process(record).await?,
-                None => {
-                    let polled = self
-                        .consumer
-                        .poll(POLL)
-                        .await
-                        .map_err(|e| RuntimeError::client("polling the source", e))?;
-                    self.input.extend(polled);
-                }
-            }
-        }
-    }
-
-    /// One record through the operators into the sink; its position counts once its outputs
-    /// are handed to the sink (or held, which stops barriers until they are written).
-    async fn process(&mut self, record: ConsumerRecord) -> Result<(), RuntimeError> {
-        self.summary.records_in += 1;
-        let tp = checkpoint::TopicPartition {
-            topic: record.topic.clone(),
-            partition: record.partition,
-        };
-        self.positions.insert(tp, record.offset + 1);
-        let Some(value) = record.value.as_ref() else {
-            return Ok(());
-        };
-        let key = record.key.as_ref().map(|k| k.to_vec());
-        for out in self.pipeline.process(key, value)? {
-            let mut r = ProducerRecord::new(self.sink_topic.clone(), out.value);
-            if let Some(k) = out.key {
-                r = r.with_key(k);
-            }
-            self.held.push_back(r);
-        }
-        self.write_held().await
-    }
-
-    async fn write_held(&mut self) -> Result<(), RuntimeError> {
-        while let Some(r) = self.held.pop_front() {
-            match self.sink()?.write(r).await? {
-                Written::Sent => self.summary.records_out += 1,
-                Written::Backpressure { record, reason } => {
-                    tracing::debug!(reason, "sink back-pressure");
-                    self.held.push_front(*record);
-                    return Ok(());
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Back-pressure: no barrier may pass while outputs are held (they belong before it), so
-    /// only a checkpoint already under way can free a slot.
-    async fn wait_for_release(&mut self) -> Result<(), RuntimeError> {
-        let under_way = self.persisting.is_some()
-            || matches!(
-                self.coord.phase(),
-                Phase::InFlight { .. } | Phase::Persisting { .. }
-            );
-        if !under_way {
-            return Err(RuntimeError::Unsupported(
-                "every transactional id of the sink's pool is busy and no checkpoint is under way to free one; restart the job".into(),
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        Ok(())
-    }
-
-    /// Stop: let the checkpoint under way finish (and commit) if it does so quickly.
-    async fn finish(mut self) -> Result<RunSummary, RuntimeError> {
-        let deadline = tokio::time::Instant::now() + STOP_GRACE;
-        while self.persisting.is_some() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            self.check_persist().await?;
-        }
-        tracing::info!(summary = ?self.summary, "stopped");
-        Ok(self.summary)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn job(parallelism: u32) -> Job {
+        let text = format!(
+            r#"name = "t"
+[source]
+brokers = "127.0.0.1:1"
+topics = ["in"]
+[[pipeline]]
+filter = {{ field = "x", op = "=", value = 1 }}
+[sink]
+topic = "out"
+delivery.guarantee = "exactly-once"
+transactional.id.prefix = "t"
+[settings]
+parallelism = {parallelism}
+"#
+        );
+        Job::parse("t.toml", &text).unwrap()
+    }
+
+    /// A checkpoint of parallelism 2 does not restore into parallelism 1: task 1's
+    /// transactional ids would be neither resumed nor fenced. Refused before any broker is
+    /// contacted (the brokers here do not exist), naming the setting.
+    #[tokio::test]
+    async fn a_restore_with_another_parallelism_is_refused_naming_the_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = StoreOptions::default();
+        let (mut store, _) = StateStore::open(
+            dir.path(),
+            state_layout(&job(2)),
+            options,
+            RestoreFrom::Fresh,
+        )
+        .unwrap();
+        store.persist(1, &[], Vec::new(), Vec::new()).unwrap();
+        drop(store);
+        let config = RunConfig {
+            job: job(1),
+            client: Default::default(),
+            producer: Default::default(),
+            consumer: Default::default(),
+            restore: RestoreFrom::Latest,
+            state_dir: dir.path().to_path_buf(),
+        };
+        let (_stop_tx, stop) = watch::channel(false);
+        let err = run(config, stop).await.unwrap_err().to_string();
+        assert!(
+            err.contains("from 6 to 3 transactional ids, so settings.parallelism changed"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
 
     #[test]
     fn a_partition_starts_at_its_restored_position_else_at_the_jobs_start() {

@@ -97,8 +97,10 @@ impl Layout {
             ));
         }
         if self.sink_ids != stored.sink_ids {
+            // The pool is tasks × slots: with the slots fixed, the parallelism changed. The
+            // old tasks' ids (`<prefix>-<task>-<slot>`) would be neither resumed nor fenced.
             return Some(format!(
-                "the job's sink pool changed from {} to {} transactional ids",
+                "the job's sink pool changed from {} to {} transactional ids, so settings.parallelism changed, which a restore does not support yet; set settings.parallelism back",
                 stored.sink_ids, self.sink_ids
             ));
         }
@@ -157,7 +159,7 @@ mod tests {
             ),
             (
                 layout(128, &[("a", "count"), ("b", "sum")], Some("job"), 6),
-                Some("the job's sink pool changed from 3 to 6 transactional ids"),
+                Some("the job's sink pool changed from 3 to 6 transactional ids, so settings.parallelism changed, which a restore does not support yet; set settings.parallelism back"),
             ),
         ];
         for (job, want) in cases {

@@ -2,6 +2,7 @@
 //! value / map / list handles that read and write through them.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -43,6 +44,29 @@ impl FrozenDelta {
     pub fn bytes(&self) -> usize {
         self.bytes
     }
+
+    /// One delta per (checkpoint, operator): the keyed subtasks of an operator snapshot their
+    /// own key-group ranges, and [`super::StateStore::persist`] takes one delta per operator.
+    /// The ranges are disjoint, so no key is in two deltas (if one were, the later would win).
+    pub fn merge(deltas: impl IntoIterator<Item = FrozenDelta>) -> Vec<FrozenDelta> {
+        let mut merged: BTreeMap<(u64, u32), FrozenDelta> = BTreeMap::new();
+        for d in deltas {
+            match merged.entry((d.checkpoint, d.operator)) {
+                std::collections::btree_map::Entry::Vacant(slot) => {
+                    slot.insert(d);
+                }
+                std::collections::btree_map::Entry::Occupied(mut slot) => {
+                    let into = slot.get_mut();
+                    let entries = Arc::make_mut(&mut into.entries);
+                    let more =
+                        Arc::try_unwrap(d.entries).unwrap_or_else(|shared| (*shared).clone());
+                    entries.extend(more);
+                    into.bytes += d.bytes;
+                }
+            }
+        }
+        merged.into_values().collect()
+    }
 }
 
 /// Where an operator's delta buffers stand: at most one checkpoint in flight.
@@ -63,6 +87,8 @@ pub struct OperatorState {
     pub(crate) keyspace: fjall::Keyspace,
     pub(crate) key_groups: u16,
     pub(crate) dir: PathBuf,
+    /// The key groups this handle's task owns: timer scans visit only these.
+    groups: Range<u16>,
     active: Entries,
     active_bytes: usize,
     phase: Phase,
@@ -94,10 +120,23 @@ impl OperatorState {
             keyspace,
             key_groups,
             dir,
+            groups: 0..key_groups,
             active: Entries::new(),
             active_bytes: 0,
             phase: Phase::Open,
         }
+    }
+
+    /// This handle restricted to the key groups `groups` (a keyed subtask's range, kg·P/G):
+    /// its timer scans visit only them, so a subtask never fires another's restored timers.
+    pub fn for_key_groups(mut self, groups: Range<u16>) -> Self {
+        self.groups = groups.start.min(self.key_groups)..groups.end.min(self.key_groups);
+        self
+    }
+
+    /// The key groups this handle scans.
+    pub fn key_groups(&self) -> Range<u16> {
+        self.groups.clone()
     }
 
     /// The operator's uid.
@@ -321,6 +360,21 @@ impl ValueState {
         let k = self.key(op, key);
         op.write(k, None);
     }
+
+    /// The value of `key` stored in key group `kg` (not the key's own group): state of a
+    /// task rather than of a key, such as a keyed subtask's watermark, kept in a key group
+    /// of its range so that it moves with that range when the job is rescaled.
+    ///
+    /// # Errors
+    /// A fjall read error, or a corrupt stored value.
+    pub fn get_in_group(&self, op: &OperatorState, kg: u16, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        op.read_user(&state_key(kg, self.id, key))
+    }
+
+    /// Sets the value of `key` in key group `kg` (see [`Self::get_in_group`]).
+    pub fn set_in_group(&self, op: &mut OperatorState, kg: u16, key: &[u8], value: &[u8]) {
+        op.write(state_key(kg, self.id, key), Some(encode_value(value)));
+    }
 }
 
 /// A map per key (map keys ordered as bytes).
@@ -477,7 +531,7 @@ impl TimerState {
     /// A fjall read error, or a corrupt timer key.
     pub fn due(&self, op: &OperatorState, up_to: i64) -> Result<Vec<(i64, Vec<u8>)>> {
         let mut out = Vec::new();
-        for kg in 0..op.key_groups {
+        for kg in op.groups.clone() {
             let prefix = timer_prefix(kg, self.id);
             let past = |k: &[u8]| decode_timer_key(k).is_none_or(|(t, _)| t > up_to);
             for (k, v) in op.scan_until(&prefix, &prefix, past)? {

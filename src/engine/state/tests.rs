@@ -679,3 +679,61 @@ fn timers_fire_in_time_order_across_key_groups_and_survive_a_checkpoint() {
     // Timers do not leak into value state of the same operator (other state ids).
     assert_eq!(COUNT.get(&op, b"abc").expect("read"), None);
 }
+
+/// Two keyed subtasks of one operator (key groups 0..64 and 64..128 of 128) write their own
+/// keys; their deltas merge into the one delta per operator that persist takes, and after a
+/// restore each subtask's timer scan sees only its own key groups' timers.
+#[test]
+fn subtasks_on_key_group_ranges_merge_their_deltas_and_scan_only_their_timers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let (mut store, _) = open(dir.path(), 2, RestoreFrom::Fresh).expect("fresh");
+        let mut low = store.operator("counts").expect("op").for_key_groups(0..64);
+        let mut high = store
+            .operator("counts")
+            .expect("op")
+            .for_key_groups(64..128);
+        // "abc" and "foobar" fall in key groups 27 and 62 (low), "21" in 108 (high).
+        WINDOWS.register(&mut low, b"abc", 2_000);
+        WINDOWS.register(&mut low, b"foobar", 1_000);
+        WINDOWS.register(&mut high, b"21", 3_000);
+        COUNT.set_in_group(&mut low, 0, b"watermark", b"5");
+        COUNT.set_in_group(&mut high, 64, b"watermark", b"7");
+        let deltas = vec![
+            low.snapshot(1).expect("snap"),
+            high.snapshot(1).expect("snap"),
+        ];
+        let merged = FrozenDelta::merge(deltas);
+        assert_eq!(merged.len(), 1, "one delta per operator");
+        assert_eq!(merged[0].len(), 5);
+        store
+            .persist(1, &merged, position(10), Vec::new())
+            .expect("persist");
+    }
+    let (store, _) = open(dir.path(), 2, RestoreFrom::Latest).expect("reopen");
+    let low = store.operator("counts").expect("op").for_key_groups(0..64);
+    let high = store
+        .operator("counts")
+        .expect("op")
+        .for_key_groups(64..128);
+    let all = store.operator("counts").expect("op");
+    let due = |op: &OperatorState| -> Vec<Vec<u8>> {
+        WINDOWS
+            .due(op, i64::MAX)
+            .expect("due")
+            .into_iter()
+            .map(|(_, k)| k)
+            .collect()
+    };
+    assert_eq!(due(&low), vec![b"foobar".to_vec(), b"abc".to_vec()]);
+    assert_eq!(due(&high), vec![b"21".to_vec()]);
+    assert_eq!(due(&all).len(), 3);
+    assert_eq!(
+        COUNT.get_in_group(&low, 0, b"watermark").expect("read"),
+        Some(b"5".to_vec())
+    );
+    assert_eq!(
+        COUNT.get_in_group(&high, 64, b"watermark").expect("read"),
+        Some(b"7".to_vec())
+    );
+}

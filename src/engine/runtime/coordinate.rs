@@ -1,0 +1,442 @@
+//! The coordinator's loop (the job master): feeds the pure [`Coordinator`] the subtasks'
+//! reports and a tick, and carries out its decisions: barriers into the source subtasks,
+//! Cancel/Completed to every subtask, persisting on a blocking thread, commits and slot
+//! releases to the subtask owning the transactional id; during recovery, the resolutions made
+//! durable, the sinks' pools started, the subtasks launched.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::launch::{launch, Launched, Plan};
+use super::message::{Control, Counters, Report, C, D};
+use super::pipeline::WINDOW_UID;
+use super::routing::key_group_range;
+use super::task::{now_ms, restored, to_store};
+use super::{RunSummary, RuntimeError};
+use crate::engine::checkpoint::{
+    self, CheckpointId, CommitOutcome, Coordinator, Decision, Event, Phase, Positions, TaskId,
+};
+use crate::engine::sink::{self, KafkaSink};
+use crate::engine::state::{CheckpointRecord, FrozenDelta, OperatorState, StateStore};
+
+/// How often the coordinator hears the time.
+const TICK: Duration = Duration::from_millis(20);
+/// How long a stop waits for the checkpoint under way.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// The coordinator's side of a run.
+pub(crate) struct Master {
+    coord: Coordinator<C, D>,
+    /// Shared with the persister's blocking thread (one write at a time: the coordinator
+    /// never decides a second Persist before the first's Persisted).
+    store: Arc<Mutex<StateStore>>,
+    persisting: Option<JoinHandle<Result<CheckpointId, String>>>,
+    /// The sinks between their resume and their start (AbortPool), by sink task.
+    resumed: Vec<sink::Resumed>,
+    /// The started sinks, until the subtasks take them (StartTasks).
+    sinks: Vec<KafkaSink>,
+    plan: Plan,
+    launched: Option<Launched>,
+    /// Transactional id → the subtask whose sink prepared it (commits and releases go there).
+    owners: BTreeMap<String, TaskId>,
+    reports_tx: UnboundedSender<Report>,
+    reports: UnboundedReceiver<Report>,
+    counters: Arc<Counters>,
+    last_checkpoint: u64,
+    queue: VecDeque<Decision<C, D>>,
+}
+
+impl Master {
+    pub(crate) fn new(
+        settings: checkpoint::Settings,
+        plan: Plan,
+        store: StateStore,
+        resumed: Vec<sink::Resumed>,
+        restored_id: u64,
+    ) -> Master {
+        let (reports_tx, reports) = mpsc::unbounded_channel();
+        Master {
+            coord: Coordinator::new(settings, plan.task_ids()),
+            store: Arc::new(Mutex::new(store)),
+            persisting: None,
+            resumed,
+            sinks: Vec::new(),
+            plan,
+            launched: None,
+            owners: BTreeMap::new(),
+            reports_tx,
+            reports,
+            counters: Arc::new(Counters::default()),
+            last_checkpoint: restored_id,
+            queue: VecDeque::new(),
+        }
+    }
+
+    fn event(&mut self, e: Event<C, D>) {
+        let decisions = self.coord.on(now_ms(), e);
+        self.queue.extend(decisions);
+    }
+
+    async fn drain(&mut self) -> Result<(), RuntimeError> {
+        while let Some(d) = self.queue.pop_front() {
+            self.apply(d).await?;
+        }
+        Ok(())
+    }
+
+    /// Recovery in the DESIGN order: the sinks' `resume` already resolved the restored
+    /// committables, so the coordinator is told their outcomes; it then decides
+    /// PersistResolutions (fsynced) and only after `ResolutionsPersisted` AbortPool, which
+    /// starts the sinks (the pools' init). The other order would let a crash after the init
+    /// restart with the same committable unresolved, and resuming it then finds its id's epoch
+    /// bumped by the init: a committed transaction reported as lost or as a prefix clash.
+    pub(crate) async fn recover(&mut self, record: &CheckpointRecord) -> Result<(), RuntimeError> {
+        self.event(Event::Loaded(restored(record)));
+        let outcomes: Vec<_> = self
+            .resumed
+            .iter()
+            .flat_map(|r| r.resumed().to_vec())
+            .collect();
+        for r in outcomes {
+            let found = record
+                .committables
+                .iter()
+                .find(|c| c.transactional_id == r.transactional_id);
+            if let Some(c) = found {
+                let outcome = CommitOutcome::from_resume(Ok(r.outcome));
+                self.event(Event::CommitResult {
+                    committable: c.clone(),
+                    outcome,
+                });
+            }
+        }
+        self.drain().await?;
+        match self.coord.phase() {
+            Phase::Idle => Ok(()),
+            Phase::Failed(f) => Err(f.clone().into()),
+            other => Err(RuntimeError::Internal(format!(
+                "recovery ended in {other:?}"
+            ))),
+        }
+    }
+
+    async fn apply(&mut self, d: Decision<C, D>) -> Result<(), RuntimeError> {
+        match d {
+            Decision::InjectBarrier(id) => {
+                let sources = self.launched.as_ref().map(|l| l.sources.clone());
+                for task in sources.unwrap_or_default() {
+                    self.send(task, Control::InjectBarrier(id));
+                }
+                Ok(())
+            }
+            Decision::Cancel(id) => {
+                self.broadcast(|| Control::Cancel(id));
+                Ok(())
+            }
+            Decision::Persist(batch) => self.persist(batch),
+            Decision::Completed(id) => {
+                self.last_checkpoint = id.0;
+                tracing::debug!(checkpoint = id.0, "checkpoint durable");
+                self.broadcast(|| Control::Completed(id));
+                Ok(())
+            }
+            Decision::Commit {
+                checkpoint,
+                committable,
+                ..
+            } => {
+                let owner = self.owner(&committable)?;
+                self.send(
+                    owner,
+                    Control::Commit {
+                        checkpoint,
+                        committable,
+                    },
+                );
+                Ok(())
+            }
+            Decision::MarkResolved { .. } => Ok(()),
+            Decision::ReleaseSlot(c) => {
+                if let Some(&owner) = self.owners.get(&c.transactional_id) {
+                    self.send(owner, Control::Release(c));
+                }
+                Ok(())
+            }
+            Decision::FailJob(f) => Err(f.into()),
+            Decision::RetryCommitAt { committable, .. } => Err(RuntimeError::Internal(format!(
+                "the coordinator asked to retry {}, but the sink owns commit retries",
+                committable.transactional_id
+            ))),
+            Decision::Restart { reason } => Err(RuntimeError::Internal(format!(
+                "a restart was decided ({reason}); restart the job"
+            ))),
+            // The sinks' resume resolved them already (before the pools' init).
+            Decision::Resume(_) => Ok(()),
+            Decision::PersistResolutions {
+                checkpoint,
+                resolved,
+            } => self.persist_resolutions(checkpoint, resolved).await,
+            // The resolutions are durable now: the sinks' start inits the pools and aborts the
+            // lingering ids.
+            Decision::AbortPool => self.start_sinks().await,
+            Decision::StartTasks { positions, .. } => self.start_tasks(positions).await,
+        }
+    }
+
+    fn owner(&self, c: &C) -> Result<TaskId, RuntimeError> {
+        self.owners
+            .get(&c.transactional_id)
+            .copied()
+            .ok_or_else(|| {
+                RuntimeError::Internal(format!(
+                    "no subtask prepared {}, yet the coordinator asks to commit it",
+                    c.transactional_id
+                ))
+            })
+    }
+
+    /// A message to a subtask; one that is gone failed, and its report says why.
+    fn send(&self, task: TaskId, c: Control) {
+        let sent = self
+            .launched
+            .as_ref()
+            .and_then(|l| l.controls.get(&task))
+            .map(|tx| tx.send(c).is_ok());
+        if sent != Some(true) {
+            tracing::warn!(%task, "a control message found its subtask gone");
+        }
+    }
+
+    fn broadcast(&self, c: impl Fn() -> Control) {
+        let tasks: Vec<TaskId> = self
+            .launched
+            .as_ref()
+            .map(|l| l.controls.keys().copied().collect())
+            .unwrap_or_default();
+        for task in tasks {
+            self.send(task, c());
+        }
+    }
+
+    /// Steps 2 and 3 of the sinks' recovery, once the coordinator decided AbortPool (after
+    /// the resolutions were persisted).
+    async fn start_sinks(&mut self) -> Result<(), RuntimeError> {
+        if self.resumed.is_empty() {
+            return Err(RuntimeError::Internal(
+                "AbortPool decided twice: the sinks were started already".into(),
+            ));
+        }
+        for resumed in std::mem::take(&mut self.resumed) {
+            let (sink, report) = resumed.start().await?;
+            tracing::info!(
+                task = sink.config().task,
+                lingering = report.lingering_aborted.len(),
+                "sink started (pool initialized)"
+            );
+            self.sinks.push(sink);
+        }
+        self.event(Event::PoolAborted);
+        Ok(())
+    }
+
+    async fn start_tasks(&mut self, positions: Positions) -> Result<(), RuntimeError> {
+        let sinks = std::mem::take(&mut self.sinks);
+        let states = match self.plan.has_window() {
+            true => {
+                let store = self
+                    .store
+                    .lock()
+                    .map_err(|e| RuntimeError::Internal(format!("the state store's lock: {e}")))?;
+                window_states(&store, &self.plan)?
+            }
+            false => Vec::new(),
+        };
+        let launched = launch(
+            &self.plan,
+            states,
+            sinks,
+            &positions,
+            &self.counters,
+            &self.reports_tx,
+        )
+        .await?;
+        tracing::info!(positions = ?positions, parallelism = self.plan.parallelism, "subtasks started");
+        self.launched = Some(launched);
+        self.event(Event::TasksStarted);
+        Ok(())
+    }
+
+    fn persist(&mut self, batch: checkpoint::Batch<C, D>) -> Result<(), RuntimeError> {
+        let id = batch.id;
+        // A cancelled checkpoint's delta went back into its operator (cancel), so its changes
+        // are in this checkpoint's delta already. The keyed subtasks' deltas of one operator
+        // (disjoint key-group ranges) become one.
+        let deltas = FrozenDelta::merge(
+            batch
+                .deltas
+                .into_iter()
+                .filter(|d| d.checkpoint == id)
+                .flat_map(|d| d.delta),
+        );
+        let positions = to_store(&batch.positions);
+        let committables: Vec<C> = batch
+            .unresolved
+            .into_iter()
+            .map(|l| l.committable)
+            .collect();
+        let store = self.store.clone();
+        self.persisting = Some(tokio::task::spawn_blocking(move || {
+            let mut store = store.lock().map_err(|e| e.to_string())?;
+            store
+                .persist(id.0, &deltas, positions, committables)
+                .map(|()| id)
+                .map_err(|e| e.to_string())
+        }));
+        Ok(())
+    }
+
+    /// Feeds the persister's answer once it has one.
+    async fn check_persist(&mut self) -> Result<(), RuntimeError> {
+        if !self.persisting.as_ref().is_some_and(|h| h.is_finished()) {
+            return Ok(());
+        }
+        let Some(handle) = self.persisting.take() else {
+            return Ok(());
+        };
+        let answer = handle
+            .await
+            .map_err(|e| RuntimeError::Internal(format!("the persister's thread: {e}")))?;
+        match answer {
+            Ok(id) => self.event(Event::Persisted(id)),
+            Err(reason) => self.event(Event::PersistFailed { reason }),
+        }
+        self.drain().await
+    }
+
+    async fn persist_resolutions(
+        &mut self,
+        n: CheckpointId,
+        resolved: Vec<C>,
+    ) -> Result<(), RuntimeError> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut store = store
+                .lock()
+                .map_err(|e| RuntimeError::Internal(e.to_string()))?;
+            let record = store.record(n.0)?;
+            let left = record
+                .committables
+                .into_iter()
+                .filter(|c| {
+                    !resolved
+                        .iter()
+                        .any(|r| r.transactional_id == c.transactional_id)
+                })
+                .collect();
+            store.update_committables(n.0, left)?;
+            Ok::<(), RuntimeError>(())
+        })
+        .await
+        .map_err(|e| RuntimeError::Internal(format!("the state store's thread: {e}")))??;
+        self.event(Event::ResolutionsPersisted);
+        Ok(())
+    }
+
+    fn on_report(&mut self, r: Report) -> Result<(), RuntimeError> {
+        match r {
+            Report::Ack {
+                id,
+                task,
+                delta,
+                positions,
+                committables,
+            } => {
+                for c in &committables {
+                    self.owners.insert(c.transactional_id.clone(), task);
+                }
+                self.event(Event::Ack {
+                    id,
+                    task,
+                    delta,
+                    positions,
+                    committables,
+                });
+                Ok(())
+            }
+            Report::CommitResult {
+                committable,
+                outcome,
+            } => {
+                self.event(Event::CommitResult {
+                    committable,
+                    outcome,
+                });
+                Ok(())
+            }
+            Report::Failed { task, error } => {
+                tracing::error!(%task, %error, "subtask failed: the job stops");
+                Err(error)
+            }
+        }
+    }
+
+    /// The loop: reports, ticks, the persister, until `stop` or an error.
+    pub(crate) async fn run(
+        mut self,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<RunSummary, RuntimeError> {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut stop_open = true;
+        loop {
+            if *stop.borrow_and_update() {
+                return self.finish().await;
+            }
+            tokio::select! {
+                changed = stop.changed(), if stop_open => stop_open = changed.is_ok(),
+                r = self.reports.recv() => match r {
+                    Some(r) => self.on_report(r)?,
+                    None => return Err(RuntimeError::Internal("the report channel closed".into())),
+                },
+                _ = tick.tick() => {
+                    self.check_persist().await?;
+                    self.event(Event::Tick);
+                }
+            }
+            self.drain().await?;
+        }
+    }
+
+    /// Stop: let the checkpoint under way finish if it does so quickly; the subtasks stop
+    /// when `Launched` is dropped.
+    async fn finish(mut self) -> Result<RunSummary, RuntimeError> {
+        let deadline = tokio::time::Instant::now() + STOP_GRACE;
+        while self.persisting.is_some() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            self.check_persist().await?;
+        }
+        let summary = RunSummary {
+            records_in: self.counters.records_in.load(Ordering::Relaxed),
+            records_out: self.counters.records_out.load(Ordering::Relaxed),
+            last_checkpoint: self.last_checkpoint,
+        };
+        tracing::info!(summary = ?summary, "stopped");
+        Ok(summary)
+    }
+}
+
+/// Keyed subtask i's handle on the window's state, restricted to its key groups.
+fn window_states(store: &StateStore, plan: &Plan) -> Result<Vec<OperatorState>, RuntimeError> {
+    (0..plan.parallelism)
+        .map(|i| {
+            let groups = key_group_range(i, plan.parallelism, plan.key_groups);
+            Ok(store.operator(WINDOW_UID)?.for_key_groups(groups))
+        })
+        .collect()
+}

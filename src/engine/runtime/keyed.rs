@@ -1,0 +1,212 @@
+//! A keyed subtask: owns a contiguous range of key groups (routing::key_group_range), reads one
+//! bounded channel per source subtask, runs the window stage on its slice of the state, writes
+//! to its own sink (task id = subtask index), and aligns barriers (alignment::Alignment) before
+//! it snapshots and acks with its state delta and its sink's committables.
+
+use std::task::Poll;
+use std::time::Duration;
+
+use tokio::sync::mpsc::error::TryRecvError;
+use tokio::sync::mpsc::{Receiver, UnboundedReceiver, UnboundedSender};
+
+use super::alignment::{Alignment, Step};
+use super::message::{Control, Data, Report};
+use super::output::SinkTask;
+use super::pipeline::WindowStage;
+use super::RuntimeError;
+use crate::engine::checkpoint::{CheckpointId, Positions, TaskId};
+use crate::engine::job::window::InputWatermarks;
+
+/// One keyed subtask.
+pub(crate) struct KeyedSubtask {
+    pub task: TaskId,
+    /// Input i is the channel from source subtask i (`None` once that source is gone).
+    pub inputs: Vec<Option<Receiver<Data>>>,
+    pub alignment: Alignment,
+    pub stage: WindowStage,
+    /// The sources' watermarks (those with partitions), the smallest drives the window.
+    pub watermarks: InputWatermarks,
+    pub sink: SinkTask,
+    pub control: UnboundedReceiver<Control>,
+    pub reports: UnboundedSender<Report>,
+    /// How long held outputs may wait for a free pool slot.
+    pub patience: Duration,
+    /// The input read first next time (round robin, so no input starves the others).
+    pub next: usize,
+}
+
+impl KeyedSubtask {
+    /// Runs until the coordinator or every source is gone (Ok) or an error.
+    pub(crate) async fn run(mut self) -> Result<(), RuntimeError> {
+        loop {
+            if self.sink.is_holding() {
+                self.sink.flush().await?;
+                if self.sink.is_holding() {
+                    let control = SinkTask::wait_for_control(&mut self.control, self.patience);
+                    match control.await? {
+                        Some(c) => self.on_control(c).await?,
+                        None => return Ok(()),
+                    }
+                    continue;
+                }
+            }
+            if !self.drain_control().await? {
+                return Ok(());
+            }
+            let start = self.next;
+            self.next = (self.next + 1) % self.inputs.len().max(1);
+            tokio::select! {
+                biased;
+                c = self.control.recv() => match c {
+                    Some(c) => self.on_control(c).await?,
+                    None => return Ok(()),
+                },
+                d = recv_unblocked(&mut self.inputs, &self.alignment, start) => match d {
+                    Some((i, d)) => self.on_data(i, d).await?,
+                    None => return Ok(()),
+                },
+            }
+        }
+    }
+
+    /// Handles every control message already queued; false when the coordinator is gone.
+    async fn drain_control(&mut self) -> Result<bool, RuntimeError> {
+        loop {
+            match self.control.try_recv() {
+                Ok(c) => self.on_control(c).await?,
+                Err(TryRecvError::Empty) => return Ok(true),
+                Err(TryRecvError::Disconnected) => return Ok(false),
+            }
+        }
+    }
+
+    async fn on_control(&mut self, c: Control) -> Result<(), RuntimeError> {
+        match c {
+            Control::Cancel(id) => {
+                let state = self.stage.state_mut();
+                if state.in_flight() == Some(id.0) {
+                    // Its changes go back under the active buffer, into the next snapshot.
+                    state.cancel(id.0)?;
+                }
+            }
+            Control::Completed(id) => {
+                let state = self.stage.state_mut();
+                if state.in_flight() == Some(id.0) {
+                    state.complete(id.0)?;
+                }
+            }
+            Control::Commit {
+                checkpoint,
+                committable,
+            } => {
+                let outcome = self.sink.commit(checkpoint, &committable).await?;
+                let _ = self.reports.send(Report::CommitResult {
+                    committable,
+                    outcome,
+                });
+            }
+            Control::Release(c) => self.sink.release(&c),
+            Control::InjectBarrier(id) => {
+                return Err(RuntimeError::Internal(format!(
+                "{}: barrier {id} injected into a keyed subtask (barriers come from the sources)",
+                self.task
+            )))
+            }
+        }
+        Ok(())
+    }
+
+    async fn on_data(&mut self, input: usize, data: Data) -> Result<(), RuntimeError> {
+        match data {
+            Data::Record { key, time, value } => {
+                let out = self.stage.process(&key, time, &value)?;
+                self.sink.write(out).await?;
+            }
+            Data::Watermark(w) => {
+                let input = u32::try_from(input).unwrap_or(u32::MAX);
+                if let Some(combined) = self.watermarks.advance(input, w) {
+                    let out = self.stage.advance_to(combined)?;
+                    self.sink.write(out).await?;
+                }
+            }
+            Data::Barrier(id) => {
+                let step = self
+                    .alignment
+                    .on_barrier(input, id, self.inputs.len())
+                    .map_err(|e| RuntimeError::Internal(format!("{}: {e}", self.task)))?;
+                match step {
+                    Step::Block => {
+                        tracing::trace!(task = %self.task, checkpoint = id.0, input, "input blocked for alignment");
+                    }
+                    Step::Aligned(id) => self.snapshot(id).await?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Aligned on barrier N: snapshot the state, prepare the sink's transaction, ack.
+    async fn snapshot(&mut self, id: CheckpointId) -> Result<(), RuntimeError> {
+        // The coordinator sent Completed/Cancel of the previous checkpoint before it injected
+        // this barrier, so those messages are queued by now: handle them first.
+        if !self.drain_control().await? {
+            return Ok(());
+        }
+        let state = self.stage.state_mut();
+        if let Some(m) = state.in_flight() {
+            // Still in flight: checkpoint m was cancelled before its barrier got here (the
+            // Cancel found nothing to cancel). Its changes belong to this snapshot.
+            if m < id.0 {
+                state.cancel(m)?;
+            }
+        }
+        let delta = state.snapshot(id.0)?;
+        let committables = self.sink.barrier(id).await?;
+        tracing::debug!(task = %self.task, checkpoint = id.0, watermark = ?self.stage.watermark(), "aligned and snapshotted");
+        let _ = self.reports.send(Report::Ack {
+            id,
+            task: self.task,
+            delta: Some(vec![delta]),
+            positions: Positions::new(),
+            committables,
+        });
+        Ok(())
+    }
+}
+
+/// The next message of any input not blocked by the alignment, trying them from `start` on;
+/// `None` once every input is gone. Cancel-safe (a message is taken only when returned).
+async fn recv_unblocked(
+    inputs: &mut [Option<Receiver<Data>>],
+    alignment: &Alignment,
+    start: usize,
+) -> Option<(usize, Data)> {
+    let n = inputs.len();
+    std::future::poll_fn(|cx| {
+        let mut open = 0;
+        for k in 0..n {
+            let i = (start + k) % n;
+            let Some(rx) = inputs[i].as_mut() else {
+                continue;
+            };
+            open += 1;
+            if alignment.is_blocked(i) {
+                continue;
+            }
+            match rx.poll_recv(cx) {
+                Poll::Ready(Some(d)) => return Poll::Ready(Some((i, d))),
+                Poll::Ready(None) => {
+                    inputs[i] = None;
+                    open -= 1;
+                }
+                Poll::Pending => {}
+            }
+        }
+        if open == 0 {
+            Poll::Ready(None)
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
+}

@@ -1,0 +1,227 @@
+//! Starting the subtasks once recovery decided StartTasks: P source subtasks (each seeking its
+//! consumer to the restored positions of its partitions) and, for a job with a window, P keyed
+//! subtasks, wired by bounded channels (one per source × keyed pair).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc::{self, UnboundedSender};
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+use super::alignment::Alignment;
+use super::keyed::KeyedSubtask;
+use super::message::{Control, Counters, Data, Report};
+use super::output::SinkTask;
+use super::pipeline::{Prefix, WindowStage};
+use super::routing::key_group_range;
+use super::source::{Downstream, PartitionWatermarks, SourceSubtask};
+use super::task::start_offset;
+use super::RuntimeError;
+use crate::client::{Cluster, Consumer, ConsumerConfig, TopicPartition};
+use crate::engine::checkpoint::{self, Positions, TaskId};
+use crate::engine::job::window::InputWatermarks;
+use crate::engine::job::Job;
+use crate::engine::sink::KafkaSink;
+use crate::engine::state::OperatorState;
+
+/// Records (and watermarks, barriers) a channel from a source subtask to a keyed subtask
+/// holds before the source waits: back-pressure with bounded memory.
+const CHANNEL_CAPACITY: usize = 256;
+
+/// What the subtasks are made of.
+pub(crate) struct Plan {
+    pub job: Job,
+    pub parallelism: usize,
+    pub key_groups: u16,
+    /// read_committed.
+    pub consumer: ConsumerConfig,
+    pub cluster: Arc<Cluster>,
+    /// Source subtask i reads `assignment[i]`.
+    pub assignment: Vec<Vec<TopicPartition>>,
+    /// How long held outputs may wait for a free pool slot.
+    pub patience: Duration,
+}
+
+impl Plan {
+    pub(crate) fn has_window(&self) -> bool {
+        Prefix::new(&self.job.pipeline).window().is_some()
+    }
+
+    /// The tasks that ack a checkpoint: sources 0..P, then keyed subtasks P..2P (with a
+    /// window). The sink of subtask i (keyed, or the source without a window) is sink task i.
+    pub(crate) fn task_ids(&self) -> Vec<TaskId> {
+        let p = u32::try_from(self.parallelism).unwrap_or(u32::MAX);
+        let n = if self.has_window() { 2 * p } else { p };
+        (0..n).map(TaskId).collect()
+    }
+}
+
+/// The running subtasks; dropping this aborts them (a stopped or failed job leaves nothing
+/// running behind).
+pub(crate) struct Launched {
+    pub controls: BTreeMap<TaskId, UnboundedSender<Control>>,
+    pub sources: Vec<TaskId>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Launched {
+    fn drop(&mut self) {
+        for h in &self.handles {
+            h.abort();
+        }
+    }
+}
+
+fn spawn<F>(task: TaskId, reports: &UnboundedSender<Report>, run: F) -> JoinHandle<()>
+where
+    F: std::future::Future<Output = Result<(), RuntimeError>> + Send + 'static,
+{
+    let reports = reports.clone();
+    let span = tracing::info_span!("subtask", task = task.0);
+    tokio::spawn(
+        async move {
+            if let Err(error) = run.await {
+                tracing::warn!(%error, "subtask failed");
+                let _ = reports.send(Report::Failed { task, error });
+            }
+        }
+        .instrument(span),
+    )
+}
+
+/// Starts every subtask from `positions`, with sink task i's started `sinks[i]` and keyed
+/// subtask i's window state `states[i]` (restricted to its key groups).
+pub(crate) async fn launch(
+    plan: &Plan,
+    states: Vec<OperatorState>,
+    sinks: Vec<KafkaSink>,
+    positions: &Positions,
+    counters: &Arc<Counters>,
+    reports: &UnboundedSender<Report>,
+) -> Result<Launched, RuntimeError> {
+    let p = plan.parallelism;
+    let mut launched = Launched {
+        controls: BTreeMap::new(),
+        sources: Vec::new(),
+        handles: Vec::new(),
+    };
+    let mut sinks = sinks
+        .into_iter()
+        .map(|s| SinkTask::new(s, plan.job.sink.topic.clone(), counters.clone()));
+    let window = Prefix::new(&plan.job.pipeline).window().cloned();
+    // channels[source][keyed], receivers[keyed][source]
+    let mut senders: Vec<Vec<mpsc::Sender<Data>>> = vec![Vec::new(); p];
+    let mut receivers: Vec<Vec<Option<mpsc::Receiver<Data>>>> =
+        (0..p).map(|_| Vec::new()).collect();
+    if window.is_some() {
+        for (s, row) in senders.iter_mut().enumerate() {
+            for (k, inputs) in receivers.iter_mut().enumerate() {
+                let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+                row.push(tx);
+                inputs.push(Some(rx));
+                tracing::trace!(source = s, keyed = k, "channel");
+            }
+        }
+    }
+    for (i, channels) in senders.into_iter().enumerate() {
+        let task = TaskId(u32::try_from(i).unwrap_or(u32::MAX));
+        let (control_tx, control) = mpsc::unbounded_channel();
+        let partitions = plan.assignment.get(i).cloned().unwrap_or_default();
+        let (consumer, own) = source_consumer(plan, &partitions, positions).await?;
+        let downstream = match &window {
+            Some(_) => Downstream::Keyed {
+                channels,
+                key_groups: plan.key_groups,
+            },
+            None => Downstream::Sink(sinks.next().ok_or_else(|| missing_sink(i))?),
+        };
+        let source = SourceSubtask {
+            task,
+            consumer,
+            prefix: Prefix::new(&plan.job.pipeline),
+            downstream,
+            positions: own,
+            watermarks: window
+                .as_ref()
+                .map(|w| PartitionWatermarks::new(&partitions, w.out_of_orderness)),
+            control,
+            reports: reports.clone(),
+            counters: counters.clone(),
+            patience: plan.patience,
+            input: Default::default(),
+            pending_barrier: None,
+        };
+        tracing::info!(task = i, partitions = ?partitions, "source subtask starting");
+        launched.handles.push(spawn(task, reports, source.run()));
+        launched.controls.insert(task, control_tx);
+        launched.sources.push(task);
+    }
+    if window.is_none() {
+        return Ok(launched);
+    }
+    // Only sources that read something send watermarks; the others must not hold them back.
+    let watermark_inputs: Vec<u32> = (0..p)
+        .filter(|&s| plan.assignment.get(s).is_some_and(|a| !a.is_empty()))
+        .map(|s| u32::try_from(s).unwrap_or(u32::MAX))
+        .collect();
+    let mut states = states.into_iter();
+    for (i, inputs) in receivers.into_iter().enumerate() {
+        let task = TaskId(u32::try_from(p + i).unwrap_or(u32::MAX));
+        let (control_tx, control) = mpsc::unbounded_channel();
+        let groups = key_group_range(i, p, plan.key_groups);
+        let state = states.next().ok_or_else(|| {
+            RuntimeError::Internal(format!("no window state for keyed subtask {i}"))
+        })?;
+        let keyed = KeyedSubtask {
+            task,
+            inputs,
+            alignment: Alignment::default(),
+            stage: WindowStage::new(&plan.job.pipeline, state)?,
+            watermarks: InputWatermarks::new(watermark_inputs.iter().copied()),
+            sink: sinks.next().ok_or_else(|| missing_sink(i))?,
+            control,
+            reports: reports.clone(),
+            patience: plan.patience,
+            next: 0,
+        };
+        tracing::info!(task = p + i, key_groups = ?groups, "keyed subtask starting");
+        launched.handles.push(spawn(task, reports, keyed.run()));
+        launched.controls.insert(task, control_tx);
+    }
+    Ok(launched)
+}
+
+fn missing_sink(i: usize) -> RuntimeError {
+    RuntimeError::Internal(format!("no sink was started for subtask {i}"))
+}
+
+/// A read_committed consumer on `partitions`, each sought to its restored position (else the
+/// job's start); returns it with the restored positions of those partitions.
+async fn source_consumer(
+    plan: &Plan,
+    partitions: &[TopicPartition],
+    positions: &Positions,
+) -> Result<(Consumer, Positions), RuntimeError> {
+    let mut consumer = Consumer::with_cluster(plan.consumer.clone(), plan.cluster.clone());
+    consumer
+        .assign(partitions.iter().cloned())
+        .await
+        .map_err(|e| RuntimeError::client("assigning the source partitions", e))?;
+    let mut own = Positions::new();
+    for tp in partitions {
+        let key = checkpoint::TopicPartition {
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+        };
+        let restored = positions.get(&key).copied();
+        if let Some(o) = restored {
+            own.insert(key, o);
+        }
+        consumer
+            .seek(tp, start_offset(restored, plan.job.source.start))
+            .map_err(|e| RuntimeError::client(format!("seeking {tp}"), e))?;
+    }
+    Ok((consumer, own))
+}

@@ -1,0 +1,284 @@
+//! A source subtask: its own read_committed consumer on its share of the input partitions
+//! (routing::assign_partitions), the stateless prefix chained, and then either its own sink
+//! (a job without a window) or the keyed subtasks, one bounded channel each, records routed by
+//! key group. It tracks a watermark per partition (bounded out-of-orderness) and sends the
+//! smallest of them downstream when it advances. At the coordinator's InjectBarrier it records
+//! its positions, sends the barrier into every channel (or prepares its sink's transaction),
+//! and acks.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::mpsc::error::TryRecvError;
+use tokio::sync::mpsc::{Sender, UnboundedReceiver, UnboundedSender};
+
+use super::message::{Control, Counters, Data, Report};
+use super::output::SinkTask;
+use super::pipeline::{Prefix, Prefixed};
+use super::routing::subtask_of;
+use super::RuntimeError;
+use crate::client::{Consumer, ConsumerRecord, TopicPartition};
+use crate::engine::checkpoint::{self, CheckpointId, Positions, TaskId};
+use crate::engine::job::window::{InputWatermarks, Watermark};
+use crate::engine::state::key_group;
+
+/// How long one poll waits for records (the subtask reads its control messages in between).
+const POLL: Duration = Duration::from_millis(100);
+
+/// Where a source subtask's records go.
+pub(crate) enum Downstream {
+    /// No window: the subtask's own sink, chained.
+    Sink(SinkTask),
+    /// The keyed subtasks: channel i goes to the subtask owning key groups kg·P/G = i.
+    Keyed {
+        channels: Vec<Sender<Data>>,
+        key_groups: u16,
+    },
+}
+
+/// The per-partition watermarks of a source subtask and the smallest of them.
+pub(crate) struct PartitionWatermarks {
+    partitions: BTreeMap<TopicPartition, (u32, Watermark)>,
+    combined: InputWatermarks,
+    sent: Option<i64>,
+}
+
+impl PartitionWatermarks {
+    /// Watermarks trailing each partition's newest event time by `out_of_orderness` ms. A
+    /// partition without records yet holds the subtask's watermark back.
+    pub(crate) fn new(partitions: &[TopicPartition], out_of_orderness: i64) -> Self {
+        let partitions: BTreeMap<TopicPartition, (u32, Watermark)> = partitions
+            .iter()
+            .enumerate()
+            .map(|(i, tp)| {
+                let i = u32::try_from(i).unwrap_or(u32::MAX);
+                (tp.clone(), (i, Watermark::new(out_of_orderness)))
+            })
+            .collect();
+        let combined = InputWatermarks::new(partitions.values().map(|(i, _)| *i));
+        PartitionWatermarks {
+            partitions,
+            combined,
+            sent: None,
+        }
+    }
+
+    /// A record of `tp` at event time `t`; returns the subtask's watermark when it advanced
+    /// past what was sent.
+    fn observe(&mut self, tp: &TopicPartition, t: i64) -> Option<i64> {
+        let (i, w) = self.partitions.get_mut(tp)?;
+        if !w.observe(t) {
+            return None;
+        }
+        let combined = self.combined.advance(*i, w.current()?)?;
+        if self.sent.is_some_and(|s| s >= combined) {
+            return None;
+        }
+        self.sent = Some(combined);
+        Some(combined)
+    }
+}
+
+/// One source subtask.
+pub(crate) struct SourceSubtask {
+    pub task: TaskId,
+    pub consumer: Consumer,
+    pub prefix: Prefix,
+    pub downstream: Downstream,
+    /// Per partition: the next offset to fetch after the records processed so far.
+    pub positions: Positions,
+    pub watermarks: Option<PartitionWatermarks>,
+    pub control: UnboundedReceiver<Control>,
+    pub reports: UnboundedSender<Report>,
+    pub counters: Arc<Counters>,
+    /// How long held outputs may wait for a free pool slot.
+    pub patience: Duration,
+    pub input: VecDeque<ConsumerRecord>,
+    /// A barrier that came while outputs were held: it goes once they are written.
+    pub pending_barrier: Option<CheckpointId>,
+}
+
+impl SourceSubtask {
+    /// Runs until the coordinator is gone (Ok) or an error.
+    pub(crate) async fn run(mut self) -> Result<(), RuntimeError> {
+        loop {
+            if self.holding() {
+                self.flush().await?;
+                if self.holding() {
+                    let control = SinkTask::wait_for_control(&mut self.control, self.patience);
+                    match control.await? {
+                        Some(c) => self.on_control(c).await?,
+                        None => return Ok(()),
+                    }
+                    continue;
+                }
+            }
+            if let Some(id) = self.pending_barrier.take() {
+                self.barrier(id).await?;
+            }
+            loop {
+                match self.control.try_recv() {
+                    Ok(c) => self.on_control(c).await?,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return Ok(()),
+                }
+            }
+            if self.holding() || self.pending_barrier.is_some() {
+                continue;
+            }
+            match self.input.pop_front() {
+                Some(record) => self.process(record).await?,
+                None => {
+                    let polled = self
+                        .consumer
+                        .poll(POLL)
+                        .await
+                        .map_err(|e| RuntimeError::client("polling the source", e))?;
+                    self.input.extend(polled);
+                }
+            }
+        }
+    }
+
+    fn holding(&self) -> bool {
+        matches!(&self.downstream, Downstream::Sink(s) if s.is_holding())
+    }
+
+    async fn flush(&mut self) -> Result<(), RuntimeError> {
+        match &mut self.downstream {
+            Downstream::Sink(s) => s.flush().await,
+            Downstream::Keyed { .. } => Ok(()),
+        }
+    }
+
+    fn sink(&mut self) -> Result<&mut SinkTask, RuntimeError> {
+        match &mut self.downstream {
+            Downstream::Sink(s) => Ok(s),
+            Downstream::Keyed { .. } => Err(RuntimeError::Internal(format!(
+                "{}: a sink's message to a source subtask that has none",
+                self.task
+            ))),
+        }
+    }
+
+    async fn on_control(&mut self, c: Control) -> Result<(), RuntimeError> {
+        match c {
+            Control::InjectBarrier(id) if self.holding() => self.pending_barrier = Some(id),
+            Control::InjectBarrier(id) => self.barrier(id).await?,
+            Control::Commit {
+                checkpoint,
+                committable,
+            } => {
+                let outcome = self.sink()?.commit(checkpoint, &committable).await?;
+                self.report(Report::CommitResult {
+                    committable,
+                    outcome,
+                });
+            }
+            Control::Release(c) => self.sink()?.release(&c),
+            // A source keeps no state.
+            Control::Cancel(_) | Control::Completed(_) => {}
+        }
+        Ok(())
+    }
+
+    fn report(&self, r: Report) {
+        // The coordinator gone means the job is stopping: nothing to tell.
+        let _ = self.reports.send(r);
+    }
+
+    /// Positions recorded, barrier sent on (behind every record sent before it), ack.
+    async fn barrier(&mut self, id: CheckpointId) -> Result<(), RuntimeError> {
+        let positions = self.positions.clone();
+        let committables = match &mut self.downstream {
+            Downstream::Sink(s) => s.barrier(id).await?,
+            Downstream::Keyed { channels, .. } => {
+                for (i, ch) in channels.iter().enumerate() {
+                    ch.send(Data::Barrier(id)).await.map_err(|_| gone(i))?;
+                }
+                Vec::new()
+            }
+        };
+        tracing::debug!(task = %self.task, checkpoint = id.0, "barrier sent");
+        self.report(Report::Ack {
+            id,
+            task: self.task,
+            delta: None,
+            positions,
+            committables,
+        });
+        Ok(())
+    }
+
+    /// One record through the prefix, then to the sink or the keyed subtask of its key
+    /// group (waiting while that channel is full: back-pressure).
+    async fn process(&mut self, record: ConsumerRecord) -> Result<(), RuntimeError> {
+        self.counters.records_in.fetch_add(1, Ordering::Relaxed);
+        let tp = TopicPartition::new(record.topic.clone(), record.partition);
+        let key = checkpoint::TopicPartition {
+            topic: record.topic,
+            partition: record.partition,
+        };
+        self.positions.insert(key, record.offset + 1);
+        let Some(raw) = record.value.as_ref() else {
+            return Ok(());
+        };
+        let prefixed = self.prefix.process(record.key.map(|k| k.to_vec()), raw);
+        let time = match &prefixed {
+            Prefixed::Keyed { time, .. } => Some(*time),
+            _ => self.input_time(raw),
+        };
+        match (prefixed, &mut self.downstream) {
+            (Prefixed::Dropped, _) => {}
+            (Prefixed::Out(out), Downstream::Sink(s)) => s.write(vec![out]).await?,
+            (
+                Prefixed::Keyed { key, time, value },
+                Downstream::Keyed {
+                    channels,
+                    key_groups,
+                },
+            ) => {
+                let i = subtask_of(
+                    key_group(key.as_bytes(), *key_groups),
+                    channels.len(),
+                    *key_groups,
+                );
+                let ch = channels.get(i).ok_or_else(|| gone(i))?;
+                ch.send(Data::Record { key, time, value })
+                    .await
+                    .map_err(|_| gone(i))?;
+            }
+            _ => {
+                return Err(RuntimeError::Internal(
+                    "a record's shape does not match its source subtask's downstream".into(),
+                ))
+            }
+        }
+        // The watermark follows every record's event time, also of those the filter drops
+        // (as a source's watermark strategy sees its records before any operator).
+        let advanced = match (time, self.watermarks.as_mut()) {
+            (Some(t), Some(w)) => w.observe(&tp, t),
+            _ => None,
+        };
+        if let (Some(w), Downstream::Keyed { channels, .. }) = (advanced, &self.downstream) {
+            for (i, ch) in channels.iter().enumerate() {
+                ch.send(Data::Watermark(w)).await.map_err(|_| gone(i))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The event time of the input record, read at the window's time field.
+    fn input_time(&self, raw: &Bytes) -> Option<i64> {
+        let window = self.prefix.window()?;
+        let value: serde_json::Value = serde_json::from_slice(raw).ok()?;
+        window.event_time(&value)
+    }
+}
+
+fn gone(i: usize) -> RuntimeError {
+    RuntimeError::Internal(format!("keyed subtask {i} is gone"))
+}

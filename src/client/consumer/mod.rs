@@ -323,6 +323,25 @@ impl Consumer {
             })
     }
 
+    /// Whether `tp`'s position has reached the end the broker last reported (the high
+    /// watermark, or the LSO under read_committed) with none of its records buffered: the
+    /// partition is idle for now. False until it has been fetched at least once. A stream
+    /// processor uses it to keep an idle partition from holding its watermark back.
+    pub fn caught_up(&self, tp: &TopicPartition) -> bool {
+        let committed = self.shared.config.isolation_level == IsolationLevel::ReadCommitted;
+        if self.buffered.iter().any(|c| &c.tp == tp) {
+            return false;
+        }
+        self.shared.lock().get(tp).is_some_and(|s| {
+            let end = if committed {
+                s.last_stable_offset
+            } else {
+                s.high_watermark
+            };
+            matches!(s.position, Some(p) if end >= 0 && p >= end)
+        })
+    }
+
     /// Waits up to `timeout` for records; returns at most max.poll.records of them (an empty
     /// vector when none arrived in time).
     ///

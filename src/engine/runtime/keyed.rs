@@ -129,6 +129,13 @@ impl KeyedSubtask {
                     self.sink.write(out).await?;
                 }
             }
+            Data::Idle => {
+                let input = u32::try_from(input).unwrap_or(u32::MAX);
+                if let Some(combined) = self.watermarks.set_idle(input) {
+                    let out = self.stage.advance_to(combined)?;
+                    self.sink.write(out).await?;
+                }
+            }
             Data::Barrier(id) => {
                 let step = self
                     .alignment

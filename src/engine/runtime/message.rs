@@ -25,6 +25,9 @@ pub(crate) enum Data {
     Record { key: Key, time: i64, value: Value },
     /// The source subtask's watermark advanced to this.
     Watermark(i64),
+    /// Every partition of the source subtask is caught up: leave it out of the watermark
+    /// until its next watermark.
+    Idle,
     /// Everything before this on the channel belongs to checkpoint N, everything after to
     /// later ones.
     Barrier(CheckpointId),

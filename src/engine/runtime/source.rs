@@ -6,7 +6,7 @@
 //! its positions, sends the barrier into every channel (or prepares its sink's transaction),
 //! and acks.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +44,10 @@ pub(crate) struct PartitionWatermarks {
     partitions: BTreeMap<TopicPartition, (u32, Watermark)>,
     combined: InputWatermarks,
     sent: Option<i64>,
+    /// Partitions caught up with their end (left out of the minimum until a record comes).
+    idle: BTreeSet<TopicPartition>,
+    /// Whether the keyed subtasks were told that every partition is idle.
+    idle_sent: bool,
 }
 
 impl PartitionWatermarks {
@@ -63,22 +67,60 @@ impl PartitionWatermarks {
             partitions,
             combined,
             sent: None,
+            idle: BTreeSet::new(),
+            idle_sent: false,
         }
+    }
+
+    /// The subtask's watermark, when it advanced past what was sent.
+    fn advanced(&mut self, combined: Option<i64>) -> Option<i64> {
+        let combined = combined?;
+        if self.sent.is_some_and(|s| s >= combined) {
+            return None;
+        }
+        self.sent = Some(combined);
+        Some(combined)
+    }
+
+    /// `tp` has caught up with its end: it no longer holds the watermark back (until its next
+    /// record), as a Flink source's idleness. Without this, a partition read to its end
+    /// before a crash gives no record after the restart and stops every window from firing.
+    fn set_idle(&mut self, tp: &TopicPartition) -> Option<i64> {
+        let (i, _) = self.partitions.get(tp)?;
+        if !self.idle.insert(tp.clone()) {
+            return None;
+        }
+        let combined = self.combined.set_idle(*i);
+        self.advanced(combined)
+    }
+
+    /// Whether every partition is idle and the keyed subtasks have not been told yet.
+    fn newly_all_idle(&mut self) -> bool {
+        if self.idle_sent || self.idle.len() < self.partitions.len() {
+            return false;
+        }
+        self.idle_sent = true;
+        true
     }
 
     /// A record of `tp` at event time `t`; returns the subtask's watermark when it advanced
     /// past what was sent.
     fn observe(&mut self, tp: &TopicPartition, t: i64) -> Option<i64> {
         let (i, w) = self.partitions.get_mut(tp)?;
-        if !w.observe(t) {
+        let i = *i;
+        let was_idle = self.idle.remove(tp);
+        if !w.observe(t) && !was_idle {
             return None;
         }
-        let combined = self.combined.advance(*i, w.current()?)?;
-        if self.sent.is_some_and(|s| s >= combined) {
-            return None;
+        let combined = self.combined.advance(i, w.current()?);
+        // Woken after the keyed subtasks were told this subtask is idle: they count it again
+        // only once they hear a watermark from it, advanced or not.
+        if was_idle && std::mem::replace(&mut self.idle_sent, false) {
+            let c = combined?;
+            self.sent = Some(self.sent.map_or(c, |s| s.max(c)));
+            return Some(c);
         }
-        self.sent = Some(combined);
-        Some(combined)
+        self.advanced(combined)
     }
 }
 
@@ -138,6 +180,7 @@ impl SourceSubtask {
                         .await
                         .map_err(|e| RuntimeError::client("polling the source", e))?;
                     self.input.extend(polled);
+                    self.idleness().await?;
                 }
             }
         }
@@ -263,9 +306,44 @@ impl SourceSubtask {
             (Some(t), Some(w)) => w.observe(&tp, t),
             _ => None,
         };
-        if let (Some(w), Downstream::Keyed { channels, .. }) = (advanced, &self.downstream) {
+        if let Some(w) = advanced {
+            self.broadcast(|| Data::Watermark(w)).await?;
+        }
+        Ok(())
+    }
+
+    /// After a poll: partitions caught up with their end (and none of their records waiting
+    /// here) are idle; the keyed subtasks hear the watermark that results, or that this
+    /// subtask is idle altogether.
+    async fn idleness(&mut self) -> Result<(), RuntimeError> {
+        let Some(w) = self.watermarks.as_mut() else {
+            return Ok(());
+        };
+        let mut advanced = None;
+        for tp in self.consumer.assignment() {
+            let waiting = self
+                .input
+                .iter()
+                .any(|r| r.partition == tp.partition && r.topic == tp.topic);
+            if !waiting && self.consumer.caught_up(&tp) {
+                advanced = w.set_idle(&tp).or(advanced);
+            }
+        }
+        let all_idle = w.newly_all_idle();
+        if let Some(wm) = advanced {
+            self.broadcast(|| Data::Watermark(wm)).await?;
+        }
+        if all_idle {
+            tracing::debug!(task = %self.task, "every partition idle");
+            self.broadcast(|| Data::Idle).await?;
+        }
+        Ok(())
+    }
+
+    async fn broadcast(&self, d: impl Fn() -> Data) -> Result<(), RuntimeError> {
+        if let Downstream::Keyed { channels, .. } = &self.downstream {
             for (i, ch) in channels.iter().enumerate() {
-                ch.send(Data::Watermark(w)).await.map_err(|_| gone(i))?;
+                ch.send(d()).await.map_err(|_| gone(i))?;
             }
         }
         Ok(())

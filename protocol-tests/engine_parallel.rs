@@ -1,0 +1,153 @@
+//! `onceflow run` at parallelism 2 end to end against a real broker (engine_run.rs's approach):
+//! the shipped jobs, their names replaced and `settings.parallelism = 2`, over rides in a
+//! 3-partition topic (source subtask 0 reads partitions 0 and 2, subtask 1 partition 1),
+//! SIGKILLed once some output is committed, started again on the same state; `onceflow taxi
+//! verify` then finds every expected record once and each driver's records in order (a
+//! driver's records go through one subtask). Transactional: run on TV2 (9192) and TV1 (9196).
+
+use crate::engine_run::{
+    assert_running, committed_count, job_file, log_of, sigterm, start_job, taxi, wait_for_verify_ok,
+};
+use crate::support::cli::{shown, stdout};
+use crate::support::*;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const DEADLINE: Duration = Duration::from_secs(240);
+
+/// The shipped job with its names replaced, `settings.parallelism = 2` and checkpoints every
+/// 200 ms (so the first commit comes long before the input is read).
+fn parallel_job(dir: &Path, shipped: &str, input: &str, output: &str, prefix: &str) -> PathBuf {
+    let path = job_file(dir, shipped, input, output, prefix);
+    let text = std::fs::read_to_string(&path).unwrap();
+    for line in ["\nparallelism = 1", "\ncheckpoint.interval.ms = 1000"] {
+        assert!(text.contains(line), "{shipped} has no {line:?}");
+    }
+    let text = text
+        .replace("\nparallelism = 1", "\nparallelism = 2")
+        .replace(
+            "\ncheckpoint.interval.ms = 1000",
+            "\ncheckpoint.interval.ms = 200",
+        );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The log without its ANSI colours.
+fn plain_log(log: &Path) -> String {
+    let text = log_of(log);
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Whether the job's log says one of its sink's transactions committed.
+fn committed_a_transaction(log: &Path) -> bool {
+    plain_log(log)
+        .lines()
+        .any(|l| l.contains("transaction ended") && l.contains("commit=true"))
+}
+
+/// Generates `generate` rides into a 3-partition topic, runs `shipped` at parallelism 2,
+/// SIGKILLs it once output is committed, restarts it, and waits for `taxi verify --job
+/// verify_job` to say OK.
+async fn killed_and_restarted_at_parallelism_2(
+    shipped: &str,
+    verify_job: &str,
+    generate: &[&str],
+    name: &str,
+) {
+    let input = TestTopic::create(&format!("{name}-in"), 3).await;
+    let output = TestTopic::create(&format!("{name}-out"), 3).await;
+    let dir = std::env::temp_dir().join(unique_topic("onceflow-par"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut args = vec!["generate", "-t", &input.name];
+    args.extend_from_slice(generate);
+    let o = taxi(&args).await;
+    assert!(o.status.success(), "{}", shown(&o));
+    let prefix = unique_topic(name);
+    let job = parallel_job(&dir, shipped, &input.name, &output.name, &prefix);
+    let log1 = dir.join("run1.log");
+
+    // First run: SIGKILL as soon as one checkpoint's output is committed.
+    let mut first = start_job(&job, &log1, &["--fresh"]);
+    let start = Instant::now();
+    while !committed_a_transaction(&log1) {
+        assert_running(&mut first, &log1);
+        assert!(
+            start.elapsed() < DEADLINE,
+            "no output committed within {DEADLINE:?}:\n{}",
+            log_of(&log1)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let at_kill = committed_count(&output).await;
+    assert!(at_kill > 0, "the first run's commit left no output");
+    assert_eq!(
+        plain_log(&log1).matches("source subtask starting").count(),
+        2,
+        "the first run did not start two source subtasks:\n{}",
+        log_of(&log1)
+    );
+
+    // Second run on the same state: recovers, catches up; the output is exact.
+    let log2 = dir.join("run2.log");
+    let mut second = start_job(&job, &log2, &[]);
+    let o = wait_for_verify_ok(verify_job, &input.name, &output.name, &mut second, &log2).await;
+    assert!(stdout(&o).starts_with("verify: OK"), "{}", shown(&o));
+    let total = committed_count(&output).await;
+    assert!(
+        at_kill < total,
+        "the kill came after all {total} outputs were committed: nothing was left to recover"
+    );
+    eprintln!("{name}: {at_kill} of {total} outputs committed at the kill");
+    assert!(
+        log_of(&log2).contains("state restored"),
+        "{}",
+        log_of(&log2)
+    );
+    sigterm(&second);
+    let status = tokio::task::spawn_blocking(move || second.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}:\n{}", log_of(&log2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn cleansing_at_parallelism_2_killed_and_restarted_writes_every_ride_exactly_once() {
+    killed_and_restarted_at_parallelism_2(
+        "rides-cleansing.toml",
+        "cleansing",
+        &["--count", "20000"],
+        "par-clean",
+    )
+    .await;
+}
+
+/// 20000 rides at two per second span 2.8 hours of event time: the first hour's windows close
+/// (the first output) with about two thirds of the input still to read, and the restart
+/// carries the open windows' accumulators over from the checkpoint.
+#[tokio::test]
+async fn per_driver_hourly_at_parallelism_2_killed_and_restarted_counts_every_ride_once() {
+    killed_and_restarted_at_parallelism_2(
+        "rides-per-driver-hourly.toml",
+        "per-driver-hourly",
+        &["--count", "20000", "--rate", "2"],
+        "par-hourly",
+    )
+    .await;
+}

@@ -135,7 +135,7 @@ pub(crate) async fn launch(
                 channels,
                 key_groups: plan.key_groups,
             },
-            None => Downstream::Sink(sinks.next().ok_or_else(|| missing_sink(i))?),
+            None => Downstream::Sink(Box::new(sinks.next().ok_or_else(|| missing_sink(i))?)),
         };
         let source = SourceSubtask {
             task,

@@ -1,31 +1,35 @@
-//! The engine runtime, first version: one task runs source → operators → sink, exactly once
-//! (DESIGN.md, "The runtime (first version)").
+//! The engine runtime: P source subtasks → P keyed subtasks → P sink tasks, exactly once
+//! (DESIGN.md, "The runtime (parallel)").
 //!
-//! [`run`] carries out a job file: it opens the state (latest checkpoint, a chosen one, or
-//! fresh), checks the transaction timeout budget against the brokers, recovers the sink
-//! (restored committables committed FIRST, then the pool's init aborts what the crashed
-//! incarnation left open), makes the resolutions durable, seeks a read_committed consumer to
-//! the restored positions, and loops: poll, run each record through the operators, write the
-//! outputs into the sink's open transaction; between records it feeds the pure
-//! [`Coordinator`](crate::engine::checkpoint::Coordinator) a tick and carries out its
-//! decisions (barrier: snapshot + prepare + ack; persist on a blocking thread; commit; release).
+//! [`run`] carries out a job file at its `settings.parallelism` P: it opens the state (latest
+//! checkpoint, a chosen one, or fresh), checks the transaction timeout budget against the
+//! brokers, recovers the sinks (restored committables committed FIRST, then the pools' init
+//! aborts what the crashed incarnation left open), makes the resolutions durable, and starts
+//! the subtasks:
+//! - source subtask i (`source`) reads its share of the input partitions (`routing`) with its
+//!   own read_committed consumer and runs the stateless prefix (filter, project, key_by);
+//! - a job with a window routes each record by key group (kg·P/G, as Flink) over bounded
+//!   channels to keyed subtask j (`keyed`), which runs the window on its key-group range of the
+//!   state and aligns barriers (`alignment`) before it snapshots;
+//! - the keyed subtask (or, without a window, the source subtask) writes to its own sink task
+//!   (`output`; transactional ids `<prefix>-<subtask>-<slot>`).
+//!
+//! The coordinator's loop (`coordinate`) feeds the pure
+//! [`Coordinator`](crate::engine::checkpoint::Coordinator) the subtasks' acks and a tick and
+//! carries out its decisions (barrier into the sources; persist on a blocking thread; commit and
+//! release at the subtask owning the transactional id).
 //!
 //! **One owner of the commit retry: the sink.** `KafkaSink::on_checkpoint_durable(N)` commits
 //! every prepared transaction of checkpoints ≤ N and retries until the transaction's deadline;
 //! the runtime reports each resolution to the coordinator as a `CommitResult`, so the
-//! coordinator's `Commit` decisions are only bookkeeping here and its `RetryCommitAt` never
-//! comes. A commit error is fatal: the restart's recovery commits it from the durable record.
+//! coordinator's `RetryCommitAt` never comes. A commit error is fatal: the restart's recovery
+//! commits it from the durable record.
 //!
-//! **Parallelism.** This version runs parallelism 1 and refuses more. More tasks come by
-//! running one `task` loop per task on its key-group range (kg·P/G, as Flink does), with
-//! bounded channels between a source task and the keyed tasks carrying records and barriers;
-//! the coordinator already takes a set of task ids and waits for every ack, the sink's ids are
-//! already `<prefix>-<task>-<slot>`, and the state is already split by key group.
-//!
-//! **Known limits (this version).** Consumer group offsets are not committed (monitoring only). Back-pressure from the sink's
-//! pool (which one checkpoint in flight and 3 slots do not reach) is waited out only while a
-//! checkpoint is under way; otherwise the job stops with an error rather than risk a record's
-//! output landing after its barrier.
+//! **Known limits.** A restore with another parallelism is refused (the sink pool's ids of
+//! tasks that no longer exist would be neither resumed nor fenced). Consumer group offsets are
+//! not committed (monitoring only). Back-pressure from a sink's pool is waited out for up to
+//! `checkpoint.timeout.ms`, then the job stops with an error rather than risk a record's output
+//! landing after its barrier.
 
 mod alignment;
 mod coordinate;

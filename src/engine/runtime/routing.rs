@@ -47,6 +47,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[allow(clippy::single_range_in_vec_init)] // a list of one range, on purpose
     fn key_groups_go_to_contiguous_ranges_kg_times_p_over_g() {
         // (G, P, ranges of subtask 0..P)
         let cases: &[(u16, usize, &[Range<u16>])] = &[

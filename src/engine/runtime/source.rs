@@ -31,7 +31,7 @@ const POLL: Duration = Duration::from_millis(100);
 /// Where a source subtask's records go.
 pub(crate) enum Downstream {
     /// No window: the subtask's own sink, chained.
-    Sink(SinkTask),
+    Sink(Box<SinkTask>),
     /// The keyed subtasks: channel i goes to the subtask owning key groups kg·P/G = i.
     Keyed {
         channels: Vec<Sender<Data>>,

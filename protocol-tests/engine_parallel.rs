@@ -60,13 +60,14 @@ fn committed_a_transaction(log: &Path) -> bool {
 }
 
 /// Generates `generate` rides into a 3-partition topic, runs `shipped` at parallelism 2,
-/// SIGKILLs it once output is committed, restarts it, and waits for `taxi verify --job
-/// verify_job` to say OK.
-async fn killed_and_restarted_at_parallelism_2(
+/// SIGKILLs it once output is committed, restarts it at parallelism `restart_at` on the same
+/// state, and waits for `taxi verify --job verify_job` to say OK.
+async fn killed_and_restarted(
     shipped: &str,
     verify_job: &str,
     generate: &[&str],
     name: &str,
+    restart_at: usize,
 ) {
     let input = TestTopic::create(&format!("{name}-in"), 3).await;
     let output = TestTopic::create(&format!("{name}-out"), 3).await;
@@ -104,6 +105,12 @@ async fn killed_and_restarted_at_parallelism_2(
     );
 
     // Second run on the same state: recovers, catches up; the output is exact.
+    let text = std::fs::read_to_string(&job).unwrap();
+    let text = text.replace(
+        "\nparallelism = 2",
+        &format!("\nparallelism = {restart_at}"),
+    );
+    std::fs::write(&job, text).unwrap();
     let log2 = dir.join("run2.log");
     let mut second = start_job(&job, &log2, &[]);
     let o = wait_for_verify_ok(verify_job, &input.name, &output.name, &mut second, &log2).await;
@@ -119,6 +126,12 @@ async fn killed_and_restarted_at_parallelism_2(
         "{}",
         log_of(&log2)
     );
+    assert_eq!(
+        plain_log(&log2).matches("source subtask starting").count(),
+        restart_at,
+        "the second run did not start {restart_at} source subtasks:\n{}",
+        log_of(&log2)
+    );
     sigterm(&second);
     let status = tokio::task::spawn_blocking(move || second.wait().unwrap())
         .await
@@ -129,11 +142,12 @@ async fn killed_and_restarted_at_parallelism_2(
 
 #[tokio::test]
 async fn cleansing_at_parallelism_2_killed_and_restarted_writes_every_ride_exactly_once() {
-    killed_and_restarted_at_parallelism_2(
+    killed_and_restarted(
         "rides-cleansing.toml",
         "cleansing",
         &["--count", "20000"],
         "par-clean",
+        2,
     )
     .await;
 }
@@ -143,11 +157,42 @@ async fn cleansing_at_parallelism_2_killed_and_restarted_writes_every_ride_exact
 /// carries the open windows' accumulators over from the checkpoint.
 #[tokio::test]
 async fn per_driver_hourly_at_parallelism_2_killed_and_restarted_counts_every_ride_once() {
-    killed_and_restarted_at_parallelism_2(
+    killed_and_restarted(
         "rides-per-driver-hourly.toml",
         "per-driver-hourly",
         &["--count", "20000", "--rate", "2"],
         "par-hourly",
+        2,
+    )
+    .await;
+}
+
+/// Rescale down: a cleansing job killed at parallelism 2 (sink task 1's transaction open: its
+/// output is continuous) restarts at parallelism 1. Task 1's ids have no pool any more; unless
+/// the restart aborts the transaction it left open, read_committed readers stay at its LSO
+/// and the verifier never sees the rest of the output.
+#[tokio::test]
+async fn cleansing_killed_at_parallelism_2_and_restarted_at_1_writes_every_ride_exactly_once() {
+    killed_and_restarted(
+        "rides-cleansing.toml",
+        "cleansing",
+        &["--count", "20000"],
+        "par-down",
+        1,
+    )
+    .await;
+}
+
+/// Rescale up: the per-driver windows of a job killed at parallelism 2 move, with their key
+/// groups, to 3 keyed subtasks (ranges 0..43, 43..86, 86..128 instead of 0..64, 64..128).
+#[tokio::test]
+async fn per_driver_hourly_killed_at_parallelism_2_and_restarted_at_3_counts_every_ride_once() {
+    killed_and_restarted(
+        "rides-per-driver-hourly.toml",
+        "per-driver-hourly",
+        &["--count", "20000", "--rate", "2"],
+        "par-up",
+        3,
     )
     .await;
 }

@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use super::launch::{launch, Launched, Plan};
 use super::message::{Control, Counters, Report, C, D};
 use super::pipeline::WINDOW_UID;
+use super::retire::abort_retired;
 use super::routing::key_group_range;
 use super::task::{now_ms, restored, to_store};
 use super::{RunSummary, RuntimeError};
@@ -240,6 +241,19 @@ impl Master {
                 "sink started (pool initialized)"
             );
             self.sinks.push(sink);
+        }
+        // A rescale down: the ids of tasks that no longer exist have no pool to fence them.
+        if let Some(prefix) = self.plan.job.sink.transactional_id_prefix.as_deref() {
+            let p = self.plan.parallelism;
+            let aborted =
+                abort_retired(&self.plan.cluster, prefix, p, self.plan.transaction_timeout).await?;
+            if !aborted.is_empty() {
+                tracing::info!(
+                    aborted = aborted.len(),
+                    parallelism = p,
+                    "retired sink tasks' transactions aborted"
+                );
+            }
         }
         self.event(Event::PoolAborted);
         Ok(())

@@ -42,6 +42,8 @@ pub(crate) struct Plan {
     pub assignment: Vec<Vec<TopicPartition>>,
     /// How long held outputs may wait for a free pool slot.
     pub patience: Duration,
+    /// The sinks' `transaction.timeout.ms` (fencing a retired task's id uses it).
+    pub transaction_timeout: Duration,
 }
 
 impl Plan {

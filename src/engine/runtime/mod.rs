@@ -25,9 +25,11 @@
 //! coordinator's `RetryCommitAt` never comes. A commit error is fatal: the restart's recovery
 //! commits it from the durable record.
 //!
-//! **Known limits.** A restore with another parallelism is refused (the sink pool's ids of
-//! tasks that no longer exist would be neither resumed nor fenced). Consumer group offsets are
-//! not committed (monitoring only). Back-pressure from a sink's pool is waited out for up to
+//! **Rescaling.** A checkpoint restores at another parallelism: the state moves with its key
+//! groups, positions with their partitions; sink task 0 resolves every restored committable,
+//! and the open transactions of tasks that no longer exist are aborted (`retire`).
+//!
+//! **Known limits.** Consumer group offsets are not committed (monitoring only). Back-pressure from a sink's pool is waited out for up to
 //! `checkpoint.timeout.ms`, then the job stops with an error rather than risk a record's output
 //! landing after its barrier.
 
@@ -38,6 +40,7 @@ mod launch;
 mod message;
 mod output;
 mod pipeline;
+mod retire;
 mod routing;
 mod source;
 mod task;

@@ -32,9 +32,12 @@ pub(crate) fn now_ms() -> Millis {
 /// Runs `config.job` at its `settings.parallelism` until `stop` turns true (then finishes the
 /// checkpoint under way, if quick, and returns) or a fatal error.
 ///
+/// A checkpoint restores at any parallelism: state moves with its key groups, positions with
+/// their partitions, and the open transactions of sink tasks that no longer exist are aborted
+/// once the restored committables are resolved.
+///
 /// # Errors
-/// Every [`RuntimeError`]: an unsupported job, a state store that cannot restore (a changed
-/// parallelism among others), a timeout budget the brokers refuse, data loss or a prefix clash
+/// Every [`RuntimeError`]: an unsupported job, a state store that cannot restore, a timeout budget the brokers refuse, data loss or a prefix clash
 /// found by a sink, a checkpoint failure, a source that cannot read.
 pub async fn run(
     config: RunConfig,
@@ -105,6 +108,7 @@ pub async fn run(
         cluster,
         assignment: assign_partitions(&partitions, parallelism),
         patience: Duration::from_millis(settings.checkpoint_timeout_ms),
+        transaction_timeout: Duration::from_millis(settings.transaction_timeout_ms),
     };
     let mut master = Master::new(settings, plan, store, resumed, record.id);
     master.recover(&record).await?;
@@ -262,58 +266,6 @@ pub(crate) fn start_offset(restored: Option<i64>, start: StartPosition) -> Offse
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn job(parallelism: u32) -> Job {
-        let text = format!(
-            r#"name = "t"
-[source]
-brokers = "127.0.0.1:1"
-topics = ["in"]
-[[pipeline]]
-filter = {{ field = "x", op = "=", value = 1 }}
-[sink]
-topic = "out"
-delivery.guarantee = "exactly-once"
-transactional.id.prefix = "t"
-[settings]
-parallelism = {parallelism}
-"#
-        );
-        Job::parse("t.toml", &text).unwrap()
-    }
-
-    /// A checkpoint of parallelism 2 does not restore into parallelism 1: task 1's
-    /// transactional ids would be neither resumed nor fenced. Refused before any broker is
-    /// contacted (the brokers here do not exist), naming the setting.
-    #[tokio::test]
-    async fn a_restore_with_another_parallelism_is_refused_naming_the_setting() {
-        let dir = tempfile::tempdir().unwrap();
-        let options = StoreOptions::default();
-        let (mut store, _) = StateStore::open(
-            dir.path(),
-            state_layout(&job(2)),
-            options,
-            RestoreFrom::Fresh,
-        )
-        .unwrap();
-        store.persist(1, &[], Vec::new(), Vec::new()).unwrap();
-        drop(store);
-        let config = RunConfig {
-            job: job(1),
-            client: Default::default(),
-            producer: Default::default(),
-            consumer: Default::default(),
-            restore: RestoreFrom::Latest,
-            state_dir: dir.path().to_path_buf(),
-        };
-        let (_stop_tx, stop) = watch::channel(false);
-        let err = run(config, stop).await.unwrap_err().to_string();
-        assert!(
-            err.contains("from 6 to 3 transactional ids, so settings.parallelism changed"),
-            "{err}"
-        );
-        assert_eq!(err.lines().count(), 1, "{err}");
-    }
 
     #[test]
     fn a_partition_starts_at_its_restored_position_else_at_the_jobs_start() {

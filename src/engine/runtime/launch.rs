@@ -113,20 +113,7 @@ pub(crate) async fn launch(
         .into_iter()
         .map(|s| SinkTask::new(s, plan.job.sink.topic.clone(), counters.clone()));
     let window = Prefix::new(&plan.job.pipeline).window().cloned();
-    // channels[source][keyed], receivers[keyed][source]
-    let mut senders: Vec<Vec<mpsc::Sender<Data>>> = vec![Vec::new(); p];
-    let mut receivers: Vec<Vec<Option<mpsc::Receiver<Data>>>> =
-        (0..p).map(|_| Vec::new()).collect();
-    if window.is_some() {
-        for (s, row) in senders.iter_mut().enumerate() {
-            for (k, inputs) in receivers.iter_mut().enumerate() {
-                let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-                row.push(tx);
-                inputs.push(Some(rx));
-                tracing::trace!(source = s, keyed = k, "channel");
-            }
-        }
-    }
+    let (senders, receivers) = channels(p, window.is_some());
     for (i, channels) in senders.into_iter().enumerate() {
         let task = TaskId(u32::try_from(i).unwrap_or(u32::MAX));
         let (control_tx, control) = mpsc::unbounded_channel();
@@ -163,6 +150,43 @@ pub(crate) async fn launch(
     if window.is_none() {
         return Ok(launched);
     }
+    launch_keyed(plan, receivers, states, &mut sinks, reports, &mut launched)?;
+    Ok(launched)
+}
+
+/// The bounded channels of a job with a window: `senders[source][keyed]` and
+/// `receivers[keyed][source]`; none without a window.
+type Channels = (
+    Vec<Vec<mpsc::Sender<Data>>>,
+    Vec<Vec<Option<mpsc::Receiver<Data>>>>,
+);
+
+fn channels(p: usize, window: bool) -> Channels {
+    let mut senders: Vec<Vec<mpsc::Sender<Data>>> = vec![Vec::new(); p];
+    let mut receivers: Vec<Vec<Option<mpsc::Receiver<Data>>>> =
+        (0..p).map(|_| Vec::new()).collect();
+    if window {
+        for row in senders.iter_mut() {
+            for inputs in receivers.iter_mut() {
+                let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+                row.push(tx);
+                inputs.push(Some(rx));
+            }
+        }
+    }
+    (senders, receivers)
+}
+
+/// Starts keyed subtask i on `receivers[i]`, `states[i]` and the next sink.
+fn launch_keyed(
+    plan: &Plan,
+    receivers: Vec<Vec<Option<mpsc::Receiver<Data>>>>,
+    states: Vec<OperatorState>,
+    sinks: &mut impl Iterator<Item = SinkTask>,
+    reports: &UnboundedSender<Report>,
+    launched: &mut Launched,
+) -> Result<(), RuntimeError> {
+    let p = plan.parallelism;
     // Only sources that read something send watermarks; the others must not hold them back.
     let watermark_inputs: Vec<u32> = (0..p)
         .filter(|&s| plan.assignment.get(s).is_some_and(|a| !a.is_empty()))
@@ -192,7 +216,7 @@ pub(crate) async fn launch(
         launched.handles.push(spawn(task, reports, keyed.run()));
         launched.controls.insert(task, control_tx);
     }
-    Ok(launched)
+    Ok(())
 }
 
 fn missing_sink(i: usize) -> RuntimeError {

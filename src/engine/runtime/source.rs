@@ -360,3 +360,47 @@ impl SourceSubtask {
 fn gone(i: usize) -> RuntimeError {
     RuntimeError::Internal(format!("keyed subtask {i} is gone"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    enum Step {
+        Observe(i32, i64),
+        Idle(i32),
+        AllIdle,
+    }
+
+    /// The source subtask's watermark over two partitions (out-of-orderness 10): the minimum
+    /// of the active ones, sent only when it advances; an idle partition leaves the minimum,
+    /// and a subtask waking after it said "idle" sends its watermark again.
+    #[test]
+    fn partition_watermarks_table() {
+        use Step::*;
+        let tp = |p: i32| TopicPartition::new("t", p);
+        let steps: &[(Step, Option<i64>)] = &[
+            (Observe(0, 100), None), // partition 1 has no watermark yet
+            (Observe(1, 50), Some(40)),
+            (Observe(1, 45), None),  // older: no advance
+            (Observe(0, 200), None), // partition 1 still holds it at 40
+            (Idle(1), Some(190)),    // caught up: left out of the minimum
+            (Idle(1), None),         // already idle
+            (AllIdle, None),         // partition 0 still active
+            (Idle(0), None),         // all idle: the watermark stays
+            (AllIdle, Some(1)),      // told once
+            (AllIdle, None),
+            (Observe(1, 60), Some(190)), // woken: sent again so downstream counts it
+            (Observe(1, 70), None),      // below what was sent
+            (Observe(1, 300), Some(290)), // partition 0 is still idle
+        ];
+        let mut w = PartitionWatermarks::new(&[tp(0), tp(1)], 10);
+        for (i, (step, want)) in steps.iter().enumerate() {
+            let got = match step {
+                Observe(p, t) => w.observe(&tp(*p), *t),
+                Idle(p) => w.set_idle(&tp(*p)),
+                AllIdle => w.newly_all_idle().then_some(1),
+            };
+            assert_eq!(got, *want, "step {i}");
+        }
+    }
+}

@@ -2,11 +2,12 @@
 //! changed job file can refuse the old checkpoint naming exactly what differs (issue 10:
 //! "incompatible (job changed) checkpoint data is a clear error naming what differs").
 //!
-//! In it: the source topics (positions), key groups and parallelism (state keys and their
-//! owners), the sink's transactional id prefix (the saved committables), the key_by field
-//! (state keys) and the window + aggregate (timers and accumulator slots). Not in it: filters,
-//! projections, checkpoint intervals and timeouts, brokers and the group: changing those keeps
-//! the state valid (as Flink lets stateless operators change).
+//! In it: the source topics (positions), key groups (state keys), the sink's transactional id
+//! prefix (the saved committables), the key_by field (state keys) and the window + aggregate
+//! (timers and accumulator slots). Not in it: filters,
+//! projections, checkpoint intervals and timeouts, brokers and the group, and the parallelism
+//! (the runtime rescales: state moves with its key groups): changing those keeps the state
+//! valid (as Flink lets stateless operators change).
 
 use std::collections::BTreeMap;
 
@@ -25,10 +26,6 @@ impl Job {
         out.insert(
             "settings.key.groups".into(),
             self.settings.key_groups.to_string(),
-        );
-        out.insert(
-            "settings.parallelism".into(),
-            self.settings.parallelism.to_string(),
         );
         out.insert(
             "sink.transactional.id.prefix".into(),

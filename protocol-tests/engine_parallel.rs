@@ -184,15 +184,16 @@ async fn cleansing_killed_at_parallelism_2_and_restarted_at_1_writes_every_ride_
 }
 
 /// Rescale up: the per-driver windows of a job killed at parallelism 2 move, with their key
-/// groups, to 3 keyed subtasks (ranges 0..43, 43..86, 86..128 instead of 0..64, 64..128).
+/// groups, to 4 keyed subtasks (ranges of 32 instead of 64), and source subtask 3 has no
+/// partition of the 3 to read: it still forwards barriers, and must not hold the watermark back.
 #[tokio::test]
-async fn per_driver_hourly_killed_at_parallelism_2_and_restarted_at_3_counts_every_ride_once() {
+async fn per_driver_hourly_killed_at_parallelism_2_and_restarted_at_4_counts_every_ride_once() {
     killed_and_restarted(
         "rides-per-driver-hourly.toml",
         "per-driver-hourly",
         &["--count", "20000", "--rate", "2"],
         "par-up",
-        3,
+        4,
     )
     .await;
 }

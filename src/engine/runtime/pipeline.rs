@@ -1,6 +1,8 @@
 //! One task's operator chain: the stateless operators run inline, the window aggregate keeps
 //! its accumulators, timers and watermark in the task's [`OperatorState`].
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use serde_json::Value;
 
@@ -10,6 +12,7 @@ use crate::engine::job::batch::{stateless, Carried};
 use crate::engine::job::project::Key;
 use crate::engine::job::window::{route, Admission, Watermark, Window, WindowKind};
 use crate::engine::job::Operator;
+use crate::engine::metrics::OperatorCounter;
 use crate::engine::state::{MapState, OperatorState, TimerState, ValueState};
 
 /// The uid (keyspace `op-window`) of the one window operator a job may have.
@@ -50,6 +53,8 @@ pub(crate) struct Pipeline {
     after: Vec<Operator>,
     /// Counters: records dropped for a missing key, a missing event time, lateness.
     pub dropped: u64,
+    /// Per operator of the job file (by index), records in and out; empty: not observed.
+    counters: Vec<Arc<OperatorCounter>>,
 }
 
 impl Pipeline {
@@ -68,6 +73,7 @@ impl Pipeline {
                 window: None,
                 after: Vec::new(),
                 dropped: 0,
+                counters: Vec::new(),
             });
         };
         let Some(Operator::WindowAggregate(spec)) = operators.get(i) else {
@@ -91,7 +97,23 @@ impl Pipeline {
             }),
             after: operators[i + 1..].to_vec(),
             dropped: 0,
+            counters: Vec::new(),
         })
+    }
+
+    /// The pipeline, counting each operator's records in and out into `counters` (one per
+    /// operator of the job file, in order; another count leaves it unobserved).
+    pub(crate) fn observed(mut self, counters: Vec<Arc<OperatorCounter>>) -> Pipeline {
+        let window = usize::from(self.window.is_some());
+        if counters.len() == self.before.len() + window + self.after.len() {
+            self.counters = counters;
+        }
+        self
+    }
+
+    /// The counters of the operators `from..from + n`, or none when unobserved.
+    fn counters(&self, from: usize, n: usize) -> &[Arc<OperatorCounter>] {
+        self.counters.get(from..from + n).unwrap_or_default()
     }
 
     /// The window operator's state, for snapshots.
@@ -109,7 +131,9 @@ impl Pipeline {
             self.dropped += 1;
             return Ok(Vec::new());
         };
-        let Ok((carried, value, changed)) = stateless(&self.before, Carried::Input(key), value)
+        let before = self.counters(0, self.before.len());
+        let Some((carried, value, changed)) =
+            counted(&self.before, before, Carried::Input(key), value)
         else {
             return Ok(Vec::new());
         };
@@ -125,6 +149,10 @@ impl Pipeline {
                 value,
             }]);
         };
+        let at = self.before.len();
+        if let Some(c) = self.counters.get(at) {
+            c.record_in();
+        }
         let Carried::Keyed(key) = carried else {
             self.dropped += 1;
             return Ok(Vec::new());
@@ -145,9 +173,14 @@ impl Pipeline {
         }
         let mut results = window.add(&key, t, &value)?;
         results.extend(window.advance(t)?);
+        if let Some(c) = self.counters.get(at) {
+            c.records_out(results.len() as u64);
+        }
+        let after = self.counters(at + 1, self.after.len());
         let mut out = Vec::new();
         for (key, result) in results {
-            if let Ok((carried, v, _)) = stateless(&self.after, Carried::Keyed(key), result) {
+            if let Some((carried, v, _)) = counted(&self.after, after, Carried::Keyed(key), result)
+            {
                 out.push(Output {
                     key: carried.kafka_key(),
                     value: Bytes::from(v.to_string()),
@@ -156,6 +189,27 @@ impl Pipeline {
         }
         Ok(out)
     }
+}
+
+/// [`stateless`] one operator at a time when observed, counting each operator's records in
+/// and out (the same result: `stateless` is a fold over the operators).
+fn counted(
+    ops: &[Operator],
+    counters: &[Arc<OperatorCounter>],
+    carried: Carried,
+    value: Value,
+) -> Option<(Carried, Value, bool)> {
+    if counters.len() != ops.len() {
+        return stateless(ops, carried, value).ok();
+    }
+    let (mut carried, mut value, mut changed) = (carried, value, false);
+    for (op, counter) in ops.iter().zip(counters) {
+        counter.record_in();
+        let (c, v, projected) = stateless(std::slice::from_ref(op), carried, value).ok()?;
+        counter.records_out(1);
+        (carried, value, changed) = (c, v, changed || projected);
+    }
+    Some((carried, value, changed))
 }
 
 /// A window start as a map key that sorts like the number.

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::observe;
 use super::pipeline::{Pipeline, WINDOW_KIND, WINDOW_UID};
 use super::{RunConfig, RunSummary, RuntimeError};
 use crate::client::txn::PreparedTransaction;
@@ -19,6 +20,7 @@ use crate::engine::checkpoint::{
     Positions, Restored, TaskId,
 };
 use crate::engine::job::{DeliveryGuarantee, Job, Operator, StartPosition};
+use crate::engine::metrics::Metrics;
 use crate::engine::sink::{
     self, check_timeout_budget, Delivery, KafkaSink, SinkCommittable, SinkConfig, Written,
 };
@@ -55,6 +57,7 @@ fn now_ms() -> Millis {
 pub async fn run(
     config: RunConfig,
     stop: watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
 ) -> Result<RunSummary, RuntimeError> {
     let job = &config.job;
     check_supported(job)?;
@@ -98,7 +101,7 @@ pub async fn run(
         true => Some(store.operator(WINDOW_UID)?),
         false => None,
     };
-    let pipeline = Pipeline::new(&job.pipeline, state)?;
+    let pipeline = Pipeline::new(&job.pipeline, state)?.observed(metrics.operators(&job.pipeline));
     let mut consumer_config = config.consumer.clone();
     consumer_config.isolation_level = IsolationLevel::ReadCommitted;
     let mut consumer = Consumer::with_cluster(consumer_config, cluster);
@@ -127,6 +130,7 @@ pub async fn run(
             last_checkpoint: record.id,
             ..RunSummary::default()
         },
+        metrics,
     };
     task.recover(&record, resumed).await?;
     task.run(stop).await
@@ -308,6 +312,7 @@ struct Task {
     /// Outputs the sink handed back (back-pressure), written first once a slot is free.
     held: VecDeque<ProducerRecord>,
     summary: RunSummary,
+    metrics: Arc<Metrics>,
 }
 
 impl Task {
@@ -415,6 +420,7 @@ impl Task {
             "sink started (pool initialized)"
         );
         self.sink = Some(sink);
+        observe::sink(&self.metrics, self.sink.as_ref());
         self.event(Event::PoolAborted);
         Ok(())
     }
@@ -427,6 +433,7 @@ impl Task {
     }
 
     async fn barrier(&mut self, id: CheckpointId) -> Result<(), RuntimeError> {
+        self.metrics.barrier_injected(id.0);
         let delta = match self.pipeline.state_mut() {
             Some(state) => Some(vec![state.snapshot(id.0)?]),
             None => None,
@@ -448,6 +455,7 @@ impl Task {
     }
 
     fn cancel(&mut self, id: CheckpointId) -> Result<(), RuntimeError> {
+        self.metrics.checkpoint_failed();
         if let Some(state) = self.pipeline.state_mut() {
             if state.in_flight() == Some(id.0) {
                 // Its changes go back under the active buffer, into the next snapshot.
@@ -459,6 +467,7 @@ impl Task {
 
     fn persist(&mut self, batch: checkpoint::Batch<C, D>) -> Result<(), RuntimeError> {
         let id = batch.id;
+        self.metrics.barriers_aligned(id.0);
         // A cancelled checkpoint's delta went back into the operator (cancel), so its changes
         // are in this checkpoint's delta already.
         let deltas: Vec<FrozenDelta> = batch
@@ -474,12 +483,19 @@ impl Task {
             .map(|l| l.committable)
             .collect();
         let store = self.store.clone();
+        let metrics = self.metrics.clone();
         self.persisting = Some(tokio::task::spawn_blocking(move || {
             let mut store = store.lock().map_err(|e| e.to_string())?;
             store
                 .persist(id.0, &deltas, positions, committables)
-                .map(|()| id)
-                .map_err(|e| e.to_string())
+                .map(|bytes| {
+                    metrics.checkpoint_persisted(bytes);
+                    id
+                })
+                .map_err(|e| {
+                    metrics.checkpoint_failed();
+                    e.to_string()
+                })
         }));
         Ok(())
     }
@@ -509,7 +525,13 @@ impl Task {
                 state.complete(id.0)?;
             }
         }
-        tracing::debug!(checkpoint = id.0, "checkpoint durable");
+        let t = self.metrics.checkpoint_completed(id.0);
+        tracing::info!(
+            checkpoint = id.0,
+            duration_ms = t.duration.as_millis() as u64,
+            size_bytes = t.size_bytes,
+            "checkpoint completed"
+        );
         Ok(())
     }
 
@@ -520,6 +542,7 @@ impl Task {
             self.committed
                 .insert(done.transactional_id, sink_outcome(done.outcome));
         }
+        observe::sink(&self.metrics, self.sink.as_ref());
         let outcome = match self.committed.remove(&committable.transactional_id) {
             Some(o) => o,
             None if committable.empty => CommitOutcome::NothingToCommit,
@@ -607,6 +630,12 @@ impl Task {
                         .await
                         .map_err(|e| RuntimeError::client("polling the source", e))?;
                     self.input.extend(polled);
+                    observe::polled(
+                        &self.metrics,
+                        &self.consumer,
+                        &self.positions,
+                        self.sink.as_ref(),
+                    );
                 }
             }
         }
@@ -616,6 +645,7 @@ impl Task {
     /// are handed to the sink (or held, which stops barriers until they are written).
     async fn process(&mut self, record: ConsumerRecord) -> Result<(), RuntimeError> {
         self.summary.records_in += 1;
+        self.metrics.record_in();
         let tp = checkpoint::TopicPartition {
             topic: record.topic.clone(),
             partition: record.partition,
@@ -638,7 +668,10 @@ impl Task {
     async fn write_held(&mut self) -> Result<(), RuntimeError> {
         while let Some(r) = self.held.pop_front() {
             match self.sink()?.write(r).await? {
-                Written::Sent => self.summary.records_out += 1,
+                Written::Sent => {
+                    self.summary.records_out += 1;
+                    self.metrics.record_out();
+                }
                 Written::Backpressure { record, reason } => {
                     tracing::debug!(reason, "sink back-pressure");
                     self.held.push_front(*record);

@@ -48,8 +48,10 @@ pub(crate) fn lag(end: Option<i64>, position: Option<i64>) -> Option<i64> {
     Some(end?.saturating_sub(position?).max(0))
 }
 
-/// Per assigned partition with a known end and position: its lag. The position is the job's
-/// (records processed), else the consumer's (records handed out: none processed yet).
+/// Per assigned partition with a known end and position: its lag, from the source's fetch
+/// position (as Kafka consumers report lag: at most one poll ahead of the records processed,
+/// and past transaction markers, which a processed record's offset + 1 is not), else the
+/// job's position (restored, before the first fetch).
 pub(crate) fn source_lag(consumer: &Consumer, positions: &Positions) -> Vec<((String, i32), i64)> {
     consumer
         .assignment()
@@ -59,11 +61,29 @@ pub(crate) fn source_lag(consumer: &Consumer, positions: &Positions) -> Vec<((St
                 topic: tp.topic.clone(),
                 partition: tp.partition,
             };
-            let position = positions.get(&key).copied().or(consumer.position(&tp));
+            let position = consumer.position(&tp).or(positions.get(&key).copied());
             let lag = lag(consumer.end_offset(&tp), position)?;
             Some(((tp.topic, tp.partition), lag))
         })
         .collect()
+}
+
+/// The persister's answer: its size counted, or a failed checkpoint (the error as the
+/// coordinator's `PersistFailed` takes it).
+pub(crate) fn persisted(
+    metrics: &Metrics,
+    written: Result<u64, crate::engine::state::StateError>,
+) -> Result<(), String> {
+    match written {
+        Ok(bytes) => {
+            metrics.checkpoint_persisted(bytes);
+            Ok(())
+        }
+        Err(e) => {
+            metrics.checkpoint_failed();
+            Err(e.to_string())
+        }
+    }
 }
 
 /// After a poll: the source lag, and the sink's counters and oldest open transaction.

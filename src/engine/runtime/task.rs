@@ -486,16 +486,8 @@ impl Task {
         let metrics = self.metrics.clone();
         self.persisting = Some(tokio::task::spawn_blocking(move || {
             let mut store = store.lock().map_err(|e| e.to_string())?;
-            store
-                .persist(id.0, &deltas, positions, committables)
-                .map(|bytes| {
-                    metrics.checkpoint_persisted(bytes);
-                    id
-                })
-                .map_err(|e| {
-                    metrics.checkpoint_failed();
-                    e.to_string()
-                })
+            let written = store.persist(id.0, &deltas, positions, committables);
+            observe::persisted(&metrics, written).map(|()| id)
         }));
         Ok(())
     }

@@ -1,5 +1,5 @@
 //! The scrape endpoint: a small HTTP/1.1 listener on tokio. `GET /metrics` answers 200 with
-//! [`render`](super::render)'s text (`text/plain; version=0.0.4`); any other well-formed
+//! [`render`]'s text (`text/plain; version=0.0.4`); any other well-formed
 //! request 404; a malformed one 400. One request per connection (`Connection: close`).
 //!
 //! It faces whatever reaches the port, so it is bounded everywhere: a request head larger than

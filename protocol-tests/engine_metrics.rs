@@ -5,7 +5,7 @@
 //! values that agree with the run. Transactional: run on TV2 (9192) and TV1 (9196).
 
 use crate::engine_run::{assert_running, job_file, log_of, start_job, taxi};
-use crate::support::cli::{shown, stdout};
+use crate::support::cli::{assert_one_line_error, onceflow_async, shown, stderr, stdout};
 use crate::support::*;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -176,5 +176,28 @@ async fn a_running_job_exposes_its_checkpoints_transactions_records_and_lag_at_m
     assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
     child.kill().unwrap();
     child.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An address the metrics cannot be served on stops the run before it starts, in one line
+/// naming the flag.
+#[tokio::test]
+async fn a_metrics_address_in_use_is_one_line_naming_the_flag() {
+    let dir = std::env::temp_dir().join(unique_topic("onceflow-metrics-busy"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let job = job_file(&dir, "rides-cleansing.toml", "in", "out", "busy");
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let args = [
+        "run",
+        job.to_str().unwrap(),
+        "-b",
+        &broker(),
+        "--metrics-addr",
+        &addr,
+    ];
+    let o = onceflow_async(args.iter().map(|s| s.to_string()).collect(), "").await;
+    assert_one_line_error(&o, "--metrics-addr");
+    assert!(stderr(&o).contains(&addr), "{}", shown(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -11,31 +11,10 @@ const PREFIX: &str = "onceflow_";
 /// The snapshot as a scrape answer's body.
 pub fn render(s: &Snapshot) -> String {
     let mut w = Writer::default();
-    w.one(
-        "source_records_total",
-        "counter",
-        "Records taken from the source topics.",
-        s.records_in,
-    );
-    w.one(
-        "sink_records_total",
-        "counter",
-        "Records handed to the sink (written into its open transaction).",
-        s.records_out,
-    );
+    for (name, kind, help, value) in records(s) {
+        w.one(name, kind, help, value);
+    }
     operators(&mut w, s);
-    w.one(
-        "checkpoints_completed_total",
-        "counter",
-        "Checkpoints completed (durable in the state store).",
-        s.checkpoints_completed,
-    );
-    w.one(
-        "checkpoints_failed_total",
-        "counter",
-        "Checkpoints cancelled (declined, timed out) or whose write failed.",
-        s.checkpoints_failed,
-    );
     w.histogram(
         "checkpoint_duration_seconds",
         "Checkpoint duration: from barrier injection to completion.",
@@ -46,51 +25,101 @@ pub fn render(s: &Snapshot) -> String {
         "Barrier alignment: from barrier injection until every task acknowledged it.",
         &s.checkpoint_alignment,
     );
-    w.one(
-        "checkpoint_last_id",
-        "gauge",
-        "The id of the latest checkpoint completed by this run (0: none yet).",
-        s.last_checkpoint,
-    );
-    w.one(
-        "checkpoint_last_duration_seconds",
-        "gauge",
-        "The duration of the latest completed checkpoint.",
-        Num::F(s.last_checkpoint_duration_seconds),
-    );
-    w.one(
-        "checkpoint_last_size_bytes",
-        "gauge",
-        "Bytes the latest checkpoint wrote to the state store.",
-        s.last_checkpoint_size_bytes,
-    );
-    w.one(
-        "checkpoint_persisted_bytes_total",
-        "counter",
-        "Bytes written to the state store by checkpoints.",
-        s.persisted_bytes,
-    );
-    w.one(
-        "sink_commits_total",
-        "counter",
-        "Sink transactions committed (restored ones included).",
-        s.commits,
-    );
-    w.one(
-        "sink_aborts_total",
-        "counter",
-        "Sink transactions aborted: lingering ones at recovery and lost ones.",
-        s.aborts,
-    );
-    w.one(
-        "sink_fencings_total",
-        "counter",
-        "Times another producer fenced one of this job's transactional ids.",
-        s.fencings,
-    );
-    w.one("sink_oldest_open_transaction_age_seconds", "gauge", "Age of the oldest open or prepared sink transaction (0: none); alert well before transaction.timeout.ms.", Num::F(s.oldest_open_transaction_age_seconds));
+    for (name, kind, help, value) in checkpoints(s).into_iter().chain(transactions(s)) {
+        w.one(name, kind, help, value);
+    }
     lag(&mut w, s);
     w.out
+}
+
+/// A family of one sample: name (without the prefix), type, help, value.
+type One = (&'static str, &'static str, &'static str, Num);
+
+fn records(s: &Snapshot) -> [One; 2] {
+    [
+        (
+            "source_records_total",
+            "counter",
+            "Records taken from the source topics.",
+            Num::U(s.records_in),
+        ),
+        (
+            "sink_records_total",
+            "counter",
+            "Records handed to the sink (written into its open transaction).",
+            Num::U(s.records_out),
+        ),
+    ]
+}
+
+fn checkpoints(s: &Snapshot) -> [One; 6] {
+    let completed = "Checkpoints completed (durable in the state store).";
+    let failed = "Checkpoints cancelled (declined, timed out) or whose write failed.";
+    let last_id = "The id of the latest checkpoint completed by this run (0: none yet).";
+    let last_duration = "The duration of the latest completed checkpoint.";
+    let last_size = "Bytes the latest checkpoint wrote to the state store.";
+    let persisted = "Bytes written to the state store by checkpoints.";
+    [
+        (
+            "checkpoints_completed_total",
+            "counter",
+            completed,
+            Num::U(s.checkpoints_completed),
+        ),
+        (
+            "checkpoints_failed_total",
+            "counter",
+            failed,
+            Num::U(s.checkpoints_failed),
+        ),
+        (
+            "checkpoint_last_id",
+            "gauge",
+            last_id,
+            Num::U(s.last_checkpoint),
+        ),
+        (
+            "checkpoint_last_duration_seconds",
+            "gauge",
+            last_duration,
+            Num::F(s.last_checkpoint_duration_seconds),
+        ),
+        (
+            "checkpoint_last_size_bytes",
+            "gauge",
+            last_size,
+            Num::U(s.last_checkpoint_size_bytes),
+        ),
+        (
+            "checkpoint_persisted_bytes_total",
+            "counter",
+            persisted,
+            Num::U(s.persisted_bytes),
+        ),
+    ]
+}
+
+fn transactions(s: &Snapshot) -> [One; 4] {
+    let commits = "Sink transactions committed (restored ones included).";
+    let aborts = "Sink transactions aborted: lingering ones at recovery and lost ones.";
+    let fencings = "Times another producer fenced one of this job's transactional ids.";
+    let age = "Age of the oldest open or prepared sink transaction (0: none); alert well before transaction.timeout.ms.";
+    [
+        ("sink_commits_total", "counter", commits, Num::U(s.commits)),
+        ("sink_aborts_total", "counter", aborts, Num::U(s.aborts)),
+        (
+            "sink_fencings_total",
+            "counter",
+            fencings,
+            Num::U(s.fencings),
+        ),
+        (
+            "sink_oldest_open_transaction_age_seconds",
+            "gauge",
+            age,
+            Num::F(s.oldest_open_transaction_age_seconds),
+        ),
+    ]
 }
 
 fn operators(w: &mut Writer, s: &Snapshot) {

@@ -327,6 +327,39 @@ impl WindowOp {
 #[cfg(test)]
 mod tests {
     use super::timers_may_be_due;
+    use super::*;
+    use crate::engine::metrics::Metrics;
+
+    #[test]
+    fn each_operator_counts_what_reached_it_and_what_it_let_through() {
+        let text = "name = \"c\"\n[source]\nbrokers = \"b:9092\"\ntopics = [\"i\"]\n\
+            [[pipeline]]\nfilter = { field = \"v\", op = \">\", value = 1 }\n\
+            [[pipeline]]\nkey_by = \"k\"\n\
+            [[pipeline]]\nproject.keep = [\"k\"]\n\
+            [sink]\ntopic = \"o\"\ndelivery.guarantee = \"none\"\n";
+        let job = crate::engine::job::Job::parse("t.toml", text).expect("job");
+        let metrics = Metrics::new();
+        let mut p = Pipeline::new(&job.pipeline, None)
+            .expect("pipeline")
+            .observed(metrics.operators(&job.pipeline));
+        // (value, outputs): filtered out, dropped at key_by (no k), through.
+        let cases = [
+            (r#"{"v":0,"k":1}"#, 0),
+            (r#"{"v":5}"#, 0),
+            (r#"{"v":5,"k":2}"#, 1),
+        ];
+        for (value, want) in cases {
+            let out = p.process(None, &Bytes::from(value)).expect("process");
+            assert_eq!(out.len(), want, "{value}");
+        }
+        let counts: Vec<(u64, u64)> = metrics
+            .snapshot_at(0)
+            .operators
+            .iter()
+            .map(|o| (o.records_in, o.records_out))
+            .collect();
+        assert_eq!(counts, [(3, 2), (2, 1), (1, 1)]);
+    }
 
     #[test]
     fn timers_are_scanned_only_when_the_watermark_crosses_a_window_end_or_cleanup() {

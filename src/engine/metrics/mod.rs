@@ -2,9 +2,9 @@
 //! by the runtime at its events and read by a scrape.
 //!
 //! - [`Metrics`]: the registry. The runtime's per-record and per-checkpoint updates are relaxed
-//!   atomic adds and stores (no lock on the record path); only the label sets that change at
-//!   run time (the source partitions' lag, updated once per poll, and the operator list,
-//!   registered once) sit behind a mutex held for a copy.
+//!   atomic adds and stores (no lock on the record path); only what is keyed at run time (the
+//!   source partitions' lag and the sink tasks' reports, replaced once per poll or commit, and
+//!   the operator list, registered once) sits behind a mutex held for a copy.
 //! - [`Snapshot`]: what one scrape read, plain data; the oldest open transaction's age is
 //!   computed here, at the scrape, from the transaction's start time.
 //! - [`render`]: a snapshot in the Prometheus text exposition format (pure).
@@ -17,7 +17,7 @@ pub mod http;
 mod render;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -27,9 +27,6 @@ pub use histogram::{HistogramSnapshot, BUCKETS};
 pub use render::render;
 
 use histogram::Histogram;
-
-/// No open transaction (the start-time gauge's empty value).
-const NONE: i64 = i64::MIN;
 
 /// The engine's metrics of one job run. Share it as `Arc<Metrics>`: the runtime updates it,
 /// a scrape or a progress line reads it with [`Metrics::snapshot`].
@@ -51,14 +48,11 @@ pub struct Metrics {
     last_completed_ms: AtomicU64,
     last_size: AtomicU64,
     persisted_bytes: AtomicU64,
-    commits: AtomicU64,
-    /// Aborts counted by the sink (lingering transactions, lost ones the job went on without).
-    sink_aborts: AtomicU64,
+    /// Per sink task: its own counters, replaced at each report (summed at the scrape).
+    sinks: Mutex<BTreeMap<u32, SinkReport>>,
     /// Aborts and fencings that stopped the run (counted once, at the end).
     fatal_aborts: AtomicU64,
     fencings: AtomicU64,
-    /// Wall-clock ms when the oldest open or prepared transaction began, or [`NONE`].
-    oldest_open_ms: AtomicI64,
     operators: Mutex<Vec<Arc<OperatorCounter>>>,
     lag: Mutex<BTreeMap<(String, i32), i64>>,
 }
@@ -90,6 +84,17 @@ impl OperatorCounter {
     }
 }
 
+/// One sink task's numbers, as [`Metrics::sink`] takes them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SinkReport {
+    /// Transactions committed (restored ones included).
+    pub commits: u64,
+    /// Transactions aborted: lingering ones at recovery, lost ones the job went on without.
+    pub aborts: u64,
+    /// When its oldest open or prepared transaction began (wall-clock ms), if any.
+    pub oldest_open_ms: Option<i64>,
+}
+
 /// What a completed checkpoint took, for the runtime's log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckpointTimes {
@@ -117,11 +122,9 @@ impl Metrics {
             last_completed_ms: AtomicU64::new(0),
             last_size: AtomicU64::new(0),
             persisted_bytes: AtomicU64::new(0),
-            commits: AtomicU64::new(0),
-            sink_aborts: AtomicU64::new(0),
+            sinks: Mutex::new(BTreeMap::new()),
             fatal_aborts: AtomicU64::new(0),
             fencings: AtomicU64::new(0),
-            oldest_open_ms: AtomicI64::new(NONE),
             operators: Mutex::new(Vec::new()),
             lag: Mutex::new(BTreeMap::new()),
         }
@@ -186,13 +189,11 @@ impl Metrics {
         })
     }
 
-    /// The sink's counters (they count from the sink's start, restored commits included) and
-    /// the start of its oldest open or prepared transaction (wall-clock ms), if any.
-    pub fn sink(&self, commits: u64, aborts: u64, oldest_open_ms: Option<i64>) {
-        self.commits.store(commits, Ordering::Relaxed);
-        self.sink_aborts.store(aborts, Ordering::Relaxed);
-        self.oldest_open_ms
-            .store(oldest_open_ms.unwrap_or(NONE), Ordering::Relaxed);
+    /// Sink task `task`'s report: its counters (they count from the sink's start) and the
+    /// start of its oldest open or prepared transaction. Called after polls and commits, not
+    /// per record; the scrape sums the tasks' reports.
+    pub fn sink(&self, task: u32, report: SinkReport) {
+        lock(&self.sinks).insert(task, report);
     }
 
     /// The run stopped because another producer fenced one of its transactional ids.
@@ -246,11 +247,11 @@ impl Metrics {
     /// Reads every metric, computing ages against `now_ms` (wall-clock ms).
     pub fn snapshot_at(&self, now_ms: u64) -> Snapshot {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let oldest = self.oldest_open_ms.load(Ordering::Relaxed);
-        let age_ms = match oldest {
-            NONE => 0,
-            start => now_ms.saturating_sub(u64::try_from(start).unwrap_or(0)),
-        };
+        let sinks = lock(&self.sinks).values().copied().collect::<Vec<_>>();
+        let oldest = sinks.iter().filter_map(|r| r.oldest_open_ms).min();
+        let age_ms = oldest.map_or(0, |start| {
+            now_ms.saturating_sub(u64::try_from(start).unwrap_or(0))
+        });
         let operators = lock(&self.operators)
             .iter()
             .map(|c| OperatorSnapshot {
@@ -282,8 +283,8 @@ impl Metrics {
             last_checkpoint_size_bytes: load(&self.last_size),
             last_checkpoint_completed_ms: (last_completed > 0).then_some(last_completed),
             persisted_bytes: load(&self.persisted_bytes),
-            commits: load(&self.commits),
-            aborts: load(&self.sink_aborts) + load(&self.fatal_aborts),
+            commits: sinks.iter().map(|r| r.commits).sum(),
+            aborts: sinks.iter().map(|r| r.aborts).sum::<u64>() + load(&self.fatal_aborts),
             fencings: load(&self.fencings),
             oldest_open_transaction_age_seconds: age_ms as f64 / 1e3,
             source_lag,
@@ -410,15 +411,32 @@ mod tests {
             m.snapshot_at(5_000).oldest_open_transaction_age_seconds,
             0.0
         );
-        m.sink(2, 1, Some(1_000));
+        let report = |commits, aborts, oldest_open_ms| SinkReport {
+            commits,
+            aborts,
+            oldest_open_ms,
+        };
+        m.sink(0, report(2, 1, Some(1_000)));
+        m.sink(1, report(4, 0, Some(2_000)));
         let s = m.snapshot_at(3_500);
-        assert_eq!(s.oldest_open_transaction_age_seconds, 2.5);
-        assert_eq!((s.commits, s.aborts), (2, 1));
+        assert_eq!(
+            s.oldest_open_transaction_age_seconds, 2.5,
+            "task 0's is older"
+        );
+        assert_eq!((s.commits, s.aborts), (6, 1), "the tasks' counts add up");
         m.aborted();
-        m.sink(3, 1, None);
+        m.sink(0, report(3, 1, None));
         let s = m.snapshot_at(9_000);
-        assert_eq!(s.oldest_open_transaction_age_seconds, 0.0);
-        assert_eq!((s.commits, s.aborts), (3, 2));
+        assert_eq!(
+            s.oldest_open_transaction_age_seconds, 7.0,
+            "task 1's is left"
+        );
+        assert_eq!((s.commits, s.aborts), (7, 2));
+        m.sink(1, report(5, 0, None));
+        assert_eq!(
+            m.snapshot_at(9_000).oldest_open_transaction_age_seconds,
+            0.0
+        );
     }
 
     #[test]

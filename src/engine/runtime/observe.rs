@@ -3,7 +3,7 @@
 
 use crate::client::Consumer;
 use crate::engine::checkpoint::{JobFailure, Positions};
-use crate::engine::metrics::Metrics;
+use crate::engine::metrics::{Metrics, SinkReport};
 use crate::engine::sink::{KafkaSink, SinkError};
 
 use super::RuntimeError;
@@ -97,12 +97,16 @@ pub(crate) fn polled(
     self::sink(metrics, sink);
 }
 
-/// Copies the sink's counters and its oldest open transaction's start into the metrics.
+/// Reports the sink task's counters and its oldest open transaction's start.
 pub(crate) fn sink(metrics: &Metrics, sink: Option<&KafkaSink>) {
     if let Some(s) = sink {
         let m = s.metrics();
-        let aborts = m.lingering_aborted + m.data_loss_continued;
-        metrics.sink(m.commits, aborts, s.oldest_open_transaction_start_ms());
+        let report = SinkReport {
+            commits: m.commits,
+            aborts: m.lingering_aborted + m.data_loss_continued,
+            oldest_open_ms: s.oldest_open_transaction_start_ms(),
+        };
+        metrics.sink(s.config().task, report);
     }
 }
 

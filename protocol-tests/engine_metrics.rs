@@ -176,6 +176,8 @@ async fn a_running_job_exposes_its_checkpoints_transactions_records_and_lag_at_m
     assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
     child.kill().unwrap();
     child.wait().unwrap();
+    // stderr is a file here, not a terminal: no progress line.
+    assert!(!log_of(&log).contains("oldest txn"), "{}", log_of(&log));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

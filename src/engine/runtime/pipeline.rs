@@ -362,6 +362,56 @@ mod tests {
     }
 
     #[test]
+    fn the_window_counts_the_records_it_took_and_the_results_it_fired() {
+        use crate::engine::state::{RestoreFrom, StateStore, StoreOptions};
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("jobs")
+            .join("rides-per-driver-hourly.toml");
+        let job = crate::engine::job::Job::load(&file).expect("the shipped job (b)");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let layout = super::super::task::state_layout(&job);
+        let (store, _) = StateStore::open(
+            dir.path(),
+            layout,
+            StoreOptions::default(),
+            RestoreFrom::Fresh,
+        )
+        .expect("state");
+        let state = store.operator(WINDOW_UID).expect("window state");
+        let metrics = Metrics::new();
+        let mut p = Pipeline::new(&job.pipeline, Some(state))
+            .expect("pipeline")
+            .observed(metrics.operators(&job.pipeline));
+        let hour = 3_600_000;
+        // A start (filtered out), an end in hour 0, an end in hour 2 (its watermark fires hour 0).
+        let ride = |is_start: bool, t: i64| {
+            let v = format!(
+                r#"{{"is_start":{is_start},"driver_id":7,"passengers":2,"event_time":{t}}}"#
+            );
+            Bytes::from(v)
+        };
+        let mut outputs = 0;
+        for (is_start, t) in [(true, 10), (false, 20), (false, 2 * hour)] {
+            outputs += p.process(None, &ride(is_start, t)).expect("process").len();
+        }
+        assert_eq!(outputs, 1);
+        let snapshot = metrics.snapshot_at(0);
+        let counts: Vec<(&str, u64, u64)> = snapshot
+            .operators
+            .iter()
+            .map(|o| (o.kind.as_str(), o.records_in, o.records_out))
+            .collect();
+        assert_eq!(
+            counts,
+            [
+                ("filter", 3, 2),
+                ("key_by", 2, 2),
+                ("window_aggregate", 2, 1)
+            ]
+        );
+    }
+
+    #[test]
     fn timers_are_scanned_only_when_the_watermark_crosses_a_window_end_or_cleanup() {
         let h = 3_600_000;
         // (scanned, w, size, slide, lateness, expected)

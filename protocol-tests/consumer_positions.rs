@@ -92,3 +92,65 @@ async fn reassigning_and_seeking_never_hands_out_data_fetched_for_the_old_assign
         "position is just past the last record handed out"
     );
 }
+
+/// Polls `c` until its reported end of partition 0 is `want` (60 s at most).
+async fn wait_for_end(c: &mut Consumer, topic: &TestTopic, want: i64, what: &str) {
+    let tp = onceflow::client::TopicPartition::new(topic.name.clone(), 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while c.end_offset(&tp) != Some(want) {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: end_offset stayed {:?}, expected {want}",
+            c.end_offset(&tp)
+        );
+        c.poll(Duration::from_millis(200)).await.expect("poll");
+    }
+}
+
+/// `Consumer::end_offset` is what a lag is computed against: under read_committed the LSO (an
+/// open transaction holds it back), otherwise the high watermark. Transactional: TV1 and TV2.
+#[tokio::test]
+async fn end_offset_is_the_lso_under_read_committed_and_the_high_watermark_otherwise() {
+    let topic = TestTopic::create("end-offset", 1).await;
+    fill(&topic, 5).await;
+    let id = unique_topic("end-offset-txn");
+    let txn = onceflow::client::Producer::new(producer_config(
+        &broker(),
+        &[("transactional.id", id.as_str()), ("linger.ms", "5")],
+    ))
+    .await
+    .unwrap();
+    txn.init_transactions().await.unwrap();
+    txn.begin_transaction().unwrap();
+    for i in 0..3 {
+        let r =
+            ProducerRecord::new(topic.name.clone(), Bytes::from(format!("t{i}"))).with_partition(0);
+        txn.send(r).await.unwrap().await.unwrap();
+    }
+    let tp = onceflow::client::TopicPartition::new(topic.name.clone(), 0);
+    let open = |isolation: &'static str| {
+        let config = consumer_config(&broker(), &[("isolation.level", isolation)]);
+        let tp = tp.clone();
+        async move {
+            let mut c = Consumer::new(config).await.unwrap();
+            c.assign([tp.clone()]).await.unwrap();
+            assert_eq!(c.end_offset(&tp), None, "no fetch yet");
+            c.seek(&tp, Offset::Beginning).unwrap();
+            c
+        }
+    };
+    // Offsets 0..5 committed (plain), 5..8 in the open transaction.
+    let mut committed = open("read_committed").await;
+    wait_for_end(
+        &mut committed,
+        &topic,
+        5,
+        "read_committed, transaction open",
+    )
+    .await;
+    let mut uncommitted = open("read_uncommitted").await;
+    wait_for_end(&mut uncommitted, &topic, 8, "read_uncommitted").await;
+    txn.commit_transaction().await.unwrap();
+    // The commit marker is offset 8: the LSO moves past it.
+    wait_for_end(&mut committed, &topic, 9, "read_committed, committed").await;
+}

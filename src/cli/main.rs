@@ -12,6 +12,7 @@ mod consume;
 mod demo;
 mod error;
 mod produce;
+mod progress;
 mod props;
 mod run;
 mod taxi;

@@ -2,12 +2,17 @@
 //! under way) or a fatal error (one line on stderr, exit 1). See `engine::runtime`.
 
 use super::error::{CliError, Result};
+use super::progress::Progress;
 use super::props::Conn;
 use onceflow::engine::job::Job;
+use onceflow::engine::metrics::http::MetricsServer;
+use onceflow::engine::metrics::Metrics;
 use onceflow::engine::runtime::{self, RunConfig};
 use onceflow::engine::state::RestoreFrom;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -28,6 +33,9 @@ pub struct Args {
     /// The state directory (default: the job file's state.dir).
     #[arg(long)]
     state_dir: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<SocketAddr>,
 }
 
 pub async fn run(a: Args) -> Result<ExitCode> {
@@ -60,9 +68,19 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         wait_for_signal().await;
         let _ = tx.send(true);
     });
-    let summary = runtime::run(config, rx)
-        .await
-        .map_err(|e| CliError::Failed(e.to_string()))?;
+    let metrics = Arc::new(Metrics::new());
+    let _server = match a.metrics_addr {
+        Some(addr) => Some(
+            MetricsServer::start(addr, metrics.clone())
+                .await
+                .map_err(|e| CliError::Input(format!("--metrics-addr: {e}")))?,
+        ),
+        None => None,
+    };
+    let progress = Progress::start(metrics.clone());
+    let result = runtime::run_with_metrics(config, rx, metrics).await;
+    drop(progress);
+    let summary = result.map_err(|e| CliError::Failed(e.to_string()))?;
     eprintln!(
         "run: stopped after checkpoint {}: {} records in, {} out",
         summary.last_checkpoint, summary.records_in, summary.records_out

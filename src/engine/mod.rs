@@ -12,9 +12,12 @@
 //! - [`runtime`]: `onceflow run`: one task drives source → operators → sink with the
 //!   coordinator's checkpoints, exactly once.
 //! - [`taxi`]: the NYC taxi rides workload: a deterministic generator and the verifier.
+//! - [`metrics`]: the job's metrics (checkpoints, transactions, records, lag), their
+//!   Prometheus text format and the `/metrics` listener.
 
 pub mod checkpoint;
 pub mod job;
+pub mod metrics;
 pub mod runtime;
 pub mod sink;
 pub mod state;

@@ -307,6 +307,20 @@ impl Consumer {
         self.shared.lock().get(tp).and_then(|s| s.position)
     }
 
+    /// The end of a partition as the last fetch reported it: the last stable offset (LSO)
+    /// under read_committed, the high watermark otherwise. `None` until the partition has been
+    /// fetched once, or when it is not assigned. The lag of a position is this minus it.
+    pub fn end_offset(&self, tp: &TopicPartition) -> Option<i64> {
+        let committed = self.shared.config.isolation_level == IsolationLevel::ReadCommitted;
+        let parts = self.shared.lock();
+        let st = parts.get(tp)?;
+        let end = match committed {
+            true => st.last_stable_offset,
+            false => st.high_watermark,
+        };
+        (end >= 0).then_some(end)
+    }
+
     /// Whether every assigned partition's position has reached the end the broker last reported
     /// (the high watermark, or the LSO under read_committed). False until each partition has
     /// been fetched at least once.

@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 
 use super::launch::{launch, Launched, Plan};
 use super::message::{Control, Counters, Report, C, D};
+use super::observe;
 use super::pipeline::WINDOW_UID;
 use super::retire::abort_retired;
 use super::routing::key_group_range;
@@ -130,6 +131,7 @@ impl Master {
     async fn apply(&mut self, d: Decision<C, D>) -> Result<(), RuntimeError> {
         match d {
             Decision::InjectBarrier(id) => {
+                self.plan.metrics.barrier_injected(id.0);
                 let sources = self.launched.as_ref().map(|l| l.sources.clone());
                 for task in sources.unwrap_or_default() {
                     self.send(task, Control::InjectBarrier(id));
@@ -137,13 +139,20 @@ impl Master {
                 Ok(())
             }
             Decision::Cancel(id) => {
+                self.plan.metrics.checkpoint_failed();
                 self.broadcast(|| Control::Cancel(id));
                 Ok(())
             }
             Decision::Persist(batch) => self.persist(batch),
             Decision::Completed(id) => {
                 self.last_checkpoint = id.0;
-                tracing::debug!(checkpoint = id.0, "checkpoint durable");
+                let t = self.plan.metrics.checkpoint_completed(id.0);
+                tracing::info!(
+                    checkpoint = id.0,
+                    duration_ms = t.duration.as_millis() as u64,
+                    size_bytes = t.size_bytes,
+                    "checkpoint completed"
+                );
                 self.broadcast(|| Control::Completed(id));
                 Ok(())
             }
@@ -288,6 +297,7 @@ impl Master {
 
     fn persist(&mut self, batch: checkpoint::Batch<C, D>) -> Result<(), RuntimeError> {
         let id = batch.id;
+        self.plan.metrics.barriers_aligned(id.0);
         // A cancelled checkpoint's delta went back into its operator (cancel), so its changes
         // are in this checkpoint's delta already. The keyed subtasks' deltas of one operator
         // (disjoint key-group ranges) become one.
@@ -305,12 +315,11 @@ impl Master {
             .map(|l| l.committable)
             .collect();
         let store = self.store.clone();
+        let metrics = self.plan.metrics.clone();
         self.persisting = Some(tokio::task::spawn_blocking(move || {
             let mut store = store.lock().map_err(|e| e.to_string())?;
-            store
-                .persist(id.0, &deltas, positions, committables)
-                .map(|()| id)
-                .map_err(|e| e.to_string())
+            let written = store.persist(id.0, &deltas, positions, committables);
+            observe::persisted(&metrics, written).map(|()| id)
         }));
         Ok(())
     }

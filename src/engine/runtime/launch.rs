@@ -23,6 +23,7 @@ use crate::client::{Cluster, Consumer, ConsumerConfig, TopicPartition};
 use crate::engine::checkpoint::{self, Positions, TaskId};
 use crate::engine::job::window::InputWatermarks;
 use crate::engine::job::Job;
+use crate::engine::metrics::Metrics;
 use crate::engine::sink::KafkaSink;
 use crate::engine::state::OperatorState;
 
@@ -44,6 +45,8 @@ pub(crate) struct Plan {
     pub patience: Duration,
     /// The sinks' `transaction.timeout.ms` (fencing a retired task's id uses it).
     pub transaction_timeout: Duration,
+    /// What the subtasks count (shared: their counts add up).
+    pub metrics: Arc<Metrics>,
 }
 
 impl Plan {
@@ -109,9 +112,14 @@ pub(crate) async fn launch(
         sources: Vec::new(),
         handles: Vec::new(),
     };
-    let mut sinks = sinks
-        .into_iter()
-        .map(|s| SinkTask::new(s, plan.job.sink.topic.clone(), counters.clone()));
+    let mut sinks = sinks.into_iter().map(|s| {
+        SinkTask::new(
+            s,
+            plan.job.sink.topic.clone(),
+            counters.clone(),
+            plan.metrics.clone(),
+        )
+    });
     let window = Prefix::new(&plan.job.pipeline).window().cloned();
     let (senders, receivers) = channels(p, window.is_some());
     for (i, channels) in senders.into_iter().enumerate() {
@@ -129,7 +137,9 @@ pub(crate) async fn launch(
         let source = SourceSubtask {
             task,
             consumer,
-            prefix: Prefix::new(&plan.job.pipeline),
+            prefix: Prefix::new(&plan.job.pipeline)
+                .observed(plan.metrics.operators(&plan.job.pipeline)),
+            metrics: plan.metrics.clone(),
             downstream,
             positions: own,
             watermarks: window
@@ -204,7 +214,8 @@ fn launch_keyed(
             task,
             inputs,
             alignment: Alignment::default(),
-            stage: WindowStage::new(&plan.job.pipeline, state)?,
+            stage: WindowStage::new(&plan.job.pipeline, state)?
+                .observed(plan.metrics.operators(&plan.job.pipeline)),
             watermarks: InputWatermarks::new(watermark_inputs.iter().copied()),
             sink: sinks.next().ok_or_else(|| missing_sink(i))?,
             control,

@@ -29,15 +29,16 @@
 //! groups, positions with their partitions; sink task 0 resolves every restored committable,
 //! and the open transactions of tasks that no longer exist are aborted (`retire`).
 //!
-//! **Known limits.** Consumer group offsets are not committed (monitoring only). Back-pressure from a sink's pool is waited out for up to
-//! `checkpoint.timeout.ms`, then the job stops with an error rather than risk a record's output
-//! landing after its barrier.
+//! **Known limits.** Consumer group offsets are not committed (monitoring only). Back-pressure
+//! from a sink's pool is waited out for up to `checkpoint.timeout.ms`, then the job stops with
+//! an error rather than risk a record's output landing after its barrier.
 
 mod alignment;
 mod coordinate;
 mod keyed;
 mod launch;
 mod message;
+mod observe;
 mod output;
 mod pipeline;
 mod retire;
@@ -46,12 +47,43 @@ mod source;
 mod task;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::client::{ClientConfig, ConsumerConfig, ProducerConfig};
 use crate::engine::job::Job;
+use crate::engine::metrics::Metrics;
 use crate::engine::state::RestoreFrom;
 
-pub use task::run;
+/// Runs `config.job` until `stop` turns true (then finishes the checkpoint under way, if
+/// quick, and returns) or a fatal error; [`run_with_metrics`] without a reader of the metrics.
+///
+/// # Errors
+/// As [`run_with_metrics`].
+pub async fn run(
+    config: RunConfig,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<RunSummary, RuntimeError> {
+    run_with_metrics(config, stop, Arc::new(Metrics::new())).await
+}
+
+/// [`run`], updating `metrics` as it goes (checkpoints, transactions, records, source lag);
+/// a fatal fencing or lost transaction is counted before the error is returned.
+///
+/// # Errors
+/// Every [`RuntimeError`]: an unsupported job, a state store that cannot restore, a timeout
+/// budget the brokers refuse, data loss or a prefix clash found by the sink, a checkpoint
+/// failure, a source that cannot read.
+pub async fn run_with_metrics(
+    config: RunConfig,
+    stop: tokio::sync::watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
+) -> Result<RunSummary, RuntimeError> {
+    let result = task::run(config, stop, metrics.clone()).await;
+    if let Err(e) = &result {
+        observe::run_failed(&metrics, e);
+    }
+    result
+}
 
 /// What [`run`] needs besides the job file.
 #[derive(Debug, Clone)]

@@ -10,10 +10,12 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::message::{Control, Counters, C};
+use super::observe;
 use super::pipeline::Output;
 use super::RuntimeError;
 use crate::client::ProducerRecord;
 use crate::engine::checkpoint::{CheckpointId, CommitOutcome};
+use crate::engine::metrics::Metrics;
 use crate::engine::sink::{self, KafkaSink, Written};
 
 /// A subtask's sink and what it holds.
@@ -28,6 +30,7 @@ pub(crate) struct SinkTask {
     /// Commits done by an earlier `on_checkpoint_durable`, not yet asked for.
     committed: BTreeMap<String, CommitOutcome>,
     counters: Arc<Counters>,
+    metrics: Arc<Metrics>,
 }
 
 fn sink_outcome(o: sink::CommitOutcome) -> CommitOutcome {
@@ -39,7 +42,13 @@ fn sink_outcome(o: sink::CommitOutcome) -> CommitOutcome {
 }
 
 impl SinkTask {
-    pub(crate) fn new(sink: KafkaSink, topic: String, counters: Arc<Counters>) -> SinkTask {
+    pub(crate) fn new(
+        sink: KafkaSink,
+        topic: String,
+        counters: Arc<Counters>,
+        metrics: Arc<Metrics>,
+    ) -> SinkTask {
+        observe::sink(&metrics, Some(&sink));
         SinkTask {
             sink,
             topic,
@@ -47,7 +56,13 @@ impl SinkTask {
             slots: BTreeMap::new(),
             committed: BTreeMap::new(),
             counters,
+            metrics,
         }
+    }
+
+    /// The sink, for the metrics.
+    pub(crate) fn sink(&self) -> &KafkaSink {
+        &self.sink
     }
 
     /// Whether outputs are held back (no barrier may pass).
@@ -73,6 +88,7 @@ impl SinkTask {
             match self.sink.write(r).await? {
                 Written::Sent => {
                     self.counters.records_out.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.record_out();
                 }
                 Written::Backpressure { record, reason } => {
                     tracing::debug!(reason, "sink back-pressure");
@@ -91,6 +107,7 @@ impl SinkTask {
         for c in &committables {
             self.slots.insert(c.transactional_id.clone(), id);
         }
+        observe::sink(&self.metrics, Some(&self.sink));
         Ok(committables)
     }
 
@@ -105,6 +122,7 @@ impl SinkTask {
             self.committed
                 .insert(done.transactional_id, sink_outcome(done.outcome));
         }
+        observe::sink(&self.metrics, Some(&self.sink));
         match self.committed.remove(&committable.transactional_id) {
             Some(o) => Ok(o),
             None if committable.empty => Ok(CommitOutcome::NothingToCommit),

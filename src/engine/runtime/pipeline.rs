@@ -4,6 +4,8 @@
 //! ([`WindowStage`]), its accumulators and timers in that subtask's [`OperatorState`] and its
 //! watermark driven by the watermarks the sources send ([`WindowStage::advance_to`]).
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use serde_json::Value;
 
@@ -13,6 +15,7 @@ use crate::engine::job::batch::{stateless, Carried};
 use crate::engine::job::project::Key;
 use crate::engine::job::window::{route, Admission, Window, WindowKind};
 use crate::engine::job::Operator;
+use crate::engine::metrics::OperatorCounter;
 use crate::engine::state::{MapState, OperatorState, TimerState, ValueState};
 
 /// The uid (keyspace `op-window`) of the one window operator a job may have.
@@ -55,8 +58,21 @@ pub(crate) enum Prefixed {
 pub(crate) struct Prefix {
     before: Vec<Operator>,
     window: Option<WindowAggregate>,
+    /// How many operators the job has (the counters cover them all).
+    operators: usize,
     /// Records dropped for not being JSON, a missing key or a missing event time.
     pub dropped: u64,
+    /// Per operator of the job file (by index), records in and out; empty: not observed.
+    counters: Vec<Arc<OperatorCounter>>,
+}
+
+/// The counters of the operators `from..from + n`, or none when unobserved.
+fn counters_of(
+    counters: &[Arc<OperatorCounter>],
+    from: usize,
+    n: usize,
+) -> &[Arc<OperatorCounter>] {
+    counters.get(from..from + n).unwrap_or_default()
 }
 
 impl Prefix {
@@ -72,8 +88,20 @@ impl Prefix {
         Prefix {
             before: operators[..split.unwrap_or(operators.len())].to_vec(),
             window,
+            operators: operators.len(),
             dropped: 0,
+            counters: Vec::new(),
         }
+    }
+
+    /// The prefix, counting each operator's records in and out into `counters` (one per
+    /// operator of the job file, in order, shared by every subtask; another count leaves it
+    /// unobserved). The window's records in are counted here, as they leave for it.
+    pub(crate) fn observed(mut self, counters: Vec<Arc<OperatorCounter>>) -> Prefix {
+        if counters.len() == self.operators {
+            self.counters = counters;
+        }
+        self
     }
 
     /// The window the records go to, if the job has one.
@@ -87,7 +115,9 @@ impl Prefix {
             self.dropped += 1;
             return Prefixed::Dropped;
         };
-        let Ok((carried, value, changed)) = stateless(&self.before, Carried::Input(key), value)
+        let before = counters_of(&self.counters, 0, self.before.len());
+        let Some((carried, value, changed)) =
+            counted(&self.before, before, Carried::Input(key), value)
         else {
             return Prefixed::Dropped;
         };
@@ -103,6 +133,9 @@ impl Prefix {
                 value,
             });
         };
+        if let Some(c) = self.counters.get(self.before.len()) {
+            c.record_in();
+        }
         let Carried::Keyed(key) = carried else {
             self.dropped += 1;
             return Prefixed::Dropped;
@@ -130,8 +163,13 @@ struct WindowOp {
 pub(crate) struct WindowStage {
     window: WindowOp,
     after: Vec<Operator>,
+    /// The window's index among the job's operators.
+    at: usize,
+    operators: usize,
     /// Late records (counted, not written).
     pub late: u64,
+    /// Per operator of the job file, as [`Prefix::observed`]; empty: not observed.
+    counters: Vec<Arc<OperatorCounter>>,
 }
 
 impl WindowStage {
@@ -144,7 +182,9 @@ impl WindowStage {
         let i = operators
             .iter()
             .position(|op| matches!(op, Operator::WindowAggregate(_)));
-        let Some(Operator::WindowAggregate(spec)) = i.and_then(|i| operators.get(i)) else {
+        let (Some(at), Some(Operator::WindowAggregate(spec))) =
+            (i, i.and_then(|i| operators.get(i)))
+        else {
             return Err(RuntimeError::Internal("window operator not found".into()));
         };
         let mut watermark: Option<i64> = None;
@@ -163,9 +203,21 @@ impl WindowStage {
                 // None: the first advance after a restore scans the restored timers.
                 scanned_to: None,
             },
-            after: operators[i.unwrap_or(0) + 1..].to_vec(),
+            after: operators[at + 1..].to_vec(),
+            at,
+            operators: operators.len(),
             late: 0,
+            counters: Vec::new(),
         })
+    }
+
+    /// The stage, counting the window's results and the records of the operators after it
+    /// (as [`Prefix::observed`]).
+    pub(crate) fn observed(mut self, counters: Vec<Arc<OperatorCounter>>) -> WindowStage {
+        if counters.len() == self.operators {
+            self.counters = counters;
+        }
+        self
     }
 
     /// The window operator's state, for snapshots.
@@ -200,9 +252,17 @@ impl WindowStage {
     }
 
     fn finish(&self, results: Vec<(Key, Value)>) -> Vec<Output> {
+        if results.is_empty() {
+            return Vec::new();
+        }
+        if let Some(c) = self.counters.get(self.at) {
+            c.records_out(results.len() as u64);
+        }
+        let after = counters_of(&self.counters, self.at + 1, self.after.len());
         let mut out = Vec::new();
         for (key, result) in results {
-            if let Ok((carried, v, _)) = stateless(&self.after, Carried::Keyed(key), result) {
+            if let Some((carried, v, _)) = counted(&self.after, after, Carried::Keyed(key), result)
+            {
                 out.push(Output {
                     key: carried.kafka_key(),
                     value: Bytes::from(v.to_string()),
@@ -211,6 +271,27 @@ impl WindowStage {
         }
         out
     }
+}
+
+/// [`stateless`] one operator at a time when observed, counting each operator's records in
+/// and out (the same result: `stateless` is a fold over the operators).
+fn counted(
+    ops: &[Operator],
+    counters: &[Arc<OperatorCounter>],
+    carried: Carried,
+    value: Value,
+) -> Option<(Carried, Value, bool)> {
+    if counters.len() != ops.len() {
+        return stateless(ops, carried, value).ok();
+    }
+    let (mut carried, mut value, mut changed) = (carried, value, false);
+    for (op, counter) in ops.iter().zip(counters) {
+        counter.record_in();
+        let (c, v, projected) = stateless(std::slice::from_ref(op), carried, value).ok()?;
+        counter.records_out(1);
+        (carried, value, changed) = (c, v, changed || projected);
+    }
+    Some((carried, value, changed))
 }
 
 /// A window start as a map key that sorts like the number.
@@ -329,6 +410,93 @@ impl WindowOp {
 #[cfg(test)]
 mod tests {
     use super::timers_may_be_due;
+    use super::*;
+    use crate::engine::metrics::Metrics;
+
+    #[test]
+    fn each_operator_counts_what_reached_it_and_what_it_let_through() {
+        let text = "name = \"c\"\n[source]\nbrokers = \"b:9092\"\ntopics = [\"i\"]\n\
+            [[pipeline]]\nfilter = { field = \"v\", op = \">\", value = 1 }\n\
+            [[pipeline]]\nkey_by = \"k\"\n\
+            [[pipeline]]\nproject.keep = [\"k\"]\n\
+            [sink]\ntopic = \"o\"\ndelivery.guarantee = \"none\"\n";
+        let job = crate::engine::job::Job::parse("t.toml", text).expect("job");
+        let metrics = Metrics::new();
+        let mut p = Prefix::new(&job.pipeline).observed(metrics.operators(&job.pipeline));
+        // (value, through): filtered out, dropped at key_by (no k), through.
+        let cases = [
+            (r#"{"v":0,"k":1}"#, false),
+            (r#"{"v":5}"#, false),
+            (r#"{"v":5,"k":2}"#, true),
+        ];
+        for (value, want) in cases {
+            let out = p.process(None, &Bytes::from(value));
+            assert_eq!(matches!(out, Prefixed::Out(_)), want, "{value}");
+        }
+        let counts: Vec<(u64, u64)> = metrics
+            .snapshot_at(0)
+            .operators
+            .iter()
+            .map(|o| (o.records_in, o.records_out))
+            .collect();
+        assert_eq!(counts, [(3, 2), (2, 1), (1, 1)]);
+    }
+
+    #[test]
+    fn the_window_counts_the_records_it_took_and_the_results_it_fired() {
+        use crate::engine::state::{RestoreFrom, StateStore, StoreOptions};
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("jobs")
+            .join("rides-per-driver-hourly.toml");
+        let job = crate::engine::job::Job::load(&file).expect("the shipped job (b)");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let layout = super::super::task::state_layout(&job);
+        let (store, _) = StateStore::open(
+            dir.path(),
+            layout,
+            StoreOptions::default(),
+            RestoreFrom::Fresh,
+        )
+        .expect("state");
+        let state = store.operator(WINDOW_UID).expect("window state");
+        let metrics = Metrics::new();
+        // The source subtask's prefix and the keyed subtask's window, sharing the counters.
+        let mut p = Prefix::new(&job.pipeline).observed(metrics.operators(&job.pipeline));
+        let mut stage = WindowStage::new(&job.pipeline, state)
+            .expect("stage")
+            .observed(metrics.operators(&job.pipeline));
+        let hour = 3_600_000;
+        // A start (filtered out), an end in hour 0, an end in hour 2 (the watermark it brings,
+        // 2 h − 60 s, fires hour 0).
+        let ride = |is_start: bool, t: i64| {
+            let v = format!(
+                r#"{{"is_start":{is_start},"driver_id":7,"passengers":2,"event_time":{t}}}"#
+            );
+            Bytes::from(v)
+        };
+        let mut outputs = 0;
+        for (is_start, t) in [(true, 10), (false, 20), (false, 2 * hour)] {
+            if let Prefixed::Keyed { key, time, value } = p.process(None, &ride(is_start, t)) {
+                outputs += stage.process(&key, time, &value).expect("process").len();
+                outputs += stage.advance_to(time - 60_000).expect("advance").len();
+            }
+        }
+        assert_eq!(outputs, 1);
+        let snapshot = metrics.snapshot_at(0);
+        let counts: Vec<(&str, u64, u64)> = snapshot
+            .operators
+            .iter()
+            .map(|o| (o.kind.as_str(), o.records_in, o.records_out))
+            .collect();
+        assert_eq!(
+            counts,
+            [
+                ("filter", 3, 2),
+                ("key_by", 2, 2),
+                ("window_aggregate", 2, 1)
+            ]
+        );
+    }
 
     #[test]
     fn timers_are_scanned_only_when_the_watermark_crosses_a_window_end_or_cleanup() {

@@ -16,6 +16,7 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::mpsc::{Sender, UnboundedReceiver, UnboundedSender};
 
 use super::message::{Control, Counters, Data, Report};
+use super::observe;
 use super::output::SinkTask;
 use super::pipeline::{Prefix, Prefixed};
 use super::routing::subtask_of;
@@ -23,6 +24,7 @@ use super::RuntimeError;
 use crate::client::{Consumer, ConsumerRecord, TopicPartition};
 use crate::engine::checkpoint::{self, CheckpointId, Positions, TaskId};
 use crate::engine::job::window::{InputWatermarks, Watermark};
+use crate::engine::metrics::Metrics;
 use crate::engine::state::key_group;
 
 /// How long one poll waits for records (the subtask reads its control messages in between).
@@ -136,6 +138,7 @@ pub(crate) struct SourceSubtask {
     pub control: UnboundedReceiver<Control>,
     pub reports: UnboundedSender<Report>,
     pub counters: Arc<Counters>,
+    pub metrics: Arc<Metrics>,
     /// How long held outputs may wait for a free pool slot.
     pub patience: Duration,
     pub input: VecDeque<ConsumerRecord>,
@@ -180,6 +183,11 @@ impl SourceSubtask {
                         .await
                         .map_err(|e| RuntimeError::client("polling the source", e))?;
                     self.input.extend(polled);
+                    let sink = match &self.downstream {
+                        Downstream::Sink(s) => Some(s.sink()),
+                        Downstream::Keyed { .. } => None,
+                    };
+                    observe::polled(&self.metrics, &self.consumer, &self.positions, sink);
                     self.idleness().await?;
                 }
             }
@@ -260,6 +268,7 @@ impl SourceSubtask {
     /// group (waiting while that channel is full: back-pressure).
     async fn process(&mut self, record: ConsumerRecord) -> Result<(), RuntimeError> {
         self.counters.records_in.fetch_add(1, Ordering::Relaxed);
+        self.metrics.record_in();
         let tp = TopicPartition::new(record.topic.clone(), record.partition);
         let key = checkpoint::TopicPartition {
             topic: record.topic,

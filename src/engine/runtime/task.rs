@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use std::sync::Arc;
+
 use tokio::sync::watch;
 
 use super::coordinate::Master;
@@ -15,6 +17,7 @@ use super::{RunConfig, RunSummary, RuntimeError};
 use crate::client::{Admin, Cluster, Consumer, IsolationLevel, Offset};
 use crate::engine::checkpoint::{self, CheckpointId, Listed, Millis, Positions, Restored};
 use crate::engine::job::{DeliveryGuarantee, Job, Operator, StartPosition};
+use crate::engine::metrics::Metrics;
 use crate::engine::sink::{check_timeout_budget, Delivery, KafkaSink, SinkCommittable, SinkConfig};
 use crate::engine::state::{
     CheckpointRecord, Layout, OperatorLayout, RestoreFrom, SourcePosition, StateStore, StoreOptions,
@@ -37,11 +40,13 @@ pub(crate) fn now_ms() -> Millis {
 /// once the restored committables are resolved.
 ///
 /// # Errors
-/// Every [`RuntimeError`]: an unsupported job, a state store that cannot restore, a timeout budget the brokers refuse, data loss or a prefix clash
-/// found by a sink, a checkpoint failure, a source that cannot read.
+/// Every [`RuntimeError`]: an unsupported job, a state store that cannot restore, a timeout
+/// budget the brokers refuse, data loss or a prefix clash found by a sink, a checkpoint
+/// failure, a source that cannot read.
 pub async fn run(
     config: RunConfig,
     stop: watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
 ) -> Result<RunSummary, RuntimeError> {
     let job = &config.job;
     check_supported(job)?;
@@ -109,6 +114,7 @@ pub async fn run(
         assignment: assign_partitions(&partitions, parallelism),
         patience: Duration::from_millis(settings.checkpoint_timeout_ms),
         transaction_timeout: Duration::from_millis(settings.transaction_timeout_ms),
+        metrics,
     };
     let mut master = Master::new(settings, plan, store, resumed, record.id);
     master.recover(&record).await?;

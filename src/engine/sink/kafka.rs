@@ -596,6 +596,20 @@ impl KafkaSink {
             .map_or(Duration::ZERO, |t| t.elapsed())
     }
 
+    /// When the oldest transaction of this task that is not yet committed (open or prepared)
+    /// began, in wall-clock ms since the Unix epoch; `None` when there is none. A metric's age
+    /// is computed from it at the scrape.
+    pub fn oldest_open_transaction_start_ms(&self) -> Option<i64> {
+        let Mode::ExactlyOnce(eo) = &self.mode else {
+            return None;
+        };
+        eo.open
+            .iter()
+            .map(|o| o.began_ms)
+            .chain(eo.prepared.values().map(|p| p.began_ms))
+            .min()
+    }
+
     /// The committables prepared and not yet committed, in checkpoint order.
     pub fn pending_committables(&self) -> Vec<SinkCommittable> {
         let Mode::ExactlyOnce(eo) = &self.mode else {

@@ -289,6 +289,8 @@ impl StateStore {
     /// Makes checkpoint `n` durable: ONE batch with every operator's changes, their undo
     /// images (K ≥ 2), the record `c/n` and the retention tombstones, committed with SyncAll.
     /// Only after this returns does `n` count as complete; a crash before leaves `n − 1`.
+    /// Returns the bytes the batch wrote (keys and values, undo images and the record
+    /// included: the checkpoint's size as the metrics show it).
     ///
     /// # Errors
     /// [`StateError::Misuse`] for an id not above the latest or a delta of another
@@ -299,7 +301,7 @@ impl StateStore {
         deltas: &[FrozenDelta],
         positions: Vec<SourcePosition>,
         committables: Vec<PreparedTransaction>,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         if n <= self.latest {
             return Err(StateError::Misuse(format!(
                 "persist of checkpoint {n}, but checkpoint {} is already complete",
@@ -319,6 +321,7 @@ impl StateStore {
         }
         let keep_undo = self.retain >= 2;
         let mut batch = self.batch();
+        let mut bytes = 0usize;
         for d in deltas {
             let ks = &self.operators[d.operator as usize];
             for (key, value) in d.entries.iter() {
@@ -326,12 +329,12 @@ impl StateStore {
                     // The persister is fjall's only writer and persists in order, so what
                     // fjall holds now is exactly checkpoint n − 1's value of the key.
                     let before = ks.get(key).map_err(|e| fjall_error(&self.dir, e))?;
-                    batch.insert(
-                        &self.undo,
-                        undo_key(n, d.operator, key),
-                        encode_undo(before.as_deref()),
-                    );
+                    let (ukey, undo) =
+                        (undo_key(n, d.operator, key), encode_undo(before.as_deref()));
+                    bytes += ukey.len() + undo.len();
+                    batch.insert(&self.undo, ukey, undo);
                 }
+                bytes += key.len() + value.as_ref().map_or(0, Vec::len);
                 match value {
                     Some(v) => batch.insert(ks, key.clone(), v.clone()),
                     None => batch.remove(ks, key.clone()),
@@ -345,7 +348,9 @@ impl StateStore {
             positions,
             committables,
         };
-        batch.insert(&self.meta, checkpoint_key(n), self.encode_record(&record)?);
+        let encoded = self.encode_record(&record)?;
+        bytes += encoded.len();
+        batch.insert(&self.meta, checkpoint_key(n), encoded);
 
         // Retention: keep c/ records n−K+1..=n and undo images n−K+2..=n.
         let k = u64::from(self.retain);
@@ -364,7 +369,7 @@ impl StateStore {
         batch.insert(&self.meta, UNDO_FLOOR_KEY, floor.to_be_bytes());
         self.commit(batch)?;
         self.latest = n;
-        Ok(())
+        Ok(u64::try_from(bytes).unwrap_or(u64::MAX))
     }
 
     /// Rewrites checkpoint `n`'s list of unresolved committables (fsynced), once commits are

@@ -737,3 +737,27 @@ fn subtasks_on_key_group_ranges_merge_their_deltas_and_scan_only_their_timers() 
         Some(b"7".to_vec())
     );
 }
+
+#[test]
+fn persist_reports_the_bytes_its_batch_wrote() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, _) = open(dir.path(), 2, RestoreFrom::Fresh).expect("fresh");
+    let mut op = store.operator("counts").expect("op");
+    // No state change: only the record (positions, layout) is written.
+    let empty = op.snapshot(1).expect("snapshot");
+    let record_only = store
+        .persist(1, &[empty], position(1), vec![])
+        .expect("persist");
+    op.complete(1).expect("complete");
+    assert!(record_only > 0);
+    // A 1000-byte value (with its key and its undo image) on top of a record of the same size.
+    COUNT.set(&mut op, b"a", &[b'x'; 1000]);
+    let delta = op.snapshot(2).expect("snapshot");
+    let with_value = store
+        .persist(2, &[delta], position(2), vec![])
+        .expect("persist");
+    assert!(
+        with_value >= record_only + 1000,
+        "{with_value} after {record_only}"
+    );
+}

@@ -154,3 +154,51 @@ async fn end_offset_is_the_lso_under_read_committed_and_the_high_watermark_other
     // The commit marker is offset 8: the LSO moves past it.
     wait_for_end(&mut committed, &topic, 9, "read_committed, committed").await;
 }
+
+/// `Consumer::caught_up` tells a stream processor which partition is idle: an empty partition
+/// is caught up once fetched, a partition with records only once they are all handed out
+/// (buffered records count as not caught up), and never before a fetch.
+#[tokio::test]
+async fn a_partition_is_caught_up_once_fetched_and_read_to_its_end() {
+    let topic = TestTopic::create("caught-up", 2).await;
+    fill(&topic, 5).await;
+    let config = consumer_config(
+        &broker(),
+        &[
+            ("isolation.level", "read_committed"),
+            ("max.poll.records", "1"),
+        ],
+    );
+    let mut c = Consumer::new(config).await.unwrap();
+    let full = onceflow::client::TopicPartition::new(topic.name.clone(), 0);
+    let empty = onceflow::client::TopicPartition::new(topic.name.clone(), 1);
+    c.assign([full.clone(), empty.clone()]).await.unwrap();
+    for tp in [&full, &empty] {
+        c.seek(tp, Offset::Beginning).unwrap();
+        assert!(!c.caught_up(tp), "{tp} before any fetch");
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut read = 0;
+    while read < 5 {
+        assert!(
+            Instant::now() < deadline,
+            "read {read} of 5 records in 60 s"
+        );
+        read += c.poll(Duration::from_millis(200)).await.unwrap().len();
+        if read > 0 && read < 5 {
+            assert!(
+                !c.caught_up(&full),
+                "{full} with {read} of 5 records handed out"
+            );
+        }
+    }
+    while !(c.caught_up(&full) && c.caught_up(&empty)) {
+        assert!(
+            Instant::now() < deadline,
+            "not caught up in 60 s: {full} {}, {empty} {}",
+            c.caught_up(&full),
+            c.caught_up(&empty)
+        );
+        assert!(c.poll(Duration::from_millis(200)).await.unwrap().is_empty());
+    }
+}

@@ -158,12 +158,19 @@ fn has_window(job: &Job) -> bool {
         .any(|op| matches!(op, Operator::WindowAggregate(_)))
 }
 
-/// The coordinator's settings from the job file (the rest at their defaults).
+/// The coordinator's settings from the job file (the commit retry backoff at its default:
+/// the sink owns commit retries).
 pub(crate) fn checkpoint_settings(job: &Job) -> checkpoint::Settings {
+    let s = &job.settings;
     checkpoint::Settings {
-        interval_ms: job.settings.checkpoint_interval_ms,
-        checkpoint_timeout_ms: job.settings.checkpoint_timeout_ms,
-        transaction_timeout_ms: job.settings.transaction_timeout_ms,
+        interval_ms: s.checkpoint_interval_ms,
+        min_pause_ms: s.checkpoint_min_pause_ms,
+        checkpoint_timeout_ms: s.checkpoint_timeout_ms,
+        max_consecutive_failures: s.checkpoint_tolerable_failures,
+        transaction_timeout_ms: s.transaction_timeout_ms,
+        commit_margin_ms: s.checkpoint_commit_margin_ms,
+        retention: s.checkpoint_retained,
+        restart_allowance_ms: s.restart_allowance_ms,
         ..checkpoint::Settings::default()
     }
 }
@@ -215,7 +222,7 @@ async fn open_store(
     restore: RestoreFrom,
 ) -> Result<(StateStore, CheckpointRecord), RuntimeError> {
     let options = StoreOptions {
-        retain: u32::try_from(retention).unwrap_or(2),
+        retain: u32::try_from(retention).unwrap_or(u32::MAX),
     };
     tokio::task::spawn_blocking(move || StateStore::open(dir, layout, options, restore))
         .await
@@ -697,6 +704,47 @@ mod tests {
                 "{restored:?} {start:?}"
             );
         }
+    }
+
+    #[test]
+    fn the_job_files_checkpoint_settings_reach_the_coordinator_and_the_budget() {
+        let text = |extra: &str| {
+            format!(
+                "name = \"x\"\n[source]\nbrokers = \"b:1\"\ntopics = [\"in\"]\n\
+                 [sink]\ntopic = \"o\"\ntransactional.id.prefix = \"x\"\n[settings]\n{extra}"
+            )
+        };
+        let job = Job::parse(
+            "j.toml",
+            &text(
+                "checkpoint.min.pause.ms = 7\ncheckpoint.tolerable.failures = 1\n\
+                 checkpoint.commit.margin.ms = 8\ncheckpoint.retained = 4\nrestart.allowance.ms = 9\n",
+            ),
+        )
+        .unwrap();
+        let s = checkpoint_settings(&job);
+        assert_eq!(
+            (
+                s.min_pause_ms,
+                s.max_consecutive_failures,
+                s.commit_margin_ms,
+                s.retention,
+                s.restart_allowance_ms
+            ),
+            (7, 1, 8, 4, 9)
+        );
+        // Defaults fit a 15 min broker maximum; 9 tolerated failures need 10 · 31 s + 70 s.
+        let broker_max = 900_000;
+        let fits = Job::parse("j.toml", &text("")).unwrap();
+        assert_eq!(checkpoint::check_budget(&checkpoint_settings(&fits), broker_max), Ok(()));
+        let job = Job::parse("j.toml", &text("checkpoint.tolerable.failures = 9\n")).unwrap();
+        assert_eq!(
+            checkpoint::check_budget(&checkpoint_settings(&job), broker_max),
+            Err(checkpoint::BudgetError::TooShort {
+                transaction_timeout_ms: 300_000,
+                required_ms: 380_000,
+            })
+        );
     }
 
     #[test]

@@ -24,10 +24,10 @@ use std::time::{Duration, Instant};
 
 const API_TIMEOUT: &str = "default.api.timeout.ms=60000";
 const RIDES: &str = "2000";
-const DEADLINE: Duration = Duration::from_secs(240);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(240);
 
 /// The shipped job file with its names replaced for this test.
-fn job_file(dir: &Path, shipped: &str, input: &str, output: &str, prefix: &str) -> PathBuf {
+pub(crate) fn job_file(dir: &Path, shipped: &str, input: &str, output: &str, prefix: &str) -> PathBuf {
     let text = std::fs::read_to_string(repo().join("jobs").join(shipped)).unwrap();
     let state = dir.join("state");
     let lines: Vec<String> = text
@@ -52,7 +52,7 @@ fn job_file(dir: &Path, shipped: &str, input: &str, output: &str, prefix: &str) 
 }
 
 /// `onceflow run JOB -b BROKER EXTRA` in the background, its stderr into `log`.
-fn start_job(job: &Path, log: &Path, extra: &[&str]) -> Child {
+pub(crate) fn start_job(job: &Path, log: &Path, extra: &[&str]) -> Child {
     let log = std::fs::File::create(log).unwrap();
     command()
         .args([
@@ -72,7 +72,7 @@ fn start_job(job: &Path, log: &Path, extra: &[&str]) -> Child {
         .expect("start onceflow run")
 }
 
-async fn taxi(args: &[&str]) -> Output {
+pub(crate) async fn taxi(args: &[&str]) -> Output {
     let mut argv: Vec<String> = vec!["taxi".into()];
     argv.extend(args.iter().map(|s| s.to_string()));
     argv.extend(["-b".into(), broker(), "-X".into(), API_TIMEOUT.into()]);
@@ -80,7 +80,7 @@ async fn taxi(args: &[&str]) -> Output {
 }
 
 /// How many records of `topic` a read_committed reader sees now.
-async fn committed_count(topic: &TestTopic) -> usize {
+pub(crate) async fn committed_count(topic: &TestTopic) -> usize {
     let config = consumer_config(&broker(), &[("isolation.level", "read_committed")]);
     let mut c = Consumer::new(config).await.unwrap();
     for tp in c.assign_topics(&[&topic.name]).await.unwrap() {
@@ -101,19 +101,19 @@ async fn committed_count(topic: &TestTopic) -> usize {
     }
 }
 
-fn log_of(log: &Path) -> String {
+pub(crate) fn log_of(log: &Path) -> String {
     std::fs::read_to_string(log).unwrap_or_default()
 }
 
 /// Fails the test with the job's log when it exited.
-fn assert_running(child: &mut Child, log: &Path) {
+pub(crate) fn assert_running(child: &mut Child, log: &Path) {
     if let Some(status) = child.try_wait().unwrap() {
         panic!("onceflow run exited ({status}):\n{}", log_of(log));
     }
 }
 
 /// Polls `taxi verify` until it says OK; returns its output.
-async fn wait_for_verify_ok(
+pub(crate) async fn wait_for_verify_ok(
     job: &str,
     input: &str,
     output: &str,
@@ -148,7 +148,7 @@ async fn wait_for_verify_ok(
     }
 }
 
-fn sigterm(child: &Child) {
+pub(crate) fn sigterm(child: &Child) {
     let status = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

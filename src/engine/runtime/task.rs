@@ -140,15 +140,6 @@ fn check_supported(job: &Job) -> Result<(), RuntimeError> {
             job.settings.parallelism
         )));
     }
-    let late = job
-        .pipeline
-        .iter()
-        .any(|op| matches!(op, Operator::WindowAggregate(w) if w.late_topic.is_some()));
-    if late {
-        return Err(RuntimeError::Unsupported(
-            "window.late_topic is not supported by this runtime yet (late records are counted); remove it".into(),
-        ));
-    }
     Ok(())
 }
 
@@ -633,7 +624,9 @@ impl Task {
         };
         let key = record.key.as_ref().map(|k| k.to_vec());
         for out in self.pipeline.process(key, value)? {
-            let mut r = ProducerRecord::new(self.sink_topic.clone(), out.value);
+            // A late record goes to window.late_topic, in the same transaction.
+            let topic = out.topic.unwrap_or_else(|| self.sink_topic.clone());
+            let mut r = ProducerRecord::new(topic, out.value);
             if let Some(k) = out.key {
                 r = r.with_key(k);
             }

@@ -154,3 +154,75 @@ async fn late_records_go_to_the_late_topic_exactly_once_and_the_windows_leave_th
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The job file of the cleansing job for this test, with its own consumer group.
+fn cleansing_job(dir: &Path, input: &str, output: &str, group: &str) -> PathBuf {
+    let prefix = unique_topic("feat");
+    let path = job_file(dir, "rides-cleansing.toml", input, output, &prefix);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text = text.replacen("[source]\n", &format!("[source]\ngroup.id = \"{group}\"\n"), 1);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// After a run and a clean stop, the job's consumer group holds exactly the positions of the
+/// last durable checkpoint (what a restart would resume from), read with the Admin client.
+#[tokio::test]
+async fn after_a_run_the_groups_committed_offsets_are_the_last_checkpoints_positions() {
+    let input = TestTopic::create("offsets-in", 3).await;
+    let output = TestTopic::create("offsets-out", 3).await;
+    let dir = scratch("onceflow-offsets");
+    let o = taxi(&["generate", "-t", &input.name, "--count", "500"]).await;
+    assert!(o.status.success(), "{}", shown(&o));
+    let group = unique_topic("offsets-group");
+    let path = cleansing_job(&dir, &input.name, &output.name, &group);
+    let log = dir.join("run.log");
+    let mut job = start_job(&path, &log, &["--fresh"]);
+    let args = [
+        "--job",
+        "cleansing",
+        "--input",
+        &input.name,
+        "--output",
+        &output.name,
+    ];
+    verify_ok(&args, &mut job, &log).await;
+    stop(job, &log).await;
+
+    let parsed = onceflow::engine::job::Job::load(&path).unwrap();
+    let layout = onceflow::engine::state::Layout {
+        key_groups: 128,
+        operators: Vec::new(),
+        sink_prefix: parsed.sink.transactional_id_prefix.clone(),
+        sink_ids: 3,
+    };
+    let (_store, record) = onceflow::engine::state::StateStore::open(
+        &parsed.settings.state_dir,
+        layout,
+        onceflow::engine::state::StoreOptions::default(),
+        onceflow::engine::state::RestoreFrom::Latest,
+    )
+    .unwrap();
+    assert!(record.id > 0, "no checkpoint was taken");
+    let positions: std::collections::BTreeMap<onceflow::client::TopicPartition, i64> = record
+        .positions
+        .iter()
+        .map(|p| {
+            (
+                onceflow::client::TopicPartition::new(p.topic.clone(), p.partition),
+                p.next_offset,
+            )
+        })
+        .collect();
+    assert_eq!(positions.len(), 3, "{positions:?}");
+    let admin = onceflow::client::Admin::new(client_config(&broker()))
+        .await
+        .unwrap();
+    let committed = admin.committed_offsets(&group, &input.tps()).await.unwrap();
+    assert_eq!(
+        committed, positions,
+        "group {group} vs checkpoint {}",
+        record.id
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+

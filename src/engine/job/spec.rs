@@ -49,9 +49,10 @@ pub struct Source {
     pub brokers: Vec<String>,
     /// Input topics (one or more).
     pub topics: Vec<String>,
-    /// The consumer group whose offsets are committed after each checkpoint, for monitoring
-    /// tools only (positions live in the checkpoint). Default `onceflow-<name>`.
+    /// `group.id`: the consumer group whose offsets are committed after each checkpoint, for
+    /// monitoring tools only (positions live in the checkpoint). Default: the job's name.
     pub group: String,
+
     /// Where to start when there is no checkpoint.
     pub start: StartPosition,
 }
@@ -160,9 +161,16 @@ struct RawJob {
 struct RawSource {
     brokers: Spanned<Brokers>,
     topics: Spanned<Vec<Spanned<String>>>,
-    group: Option<Spanned<String>>,
+    group: Option<RawGroup>,
     #[serde(default)]
     start: StartPosition,
+}
+
+/// `group.id`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGroup {
+    id: Spanned<String>,
 }
 
 #[derive(serde::Deserialize)]
@@ -642,12 +650,16 @@ fn check_source(
             "no topic given; write e.g. topics = [\"rides\"]",
         ));
     }
-    let group = match raw.group {
+    let group = match raw.group.map(|g| g.id) {
         Some(g) if g.get_ref().trim().is_empty() => {
-            return Err(loc.at(&g.span(), Some("source.group"), "the group name is empty"));
+            return Err(loc.at(
+                &g.span(),
+                Some("source.group.id"),
+                "the group name is empty",
+            ));
         }
         Some(g) => g.into_inner(),
-        None => format!("onceflow-{name}"),
+        None => name.to_owned(),
     };
     Ok(Source {
         brokers,

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::offsets::GroupOffsets;
 use super::pipeline::{Pipeline, WINDOW_KIND, WINDOW_UID};
 use super::{RunConfig, RunSummary, RuntimeError};
 use crate::client::txn::PreparedTransaction;
@@ -101,6 +102,8 @@ pub async fn run(
     let pipeline = Pipeline::new(&job.pipeline, state)?;
     let mut consumer_config = config.consumer.clone();
     consumer_config.isolation_level = IsolationLevel::ReadCommitted;
+    let admin = Admin::with_cluster(cluster.clone());
+    let group_offsets = GroupOffsets::new(admin.clone(), job.source.group.clone());
     let mut consumer = Consumer::with_cluster(consumer_config, cluster);
     let topics: Vec<&str> = job.source.topics.iter().map(String::as_str).collect();
     consumer
@@ -118,6 +121,8 @@ pub async fn run(
         start: job.source.start,
         positions: Positions::new(),
         persisting: None,
+        persisted_positions: None,
+        group_offsets,
         slots: BTreeMap::new(),
         committed: BTreeMap::new(),
         queue: VecDeque::new(),
@@ -297,6 +302,10 @@ struct Task {
     /// Per partition: the next offset to fetch after the records processed so far.
     positions: Positions,
     persisting: Option<JoinHandle<Result<CheckpointId, String>>>,
+    /// The positions of the checkpoint being written, for the group once it is durable.
+    persisted_positions: Option<(CheckpointId, Positions)>,
+    /// Publishes durable positions as the group's offsets (monitoring only).
+    group_offsets: GroupOffsets,
     /// Transactional id → the checkpoint whose committable it is (for `release`).
     slots: BTreeMap<String, CheckpointId>,
     /// Transactional id → how the sink's commit ended, until reported to the coordinator.
@@ -465,6 +474,7 @@ impl Task {
             .filter(|d| d.checkpoint == id)
             .flat_map(|d| d.delta)
             .collect();
+        self.persisted_positions = Some((id, batch.positions.clone()));
         let positions = to_store(&batch.positions);
         let committables: Vec<C> = batch
             .unresolved
@@ -502,6 +512,11 @@ impl Task {
 
     fn completed(&mut self, id: CheckpointId) -> Result<(), RuntimeError> {
         self.summary.last_checkpoint = id.0;
+        if let Some((n, positions)) = self.persisted_positions.take() {
+            if n == id {
+                self.group_offsets.checkpoint_completed(id, positions);
+            }
+        }
         if let Some(state) = self.pipeline.state_mut() {
             if state.in_flight() == Some(id.0) {
                 state.complete(id.0)?;
@@ -673,6 +688,7 @@ impl Task {
             tokio::time::sleep(Duration::from_millis(5)).await;
             self.check_persist().await?;
         }
+        self.group_offsets.flush().await;
         tracing::info!(summary = ?self.summary, "stopped");
         Ok(self.summary)
     }

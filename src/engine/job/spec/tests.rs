@@ -23,7 +23,7 @@ fn the_shipped_cleansing_job_parses_and_keeps_rides_inside_nyc() {
     let job = Job::parse("jobs/rides-cleansing.toml", CLEANSING).unwrap();
     assert_eq!(job.name, "rides-cleansing");
     assert_eq!(job.source.topics, vec!["rides".to_owned()]);
-    assert_eq!(job.source.group, "onceflow-rides-cleansing");
+    assert_eq!(job.source.group, "rides-cleansing");
     assert_eq!(job.sink.guarantee, DeliveryGuarantee::ExactlyOnce);
     assert_eq!(
         job.sink.transactional_id_prefix.as_deref(),
@@ -140,6 +140,8 @@ fn every_checkpoint_setting_is_read_from_the_file() {
         ),
         (250, 0, 5_000, 5, 20_000)
     );
+    let job = Job::parse("m.toml", &format!("{HEAD}group.id = \"g\"\n{SINK}")).unwrap();
+    assert_eq!(job.source.group, "g");
 }
 
 #[test]
@@ -478,6 +480,12 @@ fn malformed_files_name_the_line_and_the_field() {
             9,
             "settings.parallelism",
             "at least 1",
+        ),
+        (
+            format!("{HEAD}group.id = \" \"\n{SINK}"),
+            5,
+            "source.group.id",
+            "the group name is empty",
         ),
         (
             format!("{HEAD}{SINK}[settings]\ncheckpoint.interval.ms = 5\ncheckpoint.retained = 0\n"),

@@ -226,3 +226,55 @@ async fn after_a_run_the_groups_committed_offsets_are_the_last_checkpoints_posit
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Partitions added to the input while the job runs are found (partition.discovery.ms,
+/// default 10 s) and read from their beginning: rides produced to the new partition (before
+/// and after it is found) reach the output exactly once, as `taxi verify` checks.
+#[tokio::test]
+async fn a_partition_added_mid_run_is_read_from_its_beginning_exactly_once() {
+    let input = TestTopic::create("discover-in", 1).await;
+    let output = TestTopic::create("discover-out", 2).await;
+    let dir = scratch("onceflow-discover");
+    let o = taxi(&["generate", "-t", &input.name, "--count", "300"]).await;
+    assert!(o.status.success(), "{}", shown(&o));
+    let path = cleansing_job(&dir, &input.name, &output.name, &unique_topic("discover-g"));
+    let log = dir.join("run.log");
+    let mut job = start_job(&path, &log, &["--fresh"]);
+    let args = [
+        "--job",
+        "cleansing",
+        "--input",
+        &input.name,
+        "--output",
+        &output.name,
+    ];
+    verify_ok(&args, &mut job, &log).await;
+
+    let admin = onceflow::client::Admin::new(client_config(&broker()))
+        .await
+        .unwrap();
+    admin.create_partitions(&input.name, 2).await.unwrap();
+    // Drivers and rides of their own, so each driver's events stay in one partition (the
+    // verifier checks the order per driver).
+    let rides: Vec<Ride> = (0..20)
+        .map(|i| end(10_000_000 + i, 1_000_000 + i % 4, BASE + i as i64 * MINUTE, 1))
+        .collect();
+    produce(&input.name, 1, &rides[..10]).await;
+    let before = Instant::now();
+    let o = verify_ok(&args, &mut job, &log).await;
+    assert!(
+        crate::support::cli::stdout(&o).starts_with("verify: OK"),
+        "{}",
+        shown(&o)
+    );
+    assert!(
+        log_of(&log).contains("new source partitions"),
+        "{}",
+        log_of(&log)
+    );
+    tracing::info!(took = ?before.elapsed(), "new partition found");
+    // Once found, the partition is read like the others.
+    produce(&input.name, 1, &rides[10..]).await;
+    verify_ok(&args, &mut job, &log).await;
+    stop(job, &log).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

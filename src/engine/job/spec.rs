@@ -52,7 +52,9 @@ pub struct Source {
     /// `group.id`: the consumer group whose offsets are committed after each checkpoint, for
     /// monitoring tools only (positions live in the checkpoint). Default: the job's name.
     pub group: String,
-
+    /// `partition.discovery.ms`: how often new partitions of the topics are looked for
+    /// (default 10000; 0 turns discovery off).
+    pub partition_discovery_ms: u64,
     /// Where to start when there is no checkpoint.
     pub start: StartPosition,
 }
@@ -162,6 +164,7 @@ struct RawSource {
     brokers: Spanned<Brokers>,
     topics: Spanned<Vec<Spanned<String>>>,
     group: Option<RawGroup>,
+    partition: Option<RawPartition>,
     #[serde(default)]
     start: StartPosition,
 }
@@ -171,6 +174,13 @@ struct RawSource {
 #[serde(deny_unknown_fields)]
 struct RawGroup {
     id: Spanned<String>,
+}
+
+/// `partition.discovery.ms`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPartition {
+    discovery: RawMs,
 }
 
 #[derive(serde::Deserialize)]
@@ -665,6 +675,8 @@ fn check_source(
         brokers,
         topics,
         group,
+        // 10 s: one Metadata request per job, and a new partition's records wait at most that.
+        partition_discovery_ms: raw.partition.map_or(10_000, |p| *p.discovery.ms.get_ref()),
         start: raw.start,
     })
 }

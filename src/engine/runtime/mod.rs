@@ -32,6 +32,7 @@
 
 mod offsets;
 mod pipeline;
+mod source;
 mod task;
 
 use std::path::PathBuf;

@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 
 use super::offsets::GroupOffsets;
 use super::pipeline::{Pipeline, WINDOW_KIND, WINDOW_UID};
+use super::source::{self, Discovery};
 use super::{RunConfig, RunSummary, RuntimeError};
 use crate::client::txn::PreparedTransaction;
 use crate::client::{
@@ -123,6 +124,9 @@ pub async fn run(
         persisting: None,
         persisted_positions: None,
         group_offsets,
+        admin,
+        discovery: Discovery::new(job.source.partition_discovery_ms),
+        topics: job.source.topics.clone(),
         slots: BTreeMap::new(),
         committed: BTreeMap::new(),
         queue: VecDeque::new(),
@@ -268,12 +272,10 @@ pub(crate) fn restored(record: &CheckpointRecord) -> Option<Restored<C>> {
     })
 }
 
-/// Where a partition starts: its restored position, else the job's start.
-pub(crate) fn start_offset(restored: Option<i64>, start: StartPosition) -> Offset {
-    match (restored, start) {
-        (Some(o), _) => Offset::At(o),
-        (None, StartPosition::Earliest) => Offset::Beginning,
-        (None, StartPosition::Latest) => Offset::End,
+fn checkpoint_tp(tp: &crate::client::TopicPartition) -> checkpoint::TopicPartition {
+    checkpoint::TopicPartition {
+        topic: tp.topic.clone(),
+        partition: tp.partition,
     }
 }
 
@@ -306,6 +308,10 @@ struct Task {
     persisted_positions: Option<(CheckpointId, Positions)>,
     /// Publishes durable positions as the group's offsets (monitoring only).
     group_offsets: GroupOffsets,
+    admin: Admin,
+    /// When to look for new partitions of `topics`.
+    discovery: Discovery,
+    topics: Vec<String>,
     /// Transactional id → the checkpoint whose committable it is (for `release`).
     slots: BTreeMap<String, CheckpointId>,
     /// Transactional id → how the sink's commit ended, until reported to the coordinator.
@@ -404,7 +410,9 @@ impl Task {
             // The resolutions are durable now: the sink's start inits the pool and aborts the
             // lingering ids.
             Decision::AbortPool => self.start_sink().await,
-            Decision::StartTasks { positions, .. } => self.start_tasks(positions),
+            Decision::StartTasks { from, positions } => {
+                self.start_tasks(from.is_some(), positions).await
+            }
         }
     }
 
@@ -579,21 +587,68 @@ impl Task {
         Ok(())
     }
 
-    fn start_tasks(&mut self, positions: Positions) -> Result<(), RuntimeError> {
-        for tp in self.consumer.assignment() {
-            let key = checkpoint::TopicPartition {
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-            };
-            let offset = start_offset(positions.get(&key).copied(), self.start);
-            self.consumer
-                .seek(&tp, offset)
-                .map_err(|e| RuntimeError::client(format!("seeking {tp}"), e))?;
-        }
-        tracing::info!(positions = ?positions, "source positioned");
-        self.positions = positions;
+    /// Seeks every assigned partition and records its position at once, so every checkpoint
+    /// lists every partition (see `source`).
+    async fn start_tasks(
+        &mut self,
+        from_checkpoint: bool,
+        restored: Positions,
+    ) -> Result<(), RuntimeError> {
+        let starts = self
+            .consumer
+            .assignment()
+            .into_iter()
+            .map(|tp| {
+                let at = restored.get(&checkpoint_tp(&tp)).copied();
+                let offset = source::start_offset(at, from_checkpoint, self.start);
+                (tp, offset)
+            })
+            .collect();
+        self.seek_all(source::resolve(&self.admin, starts).await?)?;
+        tracing::info!(positions = ?self.positions, "source positioned");
         self.event(Event::TasksStarted);
         Ok(())
+    }
+
+    fn seek_all(
+        &mut self,
+        offsets: BTreeMap<crate::client::TopicPartition, i64>,
+    ) -> Result<(), RuntimeError> {
+        for (tp, o) in offsets {
+            self.consumer
+                .seek(&tp, Offset::At(o))
+                .map_err(|e| RuntimeError::client(format!("seeking {tp}"), e))?;
+            self.positions.insert(checkpoint_tp(&tp), o);
+        }
+        Ok(())
+    }
+
+    /// Partition discovery, when due: new partitions are assigned from their beginning and
+    /// their positions join the next checkpoint. A failed look is retried at the next
+    /// interval; a new partition that cannot be positioned stops the job.
+    async fn discover(&mut self) -> Result<(), RuntimeError> {
+        if !self.discovery.due() {
+            return Ok(());
+        }
+        let found = match source::new_partitions(&self.admin, &self.consumer, &self.topics).await
+        {
+            Ok(found) if found.is_empty() => return Ok(()),
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(error = %e, "looking for new source partitions failed; trying again at the next interval");
+                return Ok(());
+            }
+        };
+        tracing::info!(partitions = ?found, "new source partitions, read from their beginning");
+        let starts = found.iter().map(|tp| (tp.clone(), Offset::Beginning)).collect();
+        let offsets = source::resolve(&self.admin, starts).await?;
+        let mut all = self.consumer.assignment();
+        all.extend(found);
+        self.consumer
+            .assign(all)
+            .await
+            .map_err(|e| RuntimeError::client("assigning new source partitions", e))?;
+        self.seek_all(offsets)
     }
 
     async fn run(mut self, mut stop: watch::Receiver<bool>) -> Result<RunSummary, RuntimeError> {
@@ -611,6 +666,7 @@ impl Task {
             }
             self.event(Event::Tick);
             self.drain().await?;
+            self.discover().await?;
             match self.input.pop_front() {
                 Some(record) => self.process(record).await?,
                 None => {
@@ -697,23 +753,6 @@ impl Task {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_partition_starts_at_its_restored_position_else_at_the_jobs_start() {
-        let cases = [
-            (Some(7), StartPosition::Earliest, Offset::At(7)),
-            (Some(0), StartPosition::Latest, Offset::At(0)),
-            (None, StartPosition::Earliest, Offset::Beginning),
-            (None, StartPosition::Latest, Offset::End),
-        ];
-        for (restored, start, want) in cases {
-            assert_eq!(
-                start_offset(restored, start),
-                want,
-                "{restored:?} {start:?}"
-            );
-        }
-    }
 
     #[test]
     fn the_job_files_checkpoint_settings_reach_the_coordinator_and_the_budget() {

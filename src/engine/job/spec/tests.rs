@@ -24,6 +24,7 @@ fn the_shipped_cleansing_job_parses_and_keeps_rides_inside_nyc() {
     assert_eq!(job.name, "rides-cleansing");
     assert_eq!(job.source.topics, vec!["rides".to_owned()]);
     assert_eq!(job.source.group, "rides-cleansing");
+    assert_eq!(job.source.partition_discovery_ms, 10_000);
     assert_eq!(job.sink.guarantee, DeliveryGuarantee::ExactlyOnce);
     assert_eq!(
         job.sink.transactional_id_prefix.as_deref(),
@@ -140,8 +141,15 @@ fn every_checkpoint_setting_is_read_from_the_file() {
         ),
         (250, 0, 5_000, 5, 20_000)
     );
-    let job = Job::parse("m.toml", &format!("{HEAD}group.id = \"g\"\n{SINK}")).unwrap();
-    assert_eq!(job.source.group, "g");
+    let job = Job::parse(
+        "m.toml",
+        &format!("{HEAD}group.id = \"g\"\npartition.discovery.ms = 0\n{SINK}"),
+    )
+    .unwrap();
+    assert_eq!(
+        (job.source.group.as_str(), job.source.partition_discovery_ms),
+        ("g", 0)
+    );
 }
 
 #[test]
@@ -486,6 +494,12 @@ fn malformed_files_name_the_line_and_the_field() {
             5,
             "source.group.id",
             "the group name is empty",
+        ),
+        (
+            format!("{HEAD}partition.discovery = 5\n{SINK}"),
+            5,
+            "source.partition.discovery",
+            "expected milliseconds",
         ),
         (
             format!("{HEAD}{SINK}[settings]\ncheckpoint.interval.ms = 5\ncheckpoint.retained = 0\n"),

@@ -530,7 +530,7 @@ impl Task {
                 state.complete(id.0)?;
             }
         }
-        tracing::debug!(checkpoint = id.0, "checkpoint durable");
+        tracing::info!(checkpoint = id.0, "checkpoint durable");
         Ok(())
     }
 

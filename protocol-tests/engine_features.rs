@@ -106,10 +106,16 @@ async fn late_records_go_to_the_late_topic_exactly_once_and_the_windows_leave_th
         "# window.late_topic = \"rides-late\"",
         &format!("window.late_topic = \"{}\"", late.name),
     );
-    assert_ne!(with_late, text, "the shipped job lost its late_topic comment");
+    assert_ne!(
+        with_late, text,
+        "the shipped job lost its late_topic comment"
+    );
     std::fs::write(&path, with_late).unwrap();
 
-    let late_rides = [end(4, 1, BASE + 20 * MINUTE, 3), end(5, 3, BASE + 30 * MINUTE, 4)];
+    let late_rides = [
+        end(4, 1, BASE + 20 * MINUTE, 3),
+        end(5, 3, BASE + 30 * MINUTE, 4),
+    ];
     let mut rides = vec![
         end(1, 1, BASE + 10 * MINUTE, 1),
         end(2, 2, BASE + 11 * MINUTE, 2),
@@ -117,7 +123,7 @@ async fn late_records_go_to_the_late_topic_exactly_once_and_the_windows_leave_th
         end(3, 1, BASE + 2 * HOUR, 1),
     ];
     rides.extend(late_rides.iter().cloned()); // the first hour fired; lateness 0: late
-    // Watermark BASE + 4 h − 60 s: the hour of ride 3 fires too.
+                                              // Watermark BASE + 4 h − 60 s: the hour of ride 3 fires too.
     rides.push(end(6, 2, BASE + 4 * HOUR, 2));
     produce(&input.name, 0, &rides).await;
 
@@ -139,14 +145,23 @@ async fn late_records_go_to_the_late_topic_exactly_once_and_the_windows_leave_th
         "{}",
         shown(&o)
     );
-    let got = consume_all(&broker(), &late, 2, &[("isolation.level", "read_committed")]).await;
+    let got = consume_all(
+        &broker(),
+        &late,
+        2,
+        &[("isolation.level", "read_committed")],
+    )
+    .await;
     let got: Vec<(Option<Bytes>, Option<Bytes>)> =
         got.into_iter().map(|r| (r.key, r.value)).collect();
     let want: Vec<(Option<Bytes>, Option<Bytes>)> = late_rides
         .iter()
         .map(|r| (Some(Bytes::from(r.key())), Some(Bytes::from(r.to_json()))))
         .collect();
-    assert_eq!(got, want, "the late topic holds exactly the late rides, once");
+    assert_eq!(
+        got, want,
+        "the late topic holds exactly the late rides, once"
+    );
     // The verifier without the late topic expects the late rides in their window.
     let o = taxi(&[&["verify", "--read-timeout-ms", "60000"], &common[..]].concat()).await;
     assert!(!o.status.success(), "{}", shown(&o));
@@ -159,7 +174,11 @@ fn cleansing_job(dir: &Path, input: &str, output: &str, group: &str) -> PathBuf 
     let prefix = unique_topic("feat");
     let path = job_file(dir, "rides-cleansing.toml", input, output, &prefix);
     let text = std::fs::read_to_string(&path).unwrap();
-    let text = text.replacen("[source]\n", &format!("[source]\ngroup.id = \"{group}\"\n"), 1);
+    let text = text.replacen(
+        "[source]\n",
+        &format!("[source]\ngroup.id = \"{group}\"\n"),
+        1,
+    );
     std::fs::write(&path, text).unwrap();
     path
 }
@@ -256,7 +275,14 @@ async fn a_partition_added_mid_run_is_read_from_its_beginning_exactly_once() {
     // Drivers and rides of their own, so each driver's events stay in one partition (the
     // verifier checks the order per driver).
     let rides: Vec<Ride> = (0..20)
-        .map(|i| end(10_000_000 + i, 1_000_000 + i % 4, BASE + i as i64 * MINUTE, 1))
+        .map(|i| {
+            end(
+                10_000_000 + i,
+                1_000_000 + i % 4,
+                BASE + i as i64 * MINUTE,
+                1,
+            )
+        })
         .collect();
     produce(&input.name, 1, &rides[..10]).await;
     let before = Instant::now();

@@ -54,8 +54,16 @@ pub(crate) async fn resolve(
             Offset::At(o) => {
                 out.insert(tp, o);
             }
-            Offset::End => ask.entry("end").or_insert((Offset::End, Vec::new())).1.push(tp),
-            other => ask.entry("beginning").or_insert((other, Vec::new())).1.push(tp),
+            Offset::End => ask
+                .entry("end")
+                .or_insert((Offset::End, Vec::new()))
+                .1
+                .push(tp),
+            other => ask
+                .entry("beginning")
+                .or_insert((other, Vec::new()))
+                .1
+                .push(tp),
         }
     }
     for (what, (at, tps)) in ask {

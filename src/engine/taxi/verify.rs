@@ -763,7 +763,7 @@ mod tests {
         assert_eq!((got[0].rides, got[0].passengers), (1, 2));
         // Every END of a window late: the window is not expected at all.
         let mut b = ExpectationBuilder::new(Job::PerDriverHourly, 0);
-        for r in input(&[late.clone()]) {
+        for r in input(std::slice::from_ref(&late)) {
             b.push(&r).unwrap();
         }
         b.exclude_late(&rec(0, 0, &late.to_json())).unwrap();

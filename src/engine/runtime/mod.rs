@@ -31,6 +31,7 @@
 //! output landing after its barrier.
 
 mod offsets;
+mod persist;
 mod pipeline;
 mod source;
 mod task;

@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use super::offsets::GroupOffsets;
+use super::persist::Persister;
 use super::pipeline::{Pipeline, WINDOW_KIND, WINDOW_UID};
 use super::source::{self, Discovery};
 use super::{RunConfig, RunSummary, RuntimeError};
@@ -121,7 +121,7 @@ pub async fn run(
         sink_topic: job.sink.topic.clone(),
         start: job.source.start,
         positions: Positions::new(),
-        persisting: None,
+        persister: Persister::new(Duration::from_millis(job.settings.checkpoint_timeout_ms)),
         persisted_positions: None,
         group_offsets,
         admin,
@@ -303,7 +303,8 @@ struct Task {
     start: StartPosition,
     /// Per partition: the next offset to fetch after the records processed so far.
     positions: Positions,
-    persisting: Option<JoinHandle<Result<CheckpointId, String>>>,
+    /// The checkpoint write under way (one at a time, within checkpoint.timeout.ms).
+    persister: Persister,
     /// The positions of the checkpoint being written, for the group once it is durable.
     persisted_positions: Option<(CheckpointId, Positions)>,
     /// Publishes durable positions as the group's offsets (monitoring only).
@@ -490,27 +491,20 @@ impl Task {
             .map(|l| l.committable)
             .collect();
         let store = self.store.clone();
-        self.persisting = Some(tokio::task::spawn_blocking(move || {
+        self.persister.start(id, move || {
             let mut store = store.lock().map_err(|e| e.to_string())?;
             store
                 .persist(id.0, &deltas, positions, committables)
-                .map(|()| id)
                 .map_err(|e| e.to_string())
-        }));
-        Ok(())
+        })
     }
 
-    /// Feeds the persister's answer once it has one.
+    /// Feeds the persister's answer once it has one (a write past checkpoint.timeout.ms is
+    /// a PersistFailed, which fails the job).
     async fn check_persist(&mut self) -> Result<(), RuntimeError> {
-        if !self.persisting.as_ref().is_some_and(|h| h.is_finished()) {
-            return Ok(());
-        }
-        let Some(handle) = self.persisting.take() else {
+        let Some(answer) = self.persister.poll().await else {
             return Ok(());
         };
-        let answer = handle
-            .await
-            .map_err(|e| RuntimeError::Internal(format!("the persister's thread: {e}")))?;
         match answer {
             Ok(id) => self.event(Event::Persisted(id)),
             Err(reason) => self.event(Event::PersistFailed { reason }),
@@ -564,7 +558,7 @@ impl Task {
         resolved: Vec<C>,
     ) -> Result<(), RuntimeError> {
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || {
+        let write = tokio::task::spawn_blocking(move || {
             let mut store = store
                 .lock()
                 .map_err(|e| RuntimeError::Internal(e.to_string()))?;
@@ -580,9 +574,19 @@ impl Task {
                 .collect();
             store.update_committables(n.0, left)?;
             Ok::<(), RuntimeError>(())
-        })
-        .await
-        .map_err(|e| RuntimeError::Internal(format!("the state store's thread: {e}")))??;
+        });
+        // Bounded like a checkpoint's write (see `persist`): past the timeout the coordinator
+        // fails the job; the write's thread keeps the store's lock, so no second writer runs.
+        let Ok(joined) = tokio::time::timeout(self.persister.timeout(), write).await else {
+            let reason = format!(
+                "the recovered resolutions' write did not finish within checkpoint.timeout.ms = {} ms",
+                self.persister.timeout().as_millis()
+            );
+            // The coordinator's FailJob is next in the queue being drained.
+            self.event(Event::PersistFailed { reason });
+            return Ok(());
+        };
+        joined.map_err(|e| RuntimeError::Internal(format!("the state store's thread: {e}")))??;
         self.event(Event::ResolutionsPersisted);
         Ok(())
     }
@@ -630,8 +634,7 @@ impl Task {
         if !self.discovery.due() {
             return Ok(());
         }
-        let found = match source::new_partitions(&self.admin, &self.consumer, &self.topics).await
-        {
+        let found = match source::new_partitions(&self.admin, &self.consumer, &self.topics).await {
             Ok(found) if found.is_empty() => return Ok(()),
             Ok(found) => found,
             Err(e) => {
@@ -640,7 +643,10 @@ impl Task {
             }
         };
         tracing::info!(partitions = ?found, "new source partitions, read from their beginning");
-        let starts = found.iter().map(|tp| (tp.clone(), Offset::Beginning)).collect();
+        let starts = found
+            .iter()
+            .map(|tp| (tp.clone(), Offset::Beginning))
+            .collect();
         let offsets = source::resolve(&self.admin, starts).await?;
         let mut all = self.consumer.assignment();
         all.extend(found);
@@ -723,7 +729,7 @@ impl Task {
     /// Back-pressure: no barrier may pass while outputs are held (they belong before it), so
     /// only a checkpoint already under way can free a slot.
     async fn wait_for_release(&mut self) -> Result<(), RuntimeError> {
-        let under_way = self.persisting.is_some()
+        let under_way = self.persister.is_busy()
             || matches!(
                 self.coord.phase(),
                 Phase::InFlight { .. } | Phase::Persisting { .. }
@@ -740,7 +746,7 @@ impl Task {
     /// Stop: let the checkpoint under way finish (and commit) if it does so quickly.
     async fn finish(mut self) -> Result<RunSummary, RuntimeError> {
         let deadline = tokio::time::Instant::now() + STOP_GRACE;
-        while self.persisting.is_some() && tokio::time::Instant::now() < deadline {
+        while self.persister.is_busy() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
             self.check_persist().await?;
         }
@@ -784,7 +790,10 @@ mod tests {
         // Defaults fit a 15 min broker maximum; 9 tolerated failures need 10 · 31 s + 70 s.
         let broker_max = 900_000;
         let fits = Job::parse("j.toml", &text("")).unwrap();
-        assert_eq!(checkpoint::check_budget(&checkpoint_settings(&fits), broker_max), Ok(()));
+        assert_eq!(
+            checkpoint::check_budget(&checkpoint_settings(&fits), broker_max),
+            Ok(())
+        );
         let job = Job::parse("j.toml", &text("checkpoint.tolerable.failures = 9\n")).unwrap();
         assert_eq!(
             checkpoint::check_budget(&checkpoint_settings(&job), broker_max),

@@ -396,7 +396,7 @@ impl Admin {
     /// monitoring tools can show its lag. Offsets are the next offset to read.
     ///
     /// # Errors
-    /// [`Error::CommitFailed`](crate::client::Error::CommitFailed) when the group has active
+    /// [`Error::CommitFailed`] when the group has active
     /// members (the coordinator refuses a commit from outside its generation); group or
     /// partition errors after retries within default.api.timeout.ms.
     pub async fn commit_offsets(

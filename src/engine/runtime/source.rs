@@ -107,11 +107,47 @@ impl Discovery {
     }
 }
 
+/// Looks for new partitions of `topics` and assigns them to `consumer`; returns their log
+/// start offsets, for the caller to seek to and record. A failed look is logged and retried
+/// at the next interval (an empty answer).
+///
+/// # Errors
+/// [`RuntimeError::Client`] when a new partition cannot be positioned or assigned.
+pub(crate) async fn discover(
+    admin: &Admin,
+    consumer: &mut Consumer,
+    topics: &[String],
+) -> Result<BTreeMap<TopicPartition, i64>, RuntimeError> {
+    let found = match new_partitions(admin, consumer, topics).await {
+        Ok(found) if found.is_empty() => return Ok(BTreeMap::new()),
+        Ok(found) => found,
+        Err(e) => {
+            tracing::warn!(error = %e, "looking for new source partitions failed; trying again at the next interval");
+            return Ok(BTreeMap::new());
+        }
+    };
+    tracing::info!(partitions = ?found, "new source partitions, read from their beginning");
+    let starts = found
+        .iter()
+        .map(|tp| (tp.clone(), Offset::Beginning))
+        .collect();
+    // The caller seeks them right after the assignment; a seek bumps the partition's epoch,
+    // so whatever the fetcher got from auto.offset.reset before it is dropped unread.
+    let offsets = resolve(admin, starts).await?;
+    let mut all = consumer.assignment();
+    all.extend(found);
+    consumer
+        .assign(all)
+        .await
+        .map_err(|e| RuntimeError::client("assigning new source partitions", e))?;
+    Ok(offsets)
+}
+
 /// The partitions of `topics` the consumer is not assigned yet, from fresh metadata.
 ///
 /// # Errors
 /// The client's errors (the caller retries at the next interval).
-pub(crate) async fn new_partitions(
+async fn new_partitions(
     admin: &Admin,
     consumer: &Consumer,
     topics: &[String],

@@ -627,34 +627,14 @@ impl Task {
         Ok(())
     }
 
-    /// Partition discovery, when due: new partitions are assigned from their beginning and
-    /// their positions join the next checkpoint. A failed look is retried at the next
-    /// interval; a new partition that cannot be positioned stops the job.
+    /// Partition discovery, when due (see `source`): the new partitions' positions join the
+    /// next checkpoint.
     async fn discover(&mut self) -> Result<(), RuntimeError> {
-        if !self.discovery.due() {
-            return Ok(());
+        if self.discovery.due() {
+            let found = source::discover(&self.admin, &mut self.consumer, &self.topics).await?;
+            self.seek_all(found)?;
         }
-        let found = match source::new_partitions(&self.admin, &self.consumer, &self.topics).await {
-            Ok(found) if found.is_empty() => return Ok(()),
-            Ok(found) => found,
-            Err(e) => {
-                tracing::warn!(error = %e, "looking for new source partitions failed; trying again at the next interval");
-                return Ok(());
-            }
-        };
-        tracing::info!(partitions = ?found, "new source partitions, read from their beginning");
-        let starts = found
-            .iter()
-            .map(|tp| (tp.clone(), Offset::Beginning))
-            .collect();
-        let offsets = source::resolve(&self.admin, starts).await?;
-        let mut all = self.consumer.assignment();
-        all.extend(found);
-        self.consumer
-            .assign(all)
-            .await
-            .map_err(|e| RuntimeError::client("assigning new source partitions", e))?;
-        self.seek_all(offsets)
+        Ok(())
     }
 
     async fn run(mut self, mut stop: watch::Receiver<bool>) -> Result<RunSummary, RuntimeError> {

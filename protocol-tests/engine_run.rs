@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 const API_TIMEOUT: &str = "default.api.timeout.ms=60000";
 const RIDES: &str = "2000";
-const DEADLINE: Duration = Duration::from_secs(240);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(240);
 
 /// The shipped job file with its names replaced for this test.
 pub(crate) fn job_file(
@@ -86,7 +86,7 @@ pub(crate) async fn taxi(args: &[&str]) -> Output {
 }
 
 /// How many records of `topic` a read_committed reader sees now.
-async fn committed_count(topic: &TestTopic) -> usize {
+pub(crate) async fn committed_count(topic: &TestTopic) -> usize {
     let config = consumer_config(&broker(), &[("isolation.level", "read_committed")]);
     let mut c = Consumer::new(config).await.unwrap();
     for tp in c.assign_topics(&[&topic.name]).await.unwrap() {
@@ -119,7 +119,7 @@ pub(crate) fn assert_running(child: &mut Child, log: &Path) {
 }
 
 /// Polls `taxi verify` until it says OK; returns its output.
-async fn wait_for_verify_ok(
+pub(crate) async fn wait_for_verify_ok(
     job: &str,
     input: &str,
     output: &str,
@@ -154,7 +154,7 @@ async fn wait_for_verify_ok(
     }
 }
 
-fn sigterm(child: &Child) {
+pub(crate) fn sigterm(child: &Child) {
     let status = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

@@ -16,6 +16,8 @@ mod consumer_fetch_order;
 mod consumer_positions;
 mod consumer_truncation;
 mod engine_metrics;
+mod engine_features;
+mod engine_restore;
 mod engine_run;
 mod engine_sink;
 mod faults;

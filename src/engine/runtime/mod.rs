@@ -22,13 +22,19 @@
 //! the coordinator already takes a set of task ids and waits for every ack, the sink's ids are
 //! already `<prefix>-<task>-<slot>`, and the state is already split by key group.
 //!
-//! **Known limits (this version).** Consumer group offsets are not committed (monitoring only). Back-pressure from the sink's
+//! **Group offsets.** After each checkpoint its positions are committed to the consumer group
+//! `source.group.id`, for monitoring tools only: a restart never reads them (`offsets`).
+//!
+//! **Known limits (this version).** Back-pressure from the sink's
 //! pool (which one checkpoint in flight and 3 slots do not reach) is waited out only while a
 //! checkpoint is under way; otherwise the job stops with an error rather than risk a record's
 //! output landing after its barrier.
 
 mod observe;
+mod offsets;
+mod persist;
 mod pipeline;
+mod source;
 mod task;
 
 use std::path::PathBuf;

@@ -29,11 +29,22 @@ const CLEANUP: TimerState = TimerState::new(2);
 /// Under the empty key: the watermark (JSON), so a restart does not re-open fired windows.
 const WATERMARK: ValueState = ValueState::new(3);
 
-/// A record on its way to the sink: its Kafka key and value.
+/// A record on its way to the sink: its topic (`None`: the sink's), Kafka key and value.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Output {
+    pub topic: Option<String>,
     pub key: Option<Vec<u8>>,
     pub value: Bytes,
+}
+
+/// A late record as `window.late_topic` receives it: the input record as it came (key and
+/// bytes), so a reader can tell which input records the aggregate left out.
+fn late_output(spec: &WindowAggregate, key: Option<Vec<u8>>, raw: &Bytes) -> Option<Output> {
+    spec.late_topic.as_ref().map(|topic| Output {
+        topic: Some(topic.clone()),
+        key,
+        value: raw.clone(),
+    })
 }
 
 /// The window operator with its state.
@@ -131,6 +142,7 @@ impl Pipeline {
             self.dropped += 1;
             return Ok(Vec::new());
         };
+        let input_key = key.clone();
         let before = self.counters(0, self.before.len());
         let Some((carried, value, changed)) =
             counted(&self.before, before, Carried::Input(key), value)
@@ -145,6 +157,7 @@ impl Pipeline {
                 raw.clone()
             };
             return Ok(vec![Output {
+                topic: None,
                 key: carried.kafka_key(),
                 value,
             }]);
@@ -161,6 +174,7 @@ impl Pipeline {
             self.dropped += 1;
             return Ok(Vec::new());
         };
+        let mut out = Vec::new();
         if route(
             window.spec.kind,
             t,
@@ -169,7 +183,10 @@ impl Pipeline {
         )
         .is_late()
         {
+            // Counted either way; written to the side topic, in the same transaction as the
+            // main output, when the job has one.
             self.dropped += 1;
+            out.extend(late_output(&window.spec, input_key, raw));
         }
         let mut results = window.add(&key, t, &value)?;
         results.extend(window.advance(t)?);
@@ -182,6 +199,7 @@ impl Pipeline {
             if let Some((carried, v, _)) = counted(&self.after, after, Carried::Keyed(key), result)
             {
                 out.push(Output {
+                    topic: None,
                     key: carried.kafka_key(),
                     value: Bytes::from(v.to_string()),
                 });
@@ -409,6 +427,68 @@ mod tests {
                 ("window_aggregate", 2, 1)
             ]
         );
+    }
+
+    use crate::engine::job::Job;
+    use crate::engine::state::{Layout, OperatorLayout, RestoreFrom, StateStore, StoreOptions};
+
+    /// A counting hourly window with 1 s out-of-orderness, `late_topic` as given.
+    fn pipeline(dir: &std::path::Path, late: &str) -> (StateStore, Pipeline) {
+        let job = Job::parse(
+            "l.toml",
+            &format!(
+                "name = \"l\"\n[source]\nbrokers = \"b:1\"\ntopics = [\"in\"]\n\
+                 [[pipeline]]\nkey_by = \"k\"\n\
+                 [[pipeline]]\nwindow = {{ tumbling = \"1h\", time = \"t\", out_of_orderness = \"1s\" {late} }}\n\
+                 [[pipeline]]\naggregate.n = \"count\"\n\
+                 [sink]\ntopic = \"o\"\ndelivery.guarantee = \"none\"\n"
+            ),
+        )
+        .unwrap();
+        let layout = Layout {
+            key_groups: 4,
+            operators: vec![OperatorLayout::new(WINDOW_UID, WINDOW_KIND)],
+            sink_prefix: None,
+            sink_ids: 0,
+        };
+        let (store, _) =
+            StateStore::open(dir, layout, StoreOptions::default(), RestoreFrom::Fresh).unwrap();
+        let state = store.operator(WINDOW_UID).unwrap();
+        let p = Pipeline::new(&job.pipeline, Some(state)).unwrap();
+        (store, p)
+    }
+
+    fn feed(p: &mut Pipeline, key: &str, t: i64) -> Vec<Output> {
+        let raw = Bytes::from(format!("{{\"k\": \"{key}\", \"t\": {t}}}"));
+        p.process(Some(key.as_bytes().to_vec()), &raw).unwrap()
+    }
+
+    #[test]
+    fn a_late_record_goes_to_the_late_topic_as_it_came_and_only_then() {
+        let h = 3_600_000;
+        for (late_topic, want_late) in [(", late_topic = \"side\"", true), ("", false)] {
+            let dir = tempfile::tempdir().unwrap();
+            let (_store, mut p) = pipeline(dir.path(), late_topic);
+            assert!(feed(&mut p, "a", 10).is_empty());
+            // Watermark 2h - 1 s + 1: the first hour fires (one result, to the sink's topic).
+            let fired = feed(&mut p, "a", 2 * h);
+            assert_eq!(fired.len(), 1);
+            assert_eq!(fired[0].topic, None);
+            // Inside the out-of-orderness of the second hour: on time, no output.
+            assert!(feed(&mut p, "b", 2 * h - 500).is_empty());
+            // The first hour has fired and allowed lateness is 0: late.
+            let late = feed(&mut p, "b", 20);
+            assert_eq!(p.dropped, 1);
+            let want: Vec<Output> = match want_late {
+                true => vec![Output {
+                    topic: Some("side".into()),
+                    key: Some(b"b".to_vec()),
+                    value: Bytes::from("{\"k\": \"b\", \"t\": 20}"),
+                }],
+                false => Vec::new(),
+            };
+            assert_eq!(late, want, "late_topic {late_topic:?}");
+        }
     }
 
     #[test]

@@ -6,10 +6,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use super::observe;
+use super::offsets::GroupOffsets;
+use super::persist::Persister;
 use super::pipeline::{Pipeline, WINDOW_KIND, WINDOW_UID};
+use super::source::{self, Discovery};
 use super::{RunConfig, RunSummary, RuntimeError};
 use crate::client::txn::PreparedTransaction;
 use crate::client::{
@@ -104,6 +106,8 @@ pub async fn run(
     let pipeline = Pipeline::new(&job.pipeline, state)?.observed(metrics.operators(&job.pipeline));
     let mut consumer_config = config.consumer.clone();
     consumer_config.isolation_level = IsolationLevel::ReadCommitted;
+    let admin = Admin::with_cluster(cluster.clone());
+    let group_offsets = GroupOffsets::new(admin.clone(), job.source.group.clone());
     let mut consumer = Consumer::with_cluster(consumer_config, cluster);
     let topics: Vec<&str> = job.source.topics.iter().map(String::as_str).collect();
     consumer
@@ -120,7 +124,12 @@ pub async fn run(
         sink_topic: job.sink.topic.clone(),
         start: job.source.start,
         positions: Positions::new(),
-        persisting: None,
+        persister: Persister::new(Duration::from_millis(job.settings.checkpoint_timeout_ms)),
+        persisted_positions: None,
+        group_offsets,
+        admin,
+        discovery: Discovery::new(job.source.partition_discovery_ms),
+        topics: job.source.topics.clone(),
         slots: BTreeMap::new(),
         committed: BTreeMap::new(),
         queue: VecDeque::new(),
@@ -144,15 +153,6 @@ fn check_supported(job: &Job) -> Result<(), RuntimeError> {
             job.settings.parallelism
         )));
     }
-    let late = job
-        .pipeline
-        .iter()
-        .any(|op| matches!(op, Operator::WindowAggregate(w) if w.late_topic.is_some()));
-    if late {
-        return Err(RuntimeError::Unsupported(
-            "window.late_topic is not supported by this runtime yet (late records are counted); remove it".into(),
-        ));
-    }
     Ok(())
 }
 
@@ -162,12 +162,19 @@ fn has_window(job: &Job) -> bool {
         .any(|op| matches!(op, Operator::WindowAggregate(_)))
 }
 
-/// The coordinator's settings from the job file (the rest at their defaults).
+/// The coordinator's settings from the job file (the commit retry backoff at its default:
+/// the sink owns commit retries).
 pub(crate) fn checkpoint_settings(job: &Job) -> checkpoint::Settings {
+    let s = &job.settings;
     checkpoint::Settings {
-        interval_ms: job.settings.checkpoint_interval_ms,
-        checkpoint_timeout_ms: job.settings.checkpoint_timeout_ms,
-        transaction_timeout_ms: job.settings.transaction_timeout_ms,
+        interval_ms: s.checkpoint_interval_ms,
+        min_pause_ms: s.checkpoint_min_pause_ms,
+        checkpoint_timeout_ms: s.checkpoint_timeout_ms,
+        max_consecutive_failures: s.checkpoint_tolerable_failures,
+        transaction_timeout_ms: s.transaction_timeout_ms,
+        commit_margin_ms: s.checkpoint_commit_margin_ms,
+        retention: s.checkpoint_retained,
+        restart_allowance_ms: s.restart_allowance_ms,
         ..checkpoint::Settings::default()
     }
 }
@@ -219,7 +226,7 @@ async fn open_store(
     restore: RestoreFrom,
 ) -> Result<(StateStore, CheckpointRecord), RuntimeError> {
     let options = StoreOptions {
-        retain: u32::try_from(retention).unwrap_or(2),
+        retain: u32::try_from(retention).unwrap_or(u32::MAX),
     };
     tokio::task::spawn_blocking(move || StateStore::open(dir, layout, options, restore))
         .await
@@ -269,12 +276,10 @@ pub(crate) fn restored(record: &CheckpointRecord) -> Option<Restored<C>> {
     })
 }
 
-/// Where a partition starts: its restored position, else the job's start.
-pub(crate) fn start_offset(restored: Option<i64>, start: StartPosition) -> Offset {
-    match (restored, start) {
-        (Some(o), _) => Offset::At(o),
-        (None, StartPosition::Earliest) => Offset::Beginning,
-        (None, StartPosition::Latest) => Offset::End,
+fn checkpoint_tp(tp: &crate::client::TopicPartition) -> checkpoint::TopicPartition {
+    checkpoint::TopicPartition {
+        topic: tp.topic.clone(),
+        partition: tp.partition,
     }
 }
 
@@ -302,7 +307,16 @@ struct Task {
     start: StartPosition,
     /// Per partition: the next offset to fetch after the records processed so far.
     positions: Positions,
-    persisting: Option<JoinHandle<Result<CheckpointId, String>>>,
+    /// The checkpoint write under way (one at a time, within checkpoint.timeout.ms).
+    persister: Persister,
+    /// The positions of the checkpoint being written, for the group once it is durable.
+    persisted_positions: Option<(CheckpointId, Positions)>,
+    /// Publishes durable positions as the group's offsets (monitoring only).
+    group_offsets: GroupOffsets,
+    admin: Admin,
+    /// When to look for new partitions of `topics`.
+    discovery: Discovery,
+    topics: Vec<String>,
     /// Transactional id → the checkpoint whose committable it is (for `release`).
     slots: BTreeMap<String, CheckpointId>,
     /// Transactional id → how the sink's commit ended, until reported to the coordinator.
@@ -402,7 +416,9 @@ impl Task {
             // The resolutions are durable now: the sink's start inits the pool and aborts the
             // lingering ids.
             Decision::AbortPool => self.start_sink().await,
-            Decision::StartTasks { positions, .. } => self.start_tasks(positions),
+            Decision::StartTasks { from, positions } => {
+                self.start_tasks(from.is_some(), positions).await
+            }
         }
     }
 
@@ -476,6 +492,7 @@ impl Task {
             .filter(|d| d.checkpoint == id)
             .flat_map(|d| d.delta)
             .collect();
+        self.persisted_positions = Some((id, batch.positions.clone()));
         let positions = to_store(&batch.positions);
         let committables: Vec<C> = batch
             .unresolved
@@ -484,25 +501,19 @@ impl Task {
             .collect();
         let store = self.store.clone();
         let metrics = self.metrics.clone();
-        self.persisting = Some(tokio::task::spawn_blocking(move || {
+        self.persister.start(id, move || {
             let mut store = store.lock().map_err(|e| e.to_string())?;
             let written = store.persist(id.0, &deltas, positions, committables);
-            observe::persisted(&metrics, written).map(|()| id)
-        }));
-        Ok(())
+            observe::persisted(&metrics, written)
+        })
     }
 
-    /// Feeds the persister's answer once it has one.
+    /// Feeds the persister's answer once it has one (a write past checkpoint.timeout.ms is
+    /// a PersistFailed, which fails the job).
     async fn check_persist(&mut self) -> Result<(), RuntimeError> {
-        if !self.persisting.as_ref().is_some_and(|h| h.is_finished()) {
-            return Ok(());
-        }
-        let Some(handle) = self.persisting.take() else {
+        let Some(answer) = self.persister.poll().await else {
             return Ok(());
         };
-        let answer = handle
-            .await
-            .map_err(|e| RuntimeError::Internal(format!("the persister's thread: {e}")))?;
         match answer {
             Ok(id) => self.event(Event::Persisted(id)),
             Err(reason) => self.event(Event::PersistFailed { reason }),
@@ -512,6 +523,11 @@ impl Task {
 
     fn completed(&mut self, id: CheckpointId) -> Result<(), RuntimeError> {
         self.summary.last_checkpoint = id.0;
+        if let Some((n, positions)) = self.persisted_positions.take() {
+            if n == id {
+                self.group_offsets.checkpoint_completed(id, positions);
+            }
+        }
         if let Some(state) = self.pipeline.state_mut() {
             if state.in_flight() == Some(id.0) {
                 state.complete(id.0)?;
@@ -522,7 +538,7 @@ impl Task {
             checkpoint = id.0,
             duration_ms = t.duration.as_millis() as u64,
             size_bytes = t.size_bytes,
-            "checkpoint completed"
+            "checkpoint durable"
         );
         Ok(())
     }
@@ -558,7 +574,7 @@ impl Task {
         resolved: Vec<C>,
     ) -> Result<(), RuntimeError> {
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || {
+        let write = tokio::task::spawn_blocking(move || {
             let mut store = store
                 .lock()
                 .map_err(|e| RuntimeError::Internal(e.to_string()))?;
@@ -574,27 +590,66 @@ impl Task {
                 .collect();
             store.update_committables(n.0, left)?;
             Ok::<(), RuntimeError>(())
-        })
-        .await
-        .map_err(|e| RuntimeError::Internal(format!("the state store's thread: {e}")))??;
+        });
+        // Bounded like a checkpoint's write (see `persist`): past the timeout the coordinator
+        // fails the job; the write's thread keeps the store's lock, so no second writer runs.
+        let Ok(joined) = tokio::time::timeout(self.persister.timeout(), write).await else {
+            let reason = format!(
+                "the recovered resolutions' write did not finish within checkpoint.timeout.ms = {} ms",
+                self.persister.timeout().as_millis()
+            );
+            // The coordinator's FailJob is next in the queue being drained.
+            self.event(Event::PersistFailed { reason });
+            return Ok(());
+        };
+        joined.map_err(|e| RuntimeError::Internal(format!("the state store's thread: {e}")))??;
         self.event(Event::ResolutionsPersisted);
         Ok(())
     }
 
-    fn start_tasks(&mut self, positions: Positions) -> Result<(), RuntimeError> {
-        for tp in self.consumer.assignment() {
-            let key = checkpoint::TopicPartition {
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-            };
-            let offset = start_offset(positions.get(&key).copied(), self.start);
-            self.consumer
-                .seek(&tp, offset)
-                .map_err(|e| RuntimeError::client(format!("seeking {tp}"), e))?;
-        }
-        tracing::info!(positions = ?positions, "source positioned");
-        self.positions = positions;
+    /// Seeks every assigned partition and records its position at once, so every checkpoint
+    /// lists every partition (see `source`).
+    async fn start_tasks(
+        &mut self,
+        from_checkpoint: bool,
+        restored: Positions,
+    ) -> Result<(), RuntimeError> {
+        let starts = self
+            .consumer
+            .assignment()
+            .into_iter()
+            .map(|tp| {
+                let at = restored.get(&checkpoint_tp(&tp)).copied();
+                let offset = source::start_offset(at, from_checkpoint, self.start);
+                (tp, offset)
+            })
+            .collect();
+        self.seek_all(source::resolve(&self.admin, starts).await?)?;
+        tracing::info!(positions = ?self.positions, "source positioned");
         self.event(Event::TasksStarted);
+        Ok(())
+    }
+
+    fn seek_all(
+        &mut self,
+        offsets: BTreeMap<crate::client::TopicPartition, i64>,
+    ) -> Result<(), RuntimeError> {
+        for (tp, o) in offsets {
+            self.consumer
+                .seek(&tp, Offset::At(o))
+                .map_err(|e| RuntimeError::client(format!("seeking {tp}"), e))?;
+            self.positions.insert(checkpoint_tp(&tp), o);
+        }
+        Ok(())
+    }
+
+    /// Partition discovery, when due (see `source`): the new partitions' positions join the
+    /// next checkpoint.
+    async fn discover(&mut self) -> Result<(), RuntimeError> {
+        if self.discovery.due() {
+            let found = source::discover(&self.admin, &mut self.consumer, &self.topics).await?;
+            self.seek_all(found)?;
+        }
         Ok(())
     }
 
@@ -613,6 +668,7 @@ impl Task {
             }
             self.event(Event::Tick);
             self.drain().await?;
+            self.discover().await?;
             match self.input.pop_front() {
                 Some(record) => self.process(record).await?,
                 None => {
@@ -648,7 +704,9 @@ impl Task {
         };
         let key = record.key.as_ref().map(|k| k.to_vec());
         for out in self.pipeline.process(key, value)? {
-            let mut r = ProducerRecord::new(self.sink_topic.clone(), out.value);
+            // A late record goes to window.late_topic, in the same transaction.
+            let topic = out.topic.unwrap_or_else(|| self.sink_topic.clone());
+            let mut r = ProducerRecord::new(topic, out.value);
             if let Some(k) = out.key {
                 r = r.with_key(k);
             }
@@ -677,7 +735,7 @@ impl Task {
     /// Back-pressure: no barrier may pass while outputs are held (they belong before it), so
     /// only a checkpoint already under way can free a slot.
     async fn wait_for_release(&mut self) -> Result<(), RuntimeError> {
-        let under_way = self.persisting.is_some()
+        let under_way = self.persister.is_busy()
             || matches!(
                 self.coord.phase(),
                 Phase::InFlight { .. } | Phase::Persisting { .. }
@@ -694,10 +752,11 @@ impl Task {
     /// Stop: let the checkpoint under way finish (and commit) if it does so quickly.
     async fn finish(mut self) -> Result<RunSummary, RuntimeError> {
         let deadline = tokio::time::Instant::now() + STOP_GRACE;
-        while self.persisting.is_some() && tokio::time::Instant::now() < deadline {
+        while self.persister.is_busy() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
             self.check_persist().await?;
         }
+        self.group_offsets.flush().await;
         tracing::info!(summary = ?self.summary, "stopped");
         Ok(self.summary)
     }
@@ -708,20 +767,47 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_partition_starts_at_its_restored_position_else_at_the_jobs_start() {
-        let cases = [
-            (Some(7), StartPosition::Earliest, Offset::At(7)),
-            (Some(0), StartPosition::Latest, Offset::At(0)),
-            (None, StartPosition::Earliest, Offset::Beginning),
-            (None, StartPosition::Latest, Offset::End),
-        ];
-        for (restored, start, want) in cases {
-            assert_eq!(
-                start_offset(restored, start),
-                want,
-                "{restored:?} {start:?}"
-            );
-        }
+    fn the_job_files_checkpoint_settings_reach_the_coordinator_and_the_budget() {
+        let text = |extra: &str| {
+            format!(
+                "name = \"x\"\n[source]\nbrokers = \"b:1\"\ntopics = [\"in\"]\n\
+                 [sink]\ntopic = \"o\"\ntransactional.id.prefix = \"x\"\n[settings]\n{extra}"
+            )
+        };
+        let job = Job::parse(
+            "j.toml",
+            &text(
+                "checkpoint.min.pause.ms = 7\ncheckpoint.tolerable.failures = 1\n\
+                 checkpoint.commit.margin.ms = 8\ncheckpoint.retained = 4\nrestart.allowance.ms = 9\n",
+            ),
+        )
+        .unwrap();
+        let s = checkpoint_settings(&job);
+        assert_eq!(
+            (
+                s.min_pause_ms,
+                s.max_consecutive_failures,
+                s.commit_margin_ms,
+                s.retention,
+                s.restart_allowance_ms
+            ),
+            (7, 1, 8, 4, 9)
+        );
+        // Defaults fit a 15 min broker maximum; 9 tolerated failures need 10 · 31 s + 70 s.
+        let broker_max = 900_000;
+        let fits = Job::parse("j.toml", &text("")).unwrap();
+        assert_eq!(
+            checkpoint::check_budget(&checkpoint_settings(&fits), broker_max),
+            Ok(())
+        );
+        let job = Job::parse("j.toml", &text("checkpoint.tolerable.failures = 9\n")).unwrap();
+        assert_eq!(
+            checkpoint::check_budget(&checkpoint_settings(&job), broker_max),
+            Err(checkpoint::BudgetError::TooShort {
+                transaction_timeout_ms: 300_000,
+                required_ms: 380_000,
+            })
+        );
     }
 
     #[test]

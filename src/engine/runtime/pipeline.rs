@@ -194,7 +194,6 @@ impl Pipeline {
             c.records_out(results.len() as u64);
         }
         let after = self.counters(at + 1, self.after.len());
-        let mut out = Vec::new();
         for (key, result) in results {
             if let Some((carried, v, _)) = counted(&self.after, after, Carried::Keyed(key), result)
             {

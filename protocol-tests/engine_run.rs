@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 const API_TIMEOUT: &str = "default.api.timeout.ms=60000";
 const RIDES: &str = "2000";
-const DEADLINE: Duration = Duration::from_secs(240);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(240);
 
 /// The shipped job file with its names replaced for this test.
 pub(crate) fn job_file(

@@ -100,6 +100,10 @@ struct VerifyArgs {
     /// The job's output topic, read with isolation.level=read_committed.
     #[arg(long)]
     output: String,
+    /// The job's window.late_topic: its records were late and left out of the windows, so
+    /// the expectation leaves them out too (each must be an END event of the input, once).
+    #[arg(long)]
+    late: Option<String>,
     /// The job's bounded out-of-orderness, ms: windows its watermark cannot have closed yet
     /// may be absent.
     #[arg(long, default_value_t = 60_000)]
@@ -228,6 +232,20 @@ async fn run_verify(a: VerifyArgs) -> Result<ExitCode> {
             "{}: {e}; verify reads the ride events a job consumed (--input)",
             a.input
         )));
+    }
+    if let Some(late) = &a.late {
+        let mut late_error = None;
+        read_committed(&a.conn, &admin, late, "--late", deadline, |r| {
+            if late_error.is_none() {
+                late_error = expectation.exclude_late(&r).err();
+            }
+        })
+        .await?;
+        if let Some(e) = late_error {
+            return Err(CliError::Failed(format!(
+                "{late}: {e}; --late is the job's window.late_topic"
+            )));
+        }
     }
     let expected = expectation.finish();
     let mut actual = Vec::new();

@@ -389,6 +389,40 @@ impl Admin {
         crate::client::group::offsets::fetch_committed(&self.cluster, group, tps).await
     }
 
+    /// Commits offsets for a group without joining it, as the Java AdminClient's
+    /// `alterConsumerGroupOffsets` does: OffsetCommit with generation -1 and no member id,
+    /// which the coordinator accepts only while the group has no active member. For a reader
+    /// that keeps its positions elsewhere (the engine's checkpoints) and publishes them so
+    /// monitoring tools can show its lag. Offsets are the next offset to read.
+    ///
+    /// # Errors
+    /// [`Error::CommitFailed`] when the group has active
+    /// members (the coordinator refuses a commit from outside its generation); group or
+    /// partition errors after retries within default.api.timeout.ms.
+    pub async fn commit_offsets(
+        &self,
+        group: &str,
+        offsets: &[(crate::client::TopicPartition, i64)],
+    ) -> Result<()> {
+        use crate::client::group::offsets::{commit, Committer};
+        let outside = Committer {
+            generation: -1,
+            member_id: String::new(),
+            instance_id: None,
+        };
+        match commit(&self.cluster, group, &outside, offsets)
+            .instrument(info_span!("admin", op = "commit_offsets"))
+            .await
+        {
+            Err(crate::client::Error::CommitFailed(detail)) => {
+                Err(crate::client::Error::CommitFailed(format!(
+                    "{detail}; group '{group}' has active members, and offsets can be set from outside only while it has none: stop its consumers or use another group"
+                )))
+            }
+            other => other,
+        }
+    }
+
     /// Partitions' offsets at `at`, one ListOffsets request per leader: [`Offset::Beginning`]
     /// the log start offset, [`Offset::End`] the high watermark under
     /// [`IsolationLevel::ReadUncommitted`] and the last stable offset (LSO, the first offset

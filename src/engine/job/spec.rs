@@ -49,9 +49,12 @@ pub struct Source {
     pub brokers: Vec<String>,
     /// Input topics (one or more).
     pub topics: Vec<String>,
-    /// The consumer group whose offsets are committed after each checkpoint, for monitoring
-    /// tools only (positions live in the checkpoint). Default `onceflow-<name>`.
+    /// `group.id`: the consumer group whose offsets are committed after each checkpoint, for
+    /// monitoring tools only (positions live in the checkpoint). Default: the job's name.
     pub group: String,
+    /// `partition.discovery.ms`: how often new partitions of the topics are looked for
+    /// (default 10000; 0 turns discovery off).
+    pub partition_discovery_ms: u64,
     /// Where to start when there is no checkpoint.
     pub start: StartPosition,
 }
@@ -119,6 +122,20 @@ pub struct Settings {
     pub checkpoint_timeout_ms: u64,
     /// `transaction.timeout.ms` (default 300000).
     pub transaction_timeout_ms: u64,
+    /// `checkpoint.min.pause.ms`: from the end of one checkpoint to the next trigger
+    /// (default 0).
+    pub checkpoint_min_pause_ms: u64,
+    /// `checkpoint.tolerable.failures`: checkpoints in a row that may fail before the job does
+    /// (default 3).
+    pub checkpoint_tolerable_failures: u32,
+    /// `checkpoint.commit.margin.ms`: commits stop this long before a transaction's deadline
+    /// (default 10000).
+    pub checkpoint_commit_margin_ms: u64,
+    /// `checkpoint.retained`: durable checkpoints kept for `--from-checkpoint` (default 2,
+    /// at least 1).
+    pub checkpoint_retained: u64,
+    /// `restart.allowance.ms`: how long a crashed job may take to come back (default 60000).
+    pub restart_allowance_ms: u64,
     /// `state.dir` (default `state/<name>`).
     pub state_dir: PathBuf,
 }
@@ -146,9 +163,24 @@ struct RawJob {
 struct RawSource {
     brokers: Spanned<Brokers>,
     topics: Spanned<Vec<Spanned<String>>>,
-    group: Option<Spanned<String>>,
+    group: Option<RawGroup>,
+    partition: Option<RawPartition>,
     #[serde(default)]
     start: StartPosition,
+}
+
+/// `group.id`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGroup {
+    id: Spanned<String>,
+}
+
+/// `partition.discovery.ms`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPartition {
+    discovery: RawMs,
 }
 
 #[derive(serde::Deserialize)]
@@ -251,6 +283,7 @@ struct RawSettings {
     key: Option<RawKeySettings>,
     checkpoint: Option<RawCheckpoint>,
     transaction: Option<RawTransaction>,
+    restart: Option<RawRestart>,
     state: Option<RawState>,
 }
 
@@ -265,6 +298,38 @@ struct RawKeySettings {
 struct RawCheckpoint {
     interval: Option<RawMs>,
     timeout: Option<RawMs>,
+    min: Option<RawMinPause>,
+    tolerable: Option<RawTolerable>,
+    commit: Option<RawCommit>,
+    retained: Option<Spanned<u64>>,
+}
+
+/// `checkpoint.min.pause.ms`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMinPause {
+    pause: RawMs,
+}
+
+/// `checkpoint.tolerable.failures`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTolerable {
+    failures: Spanned<u32>,
+}
+
+/// `checkpoint.commit.margin.ms`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCommit {
+    margin: RawMs,
+}
+
+/// `restart.allowance.ms`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRestart {
+    allowance: RawMs,
 }
 
 #[derive(serde::Deserialize)]
@@ -433,6 +498,8 @@ impl<'a> Locator<'a> {
                     // serde names integer types by their Rust names.
                     let expected = match expected {
                         "u32" | "u64" | "i64" => "a whole number",
+                        // A `*.ms` key written without its `.ms`.
+                        "struct RawMs" => "milliseconds written as <name>.ms = <whole number>",
                         other => other,
                     };
                     format!("expected {expected}, got {got}")
@@ -593,17 +660,23 @@ fn check_source(
             "no topic given; write e.g. topics = [\"rides\"]",
         ));
     }
-    let group = match raw.group {
+    let group = match raw.group.map(|g| g.id) {
         Some(g) if g.get_ref().trim().is_empty() => {
-            return Err(loc.at(&g.span(), Some("source.group"), "the group name is empty"));
+            return Err(loc.at(
+                &g.span(),
+                Some("source.group.id"),
+                "the group name is empty",
+            ));
         }
         Some(g) => g.into_inner(),
-        None => format!("onceflow-{name}"),
+        None => name.to_owned(),
     };
     Ok(Source {
         brokers,
         topics,
         group,
+        // 10 s: one Metadata request per job, and a new partition's records wait at most that.
+        partition_discovery_ms: raw.partition.map_or(10_000, |p| *p.discovery.ms.get_ref()),
         start: raw.start,
     })
 }
@@ -1034,6 +1107,7 @@ fn check_settings(
             ),
         ));
     }
+    let tuning = check_tuning(loc, ckpt, raw.restart.as_ref())?;
     let state_dir = match raw.state {
         Some(s) if s.dir.get_ref().trim().is_empty() => {
             return Err(loc.at(
@@ -1051,7 +1125,50 @@ fn check_settings(
         checkpoint_interval_ms: interval,
         checkpoint_timeout_ms: timeout,
         transaction_timeout_ms: txn,
+        checkpoint_min_pause_ms: tuning.min_pause_ms,
+        checkpoint_tolerable_failures: tuning.tolerable_failures,
+        checkpoint_commit_margin_ms: tuning.commit_margin_ms,
+        checkpoint_retained: tuning.retained,
+        restart_allowance_ms: tuning.restart_allowance_ms,
         state_dir,
+    })
+}
+
+/// The checkpoint settings beyond interval and timeout, with the coordinator's defaults
+/// (`checkpoint::Settings::default`).
+struct Tuning {
+    min_pause_ms: u64,
+    tolerable_failures: u32,
+    commit_margin_ms: u64,
+    retained: u64,
+    restart_allowance_ms: u64,
+}
+
+fn check_tuning(
+    loc: &Locator<'_>,
+    ckpt: Option<&RawCheckpoint>,
+    restart: Option<&RawRestart>,
+) -> Result<Tuning, JobError> {
+    let ms = |m: Option<&RawMs>, default: u64| m.map_or(default, |m| *m.ms.get_ref());
+    let retained = ckpt.and_then(|c| c.retained.as_ref());
+    if let Some(r) = retained.filter(|r| *r.get_ref() == 0) {
+        return Err(loc.at(
+            &r.span(),
+            Some("settings.checkpoint.retained"),
+            "must be at least 1 (the latest checkpoint is always kept)",
+        ));
+    }
+    Ok(Tuning {
+        min_pause_ms: ms(ckpt.and_then(|c| c.min.as_ref()).map(|m| &m.pause), 0),
+        tolerable_failures: ckpt
+            .and_then(|c| c.tolerable.as_ref())
+            .map_or(3, |t| *t.failures.get_ref()),
+        commit_margin_ms: ms(
+            ckpt.and_then(|c| c.commit.as_ref()).map(|c| &c.margin),
+            10_000,
+        ),
+        retained: retained.map_or(2, |r| *r.get_ref()),
+        restart_allowance_ms: ms(restart.map(|r| &r.allowance), 60_000),
     })
 }
 

@@ -11,16 +11,18 @@ use std::time::Duration;
 
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use super::launch::{launch, Launched, Plan};
 use super::message::{Control, Counters, Report, C, D};
 use super::observe;
+use super::offsets::GroupOffsets;
+use super::persist::Persister;
 use super::pipeline::WINDOW_UID;
 use super::retire::abort_retired;
 use super::routing::key_group_range;
 use super::task::{now_ms, restored, to_store};
 use super::{RunSummary, RuntimeError};
+use crate::client::Admin;
 use crate::engine::checkpoint::{
     self, CheckpointId, CommitOutcome, Coordinator, Decision, Event, Phase, Positions, TaskId,
 };
@@ -38,7 +40,11 @@ pub(crate) struct Master {
     /// Shared with the persister's blocking thread (one write at a time: the coordinator
     /// never decides a second Persist before the first's Persisted).
     store: Arc<Mutex<StateStore>>,
-    persisting: Option<JoinHandle<Result<CheckpointId, String>>>,
+    /// One checkpoint write at a time, bounded by checkpoint.timeout.ms.
+    persister: Persister,
+    /// The positions of the checkpoint being written, for the group's offsets once durable.
+    persisted_positions: Option<(CheckpointId, Positions)>,
+    group_offsets: GroupOffsets,
     /// The sinks between their resume and their start (AbortPool), by sink task.
     resumed: Vec<sink::Resumed>,
     /// The started sinks, until the subtasks take them (StartTasks).
@@ -66,7 +72,12 @@ impl Master {
         Master {
             coord: Coordinator::new(settings, plan.task_ids()),
             store: Arc::new(Mutex::new(store)),
-            persisting: None,
+            persister: Persister::new(plan.patience),
+            persisted_positions: None,
+            group_offsets: GroupOffsets::new(
+                Admin::with_cluster(plan.cluster.clone()),
+                plan.job.source.group.clone(),
+            ),
             resumed,
             sinks: Vec::new(),
             plan,
@@ -146,12 +157,17 @@ impl Master {
             Decision::Persist(batch) => self.persist(batch),
             Decision::Completed(id) => {
                 self.last_checkpoint = id.0;
+                if let Some((n, positions)) = self.persisted_positions.take() {
+                    if n == id {
+                        self.group_offsets.checkpoint_completed(id, positions);
+                    }
+                }
                 let t = self.plan.metrics.checkpoint_completed(id.0);
                 tracing::info!(
                     checkpoint = id.0,
                     duration_ms = t.duration.as_millis() as u64,
                     size_bytes = t.size_bytes,
-                    "checkpoint completed"
+                    "checkpoint durable"
                 );
                 self.broadcast(|| Control::Completed(id));
                 Ok(())
@@ -289,7 +305,8 @@ impl Master {
             &self.reports_tx,
         )
         .await?;
-        tracing::info!(positions = ?positions, parallelism = self.plan.parallelism, "subtasks started");
+        tracing::info!(positions = ?launched.positions, "source positioned");
+        tracing::info!(parallelism = self.plan.parallelism, "subtasks started");
         self.launched = Some(launched);
         self.event(Event::TasksStarted);
         Ok(())
@@ -308,6 +325,7 @@ impl Master {
                 .filter(|d| d.checkpoint == id)
                 .flat_map(|d| d.delta),
         );
+        self.persisted_positions = Some((id, batch.positions.clone()));
         let positions = to_store(&batch.positions);
         let committables: Vec<C> = batch
             .unresolved
@@ -316,25 +334,18 @@ impl Master {
             .collect();
         let store = self.store.clone();
         let metrics = self.plan.metrics.clone();
-        self.persisting = Some(tokio::task::spawn_blocking(move || {
+        self.persister.start(id, move || {
             let mut store = store.lock().map_err(|e| e.to_string())?;
             let written = store.persist(id.0, &deltas, positions, committables);
-            observe::persisted(&metrics, written).map(|()| id)
-        }));
-        Ok(())
+            observe::persisted(&metrics, written)
+        })
     }
 
     /// Feeds the persister's answer once it has one.
     async fn check_persist(&mut self) -> Result<(), RuntimeError> {
-        if !self.persisting.as_ref().is_some_and(|h| h.is_finished()) {
-            return Ok(());
-        }
-        let Some(handle) = self.persisting.take() else {
+        let Some(answer) = self.persister.poll().await else {
             return Ok(());
         };
-        let answer = handle
-            .await
-            .map_err(|e| RuntimeError::Internal(format!("the persister's thread: {e}")))?;
         match answer {
             Ok(id) => self.event(Event::Persisted(id)),
             Err(reason) => self.event(Event::PersistFailed { reason }),
@@ -348,7 +359,7 @@ impl Master {
         resolved: Vec<C>,
     ) -> Result<(), RuntimeError> {
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || {
+        let write = tokio::task::spawn_blocking(move || {
             let mut store = store
                 .lock()
                 .map_err(|e| RuntimeError::Internal(e.to_string()))?;
@@ -364,9 +375,18 @@ impl Master {
                 .collect();
             store.update_committables(n.0, left)?;
             Ok::<(), RuntimeError>(())
-        })
-        .await
-        .map_err(|e| RuntimeError::Internal(format!("the state store's thread: {e}")))??;
+        });
+        // Bounded like a checkpoint's write: past the timeout the coordinator fails the job;
+        // the write's thread keeps the store's lock, so no second writer runs.
+        let Ok(joined) = tokio::time::timeout(self.persister.timeout(), write).await else {
+            let reason = format!(
+                "the recovered resolutions' write did not finish within checkpoint.timeout.ms = {} ms",
+                self.persister.timeout().as_millis()
+            );
+            self.event(Event::PersistFailed { reason });
+            return Ok(());
+        };
+        joined.map_err(|e| RuntimeError::Internal(format!("the state store's thread: {e}")))??;
         self.event(Event::ResolutionsPersisted);
         Ok(())
     }
@@ -440,10 +460,11 @@ impl Master {
     /// when `Launched` is dropped.
     async fn finish(mut self) -> Result<RunSummary, RuntimeError> {
         let deadline = tokio::time::Instant::now() + STOP_GRACE;
-        while self.persisting.is_some() && tokio::time::Instant::now() < deadline {
+        while self.persister.is_busy() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
             self.check_persist().await?;
         }
+        self.group_offsets.flush().await;
         let summary = RunSummary {
             records_in: self.counters.records_in.load(Ordering::Relaxed),
             records_out: self.counters.records_out.load(Ordering::Relaxed),

@@ -118,8 +118,13 @@ impl KeyedSubtask {
 
     async fn on_data(&mut self, input: usize, data: Data) -> Result<(), RuntimeError> {
         match data {
-            Data::Record { key, time, value } => {
-                let out = self.stage.process(&key, time, &value)?;
+            Data::Record {
+                key,
+                time,
+                value,
+                input,
+            } => {
+                let out = self.stage.process(&key, time, &value, input)?;
                 self.sink.write(out).await?;
             }
             Data::Watermark(w) => {

@@ -14,12 +14,12 @@ use super::alignment::Alignment;
 use super::keyed::KeyedSubtask;
 use super::message::{Control, Counters, Data, Report};
 use super::output::SinkTask;
+use super::partitions::{resolve, start_offset, Discovery};
 use super::pipeline::{Prefix, WindowStage};
 use super::routing::key_group_range;
 use super::source::{Downstream, PartitionWatermarks, SourceSubtask};
-use super::task::start_offset;
 use super::RuntimeError;
-use crate::client::{Cluster, Consumer, ConsumerConfig, TopicPartition};
+use crate::client::{Admin, Cluster, Consumer, ConsumerConfig, Offset, TopicPartition};
 use crate::engine::checkpoint::{self, Positions, TaskId};
 use crate::engine::job::window::InputWatermarks;
 use crate::engine::job::Job;
@@ -47,6 +47,8 @@ pub(crate) struct Plan {
     pub transaction_timeout: Duration,
     /// What the subtasks count (shared: their counts add up).
     pub metrics: Arc<Metrics>,
+    /// Whether the run restores a checkpoint (a partition it does not list is new then).
+    pub from_checkpoint: bool,
 }
 
 impl Plan {
@@ -68,6 +70,8 @@ impl Plan {
 pub(crate) struct Launched {
     pub controls: BTreeMap<TaskId, UnboundedSender<Control>>,
     pub sources: Vec<TaskId>,
+    /// Every source partition's start position (restored, or resolved from the rule).
+    pub positions: Positions,
     handles: Vec<JoinHandle<()>>,
 }
 
@@ -110,6 +114,7 @@ pub(crate) async fn launch(
     let mut launched = Launched {
         controls: BTreeMap::new(),
         sources: Vec::new(),
+        positions: Positions::new(),
         handles: Vec::new(),
     };
     let mut sinks = sinks.into_iter().map(|s| {
@@ -127,6 +132,7 @@ pub(crate) async fn launch(
         let (control_tx, control) = mpsc::unbounded_channel();
         let partitions = plan.assignment.get(i).cloned().unwrap_or_default();
         let (consumer, own) = source_consumer(plan, &partitions, positions).await?;
+        launched.positions.extend(own.clone());
         let downstream = match &window {
             Some(_) => Downstream::Keyed {
                 channels,
@@ -151,6 +157,11 @@ pub(crate) async fn launch(
             patience: plan.patience,
             input: Default::default(),
             pending_barrier: None,
+            discovery: Discovery::new(plan.job.source.partition_discovery_ms),
+            admin: Admin::with_cluster(plan.cluster.clone()),
+            topics: plan.job.source.topics.clone(),
+            index: i,
+            parallelism: p,
         };
         tracing::info!(task = i, partitions = ?partitions, "source subtask starting");
         launched.handles.push(spawn(task, reports, source.run()));
@@ -234,8 +245,9 @@ fn missing_sink(i: usize) -> RuntimeError {
     RuntimeError::Internal(format!("no sink was started for subtask {i}"))
 }
 
-/// A read_committed consumer on `partitions`, each sought to its restored position (else the
-/// job's start); returns it with the restored positions of those partitions.
+/// A read_committed consumer on `partitions`, each sought to its restored position (else
+/// where `partitions::start_offset` says, resolved to a number); returns it with every one of
+/// those partitions' positions, so each checkpoint lists every partition.
 async fn source_consumer(
     plan: &Plan,
     partitions: &[TopicPartition],
@@ -246,19 +258,29 @@ async fn source_consumer(
         .assign(partitions.iter().cloned())
         .await
         .map_err(|e| RuntimeError::client("assigning the source partitions", e))?;
+    let starts = partitions
+        .iter()
+        .map(|tp| {
+            let restored = positions.get(&checkpoint_tp(tp)).copied();
+            let at = start_offset(restored, plan.from_checkpoint, plan.job.source.start);
+            (tp.clone(), at)
+        })
+        .collect();
+    let admin = Admin::with_cluster(plan.cluster.clone());
     let mut own = Positions::new();
-    for tp in partitions {
-        let key = checkpoint::TopicPartition {
-            topic: tp.topic.clone(),
-            partition: tp.partition,
-        };
-        let restored = positions.get(&key).copied();
-        if let Some(o) = restored {
-            own.insert(key, o);
-        }
+    for (tp, o) in resolve(&admin, starts).await? {
         consumer
-            .seek(tp, start_offset(restored, plan.job.source.start))
+            .seek(&tp, Offset::At(o))
             .map_err(|e| RuntimeError::client(format!("seeking {tp}"), e))?;
+        own.insert(checkpoint_tp(&tp), o);
     }
     Ok((consumer, own))
+}
+
+/// A client partition as the coordinator's positions name it.
+pub(crate) fn checkpoint_tp(tp: &TopicPartition) -> checkpoint::TopicPartition {
+    checkpoint::TopicPartition {
+        topic: tp.topic.clone(),
+        partition: tp.partition,
+    }
 }

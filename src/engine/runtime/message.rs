@@ -7,6 +7,7 @@ use std::sync::atomic::AtomicU64;
 
 use serde_json::Value;
 
+use super::pipeline::Input;
 use super::RuntimeError;
 use crate::client::txn::PreparedTransaction;
 use crate::engine::checkpoint::{CheckpointId, CommitOutcome, Positions, TaskId};
@@ -21,8 +22,14 @@ pub(crate) type D = Vec<FrozenDelta>;
 /// Source subtask → keyed subtask.
 #[derive(Debug)]
 pub(crate) enum Data {
-    /// A keyed record for the window, with its event time.
-    Record { key: Key, time: i64, value: Value },
+    /// A keyed record for the window, with its event time (and the input record as it came
+    /// when the window has a late topic).
+    Record {
+        key: Key,
+        time: i64,
+        value: Value,
+        input: Option<Input>,
+    },
     /// The source subtask's watermark advanced to this.
     Watermark(i64),
     /// Every partition of the source subtask is caught up: leave it out of the watermark

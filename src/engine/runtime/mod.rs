@@ -29,9 +29,12 @@
 //! groups, positions with their partitions; sink task 0 resolves every restored committable,
 //! and the open transactions of tasks that no longer exist are aborted (`retire`).
 //!
-//! **Known limits.** Consumer group offsets are not committed (monitoring only). Back-pressure
-//! from a sink's pool is waited out for up to `checkpoint.timeout.ms`, then the job stops with
-//! an error rather than risk a record's output landing after its barrier.
+//! **Group offsets.** After each checkpoint its positions are committed to the consumer group
+//! `source.group.id`, for monitoring tools only: a restart never reads them (`offsets`).
+//!
+//! **Known limits.** Back-pressure from a sink's pool is waited out for up to
+//! `checkpoint.timeout.ms`, then the job stops with an error rather than risk a record's output
+//! landing after its barrier.
 
 mod alignment;
 mod coordinate;
@@ -39,7 +42,10 @@ mod keyed;
 mod launch;
 mod message;
 mod observe;
+mod offsets;
 mod output;
+mod partitions;
+mod persist;
 mod pipeline;
 mod retire;
 mod routing;

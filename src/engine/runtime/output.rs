@@ -73,7 +73,8 @@ impl SinkTask {
     /// Writes `outputs` (after any held ones); what the pool cannot take is held.
     pub(crate) async fn write(&mut self, outputs: Vec<Output>) -> Result<(), RuntimeError> {
         for out in outputs {
-            let mut r = ProducerRecord::new(self.topic.clone(), out.value);
+            let topic = out.topic.unwrap_or_else(|| self.topic.clone());
+            let mut r = ProducerRecord::new(topic, out.value);
             if let Some(k) = out.key {
                 r = r.with_key(k);
             }

@@ -35,20 +35,31 @@ const CLEANUP: TimerState = TimerState::new(2);
 const WATERMARK: ValueState = ValueState::new(3);
 const WATERMARK_KEY: &[u8] = b"watermark";
 
-/// A record on its way to the sink: its Kafka key and value.
+/// A record on its way to the sink: its topic (`None`: the sink's), Kafka key and value.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Output {
+    pub topic: Option<String>,
     pub key: Option<Vec<u8>>,
     pub value: Bytes,
 }
+
+/// An input record as it came (Kafka key and bytes): what `window.late_topic` receives when
+/// the record is late, so a reader can tell which input records the aggregate left out.
+pub(crate) type Input = (Option<Vec<u8>>, Bytes);
 
 /// What the stateless prefix made of an input record.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Prefixed {
     /// A job without a window: the record goes to the sink.
     Out(Output),
-    /// For the window: its key (routes it to a keyed subtask), event time and value.
-    Keyed { key: Key, time: i64, value: Value },
+    /// For the window: its key (routes it to a keyed subtask), event time and value, and the
+    /// input record as it came when the window has a late topic.
+    Keyed {
+        key: Key,
+        time: i64,
+        value: Value,
+        input: Option<Input>,
+    },
     /// Filtered out or dropped (not JSON, no key, no event time).
     Dropped,
 }
@@ -115,6 +126,11 @@ impl Prefix {
             self.dropped += 1;
             return Prefixed::Dropped;
         };
+        let input = self
+            .window
+            .as_ref()
+            .and_then(|w| w.late_topic.as_ref())
+            .map(|_| (key.clone(), raw.clone()));
         let before = counters_of(&self.counters, 0, self.before.len());
         let Some((carried, value, changed)) =
             counted(&self.before, before, Carried::Input(key), value)
@@ -129,6 +145,7 @@ impl Prefix {
                 raw.clone()
             };
             return Prefixed::Out(Output {
+                topic: None,
                 key: carried.kafka_key(),
                 value,
             });
@@ -144,7 +161,12 @@ impl Prefix {
             self.dropped += 1;
             return Prefixed::Dropped;
         };
-        Prefixed::Keyed { key, time, value }
+        Prefixed::Keyed {
+            key,
+            time,
+            value,
+            input,
+        }
     }
 }
 
@@ -230,19 +252,32 @@ impl WindowStage {
         self.window.watermark
     }
 
-    /// Adds one keyed record at event time `t`; returns what goes to the sink (late updates).
+    /// Adds one keyed record at event time `t`; returns what goes to the sink: late updates,
+    /// and the input record to `window.late_topic` when it is late (`input`: as it came).
     pub(crate) fn process(
         &mut self,
         key: &Key,
         t: i64,
         value: &Value,
+        input: Option<Input>,
     ) -> Result<Vec<Output>, RuntimeError> {
         let w = &self.window;
+        let mut out = Vec::new();
         if route(w.spec.kind, t, w.watermark, w.spec.allowed_lateness).is_late() {
+            // Counted either way; written to the side topic, in the same transaction as the
+            // main output, when the job has one.
             self.late += 1;
+            if let (Some(topic), Some((k, raw))) = (w.spec.late_topic.as_ref(), input) {
+                out.push(Output {
+                    topic: Some(topic.clone()),
+                    key: k,
+                    value: raw,
+                });
+            }
         }
         let results = self.window.add(key, t, value)?;
-        Ok(self.finish(results))
+        out.extend(self.finish(results));
+        Ok(out)
     }
 
     /// The inputs' watermark is now `w`: fires the windows it closes.
@@ -264,6 +299,7 @@ impl WindowStage {
             if let Some((carried, v, _)) = counted(&self.after, after, Carried::Keyed(key), result)
             {
                 out.push(Output {
+                    topic: None,
                     key: carried.kafka_key(),
                     value: Bytes::from(v.to_string()),
                 });
@@ -476,8 +512,14 @@ mod tests {
         };
         let mut outputs = 0;
         for (is_start, t) in [(true, 10), (false, 20), (false, 2 * hour)] {
-            if let Prefixed::Keyed { key, time, value } = p.process(None, &ride(is_start, t)) {
-                outputs += stage.process(&key, time, &value).expect("process").len();
+            if let Prefixed::Keyed {
+                key, time, value, ..
+            } = p.process(None, &ride(is_start, t))
+            {
+                outputs += stage
+                    .process(&key, time, &value, None)
+                    .expect("process")
+                    .len();
                 outputs += stage.advance_to(time - 60_000).expect("advance").len();
             }
         }
@@ -496,6 +538,81 @@ mod tests {
                 ("window_aggregate", 2, 1)
             ]
         );
+    }
+
+    use crate::engine::job::Job;
+    use crate::engine::state::{Layout, OperatorLayout, RestoreFrom, StateStore, StoreOptions};
+
+    /// A counting hourly window with 1 s out-of-orderness, `late_topic` as given: the source
+    /// subtask's prefix and one keyed subtask's stage over all key groups.
+    fn stages(dir: &std::path::Path, late: &str) -> (StateStore, Prefix, WindowStage) {
+        let job = Job::parse(
+            "l.toml",
+            &format!(
+                "name = \"l\"\n[source]\nbrokers = \"b:1\"\ntopics = [\"in\"]\n\
+                 [[pipeline]]\nkey_by = \"k\"\n\
+                 [[pipeline]]\nwindow = {{ tumbling = \"1h\", time = \"t\", out_of_orderness = \"1s\" {late} }}\n\
+                 [[pipeline]]\naggregate.n = \"count\"\n\
+                 [sink]\ntopic = \"o\"\ndelivery.guarantee = \"none\"\n"
+            ),
+        )
+        .unwrap();
+        let layout = Layout {
+            key_groups: 4,
+            operators: vec![OperatorLayout::new(WINDOW_UID, WINDOW_KIND)],
+            sink_prefix: None,
+            sink_ids: 0,
+        };
+        let (store, _) =
+            StateStore::open(dir, layout, StoreOptions::default(), RestoreFrom::Fresh).unwrap();
+        let state = store.operator(WINDOW_UID).unwrap();
+        let stage = WindowStage::new(&job.pipeline, state).unwrap();
+        (store, Prefix::new(&job.pipeline), stage)
+    }
+
+    /// One record through the prefix and the stage, the watermark following it (1 s behind).
+    fn feed(p: &mut Prefix, stage: &mut WindowStage, key: &str, t: i64) -> Vec<Output> {
+        let raw = Bytes::from(format!("{{\"k\": \"{key}\", \"t\": {t}}}"));
+        let Prefixed::Keyed {
+            key,
+            time,
+            value,
+            input,
+        } = p.process(Some(key.as_bytes().to_vec()), &raw)
+        else {
+            panic!("not keyed");
+        };
+        let mut out = stage.process(&key, time, &value, input).unwrap();
+        out.extend(stage.advance_to(time - 1_000).unwrap());
+        out
+    }
+
+    #[test]
+    fn a_late_record_goes_to_the_late_topic_as_it_came_and_only_then() {
+        let h = 3_600_000;
+        for (late_topic, want_late) in [(", late_topic = \"side\"", true), ("", false)] {
+            let dir = tempfile::tempdir().unwrap();
+            let (_store, mut p, mut s) = stages(dir.path(), late_topic);
+            assert!(feed(&mut p, &mut s, "a", 10).is_empty());
+            // Watermark 2h - 1 s: the first hour fires (one result, to the sink's topic).
+            let fired = feed(&mut p, &mut s, "a", 2 * h);
+            assert_eq!(fired.len(), 1);
+            assert_eq!(fired[0].topic, None);
+            // Inside the out-of-orderness of the second hour: on time, no output.
+            assert!(feed(&mut p, &mut s, "b", 2 * h - 500).is_empty());
+            // The first hour has fired and allowed lateness is 0: late.
+            let late = feed(&mut p, &mut s, "b", 20);
+            assert_eq!(s.late, 1);
+            let want: Vec<Output> = match want_late {
+                true => vec![Output {
+                    topic: Some("side".into()),
+                    key: Some(b"b".to_vec()),
+                    value: Bytes::from("{\"k\": \"b\", \"t\": 20}"),
+                }],
+                false => Vec::new(),
+            };
+            assert_eq!(late, want, "late_topic {late_topic:?}");
+        }
     }
 
     #[test]

@@ -24,9 +24,17 @@ pub(crate) fn key_group_range(subtask: usize, parallelism: usize, key_groups: u1
     clamp(ceil(subtask))..clamp(ceil(subtask + 1))
 }
 
-/// The input partitions of each of `parallelism` source subtasks: sorted by (topic,
-/// partition), the i-th goes to subtask i mod P. Deterministic, so a restart reads each
-/// partition in the same subtask; every partition is read by exactly one subtask.
+/// The source subtask that reads `tp`: partition mod P. It depends on the partition alone, so
+/// a partition discovered later goes where the same rule puts it without moving any other
+/// (a rule over the sorted list would shift partitions of later topics), and a restart at
+/// the same P reads each partition in the same subtask.
+pub(crate) fn owner_of(tp: &TopicPartition, parallelism: usize) -> usize {
+    let p = i64::try_from(parallelism.max(1)).unwrap_or(1);
+    usize::try_from(i64::from(tp.partition).rem_euclid(p)).unwrap_or(0)
+}
+
+/// The input partitions of each of `parallelism` source subtasks ([`owner_of`]), sorted;
+/// every partition is read by exactly one subtask.
 pub(crate) fn assign_partitions(
     partitions: &[TopicPartition],
     parallelism: usize,
@@ -36,8 +44,8 @@ pub(crate) fn assign_partitions(
     sorted.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
     sorted.dedup();
     let mut out = vec![Vec::new(); p];
-    for (i, tp) in sorted.into_iter().enumerate() {
-        out[i % p].push(tp);
+    for tp in sorted {
+        out[owner_of(&tp, p)].push(tp);
     }
     out
 }
@@ -84,17 +92,17 @@ mod tests {
     }
 
     #[test]
-    fn partitions_are_sorted_then_dealt_i_mod_p() {
+    fn a_partition_goes_to_subtask_partition_mod_p() {
         let tp = |t: &str, p: i32| TopicPartition::new(t, p);
         let input = [tp("b", 0), tp("a", 2), tp("a", 0), tp("a", 1)];
-        let cases: &[(usize, Vec<Vec<TopicPartition>>)] = &[
+        let cases: Vec<(usize, Vec<Vec<TopicPartition>>)> = vec![
             (
                 1,
                 vec![vec![tp("a", 0), tp("a", 1), tp("a", 2), tp("b", 0)]],
             ),
             (
                 2,
-                vec![vec![tp("a", 0), tp("a", 2)], vec![tp("a", 1), tp("b", 0)]],
+                vec![vec![tp("a", 0), tp("a", 2), tp("b", 0)], vec![tp("a", 1)]],
             ),
             (
                 3,
@@ -107,16 +115,19 @@ mod tests {
             (
                 5,
                 vec![
-                    vec![tp("a", 0)],
+                    vec![tp("a", 0), tp("b", 0)],
                     vec![tp("a", 1)],
                     vec![tp("a", 2)],
-                    vec![tp("b", 0)],
+                    vec![],
                     vec![],
                 ],
             ),
         ];
-        for (p, want) in cases {
+        for (p, want) in &cases {
             assert_eq!(&assign_partitions(&input, *p), want, "P={p}");
         }
+        // A partition added later goes where the rule puts it; the others stay.
+        assert_eq!(owner_of(&tp("a", 3), 2), 1);
+        assert_eq!(owner_of(&tp("a", 3), 3), 0);
     }
 }

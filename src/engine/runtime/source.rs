@@ -15,13 +15,15 @@ use bytes::Bytes;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::mpsc::{Sender, UnboundedReceiver, UnboundedSender};
 
+use super::launch::checkpoint_tp;
 use super::message::{Control, Counters, Data, Report};
 use super::observe;
 use super::output::SinkTask;
+use super::partitions::{discover, Discovery};
 use super::pipeline::{Prefix, Prefixed};
-use super::routing::subtask_of;
+use super::routing::{owner_of, subtask_of};
 use super::RuntimeError;
-use crate::client::{Consumer, ConsumerRecord, TopicPartition};
+use crate::client::{Admin, Consumer, ConsumerRecord, Offset, TopicPartition};
 use crate::engine::checkpoint::{self, CheckpointId, Positions, TaskId};
 use crate::engine::job::window::{InputWatermarks, Watermark};
 use crate::engine::metrics::Metrics;
@@ -50,6 +52,7 @@ pub(crate) struct PartitionWatermarks {
     idle: BTreeSet<TopicPartition>,
     /// Whether the keyed subtasks were told that every partition is idle.
     idle_sent: bool,
+    out_of_orderness: i64,
 }
 
 impl PartitionWatermarks {
@@ -71,7 +74,22 @@ impl PartitionWatermarks {
             sent: None,
             idle: BTreeSet::new(),
             idle_sent: false,
+            out_of_orderness,
         }
+    }
+
+    /// A partition discovered while running: it holds the watermark back until its first
+    /// record or until it is caught up (idle).
+    fn add(&mut self, tp: &TopicPartition) {
+        if self.partitions.contains_key(tp) {
+            return;
+        }
+        let i = u32::try_from(self.partitions.len()).unwrap_or(u32::MAX);
+        let out_of_orderness = self.out_of_orderness;
+        self.partitions
+            .insert(tp.clone(), (i, Watermark::new(out_of_orderness)));
+        self.combined.add_input(i);
+        self.idle_sent = false;
     }
 
     /// The subtask's watermark, when it advanced past what was sent.
@@ -144,6 +162,13 @@ pub(crate) struct SourceSubtask {
     pub input: VecDeque<ConsumerRecord>,
     /// A barrier that came while outputs were held: it goes once they are written.
     pub pending_barrier: Option<CheckpointId>,
+    /// When to look for new input partitions (those of this subtask's share).
+    pub discovery: Discovery,
+    pub admin: Admin,
+    pub topics: Vec<String>,
+    /// This subtask's index and the parallelism (its share: `routing::owner_of`).
+    pub index: usize,
+    pub parallelism: usize,
 }
 
 impl SourceSubtask {
@@ -177,6 +202,7 @@ impl SourceSubtask {
             match self.input.pop_front() {
                 Some(record) => self.process(record).await?,
                 None => {
+                    self.discover().await?;
                     let polled = self
                         .consumer
                         .poll(POLL)
@@ -287,7 +313,12 @@ impl SourceSubtask {
             (Prefixed::Dropped, _) => {}
             (Prefixed::Out(out), Downstream::Sink(s)) => s.write(vec![out]).await?,
             (
-                Prefixed::Keyed { key, time, value },
+                Prefixed::Keyed {
+                    key,
+                    time,
+                    value,
+                    input,
+                },
                 Downstream::Keyed {
                     channels,
                     key_groups,
@@ -299,9 +330,14 @@ impl SourceSubtask {
                     *key_groups,
                 );
                 let ch = channels.get(i).ok_or_else(|| gone(i))?;
-                ch.send(Data::Record { key, time, value })
-                    .await
-                    .map_err(|_| gone(i))?;
+                ch.send(Data::Record {
+                    key,
+                    time,
+                    value,
+                    input,
+                })
+                .await
+                .map_err(|_| gone(i))?;
             }
             _ => {
                 return Err(RuntimeError::Internal(
@@ -317,6 +353,28 @@ impl SourceSubtask {
         };
         if let Some(w) = advanced {
             self.broadcast(|| Data::Watermark(w)).await?;
+        }
+        Ok(())
+    }
+
+    /// Partition discovery, when due (see `partitions`): new partitions of this subtask's
+    /// share are assigned from their beginning and their positions recorded at once, between
+    /// two records, so the next barrier's checkpoint lists them.
+    async fn discover(&mut self) -> Result<(), RuntimeError> {
+        if !self.discovery.due() {
+            return Ok(());
+        }
+        let (index, p) = (self.index, self.parallelism);
+        let owns = move |tp: &TopicPartition| owner_of(tp, p) == index;
+        let found = discover(&self.admin, &mut self.consumer, &self.topics, owns).await?;
+        for (tp, o) in found {
+            self.consumer
+                .seek(&tp, Offset::At(o))
+                .map_err(|e| RuntimeError::client(format!("seeking {tp}"), e))?;
+            self.positions.insert(checkpoint_tp(&tp), o);
+            if let Some(w) = self.watermarks.as_mut() {
+                w.add(&tp);
+            }
         }
         Ok(())
     }

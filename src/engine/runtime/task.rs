@@ -14,9 +14,9 @@ use super::message::C;
 use super::pipeline::{WINDOW_KIND, WINDOW_UID};
 use super::routing::assign_partitions;
 use super::{RunConfig, RunSummary, RuntimeError};
-use crate::client::{Admin, Cluster, Consumer, IsolationLevel, Offset};
+use crate::client::{Admin, Cluster, Consumer, IsolationLevel};
 use crate::engine::checkpoint::{self, CheckpointId, Listed, Millis, Positions, Restored};
-use crate::engine::job::{DeliveryGuarantee, Job, Operator, StartPosition};
+use crate::engine::job::{DeliveryGuarantee, Job, Operator};
 use crate::engine::metrics::Metrics;
 use crate::engine::sink::{check_timeout_budget, Delivery, KafkaSink, SinkCommittable, SinkConfig};
 use crate::engine::state::{
@@ -115,6 +115,7 @@ pub async fn run(
         patience: Duration::from_millis(settings.checkpoint_timeout_ms),
         transaction_timeout: Duration::from_millis(settings.transaction_timeout_ms),
         metrics,
+        from_checkpoint: record.id > 0,
     };
     let mut master = Master::new(settings, plan, store, resumed, record.id);
     master.recover(&record).await?;
@@ -128,15 +129,6 @@ fn check_supported(job: &Job) -> Result<(), RuntimeError> {
             "settings.parallelism = 0: a job needs at least one task; set settings.parallelism = 1 or more".into(),
         ));
     }
-    let late = job
-        .pipeline
-        .iter()
-        .any(|op| matches!(op, Operator::WindowAggregate(w) if w.late_topic.is_some()));
-    if late {
-        return Err(RuntimeError::Unsupported(
-            "window.late_topic is not supported by this runtime yet (late records are counted); remove it".into(),
-        ));
-    }
     Ok(())
 }
 
@@ -146,12 +138,19 @@ fn has_window(job: &Job) -> bool {
         .any(|op| matches!(op, Operator::WindowAggregate(_)))
 }
 
-/// The coordinator's settings from the job file (the rest at their defaults).
+/// The coordinator's settings from the job file (the commit retry backoff at its default:
+/// the sink owns commit retries).
 pub(crate) fn checkpoint_settings(job: &Job) -> checkpoint::Settings {
+    let s = &job.settings;
     checkpoint::Settings {
-        interval_ms: job.settings.checkpoint_interval_ms,
-        checkpoint_timeout_ms: job.settings.checkpoint_timeout_ms,
-        transaction_timeout_ms: job.settings.transaction_timeout_ms,
+        interval_ms: s.checkpoint_interval_ms,
+        min_pause_ms: s.checkpoint_min_pause_ms,
+        checkpoint_timeout_ms: s.checkpoint_timeout_ms,
+        max_consecutive_failures: s.checkpoint_tolerable_failures,
+        transaction_timeout_ms: s.transaction_timeout_ms,
+        commit_margin_ms: s.checkpoint_commit_margin_ms,
+        retention: s.checkpoint_retained,
+        restart_allowance_ms: s.restart_allowance_ms,
         ..checkpoint::Settings::default()
     }
 }
@@ -210,7 +209,7 @@ async fn open_store(
     restore: RestoreFrom,
 ) -> Result<(StateStore, CheckpointRecord), RuntimeError> {
     let options = StoreOptions {
-        retain: u32::try_from(retention).unwrap_or(2),
+        retain: u32::try_from(retention).unwrap_or(u32::MAX),
     };
     tokio::task::spawn_blocking(move || StateStore::open(dir, layout, options, restore))
         .await
@@ -260,35 +259,9 @@ pub(crate) fn restored(record: &CheckpointRecord) -> Option<Restored<C>> {
     })
 }
 
-/// Where a partition starts: its restored position, else the job's start.
-pub(crate) fn start_offset(restored: Option<i64>, start: StartPosition) -> Offset {
-    match (restored, start) {
-        (Some(o), _) => Offset::At(o),
-        (None, StartPosition::Earliest) => Offset::Beginning,
-        (None, StartPosition::Latest) => Offset::End,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_partition_starts_at_its_restored_position_else_at_the_jobs_start() {
-        let cases = [
-            (Some(7), StartPosition::Earliest, Offset::At(7)),
-            (Some(0), StartPosition::Latest, Offset::At(0)),
-            (None, StartPosition::Earliest, Offset::Beginning),
-            (None, StartPosition::Latest, Offset::End),
-        ];
-        for (restored, start, want) in cases {
-            assert_eq!(
-                start_offset(restored, start),
-                want,
-                "{restored:?} {start:?}"
-            );
-        }
-    }
 
     #[test]
     fn positions_survive_the_store_and_back() {

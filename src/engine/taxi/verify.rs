@@ -134,6 +134,16 @@ pub enum VerifyError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A record of the late topic that the input cannot explain.
+    #[error("late record at partition {partition} offset {offset}: {reason}")]
+    Late {
+        /// Partition.
+        partition: i32,
+        /// Offset.
+        offset: i64,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// One record the job should write.
@@ -170,6 +180,8 @@ pub struct ExpectationBuilder {
     windows: BTreeMap<(u64, i64), (u64, u64)>,
     /// The newest event time per input partition.
     newest: BTreeMap<i32, i64>,
+    /// Per-driver-hourly: the END events' ride ids not yet found late.
+    ends: std::collections::HashSet<u64>,
 }
 
 impl ExpectationBuilder {
@@ -182,6 +194,7 @@ impl ExpectationBuilder {
             events: Vec::new(),
             windows: BTreeMap::new(),
             newest: BTreeMap::new(),
+            ends: std::collections::HashSet::new(),
         }
     }
 
@@ -210,12 +223,54 @@ impl ExpectationBuilder {
             }
             Job::PerDriverHourly => {
                 if !ride.is_start {
+                    self.ends.insert(ride.ride_id);
                     let start = ride.event_time - ride.event_time.rem_euclid(HOUR_MS);
                     let w = self.windows.entry((ride.driver_id, start)).or_default();
                     w.0 += 1;
                     w.1 += u64::from(ride.passengers);
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Takes out a record the job wrote to its `window.late_topic`: the job found it late and
+    /// left it out of its windows, so the expectation does too (call after every input
+    /// record is pushed).
+    ///
+    /// # Errors
+    /// [`VerifyError::Late`] when it is not a ride END event, when the job has no window, or
+    /// when the input holds no such END event for its driver and hour (a late record the job
+    /// made up, or one written twice).
+    pub fn exclude_late(&mut self, record: &TopicRecord) -> Result<(), VerifyError> {
+        let bad = |reason: String| VerifyError::Late {
+            partition: record.partition,
+            offset: record.offset,
+            reason,
+        };
+        let ride: Ride = serde_json::from_slice(record.value.as_deref().unwrap_or_default())
+            .map_err(|e| bad(format!("not a ride event: {e}")))?;
+        if self.job != Job::PerDriverHourly || ride.is_start {
+            return Err(bad(format!(
+                "{} cannot be late: only the END events of a windowed job can",
+                ride.describe()
+            )));
+        }
+        let start = ride.event_time - ride.event_time.rem_euclid(HOUR_MS);
+        let w = self
+            .windows
+            .get_mut(&(ride.driver_id, start))
+            .filter(|w| w.0 > 0 && self.ends.remove(&ride.ride_id))
+            .ok_or_else(|| {
+                bad(format!(
+                    "{} is not in the input (or is late twice)",
+                    ride.describe()
+                ))
+            })?;
+        w.0 -= 1;
+        w.1 = w.1.saturating_sub(u64::from(ride.passengers));
+        if w.0 == 0 {
+            self.windows.remove(&(ride.driver_id, start));
         }
         Ok(())
     }
@@ -680,6 +735,39 @@ mod tests {
         let e = expected(Job::PerDriverHourly, 0, &input(&sample())).unwrap();
         let required: Vec<bool> = e.records.iter().map(|r| r.required).collect();
         assert_eq!(required, [true, false, true]);
+    }
+
+    #[test]
+    fn a_late_record_leaves_the_expectation_and_one_the_input_cannot_explain_is_named() {
+        // Driver 1: two ENDs in the first hour (2 + 3 passengers), one of them late.
+        let late = ride(2, 1, false, true, 20, 3);
+        let rides = [ride(1, 1, false, true, 10, 2), late.clone()];
+        let mut b = ExpectationBuilder::new(Job::PerDriverHourly, 0);
+        for r in input(&rides) {
+            b.push(&r).unwrap();
+        }
+        b.exclude_late(&rec(0, 0, &late.to_json())).unwrap();
+        let again = b.exclude_late(&rec(0, 1, &late.to_json())).unwrap_err();
+        assert_eq!(
+            again.to_string(),
+            "late record at partition 0 offset 1: ride 2 END is not in the input (or is late twice)"
+        );
+        let start = ride(3, 1, true, true, 5, 1);
+        assert!(b.exclude_late(&rec(0, 2, &start.to_json())).is_err());
+        let e = b.finish();
+        let got: Vec<WindowCount> = e
+            .records
+            .iter()
+            .map(|r| serde_json::from_value(r.value.clone()).unwrap())
+            .collect();
+        assert_eq!((got[0].rides, got[0].passengers), (1, 2));
+        // Every END of a window late: the window is not expected at all.
+        let mut b = ExpectationBuilder::new(Job::PerDriverHourly, 0);
+        for r in input(std::slice::from_ref(&late)) {
+            b.push(&r).unwrap();
+        }
+        b.exclude_late(&rec(0, 0, &late.to_json())).unwrap();
+        assert!(b.finish().records.is_empty());
     }
 
     #[test]

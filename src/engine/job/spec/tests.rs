@@ -23,7 +23,8 @@ fn the_shipped_cleansing_job_parses_and_keeps_rides_inside_nyc() {
     let job = Job::parse("jobs/rides-cleansing.toml", CLEANSING).unwrap();
     assert_eq!(job.name, "rides-cleansing");
     assert_eq!(job.source.topics, vec!["rides".to_owned()]);
-    assert_eq!(job.source.group, "onceflow-rides-cleansing");
+    assert_eq!(job.source.group, "rides-cleansing");
+    assert_eq!(job.source.partition_discovery_ms, 10_000);
     assert_eq!(job.sink.guarantee, DeliveryGuarantee::ExactlyOnce);
     assert_eq!(
         job.sink.transactional_id_prefix.as_deref(),
@@ -99,6 +100,11 @@ fn defaults_of_a_minimal_job() {
             checkpoint_interval_ms: 1_000,
             checkpoint_timeout_ms: 30_000,
             transaction_timeout_ms: 300_000,
+            checkpoint_min_pause_ms: 0,
+            checkpoint_tolerable_failures: 3,
+            checkpoint_commit_margin_ms: 10_000,
+            checkpoint_retained: 2,
+            restart_allowance_ms: 60_000,
             state_dir: PathBuf::from("state/x"),
         }
     );
@@ -111,6 +117,65 @@ fn defaults_of_a_minimal_job() {
     assert_eq!(job.source.brokers, vec!["a:1", "b:2", "c:3"]);
     assert_eq!(job.sink.guarantee, DeliveryGuarantee::AtLeastOnce);
     assert_eq!(job.sink.transactional_id_prefix, None);
+}
+
+#[test]
+fn every_checkpoint_setting_is_read_from_the_file() {
+    let job = Job::parse(
+        "m.toml",
+        &format!(
+            "{HEAD}{SINK}[settings]\ncheckpoint.min.pause.ms = 250\n\
+             checkpoint.tolerable.failures = 0\ncheckpoint.commit.margin.ms = 5000\n\
+             checkpoint.retained = 5\nrestart.allowance.ms = 20000\n"
+        ),
+    )
+    .unwrap();
+    let s = &job.settings;
+    assert_eq!(
+        (
+            s.checkpoint_min_pause_ms,
+            s.checkpoint_tolerable_failures,
+            s.checkpoint_commit_margin_ms,
+            s.checkpoint_retained,
+            s.restart_allowance_ms
+        ),
+        (250, 0, 5_000, 5, 20_000)
+    );
+    let job = Job::parse(
+        "m.toml",
+        &format!("{HEAD}group.id = \"g\"\npartition.discovery.ms = 0\n{SINK}"),
+    )
+    .unwrap();
+    assert_eq!(
+        (job.source.group.as_str(), job.source.partition_discovery_ms),
+        ("g", 0)
+    );
+}
+
+#[test]
+fn the_shipped_jobs_comments_name_the_defaults_the_parser_uses() {
+    // The shipped files list these settings commented out with their defaults: uncommenting
+    // them must change nothing.
+    for text in [CLEANSING, HOURLY] {
+        let uncommented: String = text
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(rest)
+                    if ["checkpoint.", "restart."]
+                        .iter()
+                        .any(|p| rest.starts_with(p)) =>
+                {
+                    rest.to_owned()
+                }
+                _ => l.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_ne!(uncommented, text, "no commented default in the shipped job");
+        let a = Job::parse("a.toml", text).unwrap();
+        let b = Job::parse("b.toml", &uncommented).unwrap();
+        assert_eq!(a.settings, b.settings);
+    }
 }
 
 #[test]
@@ -423,6 +488,48 @@ fn malformed_files_name_the_line_and_the_field() {
             9,
             "settings.parallelism",
             "at least 1",
+        ),
+        (
+            format!("{HEAD}group.id = \" \"\n{SINK}"),
+            5,
+            "source.group.id",
+            "the group name is empty",
+        ),
+        (
+            format!("{HEAD}partition.discovery = 5\n{SINK}"),
+            5,
+            "source.partition.discovery",
+            "expected milliseconds",
+        ),
+        (
+            format!("{HEAD}{SINK}[settings]\ncheckpoint.interval.ms = 5\ncheckpoint.retained = 0\n"),
+            10,
+            "settings.checkpoint.retained",
+            "at least 1",
+        ),
+        (
+            format!("{HEAD}{SINK}[settings]\ncheckpoint.tolerable.failures = -1\n"),
+            9,
+            "settings.checkpoint.tolerable.failures",
+            "expected a whole number",
+        ),
+        (
+            format!("{HEAD}{SINK}[settings]\nrestart.allowance = 5\n"),
+            9,
+            "settings.restart.allowance",
+            "expected milliseconds written as <name>.ms = <whole number>, got integer `5`",
+        ),
+        (
+            format!("{HEAD}{SINK}[settings]\ncheckpoint.commit.margin.ms = \"10s\"\n"),
+            9,
+            "settings.checkpoint.commit.margin.ms",
+            "expected a whole number, got string \"10s\"",
+        ),
+        (
+            format!("{HEAD}{SINK}[settings]\ncheckpoint.min.pause = 5\n"),
+            9,
+            "settings.checkpoint.min.pause",
+            "expected milliseconds written as <name>.ms = <whole number>, got integer `5`",
         ),
     ];
     for (text, line, field, part) in cases {

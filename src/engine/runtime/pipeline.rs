@@ -8,7 +8,7 @@ use super::RuntimeError;
 use crate::engine::job::aggregate::{Accumulator, WindowAggregate};
 use crate::engine::job::batch::{stateless, Carried};
 use crate::engine::job::project::Key;
-use crate::engine::job::window::{route, Admission, Watermark, Window, WindowKind};
+use crate::engine::job::window::{route, Admission, InputWatermarks, Window, WindowKind};
 use crate::engine::job::Operator;
 use crate::engine::state::{MapState, OperatorState, TimerState, ValueState};
 
@@ -23,7 +23,8 @@ const ACCUMULATORS: MapState = MapState::new(0);
 const FIRE: TimerState = TimerState::new(1);
 /// (window end + allowed lateness, record key): drop the window's state.
 const CLEANUP: TimerState = TimerState::new(2);
-/// Under the empty key: the watermark (JSON), so a restart does not re-open fired windows.
+/// Under the empty key: the watermark of each input and the combined one (JSON), so a restart
+/// does not re-open fired windows.
 const WATERMARK: ValueState = ValueState::new(3);
 
 /// A record on its way to the sink: its Kafka key and value.
@@ -37,7 +38,12 @@ pub(crate) struct Output {
 struct WindowOp {
     spec: WindowAggregate,
     state: OperatorState,
-    watermark: Watermark,
+    /// One bounded out-of-orderness watermark per input (source partition), combined as their
+    /// minimum: a task reads its partitions in chunks, so one partition's events may run far
+    /// ahead of another's; a single max-based watermark would then make the other's on-time
+    /// events late. Each partition is a subsequence of an input within the bound, so it stays
+    /// within it.
+    watermark: InputWatermarks,
     /// The watermark up to which timers were last looked for (timers are scanned only when
     /// the watermark crosses a window boundary: a scan visits every key group).
     scanned_to: Option<i64>,
@@ -78,7 +84,7 @@ impl Pipeline {
         let watermark = match WATERMARK.get(&state, b"")? {
             Some(bytes) => serde_json::from_slice(&bytes)
                 .map_err(|e| RuntimeError::Internal(format!("stored watermark: {e}")))?,
-            None => Watermark::new(spec.out_of_orderness),
+            None => InputWatermarks::new([]),
         };
         Ok(Pipeline {
             before: operators[..i].to_vec(),
@@ -99,9 +105,21 @@ impl Pipeline {
         self.window.as_mut().map(|w| &mut w.state)
     }
 
-    /// Runs one input record through the chain; returns what goes to the sink, in order.
+    /// The task's inputs (see [`input_id`]): each holds the window's watermark back until its
+    /// first record. Inputs restored with the state are kept.
+    pub(crate) fn add_inputs(&mut self, inputs: impl IntoIterator<Item = u32>) {
+        if let Some(window) = self.window.as_mut() {
+            for input in inputs {
+                window.watermark.add_input(input);
+            }
+        }
+    }
+
+    /// Runs one input record, read from `input` (see [`input_id`]), through the chain; returns
+    /// what goes to the sink, in order.
     pub(crate) fn process(
         &mut self,
+        input: u32,
         key: Option<Vec<u8>>,
         raw: &Bytes,
     ) -> Result<Vec<Output>, RuntimeError> {
@@ -144,7 +162,7 @@ impl Pipeline {
             self.dropped += 1;
         }
         let mut results = window.add(&key, t, &value)?;
-        results.extend(window.advance(t)?);
+        results.extend(window.advance(input, t)?);
         let mut out = Vec::new();
         for (key, result) in results {
             if let Ok((carried, v, _)) = stateless(&self.after, Carried::Keyed(key), result) {
@@ -156,6 +174,13 @@ impl Pipeline {
         }
         Ok(out)
     }
+}
+
+/// The input a record comes from, as the window's watermark tracks it: the topic's index in
+/// the job's source topics (stable while the job file is) and the partition.
+pub(crate) fn input_id(topic_index: usize, partition: i32) -> u32 {
+    let topic = u32::try_from(topic_index).unwrap_or(u32::MAX) << 16;
+    topic | (u32::try_from(partition).unwrap_or(0) & 0xffff)
 }
 
 /// A window start as a map key that sorts like the number.
@@ -232,18 +257,19 @@ impl WindowOp {
         ))
     }
 
-    /// Observes `t`; when the watermark crosses a window boundary, fires the due windows (by
-    /// end, then key) and drops the expired ones.
-    fn advance(&mut self, t: i64) -> Result<Vec<(Key, Value)>, RuntimeError> {
-        if !self.watermark.observe(t) {
-            return Ok(Vec::new());
-        }
-        let Some(w) = self.watermark.current() else {
-            return Ok(Vec::new());
-        };
+    /// Observes `t` from `input`; when the combined watermark crosses a window boundary, fires
+    /// the due windows (by end, then key) and drops the expired ones.
+    fn advance(&mut self, input: u32, t: i64) -> Result<Vec<(Key, Value)>, RuntimeError> {
+        let before = self.watermark.current();
+        let own = t.saturating_sub(self.spec.out_of_orderness);
+        let combined = self.watermark.advance(input, own);
+        // Written every time: the input's own watermark may have moved without the combined.
         let bytes = serde_json::to_vec(&self.watermark)
             .map_err(|e| RuntimeError::Internal(format!("watermark: {e}")))?;
         WATERMARK.set(&mut self.state, b"", &bytes);
+        let Some(w) = combined.filter(|w| before != Some(*w)) else {
+            return Ok(Vec::new());
+        };
         let (size, slide) = window_size(self.spec.kind);
         let lateness = self.spec.allowed_lateness;
         if !timers_may_be_due(self.scanned_to, w, size, slide, lateness) {

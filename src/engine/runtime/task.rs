@@ -8,7 +8,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::pipeline::{Pipeline, WINDOW_KIND, WINDOW_UID};
+use super::hook;
+use super::pipeline::{input_id, Pipeline, WINDOW_KIND, WINDOW_UID};
 use super::{RunConfig, RunSummary, RuntimeError};
 use crate::client::txn::PreparedTransaction;
 use crate::client::{
@@ -115,6 +116,7 @@ pub async fn run(
         sink: None,
         consumer,
         sink_topic: job.sink.topic.clone(),
+        topics: job.source.topics.clone(),
         start: job.source.start,
         positions: Positions::new(),
         persisting: None,
@@ -295,6 +297,8 @@ struct Task {
     sink: Option<KafkaSink>,
     consumer: Consumer,
     sink_topic: String,
+    /// The source topics, in job-file order (a record's input id for the watermark).
+    topics: Vec<String>,
     start: StartPosition,
     /// Per partition: the next offset to fetch after the records processed so far.
     positions: Positions,
@@ -496,7 +500,12 @@ impl Task {
             .await
             .map_err(|e| RuntimeError::Internal(format!("the persister's thread: {e}")))?;
         match answer {
-            Ok(id) => self.event(Event::Persisted(id)),
+            Ok(id) => {
+                if self.slots.values().any(|&c| c == id) {
+                    hook::reached(hook::Point::CheckpointPersisted, id.0).await;
+                }
+                self.event(Event::Persisted(id))
+            }
             Err(reason) => self.event(Event::PersistFailed { reason }),
         }
         self.drain().await
@@ -576,6 +585,8 @@ impl Task {
             self.consumer
                 .seek(&tp, offset)
                 .map_err(|e| RuntimeError::client(format!("seeking {tp}"), e))?;
+            let input = self.input_of(&tp.topic, tp.partition);
+            self.pipeline.add_inputs([input]);
         }
         tracing::info!(positions = ?positions, "source positioned");
         self.positions = positions;
@@ -625,7 +636,8 @@ impl Task {
             return Ok(());
         };
         let key = record.key.as_ref().map(|k| k.to_vec());
-        for out in self.pipeline.process(key, value)? {
+        let input = self.input_of(&record.topic, record.partition);
+        for out in self.pipeline.process(input, key, value)? {
             let mut r = ProducerRecord::new(self.sink_topic.clone(), out.value);
             if let Some(k) = out.key {
                 r = r.with_key(k);
@@ -633,6 +645,11 @@ impl Task {
             self.held.push_back(r);
         }
         self.write_held().await
+    }
+
+    fn input_of(&self, topic: &str, partition: i32) -> u32 {
+        let index = self.topics.iter().position(|t| t == topic).unwrap_or(0);
+        input_id(index, partition)
     }
 
     async fn write_held(&mut self) -> Result<(), RuntimeError> {

@@ -27,7 +27,7 @@ const RIDES: &str = "2000";
 const DEADLINE: Duration = Duration::from_secs(240);
 
 /// The shipped job file with its names replaced for this test.
-fn job_file(dir: &Path, shipped: &str, input: &str, output: &str, prefix: &str) -> PathBuf {
+pub(crate) fn job_file(dir: &Path, shipped: &str, input: &str, output: &str, prefix: &str) -> PathBuf {
     let text = std::fs::read_to_string(repo().join("jobs").join(shipped)).unwrap();
     let state = dir.join("state");
     let lines: Vec<String> = text
@@ -101,7 +101,7 @@ async fn committed_count(topic: &TestTopic) -> usize {
     }
 }
 
-fn log_of(log: &Path) -> String {
+pub(crate) fn log_of(log: &Path) -> String {
     std::fs::read_to_string(log).unwrap_or_default()
 }
 

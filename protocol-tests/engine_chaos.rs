@@ -48,7 +48,7 @@ use tokio::task::JoinHandle;
 
 const API_TIMEOUT: &str = "default.api.timeout.ms=60000";
 /// Input events per second the feeder produces (the job keeps up with more, loaded).
-const FEED_EVENTS_PER_SECOND: u64 = 2500;
+const FEED_EVENTS_PER_SECOND: u64 = 2000;
 /// The exactly-once runs' checkpoint interval: many checkpoints per run.
 const INTERVAL_MS: u64 = 150;
 /// How long one wait (a marker, a held commit, a verdict) may take.
@@ -121,7 +121,12 @@ async fn taxi_at(broker: &str, args: &[&str]) -> Output {
 
 /// Produces the generator's ride events to `topic` at a steady pace until `stop`; returns
 /// the number of rides started (START events).
-fn feed(broker: String, topic: String, seed: u64, mut stop: watch::Receiver<bool>) -> JoinHandle<u64> {
+fn feed(
+    broker: String,
+    topic: String,
+    seed: u64,
+    mut stop: watch::Receiver<bool>,
+) -> JoinHandle<u64> {
     tokio::spawn(async move {
         let config = Config {
             seed,
@@ -130,8 +135,14 @@ fn feed(broker: String, topic: String, seed: u64, mut stop: watch::Receiver<bool
             ..Config::default()
         };
         let mut events = generate::rides(config).unwrap();
-        let props = [("enable.idempotence", "true"), ("acks", "all"), ("linger.ms", "5")];
-        let producer = Producer::new(producer_config(&broker, &props)).await.unwrap();
+        let props = [
+            ("enable.idempotence", "true"),
+            ("acks", "all"),
+            ("linger.ms", "5"),
+        ];
+        let producer = Producer::new(producer_config(&broker, &props))
+            .await
+            .unwrap();
         let start = Instant::now();
         let (mut sent, mut rides) = (0u64, 0u64);
         let mut pending: Vec<DeliveryFuture> = Vec::new();
@@ -172,6 +183,8 @@ struct Chaos {
     kills: BTreeMap<Kill, usize>,
     /// Runs whose recovery resumed (committed) at least one restored committable.
     resumed: usize,
+    /// Runs that exited by themselves and were started again (broker-kill test only).
+    restarts: usize,
     stop_feed: watch::Sender<bool>,
     feeder: Option<JoinHandle<u64>>,
     start: Instant,
@@ -218,6 +231,7 @@ impl Chaos {
             runs: 0,
             kills: BTreeMap::new(),
             resumed: 0,
+            restarts: 0,
             stop_feed,
             feeder: Some(feeder),
             start: Instant::now(),
@@ -312,8 +326,10 @@ impl Chaos {
             Kill::Random => {
                 let ms = self.rng.random_range(200..3000);
                 let until = Instant::now() + Duration::from_millis(ms);
-                self.wait_for("a random moment", &mut child, &log, || Instant::now() >= until)
-                    .await;
+                self.wait_for("a random moment", &mut child, &log, || {
+                    Instant::now() >= until
+                })
+                .await;
             }
             Kill::Persisted => {
                 self.wait_for("the checkpoint-persisted pause", &mut child, &log, || {
@@ -332,7 +348,11 @@ impl Chaos {
                 let start = Instant::now();
                 while self.committed_end(&admin).await <= output_before {
                     self.assert_running(&mut child, &log);
-                    assert!(start.elapsed() < WAIT, "no new output within {WAIT:?}; {}", self.context(&log));
+                    assert!(
+                        start.elapsed() < WAIT,
+                        "no new output within {WAIT:?}; {}",
+                        self.context(&log)
+                    );
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
@@ -366,8 +386,8 @@ impl Chaos {
         self.feeder.take().unwrap().await.unwrap()
     }
 
-    /// `taxi verify` of the job's output.
-    async fn verify(&self) -> String {
+    /// `taxi verify` of the job's output; `None` when it gave no verdict (a broker restarting).
+    async fn verify(&self) -> Option<String> {
         let o = taxi_at(
             &self.broker,
             &[
@@ -384,22 +404,53 @@ impl Chaos {
         )
         .await;
         let verdict = stdout(&o);
-        assert!(
-            verdict.starts_with("verify: "),
-            "taxi verify gave no verdict: {}",
-            shown(&o)
-        );
-        verdict.trim().to_owned()
+        if !verdict.starts_with("verify: ") {
+            eprintln!(
+                "chaos {}: taxi verify gave no verdict: {}",
+                self.label,
+                shown(&o)
+            );
+            return None;
+        }
+        Some(verdict.trim().to_owned())
     }
 
     /// A last run catches up; polls the verifier until nothing is missing any more (only
     /// missing records heal as the run catches up); returns the verdict.
     async fn last_run_verdict(&mut self) -> String {
-        let (mut child, log) = self.spawn(None);
+        let run = self.spawn(None);
+        self.catch_up(run, false).await
+    }
+
+    /// Polls the verifier while `run` catches up (see [`Self::last_run_verdict`]); with
+    /// `restart`, a run that exits is logged and started again (the broker-kill test: a job
+    /// may fail clearly while its broker is away).
+    async fn catch_up(&mut self, run: (Child, PathBuf), restart: bool) -> String {
+        let (mut child, mut log) = run;
         let start = Instant::now();
+        eprintln!(
+            "chaos {}: kills done after {:.1} s; the last run catches up",
+            self.label,
+            self.start.elapsed().as_secs_f64()
+        );
         let verdict = loop {
+            if restart {
+                if let Some(status) = child.try_wait().unwrap() {
+                    let text = plain(&log_of(&log));
+                    let last = text.lines().last().unwrap_or_default().to_owned();
+                    eprintln!(
+                        "chaos {}: run {} exited ({status}): {last}; restarting",
+                        self.label, self.runs
+                    );
+                    self.restarts += 1;
+                    (child, log) = self.spawn(None);
+                }
+            }
             self.assert_running(&mut child, &log);
-            let verdict = self.verify().await;
+            let verdict = self
+                .verify()
+                .await
+                .unwrap_or_else(|| "verify: no verdict yet (missing)".into());
             let healing = verdict.contains("missing")
                 && !["duplicated", "wrong", "unexpected", "order"]
                     .iter()
@@ -429,10 +480,11 @@ impl Chaos {
             .map(|(k, n)| format!("{n} {}", k.name()))
             .collect();
         eprintln!(
-            "chaos {}: {kills} kills ({}), {} runs, {} resumed a restored commit, {rides} rides, seed {}, {:.1} s: {verdict}",
+            "chaos {}: {kills} kills ({}), {} runs ({} restarted after exiting), {} resumed a restored commit, {rides} rides, seed {}, {:.1} s: {verdict}",
             self.label,
             by_kind.join(", "),
             self.runs,
+            self.restarts,
             self.resumed,
             self.seed,
             self.start.elapsed().as_secs_f64()
@@ -449,7 +501,12 @@ impl Drop for Chaos {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_driver_hourly_killed_at_random_and_at_both_commit_points_verifies_exactly_once() {
     let mut chaos = Chaos::new("exactly-once", &broker(), "exactly-once", INTERVAL_MS).await;
-    let kinds = [Kill::Random, Kill::Persisted, Kill::Unanswered, Kill::AfterOutput];
+    let kinds = [
+        Kill::Random,
+        Kill::Persisted,
+        Kill::Unanswered,
+        Kill::AfterOutput,
+    ];
     chaos.kill(&kinds, kill_count()).await;
     let rides = chaos.stop_feeding().await;
     let verdict = chaos.last_run_verdict().await;
@@ -473,7 +530,9 @@ async fn per_driver_hourly_killed_at_random_and_at_both_commit_points_verifies_e
 async fn per_driver_hourly_at_least_once_under_the_same_chaos_writes_duplicates() {
     let mut chaos = Chaos::new("at-least-once", &broker(), "at-least-once", 1000).await;
     // No transactions: the two commit points do not exist.
-    chaos.kill(&[Kill::Random, Kill::AfterOutput], kill_count().min(10)).await;
+    chaos
+        .kill(&[Kill::Random, Kill::AfterOutput], kill_count().min(10))
+        .await;
     let rides = chaos.stop_feeding().await;
     let verdict = chaos.last_run_verdict().await;
     chaos.summary(rides, &verdict);
@@ -482,4 +541,60 @@ async fn per_driver_hourly_at_least_once_under_the_same_chaos_writes_duplicates(
         "chaos seed {}: at-least-once under kills should duplicate output, got: {verdict}",
         chaos.seed
     );
+}
+
+/// The broker (a private one, wiped after) is SIGKILLed while the job runs and started again
+/// on its data: the job rides it out, or fails clearly and is started again, and the output
+/// verifies exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_driver_hourly_survives_its_broker_killed_and_restarted_and_verifies_exactly_once() {
+    // One port per transaction version (the controller takes port + 1).
+    let port = match std::env::var("ONCEFLOW_EXPECT_TV").as_deref() {
+        Ok("1") => 19520,
+        _ => 19522,
+    };
+    let broker = tokio::task::block_in_place(|| PrivateBroker::start(port));
+    let mut chaos = Chaos::new("broker-kill", &broker.addr, "exactly-once", INTERVAL_MS).await;
+    let admin = Admin::new(client_config(&broker.addr)).await.unwrap();
+    let (mut child, log) = chaos.spawn(None);
+    let start = Instant::now();
+    while chaos.committed_end(&admin).await <= 0 {
+        chaos.assert_running(&mut child, &log);
+        assert!(
+            start.elapsed() < WAIT,
+            "no output within {WAIT:?}; {}",
+            chaos.context(&log)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = chaos.committed_end(&admin).await;
+    tokio::task::block_in_place(|| {
+        broker.run("kill");
+        broker.run("start");
+    });
+    // Output committed after the broker came back, then the input stops.
+    let start = Instant::now();
+    let mut run = (child, log);
+    while chaos.committed_end(&admin).await <= before {
+        if run.0.try_wait().unwrap().is_some() {
+            chaos.restarts += 1;
+            run = chaos.spawn(None);
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "no output after the broker's restart within {WAIT:?}; {}",
+            chaos.context(&run.1)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let rides = chaos.stop_feeding().await;
+    let verdict = chaos.catch_up(run, true).await;
+    chaos.summary(rides, &verdict);
+    assert!(
+        verdict.starts_with("verify: OK"),
+        "chaos seed {}: {verdict}",
+        chaos.seed
+    );
+    drop(chaos);
+    drop(broker);
 }

@@ -27,7 +27,13 @@ const RIDES: &str = "2000";
 const DEADLINE: Duration = Duration::from_secs(240);
 
 /// The shipped job file with its names replaced for this test.
-pub(crate) fn job_file(dir: &Path, shipped: &str, input: &str, output: &str, prefix: &str) -> PathBuf {
+pub(crate) fn job_file(
+    dir: &Path,
+    shipped: &str,
+    input: &str,
+    output: &str,
+    prefix: &str,
+) -> PathBuf {
     let text = std::fs::read_to_string(repo().join("jobs").join(shipped)).unwrap();
     let state = dir.join("state");
     let lines: Vec<String> = text

@@ -62,6 +62,8 @@ enum Kill {
     Persisted,
     Unanswered,
     AfterOutput,
+    /// The broker, not the job (the broker-kill test).
+    Broker,
 }
 
 impl Kill {
@@ -71,6 +73,7 @@ impl Kill {
             Kill::Persisted => "persisted",
             Kill::Unanswered => "unanswered",
             Kill::AfterOutput => "after-output",
+            Kill::Broker => "broker",
         }
     }
 }
@@ -153,7 +156,14 @@ fn feed(
                 rides += u64::from(ride.is_start);
                 let record = ProducerRecord::new(topic.clone(), Bytes::from(ride.to_json()))
                     .with_key(Bytes::from(ride.key()));
-                pending.push(producer.send(record).await.unwrap());
+                // A send refused while the broker is away (the buffer full) is sent again: it
+                // was never queued.
+                loop {
+                    match producer.send(record.clone()).await {
+                        Ok(f) => break pending.push(f),
+                        Err(e) => eprintln!("chaos feeder: {e}; sending again"),
+                    }
+                }
                 sent += 1;
             }
             let _ = tokio::time::timeout(Duration::from_millis(20), stop.changed()).await;
@@ -165,6 +175,41 @@ fn feed(
         producer.close().await.unwrap();
         rides
     })
+}
+
+/// A child `onceflow run`, SIGKILLed when dropped (a failing test leaves no job running).
+struct Guarded(Child);
+
+impl std::ops::Deref for Guarded {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Guarded {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits until nothing listens on `addr` any more (a killed broker's port is closed).
+async fn wait_until_closed(addr: &str) {
+    let start = Instant::now();
+    while tokio::net::TcpStream::connect(addr).await.is_ok() {
+        assert!(
+            start.elapsed() < WAIT,
+            "{addr} still accepts connections after its broker was killed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// One chaos scenario: its topics, job file, proxy, feeder and tallies.
@@ -239,14 +284,17 @@ impl Chaos {
     }
 
     /// Starts run N+1 through the proxy (the first one `--fresh`), armed with `pause`.
-    fn spawn(&mut self, pause: Option<String>) -> (Child, PathBuf) {
+    fn spawn(&mut self, pause: Option<String>) -> (Guarded, PathBuf) {
         self.runs += 1;
         let log = self.dir.join(format!("run{}.log", self.runs));
         let file = std::fs::File::create(&log).unwrap();
         let mut c = command();
         c.args(["run", self.job.to_str().unwrap(), "-b", &self.proxy.addr])
             .args(["-X", API_TIMEOUT])
-            .env("ONCEFLOW_LOG", "onceflow=info")
+            .env(
+                "ONCEFLOW_LOG",
+                std::env::var("ONCEFLOW_CHAOS_LOG").unwrap_or_else(|_| "onceflow=info".into()),
+            )
             .env_remove("ONCEFLOW_TEST_PAUSE")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -257,7 +305,7 @@ impl Chaos {
         if let Some(p) = pause {
             c.env("ONCEFLOW_TEST_PAUSE", p);
         }
-        (c.spawn().expect("start onceflow run"), log)
+        (Guarded(c.spawn().expect("start onceflow run")), log)
     }
 
     /// The failure context: seed, run, the log.
@@ -344,6 +392,7 @@ impl Chaos {
                 })
                 .await;
             }
+            Kill::Broker => panic!("the broker-kill test kills its broker itself"),
             Kill::AfterOutput => {
                 let start = Instant::now();
                 while self.committed_end(&admin).await <= output_before {
@@ -425,7 +474,7 @@ impl Chaos {
     /// Polls the verifier while `run` catches up (see [`Self::last_run_verdict`]); with
     /// `restart`, a run that exits is logged and started again (the broker-kill test: a job
     /// may fail clearly while its broker is away).
-    async fn catch_up(&mut self, run: (Child, PathBuf), restart: bool) -> String {
+    async fn catch_up(&mut self, run: (Guarded, PathBuf), restart: bool) -> String {
         let (mut child, mut log) = run;
         let start = Instant::now();
         eprintln!(
@@ -494,7 +543,10 @@ impl Chaos {
 
 impl Drop for Chaos {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // Kept when the test fails: the runs' logs and the state.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -568,10 +620,11 @@ async fn per_driver_hourly_survives_its_broker_killed_and_restarted_and_verifies
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let before = chaos.committed_end(&admin).await;
-    tokio::task::block_in_place(|| {
-        broker.run("kill");
-        broker.run("start");
-    });
+    tokio::task::block_in_place(|| broker.run("kill"));
+    // kafka-broker.sh start takes a port that still answers for a broker already running.
+    wait_until_closed(&broker.addr).await;
+    tokio::task::block_in_place(|| broker.run("start"));
+    chaos.kills.insert(Kill::Broker, 1);
     // Output committed after the broker came back, then the input stops.
     let start = Instant::now();
     let mut run = (child, log);

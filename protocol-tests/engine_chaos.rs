@@ -5,9 +5,10 @@
 //!
 //! The kills, in turn (the seeded RNG picks the moments; the seed is in every failure message
 //! and in the summary line; ONCEFLOW_CHAOS_SEED replays one):
-//! - `random`: a random moment 0.2–3 s after the start (recovery, processing, a checkpoint);
+//! - `random`: a random moment 0–3 s after the run's first log line (recovery, processing, a
+//!   checkpoint);
 //! - `persisted`: between "checkpoint persisted" and "transactions committed", proven by the
-//!   runtime's test hook (ONCEFLOW_TEST_PAUSE=checkpoint-persisted:nth, see runtime::hook):
+//!   runtime's test hook (ONCEFLOW_TEST_PAUSE=checkpoint-persisted, see runtime::hook):
 //!   the test waits for its marker line in the child's log, then kills;
 //! - `unanswered`: between "commit sent" and "commit answered": the job talks through the
 //!   test proxy, which holds EndTxn commit responses; the test kills once one is held (the
@@ -19,9 +20,11 @@
 //! Each run prints one summary line to stderr: kills by kind, rides, seed, elapsed.
 //!
 //! The rides: the `onceflow taxi generate` generator (the library iterator, same data as
-//! `taxi generate --rate 1 --seed S`), produced by the test at a steady pace for as long as
-//! the kills go on, so every kill finds records in flight (the CLI produces its whole data set
-//! at once, which the job would finish long before 25 kills).
+//! `taxi generate --rate 1 --seed S`), produced by the test while the kills go on: each run is
+//! granted a little over an hour of event time, so it sees about one window firing (job (b)
+//! writes, and so commits, only then) and the backlog stays bounded however slow the machine
+//! (the CLI produces its whole data set at once, which the job would finish long before the
+//! kills, or lag far behind on a loaded machine).
 //!
 //! The inverse: the same chaos with delivery.guarantee = "at-least-once" must make the
 //! verifier report duplicates. And once with the broker (a private one) killed and restarted
@@ -47,8 +50,12 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 const API_TIMEOUT: &str = "default.api.timeout.ms=60000";
-/// Input events per second the feeder produces (the job keeps up with more, loaded).
-const FEED_EVENTS_PER_SECOND: u64 = 2000;
+/// Input events per second the feeder produces at most.
+const FEED_EVENTS_PER_SECOND: u64 = 4000;
+/// Input events granted per run: a little over an hour of event time (7200 events at one
+/// ride per second), so each run sees about one window firing (a commit) while the backlog
+/// stays bounded however slow a loaded machine makes the job.
+const EVENTS_PER_RUN: u64 = 9000;
 /// The exactly-once runs' checkpoint interval: many checkpoints per run.
 const INTERVAL_MS: u64 = 150;
 /// How long one wait (a marker, a held commit, a verdict) may take.
@@ -114,6 +121,16 @@ fn plain(text: &str) -> String {
     out
 }
 
+/// "…; 1600 records read, 2000 expected": 1600 (0 when the verdict does not say).
+fn records_read(verdict: &str) -> u64 {
+    verdict
+        .split(" records read")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 /// `onceflow taxi ARGS -b BROKER`.
 async fn taxi_at(broker: &str, args: &[&str]) -> Output {
     let mut argv: Vec<String> = vec!["taxi".into()];
@@ -122,13 +139,14 @@ async fn taxi_at(broker: &str, args: &[&str]) -> Output {
     onceflow_async(argv, "").await
 }
 
-/// Produces the generator's ride events to `topic` at a steady pace until `stop`; returns
-/// the number of rides started (START events).
+/// Produces the generator's ride events to `topic`, at most FEED_EVENTS_PER_SECOND and at most
+/// as many as `granted` says so far, until it says `None`; returns the number of rides started
+/// (START events).
 fn feed(
     broker: String,
     topic: String,
     seed: u64,
-    mut stop: watch::Receiver<bool>,
+    mut granted: watch::Receiver<Option<u64>>,
 ) -> JoinHandle<u64> {
     tokio::spawn(async move {
         let config = Config {
@@ -149,8 +167,11 @@ fn feed(
         let start = Instant::now();
         let (mut sent, mut rides) = (0u64, 0u64);
         let mut pending: Vec<DeliveryFuture> = Vec::new();
-        while !*stop.borrow_and_update() {
-            let due = start.elapsed().as_millis() as u64 * FEED_EVENTS_PER_SECOND / 1000;
+        loop {
+            let allowed = *granted.borrow_and_update();
+            let Some(allowed) = allowed else { break };
+            let paced = start.elapsed().as_millis() as u64 * FEED_EVENTS_PER_SECOND / 1000;
+            let due = paced.min(allowed);
             while sent < due {
                 let ride = events.next().unwrap();
                 rides += u64::from(ride.is_start);
@@ -158,15 +179,19 @@ fn feed(
                     .with_key(Bytes::from(ride.key()));
                 // A send refused while the broker is away (the buffer full) is sent again: it
                 // was never queued.
+                let refused = Instant::now();
                 loop {
                     match producer.send(record.clone()).await {
                         Ok(f) => break pending.push(f),
-                        Err(e) => eprintln!("chaos feeder: {e}; sending again"),
+                        Err(e) if refused.elapsed() < WAIT => {
+                            eprintln!("chaos feeder: {e}; sending again")
+                        }
+                        Err(e) => panic!("chaos feeder: sends refused for {WAIT:?}: {e}"),
                     }
                 }
                 sent += 1;
             }
-            let _ = tokio::time::timeout(Duration::from_millis(20), stop.changed()).await;
+            let _ = tokio::time::timeout(Duration::from_millis(20), granted.changed()).await;
         }
         producer.flush().await.unwrap();
         for f in pending {
@@ -230,7 +255,8 @@ struct Chaos {
     resumed: usize,
     /// Runs that exited by themselves and were started again (broker-kill test only).
     restarts: usize,
-    stop_feed: watch::Sender<bool>,
+    /// Events the feeder may have produced so far; `None` stops it.
+    granted: watch::Sender<Option<u64>>,
     feeder: Option<JoinHandle<u64>>,
     start: Instant,
 }
@@ -261,8 +287,8 @@ impl Chaos {
             })
             .collect();
         std::fs::write(&job, text.join("\n")).unwrap();
-        let (stop_feed, stop) = watch::channel(false);
-        let feeder = feed(broker.to_owned(), input.name.clone(), seed, stop);
+        let (granted, grants) = watch::channel(Some(0));
+        let feeder = feed(broker.to_owned(), input.name.clone(), seed, grants);
         Chaos {
             label,
             seed,
@@ -277,7 +303,7 @@ impl Chaos {
             kills: BTreeMap::new(),
             resumed: 0,
             restarts: 0,
-            stop_feed,
+            granted,
             feeder: Some(feeder),
             start: Instant::now(),
         }
@@ -361,8 +387,9 @@ impl Chaos {
 
     /// One run, killed where `kind` says.
     async fn kill_once(&mut self, kind: Kill) {
-        let pause = (kind == Kill::Persisted)
-            .then(|| format!("checkpoint-persisted:{}", self.rng.random_range(1..=2)));
+        self.grant();
+        // The first arrival: a run is granted about one window firing's worth of input.
+        let pause = (kind == Kill::Persisted).then(|| "checkpoint-persisted".to_owned());
         let held_before = self.proxy.faults.held_responses.load(Ordering::Relaxed);
         if kind == Kill::Unanswered {
             *self.proxy.faults.hold_responses.lock().unwrap() = Some(ApiKey::EndTxn);
@@ -372,7 +399,13 @@ impl Chaos {
         let (mut child, log) = self.spawn(pause);
         match kind {
             Kill::Random => {
-                let ms = self.rng.random_range(200..3000);
+                // From the run's first line (its state opened): a loaded machine may take
+                // seconds to start the process, and a kill before it did anything proves little.
+                self.wait_for("the run's first log line", &mut child, &log, || {
+                    !log_of(&log).is_empty()
+                })
+                .await;
+                let ms = self.rng.random_range(0..3000);
                 let until = Instant::now() + Duration::from_millis(ms);
                 self.wait_for("a random moment", &mut child, &log, || {
                     Instant::now() >= until
@@ -429,9 +462,15 @@ impl Chaos {
         }
     }
 
+    /// Lets the feeder produce EVENTS_PER_RUN more events.
+    fn grant(&self) {
+        self.granted
+            .send_modify(|g| *g = g.map(|n| n + EVENTS_PER_RUN));
+    }
+
     /// Stops the feeder; returns the rides fed.
     async fn stop_feeding(&mut self) -> u64 {
-        let _ = self.stop_feed.send(true);
+        let _ = self.granted.send(None);
         self.feeder.take().unwrap().await.unwrap()
     }
 
@@ -476,7 +515,7 @@ impl Chaos {
     /// may fail clearly while its broker is away).
     async fn catch_up(&mut self, run: (Guarded, PathBuf), restart: bool) -> String {
         let (mut child, mut log) = run;
-        let start = Instant::now();
+        let (mut progress, mut start) = (0, Instant::now());
         eprintln!(
             "chaos {}: kills done after {:.1} s; the last run catches up",
             self.label,
@@ -507,9 +546,14 @@ impl Chaos {
             if !healing {
                 break verdict;
             }
+            // Waits while the run makes progress (a loaded machine is slow, not stuck).
+            let read = records_read(&verdict);
+            if read > progress {
+                (progress, start) = (read, Instant::now());
+            }
             assert!(
                 start.elapsed() < WAIT,
-                "the last run did not catch up within {WAIT:?}: {verdict}; {}",
+                "the last run made no progress for {WAIT:?}: {verdict}; {}",
                 self.context(&log)
             );
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -608,6 +652,7 @@ async fn per_driver_hourly_survives_its_broker_killed_and_restarted_and_verifies
     let broker = tokio::task::block_in_place(|| PrivateBroker::start(port));
     let mut chaos = Chaos::new("broker-kill", &broker.addr, "exactly-once", INTERVAL_MS).await;
     let admin = Admin::new(client_config(&broker.addr)).await.unwrap();
+    chaos.grant();
     let (mut child, log) = chaos.spawn(None);
     let start = Instant::now();
     while chaos.committed_end(&admin).await <= 0 {
@@ -628,6 +673,7 @@ async fn per_driver_hourly_survives_its_broker_killed_and_restarted_and_verifies
     // Output committed after the broker came back, then the input stops.
     let start = Instant::now();
     let mut run = (child, log);
+    chaos.grant();
     while chaos.committed_end(&admin).await <= before {
         if run.0.try_wait().unwrap().is_some() {
             chaos.restarts += 1;

@@ -298,7 +298,60 @@ impl WindowOp {
 
 #[cfg(test)]
 mod tests {
-    use super::timers_may_be_due;
+    use super::*;
+    use crate::engine::job::Job;
+    use crate::engine::runtime::task::state_layout;
+    use crate::engine::state::{RestoreFrom, StateStore, StoreOptions};
+
+    const HOURLY: &str = include_str!("../../../jobs/rides-per-driver-hourly.toml");
+
+    fn end(driver: u64, t: i64) -> Bytes {
+        Bytes::from(format!(
+            r#"{{"driver_id":{driver},"is_start":false,"passengers":1,"event_time":{t}}}"#
+        ))
+    }
+
+    /// Partition 0 read far ahead (a whole chunk) must not make partition 1's on-time events
+    /// late: the window waits for the slower partition (a single watermark over all records
+    /// dropped them).
+    #[test]
+    fn a_partition_read_ahead_does_not_make_anothers_events_late() {
+        let job = Job::parse("hourly.toml", HOURLY).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = StateStore::open(
+            dir.path(),
+            state_layout(&job),
+            StoreOptions::default(),
+            RestoreFrom::Fresh,
+        )
+        .unwrap();
+        let state = store.operator(WINDOW_UID).unwrap();
+        let mut p = Pipeline::new(&job.pipeline, Some(state)).unwrap();
+        p.add_inputs([input_id(0, 0), input_id(0, 1)]);
+        let h = 3_600_000;
+        let key = || Some(b"7".to_vec());
+        // Partition 0 runs two hours ahead: nothing fires, partition 1 has not spoken.
+        for t in [10, h + 10, 2 * h + 10] {
+            assert!(p
+                .process(input_id(0, 0), key(), &end(7, t))
+                .unwrap()
+                .is_empty());
+        }
+        // Partition 1's event of the first hour still counts.
+        assert!(p
+            .process(input_id(0, 1), key(), &end(7, 20))
+            .unwrap()
+            .is_empty());
+        assert_eq!(p.dropped, 0);
+        // Partition 1 moves on: the first hour closes, with both of its rides.
+        let out = p
+            .process(input_id(0, 1), key(), &end(7, 2 * h + 90_000))
+            .unwrap();
+        assert_eq!(out.len(), 1, "{out:?}");
+        let first: Value = serde_json::from_slice(&out[0].value).unwrap();
+        assert_eq!(first["rides"], 2, "{first}");
+        assert_eq!(first["window_start"], 0, "{first}");
+    }
 
     #[test]
     fn timers_are_scanned_only_when_the_watermark_crosses_a_window_end_or_cleanup() {

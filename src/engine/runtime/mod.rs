@@ -30,6 +30,7 @@
 //! checkpoint is under way; otherwise the job stops with an error rather than risk a record's
 //! output landing after its barrier.
 
+mod hook;
 mod observe;
 mod offsets;
 mod persist;

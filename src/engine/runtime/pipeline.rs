@@ -10,7 +10,7 @@ use super::RuntimeError;
 use crate::engine::job::aggregate::{Accumulator, WindowAggregate};
 use crate::engine::job::batch::{stateless, Carried};
 use crate::engine::job::project::Key;
-use crate::engine::job::window::{route, Admission, Watermark, Window, WindowKind};
+use crate::engine::job::window::{route, Admission, InputWatermarks, Window, WindowKind};
 use crate::engine::job::Operator;
 use crate::engine::metrics::OperatorCounter;
 use crate::engine::state::{MapState, OperatorState, TimerState, ValueState};
@@ -26,7 +26,8 @@ const ACCUMULATORS: MapState = MapState::new(0);
 const FIRE: TimerState = TimerState::new(1);
 /// (window end + allowed lateness, record key): drop the window's state.
 const CLEANUP: TimerState = TimerState::new(2);
-/// Under the empty key: the watermark (JSON), so a restart does not re-open fired windows.
+/// Under the empty key: the watermark of each input and the combined one (JSON), so a restart
+/// does not re-open fired windows.
 const WATERMARK: ValueState = ValueState::new(3);
 
 /// A record on its way to the sink: its topic (`None`: the sink's), Kafka key and value.
@@ -51,7 +52,12 @@ fn late_output(spec: &WindowAggregate, key: Option<Vec<u8>>, raw: &Bytes) -> Opt
 struct WindowOp {
     spec: WindowAggregate,
     state: OperatorState,
-    watermark: Watermark,
+    /// One bounded out-of-orderness watermark per input (source partition), combined as their
+    /// minimum: a task reads its partitions in chunks, so one partition's events may run far
+    /// ahead of another's; a single max-based watermark would then make the other's on-time
+    /// events late. Each partition is a subsequence of an input within the bound, so it stays
+    /// within it.
+    watermark: InputWatermarks,
     /// The watermark up to which timers were last looked for (timers are scanned only when
     /// the watermark crosses a window boundary: a scan visits every key group).
     scanned_to: Option<i64>,
@@ -95,7 +101,7 @@ impl Pipeline {
         let watermark = match WATERMARK.get(&state, b"")? {
             Some(bytes) => serde_json::from_slice(&bytes)
                 .map_err(|e| RuntimeError::Internal(format!("stored watermark: {e}")))?,
-            None => Watermark::new(spec.out_of_orderness),
+            None => InputWatermarks::new([]),
         };
         Ok(Pipeline {
             before: operators[..i].to_vec(),
@@ -132,9 +138,21 @@ impl Pipeline {
         self.window.as_mut().map(|w| &mut w.state)
     }
 
-    /// Runs one input record through the chain; returns what goes to the sink, in order.
+    /// The task's inputs (see [`input_id`]): each holds the window's watermark back until its
+    /// first record. Inputs restored with the state are kept.
+    pub(crate) fn add_inputs(&mut self, inputs: impl IntoIterator<Item = u32>) {
+        if let Some(window) = self.window.as_mut() {
+            for input in inputs {
+                window.watermark.add_input(input);
+            }
+        }
+    }
+
+    /// Runs one input record, read from `input` (see [`input_id`]), through the chain; returns
+    /// what goes to the sink, in order.
     pub(crate) fn process(
         &mut self,
+        input: u32,
         key: Option<Vec<u8>>,
         raw: &Bytes,
     ) -> Result<Vec<Output>, RuntimeError> {
@@ -189,7 +207,7 @@ impl Pipeline {
             out.extend(late_output(&window.spec, input_key, raw));
         }
         let mut results = window.add(&key, t, &value)?;
-        results.extend(window.advance(t)?);
+        results.extend(window.advance(input, t)?);
         if let Some(c) = self.counters.get(at) {
             c.records_out(results.len() as u64);
         }
@@ -227,6 +245,13 @@ fn counted(
         (carried, value, changed) = (c, v, changed || projected);
     }
     Some((carried, value, changed))
+}
+
+/// The input a record comes from, as the window's watermark tracks it: the topic's index in
+/// the job's source topics (stable while the job file is) and the partition.
+pub(crate) fn input_id(topic_index: usize, partition: i32) -> u32 {
+    let topic = u32::try_from(topic_index).unwrap_or(u32::MAX) << 16;
+    topic | (u32::try_from(partition).unwrap_or(0) & 0xffff)
 }
 
 /// A window start as a map key that sorts like the number.
@@ -303,18 +328,19 @@ impl WindowOp {
         ))
     }
 
-    /// Observes `t`; when the watermark crosses a window boundary, fires the due windows (by
-    /// end, then key) and drops the expired ones.
-    fn advance(&mut self, t: i64) -> Result<Vec<(Key, Value)>, RuntimeError> {
-        if !self.watermark.observe(t) {
-            return Ok(Vec::new());
-        }
-        let Some(w) = self.watermark.current() else {
-            return Ok(Vec::new());
-        };
+    /// Observes `t` from `input`; when the combined watermark crosses a window boundary, fires
+    /// the due windows (by end, then key) and drops the expired ones.
+    fn advance(&mut self, input: u32, t: i64) -> Result<Vec<(Key, Value)>, RuntimeError> {
+        let before = self.watermark.current();
+        let own = t.saturating_sub(self.spec.out_of_orderness);
+        let combined = self.watermark.advance(input, own);
+        // Written every time: the input's own watermark may have moved without the combined.
         let bytes = serde_json::to_vec(&self.watermark)
             .map_err(|e| RuntimeError::Internal(format!("watermark: {e}")))?;
         WATERMARK.set(&mut self.state, b"", &bytes);
+        let Some(w) = combined.filter(|w| before != Some(*w)) else {
+            return Ok(Vec::new());
+        };
         let (size, slide) = window_size(self.spec.kind);
         let lateness = self.spec.allowed_lateness;
         if !timers_may_be_due(self.scanned_to, w, size, slide, lateness) {
@@ -366,7 +392,7 @@ mod tests {
             (r#"{"v":5,"k":2}"#, 1),
         ];
         for (value, want) in cases {
-            let out = p.process(None, &Bytes::from(value)).expect("process");
+            let out = p.process(0, None, &Bytes::from(value)).expect("process");
             assert_eq!(out.len(), want, "{value}");
         }
         let counts: Vec<(u64, u64)> = metrics
@@ -409,7 +435,10 @@ mod tests {
         };
         let mut outputs = 0;
         for (is_start, t) in [(true, 10), (false, 20), (false, 2 * hour)] {
-            outputs += p.process(None, &ride(is_start, t)).expect("process").len();
+            outputs += p
+                .process(0, None, &ride(is_start, t))
+                .expect("process")
+                .len();
         }
         assert_eq!(outputs, 1);
         let snapshot = metrics.snapshot_at(0);
@@ -459,7 +488,7 @@ mod tests {
 
     fn feed(p: &mut Pipeline, key: &str, t: i64) -> Vec<Output> {
         let raw = Bytes::from(format!("{{\"k\": \"{key}\", \"t\": {t}}}"));
-        p.process(Some(key.as_bytes().to_vec()), &raw).unwrap()
+        p.process(0, Some(key.as_bytes().to_vec()), &raw).unwrap()
     }
 
     #[test]
@@ -488,6 +517,58 @@ mod tests {
             };
             assert_eq!(late, want, "late_topic {late_topic:?}");
         }
+    }
+
+    use crate::engine::runtime::task::state_layout;
+
+    const HOURLY: &str = include_str!("../../../jobs/rides-per-driver-hourly.toml");
+
+    fn end(driver: u64, t: i64) -> Bytes {
+        Bytes::from(format!(
+            r#"{{"driver_id":{driver},"is_start":false,"passengers":1,"event_time":{t}}}"#
+        ))
+    }
+
+    /// Partition 0 read far ahead (a whole chunk) must not make partition 1's on-time events
+    /// late: the window waits for the slower partition (a single watermark over all records
+    /// dropped them).
+    #[test]
+    fn a_partition_read_ahead_does_not_make_anothers_events_late() {
+        let job = Job::parse("hourly.toml", HOURLY).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = StateStore::open(
+            dir.path(),
+            state_layout(&job),
+            StoreOptions::default(),
+            RestoreFrom::Fresh,
+        )
+        .unwrap();
+        let state = store.operator(WINDOW_UID).unwrap();
+        let mut p = Pipeline::new(&job.pipeline, Some(state)).unwrap();
+        p.add_inputs([input_id(0, 0), input_id(0, 1)]);
+        let h = 3_600_000;
+        let key = || Some(b"7".to_vec());
+        // Partition 0 runs two hours ahead: nothing fires, partition 1 has not spoken.
+        for t in [10, h + 10, 2 * h + 10] {
+            assert!(p
+                .process(input_id(0, 0), key(), &end(7, t))
+                .unwrap()
+                .is_empty());
+        }
+        // Partition 1's event of the first hour still counts.
+        assert!(p
+            .process(input_id(0, 1), key(), &end(7, 20))
+            .unwrap()
+            .is_empty());
+        assert_eq!(p.dropped, 0);
+        // Partition 1 moves on: the first hour closes, with both of its rides.
+        let out = p
+            .process(input_id(0, 1), key(), &end(7, 2 * h + 90_000))
+            .unwrap();
+        assert_eq!(out.len(), 1, "{out:?}");
+        let first: Value = serde_json::from_slice(&out[0].value).unwrap();
+        assert_eq!(first["rides"], 2, "{first}");
+        assert_eq!(first["window_start"], 0, "{first}");
     }
 
     #[test]

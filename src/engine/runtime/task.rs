@@ -7,10 +7,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
+use super::hook;
 use super::observe;
 use super::offsets::GroupOffsets;
 use super::persist::Persister;
-use super::pipeline::{Pipeline, WINDOW_KIND, WINDOW_UID};
+use super::pipeline::{input_id, Pipeline, WINDOW_KIND, WINDOW_UID};
 use super::source::{self, Discovery};
 use super::{RunConfig, RunSummary, RuntimeError};
 use crate::client::txn::PreparedTransaction;
@@ -122,6 +123,7 @@ pub async fn run(
         sink: None,
         consumer,
         sink_topic: job.sink.topic.clone(),
+        topics: job.source.topics.clone(),
         start: job.source.start,
         positions: Positions::new(),
         persister: Persister::new(Duration::from_millis(job.settings.checkpoint_timeout_ms)),
@@ -129,7 +131,6 @@ pub async fn run(
         group_offsets,
         admin,
         discovery: Discovery::new(job.source.partition_discovery_ms),
-        topics: job.source.topics.clone(),
         slots: BTreeMap::new(),
         committed: BTreeMap::new(),
         queue: VecDeque::new(),
@@ -304,6 +305,8 @@ struct Task {
     sink: Option<KafkaSink>,
     consumer: Consumer,
     sink_topic: String,
+    /// The source topics, in job-file order (a record's input id for the watermark).
+    topics: Vec<String>,
     start: StartPosition,
     /// Per partition: the next offset to fetch after the records processed so far.
     positions: Positions,
@@ -316,7 +319,6 @@ struct Task {
     admin: Admin,
     /// When to look for new partitions of `topics`.
     discovery: Discovery,
-    topics: Vec<String>,
     /// Transactional id → the checkpoint whose committable it is (for `release`).
     slots: BTreeMap<String, CheckpointId>,
     /// Transactional id → how the sink's commit ended, until reported to the coordinator.
@@ -515,7 +517,12 @@ impl Task {
             return Ok(());
         };
         match answer {
-            Ok(id) => self.event(Event::Persisted(id)),
+            Ok(id) => {
+                if self.slots.values().any(|&c| c == id) {
+                    hook::reached(hook::Point::CheckpointPersisted, id.0).await;
+                }
+                self.event(Event::Persisted(id))
+            }
             Err(reason) => self.event(Event::PersistFailed { reason }),
         }
         self.drain().await
@@ -638,6 +645,9 @@ impl Task {
             self.consumer
                 .seek(&tp, Offset::At(o))
                 .map_err(|e| RuntimeError::client(format!("seeking {tp}"), e))?;
+            // The window's watermark waits for every partition read (a new one included).
+            let input = self.input_of(&tp.topic, tp.partition);
+            self.pipeline.add_inputs([input]);
             self.positions.insert(checkpoint_tp(&tp), o);
         }
         Ok(())
@@ -703,7 +713,8 @@ impl Task {
             return Ok(());
         };
         let key = record.key.as_ref().map(|k| k.to_vec());
-        for out in self.pipeline.process(key, value)? {
+        let input = self.input_of(&record.topic, record.partition);
+        for out in self.pipeline.process(input, key, value)? {
             // A late record goes to window.late_topic, in the same transaction.
             let topic = out.topic.unwrap_or_else(|| self.sink_topic.clone());
             let mut r = ProducerRecord::new(topic, out.value);
@@ -713,6 +724,11 @@ impl Task {
             self.held.push_back(r);
         }
         self.write_held().await
+    }
+
+    fn input_of(&self, topic: &str, partition: i32) -> u32 {
+        let index = self.topics.iter().position(|t| t == topic).unwrap_or(0);
+        input_id(index, partition)
     }
 
     async fn write_held(&mut self) -> Result<(), RuntimeError> {

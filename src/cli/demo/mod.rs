@@ -104,8 +104,13 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             "--rate, --partitions and --drivers must be at least 1".into(),
         ));
     }
-    let setup = set_up(&args).await?;
-    let outcome = demo(&args, &setup).await;
+    let seed = args
+        .seed
+        .unwrap_or_else(|| onceflow::engine::taxi::latency::now_ms() as u64);
+    // Checked before anything is created.
+    let plan = plan(&args, seed)?;
+    let setup = set_up(&args, seed).await?;
+    let outcome = demo(&args, &setup, plan).await;
     if !args.keep_topics {
         let topics = [setup.input.as_str(), setup.output.as_str()];
         if let Err(e) = setup.admin.delete_topics(&topics).await {
@@ -117,7 +122,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
 }
 
 /// Checks the broker, creates the topics and the temp dir.
-async fn set_up(args: &Args) -> Result<Setup> {
+async fn set_up(args: &Args, seed: u64) -> Result<Setup> {
     let no_broker = |e: onceflow::client::Error| {
         CliError::Failed(format!(
             "no Kafka broker answers at {} ({e}): start one with `protocol-tests/kafka-broker.sh start`, or give its address with -b HOST:PORT",
@@ -129,7 +134,6 @@ async fn set_up(args: &Args) -> Result<Setup> {
         .map_err(no_broker)?;
     admin.list_topics().await.map_err(no_broker)?;
     let millis = onceflow::engine::taxi::latency::now_ms();
-    let seed = args.seed.unwrap_or(millis as u64);
     let name = format!("onceflow-demo-{millis}");
     let (input, output) = (format!("{name}-rides"), format!("{name}-per-driver-hourly"));
     admin
@@ -185,10 +189,13 @@ pub fn kill_times(
         .collect()
 }
 
-/// The run: feed, job, kills, completion, verdict.
-async fn demo(args: &Args, setup: &Setup) -> Result<ExitCode> {
+/// The rides to feed and when each kill is due after the feed's start.
+type Plan = (Vec<Ride>, Vec<Duration>);
+
+/// The demo's [`Plan`] from its flags and seed.
+fn plan(args: &Args, seed: u64) -> Result<Plan> {
     let events: Vec<Ride> = generate::rides(Config {
-        seed: setup.seed,
+        seed,
         rides: args.rides,
         rides_per_second: RIDES_PER_SECOND,
         drivers: args.drivers,
@@ -206,7 +213,12 @@ async fn demo(args: &Args, setup: &Setup) -> Result<ExitCode> {
         )));
     }
     let aim = Duration::from_millis(args.checkpoint_interval_ms.saturating_add(250).min(2_000));
-    let kills = kill_times(&closing, args.kills, args.rate, aim, setup.seed);
+    let kills = kill_times(&closing, args.kills, args.rate, aim, seed);
+    Ok((events, kills))
+}
+
+/// The run: feed, job, kills, completion, verdict.
+async fn demo(args: &Args, setup: &Setup, (events, kills): Plan) -> Result<ExitCode> {
     let exactly_once = args.guarantee == Guarantee::ExactlyOnce;
     println!(
         "demo: job rides-per-driver-hourly ({}), {} ride events at {}/s into {} partitions, {} kills (seed {})",
@@ -260,9 +272,9 @@ async fn demo(args: &Args, setup: &Setup) -> Result<ExitCode> {
     let done = start.elapsed().as_secs_f64();
     let stopped = job.stop(Duration::from_secs(30)).await;
     tracing::info!(stopped, "demo job stopped");
-    let causes = topics
-        .causes(&args.conn, &setup.admin, setup.deadline)
-        .await?;
+    // Its own limit: the run may have used most of --timeout-s, the verdict is in already.
+    let read_limit = Instant::now() + Duration::from_secs(60);
+    let causes = topics.causes(&args.conn, &setup.admin, read_limit).await?;
     let latency = Summary::of(&causes, probe.seen());
     report(&cmp, fed.events, done, fed.secs, &latency, kills.len())
 }

@@ -260,21 +260,22 @@ async fn demo(args: &Args, setup: &Setup, (events, kills): Plan) -> Result<ExitC
     let fed = feed
         .await
         .map_err(|e| CliError::Failed(format!("the feed task: {e}")))??;
-    let topics = JobTopics {
-        job: Job::PerDriverHourly,
-        input: &setup.input,
-        output: &setup.output,
-        out_of_orderness_ms: OUT_OF_ORDERNESS_MS,
+    let topics = Topics {
+        conn: args.conn.clone(),
+        admin: setup.admin.clone(),
+        input: setup.input.clone(),
+        output: setup.output.clone(),
     };
-    let cmp = watch
-        .until_complete(&args.conn, &setup.admin, &topics)
-        .await?;
+    let cmp = watch.until_complete(&topics).await?;
     let done = start.elapsed().as_secs_f64();
     let stopped = job.stop(Duration::from_secs(30)).await;
     tracing::info!(stopped, "demo job stopped");
     // Its own limit: the run may have used most of --timeout-s, the verdict is in already.
     let read_limit = Instant::now() + Duration::from_secs(60);
-    let causes = topics.causes(&args.conn, &setup.admin, read_limit).await?;
+    let causes = topics
+        .job_topics()
+        .causes(&args.conn, &setup.admin, read_limit)
+        .await?;
     let latency = Summary::of(&causes, probe.seen());
     report(&cmp, fed.events, done, fed.secs, &latency, kills.len())
 }
@@ -328,6 +329,26 @@ fn start_job(args: &Args, setup: &Setup) -> Result<ChildJob> {
     ChildJob::start(&setup.dir, &text, run_args)
 }
 
+/// The demo's topics and clients, owned, for the verifier's reads on tasks of their own.
+#[derive(Clone)]
+struct Topics {
+    conn: Conn,
+    admin: Admin,
+    input: String,
+    output: String,
+}
+
+impl Topics {
+    fn job_topics(&self) -> JobTopics<'_> {
+        JobTopics {
+            job: Job::PerDriverHourly,
+            input: &self.input,
+            output: &self.output,
+            out_of_orderness_ms: OUT_OF_ORDERNESS_MS,
+        }
+    }
+}
+
 /// The demo's waits: each polls the probe (so visibility times stay honest), watches the job
 /// and ends at the demo's deadline with a message saying what it waited for.
 struct Watch<'a> {
@@ -374,21 +395,32 @@ impl Watch<'_> {
 
     /// Waits until every window the input closes is visible, then returns the verifier's
     /// comparison (a full read of both topics, so it runs only when the count allows and at
-    /// most every 2 s).
-    async fn until_complete(
-        &mut self,
-        conn: &Conn,
-        admin: &Admin,
-        topics: &JobTopics<'_>,
-    ) -> Result<Comparison> {
-        let expected = topics.expectation(conn, admin, self.deadline).await?;
+    /// most every 2 s). The verifier reads on tasks of their own while the probe keeps polling:
+    /// a record's visibility time must not wait for them.
+    async fn until_complete(&mut self, topics: &Topics) -> Result<Comparison> {
+        let t = topics.clone();
+        let deadline = self.deadline;
+        let expected = tokio::spawn(async move {
+            t.job_topics()
+                .expectation(&t.conn, &t.admin, deadline)
+                .await
+        });
+        let expected = self
+            .polling(expected, "the verifier's read of the input")
+            .await?;
         let required = expected.records.iter().filter(|r| r.required).count();
         let mut last: Option<Instant> = None;
         loop {
             let due = last.is_none_or(|t| t.elapsed() >= Duration::from_secs(2));
             if self.probe.seen().len() >= required && due {
                 last = Some(Instant::now());
-                let cmp = topics.compare(conn, admin, self.deadline).await?;
+                let t = topics.clone();
+                let cmp = tokio::spawn(async move {
+                    t.job_topics().compare(&t.conn, &t.admin, deadline).await
+                });
+                let cmp = self
+                    .polling(cmp, "the verifier's read of both topics")
+                    .await?;
                 if cmp.missing.count == 0 {
                     return Ok(cmp);
                 }
@@ -399,6 +431,19 @@ impl Watch<'_> {
             ))
             .await?;
         }
+    }
+
+    /// Polls the probe while `task` runs; its result.
+    async fn polling<T>(
+        &mut self,
+        task: tokio::task::JoinHandle<Result<T>>,
+        waiting_for: &str,
+    ) -> Result<T> {
+        while !task.is_finished() {
+            self.step(waiting_for).await?;
+        }
+        task.await
+            .map_err(|e| CliError::Failed(format!("{waiting_for}: {e}")))?
     }
 }
 

@@ -23,19 +23,28 @@ pub struct Fed {
     pub secs: f64,
 }
 
-/// Produces `events` to `topic` (keyed by driver, idempotent, acks=all), event `i` not before
-/// [`due`]`(i, rate)`; returns once every one is acknowledged.
+/// A producer for the feed: idempotent and acks=all, so a retry cannot duplicate or reorder a
+/// driver's events (the verifier's per-key order relies on it).
+///
+/// # Errors
+/// The client's error when the brokers cannot be reached.
+pub async fn producer(config: ProducerConfig) -> Result<Producer> {
+    Ok(Producer::new(config).await?)
+}
+
+/// Produces `events` to `topic` (keyed by driver), event `i` not before `start` +
+/// [`due`]`(i, rate)` (the demo aims its kills from the same `start`); returns once every one
+/// is acknowledged.
 ///
 /// # Errors
 /// The producer's error when a record cannot be delivered.
 pub async fn feed(
-    config: ProducerConfig,
+    producer: Producer,
     topic: String,
     events: Vec<Ride>,
     rate: u32,
+    start: Instant,
 ) -> Result<Fed> {
-    let producer = Producer::new(config).await?;
-    let start = Instant::now();
     let mut unacked: VecDeque<DeliveryFuture> = VecDeque::new();
     let mut sent = 0u64;
     for ride in events {

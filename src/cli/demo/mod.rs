@@ -233,26 +233,31 @@ async fn demo(args: &Args, setup: &Setup, (events, kills): Plan) -> Result<ExitC
         .await
         .map_err(|e| CliError::Failed(e.to_string()))?;
     let mut job = start_job(args, setup)?;
-    let feed = tokio::spawn(feed::feed(
+    let producer = feed::producer(
         args.conn
             .producer(&["enable.idempotence=true".into(), "acks=all".into()])?,
+    )
+    .await?;
+    let start = Instant::now();
+    let feed = tokio::spawn(feed::feed(
+        producer,
         setup.input.clone(),
         events,
         args.rate,
+        start,
     ));
-    let start = Instant::now();
     let mut watch = Watch {
         probe: &mut probe,
         job: &mut job,
         deadline: setup.deadline,
     };
     for (k, at) in kills.iter().enumerate() {
-        watch.kill_at(start + *at, exactly_once).await?;
+        let killed = watch.kill_at(start + *at, exactly_once).await?;
         println!(
             "demo: kill {}/{} at {:.1} s: SIGKILLed the job, restarted it on its state (pid {})",
             k + 1,
             kills.len(),
-            start.elapsed().as_secs_f64(),
+            killed.duration_since(start).as_secs_f64(),
             watch.job.pid()
         );
     }
@@ -374,8 +379,9 @@ impl Watch<'_> {
     }
 
     /// Waits until `at` (and [`MIN_UP`] since the last restart; at-least-once: until output
-    /// of this incarnation is visible), then SIGKILLs and restarts the job.
-    async fn kill_at(&mut self, at: Instant, exactly_once: bool) -> Result<()> {
+    /// of this incarnation is visible), then SIGKILLs and restarts the job; returns when the
+    /// kill was sent.
+    async fn kill_at(&mut self, at: Instant, exactly_once: bool) -> Result<Instant> {
         let up = Instant::now();
         let seen = self.probe.seen().len();
         while Instant::now() < at.max(up + MIN_UP)
@@ -383,7 +389,9 @@ impl Watch<'_> {
         {
             self.step("the moment of the next kill").await?;
         }
-        self.job.kill_and_restart()
+        let killed = Instant::now();
+        self.job.kill_and_restart()?;
+        Ok(killed)
     }
 
     async fn until_fed(&mut self, feed: &tokio::task::JoinHandle<Result<feed::Fed>>) -> Result<()> {

@@ -102,11 +102,6 @@ impl ChildJob {
         })
     }
 
-    /// The running incarnation's process id.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
     /// An error carrying the last lines of the job's log when it has exited.
     ///
     /// # Errors

@@ -25,7 +25,7 @@ use crate::props::Conn;
 use crate::taxi::JobTopics;
 use job::ChildJob;
 use onceflow::client::admin::NewTopic;
-use onceflow::client::Admin;
+use onceflow::client::{Admin, IsolationLevel};
 use onceflow::engine::taxi::generate::{self, Config};
 use onceflow::engine::taxi::latency::{Probe, Summary};
 use onceflow::engine::taxi::verify::{Comparison, Job, HOUR_MS};
@@ -155,6 +155,12 @@ async fn set_up(args: &Args, seed: u64) -> Result<Setup> {
     })
 }
 
+/// Written results neither committed nor aborted before: what a kill now catches in the open
+/// transaction (zero when the committed view is ahead of the written one).
+pub fn uncommitted(written: usize, committed: usize, aborted: usize) -> usize {
+    written.saturating_sub(committed).saturating_sub(aborted)
+}
+
 /// The index (in feed order) of the event that first pushes the watermark (newest event time
 /// − out-of-orderness) to each hour's end, for the hours the events close.
 pub fn closing_events(events: &[Ride], out_of_orderness_ms: i64) -> Vec<usize> {
@@ -232,6 +238,15 @@ async fn demo(args: &Args, setup: &Setup, (events, kills): Plan) -> Result<ExitC
     let mut probe = Probe::start(args.conn.consumer(&[])?, &setup.output)
         .await
         .map_err(|e| CliError::Failed(e.to_string()))?;
+    // Beside the committed view, everything written: the difference at a kill is what the
+    // kill caught in the job's open transaction.
+    let mut written = Probe::start_with(
+        args.conn.consumer(&[])?,
+        &setup.output,
+        IsolationLevel::ReadUncommitted,
+    )
+    .await
+    .map_err(|e| CliError::Failed(e.to_string()))?;
     let mut job = start_job(args, setup)?;
     let producer = feed::producer(
         args.conn
@@ -248,17 +263,24 @@ async fn demo(args: &Args, setup: &Setup, (events, kills): Plan) -> Result<ExitC
     ));
     let mut watch = Watch {
         probe: &mut probe,
+        written: &mut written,
+        aborted: 0,
         job: &mut job,
         deadline: setup.deadline,
     };
     for (k, at) in kills.iter().enumerate() {
-        let killed = watch.kill_at(start + *at, exactly_once).await?;
+        let (killed, caught) = watch.kill_at(start + *at, exactly_once).await?;
+        let caught = match (exactly_once, caught) {
+            (false, _) => String::new(),
+            (true, 0) => " (no results in its open transaction)".to_owned(),
+            (true, 1) => " with 1 result in its open transaction".to_owned(),
+            (true, n) => format!(" with {n} results in its open transaction"),
+        };
         println!(
-            "demo: kill {}/{} at {:.1} s: SIGKILLed the job, restarted it on its state (pid {})",
+            "demo: kill {}/{} at {:.1} s: SIGKILLed the job{caught}, restarted it on its state",
             k + 1,
             kills.len(),
             killed.duration_since(start).as_secs_f64(),
-            watch.job.pid()
         );
     }
     watch.until_fed(&feed).await?;
@@ -358,6 +380,10 @@ impl Topics {
 /// and ends at the demo's deadline with a message saying what it waited for.
 struct Watch<'a> {
     probe: &'a mut Probe,
+    /// The output read_uncommitted: committed, open and aborted records.
+    written: &'a mut Probe,
+    /// Records `written` holds that were aborted (caught by earlier kills).
+    aborted: usize,
     job: &'a mut ChildJob,
     deadline: Instant,
 }
@@ -365,10 +391,11 @@ struct Watch<'a> {
 impl Watch<'_> {
     /// One slice of waiting: a poll of the probe, then the job and the deadline checked.
     async fn step(&mut self, waiting_for: &str) -> Result<()> {
-        self.probe
-            .poll(Duration::from_millis(100))
-            .await
-            .map_err(|e| CliError::Failed(e.to_string()))?;
+        for p in [&mut *self.probe, &mut *self.written] {
+            p.poll(Duration::from_millis(50))
+                .await
+                .map_err(|e| CliError::Failed(e.to_string()))?;
+        }
         self.job.check_running()?;
         if Instant::now() >= self.deadline {
             return Err(self.job.failed(&format!(
@@ -380,8 +407,9 @@ impl Watch<'_> {
 
     /// Waits until `at` (and [`MIN_UP`] since the last restart; at-least-once: until output
     /// of this incarnation is visible), then SIGKILLs and restarts the job; returns when the
-    /// kill was sent.
-    async fn kill_at(&mut self, at: Instant, exactly_once: bool) -> Result<Instant> {
+    /// kill was sent and how many written results it caught uncommitted (as far as the last
+    /// polls saw: written, neither committed nor aborted before).
+    async fn kill_at(&mut self, at: Instant, exactly_once: bool) -> Result<(Instant, usize)> {
         let up = Instant::now();
         let seen = self.probe.seen().len();
         while Instant::now() < at.max(up + MIN_UP)
@@ -391,7 +419,13 @@ impl Watch<'_> {
         }
         let killed = Instant::now();
         self.job.kill_and_restart()?;
-        Ok(killed)
+        let caught = uncommitted(
+            self.written.seen().len(),
+            self.probe.seen().len(),
+            self.aborted,
+        );
+        self.aborted += caught;
+        Ok((killed, caught))
     }
 
     async fn until_fed(&mut self, feed: &tokio::task::JoinHandle<Result<feed::Fed>>) -> Result<()> {
@@ -490,6 +524,21 @@ mod tests {
         for (times, want) in cases {
             let events: Vec<Ride> = times.iter().map(|&t| at(t)).collect();
             assert_eq!(closing_events(&events, m), want, "{times:?}");
+        }
+    }
+
+    #[test]
+    fn a_kill_catches_what_was_written_and_neither_committed_nor_aborted_before() {
+        // (written, committed, aborted before, caught)
+        for (w, c, a, caught) in [
+            (0, 0, 0, 0),
+            (50, 0, 0, 50),
+            (50, 50, 0, 0),
+            (150, 100, 50, 0),
+            (200, 100, 50, 50),
+            (90, 100, 0, 0),
+        ] {
+            assert_eq!(uncommitted(w, c, a), caught, "{w} {c} {a}");
         }
     }
 

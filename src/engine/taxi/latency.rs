@@ -243,8 +243,21 @@ impl Probe {
     ///
     /// # Errors
     /// [`LatencyError::Client`] when the brokers cannot be reached or the topic is unknown.
-    pub async fn start(mut config: ConsumerConfig, topic: &str) -> Result<Probe, LatencyError> {
-        config.isolation_level = IsolationLevel::ReadCommitted;
+    pub async fn start(config: ConsumerConfig, topic: &str) -> Result<Probe, LatencyError> {
+        Probe::start_with(config, topic, IsolationLevel::ReadCommitted).await
+    }
+
+    /// As [`Probe::start`] at `isolation`: read_uncommitted also sees what sits in open (and
+    /// aborted) transactions, which the latency never counts but a demo may show.
+    ///
+    /// # Errors
+    /// As [`Probe::start`].
+    pub async fn start_with(
+        mut config: ConsumerConfig,
+        topic: &str,
+        isolation: IsolationLevel,
+    ) -> Result<Probe, LatencyError> {
+        config.isolation_level = isolation;
         let client = |doing: &str| {
             let doing = format!("{doing} {topic}");
             move |source| LatencyError::Client { doing, source }

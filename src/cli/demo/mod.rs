@@ -8,7 +8,8 @@
 //!    (`onceflow run`), SIGKILLed `--kills` times and restarted on the same state. The kills
 //!    aim at the dangerous moments: kill k comes at a random moment (seeded) shortly after the
 //!    feed sends the record that closes the k-th hour, when that hour's results may sit in
-//!    the job's open transaction.
+//!    the job's open transaction; a read_uncommitted tail beside the committed one lets each
+//!    kill line say how many results it caught there.
 //! 3. Once every window the input closes is committed, the library's verifier (the code of
 //!    `onceflow taxi verify`) gives the verdict; throughput, end-to-end latency
 //!    (`engine::taxi::latency`) and the kill count follow. Exit 0 only on a verdict OK.

@@ -155,14 +155,18 @@ impl ChildJob {
         false
     }
 
-    /// `what`, with the last lines of the running incarnation's log.
+    /// `what`, with the last lines of the running incarnation's log (the temp dir holding it
+    /// goes with the demo, so the lines are in the message).
     pub fn failed(&self, what: &str) -> CliError {
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = log.lines().collect();
+        let name = self.log.file_name().unwrap_or_default().to_string_lossy();
+        if lines.is_empty() {
+            return CliError::Failed(format!("{what}; the job's log ({name}) is empty"));
+        }
         let tail = lines[lines.len().saturating_sub(8)..].join("\n  ");
         CliError::Failed(format!(
-            "{what}; the last lines of {}:\n  {tail}",
-            self.log.display()
+            "{what}; the job's last log lines ({name}):\n  {tail}"
         ))
     }
 }
@@ -191,6 +195,8 @@ fn spawn(file: &Path, args: &[String], incarnation: u32, fresh: bool) -> Result<
     }
     let child = cmd
         .env("ONCEFLOW_LOG", "onceflow=info")
+        // A log file, printed on failure: no colour codes in it.
+        .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(err)

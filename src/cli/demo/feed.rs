@@ -23,6 +23,15 @@ pub struct Fed {
     pub secs: f64,
 }
 
+/// The feed's task, aborted when dropped (an error path included).
+pub struct Task(pub tokio::task::JoinHandle<Result<Fed>>);
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// A producer for the feed: idempotent and acks=all, so a retry cannot duplicate or reorder a
 /// driver's events (the verifier's per-key order relies on it).
 ///

@@ -255,13 +255,15 @@ async fn demo(args: &Args, setup: &Setup, (events, kills): Plan) -> Result<ExitC
     )
     .await?;
     let start = Instant::now();
-    let feed = tokio::spawn(feed::feed(
+    // Aborted when dropped: a demo that fails must not keep producing (the broker would
+    // create the deleted input topic again).
+    let mut feed = feed::Task(tokio::spawn(feed::feed(
         producer,
         setup.input.clone(),
         events,
         args.rate,
         start,
-    ));
+    )));
     let mut watch = Watch {
         probe: &mut probe,
         written: &mut written,
@@ -285,7 +287,7 @@ async fn demo(args: &Args, setup: &Setup, (events, kills): Plan) -> Result<ExitC
         );
     }
     watch.until_fed(&feed).await?;
-    let fed = feed
+    let fed = (&mut feed.0)
         .await
         .map_err(|e| CliError::Failed(format!("the feed task: {e}")))??;
     let topics = Topics {
@@ -429,8 +431,8 @@ impl Watch<'_> {
         Ok((killed, caught))
     }
 
-    async fn until_fed(&mut self, feed: &tokio::task::JoinHandle<Result<feed::Fed>>) -> Result<()> {
-        while !feed.is_finished() {
+    async fn until_fed(&mut self, feed: &feed::Task) -> Result<()> {
+        while !feed.0.is_finished() {
             self.step("the rides to be produced").await?;
         }
         Ok(())

@@ -15,6 +15,8 @@ mod connection_faults;
 mod consumer_fetch_order;
 mod consumer_positions;
 mod consumer_truncation;
+mod demo;
+mod engine_chaos;
 mod engine_features;
 mod engine_metrics;
 mod engine_parallel;

@@ -11,6 +11,9 @@
 //! - `hold_next_request`: hold the next request of one API this long before forwarding it
 //!   (e.g. a SyncGroup held past session.timeout.ms reaches a coordinator that has already
 //!   removed the member);
+//! - `hold_responses`: while set to an API, forward its requests but never pass their responses
+//!   back (the connection stays open and silent): the broker did the work, the client never
+//!   hears so. For EndTxn only commits are held (an abort's answer passes);
 //! - `fake_leader`: a second broker id, at another address, that Metadata names as the leader
 //!   of chosen partitions. With one real broker this is how a test gets a cluster where one
 //!   leader is healthy and another unreachable (point it at a [`Blackhole`]).
@@ -20,7 +23,8 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, FindCoordinatorResponse, MetadataResponse, ResponseHeader,
+    ApiKey, BrokerId, EndTxnRequest, FindCoordinatorResponse, MetadataResponse, RequestHeader,
+    ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use rand::Rng;
@@ -54,6 +58,10 @@ pub struct Faults {
     pub hold_next_request: Mutex<Option<(ApiKey, std::time::Duration)>>,
     /// Requests `hold_next_request` has started holding (counted before the hold).
     pub held_requests: AtomicU64,
+    /// While set: the responses of this API are held forever (EndTxn: commits only).
+    pub hold_responses: Mutex<Option<ApiKey>>,
+    /// Responses `hold_responses` has held.
+    pub held_responses: AtomicU64,
     pub fake_leader: Mutex<Option<FakeLeader>>,
 }
 
@@ -150,8 +158,24 @@ impl Proxy {
     }
 }
 
-/// Correlation id -> (api key, version, drop the response?).
-type InFlight = HashMap<i32, (i16, i16, bool)>;
+/// Correlation id -> (api key, version, drop the response?, hold it?).
+type InFlight = HashMap<i32, (i16, i16, bool, bool)>;
+
+/// Whether `hold_responses` holds the response to this request frame.
+fn hold_response(faults: &Faults, api: i16, version: i16, frame: &Bytes) -> bool {
+    let held = *faults.hold_responses.lock().unwrap();
+    match held {
+        Some(ApiKey::EndTxn) if api == ApiKey::EndTxn as i16 => {
+            let mut buf = frame.clone();
+            RequestHeader::decode(&mut buf, ApiKey::EndTxn.request_header_version(version))
+                .ok()
+                .and_then(|_| EndTxnRequest::decode(&mut buf, version).ok())
+                .is_some_and(|r| r.committed)
+        }
+        Some(key) => key as i16 == api,
+        None => false,
+    }
+}
 
 async fn read_frame<R: AsyncReadExt + Unpin>(r: &mut R) -> Option<Bytes> {
     let len = r.read_i32().await.ok()?;
@@ -206,10 +230,11 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
                     tokio::time::sleep(d).await;
                 }
                 *faults.forwarded.lock().unwrap().entry(api).or_insert(0) += 1;
+                let hold_it = hold_response(&faults, api, version, &frame);
                 inflight
                     .lock()
                     .unwrap()
-                    .insert(cid, (api, version, drop_it));
+                    .insert(cid, (api, version, drop_it, hold_it));
                 let mut out = BytesMut::with_capacity(frame.len() + 4);
                 out.put_i32(frame.len() as i32);
                 out.put_slice(&frame);
@@ -239,16 +264,21 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
                 if delay > 0 {
                     tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
                 }
-                if entry.is_some_and(|(api, _, _)| api == ApiKey::Metadata as i16) {
+                if entry.is_some_and(|(_, _, _, hold)| hold) {
+                    // The broker answered; the client waits for ever (until it goes away).
+                    faults.held_responses.fetch_add(1, Ordering::Relaxed);
+                    std::future::pending::<()>().await;
+                }
+                if entry.is_some_and(|(api, _, _, _)| api == ApiKey::Metadata as i16) {
                     faults.metadata_responses.fetch_add(1, Ordering::Relaxed);
                 }
                 let body = match entry {
-                    Some((_, _, true)) => {
+                    Some((_, _, true, _)) => {
                         // The broker wrote it; the client will never hear so.
                         faults.dropped_responses.fetch_add(1, Ordering::Relaxed);
                         break;
                     }
-                    Some((api, version, false)) => {
+                    Some((api, version, false, _)) => {
                         let fake = faults.fake_leader.lock().unwrap().clone();
                         rewrite(frame, api, version, &me, fake.as_ref())
                     }

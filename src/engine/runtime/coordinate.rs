@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
 
+use super::hook;
 use super::launch::{launch, Launched, Plan};
 use super::message::{Control, Counters, Report, C, D};
 use super::observe;
@@ -45,6 +46,8 @@ pub(crate) struct Master {
     /// The positions of the checkpoint being written, for the group's offsets once durable.
     persisted_positions: Option<(CheckpointId, Positions)>,
     group_offsets: GroupOffsets,
+    /// The checkpoint being written when its record lists committables (the test hook).
+    persisted_committables: Option<CheckpointId>,
     /// The sinks between their resume and their start (AbortPool), by sink task.
     resumed: Vec<sink::Resumed>,
     /// The started sinks, until the subtasks take them (StartTasks).
@@ -74,6 +77,7 @@ impl Master {
             store: Arc::new(Mutex::new(store)),
             persister: Persister::new(plan.patience),
             persisted_positions: None,
+            persisted_committables: None,
             group_offsets: GroupOffsets::new(
                 Admin::with_cluster(plan.cluster.clone()),
                 plan.job.source.group.clone(),
@@ -332,6 +336,7 @@ impl Master {
             .into_iter()
             .map(|l| l.committable)
             .collect();
+        self.persisted_committables = (!committables.is_empty()).then_some(id);
         let store = self.store.clone();
         let metrics = self.plan.metrics.clone();
         self.persister.start(id, move || {
@@ -347,7 +352,13 @@ impl Master {
             return Ok(());
         };
         match answer {
-            Ok(id) => self.event(Event::Persisted(id)),
+            Ok(id) => {
+                // The chaos test's pause point: durable, with transactions not yet committed.
+                if self.persisted_committables == Some(id) {
+                    hook::reached(hook::Point::CheckpointPersisted, id.0).await;
+                }
+                self.event(Event::Persisted(id))
+            }
             Err(reason) => self.event(Event::PersistFailed { reason }),
         }
         self.drain().await

@@ -38,6 +38,7 @@
 
 mod alignment;
 mod coordinate;
+mod hook;
 mod keyed;
 mod launch;
 mod message;

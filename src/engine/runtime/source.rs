@@ -441,6 +441,66 @@ mod tests {
     /// The source subtask's watermark over two partitions (out-of-orderness 10): the minimum
     /// of the active ones, sent only when it advances; an idle partition leaves the minimum,
     /// and a subtask waking after it said "idle" sends its watermark again.
+    /// Partition 0 read far ahead must not make partition 1's on-time events late: the keyed
+    /// subtask's window waits for the slower partition's watermark (one watermark over all
+    /// records dropped them).
+    #[test]
+    fn a_partition_read_ahead_does_not_make_anothers_events_late() {
+        use crate::engine::runtime::pipeline::{Output, WindowStage, WINDOW_UID};
+        use crate::engine::state::{RestoreFrom, StateStore, StoreOptions};
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("jobs")
+            .join("rides-per-driver-hourly.toml");
+        let job = crate::engine::job::Job::load(&file).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let layout = super::super::task::state_layout(&job);
+        let (store, _) = StateStore::open(
+            dir.path(),
+            layout,
+            StoreOptions::default(),
+            RestoreFrom::Fresh,
+        )
+        .unwrap();
+        let mut stage =
+            WindowStage::new(&job.pipeline, store.operator(WINDOW_UID).unwrap()).unwrap();
+        let mut prefix = Prefix::new(&job.pipeline);
+        let tp = |p: i32| TopicPartition::new("t", p);
+        let mut w = PartitionWatermarks::new(&[tp(0), tp(1)], 60_000);
+        let mut feed = |p: i32, t: i64| -> Vec<Output> {
+            let raw = Bytes::from(format!(
+                r#"{{"is_start":false,"driver_id":7,"passengers":1,"event_time":{t}}}"#
+            ));
+            let Prefixed::Keyed {
+                key,
+                time,
+                value,
+                input,
+            } = prefix.process(Some(b"7".to_vec()), &raw)
+            else {
+                panic!("not keyed");
+            };
+            let mut out = stage.process(&key, time, &value, input).unwrap();
+            if let Some(wm) = w.observe(&tp(p), t) {
+                out.extend(stage.advance_to(wm).unwrap());
+            }
+            out
+        };
+        let h = 3_600_000;
+        // Partition 0 runs two hours ahead: nothing fires, partition 1 has not spoken.
+        for t in [10, h + 10, 2 * h + 10] {
+            assert!(feed(0, t).is_empty());
+        }
+        // Partition 1's event of the first hour still counts.
+        assert!(feed(1, 20).is_empty());
+        // Partition 1 moves on: the first hour closes, with both of its rides.
+        let out = feed(1, 2 * h + 90_000);
+        assert_eq!(out.len(), 1, "{out:?}");
+        let first: serde_json::Value = serde_json::from_slice(&out[0].value).unwrap();
+        assert_eq!(first["rides"], 2, "{first}");
+        assert_eq!(first["window_start"], 0, "{first}");
+        assert_eq!(stage.late, 0);
+    }
+
     #[test]
     fn partition_watermarks_table() {
         use Step::*;

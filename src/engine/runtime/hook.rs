@@ -1,0 +1,114 @@
+//! A test-only pause point, so the chaos test (protocol-tests/engine_chaos.rs) can SIGKILL
+//! the runtime at a moment it has proven to be at, not one it hopes to hit.
+//!
+//! `ONCEFLOW_TEST_PAUSE=<point>[:<nth>]` (read once, at the first point reached) arms the
+//! `nth` (default 1st) time the runtime reaches `<point>`: it logs the marker line
+//! `test pause at <point>, checkpoint N` (tracing, WARN) and then waits forever, until the
+//! process is killed. Unset (every real run), a reached point costs one load of a
+//! [`OnceLock`] and does nothing; a malformed value is logged once and ignored. The pause only
+//! stops the task: nothing is written or sent while it waits, so a kill during it is exactly a
+//! crash at that point.
+//!
+//! Points:
+//! - `checkpoint-persisted`: checkpoint N, which has committables, is durable (the state
+//!   store's SyncAll returned) and its transactions are not committed yet (the coordinator has
+//!   not heard `Persisted`, so no commit was sent).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// The environment variable that arms a pause.
+pub(crate) const ENV: &str = "ONCEFLOW_TEST_PAUSE";
+
+/// Where the runtime may pause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Point {
+    /// A checkpoint with committables is durable; its commits are not sent.
+    CheckpointPersisted,
+}
+
+impl Point {
+    fn name(self) -> &'static str {
+        match self {
+            Point::CheckpointPersisted => "checkpoint-persisted",
+        }
+    }
+}
+
+/// The armed point and which arrival at it pauses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Armed {
+    point: Point,
+    nth: u64,
+}
+
+/// `<point>[:<nth>]`, nth ≥ 1; `None` for anything else.
+fn parse(spec: &str) -> Option<Armed> {
+    let (name, nth) = match spec.split_once(':') {
+        Some((name, n)) => (name, n.trim().parse::<u64>().ok().filter(|n| *n >= 1)?),
+        None => (spec, 1),
+    };
+    let point = [Point::CheckpointPersisted]
+        .into_iter()
+        .find(|p| p.name() == name.trim())?;
+    Some(Armed { point, nth })
+}
+
+fn armed() -> Option<Armed> {
+    static ARMED: OnceLock<Option<Armed>> = OnceLock::new();
+    *ARMED.get_or_init(|| {
+        let spec = std::env::var(ENV).ok()?;
+        let armed = parse(&spec);
+        if armed.is_none() {
+            tracing::warn!(
+                value = %spec,
+                "{ENV} is not <point>[:<nth>] with point checkpoint-persisted and nth >= 1; ignored"
+            );
+        }
+        armed
+    })
+}
+
+/// The runtime reached `point` at checkpoint `checkpoint`: pauses forever if this is the
+/// armed arrival, else returns at once.
+pub(crate) async fn reached(point: Point, checkpoint: u64) {
+    static ARRIVALS: AtomicU64 = AtomicU64::new(0);
+    let Some(armed) = armed().filter(|a| a.point == point) else {
+        return;
+    };
+    if ARRIVALS.fetch_add(1, Ordering::Relaxed) + 1 != armed.nth {
+        return;
+    }
+    tracing::warn!(
+        checkpoint,
+        "test pause at {}, checkpoint {checkpoint} ({ENV}); waiting to be killed",
+        point.name()
+    );
+    std::future::pending::<()>().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pause_spec_names_a_point_and_an_arrival() {
+        let at = |nth| {
+            Some(Armed {
+                point: Point::CheckpointPersisted,
+                nth,
+            })
+        };
+        let cases = [
+            ("checkpoint-persisted", at(1)),
+            ("checkpoint-persisted:3", at(3)),
+            ("checkpoint-persisted:0", None),
+            ("checkpoint-persisted:x", None),
+            ("commit-sent", None),
+            ("", None),
+        ];
+        for (spec, want) in cases {
+            assert_eq!(parse(spec), want, "{spec}");
+        }
+    }
+}

@@ -101,7 +101,14 @@ pub async fn run(
     let pipeline = Pipeline::new(&job.pipeline, state)?;
     let mut consumer_config = config.consumer.clone();
     consumer_config.isolation_level = IsolationLevel::ReadCommitted;
-    let mut consumer = Consumer::with_cluster(consumer_config, cluster);
+    // The source has connections of its own: a broker answers a connection's requests one at
+    // a time, in order, so on a shared connection each Fetch long-poll (fetch.max.wait.ms,
+    // 500 ms, whenever the source is caught up) held the sink's Produce requests behind it:
+    // ~1,000 records/s (BENCHMARKS.md, "Engine").
+    let source_cluster = Cluster::connect(config.client.clone())
+        .await
+        .map_err(|e| RuntimeError::client("connecting the source to the brokers", e))?;
+    let mut consumer = Consumer::with_cluster(consumer_config, source_cluster);
     let topics: Vec<&str> = job.source.topics.iter().map(String::as_str).collect();
     consumer
         .assign_topics(&topics)

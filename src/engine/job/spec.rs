@@ -121,7 +121,18 @@ pub struct Settings {
     pub transaction_timeout_ms: u64,
     /// `state.dir` (default `state/<name>`).
     pub state_dir: PathBuf,
+    /// `state.cache.bytes`: the state store's block cache, shared by its keyspaces (default
+    /// fjall's, 32 MiB). With the memtables it bounds the memory of state larger than RAM.
+    pub state_cache_bytes: Option<u64>,
+    /// `state.memtable.bytes`: the most a keyspace of the state store buffers in memory
+    /// before it writes a table to disk (default fjall's, 64 MiB). Fixed when the state
+    /// directory is created: a restore keeps the size the keyspaces were created with.
+    pub state_memtable_bytes: Option<u64>,
 }
+
+/// The least `state.cache.bytes` and `state.memtable.bytes` (1 MiB): below it fjall flushes
+/// memtables constantly and caches nothing useful.
+pub const MIN_STATE_MEMORY_BYTES: u64 = 1 << 20;
 
 /// The most key groups a job may have (a key group is a u16 in state keys; Flink's limit).
 pub const MAX_KEY_GROUPS: u32 = 32_768;
@@ -282,7 +293,15 @@ struct RawMs {
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawState {
-    dir: Spanned<String>,
+    dir: Option<Spanned<String>>,
+    cache: Option<RawBytes>,
+    memtable: Option<RawBytes>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBytes {
+    bytes: Spanned<u64>,
 }
 
 /// `"127.0.0.1:9092"`, `"a:9092,b:9092"` or `["a:9092", "b:9092"]`.
@@ -1034,17 +1053,24 @@ fn check_settings(
             ),
         ));
     }
-    let state_dir = match raw.state {
-        Some(s) if s.dir.get_ref().trim().is_empty() => {
+    let state = raw.state.unwrap_or(RawState {
+        dir: None,
+        cache: None,
+        memtable: None,
+    });
+    let state_dir = match state.dir {
+        Some(d) if d.get_ref().trim().is_empty() => {
             return Err(loc.at(
-                &s.dir.span(),
+                &d.span(),
                 Some("settings.state.dir"),
                 "the directory is empty",
             ));
         }
-        Some(s) => PathBuf::from(s.dir.into_inner()),
+        Some(d) => PathBuf::from(d.into_inner()),
         None => PathBuf::from("state").join(name),
     };
+    let state_cache_bytes = state_bytes(loc, state.cache, "settings.state.cache.bytes")?;
+    let state_memtable_bytes = state_bytes(loc, state.memtable, "settings.state.memtable.bytes")?;
     Ok(Settings {
         parallelism,
         key_groups,
@@ -1052,7 +1078,27 @@ fn check_settings(
         checkpoint_timeout_ms: timeout,
         transaction_timeout_ms: txn,
         state_dir,
+        state_cache_bytes,
+        state_memtable_bytes,
     })
+}
+
+/// A state store memory size, at least [`MIN_STATE_MEMORY_BYTES`].
+fn state_bytes(
+    loc: &Locator<'_>,
+    raw: Option<RawBytes>,
+    field: &'static str,
+) -> Result<Option<u64>, JobError> {
+    let Some(raw) = raw else { return Ok(None) };
+    let bytes = *raw.bytes.get_ref();
+    if bytes < MIN_STATE_MEMORY_BYTES {
+        return Err(loc.at(
+            &raw.bytes.span(),
+            Some(field),
+            format!("{bytes} is too small: give at least {MIN_STATE_MEMORY_BYTES} (1 MiB)"),
+        ));
+    }
+    Ok(Some(bytes))
 }
 
 #[cfg(test)]

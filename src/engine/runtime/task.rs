@@ -60,13 +60,13 @@ pub async fn run(
     check_supported(job)?;
     let settings = checkpoint_settings(job);
     let layout = state_layout(job);
-    let (store, record) = open_store(
-        config.state_dir.clone(),
-        layout,
-        settings.retention,
-        config.restore,
-    )
-    .await?;
+    let options = StoreOptions {
+        retain: u32::try_from(settings.retention).unwrap_or(2),
+        cache_bytes: job.settings.state_cache_bytes,
+        memtable_bytes: job.settings.state_memtable_bytes,
+    };
+    let (store, record) =
+        open_store(config.state_dir.clone(), layout, options, config.restore).await?;
     let cluster = Cluster::connect(config.client.clone())
         .await
         .map_err(|e| RuntimeError::client("connecting to the brokers", e))?;
@@ -218,12 +218,9 @@ fn sink_config(config: &RunConfig, delivery: Delivery, s: &checkpoint::Settings)
 async fn open_store(
     dir: PathBuf,
     layout: Layout,
-    retention: u64,
+    options: StoreOptions,
     restore: RestoreFrom,
 ) -> Result<(StateStore, CheckpointRecord), RuntimeError> {
-    let options = StoreOptions {
-        retain: u32::try_from(retention).unwrap_or(2),
-    };
     tokio::task::spawn_blocking(move || StateStore::open(dir, layout, options, restore))
         .await
         .map_err(|e| RuntimeError::Internal(format!("the state store's thread: {e}")))?

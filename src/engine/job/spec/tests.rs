@@ -100,6 +100,8 @@ fn defaults_of_a_minimal_job() {
             checkpoint_timeout_ms: 30_000,
             transaction_timeout_ms: 300_000,
             state_dir: PathBuf::from("state/x"),
+            state_cache_bytes: None,
+            state_memtable_bytes: None,
         }
     );
     let job = Job::parse(
@@ -111,6 +113,21 @@ fn defaults_of_a_minimal_job() {
     assert_eq!(job.source.brokers, vec!["a:1", "b:2", "c:3"]);
     assert_eq!(job.sink.guarantee, DeliveryGuarantee::AtLeastOnce);
     assert_eq!(job.sink.transactional_id_prefix, None);
+}
+
+#[test]
+fn state_memory_sizes_are_read_from_settings() {
+    let job = Job::parse(
+        "m.toml",
+        &format!(
+            "{HEAD}{SINK}[settings]\nstate.dir = \"s\"\nstate.cache.bytes = 8388608\n\
+             state.memtable.bytes = 4194304\n"
+        ),
+    )
+    .unwrap();
+    assert_eq!(job.settings.state_dir, PathBuf::from("s"));
+    assert_eq!(job.settings.state_cache_bytes, Some(8 << 20));
+    assert_eq!(job.settings.state_memtable_bytes, Some(4 << 20));
 }
 
 #[test]
@@ -423,6 +440,18 @@ fn malformed_files_name_the_line_and_the_field() {
             9,
             "settings.parallelism",
             "at least 1",
+        ),
+        (
+            format!("{HEAD}{SINK}[settings]\nstate.cache.bytes = 4096\n"),
+            9,
+            "settings.state.cache.bytes",
+            "4096 is too small: give at least 1048576",
+        ),
+        (
+            format!("{HEAD}{SINK}[settings]\nstate.memtable.bytes = 0\n"),
+            9,
+            "settings.state.memtable.bytes",
+            "at least 1048576",
         ),
     ];
     for (text, line, field, part) in cases {

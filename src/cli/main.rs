@@ -42,8 +42,8 @@ enum Command {
     Topics(topics::Args),
     /// List, describe, abort (fence) or commit transactions.
     Txn(txn::Args),
-    /// Run the demo against a local broker: produce a taxi-ride data set, read it back,
-    /// print throughput.
+    /// Run the demo against a local broker: the per-driver-hourly job, SIGKILLed and restarted
+    /// while rides stream in, writes every result exactly once (verdict, throughput, latency).
     Demo(demo::Args),
     /// Run a job file (source → operators → sink, exactly once) until SIGINT/SIGTERM.
     Run(run::Args),

@@ -3,17 +3,19 @@
 //! `generate` produces deterministic ride events keyed by driver id with the idempotent
 //! producer; `verify` computes a shipped job's expected output from its input topic and
 //! compares it with a read_committed read of the output topic, printing a one-line verdict
-//! (exit 0 on OK, 1 on FAILED).
+//! (exit 0 on OK, 1 on FAILED); `latency` tails a job's output as it is committed and prints
+//! its end-to-end latency (`engine::taxi::latency`).
 
 use super::error::{CliError, Result};
 use super::props::Conn;
 use bytes::Bytes;
 use onceflow::client::admin::NewTopic;
 use onceflow::client::{
-    Admin, Consumer, DeliveryFuture, IsolationLevel, Offset, Producer, ProducerRecord,
-    TopicPartition,
+    Admin, Consumer, ConsumerRecord, DeliveryFuture, IsolationLevel, Offset, Producer,
+    ProducerRecord, TopicPartition,
 };
 use onceflow::engine::taxi::generate::{self, Config};
+use onceflow::engine::taxi::latency::{Appended, Causes, Probe, Summary};
 use onceflow::engine::taxi::verify::{self, ExpectationBuilder, Job, TopicRecord};
 use onceflow::engine::taxi::NYC;
 use std::collections::{BTreeMap, VecDeque};
@@ -38,6 +40,10 @@ enum Action {
     /// Compute a job's expected output from its input topic and compare it with a
     /// read_committed read of its output topic; print a one-line verdict (exit 1 on FAILED).
     Verify(VerifyArgs),
+    /// Tail a job's output (read_committed) from the beginning until N records or the
+    /// timeout, then print its end-to-end latency in one line: `latency: N results, p50 X ms,
+    /// p99 Y ms, max Z ms` (exit 1 when fewer than N records came).
+    Latency(LatencyArgs),
 }
 
 #[derive(clap::Args)]
@@ -74,7 +80,7 @@ struct GenerateArgs {
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
-enum JobName {
+pub(crate) enum JobName {
     /// Rides that start and end in the NYC box, events unchanged.
     Cleansing,
     /// Rides ended and passengers per driver per event-time hour.
@@ -113,10 +119,37 @@ struct VerifyArgs {
     read_timeout_ms: u64,
 }
 
+#[derive(clap::Args)]
+struct LatencyArgs {
+    // -X properties apply to the consumers; the admin client gets the brokers.
+    #[command(flatten)]
+    conn: Conn,
+    /// The job whose output to time.
+    #[arg(long, value_enum)]
+    job: JobName,
+    /// The job's input topic (ride events): where the causes' append times come from.
+    #[arg(long)]
+    input: String,
+    /// The job's output topic, tailed with isolation.level=read_committed from the beginning.
+    #[arg(long)]
+    output: String,
+    /// Output records to wait for (default: the verifier's expected count, from the input
+    /// as it is when the command starts).
+    #[arg(long, value_name = "N")]
+    expect: Option<usize>,
+    /// How long to tail the output, ms.
+    #[arg(long, default_value_t = 120_000, value_name = "MS")]
+    timeout_ms: u64,
+    /// The job's bounded out-of-orderness, ms (when its watermark closes a window).
+    #[arg(long, default_value_t = 60_000)]
+    out_of_orderness_ms: i64,
+}
+
 pub async fn run(args: Args) -> Result<ExitCode> {
     match args.action {
         Action::Generate(a) => run_generate(a).await,
         Action::Verify(a) => run_verify(a).await,
+        Action::Latency(a) => run_latency(a).await,
     }
 }
 
@@ -229,39 +262,183 @@ async fn run_verify(a: VerifyArgs) -> Result<ExitCode> {
     let job = Job::from(a.job);
     let admin = Admin::new(a.conn.brokers_only().client()?).await?;
     let deadline = Instant::now() + Duration::from_millis(a.read_timeout_ms);
-    let mut expectation = ExpectationBuilder::new(job, a.out_of_orderness_ms);
-    let mut input_error = None;
-    let read = read_committed(&a.conn, &admin, &a.input, "--input", deadline, |r| {
-        if input_error.is_none() {
-            input_error = expectation.push(&r).err();
-        }
-    })
-    .await?;
-    if let Some(e) = input_error {
-        return Err(CliError::Input(format!(
-            "{}: {e}; verify reads the ride events a job consumed (--input)",
-            a.input
-        )));
-    }
-    let expected = expectation.finish();
-    let mut actual = Vec::new();
-    read_committed(&a.conn, &admin, &a.output, "--output", deadline, |r| {
-        actual.push(r)
-    })
-    .await?;
-    let cmp = verify::compare(&expected, &actual);
-    tracing::debug!(
-        input = read,
-        output = actual.len(),
-        job = job.name(),
-        "verified"
-    );
+    let topics = JobTopics {
+        job,
+        input: &a.input,
+        output: &a.output,
+        out_of_orderness_ms: a.out_of_orderness_ms,
+    };
+    let cmp = topics.compare(&a.conn, &admin, deadline).await?;
     println!("{}", cmp.verdict());
     Ok(if cmp.is_ok() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// A shipped job's topics, as the verifier and the latency probe read them.
+pub(crate) struct JobTopics<'a> {
+    pub job: Job,
+    pub input: &'a str,
+    pub output: &'a str,
+    pub out_of_orderness_ms: i64,
+}
+
+impl JobTopics<'_> {
+    /// The job's expected output, from a read_committed snapshot of its input.
+    pub async fn expectation(
+        &self,
+        conn: &Conn,
+        admin: &Admin,
+        deadline: Instant,
+    ) -> Result<verify::Expected> {
+        let mut expectation = ExpectationBuilder::new(self.job, self.out_of_orderness_ms);
+        let mut input_error = None;
+        read_committed(conn, admin, self.input, "--input", deadline, |r| {
+            if input_error.is_none() {
+                input_error = expectation.push(&topic_record(r)).err();
+            }
+        })
+        .await?;
+        match input_error {
+            Some(e) => Err(self.bad_input(e)),
+            None => Ok(expectation.finish()),
+        }
+    }
+
+    /// The verifier's comparison of the job's output (a read_committed snapshot) with the
+    /// expectation.
+    pub async fn compare(
+        &self,
+        conn: &Conn,
+        admin: &Admin,
+        deadline: Instant,
+    ) -> Result<verify::Comparison> {
+        let expected = self.expectation(conn, admin, deadline).await?;
+        let mut actual = Vec::new();
+        read_committed(conn, admin, self.output, "--output", deadline, |r| {
+            actual.push(topic_record(r))
+        })
+        .await?;
+        tracing::debug!(output = actual.len(), job = self.job.name(), "verified");
+        Ok(verify::compare(&expected, &actual))
+    }
+
+    /// The causes of the job's output records, from a read_committed snapshot of its input.
+    pub async fn causes(&self, conn: &Conn, admin: &Admin, deadline: Instant) -> Result<Causes> {
+        let mut causes = Causes::new(self.job, self.out_of_orderness_ms);
+        let mut input_error = None;
+        read_committed(conn, admin, self.input, "--input", deadline, |r| {
+            if input_error.is_none() {
+                let appended = Appended {
+                    timestamp: r.timestamp,
+                    record: topic_record(r),
+                };
+                input_error = causes.push(&appended).err();
+            }
+        })
+        .await?;
+        match input_error {
+            Some(e) => Err(self.bad_input(e)),
+            None => Ok(causes),
+        }
+    }
+
+    fn bad_input(&self, e: verify::VerifyError) -> CliError {
+        CliError::Input(format!(
+            "{}: {e}; the job's input must be the ride events of `onceflow taxi generate` (--input)",
+            self.input
+        ))
+    }
+}
+
+async fn run_latency(a: LatencyArgs) -> Result<ExitCode> {
+    let admin = Admin::new(a.conn.brokers_only().client()?).await?;
+    let topics = JobTopics {
+        job: Job::from(a.job),
+        input: &a.input,
+        output: &a.output,
+        out_of_orderness_ms: a.out_of_orderness_ms,
+    };
+    let deadline = Instant::now() + Duration::from_millis(a.timeout_ms);
+    if !admin.list_topics().await?.contains_key(&a.output) {
+        return Err(CliError::Usage(format!(
+            "topic {} (--output) does not exist: give the job's output topic",
+            a.output
+        )));
+    }
+    // The probe starts first: a record's visibility is when a poll first hands it over.
+    let mut probe = Probe::start(a.conn.consumer(&[])?, &a.output)
+        .await
+        .map_err(|e| CliError::Failed(e.to_string()))?;
+    let expect = match a.expect {
+        Some(n) => n,
+        None => expected_count(&a, &admin, &mut probe, deadline).await?,
+    };
+    let complete = probe
+        .until(expect, deadline)
+        .await
+        .map_err(|e| CliError::Failed(e.to_string()))?;
+    // The causes come from the input as it is now: every cause precedes its output.
+    let read_deadline = Instant::now() + Duration::from_millis(a.timeout_ms);
+    let causes = topics.causes(&a.conn, &admin, read_deadline).await?;
+    println!("{}", Summary::of(&causes, probe.seen()));
+    if complete {
+        return Ok(ExitCode::SUCCESS);
+    }
+    Err(CliError::Failed(format!(
+        "{} of {expect} output records of {} came within --timeout-ms {}; give it more time or a smaller --expect",
+        probe.seen().len(),
+        a.output,
+        a.timeout_ms
+    )))
+}
+
+/// The verifier's count of required output records, from the input read on a task of its
+/// own while the probe keeps polling (a record's visibility time stays honest).
+async fn expected_count(
+    a: &LatencyArgs,
+    admin: &Admin,
+    probe: &mut Probe,
+    deadline: Instant,
+) -> Result<usize> {
+    let (conn, admin, input, output) = (
+        a.conn.clone(),
+        admin.clone(),
+        a.input.clone(),
+        a.output.clone(),
+    );
+    let (job, ooo) = (Job::from(a.job), a.out_of_orderness_ms);
+    let expectation = tokio::spawn(async move {
+        let topics = JobTopics {
+            job,
+            input: &input,
+            output: &output,
+            out_of_orderness_ms: ooo,
+        };
+        topics.expectation(&conn, &admin, deadline).await
+    });
+    while !expectation.is_finished() {
+        // The read has the same deadline and reports its own timeout.
+        probe
+            .poll(Duration::from_millis(100))
+            .await
+            .map_err(|e| CliError::Failed(e.to_string()))?;
+    }
+    let expected = expectation
+        .await
+        .map_err(|e| CliError::Failed(format!("reading the input: {e}")))??;
+    Ok(expected.records.iter().filter(|r| r.required).count())
+}
+
+/// The verifier's view of a consumed record.
+pub(crate) fn topic_record(r: &ConsumerRecord) -> TopicRecord {
+    TopicRecord {
+        partition: r.partition,
+        offset: r.offset,
+        value: r.value.as_ref().map(|v| v.to_vec()),
+    }
 }
 
 /// Reads every partition of `topic` from the beginning up to the read_committed end
@@ -276,7 +453,7 @@ async fn read_committed(
     topic: &str,
     flag: &str,
     deadline: Instant,
-    mut each: impl FnMut(TopicRecord),
+    mut each: impl FnMut(&ConsumerRecord),
 ) -> Result<usize> {
     let partitions = match admin.list_topics().await?.get(topic) {
         Some(&n) => n,
@@ -336,11 +513,7 @@ async fn read_committed(
                 .unwrap_or(0);
             if r.offset < end {
                 n += 1;
-                each(TopicRecord {
-                    partition: r.partition,
-                    offset: r.offset,
-                    value: r.value.map(|v| v.to_vec()),
-                });
+                each(&r);
             }
         }
     }

@@ -76,6 +76,23 @@ class BenchError(Exception):
     pass
 
 
+# Every child process started, so a failed run leaves none behind.
+CHILDREN = []
+
+
+def spawn(args, **kw):
+    p = subprocess.Popen(args, **kw)
+    CHILDREN.append(p)
+    return p
+
+
+def kill_children():
+    for p in CHILDREN:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def loadavg():
     return open("/proc/loadavg").read().split()[0]
 
@@ -110,7 +127,7 @@ def generate(t, rides, *, rate=None, drivers=None, produce_rate=None, wait=True)
     if wait:
         return of(args, timeout=TIMEOUT).strip()
     log = open(LOG / f"generate-{t}.log", "w")
-    return subprocess.Popen([BIN, *args, "-b", BOOT], stdout=log, stderr=subprocess.STDOUT)
+    return spawn([BIN, *args, "-b", BOOT], stdout=log, stderr=subprocess.STDOUT)
 
 
 def verify(kind, inp, out):
@@ -177,7 +194,7 @@ def start_job(path, state, tag, fresh=True):
     log = open(LOG / f"job-{tag}.log", "a")
     args = [BIN, "run", str(path), "-b", BOOT, "--state-dir", str(state)] + (["--fresh"] if fresh else [])
     e = dict(os.environ, ONCEFLOW_LOG=os.environ.get("ONCEFLOW_LOG", "onceflow=info"))
-    return subprocess.Popen(args, stderr=log, stdout=log, env=e)
+    return spawn(args, stderr=log, stdout=log, env=e)
 
 
 def stop_job(job):
@@ -234,7 +251,7 @@ def tail(out, count, offset="beginning", fmt="value", stdout=subprocess.DEVNULL)
     """A read_committed `consume` that exits after `count` records of `out`."""
     args = [BIN, "consume", "-b", BOOT, "-t", out, "-c", str(count), "-o", offset, "--format", fmt,
             "-X", "isolation.level=read_committed"]
-    return subprocess.Popen(args, stdout=stdout, stderr=open(LOG / f"tail-{out}.log", "a"))
+    return spawn(args, stdout=stdout, stderr=open(LOG / f"tail-{out}.log", "a"))
 
 
 def watch(job, until, sample=None, timeout=TIMEOUT):
@@ -320,7 +337,7 @@ def latency_run(kind, interval, guarantee, rides, expected, rep):
     create(inp)
     create(out)
     path, state = job_file(kind, tag, out, inp, interval, guarantee)
-    probe = subprocess.Popen(
+    probe = spawn(
         [BIN, "taxi", "latency", "-b", BOOT, "--job", kind, "--input", inp, "--output", out,
          "--expect", str(expected), "--timeout-ms", str(int(TIMEOUT * 1000))],
         stdout=subprocess.PIPE, stderr=open(LOG / f"latency-{tag}.log", "w"), text=True)
@@ -546,6 +563,7 @@ def main():
             rows += {"throughput": throughput, "latency": latency, "recovery": recovery,
                      "memory": memory}[section]()
     except (BenchError, subprocess.TimeoutExpired, KeyError) as e:
+        kill_children()
         print_tables(rows)
         sys.exit(f"engine bench: {e}")
     print_tables(rows)

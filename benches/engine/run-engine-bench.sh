@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Engine benchmarks: `onceflow run` (release binary) on the shipped taxi jobs against a real
-# broker. The measuring is done by engine_bench.py (next to this script; Python 3.11+, no
+# broker. The measuring is done by engine_bench.py (next to this script; Python 3.8+, no
 # packages); this wrapper builds the binary and checks the broker answers.
 #
 #   benches/engine/run-engine-bench.sh                          # everything, 3 reps (~25 min on a loaded 2-core machine)
@@ -47,4 +47,5 @@ if ! "$BIN" topics list -b "$bootstrap" -X default.api.timeout.ms=10000 >/dev/nu
   echo "run-engine-bench: no broker answers at $bootstrap: start one (protocol-tests/kafka-broker.sh start) or set BOOTSTRAP" >&2
   exit 1
 fi
+command -v python3 >/dev/null || { echo "run-engine-bench: needs python3 (3.8+; no packages)" >&2; exit 1; }
 exec python3 "$repo/benches/engine/engine_bench.py"

@@ -66,13 +66,13 @@ pub async fn run(
     check_supported(job)?;
     let settings = checkpoint_settings(job);
     let layout = state_layout(job);
-    let (store, record) = open_store(
-        config.state_dir.clone(),
-        layout,
-        settings.retention,
-        config.restore,
-    )
-    .await?;
+    let options = StoreOptions {
+        retain: u32::try_from(settings.retention).unwrap_or(2),
+        cache_bytes: job.settings.state_cache_bytes,
+        memtable_bytes: job.settings.state_memtable_bytes,
+    };
+    let (store, record) =
+        open_store(config.state_dir.clone(), layout, options, config.restore).await?;
     let cluster = Cluster::connect(config.client.clone())
         .await
         .map_err(|e| RuntimeError::client("connecting to the brokers", e))?;
@@ -109,7 +109,14 @@ pub async fn run(
     consumer_config.isolation_level = IsolationLevel::ReadCommitted;
     let admin = Admin::with_cluster(cluster.clone());
     let group_offsets = GroupOffsets::new(admin.clone(), job.source.group.clone());
-    let mut consumer = Consumer::with_cluster(consumer_config, cluster);
+    // The source has connections of its own: a broker answers a connection's requests one at
+    // a time, in order, so on a shared connection each Fetch long-poll (fetch.max.wait.ms,
+    // 500 ms, whenever the source is caught up) held the sink's Produce requests behind it:
+    // ~1,000 records/s (BENCHMARKS.md, "Engine").
+    let source_cluster = Cluster::connect(config.client.clone())
+        .await
+        .map_err(|e| RuntimeError::client("connecting the source to the brokers", e))?;
+    let mut consumer = Consumer::with_cluster(consumer_config, source_cluster);
     let topics: Vec<&str> = job.source.topics.iter().map(String::as_str).collect();
     consumer
         .assign_topics(&topics)
@@ -223,12 +230,9 @@ fn sink_config(config: &RunConfig, delivery: Delivery, s: &checkpoint::Settings)
 async fn open_store(
     dir: PathBuf,
     layout: Layout,
-    retention: u64,
+    options: StoreOptions,
     restore: RestoreFrom,
 ) -> Result<(StateStore, CheckpointRecord), RuntimeError> {
-    let options = StoreOptions {
-        retain: u32::try_from(retention).unwrap_or(u32::MAX),
-    };
     tokio::task::spawn_blocking(move || StateStore::open(dir, layout, options, restore))
         .await
         .map_err(|e| RuntimeError::Internal(format!("the state store's thread: {e}")))?

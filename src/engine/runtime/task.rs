@@ -107,8 +107,6 @@ pub async fn run(
     let pipeline = Pipeline::new(&job.pipeline, state)?.observed(metrics.operators(&job.pipeline));
     let mut consumer_config = config.consumer.clone();
     consumer_config.isolation_level = IsolationLevel::ReadCommitted;
-    let admin = Admin::with_cluster(cluster.clone());
-    let group_offsets = GroupOffsets::new(admin.clone(), job.source.group.clone());
     // The source has connections of its own: a broker answers a connection's requests one at
     // a time, in order, so on a shared connection each Fetch long-poll (fetch.max.wait.ms,
     // 500 ms, whenever the source is caught up) held the sink's Produce requests behind it:
@@ -116,6 +114,10 @@ pub async fn run(
     let source_cluster = Cluster::connect(config.client.clone())
         .await
         .map_err(|e| RuntimeError::client("connecting the source to the brokers", e))?;
+    // The source's metadata is the one partition discovery refreshes (a new partition must be
+    // known to the consumer's cluster), and the group's offsets are the source's too.
+    let admin = Admin::with_cluster(source_cluster.clone());
+    let group_offsets = GroupOffsets::new(admin.clone(), job.source.group.clone());
     let mut consumer = Consumer::with_cluster(consumer_config, source_cluster);
     let topics: Vec<&str> = job.source.topics.iter().map(String::as_str).collect();
     consumer

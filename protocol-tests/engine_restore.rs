@@ -33,6 +33,7 @@ fn layout(job: &Job) -> Layout {
 fn retained(job: &Job) -> (Vec<u64>, CheckpointRecord, CheckpointRecord) {
     let options = StoreOptions {
         retain: RETAINED as u32,
+        ..StoreOptions::default()
     };
     let (store, latest) = StateStore::open(
         &job.settings.state_dir,

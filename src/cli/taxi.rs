@@ -73,6 +73,10 @@ struct GenerateArgs {
     /// Percent of the rides that start or end outside the NYC box.
     #[arg(long, default_value_t = 10)]
     outside_percent: u32,
+    /// Events per second of wall-clock time to produce at (0: as fast as possible), for
+    /// latency measurements with a job reading while the events arrive.
+    #[arg(long, default_value_t = 0)]
+    produce_rate: u32,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -185,6 +189,13 @@ fn generator_config(a: &GenerateArgs) -> Result<Config> {
     })
 }
 
+/// When event number `sent` (from 0) is due, after the start, producing `rate` events per
+/// second (`None`: unthrottled). Due times come from the count, not from the previous send,
+/// so a late send does not slow the rest down.
+fn send_due(sent: u64, rate: u32) -> Option<Duration> {
+    (rate > 0).then(|| Duration::from_secs_f64(sent as f64 / f64::from(rate)))
+}
+
 /// Creates `topic` with `partitions` unless it exists; returns its partition count.
 async fn ensure_topic(admin: &Admin, topic: &str, partitions: i32) -> Result<usize> {
     if let Some(n) = admin.list_topics().await?.get(topic) {
@@ -212,6 +223,9 @@ async fn run_generate(a: GenerateArgs) -> Result<ExitCode> {
     let (mut sent, mut outside, mut first, mut last) = (0u64, 0u64, i64::MAX, i64::MIN);
     let mut unacked: VecDeque<DeliveryFuture> = VecDeque::new();
     for ride in events {
+        if let Some(due) = send_due(sent, a.produce_rate) {
+            tokio::time::sleep_until((start + due).into()).await;
+        }
         if ride.is_start && !ride.inside(&NYC) {
             outside += 1;
         }
@@ -546,6 +560,21 @@ mod tests {
             partitions,
             drivers,
             outside_percent,
+            produce_rate: 0,
+        }
+    }
+
+    #[test]
+    fn produce_rate_paces_by_count() {
+        for (sent, rate, due) in [
+            (0, 0, None),
+            (5_000, 0, None),
+            (0, 1_000, Some(Duration::ZERO)),
+            (1, 1_000, Some(Duration::from_millis(1))),
+            (2_500, 1_000, Some(Duration::from_millis(2_500))),
+            (3, 2, Some(Duration::from_millis(1_500))),
+        ] {
+            assert_eq!(send_due(sent, rate), due, "event {sent} at {rate}/s");
         }
     }
 

@@ -138,7 +138,18 @@ pub struct Settings {
     pub restart_allowance_ms: u64,
     /// `state.dir` (default `state/<name>`).
     pub state_dir: PathBuf,
+    /// `state.cache.bytes`: the state store's block cache, shared by its keyspaces (default
+    /// fjall's, 32 MiB). With the memtables it bounds the memory of state larger than RAM.
+    pub state_cache_bytes: Option<u64>,
+    /// `state.memtable.bytes`: the most a keyspace of the state store buffers in memory
+    /// before it writes a table to disk (default fjall's, 64 MiB). Fixed when the state
+    /// directory is created: a restore keeps the size the keyspaces were created with.
+    pub state_memtable_bytes: Option<u64>,
 }
+
+/// The least `state.cache.bytes` and `state.memtable.bytes` (1 MiB): below it fjall flushes
+/// memtables constantly and caches nothing useful.
+pub const MIN_STATE_MEMORY_BYTES: u64 = 1 << 20;
 
 /// The most key groups a job may have (a key group is a u16 in state keys; Flink's limit).
 pub const MAX_KEY_GROUPS: u32 = 32_768;
@@ -347,7 +358,15 @@ struct RawMs {
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawState {
-    dir: Spanned<String>,
+    dir: Option<Spanned<String>>,
+    cache: Option<RawBytes>,
+    memtable: Option<RawBytes>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBytes {
+    bytes: Spanned<u64>,
 }
 
 /// `"127.0.0.1:9092"`, `"a:9092,b:9092"` or `["a:9092", "b:9092"]`.
@@ -1108,17 +1127,24 @@ fn check_settings(
         ));
     }
     let tuning = check_tuning(loc, ckpt, raw.restart.as_ref())?;
-    let state_dir = match raw.state {
-        Some(s) if s.dir.get_ref().trim().is_empty() => {
+    let state = raw.state.unwrap_or(RawState {
+        dir: None,
+        cache: None,
+        memtable: None,
+    });
+    let state_dir = match state.dir {
+        Some(d) if d.get_ref().trim().is_empty() => {
             return Err(loc.at(
-                &s.dir.span(),
+                &d.span(),
                 Some("settings.state.dir"),
                 "the directory is empty",
             ));
         }
-        Some(s) => PathBuf::from(s.dir.into_inner()),
+        Some(d) => PathBuf::from(d.into_inner()),
         None => PathBuf::from("state").join(name),
     };
+    let state_cache_bytes = state_bytes(loc, state.cache, "settings.state.cache.bytes")?;
+    let state_memtable_bytes = state_bytes(loc, state.memtable, "settings.state.memtable.bytes")?;
     Ok(Settings {
         parallelism,
         key_groups,
@@ -1131,6 +1157,8 @@ fn check_settings(
         checkpoint_retained: tuning.retained,
         restart_allowance_ms: tuning.restart_allowance_ms,
         state_dir,
+        state_cache_bytes,
+        state_memtable_bytes,
     })
 }
 
@@ -1170,6 +1198,24 @@ fn check_tuning(
         retained: retained.map_or(2, |r| *r.get_ref()),
         restart_allowance_ms: ms(restart.map(|r| &r.allowance), 60_000),
     })
+}
+
+/// A state store memory size, at least [`MIN_STATE_MEMORY_BYTES`].
+fn state_bytes(
+    loc: &Locator<'_>,
+    raw: Option<RawBytes>,
+    field: &'static str,
+) -> Result<Option<u64>, JobError> {
+    let Some(raw) = raw else { return Ok(None) };
+    let bytes = *raw.bytes.get_ref();
+    if bytes < MIN_STATE_MEMORY_BYTES {
+        return Err(loc.at(
+            &raw.bytes.span(),
+            Some(field),
+            format!("{bytes} is too small: give at least {MIN_STATE_MEMORY_BYTES} (1 MiB)"),
+        ));
+    }
+    Ok(Some(bytes))
 }
 
 #[cfg(test)]

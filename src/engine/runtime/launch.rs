@@ -19,7 +19,9 @@ use super::pipeline::{Prefix, WindowStage};
 use super::routing::key_group_range;
 use super::source::{Downstream, PartitionWatermarks, SourceSubtask};
 use super::RuntimeError;
-use crate::client::{Admin, Cluster, Consumer, ConsumerConfig, Offset, TopicPartition};
+use crate::client::{
+    Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, Offset, TopicPartition,
+};
 use crate::engine::checkpoint::{self, Positions, TaskId};
 use crate::engine::job::window::InputWatermarks;
 use crate::engine::job::Job;
@@ -49,6 +51,8 @@ pub(crate) struct Plan {
     pub metrics: Arc<Metrics>,
     /// Whether the run restores a checkpoint (a partition it does not list is new then).
     pub from_checkpoint: bool,
+    /// The broker connection settings: each source subtask connects on its own.
+    pub client: ClientConfig,
 }
 
 impl Plan {
@@ -131,7 +135,14 @@ pub(crate) async fn launch(
         let task = TaskId(u32::try_from(i).unwrap_or(u32::MAX));
         let (control_tx, control) = mpsc::unbounded_channel();
         let partitions = plan.assignment.get(i).cloned().unwrap_or_default();
-        let (consumer, own) = source_consumer(plan, &partitions, positions).await?;
+        // The source has connections of its own: a broker answers a connection's requests one
+        // at a time, so a Fetch long-poll on a shared connection holds the sinks' Produce
+        // requests behind it (BENCHMARKS.md, "Engine"). Its metadata is also the one partition
+        // discovery refreshes, so the consumer sees a new partition.
+        let cluster = Cluster::connect(plan.client.clone())
+            .await
+            .map_err(|e| RuntimeError::client("connecting the source to the brokers", e))?;
+        let (consumer, own) = source_consumer(plan, &cluster, &partitions, positions).await?;
         launched.positions.extend(own.clone());
         let downstream = match &window {
             Some(_) => Downstream::Keyed {
@@ -158,7 +169,7 @@ pub(crate) async fn launch(
             input: Default::default(),
             pending_barrier: None,
             discovery: Discovery::new(plan.job.source.partition_discovery_ms),
-            admin: Admin::with_cluster(plan.cluster.clone()),
+            admin: Admin::with_cluster(cluster.clone()),
             topics: plan.job.source.topics.clone(),
             index: i,
             parallelism: p,
@@ -250,10 +261,11 @@ fn missing_sink(i: usize) -> RuntimeError {
 /// those partitions' positions, so each checkpoint lists every partition.
 async fn source_consumer(
     plan: &Plan,
+    cluster: &Arc<Cluster>,
     partitions: &[TopicPartition],
     positions: &Positions,
 ) -> Result<(Consumer, Positions), RuntimeError> {
-    let mut consumer = Consumer::with_cluster(plan.consumer.clone(), plan.cluster.clone());
+    let mut consumer = Consumer::with_cluster(plan.consumer.clone(), cluster.clone());
     consumer
         .assign(partitions.iter().cloned())
         .await
@@ -266,7 +278,7 @@ async fn source_consumer(
             (tp.clone(), at)
         })
         .collect();
-    let admin = Admin::with_cluster(plan.cluster.clone());
+    let admin = Admin::with_cluster(cluster.clone());
     let mut own = Positions::new();
     for (tp, o) in resolve(&admin, starts).await? {
         consumer

@@ -56,13 +56,13 @@ pub async fn run(
     let settings = checkpoint_settings(job);
     let layout = state_layout(job);
     let key_groups = layout.key_groups;
-    let (store, record) = open_store(
-        config.state_dir.clone(),
-        layout,
-        settings.retention,
-        config.restore,
-    )
-    .await?;
+    let options = StoreOptions {
+        retain: u32::try_from(settings.retention).unwrap_or(u32::MAX),
+        cache_bytes: job.settings.state_cache_bytes,
+        memtable_bytes: job.settings.state_memtable_bytes,
+    };
+    let (store, record) =
+        open_store(config.state_dir.clone(), layout, options, config.restore).await?;
     let cluster = Cluster::connect(config.client.clone())
         .await
         .map_err(|e| RuntimeError::client("connecting to the brokers", e))?;
@@ -116,6 +116,7 @@ pub async fn run(
         transaction_timeout: Duration::from_millis(settings.transaction_timeout_ms),
         metrics,
         from_checkpoint: record.id > 0,
+        client: config.client.clone(),
     };
     let mut master = Master::new(settings, plan, store, resumed, record.id);
     master.recover(&record).await?;
@@ -205,12 +206,9 @@ fn sink_config(
 async fn open_store(
     dir: PathBuf,
     layout: Layout,
-    retention: u64,
+    options: StoreOptions,
     restore: RestoreFrom,
 ) -> Result<(StateStore, CheckpointRecord), RuntimeError> {
-    let options = StoreOptions {
-        retain: u32::try_from(retention).unwrap_or(u32::MAX),
-    };
     tokio::task::spawn_blocking(move || StateStore::open(dir, layout, options, restore))
         .await
         .map_err(|e| RuntimeError::Internal(format!("the state store's thread: {e}")))?

@@ -43,11 +43,20 @@ pub struct StoreOptions {
     /// K: how many checkpoints are retained (restorable); at least 1. With K ≥ 2 every
     /// checkpoint writes undo images so a restore can go back K − 1 checkpoints.
     pub retain: u32,
+    /// fjall's block cache, bytes (`None`: fjall's default, 32 MiB).
+    pub cache_bytes: Option<u64>,
+    /// Each keyspace's memtable limit, bytes (`None`: fjall's default, 64 MiB). fjall keeps
+    /// the size a keyspace was created with, so it applies to a new state directory only.
+    pub memtable_bytes: Option<u64>,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        Self { retain: 2 }
+        Self {
+            retain: 2,
+            cache_bytes: None,
+            memtable_bytes: None,
+        }
     }
 }
 
@@ -134,13 +143,16 @@ impl StateStore {
         if !exists && from != RestoreFrom::Fresh {
             return Err(StateError::MissingDirectory { dir });
         }
-        let db = Database::builder(&dir)
-            .open()
-            .map_err(|e| fjall_error(&dir, e))?;
-        let ks = |name: &str| {
-            db.keyspace(name, KeyspaceCreateOptions::default)
-                .map_err(|e| fjall_error(&dir, e))
+        let mut builder = Database::builder(&dir);
+        if let Some(bytes) = options.cache_bytes {
+            builder = builder.cache_size(bytes);
+        }
+        let db = builder.open().map_err(|e| fjall_error(&dir, e))?;
+        let create = || match options.memtable_bytes {
+            Some(bytes) => KeyspaceCreateOptions::default().max_memtable_size(bytes),
+            None => KeyspaceCreateOptions::default(),
         };
+        let ks = |name: &str| db.keyspace(name, create).map_err(|e| fjall_error(&dir, e));
         let meta = ks(META)?;
         let undo = ks(UNDO)?;
         let operators = layout

@@ -20,7 +20,15 @@ fn layout(key_groups: u16) -> Layout {
 }
 
 fn open(dir: &Path, retain: u32, from: RestoreFrom) -> Result<(StateStore, CheckpointRecord)> {
-    StateStore::open(dir, layout(128), StoreOptions { retain }, from)
+    StateStore::open(
+        dir,
+        layout(128),
+        StoreOptions {
+            retain,
+            ..StoreOptions::default()
+        },
+        from,
+    )
 }
 
 fn position(next_offset: i64) -> Vec<SourcePosition> {
@@ -760,4 +768,39 @@ fn persist_reports_the_bytes_its_batch_wrote() {
         with_value >= record_only + 1000,
         "{with_value} after {record_only}"
     );
+}
+
+/// `memtable_bytes` reaches fjall: ~3 MiB of state over a 1 MiB memtable has been sealed or
+/// written out as tables by the last persist, while fjall's default (64 MiB) still holds it
+/// all in the active memtable. (The memory budget of state larger than RAM rests on it.)
+#[test]
+fn a_small_memtable_moves_state_out_of_memory() {
+    for (memtable, moved_out) in [(Some(1 << 20), true), (None, false)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let options = StoreOptions {
+            retain: 1,
+            cache_bytes: Some(1 << 20),
+            memtable_bytes: memtable,
+        };
+        let (mut store, _) =
+            StateStore::open(dir.path(), layout(128), options, RestoreFrom::Fresh).expect("open");
+        let mut op = store.operator("counts").expect("op");
+        let value = vec![b'v'; 1000];
+        for n in 1..=3u64 {
+            for i in 0..1000u64 {
+                COUNT.set(&mut op, format!("key-{n}-{i}").as_bytes(), &value);
+            }
+            checkpoint(&mut store, &mut op, n);
+        }
+        let out = op.keyspace.table_count() + op.keyspace.sealed_memtable_count();
+        assert_eq!(
+            out > 0,
+            moved_out,
+            "memtable {memtable:?}: {out} tables/sealed"
+        );
+        assert_eq!(
+            COUNT.get(&op, b"key-1-7").expect("read").as_deref(),
+            Some(&value[..])
+        );
+    }
 }

@@ -106,6 +106,8 @@ fn defaults_of_a_minimal_job() {
             checkpoint_retained: 2,
             restart_allowance_ms: 60_000,
             state_dir: PathBuf::from("state/x"),
+            state_cache_bytes: None,
+            state_memtable_bytes: None,
         }
     );
     let job = Job::parse(
@@ -176,6 +178,21 @@ fn the_shipped_jobs_comments_name_the_defaults_the_parser_uses() {
         let b = Job::parse("b.toml", &uncommented).unwrap();
         assert_eq!(a.settings, b.settings);
     }
+}
+
+#[test]
+fn state_memory_sizes_are_read_from_settings() {
+    let job = Job::parse(
+        "m.toml",
+        &format!(
+            "{HEAD}{SINK}[settings]\nstate.dir = \"s\"\nstate.cache.bytes = 8388608\n\
+             state.memtable.bytes = 4194304\n"
+        ),
+    )
+    .unwrap();
+    assert_eq!(job.settings.state_dir, PathBuf::from("s"));
+    assert_eq!(job.settings.state_cache_bytes, Some(8 << 20));
+    assert_eq!(job.settings.state_memtable_bytes, Some(4 << 20));
 }
 
 #[test]
@@ -530,6 +547,18 @@ fn malformed_files_name_the_line_and_the_field() {
             9,
             "settings.checkpoint.min.pause",
             "expected milliseconds written as <name>.ms = <whole number>, got integer `5`",
+        ),
+        (
+            format!("{HEAD}{SINK}[settings]\nstate.cache.bytes = 4096\n"),
+            9,
+            "settings.state.cache.bytes",
+            "4096 is too small: give at least 1048576",
+        ),
+        (
+            format!("{HEAD}{SINK}[settings]\nstate.memtable.bytes = 0\n"),
+            9,
+            "settings.state.memtable.bytes",
+            "at least 1048576",
         ),
     ];
     for (text, line, field, part) in cases {

@@ -1,0 +1,578 @@
+#!/usr/bin/env python3
+"""Engine benchmarks of `onceflow run` (driven by run-engine-bench.sh; see its header).
+
+Every measurement runs the release binary as a child process on a job file rewritten from
+jobs/ (unique topics, transactional id prefix, state directory, checkpoint interval, delivery
+guarantee), against a real broker, and checks the output with `onceflow taxi verify`.
+
+Sections (SECTIONS):
+  throughput  pre-produced rides; time from the job's start until the last expected output
+              record is visible to a read_committed reader (a `consume -c M` tail); the job's
+              CPU (user+sys from /proc) and peak RSS (VmHWM) at that moment.
+  latency     rides produced at a fixed wall-clock rate while the job runs; `taxi latency`
+              tails the output read_committed: p50/p99/max of (visible - cause's append time).
+  recovery    SIGKILL mid-run, restart on the same state; time from the kill until the first
+              record committed after it is visible (read_committed tail from the end).
+  memory      job (b) over many drivers with a small state cache and memtables: peak RSS
+              against the state directory's size on disk.
+Exactly-once and at-least-once alternate within each repetition (EOS first on odd reps).
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+try:  # Python 3.11+: the rewritten job files are checked; older Pythons skip the check
+    import tomllib
+except ImportError:
+    tomllib = None
+
+REPO = Path(__file__).resolve().parents[2]
+JOBS = {"cleansing": "rides-cleansing.toml", "per-driver-hourly": "rides-per-driver-hourly.toml"}
+CLK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def env(name, default, smoke=None):
+    if os.environ.get(name):
+        return os.environ[name]
+    return smoke if SMOKE and smoke is not None else default
+
+
+SMOKE = os.environ.get("SMOKE") == "1"
+BIN = env("BIN", str(REPO / "target/release/onceflow"))
+BOOT = env("BOOTSTRAP", "127.0.0.1:9092")
+OUT = Path(env("OUT_DIR", str(REPO / "target/engine-bench" / time.strftime("%Y%m%d-%H%M%S"))))
+SECTIONS = env("SECTIONS", "throughput latency recovery memory").split()
+REPS = int(env("REPS", "3", "1"))
+JOB_KINDS = env("JOBS", "cleansing per-driver-hourly").split()
+INTERVALS = [int(x) for x in env("INTERVALS", "100 1000", "100").split()]
+GUARANTEES = env("GUARANTEES", "exactly-once at-least-once").split()
+# Input partitions. 1 by default: until the runtime keeps one watermark per source partition,
+# job (b) over several partitions makes records late (its output is then wrong), and with one
+# partition the verifier's expected count is exactly what the job writes.
+PARTS = env("PARTITIONS", "1")
+TP_RIDES = env("TP_RIDES", "250000", "5000")
+LAT_RATE = int(env("LAT_RATE", "5000", "4000"))  # events/s, wall clock
+# Rides per second of event time (generator --rate): at 1, job (b) closes an hour every 3600
+# rides, so its output (about one record per driver per hour) comes all through a run.
+EVENT_RATE = env("EVENT_RATE", "1")
+LAT_SECS = int(env("LAT_SECS", "20", "2"))
+REC_RIDES = env("REC_RIDES", "300000", "12000")
+MEM_RIDES = env("MEM_RIDES", "300000", "20000")
+MEM_DRIVERS = env("MEM_DRIVERS", "200000", "20000")
+MEM_EVENT_RATE = env("MEM_EVENT_RATE", "75", "5")
+MEM_BUDGETS = env("MEM_BUDGETS", "8388608:8388608 default", "2097152:2097152").split()
+TIMEOUT = float(env("RUN_TIMEOUT_SECS", "600", "60"))
+RUN_ID = f"{int(time.time())}-{os.getpid()}"
+LOG = OUT / "logs"
+RESULTS = OUT / "results.tsv"
+
+
+class BenchError(Exception):
+    pass
+
+
+# Every child process started, so a failed run leaves none behind.
+CHILDREN = []
+
+
+def spawn(args, **kw):
+    p = subprocess.Popen(args, **kw)
+    CHILDREN.append(p)
+    return p
+
+
+def kill_children():
+    for p in CHILDREN:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def loadavg():
+    return open("/proc/loadavg").read().split()[0]
+
+
+def of(args, timeout=300, check=True):
+    """Runs `onceflow ARGS -b BOOT`; returns its stdout. Raises with its stderr on failure."""
+    cmd = [BIN, *args, "-b", BOOT]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise BenchError(f"{' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()[-500:]}")
+    return p.stdout
+
+
+def topic(tag):
+    return f"ebench-{RUN_ID}-{tag}"
+
+
+def create(t):
+    of(["topics", "create", "-t", t, "--partitions", PARTS])
+
+
+def delete(t):
+    if os.environ.get("KEEP_TOPICS") != "1":
+        of(["topics", "delete", "-t", t], check=False)
+
+
+def generate(t, rides, *, rate=None, drivers=None, produce_rate=None, wait=True):
+    args = ["taxi", "generate", "-t", t, "--count", str(rides), "--partitions", PARTS]
+    for flag, v in (("--rate", rate), ("--drivers", drivers), ("--produce-rate", produce_rate)):
+        if v is not None:
+            args += [flag, str(v)]
+    if wait:
+        return of(args, timeout=TIMEOUT).strip()
+    log = open(LOG / f"generate-{t}.log", "w")
+    return spawn([BIN, *args, "-b", BOOT], stdout=log, stderr=subprocess.STDOUT)
+
+
+def verify(kind, inp, out):
+    """(ok, records read, records expected) from `taxi verify`'s one-line verdict."""
+    line = of(["taxi", "verify", "--job", kind, "--input", inp, "--output", out], check=False)
+    line = line.strip()
+    m = re.search(r"OK — (\d+) records", line)
+    if m:
+        return True, int(m.group(1)), int(m.group(1)), line
+    m = re.search(r"(\d+) records read, (\d+) expected", line)
+    if not m:
+        raise BenchError(f"taxi verify said: {line!r}")
+    return False, int(m.group(1)), int(m.group(2)), line
+
+
+def expected_count(kind, inp):
+    """How many records the job writes for the complete input `inp` (verify on an empty output)."""
+    empty = topic(f"empty-{kind}-{inp[-12:]}")
+    create(empty)
+    try:
+        ok, _, expected, _ = verify(kind, inp, empty)
+        if ok or expected == 0:
+            raise BenchError(f"job {kind} writes nothing for {inp}: give more rides or a lower EVENT_RATE")
+        return expected
+    finally:
+        delete(empty)
+
+
+def job_file(kind, tag, out, inp, interval, guarantee, window=None, cache=None, memtable=None):
+    """The shipped job `kind` rewritten for one run; returns (path, state dir)."""
+    state = OUT / "state" / tag
+    section, lines = None, []
+    for line in (REPO / "jobs" / JOBS[kind]).read_text().splitlines():
+        m = re.match(r"\s*\[+([^\]]+)\]+\s*$", line)
+        section = m.group(1) if m else section
+        key = line.split("=")[0].strip() if "=" in line and not line.lstrip().startswith("#") else None
+        new = {
+            ("source", "brokers"): f'brokers = "{BOOT}"',
+            ("source", "topics"): f'topics = ["{inp}"]',
+            ("sink", "topic"): f'topic = "{out}"',
+            ("sink", "delivery.guarantee"): f'delivery.guarantee = "{guarantee}"',
+            ("sink", "transactional.id.prefix"): f'transactional.id.prefix = "{topic(tag)}"',
+            ("settings", "checkpoint.interval.ms"): f"checkpoint.interval.ms = {interval}",
+            ("settings", "state.dir"): f'state.dir = "{state}"',
+            ("pipeline", "window.tumbling"): f'window.tumbling = "{window}"' if window else None,
+        }.get((section, key))
+        lines.append(new or line)
+    if cache:
+        lines.append(f"state.cache.bytes = {cache}")
+    if memtable:
+        lines.append(f"state.memtable.bytes = {memtable}")
+    text = "\n".join(lines) + "\n"
+    if tomllib:
+        parsed = tomllib.loads(text)
+        assert parsed["source"]["topics"] == [inp] and parsed["sink"]["topic"] == out, text
+        assert parsed["settings"]["checkpoint"]["interval"]["ms"] == interval, text
+        assert parsed["sink"]["delivery"]["guarantee"] == guarantee, text
+    path = OUT / "jobs" / f"{tag}.toml"
+    path.write_text(text)
+    return path, state
+
+
+def start_job(path, state, tag, fresh=True):
+    log = open(LOG / f"job-{tag}.log", "a")
+    args = [BIN, "run", str(path), "-b", BOOT, "--state-dir", str(state)] + (["--fresh"] if fresh else [])
+    e = dict(os.environ, ONCEFLOW_LOG=os.environ.get("ONCEFLOW_LOG", "onceflow=info"))
+    return spawn(args, stderr=log, stdout=log, env=e)
+
+
+def stop_job(job):
+    if job.poll() is None:
+        job.send_signal(signal.SIGTERM)
+        try:
+            job.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            job.wait()
+
+
+def wait_log(tag, needle, job, timeout):
+    """Waits until the job's log holds `needle` (e.g. its source is positioned)."""
+    deadline = time.monotonic() + timeout
+    path = LOG / f"job-{tag}.log"
+    while time.monotonic() < deadline:
+        if needle in path.read_text(errors="replace"):
+            return
+        if job.poll() is not None:
+            raise BenchError(f"job {tag} exited {job.returncode} before '{needle}': see {path}")
+        time.sleep(0.02)
+    raise BenchError(f"job {tag}: no '{needle}' in {path} after {timeout} s")
+
+
+def proc_stats(pid):
+    """(CPU seconds user+sys, RSS bytes, peak RSS bytes) of a live process."""
+    stat = open(f"/proc/{pid}/stat").read()
+    fields = stat[stat.rindex(")") + 2:].split()
+    cpu = (int(fields[11]) + int(fields[12])) / CLK
+    status = open(f"/proc/{pid}/status").read()
+    kb = lambda k: int(re.search(rf"{k}:\s+(\d+) kB", status).group(1)) * 1024
+    return cpu, kb("VmRSS"), kb("VmHWM")
+
+
+def state_bytes(path):
+    """(tables, journals) of a state directory: the bytes of the keyspaces' files, and the
+    disk blocks the journals hold (fjall preallocates a journal file; its size is not use)."""
+    tables = journals = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                st = os.stat(os.path.join(root, f))
+            except FileNotFoundError:
+                continue
+            if f.endswith(".jnl"):
+                journals += st.st_blocks * 512
+            else:
+                tables += st.st_size
+    return tables, journals
+
+
+def tail(out, count, offset="beginning", fmt="value", stdout=subprocess.DEVNULL):
+    """A read_committed `consume` that exits after `count` records of `out`."""
+    args = [BIN, "consume", "-b", BOOT, "-t", out, "-c", str(count), "-o", offset, "--format", fmt,
+            "-X", "isolation.level=read_committed"]
+    return spawn(args, stdout=stdout, stderr=open(LOG / f"tail-{out}.log", "a"))
+
+
+def watch(job, until, sample=None, timeout=TIMEOUT):
+    """Polls until `until()` is true; fails if the job exits first. Calls sample() every 0.2 s."""
+    start = time.monotonic()
+    next_sample = start
+    while not until():
+        now = time.monotonic()
+        if job.poll() is not None:
+            raise BenchError(f"job exited {job.returncode} while running (see {LOG})")
+        if now - start > timeout:
+            raise BenchError(f"timed out after {timeout} s")
+        if sample and now >= next_sample:
+            sample()
+            next_sample = now + 0.2
+        time.sleep(0.01)
+    return time.monotonic()
+
+
+def record(section, **fields):
+    fields = {"section": section, "loadavg": loadavg(), **fields}
+    with open(RESULTS, "a") as f:
+        f.write(json.dumps(fields) + "\n")
+    print(f"  {section}: " + ", ".join(f"{k}={v}" for k, v in fields.items() if k != "section"), flush=True)
+    return fields
+
+
+def finish_run(kind, job, inp, out, state):
+    stop_job(job)
+    ok, read, expected, line = verify(kind, inp, out)
+    if not ok:
+        raise BenchError(f"{out}: {line}")
+    delete(out)
+    shutil.rmtree(state, ignore_errors=True)
+    return read
+
+
+# --- throughput -------------------------------------------------------------------------------
+
+def throughput_run(kind, interval, guarantee, inp, events, expected, rep):
+    tag = f"tp-{kind[:5]}-{interval}-{guarantee[:2]}-{rep}"
+    out = topic(tag)
+    create(out)
+    path, state = job_file(kind, tag, out, inp, interval, guarantee)
+    probe = tail(out, expected)
+    t0 = time.monotonic()
+    job = start_job(path, state, tag)
+    done = watch(job, lambda: probe.poll() is not None)
+    if probe.returncode != 0:
+        raise BenchError(f"the output tail of {out} failed (see {LOG})")
+    cpu, rss, hwm = proc_stats(job.pid)
+    read = finish_run(kind, job, inp, out, state)
+    secs = done - t0
+    return record("throughput", job=kind, interval_ms=interval, guarantee=guarantee, rep=rep,
+                  events=events, output=read, seconds=round(secs, 3),
+                  events_per_sec=round(events / secs), cpu_s=round(cpu, 2),
+                  cpu_s_per_m=round(cpu / events * 1e6, 2), peak_rss_mb=round(hwm / 2**20, 1))
+
+
+def throughput():
+    print("== throughput", flush=True)
+    inp = topic("tp-in")
+    gen = generate(inp, TP_RIDES, rate=EVENT_RATE)
+    print(f"  input: {gen}", flush=True)
+    events = 2 * int(TP_RIDES)
+    rows = []
+    for kind in JOB_KINDS:
+        expected = expected_count(kind, inp)
+        for rep in range(1, REPS + 1):
+            for interval in INTERVALS:
+                order = GUARANTEES if rep % 2 else list(reversed(GUARANTEES))
+                for g in order:
+                    rows.append(throughput_run(kind, interval, g, inp, events, expected, rep))
+    delete(inp)
+    return rows
+
+
+# --- latency ----------------------------------------------------------------------------------
+
+def latency_run(kind, interval, guarantee, rides, expected, rep):
+    tag = f"lat-{kind[:5]}-{interval}-{guarantee[:2]}-{rep}"
+    inp, out = topic(tag + "-in"), topic(tag)
+    create(inp)
+    create(out)
+    path, state = job_file(kind, tag, out, inp, interval, guarantee)
+    probe = spawn(
+        [BIN, "taxi", "latency", "-b", BOOT, "--job", kind, "--input", inp, "--output", out,
+         "--expect", str(expected), "--timeout-ms", str(int(TIMEOUT * 1000))],
+        stdout=subprocess.PIPE, stderr=open(LOG / f"latency-{tag}.log", "w"), text=True)
+    job = start_job(path, state, tag)
+    wait_log(tag, "source positioned", job, 60)
+    gen = generate(inp, rides, rate=EVENT_RATE, produce_rate=LAT_RATE, wait=False)
+    watch(job, lambda: probe.poll() is not None)
+    cpu, _, hwm = proc_stats(job.pid)
+    line = probe.stdout.read().strip()
+    gen.wait(timeout=60)
+    m = re.search(r"latency: (\d+) results, p50 (\d+) ms, p99 (\d+) ms, max (\d+) ms", line)
+    if probe.returncode != 0 or not m:
+        raise BenchError(f"taxi latency exited {probe.returncode}: {line!r} (see {LOG})")
+    finish_run(kind, job, inp, out, state)
+    delete(inp)
+    n, p50, p99, mx = (int(x) for x in m.groups())
+    return record("latency", job=kind, interval_ms=interval, guarantee=guarantee, rep=rep,
+                  rate=LAT_RATE, results=n, p50_ms=p50, p99_ms=p99, max_ms=mx,
+                  cpu_s_per_m=round(cpu / (2 * rides) * 1e6, 2), peak_rss_mb=round(hwm / 2**20, 1))
+
+
+def latency():
+    print("== latency", flush=True)
+    rides = LAT_RATE * LAT_SECS // 2
+    scratch = topic("lat-scratch")
+    generate(scratch, rides, rate=EVENT_RATE)
+    expected = {kind: expected_count(kind, scratch) for kind in JOB_KINDS}
+    delete(scratch)
+    rows = []
+    for rep in range(1, REPS + 1):
+        for kind in JOB_KINDS:
+            for interval in INTERVALS:
+                order = GUARANTEES if rep % 2 else list(reversed(GUARANTEES))
+                for g in order:
+                    rows.append(latency_run(kind, interval, g, rides, expected[kind], rep))
+    return rows
+
+
+# --- recovery ---------------------------------------------------------------------------------
+
+# Output records that must be visible before the kill (the job is mid-run by then).
+BEFORE_KILL = {"cleansing": 1000, "per-driver-hourly": 1}
+
+
+def recovery_run(kind, interval, inp, expected, rep):
+    tag = f"rec-{kind[:5]}-{interval}-{rep}"
+    out = topic(tag)
+    create(out)
+    path, state = job_file(kind, tag, out, inp, interval, "exactly-once")
+    first = tail(out, min(BEFORE_KILL[kind], expected))
+    job = start_job(path, state, tag)
+    watch(job, lambda: first.poll() is not None)
+    kill_wall_ms = time.time() * 1000
+    killed = time.monotonic()
+    job.kill()
+    job.wait()
+    # Positioned at the read_committed end after the kill: whatever shows up was committed later.
+    # A commit the broker had received before the kill can complete just after it: its records
+    # were created before the kill, so the tail starts again from the new end (at most 3 times).
+    probe = tail(out, 1, offset="end", fmt="json", stdout=subprocess.PIPE)
+    job, stale = start_job(path, state, tag, fresh=False), 0
+    while True:
+        seen = watch(job, lambda: probe.poll() is not None)
+        line = probe.stdout.read().decode().strip()
+        if probe.returncode != 0 or not line:
+            raise BenchError(f"the tail of {out} after the kill failed (see {LOG})")
+        if json.loads(line)["timestamp"] >= kill_wall_ms:
+            break
+        stale += 1
+        if stale > 3:
+            raise BenchError(f"{out}: only records created before the kill came after it")
+        probe = tail(out, 1, offset="end", fmt="json", stdout=subprocess.PIPE)
+    rest = tail(out, expected)
+    watch(job, lambda: rest.poll() is not None)
+    finish_run(kind, job, inp, out, state)  # verify OK: exactly once across the kill
+    return record("recovery", job=kind, interval_ms=interval, rep=rep,
+                  recovery_ms=round((seen - killed) * 1000), stale=stale)
+
+
+def recovery():
+    print("== recovery", flush=True)
+    inp = topic("rec-in")
+    generate(inp, REC_RIDES, rate=EVENT_RATE)
+    rows = []
+    for kind in JOB_KINDS:
+        expected = expected_count(kind, inp)
+        for rep in range(1, REPS + 1):
+            for interval in INTERVALS:
+                rows.append(recovery_run(kind, interval, inp, expected, rep))
+    delete(inp)
+    return rows
+
+
+# --- memory -----------------------------------------------------------------------------------
+
+def memory_run(budget, inp, expected, events):
+    cache, memtable = (None, None) if budget == "default" else budget.split(":")
+    tag = f"mem-{budget.replace(':', '-')}"
+    out = topic(tag)
+    create(out)
+    kind = "per-driver-hourly"
+    path, state = job_file(kind, tag, out, inp, 1000, "exactly-once", cache=cache, memtable=memtable)
+    probe = tail(out, expected)
+    peak = {"state": 0, "journals": 0, "rss_at_state_peak": 0}
+    t0 = time.monotonic()
+    job = start_job(path, state, tag)
+
+    def sample():
+        try:
+            _, rss, _ = proc_stats(job.pid)
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        tables, journals = state_bytes(state)
+        peak["journals"] = max(peak["journals"], journals)
+        if tables >= peak["state"]:
+            peak.update(state=tables, rss_at_state_peak=rss)
+
+    done = watch(job, lambda: probe.poll() is not None, sample)
+    cpu, rss, hwm = proc_stats(job.pid)
+    end_size, _ = state_bytes(state)
+    finish_run(kind, job, inp, out, state)
+    mb = lambda b: round(b / 2**20, 1)
+    return record("memory", budget=budget, cache_bytes=cache or "32 MiB (fjall)",
+                  memtable_bytes=memtable or "64 MiB (fjall)", events=events, output=expected,
+                  seconds=round(done - t0, 1), events_per_sec=round(events / (done - t0)),
+                  cpu_s_per_m=round(cpu / events * 1e6, 2), peak_rss_mb=mb(hwm), end_rss_mb=mb(rss),
+                  peak_state_mb=mb(peak["state"]), rss_at_state_peak_mb=mb(peak["rss_at_state_peak"]),
+                  end_state_mb=mb(end_size), peak_journal_mb=mb(peak["journals"]))
+
+
+def memory():
+    print("== memory", flush=True)
+    inp = topic("mem-in")
+    gen = generate(inp, MEM_RIDES, rate=MEM_EVENT_RATE, drivers=MEM_DRIVERS)
+    print(f"  input: {gen}", flush=True)
+    expected = expected_count("per-driver-hourly", inp)
+    rows = [memory_run(b, inp, expected, 2 * int(MEM_RIDES)) for b in MEM_BUDGETS]
+    delete(inp)
+    return rows
+
+
+# --- tables -----------------------------------------------------------------------------------
+
+def spread(values, fmt="{:,.0f}"):
+    values = sorted(values)
+    med = statistics.median(values)
+    if len(values) == 1:
+        return fmt.format(med)
+    return f"{fmt.format(med)} ({fmt.format(values[0])}–{fmt.format(values[-1])})"
+
+
+def group(rows, *keys):
+    out = {}
+    for r in rows:
+        out.setdefault(tuple(r[k] for k in keys), []).append(r)
+    return out
+
+
+def same_rep_ratios(rows, field):
+    """EOS / ALO of `field` within each (job, interval, rep), grouped by (job, interval)."""
+    ratios = {}
+    for (kind, interval, rep), rs in group(rows, "job", "interval_ms", "rep").items():
+        by = {r["guarantee"]: r[field] for r in rs}
+        if "exactly-once" in by and "at-least-once" in by and by["at-least-once"]:
+            ratios.setdefault((kind, interval), []).append(by["exactly-once"] / by["at-least-once"])
+    return ratios
+
+
+def print_tables(rows):
+    tp = [r for r in rows if r["section"] == "throughput"]
+    if tp:
+        print("\n| job | checkpoint interval | guarantee | input events/s | job CPU s per 1M input events | peak RSS MiB | seconds |")
+        print("|---|---|---|---|---|---|---|")
+        for (kind, iv, g), rs in group(tp, "job", "interval_ms", "guarantee").items():
+            print(f"| {kind} | {iv} ms | {g} | {spread([r['events_per_sec'] for r in rs])} | "
+                  f"{spread([r['cpu_s_per_m'] for r in rs], '{:.2f}')} | "
+                  f"{spread([r['peak_rss_mb'] for r in rs], '{:.0f}')} | {spread([r['seconds'] for r in rs], '{:.1f}')} |")
+        rates, cpus = same_rep_ratios(tp, "events_per_sec"), same_rep_ratios(tp, "cpu_s_per_m")
+        if rates:
+            print("\n| job | checkpoint interval | exactly-once / at-least-once events/s (same rep) | CPU per event |")
+            print("|---|---|---|---|")
+            for k in rates:
+                cpu = spread(cpus[k], '{:.2f}') if k in cpus else "–"
+                print(f"| {k[0]} | {k[1]} ms | {spread(rates[k], '{:.2f}')} | {cpu} |")
+    lat = [r for r in rows if r["section"] == "latency"]
+    if lat:
+        print("\n| job | checkpoint interval | guarantee | results | p50 ms | p99 ms | max ms |")
+        print("|---|---|---|---|---|---|---|")
+        for (kind, iv, g), rs in group(lat, "job", "interval_ms", "guarantee").items():
+            print(f"| {kind} | {iv} ms | {g} | {rs[0]['results']} | {spread([r['p50_ms'] for r in rs])} | "
+                  f"{spread([r['p99_ms'] for r in rs])} | {spread([r['max_ms'] for r in rs])} |")
+    rec = [r for r in rows if r["section"] == "recovery"]
+    if rec:
+        print("\n| job | checkpoint interval | kill → first new committed output, ms | stale tails |")
+        print("|---|---|---|---|")
+        for (kind, iv), rs in group(rec, "job", "interval_ms").items():
+            print(f"| {kind} | {iv} ms | {spread([r['recovery_ms'] for r in rs])} | {sum(r['stale'] for r in rs)} |")
+    mem = [r for r in rows if r["section"] == "memory"]
+    if mem:
+        print("\n| state.cache.bytes | state.memtable.bytes | state tables on disk, peak / end MiB | journal peak MiB | peak RSS MiB | RSS at the tables' peak MiB | input events/s | CPU s per 1M |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in mem:
+            print(f"| {r['cache_bytes']} | {r['memtable_bytes']} | {r['peak_state_mb']} / {r['end_state_mb']} | "
+                  f"{r['peak_journal_mb']} | {r['peak_rss_mb']} | {r['rss_at_state_peak_mb']} | {r['events_per_sec']:,} | {r['cpu_s_per_m']} |")
+
+
+def main():
+    LOG.mkdir(parents=True, exist_ok=True)
+    (OUT / "jobs").mkdir(exist_ok=True)
+    if not os.access(BIN, os.X_OK):
+        sys.exit(f"engine bench: no executable {BIN}: build it (cargo build --release) or set BIN")
+    meta = (f"date: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\nbinary: {BIN}\n"
+            f"broker: {BOOT}\nsections: {SECTIONS} reps={REPS} jobs={JOB_KINDS} intervals={INTERVALS} "
+            f"guarantees={GUARANTEES} partitions={PARTS}\nthroughput rides={TP_RIDES}; latency "
+            f"{LAT_RATE} events/s for {LAT_SECS} s; event-time rate {EVENT_RATE} rides/s; recovery "
+            f"rides={REC_RIDES}; memory rides={MEM_RIDES} drivers={MEM_DRIVERS} event-time rate "
+            f"{MEM_EVENT_RATE} budgets={MEM_BUDGETS}\nloadavg at start: {open('/proc/loadavg').read().strip()}\n")
+    (OUT / "meta.txt").write_text(meta)
+    print("".join(f"# {line}\n" for line in meta.splitlines()), end="", flush=True)
+    rows = []
+    try:
+        for section in SECTIONS:
+            rows += {"throughput": throughput, "latency": latency, "recovery": recovery,
+                     "memory": memory}[section]()
+    except (BenchError, subprocess.TimeoutExpired, KeyError) as e:
+        kill_children()
+        print_tables(rows)
+        sys.exit(f"engine bench: {e}")
+    print_tables(rows)
+    print(f"\n# loadavg at end: {open('/proc/loadavg').read().strip()}; results in {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

@@ -95,8 +95,18 @@ async fn killed_and_restarted(
     }
     first.kill().unwrap();
     first.wait().unwrap();
-    let at_kill = committed_count(&output).await;
-    assert!(at_kill > 0, "the first run's commit left no output");
+    // EndTxn answers before the coordinator's markers are written: the committed output
+    // becomes visible to read_committed readers shortly after.
+    let mut at_kill = committed_count(&output).await;
+    let since = Instant::now();
+    while at_kill == 0 {
+        assert!(
+            since.elapsed() < Duration::from_secs(60),
+            "the first run's commit left no visible output within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        at_kill = committed_count(&output).await;
+    }
     assert_eq!(
         plain_log(&log1).matches("source subtask starting").count(),
         2,

@@ -12,6 +12,7 @@ use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use crate::engine::checkpoint::{self, required_transaction_timeout};
 use serde::de::{self, Deserialize, Deserializer, SeqAccess, Visitor};
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
@@ -150,6 +151,23 @@ pub struct Settings {
 /// The least `state.cache.bytes` and `state.memtable.bytes` (1 MiB): below it fjall flushes
 /// memtables constantly and caches nothing useful.
 pub const MIN_STATE_MEMORY_BYTES: u64 = 1 << 20;
+
+impl Settings {
+    /// The checkpoint coordinator's settings for this job (the one mapping from job files).
+    pub fn checkpoint(&self) -> checkpoint::Settings {
+        checkpoint::Settings {
+            interval_ms: self.checkpoint_interval_ms,
+            min_pause_ms: self.checkpoint_min_pause_ms,
+            checkpoint_timeout_ms: self.checkpoint_timeout_ms,
+            max_consecutive_failures: self.checkpoint_tolerable_failures,
+            transaction_timeout_ms: self.transaction_timeout_ms,
+            commit_margin_ms: self.checkpoint_commit_margin_ms,
+            retention: self.checkpoint_retained,
+            restart_allowance_ms: self.restart_allowance_ms,
+            ..checkpoint::Settings::default()
+        }
+    }
+}
 
 /// The most key groups a job may have (a key group is a u16 in state keys; Flink's limit).
 pub const MAX_KEY_GROUPS: u32 = 32_768;
@@ -1054,6 +1072,74 @@ fn check_settings(
     guarantee: DeliveryGuarantee,
     raw: RawSettings,
 ) -> Result<Settings, JobError> {
+    let (parallelism, key_groups) = check_scale(loc, &raw)?;
+    let ms = |m: Option<&RawMs>, default: u64| m.map_or(default, |m| *m.ms.get_ref());
+    let ckpt = raw.checkpoint.as_ref();
+    let interval = ms(ckpt.and_then(|c| c.interval.as_ref()), 1_000);
+    let timeout = ms(ckpt.and_then(|c| c.timeout.as_ref()), 30_000);
+    for (value, m, field) in [
+        (
+            interval,
+            ckpt.and_then(|c| c.interval.as_ref()),
+            "settings.checkpoint.interval.ms",
+        ),
+        (
+            timeout,
+            ckpt.and_then(|c| c.timeout.as_ref()),
+            "settings.checkpoint.timeout.ms",
+        ),
+    ] {
+        if let (0, Some(m)) = (value, m) {
+            return Err(loc.at(&m.ms.span(), Some(field), "must be at least 1"));
+        }
+    }
+    let tuning = check_tuning(loc, ckpt, raw.restart.as_ref())?;
+    let (state_dir, state_cache_bytes, state_memtable_bytes) = check_state(loc, name, raw.state)?;
+    let settings = Settings {
+        parallelism,
+        key_groups,
+        checkpoint_interval_ms: interval,
+        checkpoint_timeout_ms: timeout,
+        transaction_timeout_ms: ms(raw.transaction.as_ref().map(|t| &t.timeout), 300_000),
+        checkpoint_min_pause_ms: tuning.min_pause_ms,
+        checkpoint_tolerable_failures: tuning.tolerable_failures,
+        checkpoint_commit_margin_ms: tuning.commit_margin_ms,
+        checkpoint_retained: tuning.retained,
+        restart_allowance_ms: tuning.restart_allowance_ms,
+        state_dir,
+        state_cache_bytes,
+        state_memtable_bytes,
+    };
+    if guarantee == DeliveryGuarantee::ExactlyOnce {
+        // The part of the one budget rule known from the file; `run` also checks the brokers'
+        // transaction.max.timeout.ms at start.
+        let txn = settings.transaction_timeout_ms;
+        let needed = required_transaction_timeout(&settings.checkpoint());
+        if txn < needed {
+            let span = raw
+                .transaction
+                .as_ref()
+                .map(|t| t.timeout.ms.span())
+                .or_else(|| ckpt.and_then(|c| c.interval.as_ref()).map(|m| m.ms.span()))
+                .unwrap_or(0..0);
+            return Err(loc.at(
+                &span,
+                Some("settings.transaction.timeout.ms"),
+                format!(
+                    "{txn} is below the {needed} the checkpoint settings need ((checkpoint.tolerable.failures + 1) \
+                     × (checkpoint.interval.ms + checkpoint.timeout.ms + checkpoint.min.pause.ms) \
+                     + restart.allowance.ms + checkpoint.commit.margin.ms): a transaction could time out \
+                     before its checkpoint commits it (data loss); raise transaction.timeout.ms to {needed} \
+                     or lower the checkpoint settings"
+                ),
+            ));
+        }
+    }
+    Ok(settings)
+}
+
+/// `parallelism` and `key.groups`: at least one key group per task.
+fn check_scale(loc: &Locator<'_>, raw: &RawSettings) -> Result<(u32, u32), JobError> {
     let parallelism = raw.parallelism.as_ref().map_or(1, |p| *p.get_ref());
     if let Some(p) = &raw.parallelism {
         if parallelism == 0 {
@@ -1085,54 +1171,21 @@ fn check_settings(
             ));
         }
     }
-    let ms = |m: Option<&RawMs>, default: u64| m.map_or(default, |m| *m.ms.get_ref());
-    let ckpt = raw.checkpoint.as_ref();
-    let interval = ms(ckpt.and_then(|c| c.interval.as_ref()), 1_000);
-    let timeout = ms(ckpt.and_then(|c| c.timeout.as_ref()), 30_000);
-    for (value, m, field) in [
-        (
-            interval,
-            ckpt.and_then(|c| c.interval.as_ref()),
-            "settings.checkpoint.interval.ms",
-        ),
-        (
-            timeout,
-            ckpt.and_then(|c| c.timeout.as_ref()),
-            "settings.checkpoint.timeout.ms",
-        ),
-    ] {
-        if let (0, Some(m)) = (value, m) {
-            return Err(loc.at(&m.ms.span(), Some(field), "must be at least 1"));
-        }
-    }
-    let txn = ms(raw.transaction.as_ref().map(|t| &t.timeout), 300_000);
-    let needed = interval.saturating_add(timeout);
-    if guarantee == DeliveryGuarantee::ExactlyOnce && txn <= needed {
-        // Only the part of the budget known from the file; the runtime also checks the
-        // broker's transaction.max.timeout.ms and a restart allowance at start.
-        let span = raw
-            .transaction
-            .as_ref()
-            .map(|t| t.timeout.ms.span())
-            .or_else(|| ckpt.and_then(|c| c.interval.as_ref()).map(|m| m.ms.span()))
-            .unwrap_or(0..0);
-        return Err(loc.at(
-            &span,
-            Some("settings.transaction.timeout.ms"),
-            format!(
-                "{txn} does not outlast checkpoint.interval.ms + checkpoint.timeout.ms = {needed}: \
-                 a transaction would time out before its checkpoint commits it (data loss); \
-                 raise transaction.timeout.ms above {needed} or lower the checkpoint settings"
-            ),
-        ));
-    }
-    let tuning = check_tuning(loc, ckpt, raw.restart.as_ref())?;
-    let state = raw.state.unwrap_or(RawState {
+    Ok((parallelism, key_groups))
+}
+
+/// `state.dir` (default `state/<name>`), `state.cache.bytes`, `state.memtable.bytes`.
+fn check_state(
+    loc: &Locator<'_>,
+    name: &str,
+    raw: Option<RawState>,
+) -> Result<(PathBuf, Option<u64>, Option<u64>), JobError> {
+    let state = raw.unwrap_or(RawState {
         dir: None,
         cache: None,
         memtable: None,
     });
-    let state_dir = match state.dir {
+    let dir = match state.dir {
         Some(d) if d.get_ref().trim().is_empty() => {
             return Err(loc.at(
                 &d.span(),
@@ -1143,23 +1196,9 @@ fn check_settings(
         Some(d) => PathBuf::from(d.into_inner()),
         None => PathBuf::from("state").join(name),
     };
-    let state_cache_bytes = state_bytes(loc, state.cache, "settings.state.cache.bytes")?;
-    let state_memtable_bytes = state_bytes(loc, state.memtable, "settings.state.memtable.bytes")?;
-    Ok(Settings {
-        parallelism,
-        key_groups,
-        checkpoint_interval_ms: interval,
-        checkpoint_timeout_ms: timeout,
-        transaction_timeout_ms: txn,
-        checkpoint_min_pause_ms: tuning.min_pause_ms,
-        checkpoint_tolerable_failures: tuning.tolerable_failures,
-        checkpoint_commit_margin_ms: tuning.commit_margin_ms,
-        checkpoint_retained: tuning.retained,
-        restart_allowance_ms: tuning.restart_allowance_ms,
-        state_dir,
-        state_cache_bytes,
-        state_memtable_bytes,
-    })
+    let cache = state_bytes(loc, state.cache, "settings.state.cache.bytes")?;
+    let memtable = state_bytes(loc, state.memtable, "settings.state.memtable.bytes")?;
+    Ok((dir, cache, memtable))
 }
 
 /// The checkpoint settings beyond interval and timeout, with the coordinator's defaults

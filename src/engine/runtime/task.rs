@@ -142,18 +142,7 @@ fn has_window(job: &Job) -> bool {
 /// The coordinator's settings from the job file (the commit retry backoff at its default:
 /// the sink owns commit retries).
 pub(crate) fn checkpoint_settings(job: &Job) -> checkpoint::Settings {
-    let s = &job.settings;
-    checkpoint::Settings {
-        interval_ms: s.checkpoint_interval_ms,
-        min_pause_ms: s.checkpoint_min_pause_ms,
-        checkpoint_timeout_ms: s.checkpoint_timeout_ms,
-        max_consecutive_failures: s.checkpoint_tolerable_failures,
-        transaction_timeout_ms: s.transaction_timeout_ms,
-        commit_margin_ms: s.checkpoint_commit_margin_ms,
-        retention: s.checkpoint_retained,
-        restart_allowance_ms: s.restart_allowance_ms,
-        ..checkpoint::Settings::default()
-    }
+    job.settings.checkpoint()
 }
 
 /// What a checkpoint of this job depends on, as the state store checks it.

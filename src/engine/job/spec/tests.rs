@@ -492,7 +492,7 @@ fn malformed_files_name_the_line_and_the_field() {
             format!("{HEAD}{SINK}[settings]\ncheckpoint.interval.ms = 10000\ntransaction.timeout.ms = 30000\n"),
             10,
             "settings.transaction.timeout.ms",
-            "30000 does not outlast checkpoint.interval.ms + checkpoint.timeout.ms = 40000",
+            "30000 is below the 230000 the checkpoint settings need",
         ),
         (
             format!("{HEAD}{SINK}[settings]\nparallelism = 4\nkey.groups = 2\n"),

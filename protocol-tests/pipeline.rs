@@ -57,15 +57,24 @@ async fn bounce(mode: &str, n: usize) -> HashMap<String, usize> {
     let output = TestTopic::create("ctp-out", 4).await;
     let group = unique_topic("ctp");
     let p = producer(&[]).await;
-    for i in 0..n {
-        p.send(
-            ProducerRecord::new(input.name.clone(), Bytes::from(format!("ride-{i}")))
-                .with_key(Bytes::from(format!("k{}", i % 50))),
-        )
-        .await
-        .unwrap();
-    }
-    p.flush().await.unwrap();
+    let produce = |range: std::ops::Range<usize>| {
+        let (p, topic) = (&p, input.name.clone());
+        async move {
+            for i in range {
+                p.send(
+                    ProducerRecord::new(topic.clone(), Bytes::from(format!("ride-{i}")))
+                        .with_key(Bytes::from(format!("k{}", i % 50))),
+                )
+                .await
+                .unwrap();
+            }
+            p.flush().await.unwrap();
+        }
+    };
+    // The second half is produced only after the first kill: the members cannot finish the
+    // work before it (on a loaded machine they once did, between two looks at the offsets,
+    // and the test bounced nobody).
+    produce(0..n / 2).await;
 
     let admin = onceflow::client::Admin::new(client_config(&broker()))
         .await
@@ -83,7 +92,8 @@ async fn bounce(mode: &str, n: usize) -> HashMap<String, usize> {
         .map(|i| start(&input.name, &output.name, &group, i, mode))
         .collect();
     // Bounce while they work: as soon as the group is making progress, kill every member with
-    // SIGKILL and start them again; up to three times, at least once before the work is done.
+    // SIGKILL and start them again; up to three times, at least once before the work is done
+    // (the first kill comes before the second half of the input exists).
     // Killing all at once while progress is being made guarantees that some member dies between
     // writing output and committing offsets.
     let mut kills = 0;
@@ -106,6 +116,9 @@ async fn bounce(mode: &str, n: usize) -> HashMap<String, usize> {
             m.wait().unwrap();
         }
         kills += 1;
+        if kills == 1 {
+            produce(n / 2..n).await;
+        }
         members = (0..3)
             .map(|i| start(&input.name, &output.name, &group, i, mode))
             .collect();

@@ -4,6 +4,8 @@
 use super::error::{CliError, Result};
 use super::progress::Progress;
 use super::props::Conn;
+use onceflow::client::config::split_property;
+use onceflow::client::{ConfigError, ConsumerConfig, ProducerConfig};
 use onceflow::engine::job::Job;
 use onceflow::engine::metrics::http::MetricsServer;
 use onceflow::engine::metrics::Metrics;
@@ -45,8 +47,9 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             .broker
             .clone()
             .unwrap_or_else(|| job.source.brokers.join(",")),
-        props: a.props.clone(),
+        props: Vec::new(),
     };
+    let (for_producer, for_consumer) = route_props(&a.props)?;
     let restore = match (a.fresh, a.from_checkpoint) {
         (true, _) => RestoreFrom::Fresh,
         (false, Some(n)) => RestoreFrom::Checkpoint(n),
@@ -58,8 +61,8 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             .clone()
             .unwrap_or_else(|| job.settings.state_dir.clone()),
         client: conn.brokers_only().client()?,
-        producer: conn.producer(&[])?,
-        consumer: conn.consumer(&[])?,
+        producer: conn.producer(&for_producer)?,
+        consumer: conn.consumer(&for_consumer)?,
         restore,
         job,
     };
@@ -88,6 +91,36 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Deals the `-X` properties to the sink's producer and the source's consumer: each goes to
+/// every client that knows its name (client-wide ones such as `client.id` to both), so
+/// `-X fetch.max.wait.ms=100` and `-X linger.ms=5` both work; a name neither knows, or a bad
+/// value, is one line naming it.
+fn route_props(props: &[String]) -> Result<(Vec<String>, Vec<String>)> {
+    let (mut producer, mut consumer) = (Vec::new(), Vec::new());
+    for p in props {
+        let (k, v) = split_property(p)?;
+        let known = |r: std::result::Result<(), ConfigError>| match r {
+            Ok(()) => Ok(true),
+            Err(ConfigError::Unknown { .. }) => Ok(false),
+            Err(e) => Err(CliError::from(e)),
+        };
+        let by_producer = known(ProducerConfig::default().set(&k, &v))?;
+        let by_consumer = known(ConsumerConfig::default().set(&k, &v))?;
+        if !by_producer && !by_consumer {
+            return Err(CliError::Usage(format!(
+                "-X {k}: unknown property for the job's producer (sink) and consumer (source); see the configuration table in README.md"
+            )));
+        }
+        if by_producer {
+            producer.push(p.clone());
+        }
+        if by_consumer {
+            consumer.push(p.clone());
+        }
+    }
+    Ok((producer, consumer))
+}
+
 /// SIGINT or SIGTERM (Ctrl-C only where there is no SIGTERM).
 async fn wait_for_signal() {
     #[cfg(unix)]
@@ -102,4 +135,30 @@ async fn wait_for_signal() {
         }
     }
     let _ = tokio::signal::ctrl_c().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_property_goes_to_the_clients_that_know_it() {
+        let props = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (p, c) = route_props(&props(&[
+            "linger.ms=5",
+            "fetch.max.wait.ms=100",
+            "client.id=x",
+        ]))
+        .unwrap();
+        assert_eq!(p, props(&["linger.ms=5", "client.id=x"]));
+        assert_eq!(c, props(&["fetch.max.wait.ms=100", "client.id=x"]));
+        let e = route_props(&props(&["lingr.ms=5"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("-X lingr.ms") && !e.contains('\n'), "{e}");
+        let e = route_props(&props(&["linger.ms=soon"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("linger.ms"), "{e}");
+    }
 }

@@ -65,7 +65,7 @@ LAT_RATE = int(env("LAT_RATE", "5000", "4000"))  # events/s, wall clock
 # rides, so its output (about one record per driver per hour) comes all through a run.
 EVENT_RATE = env("EVENT_RATE", "1")
 LAT_SECS = int(env("LAT_SECS", "20", "2"))
-REC_RIDES = env("REC_RIDES", "300000", "12000")
+REC_RIDES = env("REC_RIDES", "300000", "60000")
 MEM_RIDES = env("MEM_RIDES", "300000", "20000")
 MEM_DRIVERS = env("MEM_DRIVERS", "200000", "20000")
 MEM_EVENT_RATE = env("MEM_EVENT_RATE", "75", "5")

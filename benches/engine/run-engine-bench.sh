@@ -29,7 +29,7 @@
 # JOBS ("cleansing per-driver-hourly"), INTERVALS ("100 1000" [100]), GUARANTEES
 # ("exactly-once at-least-once"), PARTITIONS of every topic (1), TP_RIDES (250000 [5000]), LAT_RATE (5000
 # [4000]), LAT_SECS (20 [2]), EVENT_RATE (1 ride per second of event time), REC_RIDES
-# (300000 [12000]), MEM_RIDES (300000 [20000]), MEM_DRIVERS (200000 [20000]), MEM_EVENT_RATE
+# (300000 [60000]), MEM_RIDES (300000 [20000]), MEM_DRIVERS (200000 [20000]), MEM_EVENT_RATE
 # (75 [5]), MEM_BUDGETS ("8388608:8388608 default" [2097152:2097152]), RUN_TIMEOUT_SECS,
 # OUT_DIR (target/engine-bench/<time>: meta.txt, results.tsv (JSON lines), logs/, jobs/),
 # BIN (target/release/onceflow), SKIP_BUILD=1, KEEP_TOPICS=1.

@@ -4,7 +4,7 @@
 //! runs as a child process on a shipped job file with its names replaced (as engine_run.rs).
 //! Transactional: run on TV2 (9192) and TV1 (9196).
 
-use crate::engine_run::{assert_running, job_file, log_of, sigterm, start_job, taxi, DEADLINE};
+use crate::engine_run::{assert_running, job_file, log_of, start_job, stop, taxi, DEADLINE};
 use crate::support::cli::shown;
 use crate::support::*;
 use bytes::Bytes;
@@ -72,16 +72,6 @@ async fn verify_ok(args: &[&str], child: &mut Child, log: &Path) -> Output {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-/// SIGTERM and wait for a clean exit.
-async fn stop(child: Child, log: &Path) {
-    sigterm(&child);
-    let mut child = child;
-    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
-        .await
-        .unwrap();
-    assert!(status.success(), "{status}:\n{}", log_of(log));
 }
 
 /// The hourly job with `window.late_topic` over input with two deliberately late END events:

@@ -6,7 +6,8 @@
 //! driver's records go through one subtask). Transactional: run on TV2 (9192) and TV1 (9196).
 
 use crate::engine_run::{
-    assert_running, committed_count, job_file, log_of, sigterm, start_job, taxi, wait_for_verify_ok,
+    assert_running, committed_count, job_file, log_of, plain_log, sigterm, start_job, taxi,
+    wait_for_verify_ok,
 };
 use crate::support::cli::{shown, stdout};
 use crate::support::*;
@@ -31,25 +32,6 @@ fn parallel_job(dir: &Path, shipped: &str, input: &str, output: &str, prefix: &s
         );
     std::fs::write(&path, text).unwrap();
     path
-}
-
-/// The log without its ANSI colours.
-fn plain_log(log: &Path) -> String {
-    let text = log_of(log);
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// Whether the job's log says one of its sink's transactions committed.

@@ -4,7 +4,7 @@
 //! retained checkpoint; asking for one no longer retained is a one-line error naming the
 //! retained ones. Transactional: run on TV2 (9192) and TV1 (9196).
 
-use crate::engine_run::{assert_running, job_file, log_of, sigterm, start_job, taxi, DEADLINE};
+use crate::engine_run::{assert_running, job_file, plain_log, start_job, stop, taxi, DEADLINE};
 use crate::support::cli::{assert_one_line_error, onceflow_async, shown};
 use crate::support::*;
 use onceflow::engine::checkpoint::{Positions, TopicPartition};
@@ -63,25 +63,6 @@ fn logged(record: &CheckpointRecord) -> String {
     format!("{p:?}")
 }
 
-/// The job's log without the terminal colour codes the log lines carry (`ESC[...m`).
-fn plain_log(log: &Path) -> String {
-    let text = log_of(log);
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// The job's log has a line containing every one of `needles`.
 fn logged_line(log: &Path, needles: &[&str]) -> bool {
     plain_log(log)
@@ -117,15 +98,6 @@ async fn trickle(topic: String) {
         p.send(r).await.unwrap().await.unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-async fn stop(child: Child, log: &Path) {
-    sigterm(&child);
-    let mut child = child;
-    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
-        .await
-        .unwrap();
-    assert!(status.success(), "{status}:\n{}", log_of(log));
 }
 
 /// Several checkpoints, a stop, then `--from-checkpoint <the oldest retained>`: the restart

@@ -162,6 +162,35 @@ pub(crate) fn sigterm(child: &Child) {
     assert!(status.success());
 }
 
+/// SIGTERM and wait for a clean exit.
+pub(crate) async fn stop(child: Child, log: &Path) {
+    sigterm(&child);
+    let mut child = child;
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}:\n{}", log_of(log));
+}
+
+/// The job's log without the terminal colour codes the log lines carry (`ESC[...m`).
+pub(crate) fn plain_log(log: &Path) -> String {
+    let text = log_of(log);
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 #[tokio::test]
 async fn cleansing_run_killed_mid_stream_and_restarted_writes_every_ride_exactly_once() {
     let input = TestTopic::create("run-clean-in", 3).await;

@@ -1,9 +1,11 @@
-//! The demo's input: generated rides produced at a steady rate while the job runs, so a
-//! window's latency is the job's, not the wait behind a backlog.
+//! Generated rides produced to a topic, at a steady rate or unthrottled: `taxi generate` and
+//! the demo's input (produced while the job runs, so a window's latency is the job's, not the
+//! wait behind a backlog).
 
 use crate::error::Result;
+use crate::props::Conn;
 use bytes::Bytes;
-use onceflow::client::{DeliveryFuture, Producer, ProducerConfig, ProducerRecord};
+use onceflow::client::{DeliveryFuture, Producer, ProducerRecord};
 use onceflow::engine::taxi::Ride;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -14,6 +16,13 @@ const MAX_UNACKED: usize = 10_000;
 /// When event `i` (from 0) is due at `rate` events per second after the start.
 pub fn due(i: u64, rate: u32) -> Duration {
     Duration::from_secs_f64(i as f64 / f64::from(rate.max(1)))
+}
+
+/// When event number `sent` (from 0) is due, after the start, producing `rate` events per
+/// second (`None`: unthrottled, rate 0). Due times come from the count, not from the previous
+/// send, so a late send does not slow the rest down.
+pub fn send_due(sent: u64, rate: u32) -> Option<Duration> {
+    (rate > 0).then(|| due(sent, rate))
 }
 
 /// What was produced.
@@ -36,31 +45,33 @@ impl Drop for Task {
 /// driver's events (the verifier's per-key order relies on it).
 ///
 /// # Errors
-/// The client's error when the brokers cannot be reached.
-pub async fn producer(config: ProducerConfig) -> Result<Producer> {
+/// A bad `-X` property, or the client's error when the brokers cannot be reached.
+pub async fn producer(conn: &Conn) -> Result<Producer> {
+    let config = conn.producer(&["enable.idempotence=true".into(), "acks=all".into()])?;
     Ok(Producer::new(config).await?)
 }
 
 /// Produces `events` to `topic` (keyed by driver), event `i` not before `start` +
-/// [`due`]`(i, rate)` (the demo aims its kills from the same `start`); returns once every one
-/// is acknowledged.
+/// [`send_due`]`(i, rate)` (the demo aims its kills from the same `start`); returns once every
+/// one is acknowledged, and closes the producer.
 ///
 /// # Errors
 /// The producer's error when a record cannot be delivered.
 pub async fn feed(
     producer: Producer,
     topic: String,
-    events: Vec<Ride>,
+    events: impl IntoIterator<Item = Ride>,
     rate: u32,
     start: Instant,
 ) -> Result<Fed> {
     let mut unacked: VecDeque<DeliveryFuture> = VecDeque::new();
     let mut sent = 0u64;
     for ride in events {
-        let at = start + due(sent, rate);
         // Sleeping per record costs more than it evens out: only when 5 ms ahead.
-        if at > Instant::now() + Duration::from_millis(5) {
-            tokio::time::sleep_until(at.into()).await;
+        if let Some(at) = send_due(sent, rate).map(|d| start + d) {
+            if at > Instant::now() + Duration::from_millis(5) {
+                tokio::time::sleep_until(at.into()).await;
+            }
         }
         let record = ProducerRecord::new(topic.clone(), Bytes::from(ride.to_json()))
             .with_key(Bytes::from(ride.key()));
@@ -86,6 +97,20 @@ pub async fn feed(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn produce_rate_paces_by_count() {
+        for (sent, rate, due) in [
+            (0, 0, None),
+            (5_000, 0, None),
+            (0, 1_000, Some(Duration::ZERO)),
+            (1, 1_000, Some(Duration::from_millis(1))),
+            (2_500, 1_000, Some(Duration::from_millis(2_500))),
+            (3, 2, Some(Duration::from_millis(1_500))),
+        ] {
+            assert_eq!(send_due(sent, rate), due, "event {sent} at {rate}/s");
+        }
+    }
 
     #[test]
     fn events_are_due_evenly_at_the_rate() {

@@ -11,6 +11,7 @@
 mod consume;
 mod demo;
 mod error;
+mod feed;
 mod produce;
 mod progress;
 mod props;

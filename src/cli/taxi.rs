@@ -7,24 +7,17 @@
 //! its end-to-end latency (`engine::taxi::latency`).
 
 use super::error::{CliError, Result};
+use super::feed;
 use super::props::Conn;
-use bytes::Bytes;
 use onceflow::client::admin::NewTopic;
-use onceflow::client::{
-    Admin, Consumer, ConsumerRecord, DeliveryFuture, IsolationLevel, Offset, Producer,
-    ProducerRecord, TopicPartition,
-};
+use onceflow::client::{Admin, Consumer, ConsumerRecord, IsolationLevel, Offset, TopicPartition};
 use onceflow::engine::taxi::generate::{self, Config};
 use onceflow::engine::taxi::latency::{Appended, Causes, Probe, Summary};
 use onceflow::engine::taxi::verify::{self, ExpectationBuilder, Job, TopicRecord};
 use onceflow::engine::taxi::NYC;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-
-/// Deliveries awaited at most this far behind the newest send: bounded memory for any
-/// --count, while the producer keeps batching.
-const MAX_UNACKED: usize = 10_000;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -189,13 +182,6 @@ fn generator_config(a: &GenerateArgs) -> Result<Config> {
     })
 }
 
-/// When event number `sent` (from 0) is due, after the start, producing `rate` events per
-/// second (`None`: unthrottled). Due times come from the count, not from the previous send,
-/// so a late send does not slow the rest down.
-fn send_due(sent: u64, rate: u32) -> Option<Duration> {
-    (rate > 0).then(|| Duration::from_secs_f64(sent as f64 / f64::from(rate)))
-}
-
 /// Creates `topic` with `partitions` unless it exists; returns its partition count.
 async fn ensure_topic(admin: &Admin, topic: &str, partitions: i32) -> Result<usize> {
     if let Some(n) = admin.list_topics().await?.get(topic) {
@@ -212,41 +198,19 @@ async fn run_generate(a: GenerateArgs) -> Result<ExitCode> {
     let events = generate::rides(config).map_err(|e| CliError::Usage(e.to_string()))?;
     let admin = Admin::new(a.conn.brokers_only().client()?).await?;
     let partitions = ensure_topic(&admin, &a.topic, a.partitions).await?;
-    // Idempotent, acks=all: a retried batch cannot duplicate or reorder a driver's events,
-    // which the verifier's per-key order check relies on.
-    let producer = Producer::new(
-        a.conn
-            .producer(&["enable.idempotence=true".into(), "acks=all".into()])?,
-    )
-    .await?;
-    let start = Instant::now();
-    let (mut sent, mut outside, mut first, mut last) = (0u64, 0u64, i64::MAX, i64::MIN);
-    let mut unacked: VecDeque<DeliveryFuture> = VecDeque::new();
-    for ride in events {
-        if let Some(due) = send_due(sent, a.produce_rate) {
-            tokio::time::sleep_until((start + due).into()).await;
-        }
+    let producer = feed::producer(&a.conn).await?;
+    let (mut outside, mut first, mut last) = (0u64, i64::MAX, i64::MIN);
+    let counted = events.inspect(|ride| {
         if ride.is_start && !ride.inside(&NYC) {
             outside += 1;
         }
         first = first.min(ride.event_time);
         last = last.max(ride.event_time);
-        let record = ProducerRecord::new(a.topic.clone(), Bytes::from(ride.to_json()))
-            .with_key(Bytes::from(ride.key()));
-        unacked.push_back(producer.send(record).await?);
-        sent += 1;
-        if unacked.len() > MAX_UNACKED {
-            if let Some(f) = unacked.pop_front() {
-                f.await?;
-            }
-        }
-    }
-    producer.flush().await?;
-    for f in unacked {
-        f.await?;
-    }
-    producer.close().await?;
-    let secs = start.elapsed().as_secs_f64();
+    });
+    let start = Instant::now();
+    let fed = feed::feed(producer, a.topic.clone(), counted, a.produce_rate, start).await?;
+    let sent = fed.events;
+    let secs = fed.secs;
     let span = if sent == 0 {
         "no events".to_owned()
     } else {
@@ -561,20 +525,6 @@ mod tests {
             drivers,
             outside_percent,
             produce_rate: 0,
-        }
-    }
-
-    #[test]
-    fn produce_rate_paces_by_count() {
-        for (sent, rate, due) in [
-            (0, 0, None),
-            (5_000, 0, None),
-            (0, 1_000, Some(Duration::ZERO)),
-            (1, 1_000, Some(Duration::from_millis(1))),
-            (2_500, 1_000, Some(Duration::from_millis(2_500))),
-            (3, 2, Some(Duration::from_millis(1_500))),
-        ] {
-            assert_eq!(send_due(sent, rate), due, "event {sent} at {rate}/s");
         }
     }
 

@@ -18,10 +18,10 @@
 //! must show duplicates (and exit 1). There a kill also waits until the incarnation's output
 //! is visible (at-least-once output is visible at once), so there is something to duplicate.
 
-mod feed;
 mod job;
 
 use crate::error::{CliError, Result};
+use crate::feed;
 use crate::props::Conn;
 use crate::taxi::JobTopics;
 use job::ChildJob;
@@ -249,11 +249,7 @@ async fn demo(args: &Args, setup: &Setup, (events, kills): Plan) -> Result<ExitC
     .await
     .map_err(|e| CliError::Failed(e.to_string()))?;
     let mut job = start_job(args, setup)?;
-    let producer = feed::producer(
-        args.conn
-            .producer(&["enable.idempotence=true".into(), "acks=all".into()])?,
-    )
-    .await?;
+    let producer = feed::producer(&args.conn).await?;
     let start = Instant::now();
     // Aborted when dropped: a demo that fails must not keep producing (the broker would
     // create the deleted input topic again).

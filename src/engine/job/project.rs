@@ -155,7 +155,12 @@ impl Key {
         &self.0
     }
 
-    /// From canonical bytes (as read back from state).
+    /// The canonical bytes, taken.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.0
+    }
+
+    /// A key from its canonical bytes (as [`Key::as_bytes`] gave them).
     pub fn from_bytes(bytes: Vec<u8>) -> Key {
         Key(bytes)
     }

@@ -36,6 +36,7 @@ pub struct Metrics {
     base: Instant,
     records_in: AtomicU64,
     records_out: AtomicU64,
+    late: AtomicU64,
     completed: AtomicU64,
     failed: AtomicU64,
     duration: Histogram,
@@ -111,6 +112,7 @@ impl Metrics {
             base: Instant::now(),
             records_in: AtomicU64::new(0),
             records_out: AtomicU64::new(0),
+            late: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             duration: Histogram::default(),
@@ -142,6 +144,12 @@ impl Metrics {
     /// A record was handed to the sink.
     pub fn record_out(&self) {
         self.records_out.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A window took a record after its windows had fired and their allowed lateness had
+    /// passed: left out of the aggregate (and written to the late topic, if the job has one).
+    pub fn late_record(&self) {
+        self.late.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The coordinator injected checkpoint `id`'s barrier (the checkpoint's start).
@@ -219,6 +227,13 @@ impl Metrics {
     /// pipeline (several tasks of one job share them: their counts add up).
     pub fn operators(&self, pipeline: &[Operator]) -> Vec<Arc<OperatorCounter>> {
         let kinds: Vec<&'static str> = pipeline.iter().map(operator_kind).collect();
+        self.operators_of_kinds(&kinds)
+    }
+
+    /// The counters of operators of these kinds, by index, as [`Metrics::operators`] (a
+    /// typed job names its operators' kinds itself).
+    pub fn operators_of_kinds(&self, kinds: &[&'static str]) -> Vec<Arc<OperatorCounter>> {
+        let kinds = kinds.to_vec();
         let mut registered = lock(&self.operators);
         let same = registered.len() == kinds.len()
             && registered.iter().zip(&kinds).all(|(c, k)| c.kind == *k);
@@ -273,6 +288,7 @@ impl Metrics {
         Snapshot {
             records_in: load(&self.records_in),
             records_out: load(&self.records_out),
+            late_records: load(&self.late),
             operators,
             checkpoints_completed: load(&self.completed),
             checkpoints_failed: load(&self.failed),
@@ -321,6 +337,8 @@ pub struct Snapshot {
     pub records_in: u64,
     /// Records handed to the sink.
     pub records_out: u64,
+    /// Late records left out of a window's aggregate.
+    pub late_records: u64,
     /// Per operator of the pipeline, in order.
     pub operators: Vec<OperatorSnapshot>,
     /// Checkpoints completed (durable).

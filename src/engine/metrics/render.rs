@@ -35,7 +35,7 @@ pub fn render(s: &Snapshot) -> String {
 /// A family of one sample: name (without the prefix), type, help, value.
 type One = (&'static str, &'static str, &'static str, Num);
 
-fn records(s: &Snapshot) -> [One; 2] {
+fn records(s: &Snapshot) -> [One; 3] {
     [
         (
             "source_records_total",
@@ -48,6 +48,12 @@ fn records(s: &Snapshot) -> [One; 2] {
             "counter",
             "Records handed to the sink (written into its open transaction).",
             Num::U(s.records_out),
+        ),
+        (
+            "late_records_total",
+            "counter",
+            "Records a window took after their windows fired and their allowed lateness passed: left out of the aggregate (and written to the late topic, if any).",
+            Num::U(s.late_records),
         ),
     ]
 }

@@ -18,7 +18,6 @@ use super::message::{Control, Counters, Report, C, D};
 use super::observe;
 use super::offsets::GroupOffsets;
 use super::persist::Persister;
-use super::pipeline::WINDOW_UID;
 use super::retire::abort_retired;
 use super::routing::key_group_range;
 use super::task::{now_ms, restored, to_store};
@@ -488,10 +487,15 @@ impl Master {
 
 /// Keyed subtask i's handle on the window's state, restricted to its key groups.
 fn window_states(store: &StateStore, plan: &Plan) -> Result<Vec<OperatorState>, RuntimeError> {
+    let uid = plan
+        .topology
+        .keyed()
+        .map(|k| k.uid)
+        .ok_or_else(|| RuntimeError::Internal("no keyed stage to restore state for".into()))?;
     (0..plan.parallelism)
         .map(|i| {
             let groups = key_group_range(i, plan.parallelism, plan.key_groups);
-            Ok(store.operator(WINDOW_UID)?.for_key_groups(groups))
+            Ok(store.operator(&uid)?.for_key_groups(groups))
         })
         .collect()
 }

@@ -12,7 +12,7 @@ use tokio::sync::mpsc::{Receiver, UnboundedReceiver, UnboundedSender};
 use super::alignment::{Alignment, Step};
 use super::message::{Control, Data, Report};
 use super::output::SinkTask;
-use super::pipeline::WindowStage;
+use super::topology::KeyedStage;
 use super::RuntimeError;
 use crate::engine::checkpoint::{CheckpointId, Positions, TaskId};
 use crate::engine::job::window::InputWatermarks;
@@ -23,7 +23,7 @@ pub(crate) struct KeyedSubtask {
     /// Input i is the channel from source subtask i (`None` once that source is gone).
     pub inputs: Vec<Option<Receiver<Data>>>,
     pub alignment: Alignment,
-    pub stage: WindowStage,
+    pub stage: Box<dyn KeyedStage>,
     /// The sources' watermarks (those with partitions), the smallest drives the window.
     pub watermarks: InputWatermarks,
     pub sink: SinkTask,
@@ -118,26 +118,24 @@ impl KeyedSubtask {
 
     async fn on_data(&mut self, input: usize, data: Data) -> Result<(), RuntimeError> {
         match data {
-            Data::Record {
-                key,
-                time,
-                value,
-                input,
-            } => {
-                let out = self.stage.process(&key, time, &value, input)?;
+            Data::Record { key, time, element } => {
+                let mut out = Vec::new();
+                self.stage.process(&key, time, element, &mut out)?;
                 self.sink.write(out).await?;
             }
             Data::Watermark(w) => {
                 let input = u32::try_from(input).unwrap_or(u32::MAX);
                 if let Some(combined) = self.watermarks.advance(input, w) {
-                    let out = self.stage.advance_to(combined)?;
+                    let mut out = Vec::new();
+                    self.stage.advance_to(combined, &mut out)?;
                     self.sink.write(out).await?;
                 }
             }
             Data::Idle => {
                 let input = u32::try_from(input).unwrap_or(u32::MAX);
                 if let Some(combined) = self.watermarks.set_idle(input) {
-                    let out = self.stage.advance_to(combined)?;
+                    let mut out = Vec::new();
+                    self.stage.advance_to(combined, &mut out)?;
                     self.sink.write(out).await?;
                 }
             }

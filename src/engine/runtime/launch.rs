@@ -15,9 +15,9 @@ use super::keyed::KeyedSubtask;
 use super::message::{Control, Counters, Data, Report};
 use super::output::SinkTask;
 use super::partitions::{resolve, start_offset, Discovery};
-use super::pipeline::{Prefix, WindowStage};
 use super::routing::key_group_range;
 use super::source::{Downstream, PartitionWatermarks, SourceSubtask};
+use super::topology::Topology;
 use super::RuntimeError;
 use crate::client::{
     Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, Offset, TopicPartition,
@@ -36,6 +36,8 @@ const CHANNEL_CAPACITY: usize = 256;
 /// What the subtasks are made of.
 pub(crate) struct Plan {
     pub job: Job,
+    /// What the job computes (the job file's operators, or a typed job's).
+    pub topology: Arc<dyn Topology>,
     pub parallelism: usize,
     pub key_groups: u16,
     /// read_committed.
@@ -56,8 +58,9 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
+    /// Whether the job has a key exchange (then keyed subtasks run its keyed stage).
     pub(crate) fn has_window(&self) -> bool {
-        Prefix::new(&self.job.pipeline).window().is_some()
+        self.topology.keyed().is_some()
     }
 
     /// The tasks that ack a checkpoint: sources 0..P, then keyed subtasks P..2P (with a
@@ -129,8 +132,9 @@ pub(crate) async fn launch(
             plan.metrics.clone(),
         )
     });
-    let window = Prefix::new(&plan.job.pipeline).window().cloned();
-    let (senders, receivers) = channels(p, window.is_some());
+    let keyed = plan.has_window();
+    let out_of_orderness = plan.topology.out_of_orderness();
+    let (senders, receivers) = channels(p, keyed);
     for (i, channels) in senders.into_iter().enumerate() {
         let task = TaskId(u32::try_from(i).unwrap_or(u32::MAX));
         let (control_tx, control) = mpsc::unbounded_channel();
@@ -144,24 +148,22 @@ pub(crate) async fn launch(
             .map_err(|e| RuntimeError::client("connecting the source to the brokers", e))?;
         let (consumer, own) = source_consumer(plan, &cluster, &partitions, positions).await?;
         launched.positions.extend(own.clone());
-        let downstream = match &window {
-            Some(_) => Downstream::Keyed {
+        let downstream = match keyed {
+            true => Downstream::Keyed {
                 channels,
                 key_groups: plan.key_groups,
             },
-            None => Downstream::Sink(Box::new(sinks.next().ok_or_else(|| missing_sink(i))?)),
+            false => Downstream::Sink(Box::new(sinks.next().ok_or_else(|| missing_sink(i))?)),
         };
         let source = SourceSubtask {
             task,
             consumer,
-            prefix: Prefix::new(&plan.job.pipeline)
-                .observed(plan.metrics.operators(&plan.job.pipeline)),
+            chain: plan.topology.source_chain(&plan.metrics),
+            emitted: Vec::new(),
             metrics: plan.metrics.clone(),
             downstream,
             positions: own,
-            watermarks: window
-                .as_ref()
-                .map(|w| PartitionWatermarks::new(&partitions, w.out_of_orderness)),
+            watermarks: out_of_orderness.map(|o| PartitionWatermarks::new(&partitions, o)),
             control,
             reports: reports.clone(),
             counters: counters.clone(),
@@ -179,7 +181,7 @@ pub(crate) async fn launch(
         launched.controls.insert(task, control_tx);
         launched.sources.push(task);
     }
-    if window.is_none() {
+    if !keyed {
         return Ok(launched);
     }
     launch_keyed(plan, receivers, states, &mut sinks, reports, &mut launched)?;
@@ -236,8 +238,7 @@ fn launch_keyed(
             task,
             inputs,
             alignment: Alignment::default(),
-            stage: WindowStage::new(&plan.job.pipeline, state)?
-                .observed(plan.metrics.operators(&plan.job.pipeline)),
+            stage: plan.topology.keyed_stage(state, &plan.metrics)?,
             watermarks: InputWatermarks::new(watermark_inputs.iter().copied()),
             sink: sinks.next().ok_or_else(|| missing_sink(i))?,
             control,

@@ -5,13 +5,10 @@
 
 use std::sync::atomic::AtomicU64;
 
-use serde_json::Value;
-
-use super::pipeline::Input;
+use super::topology::Element;
 use super::RuntimeError;
 use crate::client::txn::PreparedTransaction;
 use crate::engine::checkpoint::{CheckpointId, CommitOutcome, Positions, TaskId};
-use crate::engine::job::project::Key;
 use crate::engine::state::FrozenDelta;
 
 /// The committable of this runtime.
@@ -22,13 +19,11 @@ pub(crate) type D = Vec<FrozenDelta>;
 /// Source subtask → keyed subtask.
 #[derive(Debug)]
 pub(crate) enum Data {
-    /// A keyed record for the window, with its event time (and the input record as it came
-    /// when the window has a late topic).
+    /// A keyed element for the keyed stage: its key's canonical bytes and its event time.
     Record {
-        key: Key,
+        key: Vec<u8>,
         time: i64,
-        value: Value,
-        input: Option<Input>,
+        element: Element,
     },
     /// The source subtask's watermark advanced to this.
     Watermark(i64),

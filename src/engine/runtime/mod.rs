@@ -52,6 +52,7 @@ mod retire;
 mod routing;
 mod source;
 mod task;
+pub(crate) mod topology;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -85,7 +86,19 @@ pub async fn run_with_metrics(
     stop: tokio::sync::watch::Receiver<bool>,
     metrics: Arc<Metrics>,
 ) -> Result<RunSummary, RuntimeError> {
-    let result = task::run(config, stop, metrics.clone()).await;
+    let topology = Arc::new(pipeline::JsonTopology::new(&config.job.pipeline));
+    run_topology(config, topology, stop, metrics).await
+}
+
+/// [`run_with_metrics`] of a job whose operators are `topology` (the typed builder's); the
+/// job file part of `config.job` gives the source, the sink and the settings.
+pub(crate) async fn run_topology(
+    config: RunConfig,
+    topology: Arc<dyn topology::Topology>,
+    stop: tokio::sync::watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
+) -> Result<RunSummary, RuntimeError> {
+    let result = task::run(config, topology, stop, metrics.clone()).await;
     if let Err(e) = &result {
         observe::run_failed(&metrics, e);
     }

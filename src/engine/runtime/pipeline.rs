@@ -9,13 +9,16 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::Value;
 
+use super::topology::{
+    downcast, Element, Emitted, InputRecord, KeyedLayout, KeyedStage, SourceChain, Topology,
+};
 use super::RuntimeError;
 use crate::engine::job::aggregate::{Accumulator, WindowAggregate};
 use crate::engine::job::batch::{stateless, Carried};
 use crate::engine::job::project::Key;
 use crate::engine::job::window::{route, Admission, Window, WindowKind};
 use crate::engine::job::Operator;
-use crate::engine::metrics::OperatorCounter;
+use crate::engine::metrics::{Metrics, OperatorCounter};
 use crate::engine::state::{MapState, OperatorState, TimerState, ValueState};
 
 /// The uid (keyspace `op-window`) of the one window operator a job may have.
@@ -121,7 +124,7 @@ impl Prefix {
     }
 
     /// Runs one input record through the prefix.
-    pub(crate) fn process(&mut self, key: Option<Vec<u8>>, raw: &Bytes) -> Prefixed {
+    pub(crate) fn prefixed(&mut self, key: Option<Vec<u8>>, raw: &Bytes) -> Prefixed {
         let Ok(value) = serde_json::from_slice::<Value>(raw) else {
             self.dropped += 1;
             return Prefixed::Dropped;
@@ -192,6 +195,8 @@ pub(crate) struct WindowStage {
     pub late: u64,
     /// Per operator of the job file, as [`Prefix::observed`]; empty: not observed.
     counters: Vec<Arc<OperatorCounter>>,
+    /// Where late records are counted, when observed.
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl WindowStage {
@@ -230,31 +235,24 @@ impl WindowStage {
             operators: operators.len(),
             late: 0,
             counters: Vec::new(),
+            metrics: None,
         })
     }
 
     /// The stage, counting the window's results and the records of the operators after it
     /// (as [`Prefix::observed`]).
-    pub(crate) fn observed(mut self, counters: Vec<Arc<OperatorCounter>>) -> WindowStage {
+    pub(crate) fn observed(mut self, metrics: &Arc<Metrics>, pipeline: &[Operator]) -> WindowStage {
+        let counters = metrics.operators(pipeline);
         if counters.len() == self.operators {
             self.counters = counters;
         }
+        self.metrics = Some(metrics.clone());
         self
-    }
-
-    /// The window operator's state, for snapshots.
-    pub(crate) fn state_mut(&mut self) -> &mut OperatorState {
-        &mut self.window.state
-    }
-
-    /// The watermark.
-    pub(crate) fn watermark(&self) -> Option<i64> {
-        self.window.watermark
     }
 
     /// Adds one keyed record at event time `t`; returns what goes to the sink: late updates,
     /// and the input record to `window.late_topic` when it is late (`input`: as it came).
-    pub(crate) fn process(
+    pub(crate) fn add(
         &mut self,
         key: &Key,
         t: i64,
@@ -267,6 +265,9 @@ impl WindowStage {
             // Counted either way; written to the side topic, in the same transaction as the
             // main output, when the job has one.
             self.late += 1;
+            if let Some(m) = &self.metrics {
+                m.late_record();
+            }
             if let (Some(topic), Some((k, raw))) = (w.spec.late_topic.as_ref(), input) {
                 out.push(Output {
                     topic: Some(topic.clone()),
@@ -443,6 +444,119 @@ impl WindowOp {
     }
 }
 
+/// The job file's operators as the runtime runs them: the stateless prefix in each source
+/// subtask, the window aggregate (and what follows it) as the keyed stage.
+#[derive(Debug, Clone)]
+pub(crate) struct JsonTopology {
+    pipeline: Vec<Operator>,
+    window: Option<WindowAggregate>,
+}
+
+impl JsonTopology {
+    pub(crate) fn new(pipeline: &[Operator]) -> JsonTopology {
+        JsonTopology {
+            pipeline: pipeline.to_vec(),
+            window: Prefix::new(pipeline).window().cloned(),
+        }
+    }
+}
+
+/// A keyed JSON record crossing the exchange to the window.
+struct JsonElement {
+    value: Value,
+    input: Option<Input>,
+}
+
+impl Topology for JsonTopology {
+    fn keyed(&self) -> Option<KeyedLayout> {
+        self.window.as_ref().map(|_| KeyedLayout {
+            uid: WINDOW_UID.into(),
+            kind: WINDOW_KIND.into(),
+        })
+    }
+
+    fn out_of_orderness(&self) -> Option<i64> {
+        self.window.as_ref().map(|w| w.out_of_orderness)
+    }
+
+    fn source_chain(&self, metrics: &Arc<Metrics>) -> Box<dyn SourceChain> {
+        Box::new(Prefix::new(&self.pipeline).observed(metrics.operators(&self.pipeline)))
+    }
+
+    fn keyed_stage(
+        &self,
+        state: OperatorState,
+        metrics: &Arc<Metrics>,
+    ) -> Result<Box<dyn KeyedStage>, RuntimeError> {
+        let stage = WindowStage::new(&self.pipeline, state)?.observed(metrics, &self.pipeline);
+        Ok(Box::new(stage))
+    }
+}
+
+impl SourceChain for Prefix {
+    fn process(&mut self, record: &InputRecord<'_>, out: &mut Vec<Emitted>) -> Option<i64> {
+        let raw = record.value?;
+        match self.prefixed(record.key.map(|k| k.to_vec()), raw) {
+            Prefixed::Out(o) => {
+                out.push(Emitted::Out(o));
+                self.input_time(raw)
+            }
+            Prefixed::Keyed {
+                key,
+                time,
+                value,
+                input,
+            } => {
+                out.push(Emitted::Keyed {
+                    key: key.into_bytes(),
+                    time,
+                    element: Box::new(JsonElement { value, input }),
+                });
+                Some(time)
+            }
+            Prefixed::Dropped => self.input_time(raw),
+        }
+    }
+}
+
+impl Prefix {
+    /// The event time of the input record, read at the window's time field (for records the
+    /// prefix did not send to the window).
+    fn input_time(&self, raw: &Bytes) -> Option<i64> {
+        let window = self.window.as_ref()?;
+        let value: Value = serde_json::from_slice(raw).ok()?;
+        window.event_time(&value)
+    }
+}
+
+impl KeyedStage for WindowStage {
+    fn process(
+        &mut self,
+        key: &[u8],
+        time: i64,
+        element: Element,
+        out: &mut Vec<Output>,
+    ) -> Result<(), RuntimeError> {
+        let e: JsonElement = downcast(element, "the window")?;
+        let key = Key::from_bytes(key.to_vec());
+        out.extend(self.add(&key, time, &e.value, e.input)?);
+        Ok(())
+    }
+
+    fn advance_to(&mut self, watermark: i64, out: &mut Vec<Output>) -> Result<(), RuntimeError> {
+        out.extend(WindowStage::advance_to(self, watermark)?);
+        Ok(())
+    }
+
+    fn state_mut(&mut self) -> &mut OperatorState {
+        &mut self.window.state
+    }
+
+    fn watermark(&self) -> Option<i64> {
+        self.window.watermark
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::timers_may_be_due;
@@ -466,7 +580,7 @@ mod tests {
             (r#"{"v":5,"k":2}"#, true),
         ];
         for (value, want) in cases {
-            let out = p.process(None, &Bytes::from(value));
+            let out = p.prefixed(None, &Bytes::from(value));
             assert_eq!(matches!(out, Prefixed::Out(_)), want, "{value}");
         }
         let counts: Vec<(u64, u64)> = metrics
@@ -486,7 +600,10 @@ mod tests {
             .join("rides-per-driver-hourly.toml");
         let job = crate::engine::job::Job::load(&file).expect("the shipped job (b)");
         let dir = tempfile::tempdir().expect("tempdir");
-        let layout = super::super::task::state_layout(&job);
+        let layout = super::super::task::state_layout(
+            &job,
+            &super::super::pipeline::JsonTopology::new(&job.pipeline),
+        );
         let (store, _) = StateStore::open(
             dir.path(),
             layout,
@@ -495,12 +612,12 @@ mod tests {
         )
         .expect("state");
         let state = store.operator(WINDOW_UID).expect("window state");
-        let metrics = Metrics::new();
+        let metrics = Arc::new(Metrics::new());
         // The source subtask's prefix and the keyed subtask's window, sharing the counters.
         let mut p = Prefix::new(&job.pipeline).observed(metrics.operators(&job.pipeline));
         let mut stage = WindowStage::new(&job.pipeline, state)
             .expect("stage")
-            .observed(metrics.operators(&job.pipeline));
+            .observed(&metrics, &job.pipeline);
         let hour = 3_600_000;
         // A start (filtered out), an end in hour 0, an end in hour 2 (the watermark it brings,
         // 2 h − 60 s, fires hour 0).
@@ -514,12 +631,9 @@ mod tests {
         for (is_start, t) in [(true, 10), (false, 20), (false, 2 * hour)] {
             if let Prefixed::Keyed {
                 key, time, value, ..
-            } = p.process(None, &ride(is_start, t))
+            } = p.prefixed(None, &ride(is_start, t))
             {
-                outputs += stage
-                    .process(&key, time, &value, None)
-                    .expect("process")
-                    .len();
+                outputs += stage.add(&key, time, &value, None).expect("process").len();
                 outputs += stage.advance_to(time - 60_000).expect("advance").len();
             }
         }
@@ -578,11 +692,11 @@ mod tests {
             time,
             value,
             input,
-        } = p.process(Some(key.as_bytes().to_vec()), &raw)
+        } = p.prefixed(Some(key.as_bytes().to_vec()), &raw)
         else {
             panic!("not keyed");
         };
-        let mut out = stage.process(&key, time, &value, input).unwrap();
+        let mut out = stage.add(&key, time, &value, input).unwrap();
         out.extend(stage.advance_to(time - 1_000).unwrap());
         out
     }

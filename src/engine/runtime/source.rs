@@ -11,7 +11,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::mpsc::{Sender, UnboundedReceiver, UnboundedSender};
 
@@ -20,8 +19,8 @@ use super::message::{Control, Counters, Data, Report};
 use super::observe;
 use super::output::SinkTask;
 use super::partitions::{discover, Discovery};
-use super::pipeline::{Prefix, Prefixed};
 use super::routing::{owner_of, subtask_of};
+use super::topology::{Emitted, InputRecord, SourceChain};
 use super::RuntimeError;
 use crate::client::{Admin, Consumer, ConsumerRecord, Offset, TopicPartition};
 use crate::engine::checkpoint::{self, CheckpointId, Positions, TaskId};
@@ -148,7 +147,10 @@ impl PartitionWatermarks {
 pub(crate) struct SourceSubtask {
     pub task: TaskId,
     pub consumer: Consumer,
-    pub prefix: Prefix,
+    /// The operators chained before the key exchange (all of them without one).
+    pub chain: Box<dyn SourceChain>,
+    /// What the chain emitted for the record at hand (kept, so it allocates once).
+    pub emitted: Vec<Emitted>,
     pub downstream: Downstream,
     /// Per partition: the next offset to fetch after the records processed so far.
     pub positions: Positions,
@@ -290,69 +292,66 @@ impl SourceSubtask {
         Ok(())
     }
 
-    /// One record through the prefix, then to the sink or the keyed subtask of its key
-    /// group (waiting while that channel is full: back-pressure).
+    /// One record through the chain, then to the sink or the keyed subtasks of its elements'
+    /// key groups (waiting while a channel is full: back-pressure).
     async fn process(&mut self, record: ConsumerRecord) -> Result<(), RuntimeError> {
         self.counters.records_in.fetch_add(1, Ordering::Relaxed);
         self.metrics.record_in();
         let tp = TopicPartition::new(record.topic.clone(), record.partition);
+        let input = InputRecord {
+            topic: &record.topic,
+            partition: record.partition,
+            offset: record.offset,
+            timestamp: record.timestamp,
+            key: record.key.as_ref(),
+            value: record.value.as_ref(),
+        };
+        let mut emitted = std::mem::take(&mut self.emitted);
+        let time = self.chain.process(&input, &mut emitted);
         let key = checkpoint::TopicPartition {
             topic: record.topic,
             partition: record.partition,
         };
         self.positions.insert(key, record.offset + 1);
-        let Some(raw) = record.value.as_ref() else {
-            return Ok(());
-        };
-        let prefixed = self.prefix.process(record.key.map(|k| k.to_vec()), raw);
-        let time = match &prefixed {
-            Prefixed::Keyed { time, .. } => Some(*time),
-            _ => self.input_time(raw),
-        };
-        match (prefixed, &mut self.downstream) {
-            (Prefixed::Dropped, _) => {}
-            (Prefixed::Out(out), Downstream::Sink(s)) => s.write(vec![out]).await?,
-            (
-                Prefixed::Keyed {
-                    key,
-                    time,
-                    value,
-                    input,
-                },
-                Downstream::Keyed {
-                    channels,
-                    key_groups,
-                },
-            ) => {
-                let i = subtask_of(
-                    key_group(key.as_bytes(), *key_groups),
-                    channels.len(),
-                    *key_groups,
-                );
-                let ch = channels.get(i).ok_or_else(|| gone(i))?;
-                ch.send(Data::Record {
-                    key,
-                    time,
-                    value,
-                    input,
-                })
-                .await
-                .map_err(|_| gone(i))?;
-            }
-            _ => {
-                return Err(RuntimeError::Internal(
-                    "a record's shape does not match its source subtask's downstream".into(),
-                ))
-            }
-        }
-        // The watermark follows every record's event time, also of those the filter drops
-        // (as a source's watermark strategy sees its records before any operator).
+        let sent = self.send(&mut emitted).await;
+        self.emitted = emitted;
+        sent?;
+        // The watermark follows every record's event time, also of those the chain drops (as
+        // a source's watermark strategy sees its records before any operator).
         let advanced = match (time, self.watermarks.as_mut()) {
             (Some(t), Some(w)) => w.observe(&tp, t),
             _ => None,
         };
         if let Some(w) = advanced {
-            self.broadcast(|| Data::Watermark(w)).await?;
+            broadcast(&self.downstream, || Data::Watermark(w)).await?;
+        }
+        Ok(())
+    }
+
+    /// What the chain emitted for one record, in order, to the sink or the key exchange.
+    async fn send(&mut self, emitted: &mut Vec<Emitted>) -> Result<(), RuntimeError> {
+        for e in emitted.drain(..) {
+            match (e, &mut self.downstream) {
+                (Emitted::Out(out), Downstream::Sink(s)) => s.write(vec![out]).await?,
+                (
+                    Emitted::Keyed { key, time, element },
+                    Downstream::Keyed {
+                        channels,
+                        key_groups,
+                    },
+                ) => {
+                    let i = subtask_of(key_group(&key, *key_groups), channels.len(), *key_groups);
+                    let ch = channels.get(i).ok_or_else(|| gone(i))?;
+                    ch.send(Data::Record { key, time, element })
+                        .await
+                        .map_err(|_| gone(i))?;
+                }
+                _ => {
+                    return Err(RuntimeError::Internal(
+                        "a record's shape does not match its source subtask's downstream".into(),
+                    ))
+                }
+            }
         }
         Ok(())
     }
@@ -398,30 +397,24 @@ impl SourceSubtask {
         }
         let all_idle = w.newly_all_idle();
         if let Some(wm) = advanced {
-            self.broadcast(|| Data::Watermark(wm)).await?;
+            broadcast(&self.downstream, || Data::Watermark(wm)).await?;
         }
         if all_idle {
             tracing::debug!(task = %self.task, "every partition idle");
-            self.broadcast(|| Data::Idle).await?;
+            broadcast(&self.downstream, || Data::Idle).await?;
         }
         Ok(())
     }
+}
 
-    async fn broadcast(&self, d: impl Fn() -> Data) -> Result<(), RuntimeError> {
-        if let Downstream::Keyed { channels, .. } = &self.downstream {
-            for (i, ch) in channels.iter().enumerate() {
-                ch.send(d()).await.map_err(|_| gone(i))?;
-            }
+/// Sends `d()` into every channel to the keyed subtasks (a job without them: nothing).
+async fn broadcast(downstream: &Downstream, d: impl Fn() -> Data) -> Result<(), RuntimeError> {
+    if let Downstream::Keyed { channels, .. } = downstream {
+        for (i, ch) in channels.iter().enumerate() {
+            ch.send(d()).await.map_err(|_| gone(i))?;
         }
-        Ok(())
     }
-
-    /// The event time of the input record, read at the window's time field.
-    fn input_time(&self, raw: &Bytes) -> Option<i64> {
-        let window = self.prefix.window()?;
-        let value: serde_json::Value = serde_json::from_slice(raw).ok()?;
-        window.event_time(&value)
-    }
+    Ok(())
 }
 
 fn gone(i: usize) -> RuntimeError {
@@ -446,14 +439,17 @@ mod tests {
     /// records dropped them).
     #[test]
     fn a_partition_read_ahead_does_not_make_anothers_events_late() {
-        use crate::engine::runtime::pipeline::{Output, WindowStage, WINDOW_UID};
+        use crate::engine::runtime::pipeline::{Output, Prefix, Prefixed, WindowStage, WINDOW_UID};
         use crate::engine::state::{RestoreFrom, StateStore, StoreOptions};
         let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("jobs")
             .join("rides-per-driver-hourly.toml");
         let job = crate::engine::job::Job::load(&file).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let layout = super::super::task::state_layout(&job);
+        let layout = super::super::task::state_layout(
+            &job,
+            &super::super::pipeline::JsonTopology::new(&job.pipeline),
+        );
         let (store, _) = StateStore::open(
             dir.path(),
             layout,
@@ -467,7 +463,7 @@ mod tests {
         let tp = |p: i32| TopicPartition::new("t", p);
         let mut w = PartitionWatermarks::new(&[tp(0), tp(1)], 60_000);
         let mut feed = |p: i32, t: i64| -> Vec<Output> {
-            let raw = Bytes::from(format!(
+            let raw = bytes::Bytes::from(format!(
                 r#"{{"is_start":false,"driver_id":7,"passengers":1,"event_time":{t}}}"#
             ));
             let Prefixed::Keyed {
@@ -475,11 +471,11 @@ mod tests {
                 time,
                 value,
                 input,
-            } = prefix.process(Some(b"7".to_vec()), &raw)
+            } = prefix.prefixed(Some(b"7".to_vec()), &raw)
             else {
                 panic!("not keyed");
             };
-            let mut out = stage.process(&key, time, &value, input).unwrap();
+            let mut out = stage.add(&key, time, &value, input).unwrap();
             if let Some(wm) = w.observe(&tp(p), t) {
                 out.extend(stage.advance_to(wm).unwrap());
             }

@@ -11,12 +11,12 @@ use tokio::sync::watch;
 use super::coordinate::Master;
 use super::launch::Plan;
 use super::message::C;
-use super::pipeline::{WINDOW_KIND, WINDOW_UID};
 use super::routing::assign_partitions;
+use super::topology::Topology;
 use super::{RunConfig, RunSummary, RuntimeError};
 use crate::client::{Admin, Cluster, Consumer, IsolationLevel};
 use crate::engine::checkpoint::{self, CheckpointId, Listed, Millis, Positions, Restored};
-use crate::engine::job::{DeliveryGuarantee, Job, Operator};
+use crate::engine::job::{DeliveryGuarantee, Job};
 use crate::engine::metrics::Metrics;
 use crate::engine::sink::{check_timeout_budget, Delivery, KafkaSink, SinkCommittable, SinkConfig};
 use crate::engine::state::{
@@ -43,8 +43,9 @@ pub(crate) fn now_ms() -> Millis {
 /// Every [`RuntimeError`]: an unsupported job, a state store that cannot restore, a timeout
 /// budget the brokers refuse, data loss or a prefix clash found by a sink, a checkpoint
 /// failure, a source that cannot read.
-pub async fn run(
+pub(crate) async fn run(
     config: RunConfig,
+    topology: Arc<dyn Topology>,
     stop: watch::Receiver<bool>,
     metrics: Arc<Metrics>,
 ) -> Result<RunSummary, RuntimeError> {
@@ -54,7 +55,7 @@ pub async fn run(
         .unwrap_or(1)
         .max(1);
     let settings = checkpoint_settings(job);
-    let layout = state_layout(job);
+    let layout = state_layout(job, topology.as_ref());
     let key_groups = layout.key_groups;
     let options = StoreOptions {
         retain: u32::try_from(settings.retention).unwrap_or(u32::MAX),
@@ -107,6 +108,7 @@ pub async fn run(
     drop(probe);
     let plan = Plan {
         job: job.clone(),
+        topology,
         parallelism,
         key_groups,
         consumer,
@@ -133,12 +135,6 @@ fn check_supported(job: &Job) -> Result<(), RuntimeError> {
     Ok(())
 }
 
-fn has_window(job: &Job) -> bool {
-    job.pipeline
-        .iter()
-        .any(|op| matches!(op, Operator::WindowAggregate(_)))
-}
-
 /// The coordinator's settings from the job file (the commit retry backoff at its default:
 /// the sink owns commit retries).
 pub(crate) fn checkpoint_settings(job: &Job) -> checkpoint::Settings {
@@ -146,11 +142,11 @@ pub(crate) fn checkpoint_settings(job: &Job) -> checkpoint::Settings {
 }
 
 /// What a checkpoint of this job depends on, as the state store checks it.
-pub(crate) fn state_layout(job: &Job) -> Layout {
-    let operators = match has_window(job) {
-        true => vec![OperatorLayout::new(WINDOW_UID, WINDOW_KIND)],
-        false => Vec::new(),
-    };
+pub(crate) fn state_layout(job: &Job, topology: &dyn Topology) -> Layout {
+    let operators = topology
+        .keyed()
+        .map(|k| vec![OperatorLayout::new(k.uid, k.kind)])
+        .unwrap_or_default();
     Layout {
         key_groups: u16::try_from(job.settings.key_groups).unwrap_or(u16::MAX),
         operators,

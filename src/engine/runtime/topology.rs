@@ -1,0 +1,138 @@
+//! The seam between the runtime and what a job computes: the runtime moves records, barriers
+//! and watermarks between subtasks and owns checkpoints, positions and sinks; a [`Topology`]
+//! says what happens to a record on the way. Two implement it: the job file's built-in
+//! operators (`pipeline::JsonTopology`) and the typed Rust builder
+//! ([`crate::engine::dataflow`]).
+//!
+//! A topology has at most one key exchange, so a job is:
+//! - a [`SourceChain`], run chained in each source subtask: one input record in, any number
+//!   of outputs for the sink ([`Emitted::Out`]) or keyed elements for the exchange
+//!   ([`Emitted::Keyed`]), plus the record's event time, which drives the source's watermark;
+//! - with a key exchange, a [`KeyedStage`], run in the keyed subtask that owns the element's
+//!   key group, on that subtask's slice of one operator's state ([`KeyedLayout`]): elements
+//!   and watermarks in, outputs for the sink out; its state is snapshotted at each aligned
+//!   barrier.
+//!
+//! Elements cross the exchange in process, type-erased ([`Element`]): the stage that made
+//! them and the stage that takes them come from the same topology, so the downcast cannot
+//! miss unless the topology has a bug (reported as `RuntimeError::Internal`).
+
+use std::any::Any;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::pipeline::Output;
+use super::RuntimeError;
+use crate::engine::metrics::Metrics;
+use crate::engine::state::OperatorState;
+
+/// A keyed element on its way from a source subtask to a keyed subtask.
+pub(crate) type Element = Box<dyn Any + Send>;
+
+/// An input record as the source's read_committed consumer returned it.
+#[derive(Debug, Clone, Copy)]
+#[allow(dead_code)] // The job file's chain reads key and value only; a typed source reads all.
+pub(crate) struct InputRecord<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+    /// The record's timestamp (ms since the epoch; create or log-append time).
+    pub timestamp: i64,
+    pub key: Option<&'a Bytes>,
+    /// `None`: a tombstone.
+    pub value: Option<&'a Bytes>,
+}
+
+/// What a source chain made of an input record.
+pub(crate) enum Emitted {
+    /// To the sink (a job without a key exchange).
+    Out(Output),
+    /// To the key exchange: the key's canonical bytes (they pick the key group), the event
+    /// time, and the element for the keyed stage.
+    Keyed {
+        key: Vec<u8>,
+        time: i64,
+        element: Element,
+    },
+}
+
+/// The operators chained in a source subtask, one instance per subtask.
+pub(crate) trait SourceChain: Send {
+    /// Runs one input record, pushing what it makes into `out`; returns the record's event
+    /// time when the job has a watermark strategy and the record has one, also when the
+    /// record is filtered out (a source's watermark sees its records before any operator).
+    fn process(&mut self, record: &InputRecord<'_>, out: &mut Vec<Emitted>) -> Option<i64>;
+}
+
+/// The operators after the key exchange, one instance per keyed subtask, with their state.
+pub(crate) trait KeyedStage: Send {
+    /// One keyed element at event time `time`; pushes what goes to the sink into `out`.
+    ///
+    /// # Errors
+    /// The state store failed, or the element is not of the stage's type (a bug).
+    fn process(
+        &mut self,
+        key: &[u8],
+        time: i64,
+        element: Element,
+        out: &mut Vec<Output>,
+    ) -> Result<(), RuntimeError>;
+
+    /// The inputs' watermark is now `watermark` (never back): fires what it makes due.
+    ///
+    /// # Errors
+    /// The state store failed.
+    fn advance_to(&mut self, watermark: i64, out: &mut Vec<Output>) -> Result<(), RuntimeError>;
+
+    /// The stage's state, for snapshots.
+    fn state_mut(&mut self) -> &mut OperatorState;
+
+    /// The stage's watermark, for logs.
+    fn watermark(&self) -> Option<i64>;
+}
+
+/// The keyed stage's operator in the state layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyedLayout {
+    /// Stable id; names the keyspace `op-<uid>`.
+    pub uid: String,
+    /// What the stage is: its state format depends on it, and a checkpoint of another kind
+    /// is refused.
+    pub kind: String,
+}
+
+/// What a job computes (module docs).
+pub(crate) trait Topology: Send + Sync + Debug {
+    /// The keyed stage's layout, when the job has a key exchange.
+    fn keyed(&self) -> Option<KeyedLayout>;
+
+    /// The sources' bounded out-of-orderness (ms), when the job uses event time.
+    fn out_of_orderness(&self) -> Option<i64>;
+
+    /// A source subtask's chain; it counts its operators' records into `metrics`.
+    fn source_chain(&self, metrics: &Arc<Metrics>) -> Box<dyn SourceChain>;
+
+    /// A keyed subtask's stage on `state` (restricted to the subtask's key groups).
+    ///
+    /// # Errors
+    /// The restored state cannot be read, or the topology has no keyed stage.
+    fn keyed_stage(
+        &self,
+        state: OperatorState,
+        metrics: &Arc<Metrics>,
+    ) -> Result<Box<dyn KeyedStage>, RuntimeError>;
+}
+
+/// The element a keyed stage expects, or an internal error naming the stage.
+///
+/// # Errors
+/// The element is of another type: a bug in the topology that made it.
+pub(crate) fn downcast<T: 'static>(element: Element, stage: &str) -> Result<T, RuntimeError> {
+    element.downcast::<T>().map(|b| *b).map_err(|_| {
+        RuntimeError::Internal(format!(
+            "{stage}: an element of another type crossed the key exchange"
+        ))
+    })
+}

@@ -53,6 +53,14 @@ impl KeyedSubtask {
             if !self.drain_control().await? {
                 return Ok(());
             }
+            if self.stage.firing() {
+                // The rest of a watermark's firing, a chunk per turn, each written (or held)
+                // before the next: no input is read until it is done, so no barrier passes it.
+                let mut out = Vec::new();
+                self.stage.fire_more(&mut out)?;
+                self.sink.write(out).await?;
+                continue;
+            }
             let start = self.next;
             self.next = (self.next + 1) % self.inputs.len().max(1);
             tokio::select! {

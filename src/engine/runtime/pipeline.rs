@@ -182,7 +182,12 @@ struct WindowOp {
     /// The watermark up to which timers were last looked for (timers are scanned only when
     /// the watermark crosses a window boundary: a scan visits every key group of the range).
     scanned_to: Option<i64>,
+    /// A firing under way: its watermark and the key groups not fired yet.
+    firing: Option<(i64, std::ops::Range<u16>)>,
 }
+
+/// Results a window fires before they go to the sink (a firing of more is split, by key group).
+const FIRE_CHUNK: usize = 1024;
 
 /// The window aggregate and the operators after it, in one keyed subtask.
 pub(crate) struct WindowStage {
@@ -229,6 +234,7 @@ impl WindowStage {
                 watermark,
                 // None: the first advance after a restore scans the restored timers.
                 scanned_to: None,
+                firing: None,
             },
             after: operators[at + 1..].to_vec(),
             at,
@@ -284,6 +290,12 @@ impl WindowStage {
     /// The inputs' watermark is now `w`: fires the windows it closes.
     pub(crate) fn advance_to(&mut self, w: i64) -> Result<Vec<Output>, RuntimeError> {
         let results = self.window.advance_to(w)?;
+        Ok(self.finish(results))
+    }
+
+    /// The next chunk of a firing under way (empty: none).
+    fn fire_more(&mut self) -> Result<Vec<Output>, RuntimeError> {
+        let results = self.window.fire_some()?;
         Ok(self.finish(results))
     }
 
@@ -424,8 +436,44 @@ impl WindowOp {
             return Ok(Vec::new());
         }
         self.scanned_to = Some(w);
+        self.firing = Some((w, groups));
+        self.fire_some()
+    }
+
+    /// Fires the due timers of the next key groups of the firing under way, until at least
+    /// [`FIRE_CHUNK`] results are out or every key group is done: a watermark that closes an
+    /// hour for a million keys fires it a chunk at a time, each chunk written to the sink
+    /// before the next is read, instead of one Vec of every result.
+    ///
+    /// Per key the order is kept: a key lives in one key group, whose timers come by time.
+    fn fire_some(&mut self) -> Result<Vec<(Key, Value)>, RuntimeError> {
+        let Some((w, mut groups)) = self.firing.take() else {
+            return Ok(Vec::new());
+        };
         let mut out = Vec::new();
-        for (end, k) in FIRE.due(&self.state, w)? {
+        while out.len() < FIRE_CHUNK {
+            let Some(kg) = groups.next() else {
+                break;
+            };
+            self.fire_group(kg, w, &mut out)?;
+        }
+        if !groups.is_empty() {
+            self.firing = Some((w, groups));
+        }
+        Ok(out)
+    }
+
+    /// Key group `kg`'s due windows at watermark `w` (by end, then key), then its expired
+    /// windows dropped.
+    fn fire_group(
+        &mut self,
+        kg: u16,
+        w: i64,
+        out: &mut Vec<(Key, Value)>,
+    ) -> Result<(), RuntimeError> {
+        let (size, _) = window_size(self.spec.kind);
+        let lateness = self.spec.allowed_lateness;
+        for (end, k) in FIRE.due_in_group(&self.state, kg, w)? {
             FIRE.delete(&mut self.state, &k, end);
             let window = Window {
                 start: end - size,
@@ -435,12 +483,12 @@ impl WindowOp {
             let acc = self.accumulator(key.as_bytes(), window)?;
             out.extend(self.result(&key, window, &acc));
         }
-        for (at, k) in CLEANUP.due(&self.state, w)? {
+        for (at, k) in CLEANUP.due_in_group(&self.state, kg, w)? {
             CLEANUP.delete(&mut self.state, &k, at);
             let start = at - lateness - size;
             ACCUMULATORS.remove(&mut self.state, &k, &start_key(start));
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -546,6 +594,15 @@ impl KeyedStage for WindowStage {
     fn advance_to(&mut self, watermark: i64, out: &mut Vec<Output>) -> Result<(), RuntimeError> {
         out.extend(WindowStage::advance_to(self, watermark)?);
         Ok(())
+    }
+
+    fn fire_more(&mut self, out: &mut Vec<Output>) -> Result<bool, RuntimeError> {
+        out.extend(WindowStage::fire_more(self)?);
+        Ok(self.window.firing.is_some())
+    }
+
+    fn firing(&self) -> bool {
+        self.window.firing.is_some()
     }
 
     fn state_mut(&mut self) -> &mut OperatorState {
@@ -727,6 +784,47 @@ mod tests {
             };
             assert_eq!(late, want, "late_topic {late_topic:?}");
         }
+    }
+
+    /// A watermark that closes a window for many keys fires it in chunks of about
+    /// FIRE_CHUNK results (a key group at a time), not in one Vec of all of them; every key's
+    /// window fires exactly once across the chunks.
+    #[test]
+    fn a_watermark_closing_many_windows_fires_them_in_bounded_chunks() {
+        let h = 3_600_000;
+        let keys = 3 * FIRE_CHUNK;
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, mut p, mut s) = stages(dir.path(), "");
+        for i in 0..keys {
+            assert!(feed(&mut p, &mut s, &format!("k{i}"), 10).is_empty());
+        }
+        // The watermark passes the first hour: the first chunk only.
+        let first = feed(&mut p, &mut s, "late-comer", 2 * h);
+        assert!(
+            !first.is_empty() && first.len() < keys,
+            "first chunk {} of {keys}",
+            first.len()
+        );
+        assert!(KeyedStage::firing(&s));
+        let mut all = first;
+        let mut chunks = 1;
+        while KeyedStage::firing(&s) {
+            let mut out = Vec::new();
+            KeyedStage::fire_more(&mut s, &mut out).unwrap();
+            assert!(out.len() < keys, "a chunk of {}", out.len());
+            all.extend(out);
+            chunks += 1;
+        }
+        assert!(chunks >= 2, "{chunks} chunks");
+        let fired: std::collections::BTreeSet<String> = all
+            .iter()
+            .map(|o| {
+                let v: Value = serde_json::from_slice(&o.value).unwrap();
+                v["k"].as_str().unwrap().to_owned()
+            })
+            .collect();
+        assert_eq!(all.len(), keys, "each window fired once");
+        assert_eq!(fired.len(), keys);
     }
 
     #[test]

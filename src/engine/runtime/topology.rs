@@ -86,6 +86,22 @@ pub(crate) trait KeyedStage: Send {
     /// The state store failed.
     fn advance_to(&mut self, watermark: i64, out: &mut Vec<Output>) -> Result<(), RuntimeError>;
 
+    /// Whether [`KeyedStage::advance_to`] left output to fire: then the subtask writes what
+    /// it got to the sink and calls [`KeyedStage::fire_more`] until this is false, so a
+    /// watermark that fires many results goes out in bounded chunks.
+    fn firing(&self) -> bool {
+        false
+    }
+
+    /// The next chunk of a firing under way; returns [`KeyedStage::firing`] after it.
+    ///
+    /// # Errors
+    /// The state store failed.
+    fn fire_more(&mut self, out: &mut Vec<Output>) -> Result<bool, RuntimeError> {
+        let _ = out;
+        Ok(false)
+    }
+
     /// The stage's state, for snapshots.
     fn state_mut(&mut self) -> &mut OperatorState;
 

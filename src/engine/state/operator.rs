@@ -524,6 +524,32 @@ impl TimerState {
         op.write(k, None);
     }
 
+    /// The timers of key group `kg` at or before `up_to`, ordered by time, then key: one key
+    /// group's share of [`TimerState::due`], so that an operator can fire a watermark's timers
+    /// a key group at a time, in bounded memory.
+    ///
+    /// # Errors
+    /// A fjall read error, or a corrupt timer key.
+    pub fn due_in_group(
+        &self,
+        op: &OperatorState,
+        kg: u16,
+        up_to: i64,
+    ) -> Result<Vec<(i64, Vec<u8>)>> {
+        let prefix = timer_prefix(kg, self.id);
+        let past = |k: &[u8]| decode_timer_key(k).is_none_or(|(t, _)| t > up_to);
+        let mut out = Vec::new();
+        for (k, v) in op.scan_until(&prefix, &prefix, past)? {
+            if v.is_none() {
+                continue;
+            }
+            let (time, key) = decode_timer_key(&k)
+                .ok_or_else(|| op.corrupt("a timer key too short for its time"))?;
+            out.push((time, key.to_vec()));
+        }
+        Ok(out)
+    }
+
     /// Every timer at or before `up_to`, ordered by time, then key group, then key. They stay
     /// registered until [`TimerState::delete`]d.
     ///
@@ -532,15 +558,8 @@ impl TimerState {
     pub fn due(&self, op: &OperatorState, up_to: i64) -> Result<Vec<(i64, Vec<u8>)>> {
         let mut out = Vec::new();
         for kg in op.groups.clone() {
-            let prefix = timer_prefix(kg, self.id);
-            let past = |k: &[u8]| decode_timer_key(k).is_none_or(|(t, _)| t > up_to);
-            for (k, v) in op.scan_until(&prefix, &prefix, past)? {
-                if v.is_none() {
-                    continue;
-                }
-                let (time, key) = decode_timer_key(&k)
-                    .ok_or_else(|| op.corrupt("a timer key too short for its time"))?;
-                out.push((time, kg, key.to_vec()));
+            for (time, key) in self.due_in_group(op, kg, up_to)? {
+                out.push((time, kg, key));
             }
         }
         out.sort();

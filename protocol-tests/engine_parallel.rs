@@ -6,11 +6,14 @@
 //! driver's records go through one subtask). Transactional: run on TV2 (9192) and TV1 (9196).
 
 use crate::engine_run::{
-    assert_running, committed_count, job_file, log_of, plain_log, sigterm, start_job, taxi,
-    wait_for_verify_ok,
+    assert_running, committed_count, job_file, log_of, plain_log, sigterm, start_job,
+    start_job_with_env, taxi, wait_for_verify_ok,
 };
 use crate::support::cli::{shown, stdout};
 use crate::support::*;
+use onceflow::client::admin_txn::ListTransactionsFilter;
+use onceflow::client::txn::TxnState;
+use onceflow::client::{Admin, IsolationLevel, Offset, TopicPartition};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -188,4 +191,155 @@ async fn per_driver_hourly_killed_at_parallelism_2_and_restarted_at_4_counts_eve
         4,
     )
     .await;
+}
+
+/// The transactional ids of sink task `task` (`<prefix>-<task>-<slot>`) with an Ongoing
+/// transaction now.
+async fn ongoing_of_task(admin: &Admin, prefix: &str, task: u32) -> Vec<String> {
+    let filter = ListTransactionsFilter {
+        states: vec![TxnState::Ongoing.as_str().to_owned()],
+        ..Default::default()
+    };
+    let mine = format!("{prefix}-{task}-");
+    admin
+        .list_transactions(&filter)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.transactional_id)
+        .filter(|id| id.starts_with(&mine))
+        .collect()
+}
+
+/// The inverse of the rescale-down test: with the restart's abort of the retired tasks'
+/// transactions switched off (`ONCEFLOW_TEST_SKIP=retire`), the transaction sink task 1 left
+/// open when it was killed at parallelism 2 is still Ongoing after the restart at parallelism
+/// 1 has committed output of its own, and that committed output is invisible: the output's
+/// last stable offset stays below its end, so read_committed readers (the verifier) miss it.
+#[tokio::test]
+async fn rescaled_down_without_aborting_the_retired_tasks_transaction_readers_miss_committed_output(
+) {
+    let name = "par-noretire";
+    let input = TestTopic::create(&format!("{name}-in"), 3).await;
+    let output = TestTopic::create(&format!("{name}-out"), 3).await;
+    let dir = std::env::temp_dir().join(unique_topic("onceflow-par"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = taxi(&["generate", "-t", &input.name, "--count", "20000"]).await;
+    assert!(o.status.success(), "{}", shown(&o));
+    let prefix = unique_topic(name);
+    let job = parallel_job(
+        &dir,
+        "rides-cleansing.toml",
+        &input.name,
+        &output.name,
+        &prefix,
+    );
+    let admin = Admin::new(client_config(&broker())).await.unwrap();
+
+    // First run(s) at parallelism 2: killed once sink task 1 has a transaction open (checked
+    // again after the kill: a commit in flight may have closed it; then run again).
+    let mut lingering = Vec::new();
+    for attempt in 1..=5 {
+        let log = dir.join(format!("run1-{attempt}.log"));
+        let fresh: &[&str] = if attempt == 1 { &["--fresh"] } else { &[] };
+        let mut first = start_job(&job, &log, fresh);
+        let start = Instant::now();
+        while !committed_a_transaction(&log) || ongoing_of_task(&admin, &prefix, 1).await.is_empty()
+        {
+            assert_running(&mut first, &log);
+            assert!(
+                start.elapsed() < DEADLINE,
+                "no commit with task 1's transaction open within {DEADLINE:?}:\n{}",
+                log_of(&log)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        first.kill().unwrap();
+        first.wait().unwrap();
+        lingering = ongoing_of_task(&admin, &prefix, 1).await;
+        if !lingering.is_empty() {
+            break;
+        }
+    }
+    assert!(
+        !lingering.is_empty(),
+        "sink task 1 never left a transaction open at a kill"
+    );
+
+    // The restart at parallelism 1, protection off: it commits output of its own.
+    let text = std::fs::read_to_string(&job).unwrap();
+    std::fs::write(&job, text.replace("\nparallelism = 2", "\nparallelism = 1")).unwrap();
+    let log2 = dir.join("run2.log");
+    let mut second = start_job_with_env(&job, &log2, &[], &[("ONCEFLOW_TEST_SKIP", "retire")]);
+    let start = Instant::now();
+    while !committed_a_transaction(&log2) {
+        assert_running(&mut second, &log2);
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the restart committed nothing within {DEADLINE:?}:\n{}",
+            log_of(&log2)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        plain_log(&log2).contains("protection retire switched off"),
+        "{}",
+        log_of(&log2)
+    );
+    // The failure: the retired task's transaction is still open, and behind it committed
+    // output is beyond what read_committed readers can reach.
+    let still = ongoing_of_task(&admin, &prefix, 1).await;
+    assert_eq!(
+        still, lingering,
+        "the retired task's transaction did not stay open"
+    );
+    let partitions: Vec<TopicPartition> = (0..3)
+        .map(|p| TopicPartition::new(output.name.clone(), p))
+        .collect();
+    let lso = admin
+        .list_offsets(&partitions, Offset::End, IsolationLevel::ReadCommitted)
+        .await
+        .unwrap();
+    let hw = admin
+        .list_offsets(&partitions, Offset::End, IsolationLevel::ReadUncommitted)
+        .await
+        .unwrap();
+    let stuck: Vec<_> = partitions.iter().filter(|tp| lso[*tp] < hw[*tp]).collect();
+    assert!(
+        !stuck.is_empty(),
+        "no output partition held back: LSO {lso:?}, end {hw:?}"
+    );
+    let o = taxi(&[
+        "verify",
+        "--job",
+        "cleansing",
+        "--input",
+        &input.name,
+        "--output",
+        &output.name,
+    ])
+    .await;
+    let verdict = stdout(&o);
+    assert!(
+        verdict.contains("FAILED") && verdict.contains("missing"),
+        "readers missed nothing with the retired transaction open: {}",
+        shown(&o)
+    );
+    eprintln!(
+        "{name}: {} held back by {lingering:?}; {}",
+        stuck.len(),
+        verdict.trim()
+    );
+    sigterm(&second);
+    let status = tokio::task::spawn_blocking(move || second.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}:\n{}", log_of(&log2));
+    // Abort the lingering transaction, so the topics go quietly.
+    for id in &lingering {
+        let _ = admin
+            .fence_transactional_id(id, Duration::from_secs(60))
+            .await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

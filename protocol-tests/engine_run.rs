@@ -59,6 +59,16 @@ pub(crate) fn job_file(
 
 /// `onceflow run JOB -b BROKER EXTRA` in the background, its stderr into `log`.
 pub(crate) fn start_job(job: &Path, log: &Path, extra: &[&str]) -> Child {
+    start_job_with_env(job, log, extra, &[])
+}
+
+/// [`start_job`] with these environment variables set (test hooks).
+pub(crate) fn start_job_with_env(
+    job: &Path,
+    log: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Child {
     let log = std::fs::File::create(log).unwrap();
     command()
         .args([
@@ -70,6 +80,7 @@ pub(crate) fn start_job(job: &Path, log: &Path, extra: &[&str]) -> Child {
             API_TIMEOUT,
         ])
         .args(extra)
+        .envs(env.iter().copied())
         .env("ONCEFLOW_LOG", "onceflow=info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

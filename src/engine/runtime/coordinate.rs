@@ -271,7 +271,8 @@ impl Master {
             self.sinks.push(sink);
         }
         // A rescale down: the ids of tasks that no longer exist have no pool to fence them.
-        if let Some(prefix) = self.plan.job.sink.transactional_id_prefix.as_deref() {
+        let prefix = self.plan.job.sink.transactional_id_prefix.as_deref();
+        if let Some(prefix) = prefix.filter(|_| !hook::skipped(hook::Protection::Retire)) {
             let p = self.plan.parallelism;
             let aborted =
                 abort_retired(&self.plan.cluster, prefix, p, self.plan.transaction_timeout).await?;

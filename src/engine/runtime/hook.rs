@@ -13,6 +13,12 @@
 //! - `checkpoint-persisted`: checkpoint N, which has committables, is durable (the state
 //!   store's SyncAll returned) and its transactions are not committed yet (the coordinator has
 //!   not heard `Persisted`, so no commit was sent).
+//!
+//! `ONCEFLOW_TEST_SKIP=<protection>` switches one protection off, so that an inverse test
+//! can show the failure it prevents (the project's rule: every fault test keeps one). It logs
+//! a WARN line saying so each time the protection is skipped. Protections:
+//! - `retire`: after a rescale down, the open transactions of the sink tasks that no longer
+//!   exist are left open (`runtime::retire`), holding read_committed readers at their LSO.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -69,6 +75,52 @@ fn armed() -> Option<Armed> {
     })
 }
 
+/// The environment variable that switches a protection off.
+pub(crate) const SKIP_ENV: &str = "ONCEFLOW_TEST_SKIP";
+
+/// A protection an inverse test may switch off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Protection {
+    /// Aborting the open transactions of retired sink tasks after a rescale down.
+    Retire,
+}
+
+impl Protection {
+    fn name(self) -> &'static str {
+        match self {
+            Protection::Retire => "retire",
+        }
+    }
+}
+
+fn skip_of(spec: &str) -> Option<Protection> {
+    [Protection::Retire]
+        .into_iter()
+        .find(|p| p.name() == spec.trim())
+}
+
+/// Whether a test switched `protection` off (`ONCEFLOW_TEST_SKIP`); logs it when so. Unset
+/// (every real run): false.
+pub(crate) fn skipped(protection: Protection) -> bool {
+    static SKIP: OnceLock<Option<Protection>> = OnceLock::new();
+    let skip = *SKIP.get_or_init(|| {
+        let spec = std::env::var(SKIP_ENV).ok()?;
+        let p = skip_of(&spec);
+        if p.is_none() {
+            tracing::warn!(value = %spec, "{SKIP_ENV} names no protection (retire); ignored");
+        }
+        p
+    });
+    let off = skip == Some(protection);
+    if off {
+        tracing::warn!(
+            "test: protection {} switched off ({SKIP_ENV})",
+            protection.name()
+        );
+    }
+    off
+}
+
 /// The runtime reached `point` at checkpoint `checkpoint`: pauses forever if this is the
 /// armed arrival, else returns at once.
 pub(crate) async fn reached(point: Point, checkpoint: u64) {
@@ -109,6 +161,19 @@ mod tests {
         ];
         for (spec, want) in cases {
             assert_eq!(parse(spec), want, "{spec}");
+        }
+    }
+
+    #[test]
+    fn the_skip_spec_names_a_protection() {
+        let cases = [
+            ("retire", Some(Protection::Retire)),
+            (" retire ", Some(Protection::Retire)),
+            ("alignment", None),
+            ("", None),
+        ];
+        for (spec, want) in cases {
+            assert_eq!(skip_of(spec), want, "{spec}");
         }
     }
 }

@@ -80,18 +80,6 @@ async fn killed_and_restarted(
     }
     first.kill().unwrap();
     first.wait().unwrap();
-    // EndTxn answers before the coordinator's markers are written: the committed output
-    // becomes visible to read_committed readers shortly after.
-    let mut at_kill = committed_count(&output).await;
-    let since = Instant::now();
-    while at_kill == 0 {
-        assert!(
-            since.elapsed() < Duration::from_secs(60),
-            "the first run's commit left no visible output within 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        at_kill = committed_count(&output).await;
-    }
     assert_eq!(
         plain_log(&log1).matches("source subtask starting").count(),
         2,
@@ -110,12 +98,6 @@ async fn killed_and_restarted(
     let mut second = start_job(&job, &log2, &[]);
     let o = wait_for_verify_ok(verify_job, &input.name, &output.name, &mut second, &log2).await;
     assert!(stdout(&o).starts_with("verify: OK"), "{}", shown(&o));
-    let total = committed_count(&output).await;
-    assert!(
-        at_kill < total,
-        "the kill came after all {total} outputs were committed: nothing was left to recover"
-    );
-    eprintln!("{name}: {at_kill} of {total} outputs committed at the kill");
     assert!(
         log_of(&log2).contains("state restored"),
         "{}",
@@ -132,7 +114,32 @@ async fn killed_and_restarted(
         .await
         .unwrap();
     assert!(status.success(), "{status}:\n{}", log_of(&log2));
+    // Proof the kill left work to recover. (Not the output visible at the kill: a killed sink
+    // task's open transaction holds read_committed readers at its LSO, on partitions the
+    // other task committed to, until the restart fences it or transaction.timeout.ms.)
+    let read = records_in_of_stopped_run(&log2);
+    assert!(
+        read > 0,
+        "the restart read no input: the kill came after everything"
+    );
+    let total = committed_count(&output).await;
+    eprintln!("{name}: the restart read {read} input records; {total} outputs in all");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `records_in` of the summary a run logs when it stops cleanly.
+fn records_in_of_stopped_run(log: &Path) -> u64 {
+    let text = plain_log(log);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.contains("stopped") && l.contains("records_in"))
+        .unwrap_or_else(|| panic!("no stop summary in the log:\n{text}"));
+    let after = line.split("records_in: ").nth(1).unwrap_or_default();
+    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("no records_in in {line:?}"))
 }
 
 #[tokio::test]
@@ -288,10 +295,12 @@ async fn rescaled_down_without_aborting_the_retired_tasks_transaction_readers_mi
     );
     // The failure: the retired task's transaction is still open, and behind it committed
     // output is beyond what read_committed readers can reach.
+    // (A prepared transaction of the restored checkpoint is committed by the restart, as it
+    // must be; the one opened after that checkpoint is the one that lingers.)
     let still = ongoing_of_task(&admin, &prefix, 1).await;
-    assert_eq!(
-        still, lingering,
-        "the retired task's transaction did not stay open"
+    assert!(
+        !still.is_empty() && still.iter().all(|id| lingering.contains(id)),
+        "the retired task's transaction did not stay open: {still:?} of {lingering:?}"
     );
     let partitions: Vec<TopicPartition> = (0..3)
         .map(|p| TopicPartition::new(output.name.clone(), p))
@@ -326,7 +335,7 @@ async fn rescaled_down_without_aborting_the_retired_tasks_transaction_readers_mi
         shown(&o)
     );
     eprintln!(
-        "{name}: {} held back by {lingering:?}; {}",
+        "{name}: {} held back by {still:?}; {}",
         stuck.len(),
         verdict.trim()
     );
@@ -336,10 +345,145 @@ async fn rescaled_down_without_aborting_the_retired_tasks_transaction_readers_mi
         .unwrap();
     assert!(status.success(), "{status}:\n{}", log_of(&log2));
     // Abort the lingering transaction, so the topics go quietly.
-    for id in &lingering {
+    for id in &still {
         let _ = admin
             .fence_transactional_id(id, Duration::from_secs(60))
             .await;
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The inverse of the parallel window tests: with barrier alignment switched off
+/// (`ONCEFLOW_TEST_SKIP=alignment`), a keyed subtask snapshots at the first barrier N of its
+/// two inputs, so the records of the other input still before its barrier N are in neither
+/// N's state nor (their positions being in N) the replay after a restore. Killed once output
+/// is committed and restarted from such a checkpoint, the job counts some drivers' hours
+/// short: the verifier finds wrong counts.
+///
+/// Whether a kill catches records in flight at the restored checkpoint is up to timing (about
+/// one run in six restores a checkpoint with nothing in flight and loses nothing): up to three
+/// attempts, each on fresh topics and state, and one must show the wrong counts.
+#[tokio::test]
+async fn per_driver_hourly_at_parallelism_2_with_unaligned_barriers_counts_wrong_after_a_restart() {
+    for attempt in 1..=3 {
+        match unaligned_attempt().await {
+            Some(verdict) => {
+                eprintln!("par-unaligned (attempt {attempt}): {}", verdict.trim());
+                return;
+            }
+            None => eprintln!("par-unaligned (attempt {attempt}): the restart lost nothing"),
+        }
+    }
+    panic!("in three attempts, unaligned snapshots never lost a record across a restart");
+}
+
+/// One kill and restart with alignment off; the verifier's verdict once it finds wrong
+/// counts, `None` when the restart caught up with none.
+async fn unaligned_attempt() -> Option<String> {
+    let name = "par-unaligned";
+    let input = TestTopic::create(&format!("{name}-in"), 3).await;
+    let output = TestTopic::create(&format!("{name}-out"), 3).await;
+    let dir = std::env::temp_dir().join(unique_topic("onceflow-par"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let args = [
+        "generate",
+        "-t",
+        &input.name,
+        "--count",
+        "20000",
+        "--rate",
+        "2",
+    ];
+    let o = taxi(&args).await;
+    assert!(o.status.success(), "{}", shown(&o));
+    let prefix = unique_topic(name);
+    let shipped = "rides-per-driver-hourly.toml";
+    let job = parallel_job(&dir, shipped, &input.name, &output.name, &prefix);
+    let off = [("ONCEFLOW_TEST_SKIP", "alignment")];
+    let log1 = dir.join("run1.log");
+    let mut first = start_job_with_env(&job, &log1, &["--fresh"], &off);
+    let start = Instant::now();
+    while !committed_a_transaction(&log1) {
+        assert_running(&mut first, &log1);
+        assert!(
+            start.elapsed() < DEADLINE,
+            "no output committed within {DEADLINE:?}:\n{}",
+            log_of(&log1)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(
+        plain_log(&log1).contains("protection alignment switched off"),
+        "{}",
+        log_of(&log1)
+    );
+    let log2 = dir.join("run2.log");
+    let mut second = start_job_with_env(&job, &log2, &[], &off);
+    let admin = Admin::new(client_config(&broker())).await.unwrap();
+    let inputs: Vec<TopicPartition> = (0..3)
+        .map(|p| TopicPartition::new(input.name.clone(), p))
+        .collect();
+    let start = Instant::now();
+    // Done: the restart's checkpointed positions (published to the job's group) reached the
+    // input's end, and no transaction committed for 2 s since (the last watermark's firing
+    // goes into a checkpoint's transaction every 200 ms). Deciding "done" early only costs
+    // another attempt: the test passes only on wrong counts.
+    let mut done_at: Option<(usize, Instant)> = None;
+    let verdict = loop {
+        assert_running(&mut second, &log2);
+        let commits = plain_log(&log2)
+            .lines()
+            .filter(|l| l.contains("transaction ended") && l.contains("commit=true"))
+            .count();
+        let o = taxi(&[
+            "verify",
+            "--job",
+            "per-driver-hourly",
+            "--input",
+            &input.name,
+            "--output",
+            &output.name,
+        ])
+        .await;
+        let verdict = stdout(&o);
+        if verdict.contains("wrong") {
+            break Some(verdict);
+        }
+        match done_at {
+            Some((c, since)) if c == commits && since.elapsed() >= Duration::from_secs(2) => {
+                break None
+            }
+            Some((c, _)) if c != commits => done_at = Some((commits, Instant::now())),
+            _ => {}
+        }
+        if done_at.is_none() {
+            let end = admin
+                .list_offsets(&inputs, Offset::End, IsolationLevel::ReadCommitted)
+                .await
+                .unwrap();
+            let read = admin
+                .committed_offsets("rides-per-driver-hourly", &inputs)
+                .await
+                .unwrap();
+            if inputs.iter().all(|tp| read.get(tp) == end.get(tp)) {
+                done_at = Some((commits, Instant::now()));
+            }
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "no wrong count within {DEADLINE:?}: {}\n{}",
+            shown(&o),
+            log_of(&log2)
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    sigterm(&second);
+    let status = tokio::task::spawn_blocking(move || second.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}:\n{}", log_of(&log2));
+    let _ = std::fs::remove_dir_all(&dir);
+    verdict
 }

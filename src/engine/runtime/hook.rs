@@ -19,6 +19,9 @@
 //! a WARN line saying so each time the protection is skipped. Protections:
 //! - `retire`: after a rescale down, the open transactions of the sink tasks that no longer
 //!   exist are left open (`runtime::retire`), holding read_committed readers at their LSO.
+//! - `alignment`: a keyed subtask snapshots at the first barrier N of its inputs instead of
+//!   aligning them (`runtime::alignment`): records of the other inputs still before their
+//!   barrier N are left out of N's state although N's positions are past them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -83,18 +86,21 @@ pub(crate) const SKIP_ENV: &str = "ONCEFLOW_TEST_SKIP";
 pub(crate) enum Protection {
     /// Aborting the open transactions of retired sink tasks after a rescale down.
     Retire,
+    /// Aligning the barriers of a keyed subtask's inputs.
+    Alignment,
 }
 
 impl Protection {
     fn name(self) -> &'static str {
         match self {
             Protection::Retire => "retire",
+            Protection::Alignment => "alignment",
         }
     }
 }
 
 fn skip_of(spec: &str) -> Option<Protection> {
-    [Protection::Retire]
+    [Protection::Retire, Protection::Alignment]
         .into_iter()
         .find(|p| p.name() == spec.trim())
 }
@@ -107,7 +113,7 @@ pub(crate) fn skipped(protection: Protection) -> bool {
         let spec = std::env::var(SKIP_ENV).ok()?;
         let p = skip_of(&spec);
         if p.is_none() {
-            tracing::warn!(value = %spec, "{SKIP_ENV} names no protection (retire); ignored");
+            tracing::warn!(value = %spec, "{SKIP_ENV} names no protection (retire, alignment); ignored");
         }
         p
     });
@@ -169,7 +175,8 @@ mod tests {
         let cases = [
             ("retire", Some(Protection::Retire)),
             (" retire ", Some(Protection::Retire)),
-            ("alignment", None),
+            ("alignment", Some(Protection::Alignment)),
+            ("watermarks", None),
             ("", None),
         ];
         for (spec, want) in cases {

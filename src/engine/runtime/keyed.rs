@@ -33,6 +33,10 @@ pub(crate) struct KeyedSubtask {
     pub patience: Duration,
     /// The input read first next time (round robin, so no input starves the others).
     pub next: usize,
+    /// Test hook `ONCEFLOW_TEST_SKIP=alignment`: the last checkpoint snapshotted at its first
+    /// barrier, unaligned (`None` in every real run: `unaligned` is false).
+    pub unaligned: bool,
+    pub last_unaligned: Option<CheckpointId>,
 }
 
 impl KeyedSubtask {
@@ -145,6 +149,14 @@ impl KeyedSubtask {
                     let mut out = Vec::new();
                     self.stage.advance_to(combined, &mut out)?;
                     self.sink.write(out).await?;
+                }
+            }
+            Data::Barrier(id) if self.unaligned => {
+                // Protection off (inverse test only): snapshot at N's first barrier, ignore
+                // its others, never block an input.
+                if self.last_unaligned.is_none_or(|last| id > last) {
+                    self.last_unaligned = Some(id);
+                    self.snapshot(id).await?;
                 }
             }
             Data::Barrier(id) => {

@@ -245,6 +245,8 @@ fn launch_keyed(
             reports: reports.clone(),
             patience: plan.patience,
             next: 0,
+            unaligned: super::hook::skipped(super::hook::Protection::Alignment),
+            last_unaligned: None,
         };
         tracing::info!(task = p + i, key_groups = ?groups, "keyed subtask starting");
         launched.handles.push(spawn(task, reports, keyed.run()));

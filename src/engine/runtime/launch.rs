@@ -171,6 +171,7 @@ pub(crate) async fn launch(
             input: Default::default(),
             pending_barrier: None,
             discovery: Discovery::new(plan.job.source.partition_discovery_ms),
+            idle: Default::default(),
             admin: Admin::with_cluster(cluster.clone()),
             topics: plan.job.source.topics.clone(),
             index: i,

@@ -16,6 +16,7 @@
 //!   Prometheus text format and the `/metrics` listener.
 
 pub mod checkpoint;
+pub mod dataflow;
 pub mod job;
 pub mod metrics;
 pub mod runtime;

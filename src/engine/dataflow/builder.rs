@@ -198,7 +198,11 @@ impl JobBuilder {
         }
         if !self.fields.iter().any(|(f, _)| *f == "source.brokers") {
             // Job files need one; a typed job may get its brokers from the run options only.
-            insert(&mut root, "source.brokers", Value::String("localhost:9092".into()));
+            insert(
+                &mut root,
+                "source.brokers",
+                Value::String("localhost:9092".into()),
+            );
         }
         let text = toml::to_string(&root).map_err(|e| self.dataflow_error(e.to_string()))?;
         Job::parse(&self.name, &text).map_err(|e| self.setting_error(e))
@@ -321,11 +325,7 @@ mod tests {
                 "settings.transaction.timeout.ms",
                 "transaction_timeout",
             ),
-            (
-                JobBuilder::new("no spaces"),
-                "name",
-                "JobBuilder::new",
-            ),
+            (JobBuilder::new("no spaces"), "name", "JobBuilder::new"),
         ];
         for (builder, want_field, want_setter) in cases {
             match builder.check(&topics(), "out") {

@@ -34,9 +34,8 @@ pub(crate) fn count_out(c: &Counters, i: usize, n: u64) {
 
 /// The chain in a source subtask up to an element of type `T`: pushes `(timestamp, T)` for
 /// each element the record makes; returns the record's event time, when the job has one.
-pub(crate) type SourceFn<T> = Arc<
-    dyn Fn(&InputRecord<'_>, &Counters, &mut dyn FnMut(i64, T)) -> Option<i64> + Send + Sync,
->;
+pub(crate) type SourceFn<T> =
+    Arc<dyn Fn(&InputRecord<'_>, &Counters, &mut dyn FnMut(i64, T)) -> Option<i64> + Send + Sync>;
 
 /// The chain after the keyed stage from an element of type `T` to the sink's records.
 pub(crate) type Downstream<T> =

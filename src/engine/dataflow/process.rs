@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use super::chain::{count_in, count_out, Downstream};
 use super::state::{
-    ListStateDescriptor, ListStateHandle, MapStateDescriptor, MapStateHandle,
-    ValueStateDescriptor, ValueStateHandle,
+    ListStateDescriptor, ListStateHandle, MapStateDescriptor, MapStateHandle, ValueStateDescriptor,
+    ValueStateHandle,
 };
 use super::timers::{restore_watermark, store_watermark, TimerService};
 use super::FunctionError;

@@ -59,7 +59,10 @@ pub enum StateAccessError {
 }
 
 /// The JSON of `value`, for state `name`.
-pub(crate) fn encode<T: Serialize>(name: &'static str, value: &T) -> Result<Vec<u8>, StateAccessError> {
+pub(crate) fn encode<T: Serialize>(
+    name: &'static str,
+    value: &T,
+) -> Result<Vec<u8>, StateAccessError> {
     serde_json::to_vec(value).map_err(|e| StateAccessError::Encode {
         name,
         message: e.to_string(),
@@ -213,7 +216,11 @@ where
     pub fn get(&self, k: &UK) -> Result<Option<UV>, StateAccessError> {
         let name = self.desc.name;
         let mk = encode(name, k)?;
-        match self.raw()?.get(self.state, self.key, &mk).map_err(store(name))? {
+        match self
+            .raw()?
+            .get(self.state, self.key, &mk)
+            .map_err(store(name))?
+        {
             Some(bytes) => decode(name, &bytes).map(Some),
             None => Ok(None),
         }
@@ -246,7 +253,10 @@ where
     /// A reserved id, a stored entry of another type, or a store failure.
     pub fn entries(&self) -> Result<Vec<(UK, UV)>, StateAccessError> {
         let name = self.desc.name;
-        let raw = self.raw()?.entries(self.state, self.key).map_err(store(name))?;
+        let raw = self
+            .raw()?
+            .entries(self.state, self.key)
+            .map_err(store(name))?;
         raw.iter()
             .map(|(k, v)| Ok((decode(name, k)?, decode(name, v)?)))
             .collect()
@@ -291,7 +301,9 @@ impl<T: Serialize + DeserializeOwned> ListStateHandle<'_, T> {
     pub fn add(&mut self, item: &T) -> Result<(), StateAccessError> {
         let name = self.desc.name;
         let bytes = encode(name, item)?;
-        self.raw()?.push(self.state, self.key, &bytes).map_err(store(name))
+        self.raw()?
+            .push(self.state, self.key, &bytes)
+            .map_err(store(name))
     }
 
     /// Replaces the list (empty: unsets it).

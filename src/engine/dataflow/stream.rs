@@ -105,7 +105,8 @@ impl<T: Send + 'static> SourceStream<T> {
         out_of_orderness: Duration,
     ) -> Stream<T> {
         let mut plan = self.plan;
-        plan.out_of_orderness = Some(i64::try_from(out_of_orderness.as_millis()).unwrap_or(i64::MAX));
+        plan.out_of_orderness =
+            Some(i64::try_from(out_of_orderness.as_millis()).unwrap_or(i64::MAX));
         Stream {
             plan,
             source: head(self.deserializer, Some(Arc::new(f))),
@@ -210,7 +211,9 @@ impl<T: Send + 'static> Stream<T> {
         let erased: ErasedSource = Arc::new(move |r, c, out| {
             source(r, c, &mut |_, x| match sink.output(&x, None) {
                 Ok(o) => out.push(Emitted::Out(o)),
-                Err(e) => tracing::warn!(error = %e, "element dropped: the sink cannot serialize it"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "element dropped: the sink cannot serialize it")
+                }
             })
         });
         JobGraph {
@@ -305,17 +308,18 @@ where
         let source = keyed_source(self.source);
         let make = Arc::new(make);
         let finish = move |next: Downstream<O>| {
-            let stage: StageFactory = Arc::new(move |state, metrics: &Arc<Metrics>, counters, uid: &str| {
-                let env = StageEnv {
-                    state,
-                    next: next.clone(),
-                    counters,
-                    index,
-                    name: format!("{uid} ({op_kind})"),
-                    metrics: metrics.clone(),
-                };
-                Ok(Box::new(make(env)?) as Box<dyn KeyedStage>)
-            });
+            let stage: StageFactory =
+                Arc::new(move |state, metrics: &Arc<Metrics>, counters, uid: &str| {
+                    let env = StageEnv {
+                        state,
+                        next: next.clone(),
+                        counters,
+                        index,
+                        name: format!("{uid} ({op_kind})"),
+                        metrics: metrics.clone(),
+                    };
+                    Ok(Box::new(make(env)?) as Box<dyn KeyedStage>)
+                });
             (source, layout_kind, stage)
         };
         ResultStream {

@@ -94,7 +94,9 @@ impl Harness {
     /// Checkpoint `n` made durable.
     fn checkpoint(&mut self, n: u64) {
         let delta = self.stage.state_mut().snapshot(n).unwrap();
-        self.store.persist(n, &[delta], Vec::new(), Vec::new()).unwrap();
+        self.store
+            .persist(n, &[delta], Vec::new(), Vec::new())
+            .unwrap();
         self.stage.state_mut().complete(n).unwrap();
     }
 }
@@ -150,7 +152,9 @@ fn keeper() -> Dataflow {
         .source(["in"], Json::<Ev>::new())
         .key_by(|e| e.k.clone())
         .process(Keeper)
-        .sink(KafkaSink::with_serializer("out", |s: &String| s.clone().into_bytes()))
+        .sink(KafkaSink::with_serializer("out", |s: &String| {
+            s.clone().into_bytes()
+        }))
         .build()
         .unwrap()
 }
@@ -176,8 +180,16 @@ fn a_state_of_another_type_or_a_reserved_id_fails_the_job_naming_the_operator() 
     let dir = tempfile::tempdir().unwrap();
     let mut h = Harness::open(dir.path(), &keeper(), RestoreFrom::Fresh);
     h.ev("a", 1, 5);
-    for (v, want) in [(-1, "is not a alloc::string::String"), (-2, "id 250 is reserved")] {
-        let json = serde_json::to_string(&Ev { k: "a".into(), t: 1, v }).unwrap();
+    for (v, want) in [
+        (-1, "is not a alloc::string::String"),
+        (-2, "id 250 is reserved"),
+    ] {
+        let json = serde_json::to_string(&Ev {
+            k: "a".into(),
+            t: 1,
+            v,
+        })
+        .unwrap();
         let e = h.feed(&json).unwrap_err().to_string();
         assert!(e.starts_with("operator process (process): state "), "{e}");
         assert!(e.contains(want), "{e}");
@@ -250,7 +262,9 @@ fn alarm() -> Dataflow {
         .key_by(|e| e.k.clone())
         .process(Alarm)
         .uid("alarm")
-        .sink(KafkaSink::with_serializer("out", |s: &String| s.clone().into_bytes()))
+        .sink(KafkaSink::with_serializer("out", |s: &String| {
+            s.clone().into_bytes()
+        }))
         .build()
         .unwrap()
 }
@@ -332,7 +346,9 @@ fn windowed(assigner: impl WindowAssigner, lateness: u64) -> Dataflow {
             format!("{k}[{},{})={sum}", w.start, w.end)
         })
         .map(|s| s.to_uppercase())
-        .sink(KafkaSink::with_serializer("out", |s: &String| s.clone().into_bytes()))
+        .sink(KafkaSink::with_serializer("out", |s: &String| {
+            s.clone().into_bytes()
+        }))
         .build()
         .unwrap()
 }
@@ -460,9 +476,15 @@ fn a_dataflow_that_cannot_run_is_refused_in_one_line() {
         .sink(sink());
     let cases = [
         (no_time, "window(..) needs event time"),
-        (bad_slide, "the slide (2000 ms) must be at least 1 ms and at most the size"),
+        (
+            bad_slide,
+            "the slide (2000 ms) must be at least 1 ms and at most the size",
+        ),
         (bad_uid, "uid \"a b\" is not usable"),
-        (no_prefix, "sink.transactional.id.prefix (transactional_id_prefix): required"),
+        (
+            no_prefix,
+            "sink.transactional.id.prefix (transactional_id_prefix): required",
+        ),
     ];
     for (graph, want) in cases {
         let e = graph.build().unwrap_err().to_string();

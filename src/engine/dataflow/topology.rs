@@ -97,6 +97,11 @@ impl Topology for TypedTopology {
                 "a keyed stage was asked of a typed job without a key_by".into(),
             ));
         };
-        (k.stage)(state, metrics, metrics.operators_of_kinds(&self.kinds), &k.uid)
+        (k.stage)(
+            state,
+            metrics,
+            metrics.operators_of_kinds(&self.kinds),
+            &k.uid,
+        )
     }
 }

@@ -165,7 +165,10 @@ where
         O: 'static,
     {
         let spec = WindowSpec {
-            kind: self.kind.clone().unwrap_or(WindowKind::Tumbling { size: 1 }),
+            kind: self
+                .kind
+                .clone()
+                .unwrap_or(WindowKind::Tumbling { size: 1 }),
             lateness: self.lateness,
             late: self.late,
         };
@@ -173,7 +176,11 @@ where
         if let Err(e) = self.kind {
             keyed.plan.problem(e);
         }
-        if spec.late.as_ref().is_some_and(|s| s.topic.trim().is_empty()) {
+        if spec
+            .late
+            .as_ref()
+            .is_some_and(|s| s.topic.trim().is_empty())
+        {
             keyed.plan.problem("late_output: the topic name is empty");
         }
         let kind = format!(
@@ -313,7 +320,14 @@ where
         Ok(())
     }
 
-    fn add(&mut self, key_bytes: &[u8], key: &K, t: i64, value: &T, out: &mut Vec<Output>) -> Result<(), RuntimeError> {
+    fn add(
+        &mut self,
+        key_bytes: &[u8],
+        key: &K,
+        t: i64,
+        value: &T,
+        out: &mut Vec<Output>,
+    ) -> Result<(), RuntimeError> {
         let lateness = self.spec.lateness;
         let routed = route(self.spec.kind, t, self.watermark, lateness);
         if routed.is_late() {
@@ -331,7 +345,11 @@ where
                 self.fire(key, window, &acc, out)?;
             } else {
                 FIRE.register(&mut self.state, key_bytes, window.end);
-                CLEANUP.register(&mut self.state, key_bytes, window.end.saturating_add(lateness));
+                CLEANUP.register(
+                    &mut self.state,
+                    key_bytes,
+                    window.end.saturating_add(lateness),
+                );
             }
         }
         Ok(())

@@ -7,10 +7,11 @@
 //!
 //! ```sh
 //! onceflow taxi generate -t rides --count 100000
-//! cargo run --example long_rides -- --brokers localhost:9092 --input rides --output long-rides
+//! cargo run --example long_rides -- --brokers localhost:9092 --input rides --output long-rides --fresh
 //! ```
 //!
-//! It runs until Ctrl-C. `ONCEFLOW_LOG=onceflow=info` shows the runtime's log.
+//! It runs until Ctrl-C; start it again without `--fresh` to go on from its latest
+//! checkpoint. `ONCEFLOW_LOG=onceflow=info` shows the runtime's log.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,6 +22,7 @@ use onceflow::engine::dataflow::{
     BuildError, Collector, Context, Dataflow, FunctionError, JobBuilder, Json, KafkaSink,
     KeyedProcessFunction, ListStateDescriptor, ValueStateDescriptor,
 };
+use onceflow::engine::state::RestoreFrom;
 use onceflow::engine::taxi::Ride;
 use serde::{Deserialize, Serialize};
 
@@ -51,6 +53,9 @@ pub struct Args {
     /// Checkpoint interval, ms.
     #[arg(long, default_value_t = 1000)]
     pub checkpoint_interval_ms: u64,
+    /// Start without state (the first run); otherwise from the latest checkpoint.
+    #[arg(long)]
+    pub fresh: bool,
 }
 
 /// An alert: the ride started at `start_time` and had not ended two hours later.
@@ -178,7 +183,10 @@ async fn main() -> ExitCode {
         let _ = tokio::signal::ctrl_c().await;
         let _ = tx.send(true);
     });
-    let options = flow.options();
+    let mut options = flow.options();
+    if args.fresh {
+        options.restore = RestoreFrom::Fresh;
+    }
     match flow.run(options, stop).await {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {

@@ -6,12 +6,12 @@
 //! ```sh
 //! onceflow taxi generate -t rides --count 100000
 //! cargo run --example rides_per_driver_hourly -- --brokers localhost:9092 \
-//!     --input rides --output rides-per-driver-hourly
+//!     --input rides --output rides-per-driver-hourly --fresh
 //! onceflow taxi verify --job per-driver-hourly --input rides --output rides-per-driver-hourly
 //! ```
 //!
-//! It runs until Ctrl-C, exactly once: stop it (or kill it) and start it again, and it goes on
-//! from its latest checkpoint (in `--state-dir`). `ONCEFLOW_LOG=onceflow=info` shows the
+//! It runs until Ctrl-C, exactly once: stop it (or kill it) and start it again without
+//! `--fresh`, and it goes on from its latest checkpoint (in `--state-dir`). `ONCEFLOW_LOG=onceflow=info` shows the
 //! runtime's log.
 
 use std::path::PathBuf;
@@ -23,6 +23,7 @@ use onceflow::engine::dataflow::{
     AggregateFunction, BuildError, Dataflow, JobBuilder, Json, KafkaSink, TumblingEventTimeWindows,
     Window,
 };
+use onceflow::engine::state::RestoreFrom;
 use onceflow::engine::taxi::verify::WindowCount;
 use onceflow::engine::taxi::Ride;
 
@@ -50,6 +51,9 @@ pub struct Args {
     /// Checkpoint interval, ms.
     #[arg(long, default_value_t = 1000)]
     pub checkpoint_interval_ms: u64,
+    /// Start without state (the first run); otherwise from the latest checkpoint.
+    #[arg(long)]
+    pub fresh: bool,
 }
 
 /// Rides and passengers of a driver's hour.
@@ -139,7 +143,10 @@ async fn main() -> ExitCode {
         let _ = tokio::signal::ctrl_c().await;
         let _ = tx.send(true);
     });
-    let options = flow.options();
+    let mut options = flow.options();
+    if args.fresh {
+        options.restore = RestoreFrom::Fresh;
+    }
     match flow.run(options, stop).await {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {

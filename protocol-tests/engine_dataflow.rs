@@ -17,6 +17,7 @@ use onceflow::client::ProducerRecord;
 use onceflow::engine::dataflow::{Dataflow, RunOptions};
 use onceflow::engine::metrics::Metrics;
 use onceflow::engine::runtime::{RunSummary, RuntimeError};
+use onceflow::engine::state::RestoreFrom;
 use onceflow::engine::taxi::Ride;
 use std::path::Path;
 use std::sync::Arc;
@@ -42,10 +43,12 @@ fn options(flow: &Dataflow) -> RunOptions {
     o
 }
 
-fn start(flow: Dataflow) -> Running {
+/// Runs `flow` from `restore` in the background.
+fn start(flow: Dataflow, restore: RestoreFrom) -> Running {
     let (stop, rx) = watch::channel(false);
     let metrics = Arc::new(Metrics::new());
-    let opts = options(&flow);
+    let mut opts = options(&flow);
+    opts.restore = restore;
     let task = tokio::spawn(flow.run_with_metrics(opts, rx, metrics.clone()));
     Running {
         stop,
@@ -57,18 +60,23 @@ fn start(flow: Dataflow) -> Running {
 impl Running {
     /// Waits until `done` holds of the metrics; fails if the job ends first.
     async fn wait_for(
-        &self,
+        &mut self,
         what: &str,
         done: impl Fn(&onceflow::engine::metrics::Snapshot) -> bool,
     ) {
         let start = Instant::now();
         while !done(&self.metrics.snapshot()) {
-            assert!(
-                !self.task.is_finished(),
-                "the job ended while waiting for {what}"
-            );
+            self.assert_running(what).await;
             assert!(start.elapsed() < DEADLINE, "no {what} within {DEADLINE:?}");
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Fails the test with the job's result when it ended.
+    async fn assert_running(&mut self, what: &str) {
+        if self.task.is_finished() {
+            let result = (&mut self.task).await;
+            panic!("the job ended while waiting for {what}: {result:?}");
         }
     }
 
@@ -92,19 +100,33 @@ fn hourly_args(dir: &Path, input: &str, output: &str) -> rides_per_driver_hourly
         state_dir: Some(dir.join("state")),
         parallelism: 2,
         checkpoint_interval_ms: 200,
+        fresh: false,
     }
 }
 
+/// Rides for job (b) and its first run, stopped after a checkpoint.
+struct Stopped {
+    input: TestTopic,
+    output: TestTopic,
+    dir: std::path::PathBuf,
+    args: rides_per_driver_hourly::Args,
+    first: RunSummary,
+    /// Outputs committed at the stop.
+    at_stop: usize,
+}
+
+/// Input events: 20000 rides, a START and an END each.
+const EVENTS: u64 = 40_000;
+
 /// 20000 rides at two per second span 2.8 hours of event time: the first hour's windows close
-/// (the first output) with about two thirds of the input still to read; the job is stopped
-/// there, after a checkpoint, and the restart carries the open windows over.
-#[tokio::test]
-async fn typed_per_driver_hourly_at_parallelism_2_stopped_and_restarted_counts_every_ride_once() {
-    let input = TestTopic::create("df-hourly-in", 3).await;
-    let output = TestTopic::create("df-hourly-out", 3).await;
+/// (the first output) with about two thirds of the input still to read; the typed job (b) at
+/// parallelism 2 is stopped there, after a checkpoint.
+async fn hourly_stopped_after_a_checkpoint(name: &str) -> Stopped {
+    let input = TestTopic::create(&format!("{name}-in"), 3).await;
+    let output = TestTopic::create(&format!("{name}-out"), 3).await;
     let dir = std::env::temp_dir().join(unique_topic("onceflow-df"));
     std::fs::create_dir_all(&dir).unwrap();
-    let o = taxi(&[
+    let generate = [
         "generate",
         "-t",
         &input.name,
@@ -112,69 +134,106 @@ async fn typed_per_driver_hourly_at_parallelism_2_stopped_and_restarted_counts_e
         "20000",
         "--rate",
         "2",
-    ])
-    .await;
+    ];
+    let o = taxi(&generate).await;
     assert!(o.status.success(), "{}", shown(&o));
-    let events = 40_000;
     let args = hourly_args(&dir, &input.name, &output.name);
-
-    // First run: stopped once a checkpoint's output is committed.
-    let first = start(rides_per_driver_hourly::dataflow(&args).unwrap());
+    let flow = rides_per_driver_hourly::dataflow(&args).unwrap();
+    let mut first = start(flow, RestoreFrom::Fresh);
     first
         .wait_for("committed output", |s| s.commits > 0 && s.records_out > 0)
         .await;
-    let s1 = first.stop().await;
-    assert!(s1.last_checkpoint >= 1, "{s1:?}");
+    let summary = first.stop().await;
+    assert!(summary.last_checkpoint >= 1, "{summary:?}");
     assert!(
-        s1.records_in < events,
-        "the stop came after all {events} input records were read: nothing left to restore into"
+        summary.records_in < EVENTS,
+        "the stop came after all {EVENTS} input records were read: nothing left to restore into"
     );
     let at_stop = committed_count(&output).await;
+    Stopped {
+        input,
+        output,
+        dir,
+        args,
+        first: summary,
+        at_stop,
+    }
+}
 
-    // Second run from the checkpoint: the output is exact.
-    let second = start(rides_per_driver_hourly::dataflow(&args).unwrap());
+/// `taxi verify --job per-driver-hourly` of the job's topics, until `done` holds of its
+/// output (the job still running); that output.
+async fn verify_until(
+    job: &mut Running,
+    s: &Stopped,
+    done: impl Fn(&std::process::Output) -> bool,
+) -> std::process::Output {
     let start_time = Instant::now();
     loop {
-        assert!(!second.task.is_finished(), "the second run ended");
+        job.assert_running("the output").await;
         let o = taxi(&[
             "verify",
             "--job",
             "per-driver-hourly",
             "--input",
-            &input.name,
+            &s.input.name,
             "--output",
-            &output.name,
+            &s.output.name,
             "--read-timeout-ms",
             "60000",
         ])
         .await;
-        if o.status.success() {
-            assert!(stdout(&o).starts_with("verify: OK"), "{}", shown(&o));
-            break;
+        if done(&o) {
+            return o;
         }
         assert!(
             start_time.elapsed() < DEADLINE,
-            "taxi verify never said OK: {}",
+            "taxi verify did not come to the expected verdict within {DEADLINE:?}; last: {}",
             shown(&o)
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Restarted from its checkpoint, the typed job (b) goes on where it stopped and its output
+/// is exact: every window once.
+#[tokio::test]
+async fn typed_per_driver_hourly_at_parallelism_2_stopped_and_restarted_counts_every_ride_once() {
+    let s = hourly_stopped_after_a_checkpoint("df-hourly").await;
+    let flow = rides_per_driver_hourly::dataflow(&s.args).unwrap();
+    let mut second = start(flow, RestoreFrom::Latest);
+    let o = verify_until(&mut second, &s, |o| o.status.success()).await;
+    assert!(stdout(&o).starts_with("verify: OK"), "{}", shown(&o));
     let s2 = second.stop().await;
     assert!(
-        s2.records_in < events,
-        "the restart read all {events} records again instead of going on from checkpoint {}",
-        s1.last_checkpoint
+        s2.records_in < EVENTS,
+        "the restart read all {EVENTS} records again instead of going on from checkpoint {}",
+        s.first.last_checkpoint
     );
-    let total = committed_count(&output).await;
+    let total = committed_count(&s.output).await;
     assert!(
-        at_stop < total,
-        "no output after the restart ({at_stop} at the stop)"
+        s.at_stop < total,
+        "no output after the restart ({} at the stop)",
+        s.at_stop
     );
     eprintln!(
-        "typed hourly: {at_stop} of {total} outputs at the stop, {} + {} records read",
-        s1.records_in, s2.records_in
+        "typed hourly: {} of {total} outputs at the stop, {} + {} records read",
+        s.at_stop, s.first.records_in, s2.records_in
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&s.dir);
+}
+
+/// The inverse: restarted without its checkpoint (fresh), the job reads the input again from
+/// the beginning and writes the windows the first run committed a second time; the verifier
+/// sees the duplicates.
+#[tokio::test]
+async fn typed_per_driver_hourly_restarted_without_its_checkpoint_writes_duplicates() {
+    let s = hourly_stopped_after_a_checkpoint("df-hourly-inv").await;
+    let flow = rides_per_driver_hourly::dataflow(&s.args).unwrap();
+    let mut second = start(flow, RestoreFrom::Fresh);
+    let o = verify_until(&mut second, &s, |o| stdout(o).contains("duplicated")).await;
+    assert!(!o.status.success(), "{}", shown(&o));
+    second.stop().await;
+    let _ = std::fs::remove_dir_all(&s.dir);
 }
 
 const T0: i64 = 1_700_000_000_000;
@@ -224,6 +283,7 @@ async fn long_ride_timers_fire_after_a_restart_for_the_ride_that_never_ended_onl
         state_dir: Some(dir.join("state")),
         parallelism: 1,
         checkpoint_interval_ms: 200,
+        fresh: false,
     };
 
     send(
@@ -236,7 +296,7 @@ async fn long_ride_timers_fire_after_a_restart_for_the_ride_that_never_ended_onl
         ],
     )
     .await;
-    let first = start(long_rides::dataflow(&args).unwrap());
+    let mut first = start(long_rides::dataflow(&args).unwrap(), RestoreFrom::Fresh);
     first
         .wait_for("the first four records", |s| s.records_in >= 4)
         .await;
@@ -260,11 +320,11 @@ async fn long_ride_timers_fire_after_a_restart_for_the_ride_that_never_ended_onl
         ],
     )
     .await;
-    let second = start(long_rides::dataflow(&args).unwrap());
+    let mut second = start(long_rides::dataflow(&args).unwrap(), RestoreFrom::Latest);
     second.wait_for("an alert", |s| s.records_out >= 1).await;
     let start_time = Instant::now();
     while committed_count(&output).await == 0 {
-        assert!(!second.task.is_finished(), "the second run ended");
+        second.assert_running("the output").await;
         assert!(
             start_time.elapsed() < DEADLINE,
             "the alert was not committed within {DEADLINE:?}"

@@ -10,7 +10,8 @@
 //! cargo run --example long_rides -- --brokers localhost:9092 --input rides --output long-rides --fresh
 //! ```
 //!
-//! It runs until Ctrl-C; start it again without `--fresh` to go on from its latest
+//! `protocol-tests/engine_dataflow.rs` includes this file and runs [`dataflow`] against a real
+//! broker, stopped and restarted. It runs until Ctrl-C; start it again without `--fresh` to go on from its latest
 //! checkpoint. `ONCEFLOW_LOG=onceflow=info` shows the runtime's log.
 
 use std::path::PathBuf;
@@ -156,7 +157,6 @@ pub fn dataflow(a: &Args) -> Result<Dataflow, BuildError> {
         .build()
 }
 
-#[allow(dead_code)] // The protocol tests include this file for `dataflow` only.
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()

@@ -10,7 +10,8 @@
 //! onceflow taxi verify --job per-driver-hourly --input rides --output rides-per-driver-hourly
 //! ```
 //!
-//! It runs until Ctrl-C, exactly once: stop it (or kill it) and start it again without
+//! `protocol-tests/engine_dataflow.rs` includes this file and runs [`dataflow`] against a real
+//! broker, stopped and restarted. It runs until Ctrl-C, exactly once: stop it (or kill it) and start it again without
 //! `--fresh`, and it goes on from its latest checkpoint (in `--state-dir`). `ONCEFLOW_LOG=onceflow=info` shows the
 //! runtime's log.
 
@@ -116,7 +117,6 @@ pub fn dataflow(a: &Args) -> Result<Dataflow, BuildError> {
         .build()
 }
 
-#[allow(dead_code)] // The protocol tests include this file for `dataflow` only.
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()

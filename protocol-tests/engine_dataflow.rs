@@ -67,7 +67,10 @@ impl Running {
         let start = Instant::now();
         while !done(&self.metrics.snapshot()) {
             self.assert_running(what).await;
-            assert!(start.elapsed() < DEADLINE, "no {what} within {DEADLINE:?}");
+            assert!(
+                start.elapsed() < DEADLINE,
+                "waited {DEADLINE:?} for {what} in vain"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }

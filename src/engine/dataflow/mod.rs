@@ -5,7 +5,7 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use onceflow::engine::dataflow::{
-//!     AggregateFunction, Json, JobBuilder, KafkaSink, TumblingEventTimeWindows,
+//!     AggregateFunction, Json, JobBuilder, KafkaSink, TumblingEventTimeWindows, Window,
 //! };
 //! use onceflow::engine::taxi::Ride;
 //!
@@ -17,21 +17,22 @@
 //! }
 //!
 //! # fn main() -> Result<(), onceflow::engine::dataflow::BuildError> {
-//! let mut builder = JobBuilder::new("rides-per-driver");
-//! builder
+//! let job = JobBuilder::new("rides-per-driver")
 //!     .brokers("localhost:9092")
-//!     .transactional_id_prefix("rides-per-driver");
-//! let job = builder
-//!     .source(&["rides"], Json::<Ride>::new())
+//!     .transactional_id_prefix("rides-per-driver")
+//!     .source(["rides"], Json::<Ride>::new())
 //!     .event_time(|r: &Ride| r.event_time, Duration::from_secs(60))
 //!     .filter(|r| !r.is_start)
 //!     .key_by(|r| r.driver_id)
 //!     .window(TumblingEventTimeWindows::of(Duration::from_secs(3600)))
-//!     .aggregate_with(CountRides, |driver, window, rides| {
+//!     .aggregate_with(CountRides, |driver: &u64, window: Window, rides: u64| {
 //!         format!("{driver} {} {rides}", window.start)
 //!     })
-//!     .sink(KafkaSink::with_serializer("rides-per-driver", |s: &String| s.clone().into_bytes()))
+//!     .sink(KafkaSink::with_serializer("rides-per-driver", |s: &String| {
+//!         s.clone().into_bytes()
+//!     }))
 //!     .build()?;
+//! // tokio: job.run(job.options(), stop).await
 //! # let _ = job;
 //! # Ok(())
 //! # }

@@ -173,10 +173,19 @@ where
         index: usize,
         name: String,
     ) -> Result<Self, RuntimeError> {
+        let timers = TimerService::restore(&state, TIMERS)?;
+        let watermark = restore_watermark(&state, WATERMARK)?;
+        tracing::info!(
+            operator = %name,
+            key_groups = ?state.key_groups(),
+            timers = timers.len(),
+            watermark = ?watermark,
+            "keyed process function started"
+        );
         Ok(ProcessStage {
             f,
-            timers: TimerService::restore(&state, TIMERS)?,
-            watermark: restore_watermark(&state, WATERMARK)?,
+            timers,
+            watermark,
             state,
             next,
             counters,

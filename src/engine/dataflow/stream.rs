@@ -253,7 +253,8 @@ where
     K: Serialize + DeserializeOwned + Clone + Send + 'static,
     T: Send + 'static,
 {
-    /// Runs `f` on each element with the key's state and timers.
+    /// Runs `f` on each element with the key's state and timers (event-time timers fire only
+    /// in a job with [`SourceStream::event_time`]: without it there is no watermark).
     pub fn process<O, F>(self, f: F) -> ResultStream<O>
     where
         O: 'static,

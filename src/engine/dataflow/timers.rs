@@ -83,6 +83,11 @@ impl TimerService {
         }
     }
 
+    /// How many timers are registered.
+    pub(crate) fn len(&self) -> usize {
+        self.queue.len()
+    }
+
     /// The earliest timer at or before `watermark`, removed (in time order, then key).
     pub(crate) fn pop_due(
         &mut self,

@@ -277,6 +277,12 @@ where
 {
     fn restored(mut self) -> Result<Self, RuntimeError> {
         self.watermark = restore_watermark(&self.state, WATERMARK)?;
+        tracing::info!(
+            operator = %self.name,
+            key_groups = ?self.state.key_groups(),
+            watermark = ?self.watermark,
+            "window stage started"
+        );
         Ok(self)
     }
 

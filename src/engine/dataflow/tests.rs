@@ -391,7 +391,85 @@ fn tumbling_windows_fire_at_their_end_and_late_elements_go_to_the_side_output() 
     for (k, t, v, want) in cases {
         assert_eq!(step(&mut h, k, t, v), want, "{k} {t} {v}");
     }
-    assert_eq!(h.metrics.snapshot_at(0).late_records, 1);
+    let snapshot = h.metrics.snapshot_at(0);
+    assert_eq!(snapshot.late_records, 1);
+    let counts: Vec<(&str, u64, u64)> = snapshot
+        .operators
+        .iter()
+        .map(|o| (o.kind.as_str(), o.records_in, o.records_out))
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            ("source", 7, 7),
+            ("filter", 7, 6),
+            ("key_by", 6, 6),
+            ("window_aggregate", 6, 3),
+            ("map", 3, 3)
+        ]
+    );
+}
+
+/// Without a key_by the whole chain runs in the source subtask, straight to the sink; a
+/// closure deserializer sees the record's coordinates.
+#[test]
+fn a_job_without_key_by_runs_its_chain_in_the_source_and_counts_each_operator() {
+    let flow = job()
+        .source(["in"], |r: &SourceRecord<'_>| {
+            let text = std::str::from_utf8(r.value?).ok()?;
+            Some(format!("{}/{}/{}:{text}", r.topic, r.partition, r.offset))
+        })
+        .flat_map(|s: String| s.split(',').map(str::to_owned).collect::<Vec<_>>())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.to_uppercase())
+        .sink(KafkaSink::json("out").key(|s: &String| s.as_bytes()[..1].to_vec()))
+        .build()
+        .unwrap();
+    assert!(flow.topology.keyed().is_none());
+    let metrics = Arc::new(Metrics::new());
+    let mut chain = flow.topology.source_chain(&metrics);
+    let mut out = Vec::new();
+    for (offset, value) in [(4, Some("a,,b")), (5, None)] {
+        let bytes = value.map(Bytes::from);
+        let record = InputRecord {
+            topic: "in",
+            partition: 2,
+            offset,
+            timestamp: 0,
+            key: None,
+            value: bytes.as_ref(),
+        };
+        assert_eq!(chain.process(&record, &mut out), None, "no event time");
+    }
+    let got: Vec<(Option<Vec<u8>>, String)> = out
+        .into_iter()
+        .map(|e| match e {
+            Emitted::Out(o) => (o.key, String::from_utf8(o.value.to_vec()).unwrap()),
+            Emitted::Keyed { .. } => panic!("keyed without key_by"),
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Some(b"I".to_vec()), "\"IN/2/4:A\"".to_owned()),
+            (Some(b"B".to_vec()), "\"B\"".to_owned())
+        ]
+    );
+    let snapshot = metrics.snapshot_at(0);
+    let counts: Vec<(&str, u64, u64)> = snapshot
+        .operators
+        .iter()
+        .map(|o| (o.kind.as_str(), o.records_in, o.records_out))
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            ("source", 2, 1),
+            ("flat_map", 1, 3),
+            ("filter", 3, 2),
+            ("map", 2, 2)
+        ]
+    );
 }
 
 #[test]

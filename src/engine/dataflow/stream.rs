@@ -260,7 +260,9 @@ where
         O: 'static,
         F: KeyedProcessFunction<K, T, O>,
     {
-        let kind = format!("process:{}", std::any::type_name::<F>());
+        // The uid names the function's state (Flink's rule); its code may change as long as
+        // its states still decode (a value that does not is an error naming the state).
+        let kind = "process".to_owned();
         // Sync for the topology; each subtask takes its own clone.
         let f = Mutex::new(f);
         self.stage("process", "process", kind, move |env: StageEnv<O>| {

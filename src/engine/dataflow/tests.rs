@@ -573,10 +573,28 @@ fn a_dataflow_that_cannot_run_is_refused_in_one_line() {
 }
 
 #[test]
-fn the_layout_kind_names_the_function_so_another_one_is_refused_at_restore() {
+fn the_layout_kind_changes_with_the_stage_and_the_windows_sizes_and_lateness() {
     let a = alarm().topology.keyed().unwrap();
     let k = keeper().topology.keyed().unwrap();
     assert_eq!((a.uid.as_str(), k.uid.as_str()), ("alarm", "process"));
-    assert!(a.kind.ends_with("Alarm"), "{}", a.kind);
-    assert_ne!(a.kind, k.kind);
+    assert_eq!((a.kind.as_str(), k.kind.as_str()), ("process", "process"));
+    let ms = Duration::from_millis;
+    let kinds: Vec<String> = [
+        windowed(TumblingEventTimeWindows::of(ms(10)), 0),
+        windowed(TumblingEventTimeWindows::of(ms(20)), 0),
+        windowed(TumblingEventTimeWindows::of(ms(10)), 5),
+        windowed(SlidingEventTimeWindows::of(ms(10), ms(5)), 0),
+    ]
+    .iter()
+    .map(|f| f.topology.keyed().unwrap().kind)
+    .collect();
+    assert_eq!(
+        kinds[0],
+        "window-aggregate:Tumbling { size: 10 }:lateness=0"
+    );
+    for (i, a) in kinds.iter().enumerate() {
+        for b in &kinds[i + 1..] {
+            assert_ne!(a, b);
+        }
+    }
 }

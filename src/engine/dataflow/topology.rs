@@ -31,8 +31,8 @@ pub(crate) type StageFactory = Arc<
 /// The keyed stage of a typed job.
 pub(crate) struct Keyed {
     pub(crate) uid: String,
-    /// The stage's kind in the state layout (names the function's type, so a checkpoint of
-    /// another function is refused).
+    /// The stage's kind in the state layout: `process`, or the window's sizes and lateness,
+    /// so a checkpoint of another kind of stage is refused.
     pub(crate) kind: String,
     pub(crate) stage: StageFactory,
 }

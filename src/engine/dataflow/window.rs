@@ -183,11 +183,12 @@ where
         {
             keyed.plan.problem("late_output: the topic name is empty");
         }
+        // The timers' meaning depends on the sizes and the lateness (a cleanup at end + L
+        // finds its window by them), so they are part of the kind; the function's code is
+        // not (it may change, as in Flink: its accumulator must still decode).
         let kind = format!(
-            "window-aggregate:{:?}:lateness={}:{}",
-            spec.kind,
-            spec.lateness,
-            std::any::type_name::<A>()
+            "window-aggregate:{:?}:lateness={}",
+            spec.kind, spec.lateness
         );
         let funcs = Arc::new((agg, f));
         keyed.stage("window_aggregate", "window", kind, move |env| {

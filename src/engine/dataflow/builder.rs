@@ -26,6 +26,7 @@ const SETTERS: &[(&str, &str)] = &[
     ("source.brokers", "brokers"),
     ("source.topics", "source"),
     ("source.group.id", "group_id"),
+    ("source.start", "start"),
     ("source.partition.discovery.ms", "partition_discovery"),
     ("sink.topic", "KafkaSink"),
     ("sink.delivery.guarantee", "delivery_guarantee"),
@@ -77,7 +78,9 @@ impl JobBuilder {
         self
     }
 
-    /// `source.brokers`: bootstrap brokers, `host:port[,host:port]`.
+    /// `source.brokers`: bootstrap brokers, `host:port[,host:port]` (default
+    /// `localhost:9092`; [`Dataflow::options`](super::Dataflow::options) points the clients
+    /// at them).
     pub fn brokers(self, brokers: impl Into<String>) -> JobBuilder {
         self.set("source.brokers", Value::String(brokers.into()))
     }

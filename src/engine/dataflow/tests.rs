@@ -598,3 +598,32 @@ fn the_layout_kind_changes_with_the_stage_and_the_windows_sizes_and_lateness() {
         }
     }
 }
+
+/// The source's watermark sees every record's event time, also of one the filter drops; a
+/// record the deserializer drops has none.
+#[test]
+fn the_source_gives_the_event_time_of_records_a_filter_drops() {
+    let flow = windowed(TumblingEventTimeWindows::of(Duration::from_millis(10)), 0);
+    assert_eq!(flow.topology.out_of_orderness(), Some(0));
+    let mut chain = flow.topology.source_chain(&Arc::new(Metrics::new()));
+    // (value, event time returned, elements for the exchange)
+    let cases = [
+        (r#"{"k":"a","t":42,"v":1}"#, Some(42), 1),
+        (r#"{"k":"a","t":43,"v":0}"#, Some(43), 0),
+        ("not json", None, 0),
+    ];
+    for (value, want_time, want_out) in cases {
+        let bytes = Bytes::from(value);
+        let record = InputRecord {
+            topic: "in",
+            partition: 0,
+            offset: 0,
+            timestamp: 7,
+            key: None,
+            value: Some(&bytes),
+        };
+        let mut out = Vec::new();
+        assert_eq!(chain.process(&record, &mut out), want_time, "{value}");
+        assert_eq!(out.len(), want_out, "{value}");
+    }
+}

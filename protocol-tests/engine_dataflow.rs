@@ -14,7 +14,10 @@ use crate::engine_run::{committed_count, taxi};
 use crate::support::cli::{shown, stdout};
 use crate::support::*;
 use onceflow::client::ProducerRecord;
-use onceflow::engine::dataflow::{Dataflow, RunOptions};
+use onceflow::engine::dataflow::{
+    Collector, Context, Dataflow, FunctionError, JobBuilder, Json, KafkaSink, KeyedProcessFunction,
+    RunOptions,
+};
 use onceflow::engine::metrics::Metrics;
 use onceflow::engine::runtime::{RunSummary, RuntimeError};
 use onceflow::engine::state::RestoreFrom;
@@ -359,5 +362,61 @@ async fn long_ride_timers_fire_after_a_restart_for_the_ride_that_never_ended_onl
             start_time: T0 + MINUTE,
         }]
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Fails on ride 13: an error of the user's function.
+#[derive(Clone)]
+struct Cursed;
+
+impl KeyedProcessFunction<u64, Ride, u64> for Cursed {
+    fn process_element(
+        &mut self,
+        ride_id: &u64,
+        _ride: Ride,
+        _ctx: &mut Context<'_>,
+        out: &mut Collector<u64>,
+    ) -> Result<(), FunctionError> {
+        if *ride_id == 13 {
+            return Err(format!("ride {ride_id} is cursed").into());
+        }
+        out.collect(*ride_id);
+        Ok(())
+    }
+}
+
+/// A process function's error stops the running job (no hang, no panic) with one line naming
+/// the operator and the function's message.
+#[tokio::test]
+async fn a_failing_process_function_stops_the_job_naming_the_operator() {
+    let input = TestTopic::create("df-cursed-in", 1).await;
+    let output = TestTopic::create("df-cursed-out", 1).await;
+    let dir = std::env::temp_dir().join(unique_topic("onceflow-df-cursed"));
+    let rides: Vec<Ride> = (1..=20).map(|id| ride(id, true, T0)).collect();
+    send(&input.name, &rides).await;
+    let flow = JobBuilder::new("cursed")
+        .brokers(broker())
+        .transactional_id_prefix(unique_topic("df-cursed"))
+        .state_dir(dir.join("state"))
+        .source([input.name.as_str()], Json::<Ride>::new())
+        .key_by(|r| r.ride_id)
+        .process(Cursed)
+        .uid("cursed")
+        .sink(KafkaSink::json(output.name.clone()))
+        .build()
+        .unwrap();
+    let job = start(flow, RestoreFrom::Fresh);
+    let ended = tokio::time::timeout(DEADLINE, job.task).await;
+    let result = ended
+        .expect("the job did not stop")
+        .expect("the job's task");
+    let e = result.expect_err("the job ran on past its function's error");
+    assert!(matches!(e, RuntimeError::Function { .. }), "{e:?}");
+    let line = e.to_string();
+    assert!(
+        line.starts_with("operator cursed (process): ride 13 is cursed"),
+        "{line}"
+    );
+    assert!(!line.contains('\n'), "{line}");
     let _ = std::fs::remove_dir_all(&dir);
 }

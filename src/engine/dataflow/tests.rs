@@ -627,3 +627,60 @@ fn the_source_gives_the_event_time_of_records_a_filter_drops() {
         assert_eq!(out.len(), want_out, "{value}");
     }
 }
+
+#[test]
+fn uid_table() {
+    let long = "u".repeat(201);
+    // (uid, usable)
+    let cases = [
+        ("long-rides", true),
+        ("a.b_c-1", true),
+        ("", false),
+        ("a b", false),
+        ("a/b", false),
+        ("é", false),
+        (long.as_str(), false),
+    ];
+    for (uid, want) in cases {
+        assert_eq!(stream::check_uid(uid).is_ok(), want, "{uid:?}");
+    }
+}
+
+#[test]
+fn window_assigner_table() {
+    use crate::engine::job::window::WindowKind;
+    let ms = Duration::from_millis;
+    // (assigner's kind, expected kind or None for a refusal)
+    let cases: Vec<(Result<WindowKind, String>, Option<WindowKind>)> = vec![
+        (
+            TumblingEventTimeWindows::of(ms(10)).window_kind(),
+            Some(WindowKind::Tumbling { size: 10 }),
+        ),
+        (
+            TumblingEventTimeWindows::of(Duration::from_micros(999)).window_kind(),
+            None,
+        ),
+        (
+            SlidingEventTimeWindows::of(ms(10), ms(5)).window_kind(),
+            Some(WindowKind::Sliding { size: 10, slide: 5 }),
+        ),
+        (
+            SlidingEventTimeWindows::of(ms(10), ms(10)).window_kind(),
+            Some(WindowKind::Sliding {
+                size: 10,
+                slide: 10,
+            }),
+        ),
+        (
+            SlidingEventTimeWindows::of(ms(10), ms(11)).window_kind(),
+            None,
+        ),
+        (
+            SlidingEventTimeWindows::of(ms(10), ms(0)).window_kind(),
+            None,
+        ),
+    ];
+    for (i, (got, want)) in cases.into_iter().enumerate() {
+        assert_eq!(got.ok(), want, "case {i}");
+    }
+}

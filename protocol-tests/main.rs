@@ -17,6 +17,7 @@ mod consumer_positions;
 mod consumer_truncation;
 mod demo;
 mod engine_chaos;
+mod engine_dataflow;
 mod engine_features;
 mod engine_metrics;
 mod engine_parallel;

@@ -7,6 +7,8 @@
 //!   atomic, fsynced batch per checkpoint; retention and restore.
 //! - [`job`]: job files (TOML) and their built-in operators (JSON filters, projection, keyed
 //!   window aggregates), checked with errors naming the line and the field.
+//! - [`dataflow`]: typed jobs, a Rust builder in Flink's DataStream vocabulary, run by the
+//!   same runtime.
 //! - [`sink`]: the exactly-once Kafka sink: a transaction per checkpoint from a pool of
 //!   transactional ids, committed once the checkpoint is durable; the recovery order.
 //! - [`runtime`]: `onceflow run`: one task drives source → operators → sink with the
@@ -16,6 +18,7 @@
 //!   Prometheus text format and the `/metrics` listener.
 
 pub mod checkpoint;
+pub mod dataflow;
 pub mod job;
 pub mod metrics;
 pub mod runtime;

@@ -47,7 +47,7 @@ mod offsets;
 mod output;
 mod partitions;
 mod persist;
-mod pipeline;
+pub(crate) mod pipeline;
 mod retire;
 mod routing;
 mod source;
@@ -157,6 +157,15 @@ pub enum RuntimeError {
         /// The client's error.
         #[source]
         source: crate::client::Error,
+    },
+    /// A user function of a typed job (`engine::dataflow`) failed: the job stops, naming
+    /// the operator.
+    #[error("operator {operator}: {message}; fix the function (or the input it cannot handle) and restart from the latest checkpoint")]
+    Function {
+        /// The operator's uid and kind, e.g. `long-rides (process)`.
+        operator: String,
+        /// The function's error.
+        message: String,
     },
     /// An invariant of the runtime broke (a bug): the message says which.
     #[error("internal error: {0}")]

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::pipeline::Output;
+pub(crate) use super::pipeline::Output;
 use super::RuntimeError;
 use crate::engine::metrics::Metrics;
 use crate::engine::state::OperatorState;
@@ -33,7 +33,6 @@ pub(crate) type Element = Box<dyn Any + Send>;
 
 /// An input record as the source's read_committed consumer returned it.
 #[derive(Debug, Clone, Copy)]
-#[allow(dead_code)] // The job file's chain reads key and value only; a typed source reads all.
 pub(crate) struct InputRecord<'a> {
     pub topic: &'a str,
     pub partition: i32,

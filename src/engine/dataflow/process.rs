@@ -1,0 +1,281 @@
+//! [`KeyedProcessFunction`]: a user function on a keyed stream with keyed state and
+//! event-time timers (Flink's), and the keyed stage that runs it.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::chain::{count_in, count_out, Downstream};
+use super::state::{
+    ListStateDescriptor, ListStateHandle, MapStateDescriptor, MapStateHandle, ValueStateDescriptor,
+    ValueStateHandle,
+};
+use super::timers::{restore_watermark, store_watermark, TimerService};
+use super::FunctionError;
+use crate::engine::metrics::OperatorCounter;
+use crate::engine::runtime::topology::{downcast, Element, KeyedStage, Output};
+use crate::engine::runtime::RuntimeError;
+use crate::engine::state::{OperatorState, TimerState, ValueState};
+
+/// The stage's timers (ids above [`super::MAX_STATE_ID`] are the operator's own).
+const TIMERS: TimerState = TimerState::new(255);
+/// The keyed subtask's watermark.
+const WATERMARK: ValueState = ValueState::new(254);
+
+/// A function over a keyed stream's elements, with keyed state and event-time timers (Flink's
+/// `KeyedProcessFunction<K, I, O>`). Each keyed subtask runs its own clone; what must survive
+/// a restart belongs in keyed state, not in the function's fields.
+pub trait KeyedProcessFunction<K, I, O>: Clone + Send + 'static {
+    /// One element of `key`; what it emits goes into `out`.
+    ///
+    /// # Errors
+    /// Any error stops the job, naming the operator (a [`StateAccessError`](super::StateAccessError)
+    /// converts with `?`).
+    fn process_element(
+        &mut self,
+        key: &K,
+        value: I,
+        ctx: &mut Context<'_>,
+        out: &mut Collector<O>,
+    ) -> Result<(), FunctionError>;
+
+    /// `key`'s timer at `timestamp` fired (the watermark passed it); `ctx.timestamp()` is the
+    /// timer's time. Does nothing by default.
+    ///
+    /// # Errors
+    /// As [`Self::process_element`].
+    fn on_timer(
+        &mut self,
+        key: &K,
+        timestamp: i64,
+        ctx: &mut Context<'_>,
+        out: &mut Collector<O>,
+    ) -> Result<(), FunctionError> {
+        let _ = (key, timestamp, ctx, out);
+        Ok(())
+    }
+}
+
+/// Where a function's outputs go.
+#[derive(Debug)]
+pub struct Collector<O> {
+    items: Vec<O>,
+}
+
+impl<O> Collector<O> {
+    pub(crate) fn new() -> Collector<O> {
+        Collector { items: Vec::new() }
+    }
+
+    /// Emits `item`.
+    pub fn collect(&mut self, item: O) {
+        self.items.push(item);
+    }
+}
+
+/// What a function sees besides the element: its timestamp, the watermark, the current key's
+/// state and timers.
+pub struct Context<'a> {
+    timestamp: i64,
+    watermark: Option<i64>,
+    key: &'a [u8],
+    state: &'a mut OperatorState,
+    timers: &'a mut TimerService,
+}
+
+impl Context<'_> {
+    /// The element's timestamp (its event time, or its Kafka timestamp without
+    /// `event_time`); in `on_timer`, the timer's time.
+    pub fn timestamp(&self) -> i64 {
+        self.timestamp
+    }
+
+    /// The subtask's current watermark (`None` before the first).
+    pub fn current_watermark(&self) -> Option<i64> {
+        self.watermark
+    }
+
+    /// A timer for the current key at `time` (ms): `on_timer` runs once the watermark reaches
+    /// it; registering the same time twice keeps one. Timers are checkpointed.
+    pub fn register_event_time_timer(&mut self, time: i64) {
+        self.timers.register(self.state, self.key, time);
+    }
+
+    /// Deletes the current key's timer at `time`, if any.
+    pub fn delete_event_time_timer(&mut self, time: i64) {
+        self.timers.delete(self.state, self.key, time);
+    }
+
+    /// The current key's value state of `desc`.
+    pub fn value_state<T>(&mut self, desc: &ValueStateDescriptor<T>) -> ValueStateHandle<'_, T> {
+        ValueStateHandle {
+            state: self.state,
+            key: self.key,
+            desc: *desc,
+        }
+    }
+
+    /// The current key's map state of `desc`.
+    pub fn map_state<UK, UV>(
+        &mut self,
+        desc: &MapStateDescriptor<UK, UV>,
+    ) -> MapStateHandle<'_, UK, UV> {
+        MapStateHandle {
+            state: self.state,
+            key: self.key,
+            desc: *desc,
+        }
+    }
+
+    /// The current key's list state of `desc`.
+    pub fn list_state<T>(&mut self, desc: &ListStateDescriptor<T>) -> ListStateHandle<'_, T> {
+        ListStateHandle {
+            state: self.state,
+            key: self.key,
+            desc: *desc,
+        }
+    }
+}
+
+/// The keyed stage running a [`KeyedProcessFunction`] and the operators after it.
+pub(crate) struct ProcessStage<K, I, O, F> {
+    pub(crate) f: F,
+    pub(crate) state: OperatorState,
+    pub(crate) timers: TimerService,
+    pub(crate) watermark: Option<i64>,
+    pub(crate) next: Downstream<O>,
+    pub(crate) counters: Vec<Arc<OperatorCounter>>,
+    /// The operator's index among the job's operators.
+    pub(crate) index: usize,
+    /// `<uid> (process)`, for errors.
+    pub(crate) name: String,
+    pub(crate) _types: PhantomData<fn(K, I) -> O>,
+}
+
+impl<K, I, O, F> ProcessStage<K, I, O, F>
+where
+    K: Serialize + DeserializeOwned + Send + 'static,
+    I: Send + 'static,
+    O: 'static,
+    F: KeyedProcessFunction<K, I, O>,
+{
+    /// The stage of `f` on `state`, its timers and watermark restored.
+    ///
+    /// # Errors
+    /// The restored state cannot be read.
+    pub(crate) fn new(
+        f: F,
+        state: OperatorState,
+        next: Downstream<O>,
+        counters: Vec<Arc<OperatorCounter>>,
+        index: usize,
+        name: String,
+    ) -> Result<Self, RuntimeError> {
+        let timers = TimerService::restore(&state, TIMERS)?;
+        let watermark = restore_watermark(&state, WATERMARK)?;
+        tracing::info!(
+            operator = %name,
+            key_groups = ?state.key_groups(),
+            timers = timers.len(),
+            watermark = ?watermark,
+            "keyed process function started"
+        );
+        Ok(ProcessStage {
+            f,
+            timers,
+            watermark,
+            state,
+            next,
+            counters,
+            index,
+            name,
+            _types: PhantomData,
+        })
+    }
+
+    fn failed(&self, e: FunctionError) -> RuntimeError {
+        RuntimeError::Function {
+            operator: self.name.clone(),
+            message: e.to_string(),
+        }
+    }
+
+    fn emit(&self, items: Vec<O>, out: &mut Vec<Output>) -> Result<(), RuntimeError> {
+        count_out(&self.counters, self.index, items.len() as u64);
+        for item in items {
+            (self.next)(item, &self.counters, out)?;
+        }
+        Ok(())
+    }
+
+    /// Fires every timer at or before `w`, in time order (timers a firing registers at or
+    /// before `w` fire too).
+    fn fire_timers(&mut self, w: i64, out: &mut Vec<Output>) -> Result<(), RuntimeError> {
+        while let Some((time, key_bytes)) = self.timers.pop_due(&mut self.state, w) {
+            let key: K = serde_json::from_slice(&key_bytes).map_err(|e| {
+                RuntimeError::Internal(format!("{}: a timer's key does not decode: {e}", self.name))
+            })?;
+            let mut col = Collector::new();
+            let mut ctx = Context {
+                timestamp: time,
+                watermark: self.watermark,
+                key: &key_bytes,
+                state: &mut self.state,
+                timers: &mut self.timers,
+            };
+            let result = self.f.on_timer(&key, time, &mut ctx, &mut col);
+            result.map_err(|e| self.failed(e))?;
+            self.emit(col.items, out)?;
+        }
+        Ok(())
+    }
+}
+
+impl<K, I, O, F> KeyedStage for ProcessStage<K, I, O, F>
+where
+    K: Serialize + DeserializeOwned + Send + 'static,
+    I: Send + 'static,
+    O: 'static,
+    F: KeyedProcessFunction<K, I, O>,
+{
+    fn process(
+        &mut self,
+        key: &[u8],
+        time: i64,
+        element: Element,
+        out: &mut Vec<Output>,
+    ) -> Result<(), RuntimeError> {
+        let (k, value): (K, I) = downcast(element, &self.name)?;
+        count_in(&self.counters, self.index);
+        let mut col = Collector::new();
+        let mut ctx = Context {
+            timestamp: time,
+            watermark: self.watermark,
+            key,
+            state: &mut self.state,
+            timers: &mut self.timers,
+        };
+        let result = self.f.process_element(&k, value, &mut ctx, &mut col);
+        result.map_err(|e| self.failed(e))?;
+        self.emit(col.items, out)
+    }
+
+    fn advance_to(&mut self, watermark: i64, out: &mut Vec<Output>) -> Result<(), RuntimeError> {
+        if self.watermark.is_some_and(|w| w >= watermark) {
+            return Ok(());
+        }
+        self.watermark = Some(watermark);
+        store_watermark(&mut self.state, WATERMARK, watermark);
+        self.fire_timers(watermark, out)
+    }
+
+    fn state_mut(&mut self) -> &mut OperatorState {
+        &mut self.state
+    }
+
+    fn watermark(&self) -> Option<i64> {
+        self.watermark
+    }
+}

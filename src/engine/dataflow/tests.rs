@@ -1,0 +1,686 @@
+//! The typed stages in process, on a fjall store in a temp dir: state encoding, timer order
+//! (also across a restore), window assignment and lateness, build refusals.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::*;
+use crate::engine::runtime::topology::{Emitted, InputRecord, KeyedStage, Output, Topology};
+use crate::engine::state::{Layout, OperatorLayout, StateStore, StoreOptions};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Ev {
+    k: String,
+    t: i64,
+    v: i64,
+}
+
+fn job() -> JobBuilder {
+    JobBuilder::new("t").delivery_guarantee(DeliveryGuarantee::None)
+}
+
+/// The dataflow's source chain and keyed stage on a fresh (or restored) store in `dir`.
+struct Harness {
+    store: StateStore,
+    chain: Box<dyn crate::engine::runtime::topology::SourceChain>,
+    stage: Box<dyn KeyedStage>,
+    metrics: Arc<Metrics>,
+    offset: i64,
+}
+
+impl Harness {
+    fn open(dir: &std::path::Path, flow: &Dataflow, restore: RestoreFrom) -> Harness {
+        let keyed = flow.topology.keyed().expect("a keyed stage");
+        let layout = Layout {
+            key_groups: 4,
+            operators: vec![OperatorLayout::new(keyed.uid.clone(), keyed.kind)],
+            sink_prefix: None,
+            sink_ids: 0,
+        };
+        let (store, _) = StateStore::open(dir, layout, StoreOptions::default(), restore).unwrap();
+        let state = store.operator(&keyed.uid).unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let chain = flow.topology.source_chain(&metrics);
+        let stage = flow.topology.keyed_stage(state, &metrics).unwrap();
+        Harness {
+            store,
+            chain,
+            stage,
+            metrics,
+            offset: 0,
+        }
+    }
+
+    /// One input record through the chain and the stage; no watermark.
+    fn feed(&mut self, value: &str) -> Result<Vec<Output>, RuntimeError> {
+        let bytes = Bytes::from(value.to_owned());
+        let record = InputRecord {
+            topic: "in",
+            partition: 0,
+            offset: self.offset,
+            timestamp: 7,
+            key: None,
+            value: Some(&bytes),
+        };
+        self.offset += 1;
+        let mut emitted = Vec::new();
+        self.chain.process(&record, &mut emitted);
+        let mut out = Vec::new();
+        for e in emitted {
+            match e {
+                Emitted::Keyed { key, time, element } => {
+                    self.stage.process(&key, time, element, &mut out)?
+                }
+                Emitted::Out(o) => out.push(o),
+            }
+        }
+        Ok(out)
+    }
+
+    fn ev(&mut self, k: &str, t: i64, v: i64) -> Vec<Output> {
+        let json = serde_json::to_string(&Ev { k: k.into(), t, v }).unwrap();
+        self.feed(&json).unwrap()
+    }
+
+    fn advance(&mut self, w: i64) -> Vec<Output> {
+        let mut out = Vec::new();
+        self.stage.advance_to(w, &mut out).unwrap();
+        out
+    }
+
+    /// Checkpoint `n` made durable.
+    fn checkpoint(&mut self, n: u64) {
+        let delta = self.stage.state_mut().snapshot(n).unwrap();
+        self.store
+            .persist(n, &[delta], Vec::new(), Vec::new())
+            .unwrap();
+        self.stage.state_mut().complete(n).unwrap();
+    }
+}
+
+fn values(out: &[Output]) -> Vec<String> {
+    out.iter()
+        .map(|o| String::from_utf8(o.value.to_vec()).unwrap())
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Typed state.
+
+const SUM: ValueStateDescriptor<i64> = ValueStateDescriptor::new(0, "sum");
+const SEEN: MapStateDescriptor<i64, String> = MapStateDescriptor::new(1, "seen");
+const LOG: ListStateDescriptor<Ev> = ListStateDescriptor::new(2, "log");
+const WRONG: ValueStateDescriptor<String> = ValueStateDescriptor::new(0, "sum-as-text");
+const RESERVED: ValueStateDescriptor<i64> = ValueStateDescriptor::new(250, "reserved");
+
+/// Keeps a running sum (value), the times seen (map) and the events (list) per key; emits
+/// "sum|map entries|list length". `v == -1` reads the sum as text (a wrong type), `v == -2`
+/// uses a reserved id.
+#[derive(Clone)]
+struct Keeper;
+
+impl KeyedProcessFunction<String, Ev, String> for Keeper {
+    fn process_element(
+        &mut self,
+        _key: &String,
+        ev: Ev,
+        ctx: &mut Context<'_>,
+        out: &mut Collector<String>,
+    ) -> Result<(), FunctionError> {
+        if ev.v == -1 {
+            ctx.value_state(&WRONG).value()?;
+        }
+        if ev.v == -2 {
+            ctx.value_state(&RESERVED).update(&1)?;
+        }
+        let sum = ctx.value_state(&SUM).value()?.unwrap_or(0) + ev.v;
+        ctx.value_state(&SUM).update(&sum)?;
+        ctx.map_state(&SEEN).put(&ev.t, &format!("v{}", ev.v))?;
+        ctx.list_state(&LOG).add(&ev)?;
+        let seen = ctx.map_state(&SEEN).entries()?;
+        let log = ctx.list_state(&LOG).get()?;
+        out.collect(format!("{sum}|{seen:?}|{}", log.len()));
+        Ok(())
+    }
+}
+
+fn keeper() -> Dataflow {
+    job()
+        .source(["in"], Json::<Ev>::new())
+        .key_by(|e| e.k.clone())
+        .process(Keeper)
+        .sink(KafkaSink::with_serializer("out", |s: &String| {
+            s.clone().into_bytes()
+        }))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn value_map_and_list_state_are_per_key_and_read_back_typed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::open(dir.path(), &keeper(), RestoreFrom::Fresh);
+    // (key, t, v, expected output)
+    let cases = [
+        ("a", 10, 5, r#"5|[(10, "v5")]|1"#),
+        ("b", 3, 1, r#"1|[(3, "v1")]|1"#),
+        ("a", 2, 4, r#"9|[(10, "v5"), (2, "v4")]|2"#),
+        ("a", 10, 1, r#"10|[(10, "v1"), (2, "v4")]|3"#),
+    ];
+    for (k, t, v, want) in cases {
+        assert_eq!(values(&h.ev(k, t, v)), [want], "{k} {t} {v}");
+    }
+}
+
+#[test]
+fn a_state_of_another_type_or_a_reserved_id_fails_the_job_naming_the_operator() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::open(dir.path(), &keeper(), RestoreFrom::Fresh);
+    h.ev("a", 1, 5);
+    for (v, want) in [
+        (-1, "is not a alloc::string::String"),
+        (-2, "id 250 is reserved"),
+    ] {
+        let json = serde_json::to_string(&Ev {
+            k: "a".into(),
+            t: 1,
+            v,
+        })
+        .unwrap();
+        let e = h.feed(&json).unwrap_err().to_string();
+        assert!(e.starts_with("operator process (process): state "), "{e}");
+        assert!(e.contains(want), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+    }
+}
+
+#[test]
+fn records_that_are_not_json_of_the_type_are_dropped_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::open(dir.path(), &keeper(), RestoreFrom::Fresh);
+    assert!(h.feed("not json").unwrap().is_empty());
+    assert!(h.feed(r#"{"k":"a"}"#).unwrap().is_empty());
+    assert_eq!(h.ev("a", 1, 1).len(), 1);
+    let ops = h.metrics.snapshot_at(0).operators;
+    let counts: Vec<(&str, u64, u64)> = ops
+        .iter()
+        .map(|o| (o.kind.as_str(), o.records_in, o.records_out))
+        .collect();
+    assert_eq!(
+        counts,
+        [("source", 3, 1), ("key_by", 1, 1), ("process", 1, 1)]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Timers.
+
+/// Registers a timer at `t + v` per element (v < 0: deletes the timer at `t - v`); on a
+/// timer emits "key@time" and, for key "chain", registers one more at time + 1.
+#[derive(Clone)]
+struct Alarm;
+
+impl KeyedProcessFunction<String, Ev, String> for Alarm {
+    fn process_element(
+        &mut self,
+        _key: &String,
+        ev: Ev,
+        ctx: &mut Context<'_>,
+        _out: &mut Collector<String>,
+    ) -> Result<(), FunctionError> {
+        if ev.v < 0 {
+            ctx.delete_event_time_timer(ev.t - ev.v);
+        } else {
+            ctx.register_event_time_timer(ev.t + ev.v);
+        }
+        Ok(())
+    }
+
+    fn on_timer(
+        &mut self,
+        key: &String,
+        timestamp: i64,
+        ctx: &mut Context<'_>,
+        out: &mut Collector<String>,
+    ) -> Result<(), FunctionError> {
+        assert_eq!(ctx.timestamp(), timestamp);
+        out.collect(format!("{key}@{timestamp}"));
+        if key == "chain" && timestamp < 103 {
+            ctx.register_event_time_timer(timestamp + 1);
+        }
+        Ok(())
+    }
+}
+
+fn alarm() -> Dataflow {
+    job()
+        .source(["in"], Json::<Ev>::new())
+        .event_time(|e: &Ev| e.t, Duration::ZERO)
+        .key_by(|e| e.k.clone())
+        .process(Alarm)
+        .uid("alarm")
+        .sink(KafkaSink::with_serializer("out", |s: &String| {
+            s.clone().into_bytes()
+        }))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn timers_fire_in_time_order_once_the_watermark_passes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::open(dir.path(), &alarm(), RestoreFrom::Fresh);
+    h.ev("b", 0, 30);
+    h.ev("a", 0, 20);
+    h.ev("c", 0, 20);
+    h.ev("a", 0, 20); // the same timer twice: fires once
+    h.ev("d", 0, 25);
+    h.ev("d", 0, -25); // deleted
+    h.ev("chain", 0, 100);
+    // (watermark, fired)
+    let cases: Vec<(i64, Vec<&str>)> = vec![
+        (19, vec![]),
+        (20, vec!["a@20", "c@20"]),
+        (20, vec![]),
+        (29, vec![]),
+        (50, vec!["b@30"]),
+        // A timer a firing registers at or before the watermark fires in the same advance.
+        (102, vec!["chain@100", "chain@101", "chain@102"]),
+        (200, vec!["chain@103"]),
+        (300, vec![]),
+    ];
+    for (w, want) in cases {
+        assert_eq!(values(&h.advance(w)), want, "watermark {w}");
+    }
+}
+
+#[test]
+fn timers_and_the_watermark_survive_a_restore_from_the_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let flow = alarm();
+    {
+        let mut h = Harness::open(dir.path(), &flow, RestoreFrom::Fresh);
+        h.ev("a", 0, 50);
+        h.ev("b", 0, 10);
+        assert_eq!(values(&h.advance(10)), ["b@10"]);
+        h.checkpoint(1);
+        // After the checkpoint: lost with the crash.
+        h.ev("c", 0, 20);
+    }
+    let mut h = Harness::open(dir.path(), &flow, RestoreFrom::Latest);
+    assert_eq!(h.stage.watermark(), Some(10));
+    assert_eq!(values(&h.advance(60)), ["a@50"]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Windows.
+
+struct Sum;
+
+impl AggregateFunction<Ev, (i64, u32), i64> for Sum {
+    fn create_accumulator(&self) -> (i64, u32) {
+        (0, 0)
+    }
+    fn add(&self, e: &Ev, acc: &mut (i64, u32)) {
+        acc.0 += e.v;
+        acc.1 += 1;
+    }
+    fn get_result(&self, acc: &(i64, u32)) -> i64 {
+        acc.0
+    }
+}
+
+fn windowed(assigner: impl WindowAssigner, lateness: u64) -> Dataflow {
+    job()
+        .source(["in"], Json::<Ev>::new())
+        .event_time(|e: &Ev| e.t, Duration::ZERO)
+        .filter(|e| e.v != 0)
+        .key_by(|e| e.k.clone())
+        .window(assigner)
+        .allowed_lateness(Duration::from_millis(lateness))
+        .late_output(KafkaSink::json("late"))
+        .aggregate_with(Sum, |k: &String, w: Window, sum: i64| {
+            format!("{k}[{},{})={sum}", w.start, w.end)
+        })
+        .map(|s| s.to_uppercase())
+        .sink(KafkaSink::with_serializer("out", |s: &String| {
+            s.clone().into_bytes()
+        }))
+        .build()
+        .unwrap()
+}
+
+/// One element, then the watermark at its time (out-of-orderness 0): the outputs, sorted
+/// (windows ending together fire in key group order).
+fn step(h: &mut Harness, k: &str, t: i64, v: i64) -> Vec<String> {
+    let mut out = h.ev(k, t, v);
+    out.extend(h.advance(t));
+    let mut shown: Vec<String> = out
+        .iter()
+        .map(|o| {
+            let body = String::from_utf8(o.value.to_vec()).unwrap();
+            match &o.topic {
+                Some(topic) => format!("{topic}:{body}"),
+                None => body,
+            }
+        })
+        .collect();
+    shown.sort();
+    shown
+}
+
+#[test]
+fn tumbling_windows_fire_at_their_end_and_late_elements_go_to_the_side_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let flow = windowed(TumblingEventTimeWindows::of(Duration::from_millis(10)), 0);
+    let mut h = Harness::open(dir.path(), &flow, RestoreFrom::Fresh);
+    let late = r#"late:{"k":"a","t":5,"v":7}"#;
+    // (key, time, value, outputs)
+    let cases: Vec<(&str, i64, i64, Vec<&str>)> = vec![
+        ("a", 1, 1, vec![]),
+        ("b", 3, 2, vec![]),
+        ("a", 9, 4, vec![]),
+        ("a", 0, 0, vec![]), // filtered out, before the window
+        ("a", 10, 8, vec!["A[0,10)=5", "B[0,10)=2"]),
+        ("a", 5, 7, vec![late]),
+        ("a", 25, 1, vec!["A[10,20)=8"]),
+    ];
+    for (k, t, v, want) in cases {
+        assert_eq!(step(&mut h, k, t, v), want, "{k} {t} {v}");
+    }
+    let snapshot = h.metrics.snapshot_at(0);
+    assert_eq!(snapshot.late_records, 1);
+    let counts: Vec<(&str, u64, u64)> = snapshot
+        .operators
+        .iter()
+        .map(|o| (o.kind.as_str(), o.records_in, o.records_out))
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            ("source", 7, 7),
+            ("filter", 7, 6),
+            ("key_by", 6, 6),
+            ("window_aggregate", 6, 3),
+            ("map", 3, 3)
+        ]
+    );
+}
+
+/// Without a key_by the whole chain runs in the source subtask, straight to the sink; a
+/// closure deserializer sees the record's coordinates.
+#[test]
+fn a_job_without_key_by_runs_its_chain_in_the_source_and_counts_each_operator() {
+    let flow = job()
+        .source(["in"], |r: &SourceRecord<'_>| {
+            let text = std::str::from_utf8(r.value?).ok()?;
+            Some(format!("{}/{}/{}:{text}", r.topic, r.partition, r.offset))
+        })
+        .flat_map(|s: String| s.split(',').map(str::to_owned).collect::<Vec<_>>())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.to_uppercase())
+        .sink(KafkaSink::json("out").key(|s: &String| s.as_bytes()[..1].to_vec()))
+        .build()
+        .unwrap();
+    assert!(flow.topology.keyed().is_none());
+    let metrics = Arc::new(Metrics::new());
+    let mut chain = flow.topology.source_chain(&metrics);
+    let mut out = Vec::new();
+    for (offset, value) in [(4, Some("a,,b")), (5, None)] {
+        let bytes = value.map(Bytes::from);
+        let record = InputRecord {
+            topic: "in",
+            partition: 2,
+            offset,
+            timestamp: 0,
+            key: None,
+            value: bytes.as_ref(),
+        };
+        assert_eq!(chain.process(&record, &mut out), None, "no event time");
+    }
+    let got: Vec<(Option<Vec<u8>>, String)> = out
+        .into_iter()
+        .map(|e| match e {
+            Emitted::Out(o) => (o.key, String::from_utf8(o.value.to_vec()).unwrap()),
+            Emitted::Keyed { .. } => panic!("keyed without key_by"),
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Some(b"I".to_vec()), "\"IN/2/4:A\"".to_owned()),
+            (Some(b"B".to_vec()), "\"B\"".to_owned())
+        ]
+    );
+    let snapshot = metrics.snapshot_at(0);
+    let counts: Vec<(&str, u64, u64)> = snapshot
+        .operators
+        .iter()
+        .map(|o| (o.kind.as_str(), o.records_in, o.records_out))
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            ("source", 2, 1),
+            ("flat_map", 1, 3),
+            ("filter", 3, 2),
+            ("map", 2, 2)
+        ]
+    );
+}
+
+#[test]
+fn allowed_lateness_refires_a_window_and_then_drops_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let flow = windowed(TumblingEventTimeWindows::of(Duration::from_millis(10)), 5);
+    let mut h = Harness::open(dir.path(), &flow, RestoreFrom::Fresh);
+    let cases: Vec<(&str, i64, i64, Vec<&str>)> = vec![
+        ("a", 1, 1, vec![]),
+        ("a", 12, 2, vec!["A[0,10)=1"]),
+        // end ≤ W < end + L: added, fired again.
+        ("a", 3, 3, vec!["A[0,10)=4"]),
+        ("a", 15, 1, vec![]),
+        // W ≥ end + L: late.
+        ("a", 4, 9, vec![r#"late:{"k":"a","t":4,"v":9}"#]),
+    ];
+    for (k, t, v, want) in cases {
+        assert_eq!(step(&mut h, k, t, v), want, "{k} {t} {v}");
+    }
+}
+
+#[test]
+fn sliding_windows_count_an_element_in_each_of_its_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    let flow = windowed(
+        SlidingEventTimeWindows::of(Duration::from_millis(10), Duration::from_millis(5)),
+        0,
+    );
+    let mut h = Harness::open(dir.path(), &flow, RestoreFrom::Fresh);
+    assert!(step(&mut h, "a", 7, 1).is_empty());
+    assert_eq!(step(&mut h, "a", 10, 2), ["A[0,10)=1"]);
+    assert_eq!(step(&mut h, "a", 15, 4), ["A[5,15)=3"]);
+    assert_eq!(step(&mut h, "a", 30, 8), ["A[10,20)=6", "A[15,25)=4"]);
+}
+
+#[test]
+fn fired_windows_stay_fired_after_a_restore() {
+    let dir = tempfile::tempdir().unwrap();
+    let flow = windowed(TumblingEventTimeWindows::of(Duration::from_millis(10)), 0);
+    {
+        let mut h = Harness::open(dir.path(), &flow, RestoreFrom::Fresh);
+        step(&mut h, "a", 1, 1);
+        assert_eq!(step(&mut h, "a", 12, 2), ["A[0,10)=1"]);
+        h.checkpoint(1);
+    }
+    let mut h = Harness::open(dir.path(), &flow, RestoreFrom::Latest);
+    // Late against the restored watermark; the open window's accumulator came back.
+    assert_eq!(step(&mut h, "a", 2, 4), [r#"late:{"k":"a","t":2,"v":4}"#]);
+    assert_eq!(step(&mut h, "a", 20, 1), ["A[10,20)=2"]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Build refusals.
+
+#[test]
+fn a_dataflow_that_cannot_run_is_refused_in_one_line() {
+    let sink = || KafkaSink::with_serializer("out", |s: &String| s.clone().into_bytes());
+    let no_time = job()
+        .source(["in"], Json::<Ev>::new())
+        .key_by(|e| e.k.clone())
+        .window(TumblingEventTimeWindows::of(Duration::from_secs(1)))
+        .aggregate_with(Sum, |_: &String, _: Window, s: i64| s.to_string())
+        .sink(sink());
+    let bad_slide = job()
+        .source(["in"], Json::<Ev>::new())
+        .event_time(|e: &Ev| e.t, Duration::ZERO)
+        .key_by(|e| e.k.clone())
+        .window(SlidingEventTimeWindows::of(
+            Duration::from_secs(1),
+            Duration::from_secs(2),
+        ))
+        .aggregate_with(Sum, |_: &String, _: Window, s: i64| s.to_string())
+        .sink(sink());
+    let bad_uid = job()
+        .source(["in"], Json::<Ev>::new())
+        .key_by(|e| e.k.clone())
+        .process(Keeper)
+        .uid("a b")
+        .sink(sink());
+    let no_prefix = JobBuilder::new("t")
+        .source(["in"], Json::<String>::new())
+        .sink(sink());
+    let cases = [
+        (no_time, "window(..) needs event time"),
+        (
+            bad_slide,
+            "the slide (2000 ms) must be at least 1 ms and at most the size",
+        ),
+        (bad_uid, "uid \"a b\" is not usable"),
+        (
+            no_prefix,
+            "sink.transactional.id.prefix (transactional_id_prefix): required",
+        ),
+    ];
+    for (graph, want) in cases {
+        let e = graph.build().unwrap_err().to_string();
+        assert!(e.starts_with("job t: "), "{e}");
+        assert!(e.contains(want), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+    }
+}
+
+#[test]
+fn the_layout_kind_changes_with_the_stage_and_the_windows_sizes_and_lateness() {
+    let a = alarm().topology.keyed().unwrap();
+    let k = keeper().topology.keyed().unwrap();
+    assert_eq!((a.uid.as_str(), k.uid.as_str()), ("alarm", "process"));
+    assert_eq!((a.kind.as_str(), k.kind.as_str()), ("process", "process"));
+    let ms = Duration::from_millis;
+    let kinds: Vec<String> = [
+        windowed(TumblingEventTimeWindows::of(ms(10)), 0),
+        windowed(TumblingEventTimeWindows::of(ms(20)), 0),
+        windowed(TumblingEventTimeWindows::of(ms(10)), 5),
+        windowed(SlidingEventTimeWindows::of(ms(10), ms(5)), 0),
+    ]
+    .iter()
+    .map(|f| f.topology.keyed().unwrap().kind)
+    .collect();
+    assert_eq!(
+        kinds[0],
+        "window-aggregate:Tumbling { size: 10 }:lateness=0"
+    );
+    for (i, a) in kinds.iter().enumerate() {
+        for b in &kinds[i + 1..] {
+            assert_ne!(a, b);
+        }
+    }
+}
+
+/// The source's watermark sees every record's event time, also of one the filter drops; a
+/// record the deserializer drops has none.
+#[test]
+fn the_source_gives_the_event_time_of_records_a_filter_drops() {
+    let flow = windowed(TumblingEventTimeWindows::of(Duration::from_millis(10)), 0);
+    assert_eq!(flow.topology.out_of_orderness(), Some(0));
+    let mut chain = flow.topology.source_chain(&Arc::new(Metrics::new()));
+    // (value, event time returned, elements for the exchange)
+    let cases = [
+        (r#"{"k":"a","t":42,"v":1}"#, Some(42), 1),
+        (r#"{"k":"a","t":43,"v":0}"#, Some(43), 0),
+        ("not json", None, 0),
+    ];
+    for (value, want_time, want_out) in cases {
+        let bytes = Bytes::from(value);
+        let record = InputRecord {
+            topic: "in",
+            partition: 0,
+            offset: 0,
+            timestamp: 7,
+            key: None,
+            value: Some(&bytes),
+        };
+        let mut out = Vec::new();
+        assert_eq!(chain.process(&record, &mut out), want_time, "{value}");
+        assert_eq!(out.len(), want_out, "{value}");
+    }
+}
+
+#[test]
+fn uid_table() {
+    let long = "u".repeat(201);
+    // (uid, usable)
+    let cases = [
+        ("long-rides", true),
+        ("a.b_c-1", true),
+        ("", false),
+        ("a b", false),
+        ("a/b", false),
+        ("é", false),
+        (long.as_str(), false),
+    ];
+    for (uid, want) in cases {
+        assert_eq!(stream::check_uid(uid).is_ok(), want, "{uid:?}");
+    }
+}
+
+#[test]
+fn window_assigner_table() {
+    use crate::engine::job::window::WindowKind;
+    let ms = Duration::from_millis;
+    // (assigner's kind, expected kind or None for a refusal)
+    let cases: Vec<(Result<WindowKind, String>, Option<WindowKind>)> = vec![
+        (
+            TumblingEventTimeWindows::of(ms(10)).window_kind(),
+            Some(WindowKind::Tumbling { size: 10 }),
+        ),
+        (
+            TumblingEventTimeWindows::of(Duration::from_micros(999)).window_kind(),
+            None,
+        ),
+        (
+            SlidingEventTimeWindows::of(ms(10), ms(5)).window_kind(),
+            Some(WindowKind::Sliding { size: 10, slide: 5 }),
+        ),
+        (
+            SlidingEventTimeWindows::of(ms(10), ms(10)).window_kind(),
+            Some(WindowKind::Sliding {
+                size: 10,
+                slide: 10,
+            }),
+        ),
+        (
+            SlidingEventTimeWindows::of(ms(10), ms(11)).window_kind(),
+            None,
+        ),
+        (
+            SlidingEventTimeWindows::of(ms(10), ms(0)).window_kind(),
+            None,
+        ),
+    ];
+    for (i, (got, want)) in cases.into_iter().enumerate() {
+        assert_eq!(got.ok(), want, "case {i}");
+    }
+}

@@ -44,6 +44,21 @@ fn committed_a_transaction(log: &Path) -> bool {
         .any(|l| l.contains("transaction ended") && l.contains("commit=true"))
 }
 
+/// Waits until the job's log says one of its transactions committed (failing if it exits or
+/// DEADLINE passes).
+async fn wait_for_a_commit(child: &mut std::process::Child, log: &Path) {
+    let start = Instant::now();
+    while !committed_a_transaction(log) {
+        assert_running(child, log);
+        assert!(
+            start.elapsed() < DEADLINE,
+            "no output committed within {DEADLINE:?}:\n{}",
+            log_of(log)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Generates `generate` rides into a 3-partition topic, runs `shipped` at parallelism 2,
 /// SIGKILLs it once output is committed, restarts it at parallelism `restart_at` on the same
 /// state, and waits for `taxi verify --job verify_job` to say OK.
@@ -68,16 +83,7 @@ async fn killed_and_restarted(
 
     // First run: SIGKILL as soon as one checkpoint's output is committed.
     let mut first = start_job(&job, &log1, &["--fresh"]);
-    let start = Instant::now();
-    while !committed_a_transaction(&log1) {
-        assert_running(&mut first, &log1);
-        assert!(
-            start.elapsed() < DEADLINE,
-            "no output committed within {DEADLINE:?}:\n{}",
-            log_of(&log1)
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_a_commit(&mut first, &log1).await;
     first.kill().unwrap();
     first.wait().unwrap();
     assert_eq!(
@@ -278,16 +284,7 @@ async fn rescaled_down_without_aborting_the_retired_tasks_transaction_readers_mi
     std::fs::write(&job, text.replace("\nparallelism = 2", "\nparallelism = 1")).unwrap();
     let log2 = dir.join("run2.log");
     let mut second = start_job_with_env(&job, &log2, &[], &[("ONCEFLOW_TEST_SKIP", "retire")]);
-    let start = Instant::now();
-    while !committed_a_transaction(&log2) {
-        assert_running(&mut second, &log2);
-        assert!(
-            start.elapsed() < DEADLINE,
-            "the restart committed nothing within {DEADLINE:?}:\n{}",
-            log_of(&log2)
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_a_commit(&mut second, &log2).await;
     assert!(
         plain_log(&log2).contains("protection retire switched off"),
         "{}",
@@ -402,16 +399,7 @@ async fn unaligned_attempt() -> Option<String> {
     let off = [("ONCEFLOW_TEST_SKIP", "alignment")];
     let log1 = dir.join("run1.log");
     let mut first = start_job_with_env(&job, &log1, &["--fresh"], &off);
-    let start = Instant::now();
-    while !committed_a_transaction(&log1) {
-        assert_running(&mut first, &log1);
-        assert!(
-            start.elapsed() < DEADLINE,
-            "no output committed within {DEADLINE:?}:\n{}",
-            log_of(&log1)
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_a_commit(&mut first, &log1).await;
     first.kill().unwrap();
     first.wait().unwrap();
     assert!(

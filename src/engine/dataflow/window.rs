@@ -16,7 +16,7 @@ use super::sink::KafkaSink;
 use super::state::{decode, encode};
 use super::stream::{KeyedStream, ResultStream};
 use super::timers::{restore_watermark, store_watermark};
-use crate::engine::job::window::{route, Admission, Window, WindowKind};
+use crate::engine::job::window::{route, start_key, Admission, Window, WindowKind};
 use crate::engine::metrics::{Metrics, OperatorCounter};
 use crate::engine::runtime::pipeline::timers_may_be_due;
 use crate::engine::runtime::topology::{downcast, Element, KeyedStage, Output};
@@ -254,18 +254,6 @@ pub(crate) struct WindowStage<K, T, Acc, R, O, A, F> {
     _types: PhantomData<fn(K, T, Acc) -> R>,
 }
 
-/// A window start as a map key that sorts like the number.
-fn start_key(start: i64) -> [u8; 8] {
-    ((start as u64) ^ (1 << 63)).to_be_bytes()
-}
-
-fn sizes(kind: WindowKind) -> (i64, i64) {
-    match kind {
-        WindowKind::Tumbling { size } => (size, size),
-        WindowKind::Sliding { size, slide } => (size, slide),
-    }
-}
-
 impl<K, T, Acc, R, O, A, F> WindowStage<K, T, Acc, R, O, A, F>
 where
     K: Serialize + DeserializeOwned + Send + 'static,
@@ -393,7 +381,7 @@ where
         }
         self.watermark = Some(w);
         store_watermark(&mut self.state, WATERMARK, w);
-        let (size, slide) = sizes(self.spec.kind);
+        let (size, slide) = self.spec.kind.size_and_slide();
         let lateness = self.spec.lateness;
         if !timers_may_be_due(self.scanned_to, w, size, slide, lateness) {
             return Ok(());

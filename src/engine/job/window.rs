@@ -62,14 +62,25 @@ pub enum WindowKind {
     },
 }
 
+/// A window start as a state map key that sorts like the number (sign bit flipped, big
+/// endian): a window operator's accumulators per key, by start.
+pub fn start_key(start: i64) -> [u8; 8] {
+    ((start as u64) ^ (1 << 63)).to_be_bytes()
+}
+
 impl WindowKind {
+    /// (size, slide): a tumbling window slides by its size.
+    pub fn size_and_slide(&self) -> (i64, i64) {
+        match *self {
+            WindowKind::Tumbling { size } => (size, size),
+            WindowKind::Sliding { size, slide } => (size, slide),
+        }
+    }
+
     /// The windows an event at `t` belongs to, by ascending start. Windows whose bounds would
     /// not fit an i64 are left out; a non-positive size or slide gives none.
     pub fn assign(&self, t: i64) -> Vec<Window> {
-        let (size, slide) = match *self {
-            WindowKind::Tumbling { size } => (size, size),
-            WindowKind::Sliding { size, slide } => (size, slide),
-        };
+        let (size, slide) = self.size_and_slide();
         if size <= 0 || slide <= 0 {
             return Vec::new();
         }

@@ -16,7 +16,7 @@ use super::RuntimeError;
 use crate::engine::job::aggregate::{Accumulator, WindowAggregate};
 use crate::engine::job::batch::{stateless, Carried};
 use crate::engine::job::project::Key;
-use crate::engine::job::window::{route, Admission, Window, WindowKind};
+use crate::engine::job::window::{route, start_key, Admission, Window};
 use crate::engine::job::Operator;
 use crate::engine::metrics::{Metrics, OperatorCounter};
 use crate::engine::state::{MapState, OperatorState, TimerState, ValueState};
@@ -343,18 +343,6 @@ fn counted(
     Some((carried, value, changed))
 }
 
-/// A window start as a map key that sorts like the number.
-fn start_key(start: i64) -> [u8; 8] {
-    ((start as u64) ^ (1 << 63)).to_be_bytes()
-}
-
-fn window_size(kind: WindowKind) -> (i64, i64) {
-    match kind {
-        WindowKind::Tumbling { size } => (size, size),
-        WindowKind::Sliding { size, slide } => (size, slide),
-    }
-}
-
 /// Whether a timer may have become due as the watermark went from `scanned` to `w`. Window
 /// ends are ≡ size (mod slide) and cleanups ≡ size + lateness (mod slide), so a timer in
 /// (scanned, w] means `w` crossed one of those residues. Pure, so the scan (which visits
@@ -430,7 +418,7 @@ impl WindowOp {
         if !groups.is_empty() {
             WATERMARK.set_in_group(&mut self.state, groups.start, WATERMARK_KEY, &bytes);
         }
-        let (size, slide) = window_size(self.spec.kind);
+        let (size, slide) = self.spec.kind.size_and_slide();
         let lateness = self.spec.allowed_lateness;
         if !timers_may_be_due(self.scanned_to, w, size, slide, lateness) {
             return Ok(Vec::new());
@@ -471,7 +459,7 @@ impl WindowOp {
         w: i64,
         out: &mut Vec<(Key, Value)>,
     ) -> Result<(), RuntimeError> {
-        let (size, _) = window_size(self.spec.kind);
+        let (size, _) = self.spec.kind.size_and_slide();
         let lateness = self.spec.allowed_lateness;
         for (end, k) in FIRE.due_in_group(&self.state, kg, w)? {
             FIRE.delete(&mut self.state, &k, end);

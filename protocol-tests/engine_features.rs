@@ -15,12 +15,12 @@ use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
 /// An hour boundary (ms since the epoch).
-const BASE: i64 = 1_699_999_200_000;
-const MINUTE: i64 = 60_000;
-const HOUR: i64 = 3_600_000;
+pub(crate) const BASE: i64 = 1_699_999_200_000;
+pub(crate) const MINUTE: i64 = 60_000;
+pub(crate) const HOUR: i64 = 3_600_000;
 
 /// A ride's END event inside NYC for `driver` at `t`.
-fn end(ride_id: u64, driver: u64, t: i64, passengers: u32) -> Ride {
+pub(crate) fn end(ride_id: u64, driver: u64, t: i64, passengers: u32) -> Ride {
     Ride {
         ride_id,
         driver_id: driver,
@@ -36,7 +36,7 @@ fn end(ride_id: u64, driver: u64, t: i64, passengers: u32) -> Ride {
 }
 
 /// Produces `rides` in order to partition `partition` of `topic`, keyed by driver.
-async fn produce(topic: &str, partition: i32, rides: &[Ride]) {
+pub(crate) async fn produce(topic: &str, partition: i32, rides: &[Ride]) {
     let p = producer(&[("enable.idempotence", "true")]).await;
     for r in rides {
         let rec = ProducerRecord::new(topic.to_owned(), Bytes::from(r.to_json()))
@@ -47,7 +47,7 @@ async fn produce(topic: &str, partition: i32, rides: &[Ride]) {
 }
 
 /// A scratch directory for one test's job file, state and logs.
-fn scratch(prefix: &str) -> PathBuf {
+pub(crate) fn scratch(prefix: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(unique_topic(prefix));
     std::fs::create_dir_all(&dir).unwrap();
     dir

@@ -21,7 +21,13 @@ const DEADLINE: Duration = Duration::from_secs(240);
 
 /// The shipped job with its names replaced, `settings.parallelism = 2` and checkpoints every
 /// 200 ms (so the first commit comes long before the input is read).
-fn parallel_job(dir: &Path, shipped: &str, input: &str, output: &str, prefix: &str) -> PathBuf {
+pub(crate) fn parallel_job(
+    dir: &Path,
+    shipped: &str,
+    input: &str,
+    output: &str,
+    prefix: &str,
+) -> PathBuf {
     let path = job_file(dir, shipped, input, output, prefix);
     let text = std::fs::read_to_string(&path).unwrap();
     for line in ["\nparallelism = 1", "\ncheckpoint.interval.ms = 1000"] {

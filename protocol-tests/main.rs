@@ -19,6 +19,7 @@ mod demo;
 mod engine_chaos;
 mod engine_dataflow;
 mod engine_features;
+mod engine_idleness;
 mod engine_metrics;
 mod engine_parallel;
 mod engine_restore;

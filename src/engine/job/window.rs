@@ -19,6 +19,7 @@
 //!   late anyway: it raises W to at most t − B ≤ t < end).
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -141,24 +142,41 @@ impl Watermark {
 ///   again; with every input idle the combined watermark stays where it was.
 /// - The combined watermark never goes back: an idle input that wakes up behind it does not
 ///   lower it (its records may then be late, as in Flink).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// - **A stopped stream resumes as a whole.** When every input was idle and one reports
+///   again, the others are counted again too, at their last watermarks: a pause of the whole
+///   input (the producers stopped, or the broker was away) ends for every partition at about
+///   the same time, but their records arrive one after another. Without this the first
+///   partition back, alone active, moves the watermark past the hour the others are still
+///   delivering, and their records come late (the broker-kill chaos test: 124 of 400 hourly
+///   counts short). Each of them is left out again only by an idleness established at least
+///   `hold` after the resumption ([`InputWatermarks::set_idle`]'s `since`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputWatermarks {
     inputs: BTreeMap<u32, InputState>,
     combined: Option<i64>,
+    hold: Duration,
+    /// When an input reported after every input had been idle.
+    resumed: Option<Instant>,
+    /// False only in an inverse test (`ONCEFLOW_TEST_SKIP=resumption`).
+    resume_all: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct InputState {
     watermark: Option<i64>,
     idle: bool,
 }
 
 impl InputWatermarks {
-    /// Inputs with no watermark yet.
-    pub fn new(inputs: impl IntoIterator<Item = u32>) -> Self {
+    /// Inputs with no watermark yet; after a resumption of the whole stream, an input is left
+    /// out again only by an idleness established `hold` after it (the idleness timeout).
+    pub fn new(inputs: impl IntoIterator<Item = u32>, hold: Duration) -> Self {
         let mut out = Self {
             inputs: BTreeMap::new(),
             combined: None,
+            hold,
+            resumed: None,
+            resume_all: true,
         };
         for input in inputs {
             out.add_input(input);
@@ -176,23 +194,53 @@ impl InputWatermarks {
     }
 
     /// `input`'s watermark is now `watermark` (an input's own watermark never goes back
-    /// either); the input is active again. Returns the combined watermark.
-    pub fn advance(&mut self, input: u32, watermark: i64) -> Option<i64> {
+    /// either); the input is active again, and if every input was idle, so are the others
+    /// (the stream resumed at `now`). Returns the combined watermark.
+    pub fn advance(&mut self, input: u32, watermark: i64, now: Instant) -> Option<i64> {
+        let stopped = self.inputs.len() > 1 && self.all_idle();
         let state = self.inputs.entry(input).or_insert(InputState {
             watermark: None,
             idle: false,
         });
         state.watermark = Some(state.watermark.map_or(watermark, |w| w.max(watermark)));
         state.idle = false;
+        if stopped && self.resume_all {
+            for s in self.inputs.values_mut() {
+                s.idle = false;
+            }
+            self.resumed = Some(now);
+        }
         self.recompute()
     }
 
-    /// Leaves `input` out until it reports again. Returns the combined watermark.
-    pub fn set_idle(&mut self, input: u32) -> Option<i64> {
-        if let Some(state) = self.inputs.get_mut(&input) {
+    /// Leaves `input` out until it reports again, unless its idleness, established at `since`
+    /// (when it was last seen with nothing to deliver), is older than `hold` after the last
+    /// resumption: then it stays counted. Returns the combined watermark.
+    pub fn set_idle(&mut self, input: u32, since: Instant) -> Option<i64> {
+        let held = self
+            .resumed
+            .is_some_and(|r| since < r.checked_add(self.hold).unwrap_or(r));
+        if let (false, Some(state)) = (held, self.inputs.get_mut(&input)) {
             state.idle = true;
         }
         self.recompute()
+    }
+
+    /// Switches the resumption of the whole stream off: the protection an inverse test removes
+    /// (then a resuming input wakes only itself).
+    pub(crate) fn without_resumption(mut self) -> Self {
+        self.resume_all = false;
+        self
+    }
+
+    /// Whether `input` is left out (idle). An unknown input is not.
+    pub fn is_idle(&self, input: u32) -> bool {
+        self.inputs.get(&input).is_some_and(|s| s.idle)
+    }
+
+    /// Whether every input is idle (none: false).
+    pub fn all_idle(&self) -> bool {
+        !self.inputs.is_empty() && self.inputs.values().all(|s| s.idle)
     }
 
     /// The combined watermark.
@@ -394,15 +442,18 @@ mod tests {
     fn input_watermarks_table() {
         enum Step {
             Advance(u32, i64),
+            /// Idle since the clock's time.
             Idle(u32),
             Add(u32),
+            /// The clock moves to this many ms (the combined watermark is the step's value).
+            At(u64),
         }
         use Step::*;
-        // (inputs, steps, combined watermark after each step)
-        type Case = (Vec<u32>, Vec<Step>, Vec<Option<i64>>);
+        // (inputs, steps, combined watermark after each step); the hold is 1000 ms.
+        type Case = (&'static str, Vec<u32>, Vec<Step>, Vec<Option<i64>>);
         let cases: Vec<Case> = vec![
-            // The slowest input decides; an input without a watermark holds it back.
             (
+                "the slowest input decides; an input without a watermark holds it back",
                 vec![0, 1],
                 vec![
                     Advance(0, 100),
@@ -412,15 +463,15 @@ mod tests {
                 ],
                 vec![None, Some(50), Some(100), Some(150)],
             ),
-            // An input's watermark never goes back.
             (
+                "an input's watermark never goes back",
                 vec![0],
                 vec![Advance(0, 100), Advance(0, 90)],
                 vec![Some(100), Some(100)],
             ),
-            // Idle inputs are left out; all idle keeps the last value; waking up behind the
-            // combined watermark does not lower it.
             (
+                "idle inputs are left out; all idle keeps the last value; waking up behind \
+                 the combined watermark does not lower it",
                 vec![0, 1],
                 vec![
                     Advance(0, 100),
@@ -428,38 +479,120 @@ mod tests {
                     Advance(0, 300),
                     Idle(0),
                     Advance(1, 50),
-                    Advance(1, 400),
                 ],
-                // (input 0 is idle at the end, so input 1 alone moves it to 400)
-                vec![None, Some(100), Some(300), Some(300), Some(300), Some(400)],
+                vec![None, Some(100), Some(300), Some(300), Some(300)],
             ),
             (
+                "an input idle while another is active stays left out when that one moves on",
                 vec![0, 1],
                 vec![Idle(1), Advance(0, 10), Advance(1, 20), Advance(0, 30)],
                 vec![None, Some(10), Some(10), Some(20)],
             ),
-            // A new partition holds the watermark where it is until it reports.
             (
+                "a new partition holds the watermark where it is until it reports",
                 vec![0],
                 vec![Advance(0, 100), Add(1), Advance(0, 200), Advance(1, 150)],
                 vec![Some(100), Some(100), Some(100), Some(150)],
             ),
+            (
+                "a stopped stream resumes as a whole: the first input back does not move the \
+                 watermark past the others' last ones; their idleness counts again only once \
+                 established a hold after the resumption",
+                vec![0, 1, 2],
+                vec![
+                    Advance(0, 100),
+                    Advance(1, 110),
+                    Advance(2, 120),
+                    Idle(0),
+                    Idle(1),
+                    Idle(2), // every input idle: stays at 120
+                    At(5_000),
+                    Advance(0, 900), // resumed: 1 and 2 count again, at 110 and 120
+                    Idle(1),         // idle since before the hold ended: still counted
+                    At(5_999),
+                    Idle(1),
+                    At(6_000),
+                    Idle(1), // idle a hold after the resumption: left out, 2 holds it at 120
+                    Advance(2, 500),
+                    Idle(2),
+                ],
+                vec![
+                    None,
+                    None,
+                    Some(100),
+                    Some(110),
+                    Some(120),
+                    Some(120),
+                    Some(120),
+                    Some(120),
+                    Some(120),
+                    Some(120),
+                    Some(120),
+                    Some(120),
+                    Some(120),
+                    Some(500),
+                    Some(900),
+                ],
+            ),
+            (
+                "whichever input comes back first wakes the others",
+                vec![0, 1],
+                vec![
+                    Advance(0, 10),
+                    Advance(1, 10),
+                    Idle(1),
+                    Idle(0),
+                    Advance(1, 90),
+                ],
+                vec![None, Some(10), Some(10), Some(10), Some(10)],
+            ),
+            (
+                "a single input has nothing to wake",
+                vec![0],
+                vec![Advance(0, 10), Idle(0), At(1), Advance(0, 90), Idle(0)],
+                vec![Some(10), Some(10), Some(10), Some(90), Some(90)],
+            ),
         ];
-        for (i, (inputs, steps, want)) in cases.into_iter().enumerate() {
-            let mut wm = InputWatermarks::new(inputs);
+        let base = Instant::now();
+        for (name, inputs, steps, want) in cases {
+            let mut wm = InputWatermarks::new(inputs, Duration::from_millis(1000));
+            let mut now = base;
             let got: Vec<Option<i64>> = steps
                 .iter()
                 .map(|s| match *s {
-                    Advance(input, w) => wm.advance(input, w),
-                    Idle(input) => wm.set_idle(input),
+                    Advance(input, w) => wm.advance(input, w, now),
+                    Idle(input) => wm.set_idle(input, now),
                     Add(input) => {
                         wm.add_input(input);
                         wm.current()
                     }
+                    At(ms) => {
+                        now = base + Duration::from_millis(ms);
+                        wm.current()
+                    }
                 })
                 .collect();
-            assert_eq!(got, want, "case {i}");
+            assert_eq!(got, want, "{name}");
         }
+    }
+
+    /// The inverse: without the resumption, the first input back alone moves the watermark
+    /// (the others' records still on their way become late).
+    #[test]
+    fn without_the_resumption_the_first_input_back_moves_the_watermark_alone() {
+        let now = Instant::now();
+        let mut wm = InputWatermarks::new([0, 1], Duration::from_millis(1000)).without_resumption();
+        wm.advance(0, 100, now);
+        wm.advance(1, 100, now);
+        wm.set_idle(0, now);
+        wm.set_idle(1, now);
+        assert_eq!(wm.advance(0, 900, now), Some(900));
+        let mut wm = InputWatermarks::new([0, 1], Duration::from_millis(1000));
+        wm.advance(0, 100, now);
+        wm.advance(1, 100, now);
+        wm.set_idle(0, now);
+        wm.set_idle(1, now);
+        assert_eq!(wm.advance(0, 900, now), Some(100));
     }
 
     #[test]

@@ -22,6 +22,9 @@
 //! - `alignment`: a keyed subtask snapshots at the first barrier N of its inputs instead of
 //!   aligning them (`runtime::alignment`): records of the other inputs still before their
 //!   barrier N are left out of N's state although N's positions are past them.
+//! - `resumption`: when every input of a watermark was idle and one reports again, only that
+//!   one counts again (`job::window::InputWatermarks`): the first partition back moves the
+//!   watermark alone, past records the others are still delivering.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -88,6 +91,8 @@ pub(crate) enum Protection {
     Retire,
     /// Aligning the barriers of a keyed subtask's inputs.
     Alignment,
+    /// Counting every input again when a stopped stream resumes (`InputWatermarks`).
+    Resumption,
 }
 
 impl Protection {
@@ -95,14 +100,19 @@ impl Protection {
         match self {
             Protection::Retire => "retire",
             Protection::Alignment => "alignment",
+            Protection::Resumption => "resumption",
         }
     }
 }
 
 fn skip_of(spec: &str) -> Option<Protection> {
-    [Protection::Retire, Protection::Alignment]
-        .into_iter()
-        .find(|p| p.name() == spec.trim())
+    [
+        Protection::Retire,
+        Protection::Alignment,
+        Protection::Resumption,
+    ]
+    .into_iter()
+    .find(|p| p.name() == spec.trim())
 }
 
 /// Whether a test switched `protection` off (`ONCEFLOW_TEST_SKIP`); logs it when so. Unset
@@ -113,7 +123,7 @@ pub(crate) fn skipped(protection: Protection) -> bool {
         let spec = std::env::var(SKIP_ENV).ok()?;
         let p = skip_of(&spec);
         if p.is_none() {
-            tracing::warn!(value = %spec, "{SKIP_ENV} names no protection (retire, alignment); ignored");
+            tracing::warn!(value = %spec, "{SKIP_ENV} names no protection (retire, alignment, resumption); ignored");
         }
         p
     });

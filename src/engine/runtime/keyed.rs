@@ -4,7 +4,7 @@
 //! it snapshots and acks with its state delta and its sink's committables.
 
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::mpsc::{Receiver, UnboundedReceiver, UnboundedSender};
@@ -137,19 +137,15 @@ impl KeyedSubtask {
             }
             Data::Watermark(w) => {
                 let input = u32::try_from(input).unwrap_or(u32::MAX);
-                if let Some(combined) = self.watermarks.advance(input, w) {
-                    let mut out = Vec::new();
-                    self.stage.advance_to(combined, &mut out)?;
-                    self.sink.write(out).await?;
-                }
+                let before = self.watermarks.current();
+                let combined = self.watermarks.advance(input, w, Instant::now());
+                self.fire_to(before, combined).await?;
             }
-            Data::Idle => {
+            Data::Idle(since) => {
                 let input = u32::try_from(input).unwrap_or(u32::MAX);
-                if let Some(combined) = self.watermarks.set_idle(input) {
-                    let mut out = Vec::new();
-                    self.stage.advance_to(combined, &mut out)?;
-                    self.sink.write(out).await?;
-                }
+                let before = self.watermarks.current();
+                let combined = self.watermarks.set_idle(input, since);
+                self.fire_to(before, combined).await?;
             }
             Data::Barrier(id) if self.unaligned => {
                 // Protection off (inverse test only): snapshot at N's first barrier, ignore
@@ -171,6 +167,21 @@ impl KeyedSubtask {
                     Step::Aligned(id) => self.snapshot(id).await?,
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The combined watermark moved from `before` to `combined`: the stage fires what that
+    /// closes (an idle source saying so again every few hundred ms changes nothing).
+    async fn fire_to(
+        &mut self,
+        before: Option<i64>,
+        combined: Option<i64>,
+    ) -> Result<(), RuntimeError> {
+        if let Some(combined) = combined.filter(|c| before.is_none_or(|b| *c > b)) {
+            let mut out = Vec::new();
+            self.stage.advance_to(combined, &mut out)?;
+            self.sink.write(out).await?;
         }
         Ok(())
     }

@@ -23,7 +23,6 @@ use crate::client::{
     Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, Offset, TopicPartition,
 };
 use crate::engine::checkpoint::{self, Positions, TaskId};
-use crate::engine::job::window::InputWatermarks;
 use crate::engine::job::Job;
 use crate::engine::metrics::Metrics;
 use crate::engine::sink::KafkaSink;
@@ -240,7 +239,7 @@ fn launch_keyed(
             inputs,
             alignment: Alignment::default(),
             stage: plan.topology.keyed_stage(state, &plan.metrics)?,
-            watermarks: InputWatermarks::new(watermark_inputs.iter().copied()),
+            watermarks: super::source::watermarks_of(watermark_inputs.iter().copied()),
             sink: sinks.next().ok_or_else(|| missing_sink(i))?,
             control,
             reports: reports.clone(),

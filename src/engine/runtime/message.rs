@@ -27,9 +27,10 @@ pub(crate) enum Data {
     },
     /// The source subtask's watermark advanced to this.
     Watermark(i64),
-    /// Every partition of the source subtask is caught up: leave it out of the watermark
-    /// until its next watermark.
-    Idle,
+    /// Every partition of the source subtask has been caught up (idle) as of this instant:
+    /// leave it out of the watermark until its next watermark. Said again while it lasts,
+    /// since after a resumption only an idleness established a hold later counts.
+    Idle(std::time::Instant),
     /// Everything before this on the channel belongs to checkpoint N, everything after to
     /// later ones.
     Barrier(CheckpointId),

@@ -6,14 +6,15 @@
 //! its positions, sends the barrier into every channel (or prepares its sink's transaction),
 //! and acks.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::mpsc::{Sender, UnboundedReceiver, UnboundedSender};
 
+use super::hook::{self, Protection};
 use super::launch::checkpoint_tp;
 use super::message::{Control, Counters, Data, Report};
 use super::observe;
@@ -78,14 +79,19 @@ pub(crate) enum Downstream {
 /// The per-partition watermarks of a source subtask and the smallest of them.
 pub(crate) struct PartitionWatermarks {
     partitions: BTreeMap<TopicPartition, (u32, Watermark)>,
+    /// The minimum over the partitions (idle ones left out; a stopped stream resumes as a
+    /// whole: `InputWatermarks`).
     combined: InputWatermarks,
     sent: Option<i64>,
-    /// Partitions caught up with their end (left out of the minimum until a record comes).
-    idle: BTreeSet<TopicPartition>,
-    /// Whether the keyed subtasks were told that every partition is idle.
-    idle_sent: bool,
+    /// When the keyed subtasks were last told that every partition is idle (again every
+    /// [`IDLE_RESEND`] while it lasts: after a resumption they count this subtask again until
+    /// it says so a hold later); `None` once a partition is active.
+    idle_sent: Option<Instant>,
     out_of_orderness: i64,
 }
+
+/// How often a source subtask whose partitions are all idle says so again.
+const IDLE_RESEND: Duration = Duration::from_millis(250);
 
 impl PartitionWatermarks {
     /// Watermarks trailing each partition's newest event time by `out_of_orderness` ms. A
@@ -99,13 +105,12 @@ impl PartitionWatermarks {
                 (tp.clone(), (i, Watermark::new(out_of_orderness)))
             })
             .collect();
-        let combined = InputWatermarks::new(partitions.values().map(|(i, _)| *i));
+        let combined = watermarks_of(partitions.values().map(|(i, _)| *i));
         PartitionWatermarks {
             partitions,
             combined,
             sent: None,
-            idle: BTreeSet::new(),
-            idle_sent: false,
+            idle_sent: None,
             out_of_orderness,
         }
     }
@@ -121,7 +126,7 @@ impl PartitionWatermarks {
         self.partitions
             .insert(tp.clone(), (i, Watermark::new(out_of_orderness)));
         self.combined.add_input(i);
-        self.idle_sent = false;
+        self.idle_sent = None;
     }
 
     /// The subtask's watermark, when it advanced past what was sent.
@@ -134,45 +139,65 @@ impl PartitionWatermarks {
         Some(combined)
     }
 
-    /// `tp` has caught up with its end: it no longer holds the watermark back (until its next
-    /// record), as a Flink source's idleness. Without this, a partition read to its end
-    /// before a crash gives no record after the restart and stops every window from firing.
-    fn set_idle(&mut self, tp: &TopicPartition) -> Option<i64> {
+    /// `tp` has been caught up with its end since before `now`: it no longer holds the
+    /// watermark back (until its next record), as a Flink source's idleness — unless the
+    /// stream resumed less than a hold ago (`InputWatermarks::set_idle`). Without idleness, a
+    /// partition read to its end before a crash gives no record after the restart and stops
+    /// every window from firing. Called on every look while it lasts.
+    fn set_idle(&mut self, tp: &TopicPartition, now: Instant) -> Option<i64> {
         let (i, _) = self.partitions.get(tp)?;
-        if !self.idle.insert(tp.clone()) {
+        if self.combined.is_idle(*i) {
             return None;
         }
-        let combined = self.combined.set_idle(*i);
+        let combined = self.combined.set_idle(*i, now);
         self.advanced(combined)
     }
 
-    /// Whether every partition is idle and the keyed subtasks have not been told yet.
-    fn newly_all_idle(&mut self) -> bool {
-        if self.idle_sent || self.idle.len() < self.partitions.len() {
+    /// Whether every partition is idle and the keyed subtasks are due to hear it (the first
+    /// time, then every [`IDLE_RESEND`]).
+    fn idle_due(&mut self, now: Instant) -> bool {
+        if !self.combined.all_idle() {
             return false;
         }
-        self.idle_sent = true;
+        if self
+            .idle_sent
+            .is_some_and(|last| now.saturating_duration_since(last) < IDLE_RESEND)
+        {
+            return false;
+        }
+        self.idle_sent = Some(now);
         true
     }
 
-    /// A record of `tp` at event time `t`; returns the subtask's watermark when it advanced
-    /// past what was sent.
-    fn observe(&mut self, tp: &TopicPartition, t: i64) -> Option<i64> {
+    /// A record of `tp` at event time `t`, read at `now`; returns the subtask's watermark
+    /// when it advanced past what was sent.
+    fn observe(&mut self, tp: &TopicPartition, t: i64, now: Instant) -> Option<i64> {
         let (i, w) = self.partitions.get_mut(tp)?;
         let i = *i;
-        let was_idle = self.idle.remove(tp);
+        let was_idle = self.combined.is_idle(i);
         if !w.observe(t) && !was_idle {
             return None;
         }
-        let combined = self.combined.advance(i, w.current()?);
+        let combined = self.combined.advance(i, w.current()?, now);
         // Woken after the keyed subtasks were told this subtask is idle: they count it again
         // only once they hear a watermark from it, advanced or not.
-        if was_idle && std::mem::replace(&mut self.idle_sent, false) {
+        if was_idle && self.idle_sent.take().is_some() {
             let c = combined?;
             self.sent = Some(self.sent.map_or(c, |s| s.max(c)));
             return Some(c);
         }
         self.advanced(combined)
+    }
+}
+
+/// Combined watermarks over `inputs` with the idleness timeout as the resumption's hold (and
+/// the resumption off under `ONCEFLOW_TEST_SKIP=resumption`, inverse test only).
+pub(crate) fn watermarks_of(inputs: impl IntoIterator<Item = u32>) -> InputWatermarks {
+    let w = InputWatermarks::new(inputs, IDLE_AFTER);
+    if hook::skipped(Protection::Resumption) {
+        w.without_resumption()
+    } else {
+        w
     }
 }
 
@@ -355,7 +380,7 @@ impl SourceSubtask {
         // The watermark follows every record's event time, also of those the chain drops (as
         // a source's watermark strategy sees its records before any operator).
         let advanced = match (time, self.watermarks.as_mut()) {
-            (Some(t), Some(w)) => w.observe(&tp, t),
+            (Some(t), Some(w)) => w.observe(&tp, t, Instant::now()),
             _ => None,
         };
         if let Some(w) = advanced {
@@ -431,16 +456,19 @@ impl SourceSubtask {
             if waiting || !self.consumer.caught_up(&tp) {
                 self.idle.active(&tp);
             } else if self.idle.caught_up(&tp, now, IDLE_AFTER) {
-                advanced = w.set_idle(&tp).or(advanced);
+                advanced = w.set_idle(&tp, now).or(advanced);
             }
         }
-        let all_idle = w.newly_all_idle();
+        let first = w.idle_sent.is_none();
+        let all_idle = w.idle_due(now);
         if let Some(wm) = advanced {
             broadcast(&self.downstream, || Data::Watermark(wm)).await?;
         }
         if all_idle {
-            tracing::debug!(task = %self.task, "every partition idle");
-            broadcast(&self.downstream, || Data::Idle).await?;
+            if first {
+                tracing::info!(task = %self.task, "source idle: every partition caught up");
+            }
+            broadcast(&self.downstream, || Data::Idle(now)).await?;
         }
         Ok(())
     }
@@ -514,6 +542,8 @@ mod tests {
         Observe(i32, i64),
         Idle(i32),
         AllIdle,
+        /// The clock moves to this many ms.
+        At(u64),
     }
 
     /// The source subtask's watermark over two partitions (out-of-orderness 10): the minimum
@@ -561,7 +591,7 @@ mod tests {
                 panic!("not keyed");
             };
             let mut out = stage.add(&key, time, &value, input).unwrap();
-            if let Some(wm) = w.observe(&tp(p), t) {
+            if let Some(wm) = w.observe(&tp(p), t, Instant::now()) {
                 out.extend(stage.advance_to(wm).unwrap());
             }
             out
@@ -595,18 +625,31 @@ mod tests {
             (Idle(1), None),         // already idle
             (AllIdle, None),         // partition 0 still active
             (Idle(0), None),         // all idle: the watermark stays
-            (AllIdle, Some(1)),      // told once
-            (AllIdle, None),
-            (Observe(1, 60), Some(190)), // woken: sent again so downstream counts it
-            (Observe(1, 70), None),      // below what was sent
-            (Observe(1, 300), Some(290)), // partition 0 is still idle
+            (AllIdle, Some(1)),      // told
+            (AllIdle, None),         // not again within the resend interval
+            (At(250), None),
+            (AllIdle, Some(1)), // told again while it lasts
+            // The stream resumes with partition 1: sent again so downstream counts this
+            // subtask, and partition 0 counts again too, at 190.
+            (Observe(1, 60), Some(190)),
+            (Observe(1, 70), None),  // below what was sent
+            (Observe(1, 300), None), // partition 0 holds it at 190
+            (Idle(0), None),         // idle, but not a hold (1 s) after the resumption
+            (At(1250), None),
+            (Idle(0), Some(290)), // now it is left out again
         ];
         let mut w = PartitionWatermarks::new(&[tp(0), tp(1)], 10);
+        let base = Instant::now();
+        let mut now = base;
         for (i, (step, want)) in steps.iter().enumerate() {
             let got = match step {
-                Observe(p, t) => w.observe(&tp(*p), *t),
-                Idle(p) => w.set_idle(&tp(*p)),
-                AllIdle => w.newly_all_idle().then_some(1),
+                Observe(p, t) => w.observe(&tp(*p), *t, now),
+                Idle(p) => w.set_idle(&tp(*p), now),
+                AllIdle => w.idle_due(now).then_some(1),
+                At(ms) => {
+                    now = base + Duration::from_millis(*ms);
+                    None
+                }
             };
             assert_eq!(got, *want, "step {i}");
         }

@@ -10,6 +10,7 @@ mod support;
 
 mod auto_create;
 mod cli;
+mod cluster;
 mod codecs;
 mod connection_faults;
 mod consumer_fetch_order;

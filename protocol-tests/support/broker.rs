@@ -53,11 +53,12 @@ impl Drop for PrivateBroker {
     }
 }
 
-/// Runs protocol-tests/kafka-broker.sh with env overrides.
+/// Runs protocol-tests/kafka-broker.sh with env overrides; `action` may carry arguments
+/// ("kill 2").
 pub fn broker_script(action: &str, env: &[(&str, &str)]) -> String {
     let out = Command::new("bash")
         .arg(repo().join("protocol-tests/kafka-broker.sh"))
-        .arg(action)
+        .args(action.split_whitespace())
         .envs(env.iter().copied())
         .output()
         .expect("run kafka-broker.sh");

@@ -121,6 +121,11 @@ impl Rec {
 /// Runs protocol-tests/java/interop.sh with `--bootstrap` set; returns stdout, panics with the
 /// tool's stderr on failure.
 pub async fn java(subcommand: &str, topic: &str, args: &[&str]) -> String {
+    java_on(&broker(), subcommand, topic, args).await
+}
+
+/// [`java`] against `bootstrap` (e.g. the 3-node cluster).
+pub async fn java_on(bootstrap: &str, subcommand: &str, topic: &str, args: &[&str]) -> String {
     let mut argv: Vec<String> = vec![
         repo()
             .join("protocol-tests/java/interop.sh")
@@ -128,7 +133,7 @@ pub async fn java(subcommand: &str, topic: &str, args: &[&str]) -> String {
             .to_string(),
         subcommand.into(),
         "--bootstrap".into(),
-        broker(),
+        bootstrap.into(),
         "--topic".into(),
         topic.into(),
     ];
@@ -183,6 +188,17 @@ pub async fn java_consume_exactly(dir: &TempDir, topic: &str, n: usize) -> Vec<R
 
 /// As [`java_consume_exactly`], at an isolation level.
 pub async fn java_consume_at(dir: &TempDir, topic: &str, n: usize, isolation: &str) -> Vec<Rec> {
+    java_consume_on(&broker(), dir, topic, n, isolation).await
+}
+
+/// As [`java_consume_at`], from `bootstrap`.
+pub async fn java_consume_on(
+    bootstrap: &str,
+    dir: &TempDir,
+    topic: &str,
+    n: usize,
+    isolation: &str,
+) -> Vec<Rec> {
     let output = dir.path().join(format!("{topic}-{isolation}.out.jsonl"));
     let n = n.to_string();
     let args = [
@@ -199,7 +215,7 @@ pub async fn java_consume_at(dir: &TempDir, topic: &str, n: usize, isolation: &s
         "--timeout-ms",
         "120000",
     ];
-    java("consume", topic, &args).await;
+    java_on(bootstrap, "consume", topic, &args).await;
     read_jsonl(&output)
 }
 

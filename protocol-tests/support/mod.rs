@@ -4,6 +4,7 @@
 
 pub mod broker;
 pub mod cli;
+pub mod cluster;
 pub mod group;
 pub mod java;
 pub mod proxy;

@@ -56,6 +56,10 @@ pub(crate) struct ProducerBatch {
     pub base_sequence: i32,
     pub attempts: u32,
     pub retry_at: Option<Instant>,
+    /// Why its last attempt failed, when it is waiting to be retried: named when
+    /// delivery.timeout.ms expires the batch, so the error says what kept failing (e.g.
+    /// NOT_ENOUGH_REPLICAS), not only that time ran out.
+    pub last_error: Option<String>,
     /// buffer.memory permits held until the batch completes.
     pub memory: u32,
 }
@@ -759,6 +763,7 @@ pub(crate) fn close_open(
         base_sequence,
         attempts: 0,
         retry_at: None,
+        last_error: None,
         memory: open.memory,
     });
     0
@@ -793,6 +798,7 @@ mod tests {
             base_sequence: -1,
             attempts: 1,
             retry_at: None,
+            last_error: None,
             memory: 0,
         }
     }
@@ -873,6 +879,7 @@ mod drain_tests {
             base_sequence,
             attempts,
             retry_at: None,
+            last_error: None,
             memory: 0,
         }
     }

@@ -235,10 +235,16 @@ fn drain_round(
 fn fail_expired(inner: &Inner, expired: Vec<ProducerBatch>) {
     for b in expired {
         let n = b.record_count();
-        let what = format!(
-            "delivery of {n} record(s) to {} (delivery.timeout.ms)",
-            b.tp
-        );
+        let what = match &b.last_error {
+            Some(e) => format!(
+                "delivery of {n} record(s) to {} (delivery.timeout.ms; last error: {e})",
+                b.tp
+            ),
+            None => format!(
+                "delivery of {n} record(s) to {} (delivery.timeout.ms)",
+                b.tp
+            ),
+        };
         let mem = b.fail(Error::Timeout {
             what,
             after: inner.config.delivery_timeout,
@@ -477,7 +483,10 @@ fn finish(inner: &Arc<Inner>, b: ProducerBatch, outcome: Result<PartitionResult,
         Verdict::Retry { error, .. } | Verdict::Fail { error } => {
             let error = if b.created + inner.config.delivery_timeout <= now {
                 Error::Timeout {
-                    what: format!("delivery to {} (last error: {error})", b.tp),
+                    what: format!(
+                        "delivery to {} (delivery.timeout.ms; last error: {error})",
+                        b.tp
+                    ),
                     after: inner.config.delivery_timeout,
                 }
             } else {
@@ -541,6 +550,7 @@ fn retry(
     );
     debug!(tp = %b.tp, attempt = b.attempts, sequence = b.base_sequence, error = %error, ?wait, "retrying batch");
     b.retry_at = Some(now + wait);
+    b.last_error = Some(error.to_string());
     if refresh {
         let cluster = inner.cluster.clone();
         let g = cluster.metadata().generation;

@@ -205,6 +205,7 @@ mod tests {
             base_sequence,
             attempts: 0,
             retry_at: None,
+            last_error: None,
             memory: 0,
         }
     }

@@ -183,6 +183,15 @@ async fn at_least_once(a: Args, mut consumer: GroupConsumer) -> Result<(), Error
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // ONCEFLOW_LOG=onceflow=debug shows the client's requests, retries and coordinator moves.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ONCEFLOW_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
     let a = match args() {
         Ok(a) => a,
         Err(e) => {

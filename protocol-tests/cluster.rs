@@ -7,7 +7,8 @@ use crate::support::cluster::{cluster, leader_of};
 use crate::support::java::java_consume_on;
 use crate::support::*;
 use bytes::Bytes;
-use onceflow::client::{Consumer, Offset, Producer, ProducerRecord};
+use onceflow::client::coordinator::CoordinatorKind;
+use onceflow::client::{Admin, Consumer, Offset, Producer, ProducerRecord};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -25,9 +26,19 @@ fn numbered(topic: &str, p: i32, seq: usize) -> ProducerRecord {
 
 /// Reads `topic` from the beginning until `n` records came; the values per partition.
 async fn read_values(bootstrap: &str, topic: &TestTopic, n: usize) -> BTreeMap<i32, Vec<String>> {
-    let mut c = Consumer::new(consumer_config(bootstrap, &[]))
-        .await
-        .unwrap();
+    read_values_at(bootstrap, topic, n, "read_uncommitted").await
+}
+
+/// [`read_values`] at an isolation level; then reads on to the end (read_committed: the LSO)
+/// and fails on any record beyond `n`.
+async fn read_values_at(
+    bootstrap: &str,
+    topic: &TestTopic,
+    n: usize,
+    isolation: &str,
+) -> BTreeMap<i32, Vec<String>> {
+    let config = consumer_config(bootstrap, &[("isolation.level", isolation)]);
+    let mut c = Consumer::new(config).await.unwrap();
     for tp in c.assign_topics(&[&topic.name]).await.unwrap() {
         c.seek(&tp, Offset::Beginning).unwrap();
     }
@@ -46,7 +57,29 @@ async fn read_values(bootstrap: &str, topic: &TestTopic, n: usize) -> BTreeMap<i
             topic.name
         );
     }
+    while !c.at_end() {
+        let more = c.poll(Duration::from_millis(500)).await.unwrap();
+        assert!(
+            more.is_empty(),
+            "{} records beyond the {n} expected",
+            more.len()
+        );
+        assert!(start.elapsed() < WAIT, "{} not read to its end", topic.name);
+    }
     out
+}
+
+/// The node (1..=3) behind a client address of the cluster.
+fn node_of(addr: &str) -> u8 {
+    let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
+    u8::try_from((port - crate::support::cluster::cluster_port()) / 2 + 1).unwrap()
+}
+
+/// The node that is `kind` coordinator of `key` now (FindCoordinator).
+async fn coordinator_node(bootstrap: &str, kind: CoordinatorKind, key: &str) -> u8 {
+    let admin = Admin::new(client_config(bootstrap)).await.unwrap();
+    let conn = admin.cluster().coordinator(kind, key).await.unwrap();
+    node_of(conn.addr())
 }
 
 /// Every partition holds "p:0", "p:1", … up to its count, once each, in order.
@@ -284,4 +317,282 @@ async fn not_enough_replicas_is_retried_until_the_node_is_back_and_the_record_wr
     producer.close().await.unwrap();
     let counts = BTreeMap::from([(0, 1)]);
     assert_numbered(&read_values(&c.bootstrap, &topic, 1).await, &counts);
+}
+
+/// A transactional producer's coordinator (the leader of its `__transaction_state` partition)
+/// is SIGKILLed mid-transaction: the producer finds the new coordinator, the transaction's
+/// records (also those sent after the kill, to partitions whose leader moved) commit, and a
+/// read_committed reader sees each exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_transaction_coordinators_node_killed_mid_transaction_the_commit_goes_to_the_new_one() {
+    let c = cluster().await;
+    let topic = TestTopic::create_with(&c.bootstrap, "txn-coord-kill", 3, &[]).await;
+    let id = unique_topic("txn-coord-kill");
+    let producer = Producer::new(producer_config(
+        &c.bootstrap,
+        &[("transactional.id", &id), ("linger.ms", "5")],
+    ))
+    .await
+    .unwrap();
+    producer.init_transactions().await.unwrap();
+    let victim = coordinator_node(&c.bootstrap, CoordinatorKind::Transaction, &id).await;
+    producer.begin_transaction().unwrap();
+    let mut counts: BTreeMap<i32, usize> = BTreeMap::new();
+    let mut send = |n: usize| {
+        let mut records = Vec::new();
+        for i in 0..n {
+            let p = (i % 3) as i32;
+            let seq = counts.entry(p).or_default();
+            records.push(numbered(&topic.name, p, *seq));
+            *seq += 1;
+        }
+        records
+    };
+    for r in send(300) {
+        producer.send(r).await.unwrap().await.unwrap();
+    }
+    c.kill(victim).await;
+    for r in send(300) {
+        producer.send(r).await.unwrap();
+    }
+    producer
+        .commit_transaction()
+        .await
+        .expect("the commit after the coordinator's node was killed");
+    let moved = coordinator_node(&c.bootstrap, CoordinatorKind::Transaction, &id).await;
+    assert_ne!(moved, victim, "the coordinator did not move");
+    producer.close().await.unwrap();
+    c.start_node(victim).await;
+    let values = read_values_at(&c.bootstrap, &topic, 600, "read_committed").await;
+    assert_numbered(&values, &counts);
+}
+
+/// The consume-transform-produce example (three members, exactly once) on the cluster over
+/// `n` input records "ride-i"; the output must hold "RIDE-i" once each.
+struct Pipeline {
+    bootstrap: String,
+    input: TestTopic,
+    output: TestTopic,
+    group: String,
+    members: Vec<Option<std::process::Child>>,
+    admin: Admin,
+    n: usize,
+}
+
+impl Pipeline {
+    async fn new(c: &crate::support::cluster::Cluster, label: &str, n: usize) -> Pipeline {
+        let input = TestTopic::create_with(&c.bootstrap, &format!("{label}-in"), 4, &[]).await;
+        let output = TestTopic::create_with(&c.bootstrap, &format!("{label}-out"), 4, &[]).await;
+        Pipeline {
+            bootstrap: c.bootstrap.clone(),
+            input,
+            output,
+            group: unique_topic(label),
+            members: (0..3).map(|_| None).collect(),
+            admin: Admin::new(client_config(&c.bootstrap)).await.unwrap(),
+            n,
+        }
+    }
+
+    fn start(&mut self, member: usize) {
+        self.members[member] = Some(crate::pipeline::start_on(
+            &self.bootstrap,
+            &self.input.name,
+            &self.output.name,
+            &self.group,
+            member,
+            "exactly-once",
+            std::fs::File::create(self.log(member)).unwrap().into(),
+        ));
+    }
+
+    /// Where member `m`'s stderr goes.
+    fn log(&self, member: usize) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("{}-member-{member}.log", self.group))
+    }
+
+    /// Produces input records `range` (keys spread over the partitions).
+    async fn produce(&self, range: std::ops::Range<usize>) {
+        let p = Producer::new(producer_config(
+            &self.bootstrap,
+            &[("enable.idempotence", "true"), ("acks", "all")],
+        ))
+        .await
+        .unwrap();
+        for i in range {
+            p.send(
+                ProducerRecord::new(self.input.name.clone(), Bytes::from(format!("ride-{i}")))
+                    .with_key(Bytes::from(format!("k{}", i % 50))),
+            )
+            .await
+            .unwrap();
+        }
+        p.flush().await.unwrap();
+        p.close().await.unwrap();
+    }
+
+    /// Input offsets the group committed (in the members' transactions), summed.
+    async fn committed(&self) -> i64 {
+        self.admin
+            .committed_offsets(&self.group, &self.input.tps())
+            .await
+            .unwrap()
+            .values()
+            .sum()
+    }
+
+    /// Waits until the group committed at least `at` input offsets.
+    async fn wait_committed(&mut self, at: usize) {
+        let start = Instant::now();
+        while self.committed().await < at as i64 {
+            for (i, m) in self.members.iter_mut().enumerate() {
+                if let Some(status) = m.as_mut().and_then(|m| m.try_wait().unwrap()) {
+                    let log = std::fs::read_to_string(self.log(i)).unwrap_or_default();
+                    panic!("member {i} exited ({status}):\n{log}");
+                }
+            }
+            assert!(
+                start.elapsed() < WAIT,
+                "the group committed {} of {at} input offsets within {WAIT:?}",
+                self.committed().await
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The group's coordinator now.
+    async fn coordinator(&self) -> u8 {
+        let g = self.admin.describe_group(&self.group).await.unwrap();
+        u8::try_from(g.coordinator).unwrap_or_else(|_| panic!("coordinator {}", g.coordinator))
+    }
+
+    /// Every input committed, members stopped: the output, read_committed, holds every
+    /// record once.
+    async fn finish(mut self) {
+        self.wait_committed(self.n).await;
+        for m in self.members.iter_mut().flatten() {
+            let _ = m.kill();
+            let _ = m.wait();
+        }
+        let got = consume_all(
+            &self.bootstrap,
+            &self.output,
+            self.n,
+            &[("isolation.level", "read_committed")],
+        )
+        .await;
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for r in &got {
+            let v = String::from_utf8_lossy(r.value.as_deref().unwrap()).into_owned();
+            *counts.entry(v).or_default() += 1;
+        }
+        let missing: Vec<usize> = (0..self.n)
+            .filter(|i| !counts.contains_key(&format!("RIDE-{i}")))
+            .take(5)
+            .collect();
+        let duplicated: Vec<&String> = counts
+            .iter()
+            .filter(|(_, c)| **c > 1)
+            .map(|(v, _)| v)
+            .take(5)
+            .collect();
+        assert!(missing.is_empty(), "missing from the output: {missing:?}");
+        assert!(
+            duplicated.is_empty(),
+            "duplicated in the output: {duplicated:?}"
+        );
+        assert_eq!(counts.len(), self.n, "unexpected output values");
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        for m in self.members.iter_mut().flatten() {
+            let _ = m.kill();
+            let _ = m.wait();
+        }
+    }
+}
+
+/// A rolling restart: each node in turn shut down (controlled: its leaderships and the
+/// coordinators on it move first), a third of the input produced and worked through while it
+/// is down, then started again; three members of the consume-transform-produce example run
+/// throughout. The output holds every input record exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_of_all_three_nodes_under_three_members_leaves_every_record_once() {
+    let c = cluster().await;
+    let n = 6_000;
+    let mut p = Pipeline::new(&c, "rolling", n).await;
+    for m in 0..3 {
+        p.start(m);
+    }
+    for node in 1..=3u8 {
+        c.stop_node(node).await;
+        let k = usize::from(node);
+        p.produce((k - 1) * n / 3..k * n / 3).await;
+        p.wait_committed(k * n / 3).await;
+        c.start_node(node).await;
+    }
+    p.finish().await;
+}
+
+/// The group's coordinator SIGKILLed while a rebalance is under way (a third member joining
+/// two that work): the members find the new coordinator, the group settles, and the output
+/// holds every input record exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_group_coordinators_node_killed_during_a_rebalance_leaves_every_record_once() {
+    let c = cluster().await;
+    let n = 6_000;
+    let mut p = Pipeline::new(&c, "coord-rebalance", n).await;
+    p.produce(0..n / 2).await;
+    p.start(0);
+    p.start(1);
+    p.wait_committed(1).await;
+    let victim = p.coordinator().await;
+    p.start(2);
+    let start = Instant::now();
+    loop {
+        let g = p.admin.describe_group(&p.group).await.unwrap();
+        if g.state.rebalancing() {
+            break;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "no rebalance seen after a third member started: {g:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.kill(victim).await;
+    p.produce(n / 2..n).await;
+    p.wait_committed(n).await;
+    assert_ne!(
+        p.coordinator().await,
+        victim,
+        "the coordinator did not move"
+    );
+    c.start_node(victim).await;
+    p.finish().await;
+}
+
+/// The group's coordinator SIGKILLed while three members commit offsets in their
+/// transactions (TxnOffsetCommit goes to it in every transaction): the transactions in
+/// flight abort or find the new coordinator, and the output holds every input record
+/// exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_group_coordinators_node_killed_while_members_commit_offsets_leaves_every_record_once()
+{
+    let c = cluster().await;
+    let n = 9_000;
+    let mut p = Pipeline::new(&c, "coord-commit", n).await;
+    p.produce(0..n).await;
+    for m in 0..3 {
+        p.start(m);
+    }
+    // Mid-work: some offsets committed, most not.
+    p.wait_committed(1).await;
+    let victim = p.coordinator().await;
+    c.kill(victim).await;
+    p.wait_committed(n).await;
+    c.start_node(victim).await;
+    p.finish().await;
 }

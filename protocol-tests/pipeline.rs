@@ -27,10 +27,31 @@ fn example() -> PathBuf {
 }
 
 fn start(input: &str, output: &str, group: &str, instance: usize, mode: &str) -> Child {
+    start_on(
+        &broker(),
+        input,
+        output,
+        group,
+        instance,
+        mode,
+        Stdio::null(),
+    )
+}
+
+/// Instance `instance` of the example against `bootstrap`.
+pub(crate) fn start_on(
+    bootstrap: &str,
+    input: &str,
+    output: &str,
+    group: &str,
+    instance: usize,
+    mode: &str,
+    stderr: Stdio,
+) -> Child {
     Command::new(example())
         .args([
             "--bootstrap",
-            &broker(),
+            bootstrap,
             "--input",
             input,
             "--output",
@@ -45,7 +66,7 @@ fn start(input: &str, output: &str, group: &str, instance: usize, mode: &str) ->
             mode,
         ])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .unwrap()
 }

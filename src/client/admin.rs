@@ -389,6 +389,31 @@ impl Admin {
         crate::client::group::offsets::fetch_committed(&self.cluster, group, tps).await
     }
 
+    /// A group as its coordinator describes it (DescribeGroups): state, protocol, members and
+    /// the coordinator's node id — the Java AdminClient's `describeConsumerGroups`.
+    ///
+    /// # Errors
+    /// The group's error (e.g. GROUP_AUTHORIZATION_FAILED) or the coordinator's unavailability
+    /// after retries within default.api.timeout.ms. A group that does not exist is described
+    /// as [`GroupState::Dead`](crate::client::group::GroupState::Dead) with no members.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> onceflow::client::Result<()> {
+    /// use onceflow::client::{Admin, ClientConfig};
+    /// let admin = Admin::new(ClientConfig::default()).await?;
+    /// let g = admin.describe_group("cleaners").await?;
+    /// println!("{:?} with {} members, coordinator {}", g.state, g.members.len(), g.coordinator);
+    /// # Ok(()) }
+    /// ```
+    pub async fn describe_group(
+        &self,
+        group: &str,
+    ) -> Result<crate::client::group::GroupDescription> {
+        crate::client::group::describe::describe(&self.cluster, group)
+            .instrument(info_span!("admin", op = "describe_group"))
+            .await
+    }
+
     /// Commits offsets for a group without joining it, as the Java AdminClient's
     /// `alterConsumerGroupOffsets` does: OffsetCommit with generation -1 and no member id,
     /// which the coordinator accepts only while the group has no active member. For a reader

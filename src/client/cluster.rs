@@ -65,6 +65,18 @@ pub struct Cluster {
     refresh: tokio::sync::Mutex<()>,
     last_refresh: Mutex<Option<Instant>>,
     coordinators: Mutex<HashMap<(CoordinatorKind, String), i32>>,
+    /// The newest finalized features any broker reported: (epoch, transaction.version level).
+    features: Mutex<Option<(i64, i16)>>,
+}
+
+/// The finalized features to keep when a broker reports `reported` = (epoch, transaction.version
+/// level) and `seen` was kept so far: the higher epoch wins; an equal or older one (a broker
+/// not caught up yet) changes nothing.
+fn newest_features(seen: Option<(i64, i16)>, reported: (i64, i16)) -> Option<(i64, i16)> {
+    match seen {
+        Some(s) if s.0 >= reported.0 => Some(s),
+        _ => Some(reported),
+    }
 }
 
 impl std::fmt::Debug for Cluster {
@@ -90,6 +102,7 @@ impl Cluster {
             refresh: tokio::sync::Mutex::new(()),
             last_refresh: Mutex::new(None),
             coordinators: Mutex::new(HashMap::new()),
+            features: Mutex::new(None),
         });
         cluster.refresh_metadata().await?;
         Ok(cluster)
@@ -168,6 +181,7 @@ impl Cluster {
         };
         match connected {
             Ok(c) => {
+                self.note_features(c.versions());
                 let c = Arc::new(c);
                 slot.conn = Some(c.clone());
                 slot.failures = 0;
@@ -230,6 +244,26 @@ impl Cluster {
             addrs: self.config.bootstrap_servers.join(","),
             last,
         })
+    }
+
+    /// Keeps the finalized features with the highest epoch seen (never an older broker's
+    /// view: a broker just restarted reports none, or an older epoch, until it catches up).
+    fn note_features(&self, v: &crate::protocol::ApiVersions) {
+        let mut f = self.features.lock().unwrap_or_else(|p| p.into_inner());
+        let reported = (
+            v.finalized_epoch(),
+            v.finalized_feature("transaction.version"),
+        );
+        *f = newest_features(*f, reported);
+    }
+
+    /// The cluster's finalized transaction.version level as the newest features any broker
+    /// reported say (0 before any connection).
+    pub fn transaction_version_level(&self) -> i16 {
+        self.features
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map_or(0, |(_, level)| level)
     }
 
     /// Any connection that is up, without connecting.
@@ -852,5 +886,28 @@ mod tests {
             TopicAnswer::from_code(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
             A::Unknown
         );
+    }
+
+    /// The features of the broker with the newest epoch are kept: a broker that has just
+    /// restarted (no epoch, or an older one, and a lower transaction.version) never takes a
+    /// cluster at transaction.version 2 back to 1.
+    #[test]
+    fn the_newest_finalized_features_win() {
+        type Features = (i64, i16);
+        let cases: [(&str, Option<Features>, Features, Option<Features>); 5] = [
+            ("first report", None, (10, 2), Some((10, 2))),
+            (
+                "a restarted broker without features",
+                Some((10, 2)),
+                (-1, 0),
+                Some((10, 2)),
+            ),
+            ("an older epoch", Some((10, 2)), (7, 1), Some((10, 2))),
+            ("the same epoch", Some((10, 2)), (10, 2), Some((10, 2))),
+            ("an upgrade", Some((10, 1)), (12, 2), Some((12, 2))),
+        ];
+        for (name, seen, reported, want) in cases {
+            assert_eq!(newest_features(seen, reported), want, "{name}");
+        }
     }
 }

@@ -325,6 +325,37 @@ impl Connection {
         self.request_timeout
     }
 
+    /// The version to send `R` at in a KIP-890 (transaction.version 2) transaction: `needed`
+    /// or more. A broker that offers less has not caught up with the cluster's features (it
+    /// has just restarted): the connection is retired, so the retry reconnects and negotiates
+    /// again, rather than sending a classic-protocol request in the middle of a KIP-890
+    /// transaction.
+    ///
+    /// # Errors
+    /// [`Error::ConnectionClosed`] (retriable) when the broker offers less than `needed`.
+    pub(crate) fn tv2_version_for<R: Request>(&self, needed: i16) -> Result<i16> {
+        let v = self.version_for::<R>(None)?;
+        if v >= needed {
+            return Ok(v);
+        }
+        Err(self.retire_stale(format!(
+            "it offers {:?} v{v} but the transaction uses transaction.version 2 (v{needed}): it has not caught up with the cluster's features yet (just restarted?)",
+            frame::api_key::<R>()
+        )))
+    }
+
+    /// Retires a connection whose ApiVersions answer is stale (a broker that had not caught up
+    /// with the cluster's features when it answered, e.g. just restarted): every request on it
+    /// fails as closed, so the next attempt reconnects and negotiates again. Returns that
+    /// error, naming `reason`.
+    pub(crate) fn retire_stale(&self, reason: String) -> Error {
+        self.shared.poison(reason.clone());
+        Error::ConnectionClosed {
+            broker: self.addr().to_owned(),
+            reason,
+        }
+    }
+
     /// Whether the connection has failed and must be replaced.
     pub fn is_poisoned(&self) -> bool {
         self.shared.lock().poisoned.is_some()

@@ -331,3 +331,26 @@ async fn negotiation_falls_back_to_v0_on_unsupported_version() {
     assert_eq!(conn.version_for::<MetadataRequest>(None).expect("meta"), 7);
     assert_eq!(conn.versions().finalized_feature("transaction.version"), 0);
 }
+
+/// A broker offering only classic-protocol versions (one just restarted, not caught up with
+/// the cluster's transaction.version 2) gets no request of a KIP-890 transaction: the
+/// connection is retired (retriable: the retry reconnects and negotiates again).
+#[tokio::test]
+async fn a_kip890_request_to_a_broker_offering_older_versions_retires_the_connection() {
+    let resp = ApiVersionsResponse::default().with_api_keys(vec![
+        range(ApiKey::ApiVersions, 0, 3),
+        range(ApiKey::EndTxn, 0, 4),
+        range(ApiKey::Produce, 3, 12),
+    ]);
+    let (conn, _broker) = connect_with(resp, LONG).await;
+    assert_eq!(conn.tv2_version_for::<ProduceRequest>(12).expect("v12"), 12);
+    assert!(!conn.is_poisoned());
+    match conn.tv2_version_for::<kafka_protocol::messages::EndTxnRequest>(5) {
+        Err(Error::ConnectionClosed { broker, reason }) => {
+            assert_eq!(broker, BROKER);
+            assert!(reason.contains("EndTxn v4"), "{reason}");
+        }
+        other => panic!("expected ConnectionClosed, got {other:?}"),
+    }
+    assert!(conn.is_poisoned());
+}

@@ -13,6 +13,10 @@ use std::collections::HashMap;
 pub struct ApiVersions {
     ranges: HashMap<i16, (i16, i16)>,
     finalized: HashMap<String, i16>,
+    /// The epoch of the finalized features (-1: not reported): a broker that has just
+    /// restarted answers with an older epoch (or none) until it has caught up with the
+    /// cluster's metadata, so the highest epoch seen is the cluster's truth.
+    finalized_epoch: i64,
 }
 
 impl ApiVersions {
@@ -28,7 +32,11 @@ impl ApiVersions {
             .iter()
             .map(|f| (f.name.to_string(), f.max_version_level))
             .collect();
-        ApiVersions { ranges, finalized }
+        ApiVersions {
+            ranges,
+            finalized,
+            finalized_epoch: resp.finalized_features_epoch,
+        }
     }
 
     /// The highest version of `R` that both we (the kafka-protocol crate) and the broker support,
@@ -52,6 +60,11 @@ impl ApiVersions {
     /// The broker's finalized level of a feature such as `transaction.version` (0 if absent).
     pub fn finalized_feature(&self, name: &str) -> i16 {
         self.finalized.get(name).copied().unwrap_or(0)
+    }
+
+    /// The epoch of [`Self::finalized_feature`]'s levels (-1 when the broker reports none).
+    pub fn finalized_epoch(&self) -> i64 {
+        self.finalized_epoch
     }
 
     /// The broker's advertised range for an API key.

@@ -22,10 +22,12 @@
 
 pub mod assignor;
 mod codec;
+pub mod describe;
 mod member_phase;
 mod metadata;
 pub(crate) mod offsets;
 
+pub use describe::{GroupDescription, GroupMember, GroupState};
 pub use metadata::GroupMetadata;
 
 use super::cluster::Stale;

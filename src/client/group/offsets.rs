@@ -26,7 +26,7 @@ pub(crate) struct Committer {
 
 /// Calls the group coordinator through the retry executor until `deadline` (then the last
 /// error); a coordinator move makes the next attempt look it up again.
-async fn with_coordinator<T, F, Fut>(
+pub(crate) async fn with_coordinator<T, F, Fut>(
     cluster: &Cluster,
     group: &str,
     deadline: Instant,

@@ -341,7 +341,22 @@ fn dispatch(inner: &Arc<Inner>, conn: &Connection, leader: i32, batches: Vec<Pro
             finish(inner, b, Err(e.clone()));
         }
     };
-    let version = match conn.version_for::<ProduceRequest>(Some(MAX_PRODUCE_VERSION)) {
+    // A transaction's Produce requests go at its protocol's versions, as the Java client's:
+    // ≤ v11 under the classic protocol, v12 under KIP-890 (where v12 adds the partition to
+    // the transaction). A broker offering less than v12 to a KIP-890 transaction has just
+    // restarted and not caught up: its connection is retired and the batches retried.
+    let tv2 = {
+        let acc = inner.lock();
+        acc.txn.as_ref().and_then(|t| t.phase.open()).map(|t| t.tv2)
+    };
+    let version = match tv2 {
+        Some(true) => conn
+            .tv2_version_for::<ProduceRequest>(MAX_PRODUCE_VERSION)
+            .map(|v| v.min(MAX_PRODUCE_VERSION)),
+        Some(false) => conn.version_for::<ProduceRequest>(Some(MAX_PRODUCE_VERSION - 1)),
+        None => conn.version_for::<ProduceRequest>(Some(MAX_PRODUCE_VERSION)),
+    };
+    let version = match version {
         Ok(v) => v,
         Err(e) => return fail_all(batches, e),
     };

@@ -16,16 +16,15 @@ use crate::client::coordinator::{coordinator_call_on, CoordinatorKind};
 use crate::client::error::{Error, Result};
 use crate::client::group::GroupMetadata;
 use crate::client::metadata::TopicPartition;
-use crate::client::txn::TV2_END_TXN_VERSION;
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::txn_offset_commit_request::{
     TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
 };
 use kafka_protocol::messages::{
-    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest,
-    GroupId, InitProducerIdRequest, ProduceRequest, ProducerId, TopicName, TransactionalId,
-    TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, GroupId,
+    InitProducerIdRequest, ProducerId, TopicName, TransactionalId, TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use std::collections::BTreeMap;
@@ -37,24 +36,22 @@ const MAX_CLIENT_ADD_PARTITIONS_VERSION: i16 = 3;
 /// Under the classic protocol TxnOffsetCommit must stay ≤ v4 (v5 implies KIP-890's implicit
 /// AddOffsetsToTxn).
 const MAX_CLASSIC_TXN_OFFSET_COMMIT_VERSION: i16 = 4;
+/// TxnOffsetCommit v5: KIP-890's, with the implicit AddOffsetsToTxn.
+const TV2_TXN_OFFSET_COMMIT_VERSION: i16 = 5;
 
 fn txn_id(id: &str) -> TransactionalId {
     TransactionalId(StrBytes::from_string(id.to_owned()))
 }
 
-/// Whether transactions may use KIP-890 (transaction.version 2) with this cluster: the finalized
-/// feature says so and the versions needed are there. Decided per transaction.
+/// Whether transactions may use KIP-890 (transaction.version 2) with this cluster: the
+/// finalized feature says so, as the broker with the newest features reported it (a broker that
+/// has just restarted reports an old level until it catches up; taking its word switched a
+/// producer to the classic protocol for one transaction mid-run and the next KIP-890 commit
+/// was refused — the rolling-restart cluster test). Decided per transaction; every request of
+/// a KIP-890 transaction then goes at a KIP-890 version (`Connection::tv2_version_for`).
 impl Cluster {
     pub(crate) fn transaction_version_2(&self) -> bool {
-        self.any_live_connection().is_some_and(|c| {
-            c.versions().finalized_feature("transaction.version") >= 2
-                && c.versions()
-                    .version_for::<ProduceRequest>(None)
-                    .unwrap_or(0)
-                    >= 12
-                && c.versions().version_for::<EndTxnRequest>(None).unwrap_or(0)
-                    >= TV2_END_TXN_VERSION
-        })
+        self.transaction_version_level() >= 2
     }
 }
 
@@ -321,7 +318,11 @@ pub(crate) async fn txn_offset_commit(
         |conn| {
             let req = req.clone();
             async move {
-                let v = conn.version_for::<TxnOffsetCommitRequest>(cap)?;
+                let v = if tv2 {
+                    conn.tv2_version_for::<TxnOffsetCommitRequest>(TV2_TXN_OFFSET_COMMIT_VERSION)?
+                } else {
+                    conn.version_for::<TxnOffsetCommitRequest>(cap)?
+                };
                 let r = conn.request_at(&req, v).await?;
                 Ok((txn_offset_commit_error(&r), ()))
             }

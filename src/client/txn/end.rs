@@ -94,12 +94,12 @@ async fn send(
     let conn = cluster
         .coordinator(CoordinatorKind::Transaction, id)
         .await?;
-    let cap = if p.transaction_version >= 2 {
-        TV2_END_TXN_VERSION
+    let v = if p.transaction_version >= 2 {
+        conn.tv2_version_for::<EndTxnRequest>(TV2_END_TXN_VERSION)?
+            .min(TV2_END_TXN_VERSION)
     } else {
-        TV2_END_TXN_VERSION - 1
+        conn.version_for::<EndTxnRequest>(Some(TV2_END_TXN_VERSION - 1))?
     };
-    let v = conn.version_for::<EndTxnRequest>(Some(cap))?;
     let r: EndTxnResponse = conn
         .request_at(req, v)
         .instrument(info_span!(

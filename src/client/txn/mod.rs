@@ -18,7 +18,7 @@ mod state;
 
 pub(crate) use describe::describe;
 pub use describe::TransactionDescription;
-pub(crate) use end::{end_txn, EndOutcome, TV2_END_TXN_VERSION};
+pub(crate) use end::{end_txn, EndOutcome};
 pub(crate) use judge::{judge, Judgement};
 pub use pool::{
     EndFailed, EndedSlot, OpenTransaction, PoolCounts, PreparedSlot, SlotState, TransactionalPool,

@@ -71,6 +71,8 @@ enum Kill {
     AfterOutput,
     /// The broker, not the job (the broker-kill test).
     Broker,
+    /// One node of the 3-node cluster, not the job.
+    Node,
 }
 
 impl Kill {
@@ -81,6 +83,7 @@ impl Kill {
             Kill::Unanswered => "unanswered",
             Kill::AfterOutput => "after-output",
             Kill::Broker => "broker",
+            Kill::Node => "node",
         }
     }
 }
@@ -245,6 +248,8 @@ struct Chaos {
     /// The real broker (feeder, verifier); the job talks through the proxy.
     broker: String,
     proxy: Proxy,
+    /// What the job is given as `-b`: the proxy, or the cluster's three addresses.
+    job_bootstrap: String,
     input: TestTopic,
     output: TestTopic,
     dir: PathBuf,
@@ -289,12 +294,14 @@ impl Chaos {
         std::fs::write(&job, text.join("\n")).unwrap();
         let (granted, grants) = watch::channel(Some(0));
         let feeder = feed(broker.to_owned(), input.name.clone(), seed, grants);
-        Chaos {
+        let first = broker.split(',').next().unwrap_or(broker);
+        let mut chaos = Chaos {
             label,
             seed,
             rng: StdRng::seed_from_u64(seed),
             broker: broker.to_owned(),
-            proxy: Proxy::start(broker).await,
+            proxy: Proxy::start(first).await,
+            job_bootstrap: String::new(),
             input,
             output,
             dir,
@@ -306,7 +313,9 @@ impl Chaos {
             granted,
             feeder: Some(feeder),
             start: Instant::now(),
-        }
+        };
+        chaos.job_bootstrap = chaos.proxy.addr.clone();
+        chaos
     }
 
     /// Starts run N+1 through the proxy (the first one `--fresh`), armed with `pause`.
@@ -315,7 +324,7 @@ impl Chaos {
         let log = self.dir.join(format!("run{}.log", self.runs));
         let file = std::fs::File::create(&log).unwrap();
         let mut c = command();
-        c.args(["run", self.job.to_str().unwrap(), "-b", &self.proxy.addr])
+        c.args(["run", self.job.to_str().unwrap(), "-b", &self.job_bootstrap])
             .args(["-X", API_TIMEOUT])
             .env(
                 "ONCEFLOW_LOG",
@@ -425,7 +434,9 @@ impl Chaos {
                 })
                 .await;
             }
-            Kill::Broker => panic!("the broker-kill test kills its broker itself"),
+            Kill::Broker | Kill::Node => {
+                panic!("the broker- and node-kill tests kill the broker or node themselves")
+            }
             Kill::AfterOutput => {
                 let start = Instant::now();
                 while self.committed_end(&admin).await <= output_before {
@@ -652,10 +663,46 @@ async fn per_driver_hourly_survives_its_broker_killed_and_restarted_and_verifies
     let broker = tokio::task::block_in_place(|| PrivateBroker::start(port));
     let mut chaos = Chaos::new("broker-kill", &broker.addr, "exactly-once", INTERVAL_MS).await;
     let admin = Admin::new(client_config(&broker.addr)).await.unwrap();
+    let broker = &broker;
+    ride_out(&mut chaos, &admin, Kill::Broker, || async move {
+        tokio::task::block_in_place(|| broker.run("kill"));
+        // kafka-broker.sh start takes a port that still answers for a broker already running.
+        wait_until_closed(&broker.addr).await;
+        tokio::task::block_in_place(|| broker.run("start"));
+    })
+    .await;
+}
+
+/// On the 3-node cluster, the node leading the output's partition 0 is SIGKILLed while the
+/// job runs (its sink's transactions, the source's fetches and the coordinators on that node
+/// move), and started again later: the output verifies exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_driver_hourly_on_three_nodes_survives_one_killed_and_verifies_exactly_once() {
+    let c = crate::support::cluster::cluster().await;
+    let mut chaos = Chaos::new("node-kill", &c.bootstrap, "exactly-once", INTERVAL_MS).await;
+    chaos.job_bootstrap = c.bootstrap.clone();
+    let admin = Admin::new(client_config(&c.bootstrap)).await.unwrap();
+    let victim = crate::support::cluster::leader_of(&c.bootstrap, &chaos.output.name, 0).await;
+    let c = &c;
+    ride_out(&mut chaos, &admin, Kill::Node, || async move {
+        c.kill(victim).await;
+    })
+    .await;
+    c.start_node(victim).await;
+}
+
+/// Runs the job until output is committed, then `fault` (the broker or a node killed); waits
+/// for output committed after it (starting the job again whenever it exited), stops the input
+/// and checks the verifier finds every window exactly once.
+async fn ride_out<F, Fut>(chaos: &mut Chaos, admin: &Admin, kind: Kill, fault: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     chaos.grant();
     let (mut child, log) = chaos.spawn(None);
     let start = Instant::now();
-    while chaos.committed_end(&admin).await <= 0 {
+    while chaos.committed_end(admin).await <= 0 {
         chaos.assert_running(&mut child, &log);
         assert!(
             start.elapsed() < WAIT,
@@ -664,24 +711,22 @@ async fn per_driver_hourly_survives_its_broker_killed_and_restarted_and_verifies
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let before = chaos.committed_end(&admin).await;
-    tokio::task::block_in_place(|| broker.run("kill"));
-    // kafka-broker.sh start takes a port that still answers for a broker already running.
-    wait_until_closed(&broker.addr).await;
-    tokio::task::block_in_place(|| broker.run("start"));
-    chaos.kills.insert(Kill::Broker, 1);
-    // Output committed after the broker came back, then the input stops.
+    let before = chaos.committed_end(admin).await;
+    fault().await;
+    chaos.kills.insert(kind, 1);
+    // Output committed after the fault, then the input stops.
     let start = Instant::now();
     let mut run = (child, log);
     chaos.grant();
-    while chaos.committed_end(&admin).await <= before {
+    while chaos.committed_end(admin).await <= before {
         if run.0.try_wait().unwrap().is_some() {
             chaos.restarts += 1;
             run = chaos.spawn(None);
         }
         assert!(
             start.elapsed() < WAIT,
-            "no output after the broker's restart within {WAIT:?}; {}",
+            "no output after the {} within {WAIT:?}; {}",
+            kind.name(),
             chaos.context(&run.1)
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -694,6 +739,4 @@ async fn per_driver_hourly_survives_its_broker_killed_and_restarted_and_verifies
         "chaos seed {}: {verdict}",
         chaos.seed
     );
-    drop(chaos);
-    drop(broker);
 }

@@ -163,9 +163,16 @@ format_storage() {
   [ -f "$NODE_DIR/data/meta.properties" ] && return 0
   local id
   id=$(cluster_id)
+  # Kafka 3.x knows no transaction.version level but 0, the classic protocol (KAFKA_TV=1's).
+  local feature=(--feature "transaction.version=$KAFKA_TV")
+  case "$KAFKA_VERSION" in
+    3.*)
+      [ "$KAFKA_TV" = 1 ] || die "transaction.version $KAFKA_TV needs Kafka 4.0 or later (KAFKA_VERSION=$KAFKA_VERSION): use KAFKA_TV=1"
+      feature=() ;;
+  esac
   log "formatting $NODE_DIR/data at transaction.version=$KAFKA_TV"
   java -cp "$(java_cp)" kafka.tools.StorageTool format -t "$id" \
-      -c "$NODE_DIR/server.properties" --feature "transaction.version=$KAFKA_TV" \
+      -c "$NODE_DIR/server.properties" "${feature[@]}" \
       >"$NODE_DIR/logs/format.log" 2>&1 \
     || { cat "$NODE_DIR/logs/format.log" >&2; die "storage format failed"; }
   echo "$KAFKA_TV" >"$KAFKA_DIR/tv"

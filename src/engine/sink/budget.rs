@@ -34,7 +34,8 @@ pub async fn check_timeout_budget(
     Ok(broker_max)
 }
 
-/// The smallest transaction.max.timeout.ms any broker reports.
+/// The smallest transaction.max.timeout.ms any broker reports (brokers that do not answer are
+/// left out, with a warning, while one does).
 pub async fn brokers_max_timeout(admin: &Admin) -> Result<Duration, SinkError> {
     let what = "reading the brokers' transaction.max.timeout.ms";
     let cluster = admin.cluster();
@@ -47,11 +48,19 @@ pub async fn brokers_max_timeout(admin: &Admin) -> Result<Duration, SinkError> {
     let mut nodes: Vec<i32> = cluster.metadata().brokers.keys().copied().collect();
     nodes.sort_unstable();
     let mut min: Option<Duration> = None;
+    let mut last_error = None;
     for node in nodes {
-        let entries = admin
-            .describe_configs(4, &node.to_string())
-            .await
-            .map_err(|e| SinkError::client(what, e))?;
+        // A broker that does not answer (down, or not fenced yet after a crash) hosts no
+        // coordinator the job can use now; the others' values decide, if any answers.
+        let entries = match admin.describe_configs(4, &node.to_string()).await {
+            Ok(entries) => entries,
+            Err(e) if e.code().is_none() => {
+                warn!(node, error = %e, "broker did not answer for {BROKER_MAX_SETTING}; left out");
+                last_error = Some(e);
+                continue;
+            }
+            Err(e) => return Err(SinkError::client(what, e)),
+        };
         let value = entries
             .iter()
             .find(|c| c.name == BROKER_MAX_SETTING)
@@ -65,5 +74,9 @@ pub async fn brokers_max_timeout(admin: &Admin) -> Result<Duration, SinkError> {
         };
         min = Some(min.map_or(max, |m| m.min(max)));
     }
-    Ok(min.unwrap_or(BROKER_MAX_DEFAULT))
+    match (min, last_error) {
+        (Some(min), _) => Ok(min),
+        (None, Some(e)) => Err(SinkError::client(what, e)),
+        (None, None) => Ok(BROKER_MAX_DEFAULT),
+    }
 }

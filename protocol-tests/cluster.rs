@@ -596,3 +596,53 @@ async fn the_group_coordinators_node_killed_while_members_commit_offsets_leaves_
     c.start_node(victim).await;
     p.finish().await;
 }
+
+/// A consumer read to the end of a partition is caught up; when that partition's leader is
+/// SIGKILLed, its fetches fail and it is *not* caught up (the end it last heard of is stale:
+/// records go on to the next leader) until the new leader answers — a stream processor must
+/// not take a partition whose leader died for an idle one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_whose_leader_died_is_not_caught_up_until_its_new_leader_answers() {
+    let c = cluster().await;
+    let topic = TestTopic::create_with(&c.bootstrap, "caught-up-kill", 1, &[]).await;
+    let producer = Producer::new(producer_config(&c.bootstrap, &[("acks", "all")]))
+        .await
+        .unwrap();
+    producer
+        .send(numbered(&topic.name, 0, 0))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    producer.close().await.unwrap();
+    let tp = onceflow::client::TopicPartition::new(topic.name.clone(), 0);
+    let mut consumer = Consumer::new(consumer_config(&c.bootstrap, &[]))
+        .await
+        .unwrap();
+    consumer.assign([tp.clone()]).await.unwrap();
+    consumer.seek(&tp, Offset::Beginning).unwrap();
+    let start = Instant::now();
+    while !consumer.caught_up(&tp) {
+        consumer.poll(Duration::from_millis(100)).await.unwrap();
+        assert!(start.elapsed() < WAIT, "never caught up");
+    }
+    let victim = leader_of(&c.bootstrap, &topic.name, 0).await;
+    c.kill(victim).await;
+    let (start, mut stale_seen) = (Instant::now(), false);
+    loop {
+        consumer.poll(Duration::from_millis(100)).await.unwrap();
+        if !consumer.caught_up(&tp) {
+            stale_seen = true;
+        }
+        let moved = leader_of(&c.bootstrap, &topic.name, 0).await != victim;
+        if moved && consumer.caught_up(&tp) {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "the partition never came back");
+    }
+    assert!(
+        stale_seen,
+        "caught up all along although its leader was killed and a new one elected"
+    );
+    c.start_node(victim).await;
+}

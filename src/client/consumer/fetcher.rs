@@ -168,6 +168,7 @@ impl Fetcher {
             }
             let Some(leader) = meta.leader(tp) else {
                 round.missing_leader = true;
+                st.fetch_failed = true;
                 continue;
             };
             if busy.contains(&leader) {
@@ -626,6 +627,7 @@ fn set_backoff(shared: &Shared, id: u64, tp: &TopicPartition) {
     let mut parts = shared.lock();
     if let Some(st) = release(parts.get_mut(tp), id) {
         st.backoff_until = Some(Instant::now() + shared.config.client.retry_backoff);
+        st.fetch_failed = true;
     }
 }
 

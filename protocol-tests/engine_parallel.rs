@@ -364,11 +364,12 @@ async fn rescaled_down_without_aborting_the_retired_tasks_transaction_readers_mi
 /// short: the verifier finds wrong counts.
 ///
 /// Whether a kill catches records in flight at the restored checkpoint is up to timing (about
-/// one run in six restores a checkpoint with nothing in flight and loses nothing): up to three
-/// attempts, each on fresh topics and state, and one must show the wrong counts.
+/// one run in six restores a checkpoint with nothing in flight and loses nothing; a CI dry run
+/// once saw three such runs in a row): up to six attempts, each on fresh topics and state, and
+/// one must show the wrong counts.
 #[tokio::test]
 async fn per_driver_hourly_at_parallelism_2_with_unaligned_barriers_counts_wrong_after_a_restart() {
-    for attempt in 1..=3 {
+    for attempt in 1..=6 {
         match unaligned_attempt().await {
             Some(verdict) => {
                 eprintln!("par-unaligned (attempt {attempt}): {}", verdict.trim());
@@ -377,7 +378,7 @@ async fn per_driver_hourly_at_parallelism_2_with_unaligned_barriers_counts_wrong
             None => eprintln!("par-unaligned (attempt {attempt}): the restart lost nothing"),
         }
     }
-    panic!("in three attempts, unaligned snapshots never lost a record across a restart");
+    panic!("in six attempts, unaligned snapshots never lost a record across a restart");
 }
 
 /// One kill and restart with alignment off; the verifier's verdict once it finds wrong

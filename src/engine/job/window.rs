@@ -438,6 +438,8 @@ mod tests {
         assert!(!r.is_late());
     }
 
+    /// One table on purpose: the resumption cases only read right beside the plain minimum
+    /// and idleness cases they change.
     #[test]
     fn input_watermarks_table() {
         enum Step {

@@ -4,7 +4,7 @@
 //! runs as a child process on a shipped job file with its names replaced (as engine_run.rs).
 //! Transactional: run on TV2 (9192) and TV1 (9196).
 
-use crate::engine_run::{assert_running, job_file, log_of, start_job, stop, taxi, DEADLINE};
+use crate::engine_run::{job_file, log_of, poll_verify, start_job, stop, taxi};
 use crate::support::cli::shown;
 use crate::support::*;
 use bytes::Bytes;
@@ -12,7 +12,7 @@ use onceflow::client::ProducerRecord;
 use onceflow::engine::taxi::Ride;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// An hour boundary (ms since the epoch).
 pub(crate) const BASE: i64 = 1_699_999_200_000;
@@ -55,23 +55,7 @@ pub(crate) fn scratch(prefix: &str) -> PathBuf {
 
 /// Polls `taxi verify ARGS` until it says OK.
 async fn verify_ok(args: &[&str], child: &mut Child, log: &Path) -> Output {
-    let start = Instant::now();
-    loop {
-        assert_running(child, log);
-        let mut argv = vec!["verify", "--read-timeout-ms", "60000"];
-        argv.extend(args);
-        let o = taxi(&argv).await;
-        if o.status.success() {
-            return o;
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "taxi verify did not say OK within {DEADLINE:?}; last: {}\njob log:\n{}",
-            shown(&o),
-            log_of(log)
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    poll_verify(args, child, log, "say OK", |o| o.status.success()).await
 }
 
 /// The hourly job with `window.late_topic` over input with two deliberately late END events:

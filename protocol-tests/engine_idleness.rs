@@ -12,9 +12,10 @@
 use crate::engine_features::{end, scratch, BASE, HOUR, MINUTE};
 use crate::engine_parallel::parallel_job;
 use crate::engine_run::{
-    assert_running, committed_count, log_of, plain_log, start_job_with_env, stop, taxi, DEADLINE,
+    assert_running, committed_count, log_of, plain_log, poll_verify, start_job_with_env, stop,
+    DEADLINE,
 };
-use crate::support::cli::{shown, stdout};
+use crate::support::cli::stdout;
 use crate::support::*;
 use bytes::Bytes;
 use onceflow::client::ProducerRecord;
@@ -64,33 +65,19 @@ async fn wait_until_both_sources_idle(child: &mut Child, log: &Path) {
 
 /// Polls `taxi verify` until no required window is missing; returns its stdout.
 async fn verdict(input: &str, output: &str, child: &mut Child, log: &Path) -> String {
-    let start = Instant::now();
-    loop {
-        assert_running(child, log);
-        let o = taxi(&[
-            "verify",
-            "--job",
-            "per-driver-hourly",
-            "--input",
-            input,
-            "--output",
-            output,
-            "--read-timeout-ms",
-            "60000",
-        ])
-        .await;
-        let text = stdout(&o);
-        if o.status.success() || !text.contains("missing") {
-            return text;
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "taxi verify still finds windows missing after {DEADLINE:?}: {}\njob log:\n{}",
-            shown(&o),
-            log_of(log)
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let args = [
+        "--job",
+        "per-driver-hourly",
+        "--input",
+        input,
+        "--output",
+        output,
+    ];
+    let o = poll_verify(&args, child, log, "find every window", |o| {
+        o.status.success() || !stdout(o).contains("missing")
+    })
+    .await;
+    stdout(&o)
 }
 
 /// One scenario: the first ride of each partition, all idle, then partition 0 far ahead and

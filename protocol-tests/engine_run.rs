@@ -137,27 +137,31 @@ pub(crate) async fn wait_for_verify_ok(
     child: &mut Child,
     log: &Path,
 ) -> Output {
+    let args = ["--job", job, "--input", input, "--output", output];
+    poll_verify(&args, child, log, "say OK", |o| o.status.success()).await
+}
+
+/// Polls `taxi verify ARGS` (read timeout 60 s) every 500 ms while the job runs, until `done`
+/// holds for its output (failing after [`DEADLINE`], saying it did not `what`); returns it.
+pub(crate) async fn poll_verify(
+    args: &[&str],
+    child: &mut Child,
+    log: &Path,
+    what: &str,
+    done: impl Fn(&Output) -> bool,
+) -> Output {
     let start = Instant::now();
     loop {
         assert_running(child, log);
-        let o = taxi(&[
-            "verify",
-            "--job",
-            job,
-            "--input",
-            input,
-            "--output",
-            output,
-            "--read-timeout-ms",
-            "60000",
-        ])
-        .await;
-        if o.status.success() {
+        let mut argv = vec!["verify", "--read-timeout-ms", "60000"];
+        argv.extend(args);
+        let o = taxi(&argv).await;
+        if done(&o) {
             return o;
         }
         assert!(
             start.elapsed() < DEADLINE,
-            "taxi verify did not say OK within {DEADLINE:?}; last: {}\njob log:\n{}",
+            "taxi verify did not {what} within {DEADLINE:?}; last: {}\njob log:\n{}",
             shown(&o),
             log_of(log)
         );

@@ -155,9 +155,19 @@ async fn bounce(mode: &str, n: usize) -> HashMap<String, usize> {
         let _ = m.kill();
         let _ = m.wait();
     }
+    output_counts(&broker(), &output, n).await
+}
+
+/// How often each value of the example's `output` appears under read_committed, once `n`
+/// came; fails when one of "RIDE-0" … "RIDE-(n-1)" is missing.
+pub(crate) async fn output_counts(
+    bootstrap: &str,
+    output: &TestTopic,
+    n: usize,
+) -> HashMap<String, usize> {
     let got = consume_all(
-        &broker(),
-        &output,
+        bootstrap,
+        output,
         n,
         &[("isolation.level", "read_committed")],
     )

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Consumer throughput: onceflow (benches/perf, onceflow-perf consume) against the official Java
-# client (Kafka's ConsumerPerformance via benches/java-peer/consumer-perf.sh), read_uncommitted
-# and read_committed, on the same pre-filled topic, same broker, same session.
+# client (Kafka's ConsumerPerformance via benches/java-peer/consumer-perf.sh), franz-go v1.22.3
+# (benches/franz-go-peer, franz-go-peer consume) and librdkafka (Debian's librdkafka-dev, 2.0.2 on
+# Debian 12; benches/librdkafka-peer, rdkafka-perf consume), read_uncommitted and read_committed,
+# on the same pre-filled topic, same broker, same session. The peers are built by this script
+# unless SKIP_BUILD=1 (franz needs Go; rdkafka a C compiler, make and librdkafka-dev; the script
+# stops with a one-line message saying what to install).
 #
 #   benches/run-consumer-comparison.sh              # full run (3 reps, ~8-10 min on 2 cores)
 #   REPS=5 benches/run-consumer-comparison.sh
@@ -14,41 +18,66 @@
 # no compression, random payload), so the log holds commit markers (control batches) that a
 # read_committed consumer must skip. The fill must succeed completely (every record
 # acknowledged, every transaction committed, N data records in the broker's log) or the script
-# stops. Then, per repetition, four variants read all N records from the beginning of every
+# stops. Then, per repetition, the variants read all N records from the beginning of every
 # partition of that same topic; the order rotates by one each repetition:
 #
 #   onceflow:ru   onceflow-perf consume -X isolation.level=read_uncommitted   (assign, no group)
 #   onceflow:rc   onceflow-perf consume -X isolation.level=read_committed
+#   franz:ru      franz-go-peer consume --isolation read_uncommitted   (a direct consumer, no
+#                 group: AddConsumeTopics with ConsumeStartOffset/ConsumeResetOffset AtStart,
+#                 FetchIsolationLevel)
+#   franz:rc      the same with read_committed
+#   rdkafka:ru    rdkafka-perf consume --isolation read_uncommitted   (rd_kafka_assign of every
+#                 partition at RD_KAFKA_OFFSET_BEGINNING, no subscribe, so no group join; a
+#                 unique group.id only because librdkafka's consumer wants one; no commits)
+#   rdkafka:rc    the same with isolation.level=read_committed (librdkafka's default)
 #   java:ru       ConsumerPerformance --consumer.config FILE (isolation.level=read_uncommitted),
 #                 a fresh --group per run (ConsumerPerformance always subscribes with a group)
 #   java:rc       the same with isolation.level=read_committed
 #
-# Both count data records only (control batches are not records) and key+value bytes. Consumer
-# settings are each client's defaults (fetch.max.bytes 50 MiB, max.partition.fetch.bytes 1 MiB,
-# fetch.min.bytes 1, fetch.max.wait.ms 500, max.poll.records 500); ConsumerPerformance also sets
-# receive.buffer.bytes=2 MiB (its --socket-buffer-size default).
+# All count data records only (control batches are not records) and key+value bytes. Consumer
+# settings are each client's defaults: Java and onceflow fetch.max.bytes 50 MiB,
+# max.partition.fetch.bytes 1 MiB, fetch.min.bytes 1, fetch.max.wait.ms 500, max.poll.records
+# 500 (ConsumerPerformance also sets receive.buffer.bytes=2 MiB, its --socket-buffer-size
+# default); franz-go FetchMaxBytes 50 MiB, FetchMaxPartitionBytes 1 MiB, FetchMinBytes 1,
+# FetchMaxWait 5 s (waits only when a partition has no data); librdkafka fetch.max.bytes 50 MiB,
+# max.partition.fetch.bytes 1 MiB, fetch.min.bytes 1, fetch.wait.max.ms 500, and its
+# pre-fetch queue (queued.min.messages 100000, queued.max.messages.kbytes 64 MiB).
 #
 # Environment:
 #   REPS        repetitions (default 3; SMOKE: 1)
 #   CASES       "PARTITIONS:SIZE:N ..." (default "1:100:2000000 1:1024:500000 4:100:2000000";
 #               SMOKE: "1:100:20000 4:1024:5000")
-#   VARIANTS    (default "onceflow:ru onceflow:rc java:ru java:rc")
+#   VARIANTS    (default "onceflow:ru onceflow:rc franz:ru franz:rc rdkafka:ru rdkafka:rc java:ru
+#               java:rc")
 #   TXN_MS      transaction duration of the fill (default 100)
 #   BOOTSTRAP   (default 127.0.0.1:9092)
 #   LOG_DIR     the broker's log.dirs, to check the fill (default target/kafka-9092/data)
 #   OUT_DIR     per-run logs, results.tsv, meta.txt (default target/consumer-comparison/<time>)
 #   SETTLE_SECS pause between runs (default 2; SMOKE: 0)
-#   SKIP_BUILD=1  use the existing benches/perf/target/release/onceflow-perf
+#   SKIP_BUILD=1  use the existing benches/perf/target/release/onceflow-perf,
+#               target/franz-go-peer/franz-go-peer and target/librdkafka-peer/rdkafka-perf
+#   TIME_BIN    GNU time, for the peak RSS (default /usr/bin/time; apt-get install time)
 #   CALIBRATE=0   skip the 1000-record start-up cost run of each client
 #   KEEP_TOPICS=1 do not delete the filled topics at the end
 #
 # Output: per-run lines as it goes, then Markdown tables: median (min-max) of records/s, MB/s
-# (2^20 bytes of keys+values per second) and client CPU seconds per million records (user+sys
-# of the whole client process, start-up included, bash `times` around it for both clients);
-# same-rep ratios read_committed/read_uncommitted per client and onceflow/Java per isolation
-# level. Rates are each tool's own: onceflow from assign to the N-th record; Java over the whole
-# run including its group join ("nMsg.sec"), and also fetch-only (ConsumerPerformance's
-# fetch.nMsg.sec, join excluded) in its own column.
+# (2^20 bytes of keys+values per second), client CPU seconds per million records (user+sys
+# of the whole client process, start-up included, bash `times` around it for every client,
+# benches/java-peer/common.sh run_measured; for onceflow, franz-go and librdkafka that includes
+# GNU time's own ~1 ms) and peak RSS in MiB; same-rep ratios read_committed/read_uncommitted per
+# client and onceflow over each peer per isolation level. Rates: onceflow from assign (the
+# topic's partition lookup, after the client is created and connected) to the poll that reaches
+# N records; franz-go and librdkafka mirror that (client created and connected first, then the
+# clock starts at AddConsumeTopics / the topic's metadata + rd_kafka_assign, and stops at the
+# poll that reaches N); Java over the whole run including its group join ("nMsg.sec"), and also
+# fetch-only (ConsumerPerformance's fetch.nMsg.sec, join excluded) in its own column.
+#
+# Peak RSS: GNU time's %M (`$TIME_BIN -f %M CMD`, wait4's ru_maxrss: the largest resident set
+# high-water mark among CMD and its waited-for descendants), the same for all four: the native
+# clients run under it directly; for Java it wraps benches/java-peer/consumer-perf.sh, whose
+# largest process is the JVM (-Xmx512M). (Not a Python wrapper: ru_maxrss counts the memory of the
+# process that exec'd the client, ~9 MiB for a Python interpreter; GNU time's is ~1 MiB.)
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -64,7 +93,8 @@ if [ "$SMOKE" = 1 ]; then
 fi
 REPS=${REPS:-3}
 CASES=${CASES:-1:100:2000000 1:1024:500000 4:100:2000000}
-VARIANTS=${VARIANTS:-onceflow:ru onceflow:rc java:ru java:rc}
+VARIANTS=${VARIANTS:-onceflow:ru onceflow:rc franz:ru franz:rc rdkafka:ru rdkafka:rc java:ru java:rc}
+TIME_BIN=${TIME_BIN:-/usr/bin/time}
 TXN_MS=${TXN_MS:-100}
 BOOTSTRAP=${BOOTSTRAP:-127.0.0.1:9092}
 LOG_DIR=${LOG_DIR:-$repo/target/kafka-9092/data}
@@ -73,12 +103,25 @@ CALIBRATE=${CALIBRATE:-1}
 OUT_DIR=${OUT_DIR:-$repo/target/consumer-comparison/$(date +%Y%m%d-%H%M%S)}
 read -r -a variants <<<"$VARIANTS"
 for v in "${variants[@]}"; do
-  case $v in onceflow:ru|onceflow:rc|java:ru|java:rc) ;; *) die "VARIANTS: $v: expected onceflow:ru, onceflow:rc, java:ru or java:rc" ;; esac
+  case $v in onceflow:r[uc]|franz:r[uc]|rdkafka:r[uc]|java:r[uc]) ;; *) die "VARIANTS: $v: expected CLIENT:ru or CLIENT:rc, CLIENT onceflow, franz, rdkafka or java" ;; esac
 done
 read -r -a cases <<<"$CASES"
 for c in "${cases[@]}"; do
   [[ $c =~ ^[0-9]+:[0-9]+:[0-9]+$ ]] || die "CASES: $c: expected PARTITIONS:SIZE:N"
 done
+
+# The peers, only if a variant uses them: built here (from the checkout) after onceflow-perf,
+# or used as they are with SKIP_BUILD=1. Their prerequisites are checked first, so a missing one
+# stops the script at once (one line saying what to install), not after the cargo build.
+uses() { local x; for x in "${variants[@]}"; do [ "${x%%:*}" = "$1" ] && return 0; done; return 1; }
+franz=$repo/target/franz-go-peer/franz-go-peer
+rdkafka=$repo/target/librdkafka-peer/rdkafka-perf
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  if uses franz; then "$repo/benches/franz-go-peer/build.sh" --check || exit 1; fi
+  if uses rdkafka; then "$repo/benches/librdkafka-peer/build.sh" --check || exit 1; fi
+fi
+"$TIME_BIN" -q -f %M -o /dev/null true 2>/dev/null \
+  || die "no GNU time at $TIME_BIN (for the peak RSS column): apt-get install time"
 
 perf=$repo/benches/perf/target/release/onceflow-perf
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
@@ -89,8 +132,22 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
     echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ)"; } >"$perf.build-info"
 fi
 [ -x "$perf" ] || die "no $perf (build it: cargo build --release --manifest-path benches/perf/Cargo.toml)"
+if uses franz; then
+  if [ "${SKIP_BUILD:-0}" != 1 ]; then
+    echo "building franz-go-peer..." >&2
+    OUT=$franz "$repo/benches/franz-go-peer/build.sh" >/dev/null || die "could not build the franz-go peer"
+  fi
+  [ -x "$franz" ] || die "no $franz (build it: benches/franz-go-peer/build.sh)"
+fi
+if uses rdkafka; then
+  if [ "${SKIP_BUILD:-0}" != 1 ]; then
+    echo "building rdkafka-perf..." >&2
+    OUT=$rdkafka "$repo/benches/librdkafka-peer/build.sh" >/dev/null || die "could not build the librdkafka peer"
+  fi
+  [ -x "$rdkafka" ] || die "no $rdkafka (build it: benches/librdkafka-peer/build.sh)"
+fi
 "$repo/protocol-tests/kafka-broker.sh" start >/dev/null
-jars_dir >/dev/null # resolve the Java classpath now, not inside the first measured run
+if uses java; then jars_dir >/dev/null; fi # resolve the Java classpath now, not inside the first measured run
 
 run_id=$(date +%s)-$$
 mkdir -p "$OUT_DIR"
@@ -106,12 +163,14 @@ done
   echo "onceflow-perf binary mtime: $(date -u -r "$perf" +%Y-%m-%dT%H:%M:%SZ)"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) online CPU(s) shared with the broker"
   echo "kernel: $(uname -r)"
-  echo "java: $(java -version 2>&1 | head -1)"
+  if uses java; then echo "java: $(java -version 2>&1 | head -1)"; fi
   echo "kafka: $KAFKA_VERSION (broker and Java client)"
+  if uses franz; then echo "franz-go peer: $(tr '\n' ' ' <"$franz.build-info" 2>/dev/null || echo "build info: none")"; fi
+  if uses rdkafka; then echo "librdkafka peer: $(tr '\n' ' ' <"$rdkafka.build-info" 2>/dev/null || echo "build info: none")"; fi
   echo "settings: reps=$REPS cases=[$CASES] variants=[$VARIANTS] fill: transactional, ${TXN_MS} ms transactions"
 } >"$OUT_DIR/meta.txt"
 sed 's/^/# /' "$OUT_DIR/meta.txt" >&2
-printf 'case\tvariant\trep\trecords\trecords_per_sec\tmb_per_sec\tcpu_seconds\tfetch_records_per_sec\tfetch_mb_per_sec\tjoin_ms\tloadavg\n' >"$results"
+printf 'case\tvariant\trep\trecords\trecords_per_sec\tmb_per_sec\tcpu_seconds\tfetch_records_per_sec\tfetch_mb_per_sec\tjoin_ms\tloadavg\tpeak_rss_mib\n' >"$results"
 
 # fill CASE TOPIC: creates TOPIC and writes N records of SIZE bytes in transactions.
 fill() {
@@ -142,18 +201,26 @@ run_one() {
   case $variant in *:rc) iso=read_committed ;; esac
   local log=$OUT_DIR/${case//:/-}-${variant/:/-}-$rep.log
   local load; load=$(cut -d' ' -f1 /proc/loadavg)
-  local line fetch_rps="" fetch_mbps="" join_ms=""
+  local line fetch_rps="" fetch_mbps="" join_ms="" rss_file=$log.rss
+  # Peak RSS: GNU time around the client process (see the header).
+  local rss=("$TIME_BIN" -q -f peak_rss_kib=%M -o "$rss_file")
   case $client in
-    onceflow)
-      run_measured "$log.run" "$perf" consume --bootstrap "$BOOTSTRAP" --topic "$topic" \
-        --num-records "$n" -X isolation.level="$iso" >/dev/null
+    onceflow|franz|rdkafka)
+      local cmd prefix
+      case $client in
+        onceflow) prefix=onceflow; cmd=("$perf" consume -X isolation.level="$iso") ;;
+        franz) prefix="franz-go"; cmd=("$franz" consume --isolation "$iso") ;;
+        rdkafka) prefix=librdkafka; cmd=("$rdkafka" consume --isolation "$iso") ;;
+      esac
+      run_measured "$log.run" "${rss[@]}" "${cmd[@]}" --bootstrap "$BOOTSTRAP" --topic "$topic" \
+        --num-records "$n" >/dev/null
       cat "$log.run" >>"$log"; rm -f "$log.run"
-      [ "$RC" -eq 0 ] || die "onceflow-perf consume failed with status $RC (see $log)"
-      line=$(grep '^onceflow records=' "$log" | tail -1)
+      [ "$RC" -eq 0 ] || die "$client consume failed with status $RC (see $log)"
+      line=$(grep "^$prefix records=" "$log" | tail -1)
       line="${line% cpu_seconds=*} cpu_seconds=$CPU_SECONDS"
       ;;
     java)
-      benches/java-peer/consumer-perf.sh --bootstrap-server "$BOOTSTRAP" --topic "$topic" \
+      "${rss[@]}" benches/java-peer/consumer-perf.sh --bootstrap-server "$BOOTSTRAP" --topic "$topic" \
         --messages "$n" --group "perf-cons-$run_id-$variant-$rep-$RANDOM" \
         --consumer.config "$OUT_DIR/java-$iso.properties" >>"$log" 2>&1 \
         || die "Java ConsumerPerformance failed (see $log)"
@@ -171,10 +238,13 @@ run_one() {
   mbps=$(sed -E 's/.* mb_per_sec=([0-9.]+) .*/\1/' <<<"$line")
   cpu=$(sed -E 's/.* cpu_seconds=([0-9.]+).*/\1/' <<<"$line")
   [ "$records" -ge "$n" ] || die "$variant read $records of $n records (see $log)"
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$case" "$variant" "$rep" "$records" "$rps" "$mbps" \
-    "$cpu" "$fetch_rps" "$fetch_mbps" "$join_ms" "$load" >>"$results"
-  printf '%-12s case=%-16s rep=%s records=%s records/s=%s MB/s=%s cpu_s=%s%s load=%s\n' "$variant" "$case" "$rep" \
-    "$records" "$rps" "$mbps" "$cpu" "${fetch_rps:+ fetch_records/s=$fetch_rps join_ms=$join_ms}" "$load" >&2
+  local rss_mib=""
+  rss_mib=$(sed -nE 's/^peak_rss_kib=([0-9]+)$/\1/p' "$rss_file" 2>/dev/null | awk '{ printf "%.1f", $1 / 1024 }')
+  rm -f "$rss_file"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$case" "$variant" "$rep" "$records" "$rps" "$mbps" \
+    "$cpu" "$fetch_rps" "$fetch_mbps" "$join_ms" "$load" "$rss_mib" >>"$results"
+  printf '%-12s case=%-16s rep=%s records=%s records/s=%s MB/s=%s cpu_s=%s rss_mib=%s%s load=%s\n' "$variant" "$case" "$rep" \
+    "$records" "$rps" "$mbps" "$cpu" "${rss_mib:--}" "${fetch_rps:+ fetch_records/s=$fetch_rps join_ms=$join_ms}" "$load" >&2
   if [ "$SETTLE_SECS" != 0 ]; then sleep "$SETTLE_SECS"; fi
 }
 
@@ -196,9 +266,10 @@ for c in "${cases[@]}"; do
   fill "$parts" "$size" "$n" "$topic"
   if [ "$CALIBRATE" = 1 ] && [ "$c" = "${cases[0]}" ]; then
     # Fixed cost (process start, metadata, JVM start-up and JIT; Java's group join) of reading
-    # 1000 records: the CPU figures below include it once per run.
-    run_one "$c" "$topic" onceflow:ru 1000 calib
-    run_one "$c" "$topic" java:ru 1000 calib
+    # 1000 records, per client: the CPU figures below include it once per run.
+    for cl in onceflow franz rdkafka java; do
+      if uses "$cl"; then run_one "$c" "$topic" "$cl:ru" 1000 calib; fi
+    done
   fi
   for rep in $(seq 1 "$REPS"); do
     k=${#variants[@]}
@@ -222,7 +293,8 @@ awk -F'\t' -v variants="$VARIANTS" '
     sort(a, n)
     return sprintf(fmt " (" fmt "-" fmt ")", median(a, n), a[1], a[n])
   }
-  function label(v) { sub(/^java/, "Java", v); sub(/:ru$/, " read_uncommitted", v); sub(/:rc$/, " read_committed", v); return v }
+  function client(v) { sub(/^java/, "Java", v); sub(/^franz/, "franz-go", v); sub(/^rdkafka/, "librdkafka", v); return v }
+  function label(v) { v = client(v); sub(/:ru$/, " read_uncommitted", v); sub(/:rc$/, " read_committed", v); return v }
   function casename(c,   p) { split(c, p, ":"); return p[1] " part., " p[2] " B, " p[3] }
   # same-rep ratio A/B of column col (rps: records/s; cpum: CPU per record; frps: Java fetch-only)
   function ratio(c, A, B, colA, colB,   r, n, x) {
@@ -233,7 +305,12 @@ awk -F'\t' -v variants="$VARIANTS" '
     sort(x, n)
     return sprintf("%.2f (%.2f-%.2f)", median(x, n), x[1], x[n])
   }
-  BEGIN { nv = split(variants, vs, " ") }
+  BEGIN {
+    nv = split(variants, vs, " ")
+    # Clients present, in a fixed order.
+    ncl = 0; split("onceflow franz rdkafka java", order, " ")
+    for (j = 1; j <= 4; j++) for (k = 1; k <= nv; k++) if (index(vs[k], order[j] ":") == 1) { cls[++ncl] = order[j]; break }
+  }
   NR == 1 { next }
   $3 == "calib" { calib[$2] = $7; next }
   {
@@ -241,17 +318,17 @@ awk -F'\t' -v variants="$VARIANTS" '
     if (!($1 in seen)) { seen[$1] = 1; cs[++nc] = $1 }
     if ($3 > maxrep) maxrep = $3
     val[key, "rps", i] = $5; val[key, "mbps", i] = $6; val[key, "cpum", i] = $7 * 1e6 / $4
-    val[key, "frps", i] = $8
+    val[key, "frps", i] = $8; val[key, "rss", i] = $12
     v2[$1, $2, $3, "rps"] = $5; v2[$1, $2, $3, "cpum"] = $7 * 1e6 / $4
     if ($8 != "") v2[$1, $2, $3, "frps"] = $8
   }
   END {
-    print "| case (partitions, record size, N) | client, isolation | records/s | MB/s | client CPU s per 1M records | Java fetch-only records/s (group join excluded) |"
-    print "|---|---|---|---|---|---|"
+    print "| case (partitions, record size, N) | client, isolation | records/s | MB/s | client CPU s per 1M records | peak RSS MiB | Java fetch-only records/s (group join excluded) |"
+    print "|---|---|---|---|---|---|---|"
     for (k = 1; k <= nc; k++)
       for (j = 1; j <= nv; j++) {
         key = cs[k] SUBSEP vs[j]; if (!cnt[key]) continue
-        printf "| %s | %s | %s | %s | %s | %s |\n", casename(cs[k]), label(vs[j]), stat(key, "rps", "%.0f"), stat(key, "mbps", "%.1f"), stat(key, "cpum", "%.2f"), stat(key, "frps", "%.0f")
+        printf "| %s | %s | %s | %s | %s | %s | %s |\n", casename(cs[k]), label(vs[j]), stat(key, "rps", "%.0f"), stat(key, "mbps", "%.1f"), stat(key, "cpum", "%.2f"), stat(key, "rss", "%.0f"), stat(key, "frps", "%.0f")
       }
     print ""
     print "Same-rep ratios, median (min-max):"
@@ -260,13 +337,17 @@ awk -F'\t' -v variants="$VARIANTS" '
     print "|---|---|---|---|"
     for (k = 1; k <= nc; k++) {
       c = cs[k]
-      for (j = 1; j <= 2; j++) {
-        cl = j == 1 ? "onceflow" : "java"
-        printf "| %s | %s read_committed / read_uncommitted | **%s** | %s |\n", casename(c), label(cl), ratio(c, cl ":rc", cl ":ru", "rps", "rps"), ratio(c, cl ":rc", cl ":ru", "cpum", "cpum")
+      for (j = 1; j <= ncl; j++) {
+        cl = cls[j]
+        printf "| %s | %s read_committed / read_uncommitted | **%s** | %s |\n", casename(c), client(cl), ratio(c, cl ":rc", cl ":ru", "rps", "rps"), ratio(c, cl ":rc", cl ":ru", "cpum", "cpum")
       }
-      for (j = 1; j <= 2; j++) {
-        m = j == 1 ? "ru" : "rc"
-        printf "| %s | onceflow / Java, %s | **%s** (vs Java fetch-only: %s) | %s |\n", casename(c), (m == "ru" ? "read_uncommitted" : "read_committed"), ratio(c, "onceflow:" m, "java:" m, "rps", "rps"), ratio(c, "onceflow:" m, "java:" m, "rps", "frps"), ratio(c, "onceflow:" m, "java:" m, "cpum", "cpum")
+      for (j = 1; j <= ncl; j++) {
+        cl = cls[j]
+        if (cl == "onceflow") continue
+        for (mi = 1; mi <= 2; mi++) {
+          m = mi == 1 ? "ru" : "rc"
+          printf "| %s | onceflow / %s, %s | **%s**%s | %s |\n", casename(c), client(cl), (m == "ru" ? "read_uncommitted" : "read_committed"), ratio(c, "onceflow:" m, cl ":" m, "rps", "rps"), (cl == "java" ? " (vs Java fetch-only: " ratio(c, "onceflow:" m, "java:" m, "rps", "frps") ")" : ""), ratio(c, "onceflow:" m, cl ":" m, "cpum", "cpum")
+        }
       }
     }
     if (length(calib) > 0) {

@@ -19,6 +19,7 @@ use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
 use kafka_protocol::messages::{MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use tracing::{debug, info_span, warn, Instrument};
@@ -60,6 +61,10 @@ pub struct Cluster {
     config: ClientConfig,
     slots: Mutex<HashMap<i32, Arc<tokio::sync::Mutex<BrokerSlot>>>>,
     metadata: RwLock<Arc<MetadataSnapshot>>,
+    /// Bumped on every change of `metadata` (a refresh, or one topic looked up): lets a hot
+    /// path keep its own copy of what it needs (the producer's partition counts) and check it
+    /// with one atomic load instead of the lock, the `Arc` and a lookup per record.
+    metadata_version: AtomicU64,
     /// Topics whose metadata the cache keeps; refreshes ask for these.
     interest: Mutex<BTreeSet<String>>,
     refresh: tokio::sync::Mutex<()>,
@@ -98,6 +103,7 @@ impl Cluster {
             config,
             slots: Mutex::new(HashMap::new()),
             metadata: RwLock::new(Arc::new(MetadataSnapshot::default())),
+            metadata_version: AtomicU64::new(0),
             interest: Mutex::new(BTreeSet::new()),
             refresh: tokio::sync::Mutex::new(()),
             last_refresh: Mutex::new(None),
@@ -119,6 +125,19 @@ impl Cluster {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// Changes whenever the snapshot [`Self::metadata`] returns changes. Read it *before*
+    /// reading the snapshot: a copy taken under an older version is then never mistaken for a
+    /// current one.
+    pub fn metadata_version(&self) -> u64 {
+        self.metadata_version.load(Ordering::Acquire)
+    }
+
+    /// Replaces the snapshot and bumps the version.
+    fn publish(&self, snap: Arc<MetadataSnapshot>) {
+        *self.metadata.write().unwrap_or_else(|p| p.into_inner()) = snap;
+        self.metadata_version.fetch_add(1, Ordering::AcqRel);
     }
 
     fn slot(&self, node_id: i32) -> Arc<tokio::sync::Mutex<BrokerSlot>> {
@@ -377,7 +396,7 @@ impl Cluster {
             snap.brokers = old.brokers.clone();
         }
         let snap = Arc::new(snap);
-        *self.metadata.write().unwrap_or_else(|p| p.into_inner()) = snap.clone();
+        self.publish(snap.clone());
         *self.last_refresh.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         Ok(snap)
     }
@@ -544,7 +563,7 @@ impl Cluster {
         if !brokers.is_empty() {
             snap.brokers = brokers;
         }
-        *self.metadata.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
+        self.publish(Arc::new(snap));
         Ok((TopicAnswer::Found, Some(found)))
     }
 

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! onceflow-perf produce --bootstrap 127.0.0.1:9092 --topic T --num-records N --record-size S
-//!                       [--partitions P] [-X key=value]... [--payload random|fixed]
+//!                       [--partitions P] [-X key=value]... [--payload random|fixed] [--delivery callback|future]
 //!                       [--max-outstanding M] [--worker-threads W]
 //!                       [--transaction-duration-ms D  (with -X transactional.id=ID)]
 //! onceflow-perf consume --bootstrap 127.0.0.1:9092 --topic T --num-records N [-X key=value]...
@@ -46,6 +46,8 @@ use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
@@ -53,6 +55,7 @@ const USAGE: &str = "\
 usage:
   onceflow-perf produce --topic T --num-records N --record-size S [--bootstrap H:P]
                         [--partitions P] [-X key=value]... [--payload random|fixed]
+                        [--delivery callback|future]
                         [--max-outstanding M] [--worker-threads W] [--report-interval-ms MS]
                        [--transaction-duration-ms D]   (needs -X transactional.id=ID)
   onceflow-perf consume --topic T --num-records N [--bootstrap H:P] [-X key=value]...
@@ -64,6 +67,9 @@ usage:
 --partitions on produce creates the topic first and deletes it at the end.
 --payload random (default) generates a new random value for every record, as Kafka's
 ProducerPerformance does; fixed sends one shared value.
+--delivery callback (default) sends with Producer::send_with_callback and one counting callback,
+as the franz-go and librdkafka peers do; future awaits every send's future in a drain task and
+reports latencies, as ProducerPerformance does.
 -X passes a Kafka property (producer or consumer config) to onceflow.
 The final line of produce/consume is machine-readable:
   onceflow records=N records_per_sec=X mb_per_sec=Y cpu_seconds=Z";
@@ -215,9 +221,7 @@ impl Args {
     }
 
     fn bootstrap(&self) -> String {
-        self.opt("bootstrap")
-            .unwrap_or("127.0.0.1:9092")
-            .to_owned()
+        self.opt("bootstrap").unwrap_or("127.0.0.1:9092").to_owned()
     }
 
     /// bootstrap.servers from --bootstrap, then every -X in order.
@@ -336,7 +340,11 @@ fn print_final(records: u64, secs: f64, bytes: u64, cpu: f64) {
     let mbps = mib(bytes) / secs;
     println!(
         "onceflow-detail elapsed_sec={secs:.3} cpu_sec_per_million_records={:.3}",
-        if records > 0 { cpu * 1e6 / records as f64 } else { f64::NAN }
+        if records > 0 {
+            cpu * 1e6 / records as f64
+        } else {
+            f64::NAN
+        }
     );
     println!("onceflow records={records} records_per_sec={rps:.1} mb_per_sec={mbps:.2} cpu_seconds={cpu:.3}");
 }
@@ -355,12 +363,29 @@ async fn produce(args: &Args) -> Res<()> {
     let fresh_payload = match args.opt("payload").unwrap_or("random") {
         "random" => true,
         "fixed" => false,
-        other => return Err(Failure::Usage(format!("--payload {other}: expected random or fixed"))),
+        other => {
+            return Err(Failure::Usage(format!(
+                "--payload {other}: expected random or fixed"
+            )))
+        }
+    };
+    let callback = match args.opt("delivery").unwrap_or("callback") {
+        "callback" => true,
+        "future" => false,
+        other => {
+            return Err(Failure::Usage(format!(
+                "--delivery {other}: expected callback or future"
+            )))
+        }
     };
     args.opt("worker-threads");
     args.check_unused()?;
     let config = ProducerConfig::from_properties(args.properties())
         .map_err(|e| Failure::Usage(e.to_string()))?;
+    println!(
+        "onceflow-perf produce: delivery={}",
+        if callback { "callback" } else { "future" }
+    );
     println!(
         "onceflow-perf produce: topic={topic} records={n} record_size={size} payload={} acks={:?} linger_ms={} batch_size={} \
          buffer_memory={} compression={:?} idempotence={} max_in_flight={}",
@@ -391,17 +416,21 @@ async fn produce(args: &Args) -> Res<()> {
         ));
     }
     let txn = txn_duration.map(Duration::from_millis);
-    let result = produce_records(
-        config,
-        &topic,
-        n,
-        size,
-        fresh_payload,
-        max_outstanding,
-        interval,
-        txn,
-    )
-    .await;
+    let result = if callback {
+        produce_with_callbacks(config, &topic, n, size, fresh_payload, txn).await
+    } else {
+        produce_records(
+            config,
+            &topic,
+            n,
+            size,
+            fresh_payload,
+            max_outstanding,
+            interval,
+            txn,
+        )
+        .await
+    };
     if let Some(admin) = admin {
         if let Err(e) = admin.delete_topics(&[topic.as_str()]).await {
             eprintln!("onceflow-perf produce: warning: could not delete topic {topic}: {e}");
@@ -577,6 +606,121 @@ async fn produce_records(
     Ok((acked, failed, secs))
 }
 
+/// Records acknowledged and failed, counted by `send_with_callback` callbacks. Statics, so the
+/// callback captures nothing and boxing it allocates nothing: the harness costs what franz-go's
+/// and librdkafka's peers cost (one shared counting callback), not a closure per record.
+static CB_ACKED: AtomicU64 = AtomicU64::new(0);
+static CB_FAILED: AtomicU64 = AtomicU64::new(0);
+static CB_FIRST_ERROR: OnceLock<String> = OnceLock::new();
+
+/// `produce` with `--delivery callback` (the default): every record through
+/// `Producer::send_with_callback`, one counting callback, no latency per record (as the franz-go
+/// and librdkafka peers); the clock stops when `flush` returns. Returns (acked, failed, seconds).
+async fn produce_with_callbacks(
+    config: ProducerConfig,
+    topic: &str,
+    n: u64,
+    size: usize,
+    fresh_payload: bool,
+    txn: Option<Duration>,
+) -> Res<(u64, u64, f64)> {
+    let producer = Producer::new(config).await.map_err(run_err)?;
+    let mut transactions = 0u64;
+    let mut commit_us: (u64, u64) = (0, 0); // sum, max
+    if txn.is_some() {
+        producer.init_transactions().await.map_err(run_err)?;
+        producer.begin_transaction().map_err(run_err)?;
+    }
+    let mut rng = Rng::seeded();
+    let payload = Bytes::from(rng.letters(size));
+    let start = Instant::now();
+    let mut txn_started = start;
+    let mut send_error = None;
+    for _ in 0..n {
+        if let Some(d) = txn {
+            if txn_started.elapsed() >= d {
+                let t = Instant::now();
+                if let Err(e) = producer.commit_transaction().await {
+                    send_error = Some(e.to_string());
+                    break;
+                }
+                let us = t.elapsed().as_micros() as u64;
+                commit_us = (commit_us.0 + us, commit_us.1.max(us));
+                transactions += 1;
+                producer.begin_transaction().map_err(run_err)?;
+                txn_started = Instant::now();
+            }
+        }
+        let value = if fresh_payload {
+            Bytes::from(rng.letters(size))
+        } else {
+            payload.clone()
+        };
+        let record = ProducerRecord {
+            topic: topic.to_owned(),
+            value: Some(value),
+            ..Default::default()
+        };
+        let sent = producer
+            .send_with_callback(record, |r| match r {
+                Ok(_) => {
+                    CB_ACKED.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    CB_FAILED.fetch_add(1, Ordering::Relaxed);
+                    let _ = CB_FIRST_ERROR.set(e.to_string());
+                }
+            })
+            .await;
+        if let Err(e) = sent {
+            send_error = Some(e.to_string());
+            break;
+        }
+    }
+    if txn.is_some() && send_error.is_none() {
+        let t = Instant::now();
+        match producer.commit_transaction().await {
+            Ok(()) => {
+                let us = t.elapsed().as_micros() as u64;
+                commit_us = (commit_us.0 + us, commit_us.1.max(us));
+                transactions += 1
+            }
+            Err(e) => send_error = Some(e.to_string()),
+        }
+    }
+    if let Err(e) = producer.flush().await {
+        send_error.get_or_insert(e.to_string());
+    }
+    let secs = start.elapsed().as_secs_f64();
+    if txn.is_some() {
+        println!(
+            "onceflow-detail transactions={transactions} commit_ms_total={:.1} commit_ms_avg={:.2} commit_ms_max={:.1}",
+            commit_us.0 as f64 / 1000.0,
+            commit_us.0 as f64 / 1000.0 / transactions.max(1) as f64,
+            commit_us.1 as f64 / 1000.0
+        );
+    }
+    if let Err(e) = producer.close().await {
+        eprintln!("onceflow-perf produce: warning: close: {e}");
+    }
+    let (acked, failed) = (
+        CB_ACKED.load(Ordering::Relaxed),
+        CB_FAILED.load(Ordering::Relaxed),
+    );
+    println!(
+        "{acked} records sent, {:.1} records/sec ({:.2} MB/sec) (callbacks; no latency measured)",
+        acked as f64 / secs,
+        mib(acked * size as u64) / secs
+    );
+    if let Some(e) = CB_FIRST_ERROR.get() {
+        eprintln!("onceflow-perf produce: {failed} record(s) failed, first error: {e}");
+    }
+    if let Some(e) = send_error {
+        eprintln!("onceflow-perf produce: send failed: {e}");
+    }
+    Ok((acked, failed, secs))
+}
+
 /// SplitMix64, the generator behind Java's SplittableRandom: one 64-bit mix and one modulo per
 /// byte, about the work ProducerPerformance's `nextInt(26) + 65` per byte does.
 struct Rng(u64);
@@ -629,7 +773,10 @@ async fn consume(args: &Args) -> Res<()> {
     );
     let mut consumer = Consumer::new(config).await.map_err(run_err)?;
     let start = Instant::now();
-    let tps = consumer.assign_topics(&[topic.as_str()]).await.map_err(run_err)?;
+    let tps = consumer
+        .assign_topics(&[topic.as_str()])
+        .await
+        .map_err(run_err)?;
     for tp in &tps {
         consumer.seek(tp, Offset::Beginning).map_err(run_err)?;
     }
@@ -670,7 +817,9 @@ async fn consume(args: &Args) -> Res<()> {
     let cpu = cpu_seconds();
     print_final(records, secs, bytes, cpu);
     if records < n {
-        return Err(Failure::Run(format!("consumed {records} of {n} requested records")));
+        return Err(Failure::Run(format!(
+            "consumed {records} of {n} requested records"
+        )));
     }
     Ok(())
 }
@@ -709,7 +858,8 @@ fn log_stats(args: &Args) -> Res<()> {
     let mut counts: Vec<u64> = Vec::new();
     let mut partitions = 0;
     let mut control = 0u64; // transaction markers (commit/abort), one per partition per transaction
-    let entries = std::fs::read_dir(&dir).map_err(|e| run_err(format!("{}: {e}", dir.display())))?;
+    let entries =
+        std::fs::read_dir(&dir).map_err(|e| run_err(format!("{}: {e}", dir.display())))?;
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let is_partition = name
@@ -732,7 +882,10 @@ fn log_stats(args: &Args) -> Res<()> {
         }
     }
     if partitions == 0 {
-        return Err(run_err(format!("no partition directories {topic}-N in {}", dir.display())));
+        return Err(run_err(format!(
+            "no partition directories {topic}-N in {}",
+            dir.display()
+        )));
     }
     let batches = sizes.len() as u64;
     let records: u64 = counts.iter().sum();

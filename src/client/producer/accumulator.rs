@@ -9,6 +9,7 @@
 //! sequence number never changes on a retry. Only an epoch bump rewrites the producer fields of
 //! unsent batches, renumbering them from 0 under the new epoch.
 
+use super::flush::{FlushTicket, FlushTracker};
 use super::txn_phase::{TxnEvent, TxnPhase};
 use super::{RecordMetadata, Result};
 use crate::client::error::{ErrorClass, Op};
@@ -17,7 +18,9 @@ use crate::protocol::records::{
     rewrite_producer_fields, BatchBuilder, Compression, Header, ProducerFields, RecordError,
 };
 use bytes::{Bytes, BytesMut};
+use rustc_hash::FxHashMap;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
@@ -28,12 +31,52 @@ pub(crate) struct Identity {
     pub epoch: i16,
 }
 
+/// Who is told a record's outcome: the future `send` returned, or the callback given to
+/// `send_with_callback`. Told exactly once: a reply dropped untold (the producer's task gone
+/// with the runtime) tells a callback `Closed`, as the future's receiver sees its sender gone.
+pub(crate) struct Reply(Option<ReplyTo>);
+
+pub(crate) enum ReplyTo {
+    Future(oneshot::Sender<Result<RecordMetadata>>),
+    Callback(super::Callback),
+}
+
+impl Reply {
+    pub fn future(tx: oneshot::Sender<Result<RecordMetadata>>) -> Reply {
+        Reply(Some(ReplyTo::Future(tx)))
+    }
+
+    pub fn callback(f: super::Callback) -> Reply {
+        Reply(Some(ReplyTo::Callback(f)))
+    }
+
+    /// Tells the outcome. A callback never runs while this thread holds the accumulator lock:
+    /// it is deferred until the lock is released (see `super::AccGuard`), so a callback may
+    /// call the producer's methods.
+    pub fn send(mut self, outcome: Result<RecordMetadata>) {
+        match self.0.take() {
+            Some(ReplyTo::Future(tx)) => {
+                // The receiver may have been dropped: nobody waits for this record.
+                let _ = tx.send(outcome);
+            }
+            Some(ReplyTo::Callback(f)) => super::run_or_defer(f, outcome),
+            None => {}
+        }
+    }
+}
+
+impl Drop for Reply {
+    fn drop(&mut self) {
+        if let Some(ReplyTo::Callback(f)) = self.0.take() {
+            super::run_or_defer(f, Err(crate::client::Error::Closed("producer")));
+        }
+    }
+}
+
 /// Where one record's outcome goes.
 pub(crate) struct Delivery {
-    pub tx: oneshot::Sender<Result<RecordMetadata>>,
+    pub tx: Reply,
     pub timestamp: i64,
-    /// Released when the delivery is dropped, after `tx` was used: what `flush` waits for.
-    pub _flush: super::flush::FlushTicket,
 }
 
 /// The batch being filled.
@@ -42,6 +85,9 @@ pub(crate) struct OpenBatch {
     pub created: Instant,
     pub deliveries: Vec<Delivery>,
     pub memory: u32,
+    /// What `flush` waits for: a ticket per epoch its records were sent in. Last, so dropped
+    /// after the deliveries were told.
+    pub flush: Vec<FlushTicket>,
 }
 
 /// A closed batch: encoded bytes plus who to tell about the outcome.
@@ -62,6 +108,8 @@ pub(crate) struct ProducerBatch {
     pub last_error: Option<String>,
     /// buffer.memory permits held until the batch completes.
     pub memory: u32,
+    /// The open batch's flush tickets. Last, so dropped after the deliveries were told.
+    pub _flush: Vec<FlushTicket>,
 }
 
 impl ProducerBatch {
@@ -72,14 +120,15 @@ impl ProducerBatch {
     /// Resolves every record of the batch.
     pub fn complete(self, base_offset: i64, log_append_time: i64) -> u32 {
         let tp = self.tp;
+        let topic = &tp.topic;
         for (i, d) in self.deliveries.into_iter().enumerate() {
             let offset = if base_offset >= 0 {
                 base_offset + i as i64
             } else {
                 -1
             };
-            let _ = d.tx.send(Ok(RecordMetadata {
-                topic: tp.topic.clone(),
+            d.tx.send(Ok(RecordMetadata {
+                topic: topic.clone(),
                 partition: tp.partition,
                 offset,
                 timestamp: if log_append_time >= 0 {
@@ -95,7 +144,7 @@ impl ProducerBatch {
     /// Fails every record of the batch with `err`.
     pub fn fail(self, err: crate::client::Error) -> u32 {
         for d in self.deliveries {
-            let _ = d.tx.send(Err(err.clone()));
+            d.tx.send(Err(err.clone()));
         }
         self.memory
     }
@@ -207,18 +256,52 @@ pub(crate) enum EpochBump {
     Failed(crate::client::Error),
 }
 
+/// What `send` keeps per topic, so that a record costs one lookup under the lock it takes
+/// anyway (FxHash: topic names are the application's, not an attacker's).
+#[derive(Debug, Default)]
+pub(crate) struct TopicSlot {
+    /// The partition count, valid while the cluster's metadata version is `version`.
+    pub partition_count: Option<(u64, usize)>,
+    /// The sticky partition for keyless records (KIP-480).
+    pub sticky: Option<i32>,
+}
+
+impl Accumulator {
+    /// The topic's partition count if known at metadata version `version`.
+    pub fn partition_count(&self, topic: &str, version: u64) -> Option<usize> {
+        match self.topics.get(topic)?.partition_count {
+            Some((v, n)) if v == version => Some(n),
+            _ => None,
+        }
+    }
+
+    /// The topic's slot, created on first use.
+    pub fn topic_slot(&mut self, topic: &str) -> &mut TopicSlot {
+        // Look up before inserting: `entry` would allocate the name for every record.
+        if !self.topics.contains_key(topic) {
+            self.topics.insert(topic.to_owned(), TopicSlot::default());
+        }
+        match self.topics.get_mut(topic) {
+            Some(slot) => slot,
+            None => unreachable!("inserted above"),
+        }
+    }
+}
+
 /// All partitions' buffers.
 #[derive(Default)]
 pub(crate) struct Accumulator {
     /// Transactional state, when transactional.id is set.
     pub txn: Option<TxnSend>,
-    pub partitions: HashMap<TopicPartition, PartitionQueue>,
-    /// The sticky partition of each topic for keyless records.
-    pub sticky: HashMap<String, i32>,
+    pub partitions: FxHashMap<TopicPartition, PartitionQueue>,
+    /// Per topic: its partition count as of a metadata version, and its sticky partition.
+    pub topics: FxHashMap<String, TopicSlot>,
     /// Producer id and epoch, when idempotence is on.
     pub identity: Option<Identity>,
     /// Without transactions: whether the epoch must be bumped (or could not be).
     pub bump: EpochBump,
+    /// What `flush` waits for (the producer's, shared).
+    pub flushes: Arc<FlushTracker>,
 }
 
 /// The configuration [`Accumulator::drain`] works to.
@@ -318,6 +401,7 @@ impl Accumulator {
     ) -> Appended {
         let identity = self.identity;
         let transactional = self.txn.is_some();
+        let flushes = self.flushes.clone();
         let q = self.queue(tp);
         let mut batch_closed = false;
         let mut release = 0;
@@ -331,6 +415,10 @@ impl Accumulator {
             ) {
                 open.deliveries.push(delivery);
                 open.memory += memory;
+                // A ticket per epoch, not per record: most records find their epoch's ticket.
+                if open.flush.last().map(FlushTicket::epoch) != Some(flushes.current_epoch()) {
+                    open.flush.push(flushes.ticket());
+                }
                 if open.builder.size_estimate() >= batch_size {
                     release += close_open(tp, q, identity, transactional);
                     batch_closed = true;
@@ -360,6 +448,7 @@ impl Accumulator {
             created: Instant::now(),
             deliveries: vec![delivery],
             memory,
+            flush: vec![flushes.ticket()],
         });
         if full {
             release += close_open(tp, q, identity, transactional);
@@ -433,7 +522,7 @@ impl Accumulator {
                 mem += open.memory;
                 batches += 1;
                 for d in open.deliveries {
-                    let _ = d.tx.send(Err(err.clone()));
+                    d.tx.send(Err(err.clone()));
                 }
             }
             let first_unsent = if keep_sent {
@@ -742,7 +831,7 @@ pub(crate) fn close_open(
         Err(e) => {
             let err = crate::client::Error::Record(e);
             for d in open.deliveries {
-                let _ = d.tx.send(Err(err.clone()));
+                d.tx.send(Err(err.clone()));
             }
             return open.memory;
         }
@@ -765,6 +854,7 @@ pub(crate) fn close_open(
         retry_at: None,
         last_error: None,
         memory: open.memory,
+        _flush: open.flush,
     });
     0
 }
@@ -800,6 +890,7 @@ mod tests {
             retry_at: None,
             last_error: None,
             memory: 0,
+            _flush: Vec::new(),
         }
     }
 
@@ -881,6 +972,7 @@ mod drain_tests {
             retry_at: None,
             last_error: None,
             memory: 0,
+            _flush: Vec::new(),
         }
     }
 

@@ -207,6 +207,7 @@ mod tests {
             retry_at: None,
             last_error: None,
             memory: 0,
+            _flush: Vec::new(),
         }
     }
 

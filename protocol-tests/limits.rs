@@ -65,3 +65,44 @@ async fn unknown_partition_is_named() {
         .expect("unknown partition");
     assert!(e.to_string().contains("has 2 partitions"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_buffer_memory_blocks_send_then_fails_it_naming_buffer_memory() {
+    let topic = TestTopic::create("buffer-full", 1).await;
+    // The broker never answers a Produce: nothing the producer buffers is ever freed.
+    let proxy = crate::support::proxy::Proxy::start(&broker()).await;
+    *proxy.faults.hold_responses.lock().unwrap() = Some(kafka_protocol::messages::ApiKey::Produce);
+    let p = onceflow::client::Producer::new(producer_config(
+        &proxy.addr,
+        &[
+            ("buffer.memory", "65536"),
+            ("batch.size", "16384"),
+            ("max.block.ms", "1500"),
+        ],
+    ))
+    .await
+    .expect("producer");
+    let mut accepted = 0usize;
+    let error = loop {
+        match p
+            .send(ProducerRecord::new(topic.name.clone(), vec![1u8; 1024]))
+            .await
+        {
+            Ok(_) => accepted += 1,
+            Err(e) => break e,
+        }
+        assert!(
+            accepted < 1000,
+            "send never blocked: buffer.memory is not enforced"
+        );
+    };
+    assert!(matches!(error, Error::Timeout { .. }), "{error:?}");
+    assert!(error.to_string().contains("buffer.memory"), "{error}");
+    // 64 KiB holds fewer than 64 records of 1 KiB: each costs its bytes plus its framing and
+    // bookkeeping; and the buffer was really used, not refused at once.
+    assert!(
+        (32..64).contains(&accepted),
+        "{accepted} records of 1 KiB fitted in buffer.memory=65536"
+    );
+    *proxy.faults.hold_responses.lock().unwrap() = None;
+}

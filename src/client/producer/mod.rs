@@ -433,7 +433,14 @@ impl Producer {
             inner.check_can_send()?;
         }
         let size = check_record_size(&inner.config, record)?;
-        Ok(u32::try_from(size).unwrap_or(u32::MAX))
+        // buffer.memory counts what a buffered record costs: its bytes in the batch, and its
+        // delivery (who to tell), so that the producer's memory stays within buffer.memory and
+        // a fixed overhead whatever the record size (BENCHMARKS.md, "Memory").
+        // (Never more than the whole buffer: a record of exactly buffer.memory must still fit.)
+        let cost = size
+            .saturating_add(std::mem::size_of::<Delivery>())
+            .min(inner.config.buffer_memory.min(Semaphore::MAX_PERMITS));
+        Ok(u32::try_from(cost).unwrap_or(u32::MAX))
     }
 
     /// The fast path: appends without waiting, or hands the record back (having taken

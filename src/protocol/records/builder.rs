@@ -196,6 +196,13 @@ impl BatchBuilder {
             },
         );
         finish_crc(&mut out);
+        // A batch closed by linger.ms well short of its capacity (batch.size, reserved up
+        // front) would keep the whole allocation for as long as it is buffered or in flight:
+        // memory the producer's buffer.memory does not count. Give the spare back when it is
+        // more than a quarter (one realloc per batch; shrinking in place is the common case).
+        if out.capacity() - out.len() > out.len() / 4 {
+            out.shrink_to_fit();
+        }
         Ok(Bytes::from(out))
     }
 }

@@ -37,11 +37,13 @@
 
 use super::error::{Error, Result};
 use crate::protocol::frame::{self, FrameError};
+use crate::protocol::produce_frame;
 use crate::protocol::versions::ApiVersions;
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse, ProduceRequest};
 use kafka_protocol::protocol::{Request, StrBytes};
 use std::collections::HashMap;
+use std::io::IoSlice;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -192,7 +194,7 @@ impl<R: Request> PendingResponse<R> {
 /// lock-free `into_split` halves.
 pub struct Connection {
     shared: Arc<Shared>,
-    writer: mpsc::UnboundedSender<BytesMut>,
+    writer: mpsc::UnboundedSender<OutFrame>,
     next_correlation_id: AtomicI32,
     client_id: String,
     request_timeout: Duration,
@@ -444,9 +446,54 @@ impl Connection {
         version: i16,
         expect_response: bool,
     ) -> Result<(Option<oneshot::Receiver<Result<Bytes>>>, i32)> {
-        let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
+        let correlation_id = self.next_correlation_id();
         let mut buf = BytesMut::new();
         frame::encode_request(&mut buf, correlation_id, &self.client_id, version, req)?;
+        let rx = self.send_out(OutFrame::Whole(buf), correlation_id, expect_response)?;
+        Ok((rx, correlation_id))
+    }
+
+    /// Starts a Produce request like [`Self::start_request`], sharing the record batches'
+    /// bytes with the frame instead of copying them into it (`protocol::produce_frame`).
+    ///
+    /// # Errors
+    /// As [`Self::start_request`].
+    pub fn start_produce(
+        &self,
+        req: &ProduceRequest,
+        version: i16,
+    ) -> Result<PendingResponse<ProduceRequest>> {
+        let correlation_id = self.next_correlation_id();
+        let Some(chunks) =
+            produce_frame::encode_produce_frame(correlation_id, &self.client_id, version, req)?
+        else {
+            return self.start_request(req, version);
+        };
+        let rx = self
+            .send_out(OutFrame::Chunks(chunks), correlation_id, true)?
+            .ok_or_else(|| Error::Internal("expected a response waiter".into()))?;
+        Ok(PendingResponse {
+            shared: self.shared.clone(),
+            rx,
+            correlation_id,
+            version,
+            timeout: self.request_timeout,
+            _request: std::marker::PhantomData,
+        })
+    }
+
+    fn next_correlation_id(&self) -> i32 {
+        self.next_correlation_id.fetch_add(1, Ordering::Relaxed) & i32::MAX
+    }
+
+    /// Registers the response waiter (if any) and queues the frame for the writer, in that
+    /// order: a response can never arrive before its waiter exists.
+    fn send_out(
+        &self,
+        frame: OutFrame,
+        correlation_id: i32,
+        expect_response: bool,
+    ) -> Result<Option<oneshot::Receiver<Result<Bytes>>>> {
         let rx = {
             let mut p = self.shared.lock();
             if let Some(reason) = &p.poisoned {
@@ -463,7 +510,7 @@ impl Connection {
                 None
             }
         };
-        if self.writer.send(buf).is_err() {
+        if self.writer.send(frame).is_err() {
             self.shared.poison("writer stopped".into());
             return Err(self
                 .shared
@@ -473,7 +520,7 @@ impl Connection {
                     reason: "writer stopped".into(),
                 }));
         }
-        Ok((rx, correlation_id))
+        Ok(rx)
     }
 }
 
@@ -486,18 +533,18 @@ impl Drop for Connection {
 
 async fn write_loop<W: AsyncWrite + Send + Unpin>(
     write: W,
-    mut rx: mpsc::UnboundedReceiver<BytesMut>,
+    mut rx: mpsc::UnboundedReceiver<OutFrame>,
     shared: Arc<Shared>,
 ) {
     let mut w = BufWriter::with_capacity(64 * 1024, write);
-    while let Some(buf) = rx.recv().await {
-        if let Err(e) = w.write_all(&buf).await {
+    while let Some(frame) = rx.recv().await {
+        if let Err(e) = frame.write_to(&mut w).await {
             shared.poison(format!("write failed: {e}"));
             return;
         }
         // Coalesce whatever else is queued into the same flush.
-        while let Ok(buf) = rx.try_recv() {
-            if let Err(e) = w.write_all(&buf).await {
+        while let Ok(frame) = rx.try_recv() {
+            if let Err(e) = frame.write_to(&mut w).await {
                 shared.poison(format!("write failed: {e}"));
                 return;
             }
@@ -511,6 +558,36 @@ async fn write_loop<W: AsyncWrite + Send + Unpin>(
         }
     }
     let _ = w.shutdown().await;
+}
+
+/// A request frame for the writer: one buffer, or chunks that share the record batches' bytes
+/// (`protocol::produce_frame`). Chunks of 64 KiB or more go past the write buffer to the
+/// socket; smaller ones are gathered in it.
+pub(crate) enum OutFrame {
+    Whole(BytesMut),
+    Chunks(Vec<Bytes>),
+}
+
+impl OutFrame {
+    async fn write_to<W: AsyncWrite + Unpin>(&self, w: &mut W) -> std::io::Result<()> {
+        match self {
+            OutFrame::Whole(buf) => w.write_all(buf).await,
+            OutFrame::Chunks(chunks) => {
+                // One gathering write for the whole frame where the socket takes it (a write
+                // per chunk doubled the system time of a 1 KiB produce run).
+                let mut slices: Vec<IoSlice<'_>> = chunks.iter().map(|c| IoSlice::new(c)).collect();
+                let mut rest = &mut slices[..];
+                while !rest.is_empty() {
+                    let n = w.write_vectored(rest).await?;
+                    if n == 0 {
+                        return Err(std::io::ErrorKind::WriteZero.into());
+                    }
+                    IoSlice::advance_slices(&mut rest, n);
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 async fn read_loop<R: AsyncRead + Send + Unpin>(mut read: R, shared: Arc<Shared>) {

@@ -11,6 +11,7 @@
 pub mod compression;
 pub mod error_code;
 pub mod frame;
+pub mod produce_frame;
 pub mod records;
 pub mod versions;
 

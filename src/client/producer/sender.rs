@@ -382,7 +382,7 @@ fn dispatch(inner: &Arc<Inner>, conn: &Connection, leader: i32, batches: Vec<Pro
         }
         return;
     }
-    let pending = match conn.start_request(&req, version) {
+    let pending = match conn.start_produce(&req, version) {
         Ok(p) => p,
         Err(e) => return fail_all(batches, e),
     };

@@ -418,19 +418,16 @@ impl Producer {
     }
 
     /// Checks that a record may be sent, and its buffered size.
+    ///
+    /// Whether the producer may send now (a transactional producer only inside a transaction:
+    /// before init_transactions() the record would wait forever for a partition that is never
+    /// added; between commit and begin_transaction() it would be written outside any
+    /// transaction; a failed idempotent producer not at all) is checked under the lock the
+    /// append takes, and also before the general path waits for metadata or memory.
     fn admit(&self, record: &ProducerRecord) -> Result<u32> {
         let inner = &self.inner;
         if inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("producer"));
-        }
-        // A transactional producer sends only inside a transaction: before init_transactions()
-        // the record would wait forever for a partition that is never added; between commit
-        // and begin_transaction() it would be written outside any transaction. Checked here
-        // so that such a send fails before waiting for metadata or memory, and again under the
-        // lock the append takes (commit or abort may begin in between). A failed idempotent
-        // producer (an epoch bump refused) is caught by the second check.
-        if inner.config.transactional_id.is_some() {
-            inner.check_can_send()?;
         }
         let size = check_record_size(&inner.config, record)?;
         // buffer.memory counts what a buffered record costs: its bytes in the batch, and its
@@ -476,6 +473,8 @@ impl Producer {
     async fn append_waiting(&self, record: ProducerRecord, reply: Reply) -> Result<()> {
         let inner = &self.inner;
         let permits = self.admit(&record)?;
+        // Fail before waiting, not after (see `admit`).
+        inner.check_can_send()?;
         if inner
             .memory
             .try_acquire_many(permits)

@@ -420,16 +420,10 @@ impl Connection {
     /// # Errors
     /// [`Error::ConnectionClosed`] when the connection has failed, or an encoding error.
     pub fn start_request<R: Request>(&self, req: &R, version: i16) -> Result<PendingResponse<R>> {
-        let (rx, correlation_id) = self.send_frame(req, version, true)?;
-        let rx = rx.ok_or_else(|| Error::Internal("expected a response waiter".into()))?;
-        Ok(PendingResponse {
-            shared: self.shared.clone(),
-            rx,
-            correlation_id,
-            version,
-            timeout: self.request_timeout,
-            _request: std::marker::PhantomData,
-        })
+        let correlation_id = self.next_correlation_id();
+        let mut buf = BytesMut::new();
+        frame::encode_request(&mut buf, correlation_id, &self.client_id, version, req)?;
+        self.start_frame(OutFrame::Whole(buf), correlation_id, version)
     }
 
     /// Sends a request that the broker will not answer (Produce with acks=0).
@@ -437,20 +431,11 @@ impl Connection {
     /// # Errors
     /// [`Error::ConnectionClosed`] when the connection has failed.
     pub fn send_no_response<R: Request>(&self, req: &R, version: i16) -> Result<()> {
-        self.send_frame(req, version, false).map(|_| ())
-    }
-
-    fn send_frame<R: Request>(
-        &self,
-        req: &R,
-        version: i16,
-        expect_response: bool,
-    ) -> Result<(Option<oneshot::Receiver<Result<Bytes>>>, i32)> {
         let correlation_id = self.next_correlation_id();
         let mut buf = BytesMut::new();
         frame::encode_request(&mut buf, correlation_id, &self.client_id, version, req)?;
-        let rx = self.send_out(OutFrame::Whole(buf), correlation_id, expect_response)?;
-        Ok((rx, correlation_id))
+        self.send_out(OutFrame::Whole(buf), correlation_id, false)
+            .map(|_| ())
     }
 
     /// Starts a Produce request like [`Self::start_request`], sharing the record batches'
@@ -469,8 +454,18 @@ impl Connection {
         else {
             return self.start_request(req, version);
         };
+        self.start_frame(OutFrame::Chunks(chunks), correlation_id, version)
+    }
+
+    /// Queues an encoded request frame and returns the wait for its response.
+    fn start_frame<R: Request>(
+        &self,
+        frame: OutFrame,
+        correlation_id: i32,
+        version: i16,
+    ) -> Result<PendingResponse<R>> {
         let rx = self
-            .send_out(OutFrame::Chunks(chunks), correlation_id, true)?
+            .send_out(frame, correlation_id, true)?
             .ok_or_else(|| Error::Internal("expected a response waiter".into()))?;
         Ok(PendingResponse {
             shared: self.shared.clone(),

@@ -39,7 +39,6 @@ pub fn encode_produce_frame(
     };
     let flexible = version >= 9;
     let mut head = BytesMut::with_capacity(256);
-    head.put_i32(0); // the length, filled in at the end
     RequestHeader::default()
         .with_request_api_key(ProduceRequest::KEY)
         .with_request_api_version(version)
@@ -50,8 +49,11 @@ pub fn encode_produce_frame(
             api_key::<ProduceRequest>().request_header_version(version),
         )
         .map_err(|e| err(e.to_string()))?;
+    // The first chunk is the frame's length, known only at the end.
+    let mut done = Vec::with_capacity(2 + 2 * partitions(req));
+    done.push(Bytes::new());
     let mut w = Chunks {
-        done: Vec::with_capacity(1 + 2 * partitions(req)),
+        done,
         cur: head,
         flexible,
     };
@@ -73,11 +75,8 @@ pub fn encode_produce_frame(
     w.no_tags();
     let mut chunks = w.finish();
     let total: usize = chunks.iter().map(Bytes::len).sum();
-    let len = i32::try_from(total - 4).map_err(|_| err(format!("frame of {total} bytes")))?;
-    // The first chunk is never shared: it starts with the length.
-    let mut first = BytesMut::from(&chunks[0][..]);
-    first[..4].copy_from_slice(&len.to_be_bytes());
-    chunks[0] = first.freeze();
+    let len = i32::try_from(total).map_err(|_| err(format!("frame of {total} bytes")))?;
+    chunks[0] = Bytes::copy_from_slice(&len.to_be_bytes());
     Ok(Some(chunks))
 }
 

@@ -266,15 +266,17 @@ pub(crate) struct TopicSlot {
     pub sticky: Option<i32>,
 }
 
-impl Accumulator {
-    /// The topic's partition count if known at metadata version `version`.
-    pub fn partition_count(&self, topic: &str, version: u64) -> Option<usize> {
-        match self.topics.get(topic)?.partition_count {
+impl TopicSlot {
+    /// The partition count if known at metadata version `version`.
+    pub fn count_at(&self, version: u64) -> Option<usize> {
+        match self.partition_count {
             Some((v, n)) if v == version => Some(n),
             _ => None,
         }
     }
+}
 
+impl Accumulator {
     /// The topic's slot, created on first use.
     pub fn topic_slot(&mut self, topic: &str) -> &mut TopicSlot {
         // Look up before inserting: `entry` would allocate the name for every record.
@@ -895,6 +897,71 @@ mod tests {
             memory: 0,
             _flush: Vec::new(),
         }
+    }
+
+    fn record(value: &[u8]) -> NewRecord<'_> {
+        NewRecord {
+            timestamp: 0,
+            key: None,
+            value: Some(value),
+            headers: &[],
+        }
+    }
+
+    fn delivery() -> Delivery {
+        Delivery {
+            tx: Reply::future(oneshot::channel().0),
+            timestamp: 0,
+        }
+    }
+
+    #[test]
+    fn a_batch_holds_one_flush_ticket_per_epoch_its_records_were_sent_in() {
+        let mut acc = Accumulator::default();
+        let flushes = acc.flushes.clone();
+        let tp = TopicPartition::new("t", 0);
+        for _ in 0..3 {
+            acc.append(
+                &tp,
+                Compression::None,
+                1 << 20,
+                record(b"a"),
+                delivery(),
+                10,
+            );
+        }
+        let first = flushes.close_epoch();
+        // Sent after the flush was called: a second ticket, in the next epoch.
+        acc.append(
+            &tp,
+            Compression::None,
+            1 << 20,
+            record(b"b"),
+            delivery(),
+            10,
+        );
+        acc.append(
+            &tp,
+            Compression::None,
+            1 << 20,
+            record(b"c"),
+            delivery(),
+            10,
+        );
+        let second = flushes.close_epoch();
+        let open = acc.queue(&tp).open.as_ref().expect("open batch");
+        assert_eq!(
+            open.flush
+                .iter()
+                .map(FlushTicket::epoch)
+                .collect::<Vec<_>>(),
+            vec![first, second],
+            "a ticket per epoch, not per record"
+        );
+        assert!(!flushes.drained(first) && !flushes.drained(second));
+        // The batch resolved (here: dropped with the accumulator): both flushes are done.
+        drop(acc);
+        assert!(flushes.drained(first) && flushes.drained(second));
     }
 
     #[test]

@@ -519,15 +519,17 @@ impl Producer {
         let inner = &self.inner;
         let cfg = &inner.config;
         let mut acc = inner.lock();
-        let Some(count) = acc.partition_count(&record.topic, version) else {
-            return Appending::CountUnknown(record, reply);
-        };
-        let partition = match acc
-            .check_can_send()
-            .and_then(|()| choose_partition(&mut acc, cfg, &record, count))
-        {
-            Ok(p) => p,
-            Err(e) => {
+        // Again under the lock the append takes: commit or abort may have begun since.
+        let chosen = acc.check_can_send().map(|()| {
+            // One lookup of the topic gives its partition count and its sticky partition.
+            let slot = acc.topics.get_mut(&record.topic)?;
+            let count = slot.count_at(version)?;
+            Some((choose_partition(slot, cfg, &record, count), count))
+        });
+        let (partition, count) = match chosen {
+            Ok(Some((Ok(p), count))) => (p, count),
+            Ok(None) => return Appending::CountUnknown(record, reply),
+            Ok(Some((Err(e), _))) | Err(e) => {
                 drop(acc);
                 inner.release(permits);
                 return Appending::Done(Err(e));
@@ -668,7 +670,7 @@ fn check_record_size(cfg: &ProducerConfig, record: &ProducerRecord) -> Result<us
 /// The record's partition: the one it names (which must exist), the key's, or the topic's
 /// sticky partition for keyless records.
 fn choose_partition(
-    acc: &mut Accumulator,
+    slot: &mut accumulator::TopicSlot,
     cfg: &ProducerConfig,
     record: &ProducerRecord,
     count: usize,
@@ -688,7 +690,6 @@ fn choose_partition(
             return Ok(partitioner::partition_for_key(k, count));
         }
     }
-    let slot = acc.topic_slot(&record.topic);
     Ok(match slot.sticky {
         // A sticky partition of a topic since shrunk is not used (a count can shrink only if
         // the topic was deleted and created again).

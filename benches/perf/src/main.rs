@@ -462,19 +462,7 @@ async fn produce_records(
     txn: Option<Duration>,
 ) -> Res<(u64, u64, f64)> {
     let producer = Producer::new(config).await.map_err(run_err)?;
-    let mut txn_started = Instant::now();
-    let mut transactions = 0u64;
-    // Time spent blocked in commit_transaction (flush + EndTxn), as the send loop sees it.
-    let mut commit_us: (u64, u64) = (0, 0); // sum, max
-    let mut note_commit = |t: Instant| {
-        let us = t.elapsed().as_micros() as u64;
-        commit_us.0 += us;
-        commit_us.1 = commit_us.1.max(us);
-    };
-    if txn.is_some() {
-        producer.init_transactions().await.map_err(run_err)?;
-        producer.begin_transaction().map_err(run_err)?;
-    }
+    let mut txns = Transactions::start(&producer, txn).await?;
     let mut rng = Rng::seeded();
     let payload = Bytes::from(rng.letters(size));
 
@@ -522,18 +510,9 @@ async fn produce_records(
 
     let mut send_error = None;
     for _ in 0..n {
-        if let Some(d) = txn {
-            if txn_started.elapsed() >= d {
-                let t = Instant::now();
-                if let Err(e) = producer.commit_transaction().await {
-                    send_error = Some(e.to_string());
-                    break;
-                }
-                note_commit(t);
-                transactions += 1;
-                producer.begin_transaction().map_err(run_err)?;
-                txn_started = Instant::now();
-            }
+        if let Err(e) = txns.tick(&producer).await {
+            send_error = Some(e);
+            break;
         }
         let value = if fresh_payload {
             Bytes::from(rng.letters(size))
@@ -558,24 +537,10 @@ async fn produce_records(
             }
         }
     }
-    if txn.is_some() && send_error.is_none() {
-        let t = Instant::now();
-        match producer.commit_transaction().await {
-            Ok(()) => {
-                note_commit(t);
-                transactions += 1
-            }
-            Err(e) => send_error = Some(e.to_string()),
-        }
+    if send_error.is_none() {
+        send_error = txns.finish(&producer).await.err();
     }
-    if txn.is_some() {
-        println!(
-            "onceflow-detail transactions={transactions} commit_ms_total={:.1} commit_ms_avg={:.2} commit_ms_max={:.1}",
-            commit_us.0 as f64 / 1000.0,
-            commit_us.0 as f64 / 1000.0 / transactions.max(1) as f64,
-            commit_us.1 as f64 / 1000.0
-        );
-    }
+    txns.report();
     let sent_secs = start.elapsed().as_secs_f64();
     drop(tx);
     let (lat, failed, first_error, end) = drain.await.map_err(run_err)?;
@@ -606,6 +571,79 @@ async fn produce_records(
     Ok((acked, failed, secs))
 }
 
+/// Transactions committed every `every` (ProducerPerformance's --transaction-duration-ms) by
+/// both send loops, and the time each loop spent blocked in commit_transaction (flush + EndTxn).
+struct Transactions {
+    every: Option<Duration>,
+    started: Instant,
+    committed: u64,
+    /// Microseconds in commit_transaction: sum, max.
+    commit_us: (u64, u64),
+}
+
+impl Transactions {
+    /// Initializes and begins the first transaction when `every` is set.
+    async fn start(producer: &Producer, every: Option<Duration>) -> Res<Transactions> {
+        if every.is_some() {
+            producer.init_transactions().await.map_err(run_err)?;
+            producer.begin_transaction().map_err(run_err)?;
+        }
+        Ok(Transactions {
+            every,
+            started: Instant::now(),
+            committed: 0,
+            commit_us: (0, 0),
+        })
+    }
+
+    /// Before a send: commits and begins the next transaction once the current one is due.
+    async fn tick(&mut self, producer: &Producer) -> Result<(), String> {
+        match self.every {
+            Some(d) if self.started.elapsed() >= d => {
+                self.commit(producer).await?;
+                producer.begin_transaction().map_err(|e| e.to_string())?;
+                self.started = Instant::now();
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// After the last send: commits the open transaction, if any.
+    async fn finish(&mut self, producer: &Producer) -> Result<(), String> {
+        if self.every.is_some() {
+            self.commit(producer).await?;
+        }
+        Ok(())
+    }
+
+    async fn commit(&mut self, producer: &Producer) -> Result<(), String> {
+        let t = Instant::now();
+        producer
+            .commit_transaction()
+            .await
+            .map_err(|e| e.to_string())?;
+        let us = t.elapsed().as_micros() as u64;
+        self.commit_us = (self.commit_us.0 + us, self.commit_us.1.max(us));
+        self.committed += 1;
+        Ok(())
+    }
+
+    /// The `onceflow-detail` line the comparison script reads, with transactions only.
+    fn report(&self) {
+        if self.every.is_some() {
+            let (sum, max) = self.commit_us;
+            println!(
+                "onceflow-detail transactions={} commit_ms_total={:.1} commit_ms_avg={:.2} commit_ms_max={:.1}",
+                self.committed,
+                sum as f64 / 1000.0,
+                sum as f64 / 1000.0 / self.committed.max(1) as f64,
+                max as f64 / 1000.0
+            );
+        }
+    }
+}
+
 /// Records acknowledged and failed, counted by `send_with_callback` callbacks. Statics, so the
 /// callback captures nothing and boxing it allocates nothing: the harness costs what franz-go's
 /// and librdkafka's peers cost (one shared counting callback), not a closure per record.
@@ -625,31 +663,15 @@ async fn produce_with_callbacks(
     txn: Option<Duration>,
 ) -> Res<(u64, u64, f64)> {
     let producer = Producer::new(config).await.map_err(run_err)?;
-    let mut transactions = 0u64;
-    let mut commit_us: (u64, u64) = (0, 0); // sum, max
-    if txn.is_some() {
-        producer.init_transactions().await.map_err(run_err)?;
-        producer.begin_transaction().map_err(run_err)?;
-    }
+    let mut txns = Transactions::start(&producer, txn).await?;
     let mut rng = Rng::seeded();
     let payload = Bytes::from(rng.letters(size));
     let start = Instant::now();
-    let mut txn_started = start;
     let mut send_error = None;
     for _ in 0..n {
-        if let Some(d) = txn {
-            if txn_started.elapsed() >= d {
-                let t = Instant::now();
-                if let Err(e) = producer.commit_transaction().await {
-                    send_error = Some(e.to_string());
-                    break;
-                }
-                let us = t.elapsed().as_micros() as u64;
-                commit_us = (commit_us.0 + us, commit_us.1.max(us));
-                transactions += 1;
-                producer.begin_transaction().map_err(run_err)?;
-                txn_started = Instant::now();
-            }
+        if let Err(e) = txns.tick(&producer).await {
+            send_error = Some(e);
+            break;
         }
         let value = if fresh_payload {
             Bytes::from(rng.letters(size))
@@ -677,29 +699,14 @@ async fn produce_with_callbacks(
             break;
         }
     }
-    if txn.is_some() && send_error.is_none() {
-        let t = Instant::now();
-        match producer.commit_transaction().await {
-            Ok(()) => {
-                let us = t.elapsed().as_micros() as u64;
-                commit_us = (commit_us.0 + us, commit_us.1.max(us));
-                transactions += 1
-            }
-            Err(e) => send_error = Some(e.to_string()),
-        }
+    if send_error.is_none() {
+        send_error = txns.finish(&producer).await.err();
     }
     if let Err(e) = producer.flush().await {
         send_error.get_or_insert(e.to_string());
     }
     let secs = start.elapsed().as_secs_f64();
-    if txn.is_some() {
-        println!(
-            "onceflow-detail transactions={transactions} commit_ms_total={:.1} commit_ms_avg={:.2} commit_ms_max={:.1}",
-            commit_us.0 as f64 / 1000.0,
-            commit_us.0 as f64 / 1000.0 / transactions.max(1) as f64,
-            commit_us.1 as f64 / 1000.0
-        );
-    }
+    txns.report();
     if let Err(e) = producer.close().await {
         eprintln!("onceflow-perf produce: warning: close: {e}");
     }

@@ -48,7 +48,14 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             .clone()
             .unwrap_or_else(|| job.source.brokers.join(",")),
         props: Vec::new(),
+        config_file: None,
     };
+    // The security properties (security.protocol, ssl.*, sasl.*) also go to the admin client.
+    let for_admin = Conn {
+        props: a.props.clone(),
+        ..conn.clone()
+    }
+    .brokers_only()?;
     let (for_producer, for_consumer) = route_props(&a.props)?;
     let restore = match (a.fresh, a.from_checkpoint) {
         (true, _) => RestoreFrom::Fresh,
@@ -60,7 +67,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
             .state_dir
             .clone()
             .unwrap_or_else(|| job.settings.state_dir.clone()),
-        client: conn.brokers_only().client()?,
+        client: for_admin.client()?,
         producer: conn.producer(&for_producer)?,
         consumer: conn.consumer(&for_consumer)?,
         restore,

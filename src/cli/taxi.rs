@@ -196,7 +196,7 @@ async fn ensure_topic(admin: &Admin, topic: &str, partitions: i32) -> Result<usi
 async fn run_generate(a: GenerateArgs) -> Result<ExitCode> {
     let config = generator_config(&a)?;
     let events = generate::rides(config).map_err(|e| CliError::Usage(e.to_string()))?;
-    let admin = Admin::new(a.conn.brokers_only().client()?).await?;
+    let admin = Admin::new(a.conn.brokers_only()?.client()?).await?;
     let partitions = ensure_topic(&admin, &a.topic, a.partitions).await?;
     let producer = feed::producer(&a.conn).await?;
     let (mut outside, mut first, mut last) = (0u64, i64::MAX, i64::MIN);
@@ -228,7 +228,7 @@ async fn run_generate(a: GenerateArgs) -> Result<ExitCode> {
 
 async fn run_verify(a: VerifyArgs) -> Result<ExitCode> {
     let job = Job::from(a.job);
-    let admin = Admin::new(a.conn.brokers_only().client()?).await?;
+    let admin = Admin::new(a.conn.brokers_only()?.client()?).await?;
     let deadline = Instant::now() + Duration::from_millis(a.read_timeout_ms);
     let topics = JobTopics {
         job,
@@ -339,7 +339,7 @@ impl JobTopics<'_> {
 }
 
 async fn run_latency(a: LatencyArgs) -> Result<ExitCode> {
-    let admin = Admin::new(a.conn.brokers_only().client()?).await?;
+    let admin = Admin::new(a.conn.brokers_only()?.client()?).await?;
     let topics = JobTopics {
         job: Job::from(a.job),
         input: &a.input,
@@ -516,6 +516,7 @@ mod tests {
             conn: Conn {
                 broker: "h:1".into(),
                 props: Vec::new(),
+                config_file: None,
             },
             topic: "rides".into(),
             count: 10,

@@ -13,6 +13,7 @@ use super::metadata::{
     BrokerAddr, CoordinatorKind, MetadataSnapshot, PartitionMetadata, TopicMetadata, TopicPartition,
 };
 use super::retry::{self, backoff, Attempt, Policy, Step};
+use super::security::Secured;
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
@@ -59,6 +60,8 @@ pub enum NodeState {
 /// The broker pool and metadata cache.
 pub struct Cluster {
     config: ClientConfig,
+    /// TLS and SASL for every connection, the TLS files read once.
+    secured: Secured,
     slots: Mutex<HashMap<i32, Arc<tokio::sync::Mutex<BrokerSlot>>>>,
     metadata: RwLock<Arc<MetadataSnapshot>>,
     /// Bumped on every change of `metadata` (a refresh, or one topic looked up): lets a hot
@@ -99,8 +102,10 @@ impl Cluster {
     /// [`Error::NoBrokerReachable`] when no bootstrap address answers within
     /// `default.api.timeout.ms`.
     pub async fn connect(config: ClientConfig) -> Result<Arc<Cluster>> {
+        let secured = Secured::new(&config.security)?;
         let cluster = Arc::new(Cluster {
             config,
+            secured,
             slots: Mutex::new(HashMap::new()),
             metadata: RwLock::new(Arc::new(MetadataSnapshot::default())),
             metadata_version: AtomicU64::new(0),
@@ -185,11 +190,12 @@ impl Cluster {
         let addr = self.addr_of(node_id);
         let connected = match &addr {
             Some(addr) => {
-                Connection::connect(
+                Connection::connect_secured(
                     addr,
                     &self.config.client_id,
                     self.config.connect_timeout,
                     self.config.request_timeout,
+                    &self.secured,
                 )
                 .await
             }
@@ -256,6 +262,9 @@ impl Cluster {
         for id in ids {
             match self.broker(id).await {
                 Ok(c) => return Ok(c),
+                // A refused password or certificate is refused by every broker alike: say
+                // so, rather than "no broker reachable".
+                Err(e @ (Error::Authentication { .. } | Error::Tls { .. })) => return Err(e),
                 Err(e) => last = e.to_string(),
             }
         }

@@ -9,6 +9,7 @@ use crate::protocol::records::Compression;
 use std::time::Duration;
 
 pub use super::cluster::TopicLookup;
+pub use super::security::SecurityConfig;
 
 /// A configuration problem, naming the property and what is accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -117,6 +118,8 @@ pub struct ClientConfig {
     /// `default.api.timeout.ms`: the bound for calls made on the user's behalf (metadata,
     /// list offsets, admin).
     pub api_timeout: Duration,
+    /// `security.protocol`, `ssl.*`, `sasl.*`: TLS and SASL. Its `Debug` never shows a secret.
+    pub security: SecurityConfig,
 }
 
 impl Default for ClientConfig {
@@ -132,6 +135,7 @@ impl Default for ClientConfig {
             retry_backoff_max: Duration::from_secs(1),
             metadata_max_age: Duration::from_secs(300),
             api_timeout: Duration::from_secs(60),
+            security: SecurityConfig::new(),
         }
     }
 }
@@ -354,16 +358,7 @@ impl ClientConfig {
             "retry.backoff.max.ms" => self.retry_backoff_max = parse_ms(name, value)?,
             "metadata.max.age.ms" => self.metadata_max_age = parse_ms(name, value)?,
             "default.api.timeout.ms" => self.api_timeout = parse_ms(name, value)?,
-            "security.protocol" => {
-                if !value.trim().eq_ignore_ascii_case("plaintext") {
-                    return Err(invalid(
-                        name,
-                        value,
-                        "PLAINTEXT (TLS and SASL are not supported yet)",
-                    ));
-                }
-            }
-            _ => return Ok(false),
+            other => return self.security.set(other, value),
         }
         Ok(true)
     }

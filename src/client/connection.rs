@@ -36,17 +36,20 @@
 //! of request.timeout.ms, a JoinGroup the rebalance timeout.
 
 use super::error::{Error, Result};
+use super::security::{self, Secured, SecurityConfig};
 use crate::protocol::frame::{self, FrameError};
 use crate::protocol::produce_frame;
 use crate::protocol::versions::ApiVersions;
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse, ProduceRequest};
+use kafka_protocol::messages::{
+    ApiVersionsRequest, ApiVersionsResponse, ProduceRequest, SaslAuthenticateRequest,
+};
 use kafka_protocol::protocol::{Request, StrBytes};
 use std::collections::HashMap;
 use std::io::IoSlice;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -71,6 +74,23 @@ struct Pending {
 struct Shared {
     addr: String,
     pending: Mutex<Pending>,
+    /// The next correlation id (here, not in [`Connection`], because the writer task sends
+    /// requests of its own: SASL re-authentication).
+    next_correlation_id: AtomicI32,
+    /// A SASL session the broker limits in time (KIP-368): the writer re-authenticates before
+    /// writing past its deadline. None: no SASL, or a session without an end.
+    session: Mutex<Option<Session>>,
+}
+
+/// What the writer needs to re-authenticate.
+struct Session {
+    /// Re-authenticate before writing anything after this.
+    reauth_at: Instant,
+    security: Arc<SecurityConfig>,
+    client_id: String,
+    request_timeout: Duration,
+    /// SaslAuthenticate's version.
+    version: i16,
 }
 
 impl Shared {
@@ -99,6 +119,24 @@ impl Shared {
                 }));
             }
         }
+    }
+
+    fn next_correlation_id(&self) -> i32 {
+        self.next_correlation_id.fetch_add(1, Ordering::Relaxed) & i32::MAX
+    }
+
+    /// Registers a waiter for `correlation_id`, unless the connection is poisoned.
+    fn register(&self, correlation_id: i32) -> Result<oneshot::Receiver<Result<Bytes>>> {
+        let mut p = self.lock();
+        if let Some(reason) = &p.poisoned {
+            return Err(Error::ConnectionClosed {
+                broker: self.addr.clone(),
+                reason: reason.clone(),
+            });
+        }
+        let (tx, rx) = oneshot::channel();
+        p.waiters.insert(correlation_id, Slot::Waiting(tx));
+        Ok(rx)
     }
 
     fn closed_error(&self) -> Option<Error> {
@@ -195,7 +233,6 @@ impl<R: Request> PendingResponse<R> {
 pub struct Connection {
     shared: Arc<Shared>,
     writer: mpsc::UnboundedSender<OutFrame>,
-    next_correlation_id: AtomicI32,
     client_id: String,
     request_timeout: Duration,
     versions: ApiVersions,
@@ -223,22 +260,87 @@ impl Connection {
     ) -> Result<Connection> {
         let span = debug_span!("connect", broker = %addr);
         async {
-            let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(addr))
-                .await
-                .map_err(|_| Error::Timeout {
-                    what: format!("connecting to broker {addr}"),
-                    after: connect_timeout,
-                })?
-                .map_err(|e| Error::Io {
-                    broker: addr.to_owned(),
-                    message: e.to_string(),
-                })?;
-            let _ = stream.set_nodelay(true);
+            let stream = tcp_connect(addr, connect_timeout).await?;
             let (read, write) = stream.into_split();
             Self::start(read, write, addr, client_id, request_timeout).await
         }
         .instrument(span)
         .await
+    }
+
+    /// Connects as `secured` says (TCP, then TLS for SSL and SASL_SSL, then ApiVersions, then
+    /// SASL for SASL_PLAINTEXT and SASL_SSL), and returns a ready connection.
+    ///
+    /// # Errors
+    /// As [`Self::connect`], and [`Error::Tls`] or [`Error::Authentication`] (both fatal).
+    pub(crate) async fn connect_secured(
+        addr: &str,
+        client_id: &str,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+        secured: &Secured,
+    ) -> Result<Connection> {
+        if secured.tls.is_none() && !secured.config.protocol.sasl() {
+            return Self::connect(addr, client_id, connect_timeout, request_timeout).await;
+        }
+        let span =
+            debug_span!("connect", broker = %addr, security = secured.config.protocol.as_str());
+        async {
+            let stream = tcp_connect(addr, connect_timeout).await?;
+            let conn = match &secured.tls {
+                None => {
+                    let (read, write) = stream.into_split();
+                    Self::start(read, write, addr, client_id, request_timeout).await?
+                }
+                Some(tls) => {
+                    let host = host_of(addr);
+                    let tls_stream =
+                        tokio::time::timeout(connect_timeout, tls.connect(stream, host))
+                            .await
+                            .map_err(|_| Error::Timeout {
+                                what: format!("the TLS handshake with broker {addr}"),
+                                after: connect_timeout,
+                            })?
+                            .map_err(|message| Error::Tls {
+                                broker: addr.to_owned(),
+                                message,
+                            })?;
+                    let (read, write) = tokio::io::split(tls_stream);
+                    Self::start(read, write, addr, client_id, request_timeout)
+                        .await
+                        .map_err(|e| not_this_listener(e, secured))?
+                }
+            };
+            if secured.config.protocol.sasl() {
+                conn.authenticate(&secured.config)
+                    .await
+                    .map_err(|e| not_this_listener(e, secured))?;
+            }
+            Ok(conn)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// SASL authentication, and the session's re-authentication deadline if the broker sets
+    /// one.
+    async fn authenticate(&self, security: &SecurityConfig) -> Result<()> {
+        let version = self.version_for::<SaslAuthenticateRequest>(Some(2))?;
+        let lifetime = security::sasl::authenticate(&mut &*self, security, version).await?;
+        if let Some(lifetime) = lifetime {
+            *self
+                .shared
+                .session
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(Session {
+                reauth_at: Instant::now() + security::sasl::reauth_after(lifetime),
+                security: Arc::new(security.clone()),
+                client_id: self.client_id.clone(),
+                request_timeout: self.request_timeout,
+                version,
+            });
+        }
+        Ok(())
     }
 
     /// Runs a connection over an already-open transport (a TLS stream, an in-memory duplex in
@@ -280,6 +382,8 @@ impl Connection {
                 waiters: HashMap::new(),
                 poisoned: None,
             }),
+            next_correlation_id: AtomicI32::new(0),
+            session: Mutex::new(None),
         });
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(write_loop(write, rx, shared.clone()));
@@ -287,7 +391,6 @@ impl Connection {
         let mut conn = Connection {
             shared,
             writer: tx,
-            next_correlation_id: AtomicI32::new(0),
             client_id: client_id.to_owned(),
             request_timeout,
             versions: ApiVersions::default(),
@@ -478,7 +581,7 @@ impl Connection {
     }
 
     fn next_correlation_id(&self) -> i32 {
-        self.next_correlation_id.fetch_add(1, Ordering::Relaxed) & i32::MAX
+        self.shared.next_correlation_id()
     }
 
     /// Registers the response waiter (if any) and queues the frame for the writer, in that
@@ -489,19 +592,12 @@ impl Connection {
         correlation_id: i32,
         expect_response: bool,
     ) -> Result<Option<oneshot::Receiver<Result<Bytes>>>> {
-        let rx = {
-            let mut p = self.shared.lock();
-            if let Some(reason) = &p.poisoned {
-                return Err(Error::ConnectionClosed {
-                    broker: self.addr().to_owned(),
-                    reason: reason.clone(),
-                });
-            }
-            if expect_response {
-                let (tx, rx) = oneshot::channel();
-                p.waiters.insert(correlation_id, Slot::Waiting(tx));
-                Some(rx)
-            } else {
+        let rx = match expect_response {
+            true => Some(self.shared.register(correlation_id)?),
+            false => {
+                if let Some(e) = self.shared.closed_error() {
+                    return Err(e);
+                }
                 None
             }
         };
@@ -519,6 +615,131 @@ impl Connection {
     }
 }
 
+/// A TCP connection to `addr` within `connect_timeout`, Nagle off.
+async fn tcp_connect(addr: &str, connect_timeout: Duration) -> Result<TcpStream> {
+    let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(addr))
+        .await
+        .map_err(|_| Error::Timeout {
+            what: format!("connecting to broker {addr}"),
+            after: connect_timeout,
+        })?
+        .map_err(|e| Error::Io {
+            broker: addr.to_owned(),
+            message: e.to_string(),
+        })?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// The host of `host:port` (`[v6]:port` too), for TLS's server name.
+fn host_of(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+/// A connection closed right after TLS or during SASL is how a broker answers a client that
+/// speaks the wrong protocol to a listener: say so.
+fn not_this_listener(e: Error, secured: &Secured) -> Error {
+    match e {
+        Error::ConnectionClosed { broker, reason } => Error::ConnectionClosed {
+            reason: format!(
+                "{reason} (while setting up {}: does this listener expect security.protocol={}? check the port and security.protocol)",
+                secured.config.protocol.as_str(),
+                secured.config.protocol.as_str()
+            ),
+            broker,
+        },
+        other => other,
+    }
+}
+
+impl security::sasl::SaslChannel for &Connection {
+    fn broker(&self) -> &str {
+        self.addr()
+    }
+
+    async fn call<R: Request>(&mut self, req: &R, version: i16) -> Result<R::Response> {
+        self.request_at(req, version).await
+    }
+}
+
+/// The writer task's own requests (re-authentication): written straight to the socket between
+/// two queued frames, their responses read by the reader task like any other.
+struct WriterChannel<'a, W: AsyncWrite + Unpin> {
+    w: &'a mut BufWriter<W>,
+    shared: &'a Arc<Shared>,
+    client_id: &'a str,
+    timeout: Duration,
+}
+
+impl<W: AsyncWrite + Send + Unpin> security::sasl::SaslChannel for WriterChannel<'_, W> {
+    fn broker(&self) -> &str {
+        &self.shared.addr
+    }
+
+    async fn call<R: Request>(&mut self, req: &R, version: i16) -> Result<R::Response> {
+        let correlation_id = self.shared.next_correlation_id();
+        let mut buf = BytesMut::new();
+        frame::encode_request(&mut buf, correlation_id, self.client_id, version, req)?;
+        let rx = self.shared.register(correlation_id)?;
+        let io = |e: std::io::Error| Error::Io {
+            broker: self.shared.addr.clone(),
+            message: e.to_string(),
+        };
+        self.w.write_all(&buf).await.map_err(io)?;
+        self.w.flush().await.map_err(io)?;
+        let frame = tokio::time::timeout(self.timeout, rx)
+            .await
+            .map_err(|_| Error::Timeout {
+                what: format!("re-authentication with broker {}", self.shared.addr),
+                after: self.timeout,
+            })?
+            .map_err(|_| Error::ConnectionClosed {
+                broker: self.shared.addr.clone(),
+                reason: "reader stopped".into(),
+            })??;
+        Ok(frame::decode_response::<R>(frame, version)?.1)
+    }
+}
+
+/// Re-authenticates (KIP-368) if the session's deadline has passed; the writer calls it before
+/// writing. Frames queued meanwhile wait in the channel; responses to requests already on the
+/// wire keep coming and the reader hands them out as usual.
+async fn reauthenticate_if_due<W: AsyncWrite + Send + Unpin>(
+    w: &mut BufWriter<W>,
+    shared: &Arc<Shared>,
+) -> Result<()> {
+    let due = {
+        let session = shared.session.lock().unwrap_or_else(|p| p.into_inner());
+        match session.as_ref() {
+            Some(s) if Instant::now() >= s.reauth_at => Some((
+                s.security.clone(),
+                s.client_id.clone(),
+                s.request_timeout,
+                s.version,
+            )),
+            _ => None,
+        }
+    };
+    let Some((security, client_id, timeout, version)) = due else {
+        return Ok(());
+    };
+    let mut chan = WriterChannel {
+        w,
+        shared,
+        client_id: &client_id,
+        timeout,
+    };
+    let lifetime = security::sasl::authenticate(&mut chan, &security, version).await?;
+    debug!(broker = %shared.addr, ?lifetime, "re-authenticated");
+    let mut session = shared.session.lock().unwrap_or_else(|p| p.into_inner());
+    match (lifetime, session.as_mut()) {
+        (Some(l), Some(s)) => s.reauth_at = Instant::now() + security::sasl::reauth_after(l),
+        _ => *session = None,
+    }
+    Ok(())
+}
+
 impl Drop for Connection {
     fn drop(&mut self) {
         // Ends the writer task, which shuts the socket down, which ends the reader.
@@ -533,6 +754,10 @@ async fn write_loop<W: AsyncWrite + Send + Unpin>(
 ) {
     let mut w = BufWriter::with_capacity(64 * 1024, write);
     while let Some(frame) = rx.recv().await {
+        if let Err(e) = reauthenticate_if_due(&mut w, &shared).await {
+            shared.poison(format!("re-authentication failed: {e}"));
+            return;
+        }
         if let Err(e) = frame.write_to(&mut w).await {
             shared.poison(format!("write failed: {e}"));
             return;

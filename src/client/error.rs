@@ -50,6 +50,27 @@ pub enum Error {
         /// What the OS said.
         message: String,
     },
+    /// SASL authentication failed. Fatal: the same credentials will fail again.
+    #[error("authentication to broker {broker} failed ({mechanism}, {who}): {message}")]
+    Authentication {
+        /// host:port.
+        broker: String,
+        /// `sasl.mechanism`.
+        mechanism: &'static str,
+        /// Who tried: the user name, or where the token came from (never a secret).
+        who: String,
+        /// What the broker or the exchange said.
+        message: String,
+    },
+    /// The TLS handshake failed (an untrusted or mismatched certificate, a refused client
+    /// certificate, a listener that does not speak TLS). Fatal: retrying cannot fix it.
+    #[error("broker {broker}: {message}")]
+    Tls {
+        /// host:port.
+        broker: String,
+        /// What failed and what to change.
+        message: String,
+    },
     /// No broker could be reached.
     #[error("no broker reachable at {addrs} ({last}); check bootstrap.servers and that Kafka is running")]
     NoBrokerReachable {

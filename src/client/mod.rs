@@ -18,6 +18,7 @@
 //! - [`error`]: the error type and [`classify`], the one place that decides whether a broker
 //!   error is retried, needs a metadata refresh, aborts a transaction or is fatal.
 //! - [`config`]: the client, producer and consumer settings, read from Java-style properties.
+//! - [`security`]: TLS and SASL (`security.protocol`, `ssl.*`, `sasl.*`), pure Rust.
 //! - [`metadata`]: topics, partitions and leaders as the cluster reports them.
 
 pub mod admin;
@@ -33,6 +34,7 @@ mod list_offsets;
 pub mod metadata;
 pub mod producer;
 pub(crate) mod retry;
+pub mod security;
 pub mod txn;
 
 pub use txn::TransactionalPool;

@@ -130,7 +130,7 @@ async fn set_up(args: &Args, seed: u64) -> Result<Setup> {
             args.conn.broker
         ))
     };
-    let admin = Admin::new(args.conn.brokers_only().client()?)
+    let admin = Admin::new(args.conn.brokers_only()?.client()?)
         .await
         .map_err(no_broker)?;
     admin.list_topics().await.map_err(no_broker)?;

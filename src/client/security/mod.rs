@@ -1,0 +1,556 @@
+//! Connecting to secured clusters: TLS (`security.protocol` SSL and SASL_SSL) and SASL
+//! (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER), with the Java client's property names.
+//!
+//! - this module: [`SecurityConfig`], set from properties, and [`Secret`], a value that never
+//!   shows in `Debug`, `Display`, logs or errors.
+//! - `tls`: the rustls client configuration (graviola's pure-Rust crypto, PEM trust and key
+//!   stores, hostname verification), built once per [`Cluster`](super::Cluster).
+//! - `jaas`: `sasl.jaas.config` as Java users write it.
+//! - `sasl`: the SaslHandshake + SaslAuthenticate exchange over a connection, and the
+//!   mechanisms (`scram`, `oauth`; PLAIN is one message).
+//!
+//! Nothing here builds C: rustls with `rustls-graviola`, RustCrypto's `sha2`/`hmac`/`pbkdf2`.
+
+mod jaas;
+pub(crate) mod oauth;
+pub(crate) mod sasl;
+pub(crate) mod scram;
+pub(crate) mod tls;
+
+use super::config::ConfigError;
+use std::path::PathBuf;
+
+pub(crate) use tls::TlsConnector;
+
+/// A password, token or key: shown as `[redacted]` everywhere (`Debug`, `Display`), so a
+/// configuration printed or logged never carries it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The value itself: only for the wire.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl std::fmt::Display for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// `security.protocol`: the transport and whether SASL runs over it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SecurityProtocol {
+    /// TCP, no authentication.
+    #[default]
+    Plaintext,
+    /// TLS (mutual when a client key is configured).
+    Ssl,
+    /// SASL over TCP.
+    SaslPlaintext,
+    /// SASL over TLS.
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    /// Whether the transport is TLS.
+    pub fn tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    /// Whether SASL authenticates each connection.
+    pub fn sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+
+    /// The property value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+}
+
+/// `sasl.mechanism`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SaslMechanism {
+    /// RFC 4616: user name and password in the clear (use it over TLS only).
+    #[default]
+    Plain,
+    /// RFC 5802 with SHA-256.
+    ScramSha256,
+    /// RFC 5802 with SHA-512.
+    ScramSha512,
+    /// RFC 7628: a bearer token (OAuth 2 / OIDC).
+    OAuthBearer,
+}
+
+impl SaslMechanism {
+    /// The mechanism's name on the wire and in `sasl.mechanism`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+            SaslMechanism::OAuthBearer => "OAUTHBEARER",
+        }
+    }
+}
+
+/// Where an OAUTHBEARER token comes from. Read again at every authentication (and
+/// re-authentication), so a refreshed file or a command's new answer is picked up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TokenSource {
+    /// `sasl.oauthbearer.token`: a fixed token.
+    Static(Secret),
+    /// `sasl.oauthbearer.token.file`: the file's contents, trimmed.
+    File(PathBuf),
+    /// `sasl.oauthbearer.token.command`: run with `sh -c`; its standard output, trimmed.
+    Command(String),
+    /// Java's unsecured login module (`unsecuredLoginStringClaim_sub` in `sasl.jaas.config`):
+    /// an unsigned JWT (`alg: none`) for this subject, for test brokers that accept them.
+    Unsecured {
+        /// The `sub` claim: the principal the broker sees.
+        subject: String,
+        /// `unsecuredLoginLifetimeSeconds` (default 3600).
+        lifetime_s: u64,
+    },
+}
+
+/// Security settings shared by every client role.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct SecurityConfig {
+    /// `security.protocol`.
+    pub protocol: SecurityProtocol,
+    /// `ssl.truststore.location` (librdkafka: `ssl.ca.location`): PEM file of the CAs to trust.
+    /// None: the system's CA bundle.
+    pub truststore: Option<PathBuf>,
+    /// `ssl.keystore.location` (PEM with the private key and the certificate chain), or
+    /// `ssl.certificate.location` with `ssl.key.location` (librdkafka's): the client's
+    /// certificate for mutual TLS.
+    pub keystore: Option<PathBuf>,
+    /// `ssl.certificate.location`.
+    pub certificate: Option<PathBuf>,
+    /// `ssl.key.location`.
+    pub key: Option<PathBuf>,
+    /// `ssl.endpoint.identification.algorithm`: `https` (the default) checks the broker's
+    /// certificate is for the host connected to; empty turns that off (with a warning).
+    pub verify_hostname: bool,
+    /// `sasl.mechanism`.
+    pub mechanism: SaslMechanism,
+    /// `sasl.username`, or `username` in `sasl.jaas.config`.
+    pub username: Option<String>,
+    /// `sasl.password`, or `password` in `sasl.jaas.config`.
+    pub password: Option<Secret>,
+    /// The OAUTHBEARER token's source.
+    pub token: Option<TokenSource>,
+    /// Whether any `ssl.*` property was set (a TLS setting with a non-TLS protocol is a
+    /// mistake worth naming).
+    ssl_set: Option<String>,
+    /// Whether any `sasl.*` credential was set (likewise).
+    sasl_set: Option<String>,
+}
+
+impl SecurityConfig {
+    /// A plaintext configuration (hostname verification on, for when TLS is turned on).
+    pub fn new() -> SecurityConfig {
+        SecurityConfig {
+            verify_hostname: true,
+            ..Default::default()
+        }
+    }
+
+    /// Applies one security property. `Ok(false)` when `name` is not one.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the property and what it accepts.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<bool, ConfigError> {
+        let v = value.trim();
+        let path = |v: &str| -> Result<PathBuf, ConfigError> {
+            if v.is_empty() {
+                return Err(invalid(name, value, "a file path"));
+            }
+            Ok(PathBuf::from(v))
+        };
+        match name {
+            "security.protocol" => {
+                self.protocol = match v.to_ascii_uppercase().as_str() {
+                    "PLAINTEXT" => SecurityProtocol::Plaintext,
+                    "SSL" => SecurityProtocol::Ssl,
+                    "SASL_PLAINTEXT" => SecurityProtocol::SaslPlaintext,
+                    "SASL_SSL" => SecurityProtocol::SaslSsl,
+                    _ => {
+                        return Err(invalid(
+                            name,
+                            value,
+                            "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+                        ))
+                    }
+                };
+                return Ok(true);
+            }
+            "ssl.truststore.location" | "ssl.ca.location" => self.truststore = Some(path(v)?),
+            "ssl.keystore.location" => self.keystore = Some(path(v)?),
+            "ssl.certificate.location" => self.certificate = Some(path(v)?),
+            "ssl.key.location" => self.key = Some(path(v)?),
+            "ssl.truststore.type" | "ssl.keystore.type" => {
+                if !v.eq_ignore_ascii_case("PEM") {
+                    return Err(invalid(
+                        name,
+                        value,
+                        "PEM (convert a JKS or PKCS12 store to PEM: keytool -exportcert -rfc for certificates, openssl pkcs12 -nodes for a key)",
+                    ));
+                }
+            }
+            "ssl.key.password" | "ssl.keystore.password" | "ssl.truststore.password" => {
+                if !v.is_empty() {
+                    return Err(invalid(
+                        name,
+                        "[redacted]",
+                        "nothing: PEM files are read unencrypted (decrypt the key with `openssl pkcs8 -topk8 -nocrypt`)",
+                    ));
+                }
+            }
+            "ssl.endpoint.identification.algorithm" => {
+                self.verify_hostname = match v.to_ascii_lowercase().as_str() {
+                    "https" => true,
+                    "" | "none" => false,
+                    _ => return Err(invalid(name, value, "https, or empty to turn it off")),
+                };
+            }
+            "sasl.mechanism" | "sasl.mechanisms" => {
+                self.mechanism = match v.to_ascii_uppercase().as_str() {
+                    "PLAIN" => SaslMechanism::Plain,
+                    "SCRAM-SHA-256" => SaslMechanism::ScramSha256,
+                    "SCRAM-SHA-512" => SaslMechanism::ScramSha512,
+                    "OAUTHBEARER" => SaslMechanism::OAuthBearer,
+                    _ => {
+                        return Err(invalid(
+                            name,
+                            value,
+                            "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER",
+                        ))
+                    }
+                };
+                self.sasl_set.get_or_insert_with(|| name.to_owned());
+                return Ok(true);
+            }
+            "sasl.username" => {
+                self.username = Some(non_empty(name, value)?);
+                self.sasl_set.get_or_insert_with(|| name.to_owned());
+                return Ok(true);
+            }
+            "sasl.password" => {
+                if value.is_empty() {
+                    return Err(invalid(name, "", "a non-empty password"));
+                }
+                self.password = Some(Secret::new(value));
+                self.sasl_set.get_or_insert_with(|| name.to_owned());
+                return Ok(true);
+            }
+            "sasl.jaas.config" => {
+                let jaas = jaas::parse(value).map_err(|why| ConfigError::Invalid {
+                    name: name.to_owned(),
+                    // The value holds a password: never echo it.
+                    value: format!("[redacted] ({why})"),
+                    expected: "`<LoginModule class> required username=\"...\" password=\"...\";` as the Java client reads it",
+                })?;
+                jaas.apply(self);
+                self.sasl_set.get_or_insert_with(|| name.to_owned());
+                return Ok(true);
+            }
+            "sasl.oauthbearer.token" => {
+                if v.is_empty() {
+                    return Err(invalid(name, "", "a non-empty token"));
+                }
+                self.token = Some(TokenSource::Static(Secret::new(v)));
+                self.sasl_set.get_or_insert_with(|| name.to_owned());
+                return Ok(true);
+            }
+            "sasl.oauthbearer.token.file" => {
+                self.token = Some(TokenSource::File(path(v)?));
+                self.sasl_set.get_or_insert_with(|| name.to_owned());
+                return Ok(true);
+            }
+            "sasl.oauthbearer.token.command" => {
+                self.token = Some(TokenSource::Command(non_empty(name, value)?));
+                self.sasl_set.get_or_insert_with(|| name.to_owned());
+                return Ok(true);
+            }
+            _ => return Ok(false),
+        }
+        self.ssl_set.get_or_insert_with(|| name.to_owned());
+        Ok(true)
+    }
+
+    /// Checks that the settings fit together: what the protocol needs is there, and nothing is
+    /// set that the protocol would silently ignore.
+    ///
+    /// # Errors
+    /// [`ConfigError::Conflict`] or [`ConfigError::Missing`], naming what to change.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let p = self.protocol;
+        if let (false, Some(name)) = (p.tls(), &self.ssl_set) {
+            return Err(ConfigError::Conflict(format!(
+                "'{name}' is set but security.protocol is {}, which does not use TLS; set security.protocol=SSL or SASL_SSL",
+                p.as_str()
+            )));
+        }
+        if let (false, Some(name)) = (p.sasl(), &self.sasl_set) {
+            return Err(ConfigError::Conflict(format!(
+                "'{name}' is set but security.protocol is {}, which does not use SASL; set security.protocol=SASL_SSL or SASL_PLAINTEXT",
+                p.as_str()
+            )));
+        }
+        if self.keystore.is_some() && (self.certificate.is_some() || self.key.is_some()) {
+            return Err(ConfigError::Conflict(
+                "set either ssl.keystore.location (one PEM with the key and the certificate chain) or ssl.certificate.location with ssl.key.location, not both".into(),
+            ));
+        }
+        if self.certificate.is_some() != self.key.is_some() {
+            return Err(ConfigError::Conflict(
+                "ssl.certificate.location and ssl.key.location go together: set both for mutual TLS, or neither".into(),
+            ));
+        }
+        if !p.sasl() {
+            return Ok(());
+        }
+        match self.mechanism {
+            SaslMechanism::Plain | SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512 => {
+                if self.username.is_none() {
+                    return Err(ConfigError::Missing(
+                        "sasl.username (or username=\"...\" in sasl.jaas.config)",
+                    ));
+                }
+                if self.password.is_none() {
+                    return Err(ConfigError::Missing(
+                        "sasl.password (or password=\"...\" in sasl.jaas.config)",
+                    ));
+                }
+            }
+            SaslMechanism::OAuthBearer => {
+                if self.token.is_none() {
+                    return Err(ConfigError::Missing(
+                        "an OAUTHBEARER token: sasl.oauthbearer.token, sasl.oauthbearer.token.file, sasl.oauthbearer.token.command, or unsecuredLoginStringClaim_sub in sasl.jaas.config",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Who authenticates, for errors: the user name, or the token's source.
+    pub(crate) fn who(&self) -> String {
+        match (self.mechanism, &self.username, &self.token) {
+            (SaslMechanism::OAuthBearer, _, Some(TokenSource::Unsecured { subject, .. })) => {
+                format!("unsecured token for '{subject}'")
+            }
+            (SaslMechanism::OAuthBearer, _, Some(TokenSource::File(p))) => {
+                format!("token from {}", p.display())
+            }
+            (SaslMechanism::OAuthBearer, _, Some(TokenSource::Command(_))) => {
+                "token from sasl.oauthbearer.token.command".into()
+            }
+            (SaslMechanism::OAuthBearer, _, _) => "token from sasl.oauthbearer.token".into(),
+            (_, Some(u), _) => format!("user '{u}'"),
+            (_, None, _) => "no user".into(),
+        }
+    }
+}
+
+/// What every connection of a cluster needs to be secured: the settings, and the TLS client
+/// built from them once.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Secured {
+    pub(crate) config: SecurityConfig,
+    pub(crate) tls: Option<TlsConnector>,
+}
+
+impl Secured {
+    /// Checks the settings and reads the TLS files.
+    ///
+    /// # Errors
+    /// [`Error::Config`](crate::client::Error::Config) naming the property to change.
+    pub(crate) fn new(config: &SecurityConfig) -> crate::client::Result<Secured> {
+        config.validate()?;
+        let tls = match config.protocol.tls() {
+            true => Some(
+                TlsConnector::new(config)
+                    .map_err(|m| crate::client::Error::Config(ConfigError::Conflict(m)))?,
+            ),
+            false => None,
+        };
+        Ok(Secured {
+            config: config.clone(),
+            tls,
+        })
+    }
+}
+
+fn invalid(name: &str, value: &str, expected: &'static str) -> ConfigError {
+    ConfigError::Invalid {
+        name: name.to_owned(),
+        value: value.to_owned(),
+        expected,
+    }
+}
+
+fn non_empty(name: &str, value: &str) -> Result<String, ConfigError> {
+    let v = value.trim();
+    if v.is_empty() {
+        return Err(invalid(name, value, "a non-empty string"));
+    }
+    Ok(v.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(props: &[(&str, &str)]) -> Result<SecurityConfig, ConfigError> {
+        let mut c = SecurityConfig::new();
+        for (k, v) in props {
+            assert!(c.set(k, v)?, "{k} not taken");
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    #[test]
+    fn secrets_never_show_in_debug() {
+        let c = config(&[
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            (
+                "sasl.jaas.config",
+                r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" password="hunter2";"#,
+            ),
+        ])
+        .unwrap();
+        let shown = format!("{c:?} {c:#?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("alice"));
+        assert_eq!(c.password.as_ref().map(Secret::expose), Some("hunter2"));
+    }
+
+    #[test]
+    fn a_bad_jaas_config_error_does_not_echo_the_password() {
+        let mut c = SecurityConfig::new();
+        let e = c
+            .set(
+                "sasl.jaas.config",
+                r#"ScramLoginModule required username="alice" password="hunter2""#,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("hunter2"), "{e}");
+        assert!(e.contains("sasl.jaas.config"), "{e}");
+    }
+
+    #[test]
+    fn settings_that_the_protocol_ignores_are_named() {
+        // (properties, what the error names)
+        let table: &[(&[(&str, &str)], &str)] = &[
+            (
+                &[("sasl.username", "a")],
+                "'sasl.username' is set but security.protocol is PLAINTEXT",
+            ),
+            (
+                &[
+                    ("security.protocol", "SASL_PLAINTEXT"),
+                    ("ssl.ca.location", "/ca.pem"),
+                ],
+                "'ssl.ca.location' is set but security.protocol is SASL_PLAINTEXT",
+            ),
+            (
+                &[("security.protocol", "SASL_SSL")],
+                "missing required property 'sasl.username",
+            ),
+            (
+                &[("security.protocol", "SASL_SSL"), ("sasl.username", "a")],
+                "missing required property 'sasl.password",
+            ),
+            (
+                &[
+                    ("security.protocol", "SASL_SSL"),
+                    ("sasl.mechanism", "OAUTHBEARER"),
+                ],
+                "an OAUTHBEARER token",
+            ),
+            (
+                &[("security.protocol", "SSL"), ("ssl.key.location", "/k.pem")],
+                "ssl.certificate.location and ssl.key.location go together",
+            ),
+            (
+                &[("security.protocol", "TLS")],
+                "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+            ),
+            (
+                &[("sasl.mechanism", "GSSAPI")],
+                "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER",
+            ),
+            (&[("ssl.truststore.type", "JKS")], "PEM (convert"),
+            (
+                &[
+                    ("security.protocol", "SSL"),
+                    ("ssl.endpoint.identification.algorithm", "http"),
+                ],
+                "https, or empty",
+            ),
+        ];
+        for (props, want) in table {
+            let e = config(props).unwrap_err().to_string();
+            assert!(e.contains(want), "{props:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn java_and_librdkafka_names_give_the_same_settings() {
+        let java = config(&[
+            ("security.protocol", "sasl_ssl"),
+            ("ssl.truststore.location", "/ca.pem"),
+            ("sasl.mechanism", "SCRAM-SHA-256"),
+            ("sasl.username", "alice"),
+            ("sasl.password", "pw"),
+        ])
+        .unwrap();
+        let rdkafka = config(&[
+            ("security.protocol", "SASL_SSL"),
+            ("ssl.ca.location", "/ca.pem"),
+            ("sasl.mechanisms", "SCRAM-SHA-256"),
+            (
+                "sasl.jaas.config",
+                r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" password="pw";"#,
+            ),
+        ])
+        .unwrap();
+        assert_eq!(java.truststore, rdkafka.truststore);
+        assert_eq!(java.mechanism, rdkafka.mechanism);
+        assert_eq!(java.username, rdkafka.username);
+        assert_eq!(java.password, rdkafka.password);
+        assert!(java.verify_hostname);
+    }
+}

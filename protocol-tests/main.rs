@@ -36,6 +36,7 @@ mod limits;
 mod ordering;
 mod pipeline;
 mod read_committed;
+mod security;
 mod send_callback;
 mod taxi_cli;
 mod transactions;

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod group;
 pub mod java;
 pub mod proxy;
+pub mod secured;
 
 use onceflow::client::admin::NewTopic;
 use onceflow::client::txn::TxnState;

@@ -181,7 +181,11 @@ mod tests {
     fn a_property_the_admin_client_does_not_know_is_named() {
         let e = conn(&["linger.ms=5"]).client().unwrap_err().to_string();
         assert!(e.contains("linger.ms"), "{e}");
-        assert!(conn(&["linger.ms=5"]).brokers_only().unwrap().client().is_ok());
+        assert!(conn(&["linger.ms=5"])
+            .brokers_only()
+            .unwrap()
+            .client()
+            .is_ok());
         let e = conn(&["lingr.ms=5"]).producer(&[]).unwrap_err().to_string();
         assert!(e.contains("'lingr.ms'"), "{e}");
     }

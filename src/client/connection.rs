@@ -47,7 +47,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Request, StrBytes};
 use std::collections::HashMap;
 use std::io::IoSlice;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
@@ -80,6 +80,8 @@ struct Shared {
     /// A SASL session the broker limits in time (KIP-368): the writer re-authenticates before
     /// writing past its deadline. None: no SASL, or a session without an end.
     session: Mutex<Option<Session>>,
+    /// Re-authentications done (KIP-368).
+    reauthentications: AtomicU64,
 }
 
 /// What the writer needs to re-authenticate.
@@ -327,7 +329,7 @@ impl Connection {
     async fn authenticate(&self, security: &SecurityConfig) -> Result<()> {
         let version = self.version_for::<SaslAuthenticateRequest>(Some(2))?;
         let lifetime = security::sasl::authenticate(&mut &*self, security, version).await?;
-        if let Some(lifetime) = lifetime {
+        if let (Some(lifetime), false) = (lifetime, security.skip_reauthentication) {
             *self
                 .shared
                 .session
@@ -384,6 +386,7 @@ impl Connection {
             }),
             next_correlation_id: AtomicI32::new(0),
             session: Mutex::new(None),
+            reauthentications: AtomicU64::new(0),
         });
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(write_loop(write, rx, shared.clone()));
@@ -459,6 +462,12 @@ impl Connection {
             broker: self.addr().to_owned(),
             reason,
         }
+    }
+
+    /// How many times this connection re-authenticated because its SASL session was ending
+    /// (KIP-368, brokers with `connections.max.reauth.ms`).
+    pub fn reauthentications(&self) -> u64 {
+        self.shared.reauthentications.load(Ordering::Relaxed)
     }
 
     /// Whether the connection has failed and must be replaced.
@@ -731,6 +740,7 @@ async fn reauthenticate_if_due<W: AsyncWrite + Send + Unpin>(
         timeout,
     };
     let lifetime = security::sasl::authenticate(&mut chan, &security, version).await?;
+    shared.reauthentications.fetch_add(1, Ordering::Relaxed);
     debug!(broker = %shared.addr, ?lifetime, "re-authenticated");
     let mut session = shared.session.lock().unwrap_or_else(|p| p.into_inner());
     match (lifetime, session.as_mut()) {

@@ -15,7 +15,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// The broker answered with an error code.
-    #[error("{context}: broker returned {code}")]
+    #[error("{context}: broker returned {code}{}", authorization_hint(*code, context))]
     Broker {
         /// What the client was doing, e.g. "produce to orders-3".
         context: String,
@@ -207,6 +207,51 @@ pub enum Error {
     /// `abort_transaction()` recovers, and the producer goes on.
     #[error("{0}")]
     TransactionAbortable(String),
+}
+
+/// What an authorization error means for the ACLs, named from the request the context starts
+/// with: which operation on which kind of resource the principal lacks, and how to grant it.
+/// Empty for every other code.
+pub fn authorization_hint(code: ErrorCode, context: &str) -> String {
+    let request = context
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .next()
+        .unwrap_or("");
+    let (operation, resource, flag) = match code {
+        ErrorCode::TOPIC_AUTHORIZATION_FAILED => {
+            let op = match request {
+                "Produce" | "produce" | "AddPartitionsToTxn" => "Write",
+                "Fetch" | "fetch" => "Read",
+                _ => "Describe",
+            };
+            (op, "the topic", "--topic NAME")
+        }
+        ErrorCode::GROUP_AUTHORIZATION_FAILED => {
+            let op = match request {
+                "FindCoordinator" | "DescribeGroups" => "Describe",
+                _ => "Read",
+            };
+            (op, "the group", "--group NAME")
+        }
+        ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED => {
+            let op = match request {
+                "FindCoordinator" | "DescribeTransactions" => "Describe",
+                _ => "Write",
+            };
+            (op, "the transactional id", "--transactional-id NAME")
+        }
+        ErrorCode::CLUSTER_AUTHORIZATION_FAILED => match request {
+            "InitProducerId" => {
+                return " (not authorized: an idempotent producer needs IdempotentWrite on the cluster, or Write on a topic on Kafka 3.0+; grant it with kafka-acls --add --allow-principal User:NAME --operation IdempotentWrite --cluster, or set enable.idempotence=false)".to_owned();
+            }
+            _ => ("the needed operation", "the cluster", "--cluster"),
+        },
+        _ => return String::new(),
+    };
+    format!(
+        " (not authorized: the principal needs {operation} on {resource}; grant it with kafka-acls --add --allow-principal User:NAME --operation {} {flag})",
+        operation.split_whitespace().last().unwrap_or(operation)
+    )
 }
 
 impl From<FrameError> for Error {

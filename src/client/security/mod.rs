@@ -167,6 +167,10 @@ pub struct SecurityConfig {
     pub password: Option<Secret>,
     /// The OAUTHBEARER token's source.
     pub token: Option<TokenSource>,
+    /// Test hook for the inverse of the re-authentication test: never re-authenticate, so the
+    /// broker closes the connection when its session ends. Not a setting for users.
+    #[doc(hidden)]
+    pub skip_reauthentication: bool,
     /// Whether any `ssl.*` property was set (a TLS setting with a non-TLS protocol is a
     /// mistake worth naming).
     ssl_set: Option<String>,

@@ -1,0 +1,564 @@
+//! TLS and SASL against the real secured broker (support/secured.rs): every way in carries a
+//! transaction and a consumer group end to end; a wrong password, an untrusted CA and a host
+//! name the certificate does not list each fail once, clearly, without retrying; a SASL session
+//! the broker limits is renewed in place (KIP-368), and without that the broker closes the
+//! connection. At transaction.version 2 (TV2 run) and 1 (TV1 run), each on its own broker.
+
+use crate::support::secured::{secured, Props, REAUTH_MS};
+use crate::support::unique_topic;
+use onceflow::client::admin::NewTopic;
+use onceflow::client::group::GroupConsumer;
+use onceflow::client::{
+    Admin, ClientConfig, Cluster, ConsumerConfig, Error, ErrorClass, Producer, ProducerConfig,
+    ProducerRecord, TopicPartition,
+};
+use std::time::{Duration, Instant};
+
+const DEADLINE: Duration = Duration::from_secs(120);
+
+fn client(props: &Props) -> ClientConfig {
+    let mut c = ClientConfig::default();
+    for (k, v) in props {
+        assert!(c.set(k, v).unwrap(), "{k} is not a client property");
+    }
+    c.api_timeout = Duration::from_secs(30);
+    c
+}
+
+fn with(props: &Props, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut p = props.clone();
+    p.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    p
+}
+
+/// Over `props`: creates a topic, commits a transaction of 10 records and aborts one of 5, then
+/// a read_committed group member reads exactly the 10 and commits its offsets, which an admin
+/// client reads back. Everything (admin, transaction coordinator, group coordinator, produce,
+/// fetch) goes through the secured listener.
+async fn transaction_and_group_over(props: Props, name: &str) {
+    let admin = Admin::new(client(&props))
+        .await
+        .expect("admin over the listener");
+    let topic = unique_topic(name);
+    admin
+        .create_topics(&[NewTopic::new(topic.clone(), 2)])
+        .await
+        .expect("create the topic over the listener");
+
+    let txn_id = unique_topic(&format!("{name}-txn"));
+    let producer = Producer::new(
+        ProducerConfig::from_properties(with(&props, &[("transactional.id", &txn_id)])).unwrap(),
+    )
+    .await
+    .expect("producer over the listener");
+    producer
+        .init_transactions()
+        .await
+        .expect("init_transactions");
+    producer.begin_transaction().unwrap();
+    for i in 0..10 {
+        let r = ProducerRecord::new(&topic, format!("committed-{i}"));
+        producer.send(r).await.unwrap();
+    }
+    producer.commit_transaction().await.expect("commit");
+    producer.begin_transaction().unwrap();
+    for i in 0..5 {
+        producer
+            .send(ProducerRecord::new(&topic, format!("aborted-{i}")))
+            .await
+            .unwrap();
+    }
+    producer.abort_transaction().await.expect("abort");
+
+    let group = unique_topic(&format!("{name}-group"));
+    let mut member = GroupConsumer::new(
+        ConsumerConfig::from_properties(with(
+            &props,
+            &[
+                ("group.id", &group),
+                ("isolation.level", "read_committed"),
+                ("auto.offset.reset", "earliest"),
+            ],
+        ))
+        .unwrap(),
+    )
+    .await
+    .expect("group member over the listener");
+    member.subscribe(&[topic.as_str()]);
+    let mut values = Vec::new();
+    let start = Instant::now();
+    while values.len() < 10 {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "read {values:?} of 10 within {DEADLINE:?}"
+        );
+        for r in member.poll(Duration::from_millis(200)).await.unwrap() {
+            values
+                .push(String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned());
+        }
+    }
+    // Nothing else: the aborted records never come (the member is at the end of both
+    // partitions once the LSO passed the abort marker).
+    while !member.consumer().at_end() {
+        assert!(start.elapsed() < DEADLINE, "never reached the end");
+        for r in member.poll(Duration::from_millis(200)).await.unwrap() {
+            values
+                .push(String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned());
+        }
+    }
+    values.sort();
+    let want: Vec<String> = {
+        let mut w: Vec<String> = (0..10).map(|i| format!("committed-{i}")).collect();
+        w.sort();
+        w
+    };
+    assert_eq!(values, want);
+    member.commit_positions().await.expect("commit offsets");
+    let committed = admin
+        .committed_offsets(
+            &group,
+            &[
+                TopicPartition::new(topic.clone(), 0),
+                TopicPartition::new(topic.clone(), 1),
+            ],
+        )
+        .await
+        .expect("committed offsets over the listener");
+    let total: i64 = committed.values().sum();
+    // 10 records and 2 transaction markers (a partition without records has no marker of the
+    // committed transaction, so the sum is at least 10 + the markers of the partitions used).
+    assert!(total >= 11, "committed offsets {committed:?}");
+    member.close().await.unwrap();
+    producer.close().await.unwrap();
+    admin.delete_topics(&[topic.as_str()]).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ssl_carries_a_transaction_and_a_group() {
+    let s = secured().await;
+    transaction_and_group_over(s.ssl_props(), "sec-ssl").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_carries_a_transaction_and_a_group() {
+    let s = secured().await;
+    transaction_and_group_over(s.mtls_props(), "sec-mtls").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sasl_ssl_plain_carries_a_transaction_and_a_group() {
+    let s = secured().await;
+    transaction_and_group_over(
+        s.sasl_ssl_props("PLAIN", "alice", "alice-secret"),
+        "sec-plain",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sasl_ssl_scram_sha_256_carries_a_transaction_and_a_group() {
+    let s = secured().await;
+    transaction_and_group_over(
+        s.sasl_ssl_props("SCRAM-SHA-256", "alice", "alice-secret"),
+        "sec-s256",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sasl_ssl_scram_sha_512_carries_a_transaction_and_a_group() {
+    let s = secured().await;
+    transaction_and_group_over(
+        s.sasl_ssl_props("SCRAM-SHA-512", "alice", "alice-secret"),
+        "sec-s512",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sasl_ssl_oauthbearer_carries_a_transaction_and_a_group() {
+    let s = secured().await;
+    transaction_and_group_over(s.oauth_props("alice"), "sec-oauth").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sasl_plaintext_scram_from_a_jaas_config_carries_a_transaction_and_a_group() {
+    let s = secured().await;
+    transaction_and_group_over(
+        s.sasl_plaintext_props("SCRAM-SHA-512", "alice", "alice-secret"),
+        "sec-saslpt",
+    )
+    .await;
+}
+
+/// A wrong password: one attempt (the broker logs one failed authentication), an error naming
+/// the mechanism and the user and classed fatal, long before default.api.timeout.ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_fails_once_naming_the_mechanism_and_the_user() {
+    let s = secured().await;
+    let before = s.failed_authentications();
+    let start = Instant::now();
+    let e = Admin::new(client(&s.sasl_ssl_props("SCRAM-SHA-256", "alice", "wrong")))
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    let took = start.elapsed();
+    let text = e.to_string();
+    assert!(matches!(e, Error::Authentication { .. }), "{e:?}");
+    assert_eq!(e.class(), ErrorClass::Fatal);
+    assert!(
+        text.contains("SCRAM-SHA-256") && text.contains("user 'alice'"),
+        "{text}"
+    );
+    assert!(text.contains("check the user name and password"), "{text}");
+    assert!(
+        !text.contains("wrong"),
+        "the password shows in the error: {text}"
+    );
+    assert!(took < Duration::from_secs(25), "took {took:?}: retried?");
+    // The broker writes its log line as it fails the exchange: wait for it, then check no
+    // second attempt followed.
+    let start = Instant::now();
+    while s.failed_authentications() == before {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the broker logged no failed authentication"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        s.failed_authentications() - before,
+        1,
+        "more than one attempt"
+    );
+}
+
+/// An untrusted CA and a host name the certificate does not list: clear TLS errors, fatal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_ca_and_a_wrong_host_name_are_clear_tls_errors() {
+    let s = secured().await;
+    let mut other_ca = s.ssl_props();
+    other_ca[2].1 = s.other_ca.display().to_string();
+    let e = Admin::new(client(&other_ca)).await.map(|_| ()).unwrap_err();
+    assert!(matches!(e, Error::Tls { .. }), "{e:?}");
+    assert!(e.to_string().contains("not signed by a trusted CA"), "{e}");
+    assert_eq!(e.class(), ErrorClass::Fatal);
+
+    // 127.0.0.2 reaches the same listener, but the certificate is for 127.0.0.1 and localhost.
+    let mut wrong_host = s.ssl_props();
+    wrong_host[0].1 = s.ssl.replace("127.0.0.1", "127.0.0.2");
+    let e = Admin::new(client(&wrong_host))
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert!(matches!(e, Error::Tls { .. }), "{e:?}");
+    assert!(e.to_string().contains("not valid for '127.0.0.2'"), "{e}");
+}
+
+/// The inverse of the host-name check: with ssl.endpoint.identification.algorithm empty the
+/// same connection to 127.0.0.2 is accepted (the chain is still checked: the other CA fails).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_hostname_verification_a_wrong_host_name_connects_but_the_ca_still_counts() {
+    let s = secured().await;
+    let mut wrong_host = s.ssl_props();
+    wrong_host[0].1 = s.ssl.replace("127.0.0.1", "127.0.0.2");
+    wrong_host.push((
+        "ssl.endpoint.identification.algorithm".into(),
+        String::new(),
+    ));
+    let admin = Admin::new(client(&wrong_host))
+        .await
+        .expect("connects without the check");
+    admin.list_topics().await.expect("list topics");
+    let mut other_ca = wrong_host.clone();
+    other_ca[2].1 = s.other_ca.display().to_string();
+    let e = Admin::new(client(&other_ca)).await.map(|_| ()).unwrap_err();
+    assert!(e.to_string().contains("not signed by a trusted CA"), "{e}");
+}
+
+/// The broker limits SASL sessions to REAUTH_MS: one connection that keeps sending requests
+/// for several lifetimes re-authenticates in place and is never closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_re_authenticates_before_its_session_ends_and_stays_open() {
+    let s = secured().await;
+    let cluster = Cluster::connect(client(&s.sasl_ssl_props(
+        "SCRAM-SHA-512",
+        "alice",
+        "alice-secret",
+    )))
+    .await
+    .unwrap();
+    let node = *cluster.metadata().brokers.keys().next().unwrap();
+    let conn = cluster.broker(node).await.unwrap();
+    let start = Instant::now();
+    while conn.reauthentications() < 2 {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "no two re-authentications within {DEADLINE:?}"
+        );
+        let req = kafka_protocol::messages::MetadataRequest::default().with_topics(Some(vec![]));
+        conn.request(&req)
+            .await
+            .expect("a request between re-authentications");
+        assert!(!conn.is_poisoned());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Two full sessions passed on one connection.
+    assert!(start.elapsed() >= Duration::from_millis(REAUTH_MS));
+}
+
+/// The inverse: without re-authentication the broker closes the connection once the session
+/// has ended and a request comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_re_authentication_the_broker_closes_the_connection_when_the_session_ends() {
+    let s = secured().await;
+    let mut config = client(&s.sasl_ssl_props("SCRAM-SHA-512", "alice", "alice-secret"));
+    config.security.skip_reauthentication = true;
+    let cluster = Cluster::connect(config).await.unwrap();
+    let node = *cluster.metadata().brokers.keys().next().unwrap();
+    let conn = cluster.broker(node).await.unwrap();
+    let start = Instant::now();
+    loop {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the broker never closed the connection"
+        );
+        let req = kafka_protocol::messages::MetadataRequest::default().with_topics(Some(vec![]));
+        if conn.request(&req).await.is_err() || conn.is_poisoned() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        start.elapsed() >= Duration::from_millis(REAUTH_MS / 2),
+        "closed before the session could have ended"
+    );
+    assert_eq!(conn.reauthentications(), 0);
+}
+
+/// The Java peer (kafka-clients 4.1.1) as `props` says, on the same listener: its exit status
+/// and standard error.
+async fn java_as(props: &Props, subcommand: &str, topic: &str, args: &[&str]) -> (bool, String) {
+    let dir = tempfile::TempDir::new().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "{\"value\":\"eA==\"}\n").unwrap();
+    let out_file = dir.path().join("out.jsonl");
+    let mut argv: Vec<String> = vec![
+        crate::support::repo()
+            .join("protocol-tests/java/interop.sh")
+            .display()
+            .to_string(),
+        subcommand.into(),
+        "--topic".into(),
+        topic.into(),
+    ];
+    for (k, v) in props {
+        match k.as_str() {
+            "bootstrap.servers" => argv.extend(["--bootstrap".to_owned(), v.clone()]),
+            // librdkafka's names are ours; the Java client wants its own.
+            "ssl.ca.location" => {
+                argv.extend(["--prop".to_owned(), format!("ssl.truststore.location={v}")]);
+                argv.extend(["--prop".to_owned(), "ssl.truststore.type=PEM".to_owned()]);
+            }
+            "sasl.username" | "sasl.password" => {}
+            _ => argv.extend(["--prop".to_owned(), format!("{k}={v}")]),
+        }
+    }
+    let user = props.iter().find(|(k, _)| k == "sasl.username");
+    let password = props.iter().find(|(k, _)| k == "sasl.password");
+    if let (Some((_, u)), Some((_, p))) = (user, password) {
+        argv.extend([
+            "--prop".to_owned(),
+            format!("sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"{u}\" password=\"{p}\";"),
+        ]);
+    }
+    match subcommand {
+        "produce" => argv.extend(["--input".to_owned(), input.display().to_string()]),
+        _ => argv.extend([
+            "--output".to_owned(),
+            out_file.display().to_string(),
+            "--expect".to_owned(),
+            "1".to_owned(),
+            "--timeout-ms".to_owned(),
+            "30000".to_owned(),
+        ]),
+    }
+    argv.extend(args.iter().map(|s| s.to_string()));
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("bash").args(&argv).output()
+    })
+    .await
+    .unwrap()
+    .expect("run interop.sh");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A topic bob may not use, created over the PLAINTEXT listener (a super user).
+async fn topic_bob_cannot_use(name: &str) -> String {
+    let s = secured().await;
+    let admin = Admin::new(client(&s.plaintext_props())).await.unwrap();
+    let topic = unique_topic(name);
+    admin
+        .create_topics(&[NewTopic::new(topic.clone(), 1)])
+        .await
+        .unwrap();
+    topic
+}
+
+async fn bob() -> Props {
+    secured()
+        .await
+        .sasl_ssl_props("SCRAM-SHA-512", "bob", "bob-secret")
+}
+
+/// Fails within a bound far below the client's timeouts (the error is not retried).
+fn quick(start: Instant) {
+    assert!(
+        start.elapsed() < Duration::from_secs(25),
+        "took {:?}: retried?",
+        start.elapsed()
+    );
+}
+
+/// bob has no ACL on the topic: a (non-idempotent) send fails once with
+/// TOPIC_AUTHORIZATION_FAILED naming the topic and the operation; the Java producer fails too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_a_topic_acl_gets_topic_authorization_failed_naming_the_topic() {
+    let topic = topic_bob_cannot_use("authz-topic").await;
+    let props = bob().await;
+    let producer = Producer::new(
+        ProducerConfig::from_properties(with(&props, &[("enable.idempotence", "false")])).unwrap(),
+    )
+    .await
+    .expect("a producer connects; the topic is refused at send");
+    let start = Instant::now();
+    let e = producer
+        .send(ProducerRecord::new(&topic, "x"))
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    quick(start);
+    let text = e.to_string();
+    assert!(text.contains("TOPIC_AUTHORIZATION_FAILED"), "{text}");
+    assert!(
+        text.contains(&topic) && text.contains("needs Describe on the topic"),
+        "{text}"
+    );
+    assert_eq!(e.class(), ErrorClass::Fatal);
+    let (ok, stderr) = java_as(&props, "produce", &topic, &["--idempotent", "false"]).await;
+    assert!(
+        !ok && stderr.contains("TopicAuthorizationException"),
+        "Java: {stderr}"
+    );
+}
+
+/// bob in a consumer group: GROUP_AUTHORIZATION_FAILED naming the group, reported again by
+/// the next poll rather than retried; Java refuses bob as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_a_group_acl_gets_group_authorization_failed_naming_the_group() {
+    let topic = topic_bob_cannot_use("authz-group").await;
+    let props = bob().await;
+    let group = unique_topic("authz-group");
+    let mut member = GroupConsumer::new(
+        ConsumerConfig::from_properties(with(&props, &[("group.id", &group)])).unwrap(),
+    )
+    .await
+    .unwrap();
+    member.subscribe(&[topic.as_str()]);
+    let start = Instant::now();
+    let e = loop {
+        match member.poll(Duration::from_millis(200)).await {
+            Err(e) => break e,
+            Ok(r) => assert!(r.is_empty(), "bob read records"),
+        }
+        quick(start);
+    };
+    quick(start);
+    let text = e.to_string();
+    assert!(text.contains("GROUP_AUTHORIZATION_FAILED"), "{text}");
+    assert!(
+        text.contains(&group) && text.contains("on the group"),
+        "{text}"
+    );
+    // Reported, not retried: the next poll says the same at once.
+    let again = member.poll(Duration::from_millis(200)).await.unwrap_err();
+    assert!(
+        again.to_string().contains("GROUP_AUTHORIZATION_FAILED"),
+        "{again}"
+    );
+    // Java refuses bob too (it asks for the topic's metadata before the group's coordinator,
+    // so it names the topic first).
+    let (ok, stderr) = java_as(&props, "consume", &topic, &["--group", &group]).await;
+    assert!(
+        !ok && (stderr.contains("GroupAuthorizationException")
+            || stderr.contains("TopicAuthorizationException")),
+        "Java: {stderr}"
+    );
+}
+
+/// bob's transactional producer: TRANSACTIONAL_ID_AUTHORIZATION_FAILED at init_transactions,
+/// naming the id; Java agrees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_a_transactional_id_acl_gets_transactional_id_authorization_failed() {
+    let topic = topic_bob_cannot_use("authz-txn").await;
+    let props = bob().await;
+    let id = unique_topic("authz-txn-id");
+    let producer = Producer::new(
+        ProducerConfig::from_properties(with(&props, &[("transactional.id", &id)])).unwrap(),
+    )
+    .await
+    .unwrap();
+    let start = Instant::now();
+    let e = producer.init_transactions().await.unwrap_err();
+    quick(start);
+    let text = e.to_string();
+    assert!(
+        text.contains("TRANSACTIONAL_ID_AUTHORIZATION_FAILED"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&id) && text.contains("on the transactional id"),
+        "{text}"
+    );
+    assert_eq!(e.class(), ErrorClass::Fatal);
+    let (ok, stderr) = java_as(
+        &props,
+        "produce",
+        &topic,
+        &["--transactional-id", &id, "--txn-size", "1"],
+    )
+    .await;
+    assert!(
+        !ok && stderr.contains("TransactionalIdAuthorizationException"),
+        "Java: {stderr}"
+    );
+}
+
+/// bob's idempotent producer (no IdempotentWrite, no Write on any topic):
+/// CLUSTER_AUTHORIZATION_FAILED when it starts, saying what to grant; Java agrees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_producer_without_idempotent_write_gets_cluster_authorization_failed() {
+    let topic = topic_bob_cannot_use("authz-idem").await;
+    let props = bob().await;
+    let start = Instant::now();
+    let e = Producer::new(
+        ProducerConfig::from_properties(with(&props, &[("enable.idempotence", "true")])).unwrap(),
+    )
+    .await
+    .map(|_| ())
+    .unwrap_err();
+    quick(start);
+    let text = e.to_string();
+    assert!(text.contains("CLUSTER_AUTHORIZATION_FAILED"), "{text}");
+    assert!(text.contains("IdempotentWrite on the cluster"), "{text}");
+    assert_eq!(e.class(), ErrorClass::Fatal);
+    let (ok, stderr) = java_as(&props, "produce", &topic, &["--idempotent", "true"]).await;
+    assert!(
+        !ok && (stderr.contains("ClusterAuthorizationException")
+            || stderr.contains("TopicAuthorizationException")),
+        "Java: {stderr}"
+    );
+}

@@ -562,3 +562,83 @@ async fn an_idempotent_producer_without_idempotent_write_gets_cluster_authorizat
         "Java: {stderr}"
     );
 }
+
+/// A TCP proxy to `upstream` that closes both sides once it has passed `cut` bytes from the
+/// broker to the client (for every connection): a broker that goes away mid-handshake.
+async fn cutting_proxy(upstream: String, cut: usize) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                    return;
+                };
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                let up = tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut cr, &mut sw).await;
+                });
+                let mut passed = 0;
+                let mut buf = vec![0u8; 4096];
+                while passed < cut {
+                    let n = match sr.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n.min(cut - passed),
+                    };
+                    if cw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                    passed += n;
+                }
+                up.abort();
+                let _ = cw.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+/// A broker that closes the connection at any point of the TLS handshake, the ApiVersions
+/// exchange or the SASL exchange: every attempt ends in a clear error (or, cut late enough,
+/// success) within default.api.timeout.ms — never a panic or a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_closing_mid_handshake_gives_an_error_within_the_timeout() {
+    let s = secured().await;
+    let ways: [(&str, Props); 2] = [
+        ("SSL", s.ssl_props()),
+        (
+            "SASL_PLAINTEXT",
+            s.sasl_plaintext_props("SCRAM-SHA-256", "alice", "alice-secret"),
+        ),
+    ];
+    for (name, props) in ways {
+        for cut in [0, 7, 300, 700, 1500, 3000] {
+            let mut props = props.clone();
+            props[0].1 = cutting_proxy(props[0].1.clone(), cut).await;
+            let mut config = client(&props);
+            config.api_timeout = Duration::from_secs(5);
+            config.request_timeout = Duration::from_secs(5);
+            config.connect_timeout = Duration::from_secs(5);
+            let start = Instant::now();
+            let outcome = tokio::time::timeout(Duration::from_secs(60), Admin::new(config))
+                .await
+                .unwrap_or_else(|_| panic!("{name} cut after {cut} bytes: hung for 60 s"));
+            let took = start.elapsed();
+            assert!(
+                took < Duration::from_secs(20),
+                "{name} cut after {cut} bytes: took {took:?}"
+            );
+            if let Err(e) = outcome {
+                let text = e.to_string();
+                assert!(
+                    !text.is_empty() && !text.contains('\n'),
+                    "{name}/{cut}: {text}"
+                );
+                eprintln!("{name} cut after {cut} bytes: {text}");
+            }
+        }
+    }
+}

@@ -31,7 +31,15 @@ pub struct Secured {
     pub security_log: PathBuf,
 }
 
+/// 19720 at TV2, 19730 at TV1; ONCEFLOW_SECURED_PORT overrides it (a developer running the
+/// tests beside a CI dry run on the same machine).
 fn port() -> u16 {
+    if let Some(p) = std::env::var("ONCEFLOW_SECURED_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+    {
+        return p;
+    }
     match std::env::var("ONCEFLOW_EXPECT_TV").as_deref() {
         Ok("1") => 19730,
         _ => 19720,

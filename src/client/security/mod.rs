@@ -414,6 +414,62 @@ impl Secured {
     }
 }
 
+/// The fuzz target's entry (fuzz/fuzz_targets/decode_sasl.rs) and the random-input unit test:
+/// feeds `data` to what reads broker or user input in SASL — the SCRAM client's server-first
+/// and server-final parsing, the OAUTHBEARER error challenge, `sasl.jaas.config`, and the
+/// SaslHandshake/SaslAuthenticate response decoders. The first byte picks which. Nothing may
+/// panic.
+#[doc(hidden)]
+pub fn fuzz_sasl(data: &[u8]) {
+    use crate::protocol::frame;
+    use kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    match pick % 6 {
+        0 => {
+            // Server-first as is; then, if it was accepted, the rest as server-final too.
+            let (mut c, _) = scram::ScramClient::first(scram::Hash::Sha256, "u", "p", "n".into());
+            let half = rest.len() / 2;
+            let mut first = b"r=n".to_vec();
+            first.extend_from_slice(&rest[..half]);
+            if c.next(&first).is_ok() {
+                let _ = c.next(&rest[half..]);
+            }
+        }
+        1 => {
+            let (mut c, _) = scram::ScramClient::first(scram::Hash::Sha512, "u", "p", "n".into());
+            let _ = c.next(rest);
+            let _ = c.next(rest);
+            let _ = c.next(rest);
+        }
+        2 => {
+            let _ = oauth::challenge_error(rest);
+        }
+        3 => {
+            if let Ok(text) = std::str::from_utf8(rest) {
+                let _ = jaas::parse(text);
+            }
+        }
+        4 => {
+            for v in 0..=1 {
+                let _ = frame::decode_response::<SaslHandshakeRequest>(
+                    bytes::Bytes::copy_from_slice(rest),
+                    v,
+                );
+            }
+        }
+        _ => {
+            for v in 0..=2 {
+                let _ = frame::decode_response::<SaslAuthenticateRequest>(
+                    bytes::Bytes::copy_from_slice(rest),
+                    v,
+                );
+            }
+        }
+    }
+}
+
 fn invalid(name: &str, value: &str, expected: &'static str) -> ConfigError {
     ConfigError::Invalid {
         name: name.to_owned(),
@@ -441,6 +497,39 @@ mod tests {
         }
         c.validate()?;
         Ok(c)
+    }
+
+    /// The fuzz target's input, at random (a fixed seed: the same inputs every run), plus
+    /// near-valid SCRAM messages: nothing panics. `cargo +nightly fuzz run decode_sasl` goes
+    /// further.
+    #[test]
+    fn random_sasl_input_never_panics() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x5a51);
+        for _ in 0..20_000 {
+            let len = rng.random_range(0..200);
+            let mut data: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+            // Only our own parsers (picks 0-3). The kafka-protocol response decoders (picks 4
+            // and 5) abort the process on an array length near i32::MAX: they allocate
+            // `Vec::with_capacity(n)` from the wire before reading an element. Every response
+            // type shares that; it is a hostile-broker bug for issue 16 (found here; see the
+            // session note), not something SASL can fix on its own.
+            if let Some(first) = data.first_mut() {
+                *first %= 4;
+            }
+            fuzz_sasl(&data);
+        }
+        for msg in [
+            &b"\x00abc,s=QUJD,i=4096"[..],
+            b"\x00X,s=,i=4096",
+            b"\x00X,s=QUJD,i=99999999999",
+            b"\x00X,s=QUJD,i=4096,e=x",
+            b"\x01v=",
+            b"\x03Module required a=\"\\",
+            b"\x03Module required a=\"x\" b;",
+        ] {
+            fuzz_sasl(msg);
+        }
     }
 
     #[test]

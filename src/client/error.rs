@@ -244,13 +244,16 @@ pub fn authorization_hint(code: ErrorCode, context: &str) -> String {
             "InitProducerId" => {
                 return " (not authorized: an idempotent producer needs IdempotentWrite on the cluster, or Write on a topic on Kafka 3.0+; grant it with kafka-acls --add --allow-principal User:NAME --operation IdempotentWrite --cluster, or set enable.idempotence=false)".to_owned();
             }
-            _ => ("the needed operation", "the cluster", "--cluster"),
+            _ => {
+                return format!(
+                    " (not authorized: the principal lacks a cluster ACL for {request}; grant the operation it needs with kafka-acls --add --allow-principal User:NAME --operation OPERATION --cluster)"
+                );
+            }
         },
         _ => return String::new(),
     };
     format!(
-        " (not authorized: the principal needs {operation} on {resource}; grant it with kafka-acls --add --allow-principal User:NAME --operation {} {flag})",
-        operation.split_whitespace().last().unwrap_or(operation)
+        " (not authorized: the principal needs {operation} on {resource}; grant it with kafka-acls --add --allow-principal User:NAME --operation {operation} {flag})"
     )
 }
 
@@ -416,6 +419,41 @@ pub fn classify(code: ErrorCode, op: Op) -> ErrorClass {
         // producer; elsewhere unclassified means fatal.
         _ if op == Op::TxnProduce => ErrorClass::Abortable,
         _ => ErrorClass::Fatal,
+    }
+}
+
+#[cfg(test)]
+mod authorization_tests {
+    use super::*;
+
+    #[test]
+    fn authorization_errors_name_the_operation_and_the_resource_to_grant() {
+        // (code, context, what the message says)
+        let table: &[(ErrorCode, &str, &str)] = &[
+            (
+                ErrorCode::TOPIC_AUTHORIZATION_FAILED,
+                "metadata for topic 'orders'",
+                "needs Describe on the topic; grant it with kafka-acls --add --allow-principal User:NAME --operation Describe --topic NAME",
+            ),
+            (ErrorCode::TOPIC_AUTHORIZATION_FAILED, "produce to orders-3", "needs Write on the topic"),
+            (ErrorCode::TOPIC_AUTHORIZATION_FAILED, "Fetch orders-0", "needs Read on the topic"),
+            (ErrorCode::TOPIC_AUTHORIZATION_FAILED, "AddPartitionsToTxn orders-1", "needs Write on the topic"),
+            (ErrorCode::GROUP_AUTHORIZATION_FAILED, "JoinGroup 'g'", "needs Read on the group; grant it with kafka-acls --add --allow-principal User:NAME --operation Read --group NAME"),
+            (ErrorCode::GROUP_AUTHORIZATION_FAILED, "FindCoordinator for group 'g'", "needs Describe on the group"),
+            (ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "InitProducerId for 't'", "needs Write on the transactional id; grant it with kafka-acls --add --allow-principal User:NAME --operation Write --transactional-id NAME"),
+            (ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "FindCoordinator for transactional id 't'", "needs Describe on the transactional id"),
+            (ErrorCode::CLUSTER_AUTHORIZATION_FAILED, "InitProducerId", "an idempotent producer needs IdempotentWrite on the cluster"),
+            (ErrorCode::CLUSTER_AUTHORIZATION_FAILED, "CreateAcls", "lacks a cluster ACL for CreateAcls"),
+        ];
+        for (code, context, want) in table {
+            let text = Error::broker(*context, *code).to_string();
+            assert!(text.contains(want), "{context}: {text}");
+            assert!(text.starts_with(context), "{text}");
+        }
+        assert_eq!(
+            authorization_hint(ErrorCode::NOT_LEADER_OR_FOLLOWER, "produce"),
+            ""
+        );
     }
 }
 

@@ -723,3 +723,73 @@ async fn passwords_never_show_in_the_clis_errors_or_trace_logs() {
     );
     assert!(!String::from_utf8_lossy(&out.stderr).contains("alice-secret"));
 }
+
+/// Produce traffic across re-authentications: an idempotent producer sends without pause
+/// until its connection has re-authenticated twice (requests in flight while the writer
+/// re-authenticates); every record is acknowledged and is in the log once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_producer_sends_through_re_authentications_every_record_once_in_order() {
+    let s = secured().await;
+    let props = s.sasl_ssl_props("SCRAM-SHA-256", "alice", "alice-secret");
+    let admin = Admin::new(client(&props)).await.unwrap();
+    let topic = unique_topic("sec-reauth-produce");
+    admin
+        .create_topics(&[NewTopic::new(topic.clone(), 1)])
+        .await
+        .unwrap();
+    let cluster = Cluster::connect(client(&props)).await.unwrap();
+    let producer = Producer::with_cluster(
+        ProducerConfig::from_properties(with(
+            &props,
+            &[("enable.idempotence", "true"), ("linger.ms", "2")],
+        ))
+        .unwrap(),
+        cluster.clone(),
+    )
+    .await
+    .unwrap();
+    let node = *cluster.metadata().brokers.keys().next().unwrap();
+    let mut acks = Vec::new();
+    let mut sent = 0u64;
+    let start = Instant::now();
+    while cluster.broker(node).await.unwrap().reauthentications() < 2 {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "no two re-authentications within {DEADLINE:?}"
+        );
+        for _ in 0..200 {
+            let r = ProducerRecord::new(&topic, sent.to_string());
+            acks.push(producer.send(r).await.unwrap());
+            sent += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    producer.flush().await.unwrap();
+    for a in acks {
+        a.await.expect("every record acknowledged");
+    }
+    let conn = cluster.broker(node).await.unwrap();
+    assert!(!conn.is_poisoned(), "the connection was replaced");
+    let mut consumer = onceflow::client::Consumer::new(
+        ConsumerConfig::from_properties(with(&props, &[])).unwrap(),
+    )
+    .await
+    .unwrap();
+    let tp = TopicPartition::new(topic.clone(), 0);
+    consumer.assign([tp.clone()]).await.unwrap();
+    consumer
+        .seek(&tp, onceflow::client::Offset::Beginning)
+        .unwrap();
+    let mut next = 0u64;
+    while next < sent {
+        assert!(start.elapsed() < DEADLINE * 2, "read {next} of {sent}");
+        for r in consumer.poll(Duration::from_millis(200)).await.unwrap() {
+            let v: u64 = String::from_utf8_lossy(r.value.as_deref().unwrap_or_default())
+                .parse()
+                .unwrap();
+            assert_eq!(v, next, "out of order or duplicated at offset {}", r.offset);
+            next += 1;
+        }
+    }
+    admin.delete_topics(&[topic.as_str()]).await.unwrap();
+}

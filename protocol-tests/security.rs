@@ -793,3 +793,95 @@ async fn an_idempotent_producer_sends_through_re_authentications_every_record_on
     }
     admin.delete_topics(&[topic.as_str()]).await.unwrap();
 }
+
+/// An unsigned JWT for `subject` valid for `secs` from now (base64url of header and claims),
+/// as a token file or command would hand out.
+fn jwt(subject: &str, secs: u64) -> String {
+    let url = |b: &[u8]| {
+        onceflow::base64::encode(b)
+            .trim_end_matches('=')
+            .replace('+', "-")
+            .replace('/', "_")
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims = format!(r#"{{"sub":"{subject}","iat":{now},"exp":{}}}"#, now + secs);
+    format!("{}.{}.", url(br#"{"alg":"none"}"#), url(claims.as_bytes()))
+}
+
+/// OAUTHBEARER tokens from a file (and from a command reading it) are read again at every
+/// re-authentication: tokens that live 4 s, rewritten every second, keep one connection open
+/// through three re-authentications. The broker ends a session when its token expires, so a
+/// client that kept its first token is refused by the third: the inverse, a fixed
+/// `sasl.oauthbearer.token` of 4 s, shows it (the connection fails).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauthbearer_tokens_from_a_file_or_a_command_are_refreshed_at_re_authentication() {
+    let s = secured().await;
+    let dir = tempfile::TempDir::new().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, jwt("alice", 4)).unwrap();
+    let base = [
+        ("bootstrap.servers", s.sasl_ssl.clone()),
+        ("security.protocol", "SASL_SSL".to_owned()),
+        ("ssl.ca.location", s.ca.display().to_string()),
+        ("sasl.mechanism", "OAUTHBEARER".to_owned()),
+    ];
+    let sources = [
+        (
+            "sasl.oauthbearer.token.file",
+            file.display().to_string(),
+            true,
+        ),
+        (
+            "sasl.oauthbearer.token.command",
+            format!("cat '{}'", file.display()),
+            true,
+        ),
+        // Made when its turn comes (below), so that it is fresh at the first authentication.
+        ("sasl.oauthbearer.token", String::new(), false),
+    ];
+    for (key, value, refreshed) in sources {
+        let mut props: Props = base
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        let value = match refreshed {
+            true => value,
+            false => jwt("alice", 4),
+        };
+        props.push((key.to_owned(), value));
+        let cluster = Cluster::connect(client(&props)).await.expect(key);
+        let node = *cluster.metadata().brokers.keys().next().unwrap();
+        let conn = cluster.broker(node).await.unwrap();
+        let start = Instant::now();
+        let mut last_write = Instant::now();
+        let failed = loop {
+            if conn.reauthentications() >= 3 {
+                break false;
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "{key}: no three re-authentications"
+            );
+            if last_write.elapsed() > Duration::from_secs(1) {
+                std::fs::write(&file, jwt("alice", 4)).unwrap();
+                last_write = Instant::now();
+            }
+            let req =
+                kafka_protocol::messages::MetadataRequest::default().with_topics(Some(vec![]));
+            if conn.request(&req).await.is_err() || conn.is_poisoned() {
+                break true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(
+            failed,
+            !refreshed,
+            "{key}: after {} re-authentications in {:?}",
+            conn.reauthentications(),
+            start.elapsed()
+        );
+    }
+}

@@ -51,8 +51,31 @@
 #   VARIANTS    (default "onceflow:ru onceflow:rc franz:ru franz:rc rdkafka:ru rdkafka:rc java:ru
 #               java:rc")
 #   TXN_MS      transaction duration of the fill (default 100)
-#   BOOTSTRAP   (default 127.0.0.1:9092)
-#   LOG_DIR     the broker's log.dirs, to check the fill (default target/kafka-9092/data)
+#   BOOTSTRAP   (default 127.0.0.1:9092; with TLS_CA: 127.0.0.1:$((KAFKA_PORT + 2)), the secured
+#               broker's SSL listener)
+#   TLS_CA      a PEM CA file: TLS mode. Every client (the fill and the topic admin included)
+#               connects to BOOTSTRAP (then an SSL listener) with security.protocol=SSL, trusting
+#               only that CA, the broker's host name verified against its certificate, no
+#               client certificate:
+#                 onceflow    -X security.protocol=SSL -X ssl.ca.location=$TLS_CA (on consume,
+#                             the fill's produce, create-topic and delete-topic)
+#                 Java        --consumer.config with security.protocol=SSL,
+#                             ssl.truststore.type=PEM, ssl.truststore.location=$TLS_CA
+#                 franz-go    --tls-ca $TLS_CA (DialTLSConfig: RootCAs from the file, TLS 1.2+,
+#                             ServerName from the broker's host)
+#                 librdkafka  --tls-ca $TLS_CA (security.protocol=ssl, ssl.ca.location,
+#                             ssl.endpoint.identification.algorithm=https)
+#               The broker must be the secured one of protocol-tests/kafka-broker.sh, started
+#               first with the same KAFKA_SECURITY, KAFKA_PORT and KAFKA_DIR passed to this
+#               script (its own `kafka-broker.sh start` then finds it running), e.g.
+#                 export KAFKA_SECURITY=1 KAFKA_PORT=19750 KAFKA_DIR=/tmp/kbench-tls
+#                 protocol-tests/kafka-broker.sh start
+#                 TLS_CA=$KAFKA_DIR/certs/ca.pem benches/run-consumer-comparison.sh
+#               (BOOTSTRAP and LOG_DIR then default to that broker's SSL listener and data).
+#               Unset: plaintext, as before.
+#   KAFKA_SECURITY KAFKA_PORT KAFKA_DIR   passed to protocol-tests/kafka-broker.sh start
+#   LOG_DIR     the broker's log.dirs, to check the fill (default target/kafka-9092/data; with
+#               TLS_CA: $KAFKA_DIR/data)
 #   OUT_DIR     per-run logs, results.tsv, meta.txt (default target/consumer-comparison/<time>)
 #   SETTLE_SECS pause between runs (default 2; SMOKE: 0)
 #   SKIP_BUILD=1  use the existing benches/perf/target/release/onceflow-perf,
@@ -96,8 +119,15 @@ CASES=${CASES:-1:100:2000000 1:1024:500000 4:100:2000000}
 VARIANTS=${VARIANTS:-onceflow:ru onceflow:rc franz:ru franz:rc rdkafka:ru rdkafka:rc java:ru java:rc}
 TIME_BIN=${TIME_BIN:-/usr/bin/time}
 TXN_MS=${TXN_MS:-100}
-BOOTSTRAP=${BOOTSTRAP:-127.0.0.1:9092}
-LOG_DIR=${LOG_DIR:-$repo/target/kafka-9092/data}
+TLS_CA=${TLS_CA:-}
+if [ -n "$TLS_CA" ]; then
+  tls_mode_setup
+else
+  BOOTSTRAP=${BOOTSTRAP:-127.0.0.1:9092}
+  LOG_DIR=${LOG_DIR:-$repo/target/kafka-9092/data}
+fi
+# TLS_CA (tls_args, java-peer/common.sh): how each client reaches BOOTSTRAP; empty without it.
+tls_args
 SETTLE_SECS=${SETTLE_SECS:-2}
 CALIBRATE=${CALIBRATE:-1}
 OUT_DIR=${OUT_DIR:-$repo/target/consumer-comparison/$(date +%Y%m%d-%H%M%S)}
@@ -153,7 +183,8 @@ run_id=$(date +%s)-$$
 mkdir -p "$OUT_DIR"
 results=$OUT_DIR/results.tsv
 for iso in read_uncommitted read_committed; do
-  printf 'isolation.level=%s\n' "$iso" >"$OUT_DIR/java-$iso.properties"
+  { printf 'isolation.level=%s\n' "$iso"
+    if [ ${#java_tls[@]} -gt 0 ]; then printf '%s\n' "${java_tls[@]}"; fi; } >"$OUT_DIR/java-$iso.properties"
 done
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -168,6 +199,8 @@ done
   if uses franz; then echo "franz-go peer: $(tr '\n' ' ' <"$franz.build-info" 2>/dev/null || echo "build info: none")"; fi
   if uses rdkafka; then echo "librdkafka peer: $(tr '\n' ' ' <"$rdkafka.build-info" 2>/dev/null || echo "build info: none")"; fi
   echo "settings: reps=$REPS cases=[$CASES] variants=[$VARIANTS] fill: transactional, ${TXN_MS} ms transactions"
+  echo "bootstrap: $BOOTSTRAP"
+  echo "tls: ${TLS_CA:-off}"
 } >"$OUT_DIR/meta.txt"
 sed 's/^/# /' "$OUT_DIR/meta.txt" >&2
 printf 'case\tvariant\trep\trecords\trecords_per_sec\tmb_per_sec\tcpu_seconds\tfetch_records_per_sec\tfetch_mb_per_sec\tjoin_ms\tloadavg\tpeak_rss_mib\n' >"$results"
@@ -176,12 +209,12 @@ printf 'case\tvariant\trep\trecords\trecords_per_sec\tmb_per_sec\tcpu_seconds\tf
 fill() {
   local parts=$1 size=$2 n=$3 topic=$4
   local log=$OUT_DIR/fill-$parts-$size.log
-  "$perf" create-topic --bootstrap "$BOOTSTRAP" --topic "$topic" --partitions "$parts" >>"$log" 2>&1 \
+  "$perf" create-topic --bootstrap "$BOOTSTRAP" "${onceflow_tls[@]}" --topic "$topic" --partitions "$parts" >>"$log" 2>&1 \
     || die "could not create topic $topic (see $log)"
   echo "filling $topic: $parts partition(s), $n x $size B, transactions of $TXN_MS ms..." >&2
   "$perf" produce --bootstrap "$BOOTSTRAP" --topic "$topic" --num-records "$n" --record-size "$size" \
     -X acks=all -X linger.ms=5 -X batch.size=16384 -X compression.type=none \
-    -X enable.idempotence=true -X transactional.id="perf-cons-fill-$run_id-$parts-$size" \
+    -X enable.idempotence=true -X transactional.id="perf-cons-fill-$run_id-$parts-$size" "${onceflow_tls[@]}" \
     --transaction-duration-ms "$TXN_MS" --report-interval-ms 60000 >>"$log" 2>&1 \
     || die "the transactional fill of $topic failed (see $log)"
   if [ -d "$LOG_DIR" ]; then
@@ -208,9 +241,9 @@ run_one() {
     onceflow|franz|rdkafka)
       local cmd prefix
       case $client in
-        onceflow) prefix=onceflow; cmd=("$perf" consume -X isolation.level="$iso") ;;
-        franz) prefix="franz-go"; cmd=("$franz" consume --isolation "$iso") ;;
-        rdkafka) prefix=librdkafka; cmd=("$rdkafka" consume --isolation "$iso") ;;
+        onceflow) prefix=onceflow; cmd=("$perf" consume -X isolation.level="$iso" "${onceflow_tls[@]}") ;;
+        franz) prefix="franz-go"; cmd=("$franz" consume --isolation "$iso" "${peer_tls[@]}") ;;
+        rdkafka) prefix=librdkafka; cmd=("$rdkafka" consume --isolation "$iso" "${peer_tls[@]}") ;;
       esac
       run_measured "$log.run" "${rss[@]}" "${cmd[@]}" --bootstrap "$BOOTSTRAP" --topic "$topic" \
         --num-records "$n" >/dev/null
@@ -249,13 +282,14 @@ run_one() {
 }
 
 echo "cases: $CASES; variants: $VARIANTS; reps: $REPS" >&2
+echo "bootstrap: $BOOTSTRAP; tls: ${TLS_CA:-off}" >&2
 echo "logs and results.tsv: $OUT_DIR" >&2
 started=$(date +%s)
 topics=()
 cleanup() {
   [ "${KEEP_TOPICS:-0}" = 1 ] && return 0
   local t
-  for t in "${topics[@]}"; do "$perf" delete-topic --bootstrap "$BOOTSTRAP" --topic "$t" >/dev/null 2>&1 || true; done
+  for t in "${topics[@]}"; do "$perf" delete-topic --bootstrap "$BOOTSTRAP" "${onceflow_tls[@]}" --topic "$t" >/dev/null 2>&1 || true; done
 }
 trap cleanup EXIT
 
@@ -283,6 +317,7 @@ echo >&2
 echo "elapsed: $(( $(date +%s) - started )) s" >&2
 echo
 echo "Consumer comparison on transactionally filled topics (${TXN_MS} ms transactions), $REPS rep(s); median (min-max)"
+echo "TLS: ${TLS_CA:-off}"
 echo
 awk -F'\t' -v variants="$VARIANTS" '
   function sort(a, n,   i, j, t) { for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t } }

@@ -80,9 +80,31 @@
 #                  with a single line; --payload fixed for the others), so the figures are
 #                  closer to the client's own cost
 #   ACKS LINGER_MS BATCH_SIZE COMPRESSION PARTITIONS   (defaults all, 5, 16384, none, 1)
-#   BOOTSTRAP      (default 127.0.0.1:9092)
+#   BOOTSTRAP      (default 127.0.0.1:9092; with TLS_CA: 127.0.0.1:$((KAFKA_PORT + 2)), the
+#                  secured broker's SSL listener)
+#   TLS_CA         a PEM CA file: TLS mode. Every client connects to BOOTSTRAP (then an SSL
+#                  listener) with security.protocol=SSL, trusting only that CA, the broker's
+#                  host name verified against its certificate, no client certificate:
+#                    onceflow  -X security.protocol=SSL -X ssl.ca.location=$TLS_CA (on produce,
+#                              create-topic and delete-topic)
+#                    Java      --producer-props security.protocol=SSL ssl.truststore.type=PEM
+#                              ssl.truststore.location=$TLS_CA
+#                    franz-go  --tls-ca $TLS_CA (DialTLSConfig: RootCAs from the file, TLS 1.2+,
+#                              ServerName from the broker's host)
+#                    librdkafka  --tls-ca $TLS_CA (security.protocol=ssl, ssl.ca.location,
+#                              ssl.endpoint.identification.algorithm=https)
+#                  The broker must be the secured one of protocol-tests/kafka-broker.sh, started
+#                  first with the same KAFKA_SECURITY, KAFKA_PORT and KAFKA_DIR passed to this
+#                  script (its own `kafka-broker.sh start` then finds it running), e.g.
+#                    export KAFKA_SECURITY=1 KAFKA_PORT=19750 KAFKA_DIR=/tmp/kbench-tls
+#                    protocol-tests/kafka-broker.sh start
+#                    TLS_CA=$KAFKA_DIR/certs/ca.pem benches/run-producer-comparison.sh
+#                  (BOOTSTRAP and LOG_DIR then default to that broker's SSL listener and data).
+#                  Unset: plaintext, as before.
+#   KAFKA_SECURITY KAFKA_PORT KAFKA_DIR   passed to protocol-tests/kafka-broker.sh start (see there)
 #   LOG_DIR        the broker's log.dirs, to count the batches each client formed
-#                  (default target/kafka-9092/data; skipped if absent)
+#                  (default target/kafka-9092/data; with TLS_CA: $KAFKA_DIR/data; skipped if
+#                  absent)
 #   OUT_DIR        where per-run logs and results.tsv go (default target/perf-comparison/<time>)
 #   SETTLE_SECS    pause between runs (default 2; SMOKE: 0)
 #   SKIP_BUILD=1   use the existing benches/perf/target/release/onceflow-perf,
@@ -128,8 +150,13 @@ LINGER_MS=${LINGER_MS:-5}
 BATCH_SIZE=${BATCH_SIZE:-16384}
 COMPRESSION=${COMPRESSION:-none}
 PARTITIONS=${PARTITIONS:-1}
-BOOTSTRAP=${BOOTSTRAP:-127.0.0.1:9092}
-LOG_DIR=${LOG_DIR:-$repo/target/kafka-9092/data}
+TLS_CA=${TLS_CA:-}
+if [ -n "$TLS_CA" ]; then
+  tls_mode_setup
+else
+  BOOTSTRAP=${BOOTSTRAP:-127.0.0.1:9092}
+  LOG_DIR=${LOG_DIR:-$repo/target/kafka-9092/data}
+fi
 SETTLE_SECS=${SETTLE_SECS:-2}
 CALIBRATE=${CALIBRATE:-1}
 OUT_DIR=${OUT_DIR:-$repo/target/perf-comparison/$(date +%Y%m%d-%H%M%S)}
@@ -203,6 +230,8 @@ if uses java; then jars_dir >/dev/null; fi # resolve the Java classpath now, not
 props=(acks="$ACKS" linger.ms="$LINGER_MS" batch.size="$BATCH_SIZE" compression.type="$COMPRESSION")
 xprops=()
 for p in "${props[@]}"; do xprops+=(-X "$p"); done
+# TLS_CA (tls_args, common.sh): how each client reaches BOOTSTRAP; empty without TLS_CA.
+tls_args
 # idem_of VARIANT: its enable.idempotence; txn_of VARIANT: its transaction duration in ms, or "".
 idem_of() { case $1 in *:noidem) echo false ;; *:idem|*:txn*) echo true ;; *) echo "$IDEMPOTENCE" ;; esac; }
 txn_of() { case $1 in *:txn*) echo "${1##*:txn}" ;; *) echo "" ;; esac; }
@@ -228,6 +257,8 @@ results=$OUT_DIR/results.tsv
   echo "settings: ${props[*]} payload=$PAYLOAD partitions=$PARTITIONS reps=$REPS n_100=$N_100 n_1k=$N_1K"
   echo "variants: $VARIANTS (idempotence for plain variants: $IDEMPOTENCE)"
   echo "ratios: $RATIOS"
+  echo "bootstrap: $BOOTSTRAP"
+  echo "tls: ${TLS_CA:-off}"
 } >"$OUT_DIR/meta.txt"
 sed 's/^/# /' "$OUT_DIR/meta.txt" >&2
 printf 'variant\tsize\trep\trecords\trecords_per_sec\tmb_per_sec\tcpu_seconds\tcpu_self_reported\tbatches\tavg_records_per_batch\tavg_batch_bytes\tloadavg\ttxn_markers\tcommits\tcommit_ms_avg\tcommit_ms_max\tfailed_records\tpeak_rss_mib\n' >"$results"
@@ -243,7 +274,7 @@ run_one() {
   local txn_id=perf-cmp-$run_id-$vname-$size-$rep
   local topic=perf-cmp-$vname-$size-$rep-$$-$RANDOM
   local log=$OUT_DIR/$vname-$size-$rep.log
-  "$perf" create-topic --bootstrap "$BOOTSTRAP" --topic "$topic" --partitions "$PARTITIONS" >>"$log" 2>&1 \
+  "$perf" create-topic --bootstrap "$BOOTSTRAP" "${onceflow_tls[@]}" --topic "$topic" --partitions "$PARTITIONS" >>"$log" 2>&1 \
     || die "could not create topic $topic (see $log)"
   local load; load=$(cut -d' ' -f1 /proc/loadavg)
   local line self_cpu="" rss_file=$log.rss
@@ -256,13 +287,13 @@ run_one() {
         onceflow)
           prefix=onceflow
           if [ -n "$txn" ]; then txn_args=(-X transactional.id="$txn_id" --transaction-duration-ms "$txn"); fi
-          cmd=("$perf" produce "${xprops[@]}" -X enable.idempotence="$idem")
+          cmd=("$perf" produce "${xprops[@]}" -X enable.idempotence="$idem" "${onceflow_tls[@]}")
           ;;
         franz|rdkafka)
           if [ "$client" = franz ]; then prefix="franz-go"; cmd=("$franz"); else prefix=librdkafka; cmd=("$rdkafka"); fi
           if [ -n "$txn" ]; then txn_args=(--transactional-id "$txn_id" --transaction-duration-ms "$txn"); fi
           cmd+=(produce --acks "$ACKS" --linger-ms "$LINGER_MS" --batch-size "$BATCH_SIZE"
-            --compression "$COMPRESSION" --idempotence "$idem")
+            --compression "$COMPRESSION" --idempotence "$idem" "${peer_tls[@]}")
           ;;
       esac
       run_measured "$log.run" "${rss[@]}" "${cmd[@]}" --bootstrap "$BOOTSTRAP" --topic "$topic" \
@@ -289,7 +320,7 @@ run_one() {
       if [ -n "$txn" ]; then txn_args=(--transactional-id "$txn_id" --transaction-duration-ms "$txn"); fi
       "${rss[@]}" benches/java-peer/producer-perf.sh --topic "$topic" --num-records "$n" "${payload_args[@]}" \
         --throughput -1 "${txn_args[@]}" --producer-props bootstrap.servers="$BOOTSTRAP" "${props[@]}" \
-        enable.idempotence="$idem" >>"$log" 2>&1 \
+        enable.idempotence="$idem" "${java_tls[@]}" >>"$log" 2>&1 \
         || die "Java ProducerPerformance failed (see $log)"
       line=$(grep '^java-peer records=' "$log" | tail -1)
       ;;
@@ -309,7 +340,7 @@ run_one() {
       markers=$(sed -nE 's/.* control_batches=([0-9]+).*/\1/p' <<<"$stats")
     fi
   fi
-  "$perf" delete-topic --bootstrap "$BOOTSTRAP" --topic "$topic" >>"$log" 2>&1 \
+  "$perf" delete-topic --bootstrap "$BOOTSTRAP" "${onceflow_tls[@]}" --topic "$topic" >>"$log" 2>&1 \
     || echo "warning: could not delete topic $topic" >&2
   # The client's own count of commits and the time its send loop spent committing (onceflow's
   # commit_transaction, franz-go's Flush + EndTransaction, librdkafka's commit_transaction;
@@ -336,6 +367,7 @@ run_one() {
 }
 
 echo "settings: ${props[*]} payload=$PAYLOAD partitions=$PARTITIONS reps=$REPS sizes=[$SIZES] n_100=$N_100 n_1k=$N_1K" >&2
+echo "bootstrap: $BOOTSTRAP; tls: ${TLS_CA:-off}" >&2
 echo "variants: $VARIANTS; ratios:$RATIOS" >&2
 echo "logs and results.tsv: $OUT_DIR" >&2
 started=$(date +%s)
@@ -365,6 +397,7 @@ echo >&2
 echo "elapsed: $(( $(date +%s) - started )) s" >&2
 echo
 echo "Producer comparison, ${props[*]}, payload=$PAYLOAD, partitions=$PARTITIONS, $REPS rep(s); median (min-max)"
+echo "TLS: ${TLS_CA:-off}"
 echo "Variants: $VARIANTS (plain variants: enable.idempotence=$IDEMPOTENCE; :idem true; :noidem false; :txnD transactions of D ms)"
 echo
 awk -F'\t' -v reps="$REPS" -v variants="$VARIANTS" -v ratios="$RATIOS" '

@@ -7,9 +7,14 @@
 //	    [--payload random|fixed] [--acks all|1|0] [--linger-ms 5] [--batch-size BYTES]
 //	    [--compression none|gzip|snappy|lz4|zstd] [--idempotence true|false]
 //	    [--max-buffered-records 1000000] [--max-buffered-bytes 33554432]
-//	    [--transactional-id ID --transaction-duration-ms D]
+//	    [--transactional-id ID --transaction-duration-ms D] [--tls-ca FILE]
 //	franz-go-peer consume --bootstrap B --topic T --num-records N
-//	    [--isolation read_committed|read_uncommitted] [--timeout-ms 30000]
+//	    [--isolation read_committed|read_uncommitted] [--timeout-ms 30000] [--tls-ca FILE]
+//
+// --tls-ca FILE connects over TLS (Kafka's security.protocol=SSL), trusting the PEM CA
+// certificate(s) in FILE only, with the broker's host name checked against its certificate
+// (franz-go sets ServerName from the host of each broker it dials), TLS 1.2 or newer, no
+// client certificate.
 //
 // Both end with one line
 //
@@ -25,6 +30,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -43,9 +50,11 @@ const usage = `usage:
       [--payload random|fixed] [--acks all|1|0] [--linger-ms MS] [--batch-size BYTES]
       [--compression none|gzip|snappy|lz4|zstd] [--idempotence true|false]
       [--max-buffered-records N] [--max-buffered-bytes BYTES]
-      [--transactional-id ID --transaction-duration-ms D]
+      [--transactional-id ID --transaction-duration-ms D] [--tls-ca FILE]
   franz-go-peer consume --bootstrap B --topic T --num-records N
-      [--isolation read_committed|read_uncommitted] [--timeout-ms MS]
+      [--isolation read_committed|read_uncommitted] [--timeout-ms MS] [--tls-ca FILE]
+--tls-ca FILE: TLS (security.protocol=SSL) trusting the PEM CA certificate(s) in FILE, host
+name verification on, no client certificate.
 The last line is machine-readable:
   franz-go records=N records_per_sec=X mb_per_sec=Y`
 
@@ -88,6 +97,31 @@ func newFlags(name string) *flag.FlagSet {
 }
 
 func mib(b int64) float64 { return float64(b) / (1024 * 1024) }
+
+// tlsOpts is the client option for --tls-ca: none for "" (plaintext), otherwise TLS trusting
+// only the PEM CA certificate(s) in caFile. ServerName is left empty: franz-go sets it from the
+// host of each broker it dials (kgo.DialTLSConfig), so the certificate is checked against it.
+func tlsOpts(caFile string) ([]kgo.Opt, error) {
+	if caFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", caFile)
+	}
+	return []kgo.Opt{kgo.DialTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})}, nil
+}
+
+func tlsName(caFile string) string {
+	if caFile == "" {
+		return "off"
+	}
+	return caFile
+}
 
 func printFinal(records int64, secs float64, bytes int64) {
 	fmt.Printf("franz-go records=%d records_per_sec=%.1f mb_per_sec=%.2f\n",
@@ -133,6 +167,7 @@ func produce(args []string) error {
 	txnID := fs.String("transactional-id", "", "TransactionalID")
 	txnMs := fs.Int64("transaction-duration-ms", 0, "commit a transaction every D ms")
 	reportMs := fs.Int64("report-interval-ms", 0, "ignored (accepted for symmetry)")
+	tlsCA := fs.String("tls-ca", "", "TLS (security.protocol=SSL) trusting this PEM CA file")
 	if err := fs.Parse(args); err != nil {
 		return usageError(err)
 	}
@@ -217,11 +252,16 @@ func produce(args []string) error {
 	if txn {
 		opts = append(opts, kgo.TransactionalID(*txnID))
 	}
+	tlsOpt, err := tlsOpts(*tlsCA)
+	if err != nil {
+		return err
+	}
+	opts = append(opts, tlsOpt...)
 	fmt.Printf("franz-go-peer produce: topic=%s records=%d record_size=%d payload=%s acks=%s linger_ms=%d "+
 		"batch_max_bytes=%d compression=%s idempotence=%t max_buffered_records=%d max_buffered_bytes=%d "+
-		"transactional_id=%s transaction_duration_ms=%d\n",
+		"transactional_id=%s transaction_duration_ms=%d tls=%s\n",
 		*topic, *n, *size, map[bool]string{true: "random-per-record", false: "fixed"}[fresh], *acks, *lingerMs,
-		batchMax, *compression, idem, *maxRecords, *maxBytes, *txnID, *txnMs)
+		batchMax, *compression, idem, *maxRecords, *maxBytes, *txnID, *txnMs, tlsName(*tlsCA))
 
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -346,6 +386,7 @@ func consume(args []string) error {
 	n := fs.Int64("num-records", 0, "records to read")
 	isolation := fs.String("isolation", "read_uncommitted", "read_committed|read_uncommitted")
 	timeoutMs := fs.Int64("timeout-ms", 30_000, "give up after this long without records")
+	tlsCA := fs.String("tls-ca", "", "TLS (security.protocol=SSL) trusting this PEM CA file")
 	if err := fs.Parse(args); err != nil {
 		return usageError(err)
 	}
@@ -364,17 +405,21 @@ func consume(args []string) error {
 	default:
 		return usageError(fmt.Errorf("--isolation %s: expected read_committed or read_uncommitted", *isolation))
 	}
-	fmt.Printf("franz-go-peer consume: topic=%s records=%d isolation=%s (direct partition consumption, "+
-		"franz-go fetch defaults)\n", *topic, *n, *isolation)
+	tlsOpt, err := tlsOpts(*tlsCA)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("franz-go-peer consume: topic=%s records=%d isolation=%s tls=%s (direct partition consumption, "+
+		"franz-go fetch defaults)\n", *topic, *n, *isolation, tlsName(*tlsCA))
 	// No group: a direct consumer, every partition of the topic from its start. Fetch settings
 	// are franz-go's defaults (FetchMaxBytes 50 MiB, FetchMaxPartitionBytes 1 MiB,
 	// FetchMinBytes 1, FetchMaxWait 5 s).
-	cl, err := kgo.NewClient(
+	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(strings.Split(*bootstrap, ",")...),
 		kgo.ConsumeStartOffset(kgo.NewOffset().AtStart()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(level),
-	)
+	}, tlsOpt...)...)
 	if err != nil {
 		return err
 	}

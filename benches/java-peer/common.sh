@@ -1,4 +1,5 @@
-# Shared by producer-perf.sh and consumer-perf.sh (sourced, not run).
+# Shared by producer-perf.sh and consumer-perf.sh, and by benches/run-producer-comparison.sh
+# and benches/run-consumer-comparison.sh (sourced, not run).
 set -euo pipefail
 
 peer_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -61,4 +62,32 @@ run_measured() {
     function secs(t,   m, s) { m = t; sub(/m.*/, "", m); s = t; sub(/^[0-9]+m/, "", s); sub(/s$/, "", s); return m * 60 + s }
     { printf "%.3f", secs($1) + secs($2) }')
   rm -f "$tf"
+}
+
+# TLS mode of the comparison scripts (TLS_CA set): checks the CA file and that the secured broker
+# of protocol-tests/kafka-broker.sh is asked for (KAFKA_SECURITY: without it, the script's own
+# `kafka-broker.sh start` would take the secured broker's state directory for the other mode's and
+# wipe it), and defaults BOOTSTRAP to its SSL listener (KAFKA_PORT + 2) and LOG_DIR to its data.
+tls_mode_setup() {
+  [ -r "$TLS_CA" ] || die "TLS_CA=$TLS_CA: no such readable file"
+  TLS_CA=$(cd "$(dirname "$TLS_CA")" && pwd)/$(basename "$TLS_CA")
+  [ -n "${KAFKA_SECURITY:-}" ] || die "TLS_CA needs the secured broker: pass KAFKA_SECURITY=1 and the KAFKA_PORT and KAFKA_DIR it was started with (protocol-tests/kafka-broker.sh)"
+  local port=${KAFKA_PORT:-9092}
+  BOOTSTRAP=${BOOTSTRAP:-127.0.0.1:$((port + 2))}
+  LOG_DIR=${LOG_DIR:-${KAFKA_DIR:-$repo/target/kafka-$port}/data}
+  case $BOOTSTRAP in
+    *:$((port + 2))) ;;
+    *) echo "$tool: warning: BOOTSTRAP=$BOOTSTRAP is not the secured broker's SSL listener (port $((port + 2)) for KAFKA_PORT=$port)" >&2 ;;
+  esac
+}
+
+# The arguments that make each client connect as TLS_CA says (empty arrays without it):
+# onceflow_tls for every onceflow-perf command that talks to BOOTSTRAP, java_tls for the Java
+# tools' --producer-props / --consumer.config, peer_tls for franz-go-peer and rdkafka-perf.
+tls_args() {
+  onceflow_tls=() java_tls=() peer_tls=()
+  [ -n "${TLS_CA:-}" ] || return 0
+  onceflow_tls=(-X security.protocol=SSL -X ssl.ca.location="$TLS_CA")
+  java_tls=(security.protocol=SSL ssl.truststore.type=PEM ssl.truststore.location="$TLS_CA")
+  peer_tls=(--tls-ca "$TLS_CA")
 }

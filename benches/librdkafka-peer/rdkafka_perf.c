@@ -8,9 +8,13 @@
  *       [--payload random|fixed] [--acks all|1|0] [--linger-ms 5] [--batch-size BYTES]
  *       [--compression none|gzip|snappy|lz4|zstd] [--idempotence true|false]
  *       [--max-buffered-records 1000000] [--max-buffered-kbytes 32768]
- *       [--transactional-id ID --transaction-duration-ms D]
+ *       [--transactional-id ID --transaction-duration-ms D] [--tls-ca FILE]
  *   rdkafka-perf consume --bootstrap B --topic T --num-records N
- *       [--isolation read_committed|read_uncommitted] [--timeout-ms 30000]
+ *       [--isolation read_committed|read_uncommitted] [--timeout-ms 30000] [--tls-ca FILE]
+ *
+ * --tls-ca FILE: security.protocol=ssl, ssl.ca.location=FILE (the PEM CA certificate(s) to
+ * trust), ssl.endpoint.identification.algorithm=https (the broker's certificate must be for the
+ * host connected to), no client certificate.
  *
  * Both end with one line
  *
@@ -43,9 +47,11 @@ static const char *usage =
     "      [--payload random|fixed] [--acks all|1|0] [--linger-ms MS] [--batch-size BYTES]\n"
     "      [--compression none|gzip|snappy|lz4|zstd] [--idempotence true|false]\n"
     "      [--max-buffered-records N] [--max-buffered-kbytes KB]\n"
-    "      [--transactional-id ID --transaction-duration-ms D]\n"
+    "      [--transactional-id ID --transaction-duration-ms D] [--tls-ca FILE]\n"
     "  rdkafka-perf consume --bootstrap B --topic T --num-records N\n"
-    "      [--isolation read_committed|read_uncommitted] [--timeout-ms MS]\n"
+    "      [--isolation read_committed|read_uncommitted] [--timeout-ms MS] [--tls-ca FILE]\n"
+    "--tls-ca FILE: TLS (security.protocol=ssl) trusting the PEM CA certificate(s) in FILE, host\n"
+    "name verification on (ssl.endpoint.identification.algorithm=https), no client certificate.\n"
     "The last line is machine-readable:\n"
     "  librdkafka records=N records_per_sec=X mb_per_sec=Y\n";
 
@@ -154,6 +160,18 @@ static void set(rd_kafka_conf_t *conf, const char *name, const char *value) {
         usage_error("%s=%s: %s", name, value, err);
 }
 
+/* --tls-ca FILE: TLS trusting FILE's CA certificate(s), the broker's host name verified; no
+ * client certificate. Returns what to print as tls=. */
+static const char *set_tls(rd_kafka_conf_t *conf) {
+    const char *ca = opt("tls-ca", NULL);
+    if (!ca) return "off";
+    if (access(ca, R_OK) != 0) usage_error("--tls-ca %s: %s", ca, strerror(errno));
+    set(conf, "security.protocol", "ssl");
+    set(conf, "ssl.ca.location", ca);
+    set(conf, "ssl.endpoint.identification.algorithm", "https");
+    return ca;
+}
+
 static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
     (void)rk;
     fprintf(stderr, "librdkafka %d %s: %s\n", level, fac, buf);
@@ -227,14 +245,15 @@ static int produce(void) {
     set(conf, "queue.buffering.max.messages", maxrec);
     set(conf, "queue.buffering.max.kbytes", maxkb);
     if (txn_id) set(conf, "transactional.id", txn_id);
+    const char *tls = set_tls(conf);
     rd_kafka_conf_set_dr_msg_cb(conf, dr_msg_cb);
     rd_kafka_conf_set_log_cb(conf, log_cb);
     printf("rdkafka-perf produce: librdkafka=%s topic=%s records=%" PRIu64
            " record_size=%zu payload=%s acks=%s linger_ms=%s batch_size=%s compression=%s "
            "idempotence=%s max_in_flight=5 queue_buffering_max_messages=%s "
-           "queue_buffering_max_kbytes=%s transactional_id=%s transaction_duration_ms=%lld\n",
+           "queue_buffering_max_kbytes=%s transactional_id=%s transaction_duration_ms=%lld tls=%s\n",
            rd_kafka_version_str(), topic, n, size, fresh ? "random-per-record" : "fixed", acks,
-           linger, batch, compression, idem, maxrec, maxkb, txn_id ? txn_id : "", txn_ms);
+           linger, batch, compression, idem, maxrec, maxkb, txn_id ? txn_id : "", txn_ms, tls);
     fflush(stdout);
 
     char err[512];
@@ -350,10 +369,11 @@ static int consume(void) {
     set(conf, "enable.auto.offset.store", "false");
     set(conf, "enable.partition.eof", "false");
     set(conf, "auto.offset.reset", "earliest");
+    const char *tls = set_tls(conf);
     rd_kafka_conf_set_log_cb(conf, log_cb);
     printf("rdkafka-perf consume: librdkafka=%s topic=%s records=%" PRIu64
-           " isolation=%s (assign, no group join; librdkafka fetch defaults)\n",
-           rd_kafka_version_str(), topic, n, iso);
+           " isolation=%s tls=%s (assign, no group join; librdkafka fetch defaults)\n",
+           rd_kafka_version_str(), topic, n, iso, tls);
     fflush(stdout);
 
     char err[512];
@@ -445,12 +465,13 @@ int main(int argc, char **argv) {
             "bootstrap", "topic", "num-records", "record-size", "payload", "acks", "linger-ms",
             "batch-size", "compression", "idempotence", "max-buffered-records",
             "max-buffered-kbytes", "transactional-id", "transaction-duration-ms",
-            "report-interval-ms", NULL};
+            "report-interval-ms", "tls-ca", NULL};
         parse_opts(argc - 2, argv + 2, allowed);
         return produce();
     }
     if (strcmp(cmd, "consume") == 0) {
-        static const char *const allowed[] = {"bootstrap", "topic", "num-records", "isolation", "timeout-ms", NULL};
+        static const char *const allowed[] = {"bootstrap", "topic", "num-records", "isolation", "timeout-ms",
+                                              "tls-ca", NULL};
         parse_opts(argc - 2, argv + 2, allowed);
         return consume();
     }

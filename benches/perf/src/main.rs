@@ -8,8 +8,8 @@
 //!                       [--transaction-duration-ms D  (with -X transactional.id=ID)]
 //! onceflow-perf consume --bootstrap 127.0.0.1:9092 --topic T --num-records N [-X key=value]...
 //!                       [--timeout-ms MS] [--worker-threads W]
-//! onceflow-perf create-topic --bootstrap H:P --topic T [--partitions P]
-//! onceflow-perf delete-topic --bootstrap H:P --topic T
+//! onceflow-perf create-topic --bootstrap H:P --topic T [--partitions P] [-X key=value]...
+//! onceflow-perf delete-topic --bootstrap H:P --topic T [-X key=value]...
 //! onceflow-perf log-stats --log-dir DIR --topic T
 //! ```
 //!
@@ -60,8 +60,8 @@ usage:
                        [--transaction-duration-ms D]   (needs -X transactional.id=ID)
   onceflow-perf consume --topic T --num-records N [--bootstrap H:P] [-X key=value]...
                         [--timeout-ms MS] [--worker-threads W]
-  onceflow-perf create-topic --topic T [--partitions P] [--bootstrap H:P]
-  onceflow-perf delete-topic --topic T [--bootstrap H:P]
+  onceflow-perf create-topic --topic T [--partitions P] [--bootstrap H:P] [-X key=value]...
+  onceflow-perf delete-topic --topic T [--bootstrap H:P] [-X key=value]...
   onceflow-perf log-stats --topic T [--log-dir DIR]
 
 --partitions on produce creates the topic first and deletes it at the end.
@@ -70,7 +70,10 @@ ProducerPerformance does; fixed sends one shared value.
 --delivery callback (default) sends with Producer::send_with_callback and one counting callback,
 as the franz-go and librdkafka peers do; future awaits every send's future in a drain task and
 reports latencies, as ProducerPerformance does.
--X passes a Kafka property (producer or consumer config) to onceflow.
+-X passes a Kafka property (producer or consumer config) to onceflow; create-topic and
+delete-topic take the admin client's (e.g. -X security.protocol=SSL -X ssl.ca.location=ca.pem),
+and produce --partitions passes the security ones (security.protocol, ssl.*, sasl.*) to its
+admin client too.
 The final line of produce/consume is machine-readable:
   onceflow records=N records_per_sec=X mb_per_sec=Y cpu_seconds=Z";
 
@@ -231,10 +234,27 @@ impl Args {
         p
     }
 
-    fn client_config(&self) -> Res<ClientConfig> {
+    /// The admin client's config: bootstrap.servers from --bootstrap, then the -X properties.
+    /// `all`: every -X must be a client property (create-topic, delete-topic: a typo or a
+    /// producer property is an error); otherwise (produce --partitions) only those that reach
+    /// the cluster (security.protocol, ssl.*, sasl.*) are taken, the rest being the producer's.
+    fn client_config(&self, all: bool) -> Res<ClientConfig> {
+        let usage = |e: onceflow::client::ConfigError| Failure::Usage(e.to_string());
         let mut c = ClientConfig::default();
         c.set("bootstrap.servers", &self.bootstrap())
-            .map_err(|e| Failure::Usage(e.to_string()))?;
+            .map_err(usage)?;
+        for (k, v) in &self.props {
+            let reaches_the_cluster =
+                k == "security.protocol" || k.starts_with("ssl.") || k.starts_with("sasl.");
+            if !all && !reaches_the_cluster {
+                continue;
+            }
+            if !c.set(k, v).map_err(usage)? {
+                return Err(Failure::Usage(format!(
+                    "-X {k}: not a property of the admin client"
+                )));
+            }
+        }
         Ok(c)
     }
 }
@@ -401,7 +421,9 @@ async fn produce(args: &Args) -> Res<()> {
 
     let admin = match partitions {
         Some(p) => {
-            let admin = Admin::new(args.client_config()?).await.map_err(run_err)?;
+            let admin = Admin::new(args.client_config(false)?)
+                .await
+                .map_err(run_err)?;
             admin
                 .create_topics(&[NewTopic::new(topic.clone(), p)])
                 .await
@@ -839,7 +861,9 @@ async fn create_topic(args: &Args) -> Res<()> {
     let partitions: i32 = args.opt_num("partitions")?.unwrap_or(1);
     args.opt("worker-threads");
     args.check_unused()?;
-    let admin = Admin::new(args.client_config()?).await.map_err(run_err)?;
+    let admin = Admin::new(args.client_config(true)?)
+        .await
+        .map_err(run_err)?;
     admin
         .create_topics(&[NewTopic::new(topic, partitions)])
         .await
@@ -850,7 +874,9 @@ async fn delete_topic(args: &Args) -> Res<()> {
     let topic = args.req("topic")?;
     args.opt("worker-threads");
     args.check_unused()?;
-    let admin = Admin::new(args.client_config()?).await.map_err(run_err)?;
+    let admin = Admin::new(args.client_config(true)?)
+        .await
+        .map_err(run_err)?;
     admin.delete_topics(&[topic]).await.map_err(run_err)
 }
 

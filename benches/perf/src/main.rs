@@ -536,16 +536,7 @@ async fn produce_records(
             send_error = Some(e);
             break;
         }
-        let value = if fresh_payload {
-            Bytes::from(rng.letters(size))
-        } else {
-            payload.clone()
-        };
-        let record = ProducerRecord {
-            topic: topic.to_owned(),
-            value: Some(value),
-            ..Default::default()
-        };
+        let record = next_record(topic, &mut rng, fresh_payload, &payload);
         let t = Instant::now();
         match producer.send(record).await {
             Ok(f) => {
@@ -695,16 +686,7 @@ async fn produce_with_callbacks(
             send_error = Some(e);
             break;
         }
-        let value = if fresh_payload {
-            Bytes::from(rng.letters(size))
-        } else {
-            payload.clone()
-        };
-        let record = ProducerRecord {
-            topic: topic.to_owned(),
-            value: Some(value),
-            ..Default::default()
-        };
+        let record = next_record(topic, &mut rng, fresh_payload, &payload);
         let sent = producer
             .send_with_callback(record, |r| match r {
                 Ok(_) => {
@@ -748,6 +730,19 @@ async fn produce_with_callbacks(
         eprintln!("onceflow-perf produce: send failed: {e}");
     }
     Ok((acked, failed, secs))
+}
+
+/// The next record of a send loop: the fixed payload, or a fresh random one of its size.
+fn next_record(topic: &str, rng: &mut Rng, fresh_payload: bool, payload: &Bytes) -> ProducerRecord {
+    let value = match fresh_payload {
+        true => Bytes::from(rng.letters(payload.len())),
+        false => payload.clone(),
+    };
+    ProducerRecord {
+        topic: topic.to_owned(),
+        value: Some(value),
+        ..Default::default()
+    }
 }
 
 /// SplitMix64, the generator behind Java's SplittableRandom: one 64-bit mix and one modulo per

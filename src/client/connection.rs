@@ -288,6 +288,9 @@ impl Connection {
         let span =
             debug_span!("connect", broker = %addr, security = secured.config.protocol.as_str());
         async {
+            // socket.connection.setup.timeout.ms bounds the TCP connect and the TLS handshake
+            // together, as in the Java client.
+            let deadline = tokio::time::Instant::now() + connect_timeout;
             let stream = tcp_connect(addr, connect_timeout).await?;
             let conn = match &secured.tls {
                 None => {
@@ -296,17 +299,16 @@ impl Connection {
                 }
                 Some(tls) => {
                     let host = host_of(addr);
-                    let tls_stream =
-                        tokio::time::timeout(connect_timeout, tls.connect(stream, host))
-                            .await
-                            .map_err(|_| Error::Timeout {
-                                what: format!("the TLS handshake with broker {addr}"),
-                                after: connect_timeout,
-                            })?
-                            .map_err(|message| Error::Tls {
-                                broker: addr.to_owned(),
-                                message,
-                            })?;
+                    let tls_stream = tokio::time::timeout_at(deadline, tls.connect(stream, host))
+                        .await
+                        .map_err(|_| Error::Timeout {
+                            what: format!("the TLS handshake with broker {addr}"),
+                            after: connect_timeout,
+                        })?
+                        .map_err(|message| Error::Tls {
+                            broker: addr.to_owned(),
+                            message,
+                        })?;
                     let (read, write) = tokio::io::split(tls_stream);
                     Self::start(read, write, addr, client_id, request_timeout)
                         .await

@@ -1,7 +1,8 @@
 //! One connection to one broker: pipelined, cancel-safe, poisoned on failure.
 //!
 //! The transport is anything `AsyncRead + AsyncWrite + Send + Unpin + 'static`: a TCP socket
-//! ([`Connection::connect`]), later a TLS stream, or an in-memory `tokio::io::duplex` in the unit
+//! ([`Connection::connect`]), a TLS stream (`connect_secured`, which also runs SASL; the writer
+//! task re-authenticates, KIP-368), or an in-memory `tokio::io::duplex` in the unit
 //! tests ([`Connection::over`]). Only the constructor and the two tasks are generic; the
 //! [`Connection`] type is not (see its doc comment for why).
 //!

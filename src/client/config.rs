@@ -269,7 +269,7 @@ impl Default for ConsumerConfig {
     }
 }
 
-fn invalid(name: &str, value: &str, expected: &'static str) -> ConfigError {
+pub(crate) fn invalid(name: &str, value: &str, expected: &'static str) -> ConfigError {
     ConfigError::Invalid {
         name: name.to_owned(),
         value: value.to_owned(),
@@ -309,7 +309,7 @@ fn parse_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
     }
 }
 
-fn non_empty(name: &str, value: &str) -> Result<String, ConfigError> {
+pub(crate) fn non_empty(name: &str, value: &str) -> Result<String, ConfigError> {
     let v = value.trim();
     if v.is_empty() {
         return Err(invalid(name, value, "a non-empty string"));

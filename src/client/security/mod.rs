@@ -17,7 +17,7 @@ pub(crate) mod sasl;
 pub(crate) mod scram;
 pub(crate) mod tls;
 
-use super::config::ConfigError;
+use super::config::{invalid, non_empty, ConfigError};
 use std::path::PathBuf;
 
 pub(crate) use tls::TlsConnector;
@@ -468,22 +468,6 @@ pub fn fuzz_sasl(data: &[u8]) {
             }
         }
     }
-}
-
-fn invalid(name: &str, value: &str, expected: &'static str) -> ConfigError {
-    ConfigError::Invalid {
-        name: name.to_owned(),
-        value: value.to_owned(),
-        expected,
-    }
-}
-
-fn non_empty(name: &str, value: &str) -> Result<String, ConfigError> {
-    let v = value.trim();
-    if v.is_empty() {
-        return Err(invalid(name, value, "a non-empty string"));
-    }
-    Ok(v.to_owned())
 }
 
 #[cfg(test)]

@@ -120,14 +120,8 @@ VARIANTS=${VARIANTS:-onceflow:ru onceflow:rc franz:ru franz:rc rdkafka:ru rdkafk
 TIME_BIN=${TIME_BIN:-/usr/bin/time}
 TXN_MS=${TXN_MS:-100}
 TLS_CA=${TLS_CA:-}
-if [ -n "$TLS_CA" ]; then
-  tls_mode_setup
-else
-  BOOTSTRAP=${BOOTSTRAP:-127.0.0.1:9092}
-  LOG_DIR=${LOG_DIR:-$repo/target/kafka-9092/data}
-fi
-# TLS_CA (tls_args, java-peer/common.sh): how each client reaches BOOTSTRAP; empty without it.
-tls_args
+# BOOTSTRAP, LOG_DIR and each client's TLS arguments (broker_setup, java-peer/common.sh).
+broker_setup
 SETTLE_SECS=${SETTLE_SECS:-2}
 CALIBRATE=${CALIBRATE:-1}
 OUT_DIR=${OUT_DIR:-$repo/target/consumer-comparison/$(date +%Y%m%d-%H%M%S)}

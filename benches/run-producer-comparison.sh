@@ -151,12 +151,8 @@ BATCH_SIZE=${BATCH_SIZE:-16384}
 COMPRESSION=${COMPRESSION:-none}
 PARTITIONS=${PARTITIONS:-1}
 TLS_CA=${TLS_CA:-}
-if [ -n "$TLS_CA" ]; then
-  tls_mode_setup
-else
-  BOOTSTRAP=${BOOTSTRAP:-127.0.0.1:9092}
-  LOG_DIR=${LOG_DIR:-$repo/target/kafka-9092/data}
-fi
+# BOOTSTRAP, LOG_DIR and each client's TLS arguments (broker_setup, java-peer/common.sh).
+broker_setup
 SETTLE_SECS=${SETTLE_SECS:-2}
 CALIBRATE=${CALIBRATE:-1}
 OUT_DIR=${OUT_DIR:-$repo/target/perf-comparison/$(date +%Y%m%d-%H%M%S)}
@@ -230,8 +226,6 @@ if uses java; then jars_dir >/dev/null; fi # resolve the Java classpath now, not
 props=(acks="$ACKS" linger.ms="$LINGER_MS" batch.size="$BATCH_SIZE" compression.type="$COMPRESSION")
 xprops=()
 for p in "${props[@]}"; do xprops+=(-X "$p"); done
-# TLS_CA (tls_args, common.sh): how each client reaches BOOTSTRAP; empty without TLS_CA.
-tls_args
 # idem_of VARIANT: its enable.idempotence; txn_of VARIANT: its transaction duration in ms, or "".
 idem_of() { case $1 in *:noidem) echo false ;; *:idem|*:txn*) echo true ;; *) echo "$IDEMPOTENCE" ;; esac; }
 txn_of() { case $1 in *:txn*) echo "${1##*:txn}" ;; *) echo "" ;; esac; }

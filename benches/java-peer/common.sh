@@ -68,7 +68,15 @@ run_measured() {
 # of protocol-tests/kafka-broker.sh is asked for (KAFKA_SECURITY: without it, the script's own
 # `kafka-broker.sh start` would take the secured broker's state directory for the other mode's and
 # wipe it), and defaults BOOTSTRAP to its SSL listener (KAFKA_PORT + 2) and LOG_DIR to its data.
-tls_mode_setup() {
+# Where the clients connect and the broker's log directory, with TLS_CA or without: sets
+# BOOTSTRAP and LOG_DIR (unless given) and, through tls_args, the clients' TLS arguments.
+broker_setup() {
+  if [ -z "${TLS_CA:-}" ]; then
+    BOOTSTRAP=${BOOTSTRAP:-127.0.0.1:9092}
+    LOG_DIR=${LOG_DIR:-$repo/target/kafka-9092/data}
+    tls_args
+    return 0
+  fi
   [ -r "$TLS_CA" ] || die "TLS_CA=$TLS_CA: no such readable file"
   TLS_CA=$(cd "$(dirname "$TLS_CA")" && pwd)/$(basename "$TLS_CA")
   [ -n "${KAFKA_SECURITY:-}" ] || die "TLS_CA needs the secured broker: pass KAFKA_SECURITY=1 and the KAFKA_PORT and KAFKA_DIR it was started with (protocol-tests/kafka-broker.sh)"
@@ -79,6 +87,7 @@ tls_mode_setup() {
     *:$((port + 2))) ;;
     *) echo "$tool: warning: BOOTSTRAP=$BOOTSTRAP is not the secured broker's SSL listener (port $((port + 2)) for KAFKA_PORT=$port)" >&2 ;;
   esac
+  tls_args
 }
 
 # The arguments that make each client connect as TLS_CA says (empty arrays without it):

@@ -276,6 +276,12 @@ async fn without_hostname_verification_a_wrong_host_name_connects_but_the_ca_sti
     assert!(e.to_string().contains("not signed by a trusted CA"), "{e}");
 }
 
+/// One small request on `conn` (Metadata for no topics): what keeps a session in use.
+async fn ping(conn: &onceflow::client::connection::Connection) -> onceflow::client::Result<()> {
+    let req = kafka_protocol::messages::MetadataRequest::default().with_topics(Some(vec![]));
+    conn.request(&req).await.map(|_| ())
+}
+
 /// The broker limits SASL sessions to REAUTH_MS: one connection that keeps sending requests
 /// for several lifetimes re-authenticates in place and is never closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -296,8 +302,7 @@ async fn a_connection_re_authenticates_before_its_session_ends_and_stays_open() 
             start.elapsed() < DEADLINE,
             "no two re-authentications within {DEADLINE:?}"
         );
-        let req = kafka_protocol::messages::MetadataRequest::default().with_topics(Some(vec![]));
-        conn.request(&req)
+        ping(&conn)
             .await
             .expect("a request between re-authentications");
         assert!(!conn.is_poisoned());
@@ -323,8 +328,7 @@ async fn without_re_authentication_the_broker_closes_the_connection_when_the_ses
             start.elapsed() < DEADLINE,
             "the broker never closed the connection"
         );
-        let req = kafka_protocol::messages::MetadataRequest::default().with_topics(Some(vec![]));
-        if conn.request(&req).await.is_err() || conn.is_poisoned() {
+        if ping(&conn).await.is_err() || conn.is_poisoned() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -869,9 +873,7 @@ async fn oauthbearer_tokens_from_a_file_or_a_command_are_refreshed_at_re_authent
                 std::fs::write(&file, jwt("alice", 4)).unwrap();
                 last_write = Instant::now();
             }
-            let req =
-                kafka_protocol::messages::MetadataRequest::default().with_topics(Some(vec![]));
-            if conn.request(&req).await.is_err() || conn.is_poisoned() {
+            if ping(&conn).await.is_err() || conn.is_poisoned() {
                 break true;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;

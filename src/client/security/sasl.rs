@@ -61,8 +61,7 @@ pub(crate) async fn authenticate<C: SaslChannel>(
             code => format!("SaslHandshake refused: {code}"),
         }));
     }
-    let mut exchange = Exchange::start(sec).await.map_err(&fail)?;
-    let mut to_send = exchange.first();
+    let (mut exchange, mut to_send) = Exchange::start(sec).await.map_err(&fail)?;
     loop {
         let req = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(to_send));
         let resp: SaslAuthenticateResponse = chan.call(&req, version).await?;
@@ -113,17 +112,17 @@ enum Next {
 
 /// One mechanism's exchange, a state machine fed the broker's messages.
 enum Exchange {
-    Plain(Vec<u8>),
-    Scram(Box<ScramClient>, Vec<u8>),
+    Plain,
+    Scram(Box<ScramClient>),
     OAuth {
-        first: Vec<u8>,
         /// The broker sent an error challenge and we acknowledged it: the next answer fails.
         refused: Option<String>,
     },
 }
 
 impl Exchange {
-    async fn start(sec: &SecurityConfig) -> std::result::Result<Exchange, String> {
+    /// The mechanism's state and its first message.
+    async fn start(sec: &SecurityConfig) -> std::result::Result<(Exchange, Vec<u8>), String> {
         let user = sec.username.clone().unwrap_or_default();
         let password = sec.password.as_ref().map(|p| p.expose()).unwrap_or("");
         Ok(match sec.mechanism {
@@ -134,7 +133,7 @@ impl Exchange {
                 msg.extend_from_slice(user.as_bytes());
                 msg.push(0);
                 msg.extend_from_slice(password.as_bytes());
-                Exchange::Plain(msg)
+                (Exchange::Plain, msg)
             }
             SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512 => {
                 let hash = match sec.mechanism {
@@ -142,7 +141,7 @@ impl Exchange {
                     _ => Hash::Sha256,
                 };
                 let (client, first) = ScramClient::first(hash, &user, password, scram::nonce());
-                Exchange::Scram(Box::new(client), first)
+                (Exchange::Scram(Box::new(client)), first)
             }
             SaslMechanism::OAuthBearer => {
                 let source = sec
@@ -150,27 +149,19 @@ impl Exchange {
                     .as_ref()
                     .ok_or("no OAUTHBEARER token configured")?;
                 let token = oauth::token(source).await?;
-                Exchange::OAuth {
-                    first: oauth::initial_response(&token),
-                    refused: None,
-                }
+                (
+                    Exchange::OAuth { refused: None },
+                    oauth::initial_response(&token),
+                )
             }
         })
-    }
-
-    fn first(&mut self) -> Vec<u8> {
-        match self {
-            Exchange::Plain(msg) => std::mem::take(msg),
-            Exchange::Scram(_, first) => std::mem::take(first),
-            Exchange::OAuth { first, .. } => std::mem::take(first),
-        }
     }
 
     /// Takes the broker's answer to the last message.
     fn next(&mut self, answer: &[u8]) -> std::result::Result<Next, String> {
         match self {
-            Exchange::Plain(_) => Ok(Next::Done),
-            Exchange::Scram(client, _) => Ok(match client.next(answer)? {
+            Exchange::Plain => Ok(Next::Done),
+            Exchange::Scram(client) => Ok(match client.next(answer)? {
                 Some(final_message) => Next::Send(final_message),
                 None => Next::Done,
             }),

@@ -131,25 +131,14 @@ impl ScramClient {
             return Err("a second server-first message".into());
         }
         self.step = Step::Done;
-        let text = std::str::from_utf8(server_first)
-            .map_err(|_| "the server-first message is not UTF-8".to_owned())?;
-        let attrs = attributes(text)?;
-        if let Some(e) = attrs.get("e") {
-            return Err(format!("the broker refused: {e}"));
-        }
+        let (text, attrs) = server_message(server_first, "server-first")?;
         let nonce = *attrs
             .get("r")
             .ok_or("the server-first message has no nonce (r=)")?;
         if !nonce.starts_with(&self.nonce) || nonce.len() <= self.nonce.len() {
             return Err("the server's nonce does not extend the client's".into());
         }
-        let salt = B64
-            .decode(
-                attrs
-                    .get("s")
-                    .ok_or("the server-first message has no salt (s=)")?,
-            )
-            .map_err(|_| "the salt (s=) is not base64".to_owned())?;
+        let salt = base64_attribute(&attrs, "s", "server-first", "salt")?;
         let iterations: u32 = attrs
             .get("i")
             .ok_or("the server-first message has no iteration count (i=)")?
@@ -189,19 +178,8 @@ impl ScramClient {
         else {
             return Err("a server-final message out of turn".into());
         };
-        let text = std::str::from_utf8(server_final)
-            .map_err(|_| "the server-final message is not UTF-8".to_owned())?;
-        let attrs = attributes(text)?;
-        if let Some(e) = attrs.get("e") {
-            return Err(format!("the broker refused: {e}"));
-        }
-        let v = B64
-            .decode(
-                attrs
-                    .get("v")
-                    .ok_or("the server-final message has no signature (v=)")?,
-            )
-            .map_err(|_| "the server signature (v=) is not base64".to_owned())?;
+        let (_, attrs) = server_message(server_final, "server-final")?;
+        let v = base64_attribute(&attrs, "v", "server-final", "signature")?;
         if v != server_signature {
             return Err("the broker's signature is wrong: it does not know the password (a man in the middle?)".into());
         }
@@ -224,8 +202,36 @@ fn sasl_name(user: &str) -> String {
     user.replace('=', "=3D").replace(',', "=2C")
 }
 
+type Attributes<'a> = std::collections::BTreeMap<&'a str, &'a str>;
+
+/// A server message (`which`: server-first or server-final) as text and attributes; the
+/// broker's `e=` error as an error.
+fn server_message<'a>(bytes: &'a [u8], which: &str) -> Result<(&'a str, Attributes<'a>), String> {
+    let text =
+        std::str::from_utf8(bytes).map_err(|_| format!("the {which} message is not UTF-8"))?;
+    let attrs = attributes(text)?;
+    if let Some(e) = attrs.get("e") {
+        return Err(format!("the broker refused: {e}"));
+    }
+    Ok((text, attrs))
+}
+
+/// The base64 attribute `key` (the `what` of the `which` message), decoded.
+fn base64_attribute(
+    attrs: &Attributes<'_>,
+    key: &str,
+    which: &str,
+    what: &str,
+) -> Result<Vec<u8>, String> {
+    let value = attrs
+        .get(key)
+        .ok_or_else(|| format!("the {which} message has no {what} ({key}=)"))?;
+    B64.decode(value)
+        .map_err(|_| format!("the {what} ({key}=) is not base64"))
+}
+
 /// `a=value,b=value` into a map (values may contain '=').
-fn attributes(text: &str) -> Result<std::collections::BTreeMap<&str, &str>, String> {
+fn attributes(text: &str) -> Result<Attributes<'_>, String> {
     let mut out = std::collections::BTreeMap::new();
     for part in text.split(',') {
         let (k, v) = part

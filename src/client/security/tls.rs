@@ -143,9 +143,13 @@ fn trust_store(path: Option<&Path>) -> Result<RootCertStore, String> {
     Ok(roots)
 }
 
+/// The file a property names, or an error naming both.
+fn read_file(path: &Path, property: &str) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("cannot read {property} {}: {e}", path.display()))
+}
+
 fn read_certs(path: &Path, property: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| format!("cannot read {property} {}: {e}", path.display()))?;
+    let bytes = read_file(path, property)?;
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<_, _>>()
         .map_err(|e| format!("{property} {}: not PEM certificates: {e:?}", path.display()))?;
@@ -159,8 +163,7 @@ fn read_certs(path: &Path, property: &str) -> Result<Vec<CertificateDer<'static>
 }
 
 fn read_key(path: &Path, property: &str) -> Result<PrivateKeyDer<'static>, String> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| format!("cannot read {property} {}: {e}", path.display()))?;
+    let bytes = read_file(path, property)?;
     if bytes
         .windows(b"ENCRYPTED PRIVATE KEY".len())
         .any(|w| w == b"ENCRYPTED PRIVATE KEY")

@@ -14,6 +14,7 @@ use crate::support::*;
 use onceflow::client::admin_txn::ListTransactionsFilter;
 use onceflow::client::txn::TxnState;
 use onceflow::client::{Admin, IsolationLevel, Offset, TopicPartition};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -212,32 +213,75 @@ async fn per_driver_hourly_killed_at_parallelism_2_and_restarted_at_4_counts_eve
     .await;
 }
 
-/// The transactional ids of sink task `task` (`<prefix>-<task>-<slot>`) with an Ongoing
-/// transaction now.
-async fn ongoing_of_task(admin: &Admin, prefix: &str, task: u32) -> Vec<String> {
+/// The transactional ids of sink task `task` (`<prefix>-<task>-<slot>`) whose open
+/// transaction holds records on one of `partitions` now, with the offset its records start at
+/// there (where that partition's last stable offset stops).
+async fn holding_of_task(
+    admin: &Admin,
+    prefix: &str,
+    task: u32,
+    partitions: &[TopicPartition],
+) -> BTreeMap<String, Vec<(TopicPartition, i64)>> {
     let filter = ListTransactionsFilter {
         states: vec![TxnState::Ongoing.as_str().to_owned()],
         ..Default::default()
     };
     let mine = format!("{prefix}-{task}-");
-    admin
+    let ongoing: Vec<_> = admin
         .list_transactions(&filter)
         .await
         .unwrap()
         .into_iter()
-        .map(|t| t.transactional_id)
-        .filter(|id| id.starts_with(&mine))
-        .collect()
+        .filter(|t| t.transactional_id.starts_with(&mine))
+        .collect();
+    let producers = admin.describe_producers(partitions).await.unwrap();
+    let mut out = BTreeMap::new();
+    for t in ongoing {
+        let starts: Vec<_> = producers
+            .iter()
+            .filter(|p| p.producer_id == t.producer_id)
+            .filter_map(|p| Some((p.partition.clone(), p.current_txn_start_offset?)))
+            .collect();
+        if !starts.is_empty() {
+            out.insert(t.transactional_id, starts);
+        }
+    }
+    out
 }
 
 /// The inverse of the rescale-down test: with the restart's abort of the retired tasks'
-/// transactions switched off (`ONCEFLOW_TEST_SKIP=retire`), the transaction sink task 1 left
-/// open when it was killed at parallelism 2 is still Ongoing after the restart at parallelism
-/// 1 has committed output of its own, and that committed output is invisible: the output's
-/// last stable offset stays below its end, so read_committed readers (the verifier) miss it.
+/// transactions switched off (`ONCEFLOW_TEST_SKIP=retire`), a transaction sink task 1 opened
+/// after the restored checkpoint and left open when it was killed at parallelism 2 is still
+/// open after the restart at parallelism 1 has committed output of its own, and that
+/// committed output is invisible: the output's last stable offset stops at the retired
+/// transaction's first record, so read_committed readers (the verifier) miss what follows.
+///
+/// Whether the kill leaves such a transaction is up to timing: the one open at the kill may
+/// hold no records yet (at transaction.version 1, a kill between AddPartitionsToTxn and the
+/// Produce; a CI run saw this), or be the restored checkpoint's prepared transaction, which
+/// the restart rightly commits. Such an attempt proves nothing and is run again on fresh
+/// topics and state (up to five); one must show the loss.
 #[tokio::test]
 async fn rescaled_down_without_aborting_the_retired_tasks_transaction_readers_miss_committed_output(
 ) {
+    for attempt in 1..=5 {
+        match retired_transaction_left_open(attempt).await {
+            Some(verdict) => {
+                eprintln!("par-noretire (attempt {attempt}): {}", verdict.trim());
+                return;
+            }
+            None => eprintln!(
+                "par-noretire (attempt {attempt}): no transaction of task 1 outlived the restore"
+            ),
+        }
+    }
+    panic!("in five attempts, no transaction of the retired task outlived the restart's restore");
+}
+
+/// One kill at parallelism 2 and restart at 1 with `retire` off; the verifier's verdict once
+/// a transaction of retired task 1 holding records outlives the restart's recovery, `None`
+/// when none did.
+async fn retired_transaction_left_open(attempt: u32) -> Option<String> {
     let name = "par-noretire";
     let input = TestTopic::create(&format!("{name}-in"), 3).await;
     let output = TestTopic::create(&format!("{name}-out"), 3).await;
@@ -254,35 +298,42 @@ async fn rescaled_down_without_aborting_the_retired_tasks_transaction_readers_mi
         &prefix,
     );
     let admin = Admin::new(client_config(&broker())).await.unwrap();
+    let partitions: Vec<TopicPartition> = (0..3)
+        .map(|p| TopicPartition::new(output.name.clone(), p))
+        .collect();
 
     // First run(s) at parallelism 2: killed once sink task 1 has a transaction open (checked
-    // again after the kill: a commit in flight may have closed it; then run again).
-    let mut lingering = Vec::new();
-    for attempt in 1..=5 {
-        let log = dir.join(format!("run1-{attempt}.log"));
-        let fresh: &[&str] = if attempt == 1 { &["--fresh"] } else { &[] };
+    // again after the kill, with no writer running: a commit in flight may have closed it,
+    // or it may hold no records yet; then run again).
+    let mut lingering = BTreeMap::new();
+    for run in 1..=5 {
+        let log = dir.join(format!("run1-{run}.log"));
+        let fresh: &[&str] = if run == 1 { &["--fresh"] } else { &[] };
         let mut first = start_job(&job, &log, fresh);
         let start = Instant::now();
-        while !committed_a_transaction(&log) || ongoing_of_task(&admin, &prefix, 1).await.is_empty()
+        while !committed_a_transaction(&log)
+            || holding_of_task(&admin, &prefix, 1, &partitions)
+                .await
+                .is_empty()
         {
             assert_running(&mut first, &log);
             assert!(
                 start.elapsed() < DEADLINE,
-                "no commit with task 1's transaction open within {DEADLINE:?}:\n{}",
+                "no commit with a transaction of task 1 holding records within {DEADLINE:?}:\n{}",
                 log_of(&log)
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         first.kill().unwrap();
         first.wait().unwrap();
-        lingering = ongoing_of_task(&admin, &prefix, 1).await;
+        lingering = holding_of_task(&admin, &prefix, 1, &partitions).await;
         if !lingering.is_empty() {
             break;
         }
     }
     assert!(
         !lingering.is_empty(),
-        "sink task 1 never left a transaction open at a kill"
+        "sink task 1 never left a transaction holding records open at a kill"
     );
 
     // The restart at parallelism 1, protection off: it commits output of its own.
@@ -296,64 +347,51 @@ async fn rescaled_down_without_aborting_the_retired_tasks_transaction_readers_mi
         "{}",
         log_of(&log2)
     );
-    // The failure: the retired task's transaction is still open, and behind it committed
-    // output is beyond what read_committed readers can reach.
-    // (A prepared transaction of the restored checkpoint is committed by the restart, as it
-    // must be; the one opened after that checkpoint is the one that lingers.)
-    let still = ongoing_of_task(&admin, &prefix, 1).await;
-    assert!(
-        !still.is_empty() && still.iter().all(|id| lingering.contains(id)),
-        "the retired task's transaction did not stay open: {still:?} of {lingering:?}"
-    );
-    let partitions: Vec<TopicPartition> = (0..3)
-        .map(|p| TopicPartition::new(output.name.clone(), p))
+    // The restored checkpoint's prepared transaction is committed by the restart, as it must
+    // be; one opened after that checkpoint is the one that lingers, holding the LSO at the
+    // offset its records start at.
+    let still: BTreeMap<_, _> = holding_of_task(&admin, &prefix, 1, &partitions)
+        .await
+        .into_iter()
+        .filter(|(id, starts)| lingering.get(id) == Some(starts))
         .collect();
-    let lso = admin
-        .list_offsets(&partitions, Offset::End, IsolationLevel::ReadCommitted)
-        .await
-        .unwrap();
-    let hw = admin
-        .list_offsets(&partitions, Offset::End, IsolationLevel::ReadUncommitted)
-        .await
-        .unwrap();
-    let stuck: Vec<_> = partitions.iter().filter(|tp| lso[*tp] < hw[*tp]).collect();
-    assert!(
-        !stuck.is_empty(),
-        "no output partition held back: LSO {lso:?}, end {hw:?}"
-    );
-    let o = taxi(&[
-        "verify",
-        "--job",
-        "cleansing",
-        "--input",
-        &input.name,
-        "--output",
-        &output.name,
-    ])
-    .await;
-    let verdict = stdout(&o);
-    assert!(
-        verdict.contains("FAILED") && verdict.contains("missing"),
-        "readers missed nothing with the retired transaction open: {}",
-        shown(&o)
-    );
-    eprintln!(
-        "{name}: {} held back by {still:?}; {}",
-        stuck.len(),
-        verdict.trim()
-    );
+    let verdict = if still.is_empty() {
+        None
+    } else {
+        // The failure: behind the retired transaction, committed output is beyond what
+        // read_committed readers can reach.
+        let o = taxi(&[
+            "verify",
+            "--job",
+            "cleansing",
+            "--input",
+            &input.name,
+            "--output",
+            &output.name,
+        ])
+        .await;
+        let verdict = stdout(&o);
+        assert!(
+            verdict.contains("FAILED") && verdict.contains("missing"),
+            "readers missed nothing with the retired transaction {still:?} open \
+             (attempt {attempt}): {}",
+            shown(&o)
+        );
+        Some(format!("held back by {still:?}; {}", verdict.trim()))
+    };
     sigterm(&second);
     let status = tokio::task::spawn_blocking(move || second.wait().unwrap())
         .await
         .unwrap();
     assert!(status.success(), "{status}:\n{}", log_of(&log2));
-    // Abort the lingering transaction, so the topics go quietly.
-    for id in &still {
+    // Abort what lingers, so the topics go quietly.
+    for id in lingering.keys() {
         let _ = admin
             .fence_transactional_id(id, Duration::from_secs(60))
             .await;
     }
     let _ = std::fs::remove_dir_all(&dir);
+    verdict
 }
 
 /// The inverse of the parallel window tests: with barrier alignment switched off

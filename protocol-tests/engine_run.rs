@@ -327,7 +327,14 @@ async fn the_runtime_persists_the_resolutions_before_the_sinks_pool_init() {
     drop(sink); // the crash
     let (mut store, _) = open_state(&state_dir, layout.clone(), RestoreFrom::Fresh).await;
     store
-        .persist(1, &[], Vec::new(), vec![c.transaction.clone()])
+        .persist(
+            1,
+            &[],
+            Vec::new(),
+            vec![onceflow::engine::sink::PreparedOutput::Transaction(
+                c.transaction.clone(),
+            )],
+        )
         .unwrap();
     drop(store);
 

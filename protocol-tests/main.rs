@@ -20,6 +20,7 @@ mod demo;
 mod engine_chaos;
 mod engine_dataflow;
 mod engine_features;
+mod engine_files;
 mod engine_idleness;
 mod engine_metrics;
 mod engine_parallel;

@@ -23,5 +23,6 @@ pub mod job;
 pub mod metrics;
 pub mod runtime;
 pub mod sink;
+pub mod source;
 pub mod state;
 pub mod taxi;

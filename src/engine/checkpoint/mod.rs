@@ -37,6 +37,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::client::txn::PreparedTransaction;
+use crate::engine::sink::PreparedOutput;
+use crate::engine::source::FilePosition;
 
 pub use budget::{check_budget, required_transaction_timeout, BudgetError};
 pub use coordinator::{
@@ -88,9 +90,62 @@ pub struct TopicPartition {
     pub partition: i32,
 }
 
-/// Source positions: per input partition, the *next offset to fetch* (not last + 1: commit
-/// markers take up offsets).
-pub type Positions = BTreeMap<TopicPartition, i64>;
+/// Source positions: where a restore resumes reading.
+///
+/// Per input partition, the *next offset to fetch* (not last + 1: commit markers take up
+/// offsets); for a job whose source is a file, the file reader's position (the file, the
+/// offset of its next line and what its reordering buffer held). The coordinator only merges
+/// the sources' positions into the batch and hands the restored ones back at StartTasks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Positions {
+    offsets: BTreeMap<TopicPartition, i64>,
+    /// The file source's reader position (only source subtask 0 reads a file).
+    pub file: Option<FilePosition>,
+}
+
+impl Positions {
+    /// No positions.
+    pub fn new() -> Positions {
+        Positions::default()
+    }
+
+    /// Sets `tp`'s next offset to fetch.
+    pub fn insert(&mut self, tp: TopicPartition, next_offset: i64) {
+        self.offsets.insert(tp, next_offset);
+    }
+
+    /// `tp`'s next offset to fetch, when known.
+    pub fn get(&self, tp: &TopicPartition) -> Option<&i64> {
+        self.offsets.get(tp)
+    }
+
+    /// The partitions and their next offsets, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&TopicPartition, &i64)> {
+        self.offsets.iter()
+    }
+
+    /// Adds another task's positions (sources own disjoint partitions; one reads the file).
+    pub fn extend(&mut self, other: Positions) {
+        self.offsets.extend(other.offsets);
+        if other.file.is_some() {
+            self.file = other.file;
+        }
+    }
+
+    /// Whether there is no position at all.
+    pub fn is_empty(&self) -> bool {
+        self.offsets.is_empty() && self.file.is_none()
+    }
+}
+
+impl FromIterator<(TopicPartition, i64)> for Positions {
+    fn from_iter<I: IntoIterator<Item = (TopicPartition, i64)>>(iter: I) -> Self {
+        Positions {
+            offsets: iter.into_iter().collect(),
+            file: None,
+        }
+    }
+}
 
 /// What the coordinator needs to know of a sink's committable.
 pub trait Committable: Clone + PartialEq + fmt::Debug {
@@ -101,6 +156,30 @@ pub trait Committable: Clone + PartialEq + fmt::Debug {
     fn start_ms(&self) -> Option<Millis>;
     /// Nothing was sent in the transaction: there is nothing to commit.
     fn is_empty(&self) -> bool;
+}
+
+impl Committable for PreparedOutput {
+    fn name(&self) -> &str {
+        match self {
+            PreparedOutput::Transaction(t) => t.name(),
+            PreparedOutput::Files(f) => &f.name,
+        }
+    }
+
+    fn start_ms(&self) -> Option<Millis> {
+        match self {
+            PreparedOutput::Transaction(t) => t.start_ms(),
+            // A rename has no broker deadline: the sink's last barrier bounds its retries.
+            PreparedOutput::Files(_) => None,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            PreparedOutput::Transaction(t) => t.is_empty(),
+            PreparedOutput::Files(f) => f.pending.files.is_empty(),
+        }
+    }
 }
 
 impl Committable for PreparedTransaction {

@@ -28,7 +28,17 @@ const SETTERS: &[(&str, &str)] = &[
     ("source.group.id", "group_id"),
     ("source.start", "start"),
     ("source.partition.discovery.ms", "partition_discovery"),
+    ("source.type", "file_source"),
+    ("source.path", "file_source"),
+    ("source.serving_speed_factor", "serving_speed_factor"),
+    ("source.max_delay_s", "max_delay"),
     ("sink.topic", "KafkaSink"),
+    ("sink.type", "FileSink"),
+    ("sink.path", "FileSink"),
+    ("sink.columns", "FileSink::csv"),
+    ("sink.rolling.size.bytes", "FileSink::rolling"),
+    ("sink.rolling.interval.ms", "FileSink::rolling"),
+    ("sink.part.prefix", "FileSink::part_prefix"),
     ("sink.delivery.guarantee", "delivery_guarantee"),
     ("sink.transactional.id.prefix", "transactional_id_prefix"),
     ("settings.parallelism", "parallelism"),
@@ -72,7 +82,7 @@ impl JobBuilder {
         &self.name
     }
 
-    fn set(mut self, field: &'static str, value: Value) -> JobBuilder {
+    pub(crate) fn set(mut self, field: &'static str, value: Value) -> JobBuilder {
         self.fields.retain(|(f, _)| *f != field);
         self.fields.push((field, value));
         self
@@ -178,6 +188,19 @@ impl JobBuilder {
         self.set("settings.state.dir", Value::String(text))
     }
 
+    /// `source.serving_speed_factor` of a [`file_source`](Self::file_source): event time
+    /// runs this many times faster than wall time (600 = ten minutes per second; default 0 =
+    /// as fast as possible).
+    pub fn serving_speed_factor(self, factor: f64) -> JobBuilder {
+        self.set("source.serving_speed_factor", Value::Float(factor))
+    }
+
+    /// `source.max_delay_s` of a [`file_source`](Self::file_source): each event is emitted up
+    /// to this late (whole seconds; default 0: in file order).
+    pub fn max_delay(self, delay: Duration) -> JobBuilder {
+        self.set("source.max_delay_s", int(delay.as_secs()))
+    }
+
     /// `settings.state.cache.bytes` (default fjall's).
     pub fn state_cache_bytes(self, bytes: u64) -> JobBuilder {
         self.set("settings.state.cache.bytes", int(bytes))
@@ -190,12 +213,20 @@ impl JobBuilder {
 
     /// The checked job for `topics` and the sink topic `sink_topic`, by the job file's rules
     /// (an empty pipeline: the typed operators run instead).
-    pub(crate) fn check(&self, topics: &[String], sink_topic: &str) -> Result<Job, BuildError> {
+    pub(crate) fn check(
+        &self,
+        topics: &[String],
+        sink: &[(&'static str, Value)],
+    ) -> Result<Job, BuildError> {
         let mut root = Table::new();
         root.insert("name".into(), Value::String(self.name.clone()));
-        let topics = topics.iter().cloned().map(Value::String).collect();
-        insert(&mut root, "source.topics", Value::Array(topics));
-        insert(&mut root, "sink.topic", Value::String(sink_topic.into()));
+        if !topics.is_empty() {
+            let topics = topics.iter().cloned().map(Value::String).collect();
+            insert(&mut root, "source.topics", Value::Array(topics));
+        }
+        for (field, value) in sink {
+            insert(&mut root, field, value.clone());
+        }
         for (field, value) in &self.fields {
             insert(&mut root, field, value.clone());
         }
@@ -260,11 +291,15 @@ mod tests {
         vec!["in".to_owned()]
     }
 
+    fn out() -> Vec<(&'static str, Value)> {
+        vec![("sink.topic", Value::String("out".into()))]
+    }
+
     #[test]
     fn the_job_files_defaults_apply() {
         let job = JobBuilder::new("j")
             .transactional_id_prefix("p")
-            .check(&topics(), "out")
+            .check(&topics(), &out())
             .unwrap();
         assert_eq!(job.settings.parallelism, 1);
         assert_eq!(job.settings.key_groups, 128);
@@ -286,7 +321,7 @@ mod tests {
             .key_groups(16)
             .checkpoint_interval(Duration::from_millis(200))
             .state_dir("/tmp/x")
-            .check(&topics(), "out")
+            .check(&topics(), &out())
             .unwrap();
         assert_eq!(job.source.brokers, ["a:1", "b:2"]);
         assert_eq!(job.source.group, "g");
@@ -331,14 +366,14 @@ mod tests {
             (JobBuilder::new("no spaces"), "name", "JobBuilder::new"),
         ];
         for (builder, want_field, want_setter) in cases {
-            match builder.check(&topics(), "out") {
+            match builder.check(&topics(), &out()) {
                 Err(BuildError::Setting { field, setter, .. }) => {
                     assert_eq!((field.as_str(), setter), (want_field, want_setter));
                 }
                 other => panic!("{want_field}: {other:?}"),
             }
         }
-        let e = JobBuilder::new("j").check(&topics(), "out").unwrap_err();
+        let e = JobBuilder::new("j").check(&topics(), &out()).unwrap_err();
         assert!(!e.to_string().contains('\n'), "{e}");
     }
 }

@@ -65,7 +65,7 @@ mod window;
 
 pub use builder::JobBuilder;
 pub use process::{Collector, Context, KeyedProcessFunction};
-pub use sink::KafkaSink;
+pub use sink::{FileSink, KafkaSink, Sink};
 pub use source::{Deserializer, Json, SourceRecord};
 pub use state::{
     ListStateDescriptor, ListStateHandle, MapStateDescriptor, MapStateHandle, StateAccessError,

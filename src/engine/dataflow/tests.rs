@@ -684,3 +684,64 @@ fn window_assigner_table() {
         assert_eq!(got.ok(), want, "case {i}");
     }
 }
+
+/// The file ends in the builder set the job file's fields: a file source (with its serving
+/// speed and delay) into a Kafka sink, and a topic into CSV part files.
+#[test]
+fn file_sources_and_file_sinks_build_the_job_files_ends() {
+    use crate::engine::job::OutputFormat;
+    use crate::engine::taxi::Ride;
+    let flow = JobBuilder::new("c")
+        .brokers("b:1")
+        .transactional_id_prefix("c")
+        .serving_speed_factor(600.0)
+        .max_delay(Duration::from_secs(60))
+        .file_source("rides.csv.gz", Json::<Ride>::new())
+        .sink(KafkaSink::json("rides"))
+        .build()
+        .unwrap();
+    let file = flow.job().source.file.clone().expect("a file source");
+    assert_eq!(file.path, std::path::PathBuf::from("rides.csv.gz"));
+    assert_eq!((file.serving_speed_factor, file.max_delay_s), (600.0, 60));
+    assert!(flow.job().source.topics.is_empty());
+    assert_eq!(flow.job().sink.topic, "rides");
+
+    let flow = JobBuilder::new("d")
+        .brokers("b:1")
+        .source(["rides"], Json::<Ride>::new())
+        .filter(|r| r.is_start)
+        .sink(
+            FileSink::csv("out/d", &["ride_id", "event_time"])
+                .rolling(1 << 20, Duration::from_secs(5))
+                .part_prefix("starts"),
+        )
+        .build()
+        .unwrap();
+    let sink = flow.job().sink.file.clone().expect("a file sink");
+    assert_eq!(
+        sink.format,
+        OutputFormat::Csv {
+            columns: vec!["ride_id".into(), "event_time".into()]
+        }
+    );
+    assert_eq!(
+        (
+            sink.roll_size_bytes,
+            sink.roll_interval_ms,
+            sink.prefix.as_str()
+        ),
+        (1 << 20, 5000, "starts")
+    );
+
+    // A file sink has no transactions: the builder refuses the prefix as the job file does.
+    let e = JobBuilder::new("d")
+        .transactional_id_prefix("p")
+        .source(["rides"], Json::<Ride>::new())
+        .sink(FileSink::json("out/d"))
+        .build()
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("a file sink has no transactions"),
+        "{e}"
+    );
+}

@@ -29,7 +29,11 @@ pub mod project;
 mod spec;
 pub mod window;
 
-pub use spec::{DeliveryGuarantee, Job, Operator, Settings, Sink, Source, StartPosition};
+pub use spec::{
+    DeliveryGuarantee, FileFormat as FileLineFormat, FileSink as FileSinkSpec,
+    FileSource as FileSourceSpec, Job, Operator, OutputFormat, Settings, Sink, Source,
+    StartPosition,
+};
 
 /// A job file that cannot be used. Every variant is one line for the user.
 #[derive(Debug, thiserror::Error)]

@@ -43,13 +43,16 @@ pub struct Job {
     pub settings: Settings,
 }
 
-/// The Kafka source.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The source: Kafka topics (the default), or files (`type = "file"`).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Source {
-    /// Bootstrap brokers, `host:port`.
+    /// Bootstrap brokers, `host:port`, of the job's Kafka end: the source's, or with a file
+    /// source the Kafka sink's (`sink.brokers`).
     pub brokers: Vec<String>,
-    /// Input topics (one or more).
+    /// Input topics (one or more; none with a file source).
     pub topics: Vec<String>,
+    /// The file source (`type = "file"`), instead of topics.
+    pub file: Option<FileSource>,
     /// `group.id`: the consumer group whose offsets are committed after each checkpoint, for
     /// monitoring tools only (positions live in the checkpoint). Default: the job's name.
     pub group: String,
@@ -58,6 +61,59 @@ pub struct Source {
     pub partition_discovery_ms: u64,
     /// Where to start when there is no checkpoint.
     pub start: StartPosition,
+}
+
+/// `[source] type = "file"`: a checkpointed reader of ride files (as Flink's taxi training
+/// source): events emitted up to `max_delay_s` late, at `serving_speed_factor`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileSource {
+    /// `path`: a file, or a directory whose files are read in name order (`.gz` decompressed).
+    pub path: PathBuf,
+    /// `format`: how a line becomes a record (`taxi-csv`, the TaxiRide CSV of Flink's
+    /// training exercises).
+    pub format: FileFormat,
+    /// `serving_speed_factor`: event time runs this many times faster than wall time (600 =
+    /// ten minutes per second); 0 (the default) = as fast as possible.
+    pub serving_speed_factor: f64,
+    /// `max_delay_s`: each event is emitted up to this many seconds late (default 0).
+    pub max_delay_s: u64,
+}
+
+/// A file's line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FileFormat {
+    /// The TaxiRide CSV of Flink's training exercises (`nycTaxiRides.gz`); each line becomes
+    /// the ride event `onceflow taxi generate` writes (JSON, keyed by driver id).
+    TaxiCsv,
+}
+
+/// `[sink] type = "file"`: part files made final when the checkpoint that covers them is
+/// durable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSink {
+    /// `path`: the output directory (this job's alone).
+    pub path: PathBuf,
+    /// `format`: `json` (JSON lines, the default) or `csv` (with `columns`).
+    pub format: OutputFormat,
+    /// `part.prefix`: part file names start with it (default `part`).
+    pub prefix: String,
+    /// `rolling.size.bytes`: a part file is closed at this size (default 128 MiB).
+    pub roll_size_bytes: u64,
+    /// `rolling.interval.ms`: ... or after this long open (default 60000).
+    pub roll_interval_ms: u64,
+}
+
+/// The file sink's output format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// One JSON record per line.
+    JsonLines,
+    /// CSV with a header; `columns` are the record's fields, in order.
+    Csv {
+        /// The fields written, in order.
+        columns: Vec<String>,
+    },
 }
 
 /// Where a job without a checkpoint starts reading.
@@ -86,11 +142,13 @@ pub enum Operator {
     WindowAggregate(WindowAggregate),
 }
 
-/// The Kafka sink.
+/// The sink: a Kafka topic (the default), or files (`type = "file"`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sink {
-    /// Output topic.
+    /// Output topic (empty with a file sink).
     pub topic: String,
+    /// The file sink (`type = "file"`), instead of a topic.
+    pub file: Option<FileSink>,
     /// Delivery guarantee.
     pub guarantee: DeliveryGuarantee,
     /// Transactional id prefix (`<prefix>-<task>-<slot>`); present when exactly-once.
@@ -190,8 +248,14 @@ struct RawJob {
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSource {
-    brokers: Spanned<Brokers>,
-    topics: Spanned<Vec<Spanned<String>>>,
+    #[serde(rename = "type", default)]
+    kind: EndKind,
+    brokers: Option<Spanned<Brokers>>,
+    topics: Option<Spanned<Vec<Spanned<String>>>>,
+    path: Option<Spanned<String>>,
+    format: Option<Spanned<FileFormat>>,
+    serving_speed_factor: Option<Spanned<f64>>,
+    max_delay_s: Option<Spanned<u64>>,
     group: Option<RawGroup>,
     partition: Option<RawPartition>,
     #[serde(default)]
@@ -282,9 +346,54 @@ enum RawAgg {
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSink {
-    topic: Spanned<String>,
+    #[serde(rename = "type", default)]
+    kind: EndKind,
+    topic: Option<Spanned<String>>,
+    brokers: Option<Spanned<Brokers>>,
+    path: Option<Spanned<String>>,
+    format: Option<Spanned<RawOutputFormat>>,
+    columns: Option<Spanned<Vec<String>>>,
+    part: Option<RawPart>,
+    rolling: Option<RawRolling>,
     delivery: Option<RawDelivery>,
     transactional: Option<RawTransactional>,
+}
+
+/// `source.type` / `sink.type`.
+#[derive(serde::Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum EndKind {
+    #[default]
+    Kafka,
+    File,
+}
+
+#[derive(serde::Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum RawOutputFormat {
+    Json,
+    Csv,
+}
+
+/// `part.prefix`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPart {
+    prefix: Spanned<String>,
+}
+
+/// `rolling.size.bytes`, `rolling.interval.ms`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRolling {
+    size: Option<RawSizeBytes>,
+    interval: Option<RawMs>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSizeBytes {
+    bytes: Spanned<u64>,
 }
 
 #[derive(serde::Deserialize)]
@@ -654,9 +763,13 @@ fn check(loc: &Locator<'_>, raw: RawJob) -> Result<Job, JobError> {
             format!("{name:?} is not a job name: use letters, digits, '.', '_' and '-'"),
         ));
     }
-    let source = check_source(loc, &name, raw.source)?;
+    let mut raw_sink = raw.sink;
+    let sink_span = raw_sink.span();
+    let sink_brokers = raw_sink.get_mut().brokers.take();
+    let source = check_source(loc, &name, raw.source, sink_brokers)?;
     let pipeline = check_pipeline(loc, raw.pipeline)?;
-    let sink = check_sink(loc, raw.sink)?;
+    let sink = check_sink(loc, raw_sink)?;
+    check_ends(loc, &source, &pipeline, &sink, &sink_span)?;
     let settings = check_settings(loc, &name, sink.guarantee, raw.settings)?;
     Ok(Job {
         name,
@@ -671,31 +784,92 @@ fn check_source(
     loc: &Locator<'_>,
     name: &str,
     raw: Spanned<RawSource>,
+    sink_brokers: Option<Spanned<Brokers>>,
 ) -> Result<Source, JobError> {
+    let span = raw.span();
     let raw = raw.into_inner();
-    let brokers_span = raw.brokers.span();
-    let brokers = raw.brokers.into_inner().0;
-    if brokers.is_empty() {
+    let file = match raw.kind {
+        EndKind::File => Some(check_file_source(loc, &span, &raw)?),
+        EndKind::Kafka => {
+            for (given, field) in [
+                (raw.path.as_ref().map(|p| p.span()), "source.path"),
+                (raw.format.as_ref().map(|p| p.span()), "source.format"),
+                (
+                    raw.serving_speed_factor.as_ref().map(|p| p.span()),
+                    "source.serving_speed_factor",
+                ),
+                (
+                    raw.max_delay_s.as_ref().map(|p| p.span()),
+                    "source.max_delay_s",
+                ),
+            ] {
+                if let Some(at) = given {
+                    return Err(loc.at(
+                        &at,
+                        Some(field),
+                        "only a file source has it: add type = \"file\" to [source], or remove it",
+                    ));
+                }
+            }
+            None
+        }
+    };
+    let (brokers_field, brokers) = match (&file, raw.brokers, sink_brokers) {
+        (None, Some(b), _) => ("source.brokers", b),
+        (None, None, _) => {
+            return Err(loc.at(
+                &span,
+                Some("source.brokers"),
+                "no broker given; write e.g. brokers = \"localhost:9092\"",
+            ))
+        }
+        (Some(_), _, Some(b)) => ("sink.brokers", b),
+        (Some(_), Some(b), None) => ("source.brokers", b),
+        (Some(_), None, None) => (
+            "sink.brokers",
+            Spanned::new(span.clone(), Brokers(Vec::new())),
+        ),
+    };
+    let brokers_span = brokers.span();
+    let brokers = brokers.into_inner().0;
+    if brokers.is_empty() && file.is_none() {
         return Err(loc.at(
             &brokers_span,
-            Some("source.brokers"),
+            Some(brokers_field),
             "no broker given; write e.g. brokers = \"localhost:9092\"",
         ));
     }
-    let topics_span = raw.topics.span();
     let mut topics = Vec::new();
-    for t in raw.topics.into_inner() {
-        if t.get_ref().trim().is_empty() {
-            return Err(loc.at(&t.span(), Some("source.topics"), "a topic name is empty"));
-        }
-        topics.push(t.into_inner());
-    }
-    if topics.is_empty() {
-        return Err(loc.at(
-            &topics_span,
+    match (raw.topics, &file) {
+        (Some(given), Some(_)) => return Err(loc.at(
+            &given.span(),
             Some("source.topics"),
-            "no topic given; write e.g. topics = [\"rides\"]",
-        ));
+            "a file source reads source.path, not topics: remove topics (or the type = \"file\")",
+        )),
+        (None, Some(_)) => {}
+        (None, None) => {
+            return Err(loc.at(
+                &span,
+                Some("source.topics"),
+                "no topic given; write e.g. topics = [\"rides\"]",
+            ))
+        }
+        (Some(given), None) => {
+            let topics_span = given.span();
+            for t in given.into_inner() {
+                if t.get_ref().trim().is_empty() {
+                    return Err(loc.at(&t.span(), Some("source.topics"), "a topic name is empty"));
+                }
+                topics.push(t.into_inner());
+            }
+            if topics.is_empty() {
+                return Err(loc.at(
+                    &topics_span,
+                    Some("source.topics"),
+                    "no topic given; write e.g. topics = [\"rides\"]",
+                ));
+            }
+        }
     }
     let group = match raw.group.map(|g| g.id) {
         Some(g) if g.get_ref().trim().is_empty() => {
@@ -711,10 +885,54 @@ fn check_source(
     Ok(Source {
         brokers,
         topics,
+        file,
         group,
         // 10 s: one Metadata request per job, and a new partition's records wait at most that.
         partition_discovery_ms: raw.partition.map_or(10_000, |p| *p.discovery.ms.get_ref()),
         start: raw.start,
+    })
+}
+
+/// `[source] type = "file"`: path (required), format (default taxi-csv), the serving speed
+/// and the delay.
+fn check_file_source(
+    loc: &Locator<'_>,
+    span: &Range<usize>,
+    raw: &RawSource,
+) -> Result<FileSource, JobError> {
+    let Some(path) = raw.path.as_ref() else {
+        return Err(loc.at(
+            span,
+            Some("source.path"),
+            "a file source needs path = \"<a file or a directory of files>\"",
+        ));
+    };
+    if path.get_ref().trim().is_empty() {
+        return Err(loc.at(&path.span(), Some("source.path"), "the path is empty"));
+    }
+    let factor = raw
+        .serving_speed_factor
+        .as_ref()
+        .map_or(0.0, |f| *f.get_ref());
+    if !factor.is_finite() || factor < 0.0 {
+        let at = raw
+            .serving_speed_factor
+            .as_ref()
+            .map_or(span.clone(), |f| f.span());
+        return Err(loc.at(
+            &at,
+            Some("source.serving_speed_factor"),
+            format!("{factor} is not a speed-up: give 0 (as fast as possible) or a positive number, e.g. 600"),
+        ));
+    }
+    Ok(FileSource {
+        path: PathBuf::from(path.get_ref()),
+        format: raw
+            .format
+            .as_ref()
+            .map_or(FileFormat::TaxiCsv, |f| *f.get_ref()),
+        serving_speed_factor: factor,
+        max_delay_s: raw.max_delay_s.as_ref().map_or(0, |d| *d.get_ref()),
     })
 }
 
@@ -1025,15 +1243,54 @@ fn check_window(
 
 fn check_sink(loc: &Locator<'_>, raw: Spanned<RawSink>) -> Result<Sink, JobError> {
     let span = raw.span();
-    let raw = raw.into_inner();
-    if raw.topic.get_ref().trim().is_empty() {
-        return Err(loc.at(
-            &raw.topic.span(),
+    let mut raw = raw.into_inner();
+    let file = match raw.kind {
+        EndKind::File => Some(check_file_sink(loc, &span, &mut raw)?),
+        EndKind::Kafka => {
+            let only_files = [
+                (raw.path.as_ref().map(|p| p.span()), "sink.path"),
+                (raw.format.as_ref().map(|p| p.span()), "sink.format"),
+                (raw.columns.as_ref().map(|p| p.span()), "sink.columns"),
+                (
+                    raw.part.as_ref().map(|p| p.prefix.span()),
+                    "sink.part.prefix",
+                ),
+            ];
+            for (given, field) in only_files {
+                if let Some(at) = given {
+                    return Err(loc.at(
+                        &at,
+                        Some(field),
+                        "only a file sink has it: add type = \"file\" to [sink], or remove it",
+                    ));
+                }
+            }
+            None
+        }
+    };
+    let topic = match (raw.topic.take(), &file) {
+        (Some(t), Some(_)) => return Err(loc.at(
+            &t.span(),
             Some("sink.topic"),
-            "the topic name is empty",
-        ));
-    }
+            "a file sink writes to sink.path, not a topic: remove topic (or the type = \"file\")",
+        )),
+        (None, Some(_)) => String::new(),
+        (None, None) => {
+            return Err(loc.at(
+                &span,
+                Some("sink.topic"),
+                "no output topic given; write e.g. topic = \"rides-clean\"",
+            ))
+        }
+        (Some(t), None) => {
+            if t.get_ref().trim().is_empty() {
+                return Err(loc.at(&t.span(), Some("sink.topic"), "the topic name is empty"));
+            }
+            t.into_inner()
+        }
+    };
     let guarantee = raw.delivery.map(|d| d.guarantee).unwrap_or_default();
+    let prefix_span = raw.transactional.as_ref().map(|t| t.id.prefix.span());
     let prefix = match raw.transactional {
         Some(t) => {
             let p = t.id.prefix;
@@ -1051,7 +1308,15 @@ fn check_sink(loc: &Locator<'_>, raw: Spanned<RawSink>) -> Result<Sink, JobError
         }
         None => None,
     };
-    if guarantee == DeliveryGuarantee::ExactlyOnce && prefix.is_none() {
+    if file.is_some() {
+        if let Some(at) = &prefix_span {
+            return Err(loc.at(
+                at,
+                Some("sink.transactional.id.prefix"),
+                "a file sink has no transactions (its files are made final at each checkpoint): remove it",
+            ));
+        }
+    } else if guarantee == DeliveryGuarantee::ExactlyOnce && prefix.is_none() {
         return Err(loc.at(
             &span,
             Some("sink.transactional.id.prefix"),
@@ -1060,10 +1325,148 @@ fn check_sink(loc: &Locator<'_>, raw: Spanned<RawSink>) -> Result<Sink, JobError
         ));
     }
     Ok(Sink {
-        topic: raw.topic.into_inner(),
+        topic,
+        file,
         guarantee,
         transactional_id_prefix: prefix,
     })
+}
+
+/// `[sink] type = "file"`: path (required), the format, the part prefix and the rolling.
+fn check_file_sink(
+    loc: &Locator<'_>,
+    span: &Range<usize>,
+    raw: &mut RawSink,
+) -> Result<FileSink, JobError> {
+    let Some(path) = raw.path.as_ref() else {
+        return Err(loc.at(
+            span,
+            Some("sink.path"),
+            "a file sink needs path = \"<a directory for this job's files>\"",
+        ));
+    };
+    if path.get_ref().trim().is_empty() {
+        return Err(loc.at(&path.span(), Some("sink.path"), "the path is empty"));
+    }
+    let format = match (
+        raw.format.as_ref().map(|f| *f.get_ref()),
+        raw.columns.take(),
+    ) {
+        (None | Some(RawOutputFormat::Json), None) => OutputFormat::JsonLines,
+        (None | Some(RawOutputFormat::Json), Some(c)) => {
+            return Err(loc.at(
+                &c.span(),
+                Some("sink.columns"),
+                "columns are for format = \"csv\": set the format, or remove columns",
+            ))
+        }
+        (Some(RawOutputFormat::Csv), Some(c)) if !c.get_ref().is_empty() => OutputFormat::Csv {
+            columns: c.into_inner(),
+        },
+        (Some(RawOutputFormat::Csv), _) => return Err(loc.at(
+            span,
+            Some("sink.columns"),
+            "format = \"csv\" needs the fields to write: columns = [\"ride_id\", \"event_time\"]",
+        )),
+    };
+    let prefix = match raw.part.as_ref() {
+        Some(p) => {
+            let text = p.prefix.get_ref();
+            if text.is_empty()
+                || !text
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+            {
+                return Err(loc.at(
+                    &p.prefix.span(),
+                    Some("sink.part.prefix"),
+                    format!(
+                        "{text:?} is not a file name prefix: use letters, digits, '.', '_' and '-'"
+                    ),
+                ));
+            }
+            text.clone()
+        }
+        None => "part".to_owned(),
+    };
+    let rolling = raw.rolling.as_ref();
+    let roll_size_bytes = rolling
+        .and_then(|r| r.size.as_ref())
+        .map_or(128 << 20, |s| *s.bytes.get_ref());
+    let roll_interval_ms = rolling
+        .and_then(|r| r.interval.as_ref())
+        .map_or(60_000, |i| *i.ms.get_ref());
+    for (value, field, at) in [
+        (
+            roll_size_bytes,
+            "sink.rolling.size.bytes",
+            rolling
+                .and_then(|r| r.size.as_ref())
+                .map(|s| s.bytes.span()),
+        ),
+        (
+            roll_interval_ms,
+            "sink.rolling.interval.ms",
+            rolling
+                .and_then(|r| r.interval.as_ref())
+                .map(|i| i.ms.span()),
+        ),
+    ] {
+        if value == 0 {
+            return Err(loc.at(
+                &at.unwrap_or(span.clone()),
+                Some(field),
+                "0 would close a part file at every record: give a positive number",
+            ));
+        }
+    }
+    Ok(FileSink {
+        path: PathBuf::from(path.get_ref()),
+        format,
+        prefix,
+        roll_size_bytes,
+        roll_interval_ms,
+    })
+}
+
+/// What the two ends allow together: Kafka at one end at least (a file source's job writes
+/// to Kafka with sink.brokers; a file sink's job reads topics), and a window's late topic only
+/// with a Kafka sink.
+fn check_ends(
+    loc: &Locator<'_>,
+    source: &Source,
+    pipeline: &[Operator],
+    sink: &Sink,
+    sink_span: &Range<usize>,
+) -> Result<(), JobError> {
+    match (&source.file, &sink.file) {
+        (Some(_), Some(_)) => {
+            return Err(loc.at(
+                sink_span,
+                Some("sink.type"),
+                "a file source with a file sink is not supported yet: one end must be Kafka",
+            ))
+        }
+        (Some(_), None) if source.brokers.is_empty() => {
+            return Err(loc.at(
+                sink_span,
+                Some("sink.brokers"),
+                "the Kafka sink of a file source's job needs its brokers: add brokers = \"localhost:9092\" to [sink]",
+            ))
+        }
+        _ => {}
+    }
+    let late = pipeline
+        .iter()
+        .any(|op| matches!(op, Operator::WindowAggregate(w) if w.late_topic.is_some()));
+    if late && sink.file.is_some() {
+        return Err(loc.at(
+            sink_span,
+            Some("sink.type"),
+            "window.late_topic writes late records to Kafka, and this job's sink is files: remove late_topic",
+        ));
+    }
+    Ok(())
 }
 
 fn check_settings(

@@ -17,6 +17,7 @@ use super::launch::{launch, Launched, Plan};
 use super::message::{Control, Counters, Report, C, D};
 use super::observe;
 use super::offsets::GroupOffsets;
+use super::output::TaskSink;
 use super::persist::Persister;
 use super::retire::abort_retired;
 use super::routing::key_group_range;
@@ -26,13 +27,28 @@ use crate::client::Admin;
 use crate::engine::checkpoint::{
     self, CheckpointId, CommitOutcome, Coordinator, Decision, Event, Phase, Positions, TaskId,
 };
-use crate::engine::sink::{self, KafkaSink};
+use crate::engine::sink;
+use crate::engine::sink::file::{FileSink, FileSinkConfig};
 use crate::engine::state::{CheckpointRecord, FrozenDelta, OperatorState, StateStore};
 
 /// How often the coordinator hears the time.
 const TICK: Duration = Duration::from_millis(20);
 /// How long a stop waits for the checkpoint under way.
 const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// The sinks after the start-up's recovery of the restored committables.
+pub(crate) enum RecoveredSinks {
+    /// Kafka sinks resumed (their pools start at AbortPool).
+    Kafka(Vec<sink::Resumed>),
+    /// File sinks: the restored part files are final and the others removed; the sinks open
+    /// at AbortPool.
+    Files {
+        /// Each task's settings.
+        configs: Vec<FileSinkConfig>,
+        /// The restored committables, by name, and how they ended.
+        committed: Vec<(String, CommitOutcome)>,
+    },
+}
 
 /// The coordinator's side of a run.
 pub(crate) struct Master {
@@ -47,10 +63,14 @@ pub(crate) struct Master {
     group_offsets: GroupOffsets,
     /// The checkpoint being written when its record lists committables (the test hook).
     persisted_committables: Option<CheckpointId>,
-    /// The sinks between their resume and their start (AbortPool), by sink task.
+    /// The Kafka sinks between their resume and their start (AbortPool), by sink task.
     resumed: Vec<sink::Resumed>,
+    /// The file sinks' settings, by sink task, until their start (AbortPool).
+    file_sinks: Vec<FileSinkConfig>,
+    /// The restored file committables the start-up's recovery committed.
+    files_recovered: Vec<(String, CommitOutcome)>,
     /// The started sinks, until the subtasks take them (StartTasks).
-    sinks: Vec<KafkaSink>,
+    sinks: Vec<TaskSink>,
     plan: Plan,
     launched: Option<Launched>,
     /// Transactional id → the subtask whose sink prepared it (commits and releases go there).
@@ -67,9 +87,13 @@ impl Master {
         settings: checkpoint::Settings,
         plan: Plan,
         store: StateStore,
-        resumed: Vec<sink::Resumed>,
+        recovered: RecoveredSinks,
         restored_id: u64,
     ) -> Master {
+        let (resumed, file_sinks, files_recovered) = match recovered {
+            RecoveredSinks::Kafka(r) => (r, Vec::new(), Vec::new()),
+            RecoveredSinks::Files { configs, committed } => (Vec::new(), configs, committed),
+        };
         let (reports_tx, reports) = mpsc::unbounded_channel();
         Master {
             coord: Coordinator::new(settings, plan.task_ids()),
@@ -82,6 +106,8 @@ impl Master {
                 plan.job.source.group.clone(),
             ),
             resumed,
+            file_sinks,
+            files_recovered,
             sinks: Vec::new(),
             plan,
             launched: None,
@@ -114,18 +140,21 @@ impl Master {
     /// bumped by the init: a committed transaction reported as lost or as a prefix clash.
     pub(crate) async fn recover(&mut self, record: &CheckpointRecord) -> Result<(), RuntimeError> {
         self.event(Event::Loaded(restored(record)));
-        let outcomes: Vec<_> = self
+        let mut outcomes: Vec<(String, CommitOutcome)> = self
             .resumed
             .iter()
             .flat_map(|r| r.resumed().to_vec())
+            .map(|r| {
+                (
+                    r.transactional_id,
+                    CommitOutcome::from_resume(Ok(r.outcome)),
+                )
+            })
             .collect();
-        for r in outcomes {
-            let found = record
-                .committables
-                .iter()
-                .find(|c| c.transactional_id == r.transactional_id);
+        outcomes.append(&mut self.files_recovered);
+        for (name, outcome) in outcomes {
+            let found = record.committables.iter().find(|c| c.name() == name);
             if let Some(c) = found {
-                let outcome = CommitOutcome::from_resume(Ok(r.outcome));
                 self.event(Event::CommitResult {
                     committable: c.clone(),
                     outcome,
@@ -192,7 +221,7 @@ impl Master {
             }
             Decision::MarkResolved { .. } => Ok(()),
             Decision::ReleaseSlot(c) => {
-                if let Some(&owner) = self.owners.get(&c.transactional_id) {
+                if let Some(&owner) = self.owners.get(c.name()) {
                     self.send(owner, Control::Release(c));
                 }
                 Ok(())
@@ -200,7 +229,7 @@ impl Master {
             Decision::FailJob(f) => Err(f.into()),
             Decision::RetryCommitAt { committable, .. } => Err(RuntimeError::Internal(format!(
                 "the coordinator asked to retry {}, but the sink owns commit retries",
-                committable.transactional_id
+                committable.name()
             ))),
             Decision::Restart { reason } => Err(RuntimeError::Internal(format!(
                 "a restart was decided ({reason}); restart the job"
@@ -219,15 +248,12 @@ impl Master {
     }
 
     fn owner(&self, c: &C) -> Result<TaskId, RuntimeError> {
-        self.owners
-            .get(&c.transactional_id)
-            .copied()
-            .ok_or_else(|| {
-                RuntimeError::Internal(format!(
-                    "no subtask prepared {}, yet the coordinator asks to commit it",
-                    c.transactional_id
-                ))
-            })
+        self.owners.get(c.name()).copied().ok_or_else(|| {
+            RuntimeError::Internal(format!(
+                "no subtask prepared {}, yet the coordinator asks to commit it",
+                c.name()
+            ))
+        })
     }
 
     /// A message to a subtask; one that is gone failed, and its report says why.
@@ -256,6 +282,18 @@ impl Master {
     /// Steps 2 and 3 of the sinks' recovery, once the coordinator decided AbortPool (after
     /// the resolutions were persisted).
     async fn start_sinks(&mut self) -> Result<(), RuntimeError> {
+        if !self.file_sinks.is_empty() {
+            // The start-up's recovery committed the restored files and removed the rest;
+            // each task opens its own, at this process's generation.
+            for config in std::mem::take(&mut self.file_sinks) {
+                let task = config.task;
+                self.sinks
+                    .push(TaskSink::File(Box::new(FileSink::open(config)?)));
+                tracing::info!(task, "file sink started");
+            }
+            self.event(Event::PoolAborted);
+            return Ok(());
+        }
         if self.resumed.is_empty() {
             return Err(RuntimeError::Internal(
                 "AbortPool decided twice: the sinks were started already".into(),
@@ -268,7 +306,7 @@ impl Master {
                 lingering = report.lingering_aborted.len(),
                 "sink started (pool initialized)"
             );
-            self.sinks.push(sink);
+            self.sinks.push(TaskSink::Kafka(Box::new(sink)));
         }
         // A rescale down: the ids of tasks that no longer exist have no pool to fence them.
         let prefix = self.plan.job.sink.transactional_id_prefix.as_deref();
@@ -378,11 +416,7 @@ impl Master {
             let left = record
                 .committables
                 .into_iter()
-                .filter(|c| {
-                    !resolved
-                        .iter()
-                        .any(|r| r.transactional_id == c.transactional_id)
-                })
+                .filter(|c| !resolved.iter().any(|r| r.name() == c.name()))
                 .collect();
             store.update_committables(n.0, left)?;
             Ok::<(), RuntimeError>(())
@@ -412,7 +446,7 @@ impl Master {
                 committables,
             } => {
                 for c in &committables {
-                    self.owners.insert(c.transactional_id.clone(), task);
+                    self.owners.insert(c.name().to_owned(), task);
                 }
                 self.event(Event::Ack {
                     id,

@@ -13,19 +13,19 @@ use tracing::Instrument;
 use super::alignment::Alignment;
 use super::keyed::KeyedSubtask;
 use super::message::{Control, Counters, Data, Report};
-use super::output::SinkTask;
+use super::output::{SinkTask, TaskSink};
 use super::partitions::{resolve, start_offset, Discovery};
 use super::routing::key_group_range;
-use super::source::{Downstream, PartitionWatermarks, SourceSubtask};
+use super::source::{Downstream, FileReader, Input, PartitionWatermarks, SourceSubtask};
 use super::topology::Topology;
 use super::RuntimeError;
 use crate::client::{
     Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, Offset, TopicPartition,
 };
 use crate::engine::checkpoint::{self, Positions, TaskId};
-use crate::engine::job::Job;
+use crate::engine::job::{FileLineFormat, FileSourceSpec, Job};
 use crate::engine::metrics::Metrics;
-use crate::engine::sink::KafkaSink;
+use crate::engine::source::{FileSource, FileSourceConfig, LineFormat, ParsedLine};
 use crate::engine::state::OperatorState;
 
 /// Records (and watermarks, barriers) a channel from a source subtask to a keyed subtask
@@ -111,7 +111,7 @@ where
 pub(crate) async fn launch(
     plan: &Plan,
     states: Vec<OperatorState>,
-    sinks: Vec<KafkaSink>,
+    sinks: Vec<TaskSink>,
     positions: &Positions,
     counters: &Arc<Counters>,
     reports: &UnboundedSender<Report>,
@@ -142,10 +142,25 @@ pub(crate) async fn launch(
         // at a time, so a Fetch long-poll on a shared connection holds the sinks' Produce
         // requests behind it (BENCHMARKS.md, "Engine"). Its metadata is also the one partition
         // discovery refreshes, so the consumer sees a new partition.
-        let cluster = Cluster::connect(plan.client.clone())
-            .await
-            .map_err(|e| RuntimeError::client("connecting the source to the brokers", e))?;
-        let (consumer, own) = source_consumer(plan, &cluster, &partitions, positions).await?;
+        let (input_kind, own, cluster) = match &plan.job.source.file {
+            Some(spec) => {
+                let reader = match i {
+                    0 => Some(file_reader(spec, positions)?),
+                    _ => None,
+                };
+                let mut own = Positions::new();
+                own.file = reader.as_ref().map(|r| r.source.position());
+                (Input::File(reader), own, plan.cluster.clone())
+            }
+            None => {
+                let cluster = Cluster::connect(plan.client.clone())
+                    .await
+                    .map_err(|e| RuntimeError::client("connecting the source to the brokers", e))?;
+                let (consumer, own) =
+                    source_consumer(plan, &cluster, &partitions, positions).await?;
+                (Input::Kafka(consumer), own, cluster)
+            }
+        };
         launched.positions.extend(own.clone());
         let downstream = match keyed {
             true => Downstream::Keyed {
@@ -156,7 +171,7 @@ pub(crate) async fn launch(
         };
         let source = SourceSubtask {
             task,
-            consumer,
+            input_kind,
             chain: plan.topology.source_chain(&plan.metrics),
             emitted: Vec::new(),
             metrics: plan.metrics.clone(),
@@ -257,6 +272,39 @@ fn launch_keyed(
 
 fn missing_sink(i: usize) -> RuntimeError {
     RuntimeError::Internal(format!("no sink was started for subtask {i}"))
+}
+
+/// Source subtask 0's reader of the job's files, at the restored position (or the start).
+fn file_reader(spec: &FileSourceSpec, positions: &Positions) -> Result<FileReader, RuntimeError> {
+    let config = FileSourceConfig {
+        path: spec.path.clone(),
+        serving_speed_factor: spec.serving_speed_factor,
+        max_delay: Duration::from_secs(spec.max_delay_s),
+        skip_header: true,
+    };
+    let format: Arc<dyn LineFormat> = match spec.format {
+        FileLineFormat::TaxiCsv => Arc::new(TaxiCsv),
+    };
+    let source = FileSource::open(config, format, positions.file.clone())?;
+    Ok(FileReader {
+        source,
+        ended: false,
+    })
+}
+
+/// The TaxiRide CSV of Flink's training exercises: each line becomes the ride event of
+/// `onceflow taxi generate` (JSON, keyed by driver id), so the same jobs run on both.
+struct TaxiCsv;
+
+impl LineFormat for TaxiCsv {
+    fn parse(&self, line: &str) -> Result<ParsedLine, String> {
+        let ride = crate::engine::taxi::csv::parse_line(line).map_err(|e| e.to_string())?;
+        Ok(ParsedLine {
+            key: Some(ride.key()),
+            value: ride.to_json().into_bytes(),
+            event_time: ride.event_time,
+        })
+    }
 }
 
 /// A read_committed consumer on `partitions`, each sought to its restored position (else

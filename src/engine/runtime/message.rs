@@ -7,12 +7,12 @@ use std::sync::atomic::AtomicU64;
 
 use super::topology::Element;
 use super::RuntimeError;
-use crate::client::txn::PreparedTransaction;
 use crate::engine::checkpoint::{CheckpointId, CommitOutcome, Positions, TaskId};
+use crate::engine::sink::PreparedOutput;
 use crate::engine::state::FrozenDelta;
 
 /// The committable of this runtime.
-pub(crate) type C = PreparedTransaction;
+pub(crate) type C = PreparedOutput;
 /// A task's state delta in an ack.
 pub(crate) type D = Vec<FrozenDelta>;
 

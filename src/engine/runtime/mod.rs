@@ -146,6 +146,12 @@ pub enum RuntimeError {
     /// The sink failed (data loss, prefix clash, budget, a client error).
     #[error(transparent)]
     Sink(#[from] crate::engine::sink::SinkError),
+    /// The file sink could not write, close or commit a part file.
+    #[error(transparent)]
+    FileSink(#[from] crate::engine::sink::file::FileSinkError),
+    /// The file source could not read its input.
+    #[error(transparent)]
+    FileSource(#[from] crate::engine::source::FileSourceError),
     /// The coordinator failed the job.
     #[error(transparent)]
     Checkpoint(#[from] crate::engine::checkpoint::JobFailure),

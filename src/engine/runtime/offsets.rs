@@ -85,7 +85,7 @@ impl GroupOffsets {
         let Some((id, positions)) = self.latest.take() else {
             return false;
         };
-        if self.committed.is_some_and(|c| c >= id) || positions.is_empty() {
+        if self.committed.is_some_and(|c| c >= id) || positions.iter().next().is_none() {
             return false;
         }
         let offsets: Vec<(TopicPartition, i64)> = positions

@@ -1,6 +1,7 @@
 //! A subtask's sink: its [`KafkaSink`] (task id = subtask index, transactional ids
-//! `<prefix>-<subtask>-<slot>`), the outputs held back by the pool's back-pressure, and the
-//! bookkeeping of its commits and slots.
+//! `<prefix>-<subtask>-<slot>`) or its [`FileSink`] (part files `<prefix>-<subtask>-…`), the
+//! outputs held back by the pool's back-pressure, and the bookkeeping of its commits and
+//! slots.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -14,13 +15,23 @@ use super::observe;
 use super::pipeline::Output;
 use super::RuntimeError;
 use crate::client::ProducerRecord;
-use crate::engine::checkpoint::{CheckpointId, CommitOutcome};
+use crate::engine::checkpoint::{self, CheckpointId, CommitOutcome};
 use crate::engine::metrics::Metrics;
-use crate::engine::sink::{self, KafkaSink, Written};
+use crate::engine::sink::file::{FileCommit, FileSink};
+use crate::engine::sink::{self, KafkaSink, PreparedFiles, PreparedOutput, Written};
+
+/// A sink task's writer.
+pub(crate) enum TaskSink {
+    /// Transactions on the output topic (boxed, as the file sink: a task holds one of them,
+    /// and the two differ much in size).
+    Kafka(Box<KafkaSink>),
+    /// Part files in the output directory.
+    File(Box<FileSink>),
+}
 
 /// A subtask's sink and what it holds.
 pub(crate) struct SinkTask {
-    sink: KafkaSink,
+    sink: TaskSink,
     topic: String,
     /// Outputs the pool could not take yet; no barrier passes while any is held (they
     /// belong before it).
@@ -43,12 +54,14 @@ fn sink_outcome(o: sink::CommitOutcome) -> CommitOutcome {
 
 impl SinkTask {
     pub(crate) fn new(
-        sink: KafkaSink,
+        sink: TaskSink,
         topic: String,
         counters: Arc<Counters>,
         metrics: Arc<Metrics>,
     ) -> SinkTask {
-        observe::sink(&metrics, Some(&sink));
+        if let TaskSink::Kafka(k) = &sink {
+            observe::sink(&metrics, Some(k));
+        }
         SinkTask {
             sink,
             topic,
@@ -60,9 +73,12 @@ impl SinkTask {
         }
     }
 
-    /// The sink, for the metrics.
-    pub(crate) fn sink(&self) -> &KafkaSink {
-        &self.sink
+    /// The Kafka sink, for the metrics.
+    pub(crate) fn kafka(&self) -> Option<&KafkaSink> {
+        match &self.sink {
+            TaskSink::Kafka(k) => Some(k),
+            TaskSink::File(_) => None,
+        }
     }
 
     /// Whether outputs are held back (no barrier may pass).
@@ -72,6 +88,15 @@ impl SinkTask {
 
     /// Writes `outputs` (after any held ones); what the pool cannot take is held.
     pub(crate) async fn write(&mut self, outputs: Vec<Output>) -> Result<(), RuntimeError> {
+        if let TaskSink::File(f) = &mut self.sink {
+            // A file takes every record at once: nothing is ever held.
+            for out in outputs {
+                f.write(&out.value)?;
+                self.counters.records_out.fetch_add(1, Ordering::Relaxed);
+                self.metrics.record_out();
+            }
+            return Ok(());
+        }
         for out in outputs {
             let topic = out.topic.unwrap_or_else(|| self.topic.clone());
             let mut r = ProducerRecord::new(topic, out.value);
@@ -85,8 +110,11 @@ impl SinkTask {
 
     /// Hands the held outputs to the sink until it pushes back.
     pub(crate) async fn flush(&mut self) -> Result<(), RuntimeError> {
+        let TaskSink::Kafka(sink) = &mut self.sink else {
+            return Ok(());
+        };
         while let Some(r) = self.held.pop_front() {
-            match self.sink.write(r).await? {
+            match sink.write(r).await? {
                 Written::Sent => {
                     self.counters.records_out.fetch_add(1, Ordering::Relaxed);
                     self.metrics.record_out();
@@ -101,43 +129,74 @@ impl SinkTask {
         Ok(())
     }
 
-    /// The barrier reached the sink: prepare the open transaction.
+    /// The barrier reached the sink: prepare the open transaction, or close the open part
+    /// file.
     pub(crate) async fn barrier(&mut self, id: CheckpointId) -> Result<Vec<C>, RuntimeError> {
-        let committable = self.sink.on_barrier(id.0).await?;
-        let committables = committable.map(|c| vec![c.transaction]).unwrap_or_default();
+        let sink = match &mut self.sink {
+            TaskSink::File(f) => {
+                let pending = f.on_barrier(id.0)?;
+                return Ok(pending
+                    .map(|p| PreparedOutput::Files(PreparedFiles::new(p)))
+                    .into_iter()
+                    .collect());
+            }
+            TaskSink::Kafka(k) => k,
+        };
+        let committable = sink.on_barrier(id.0).await?;
+        let committables: Vec<C> = committable
+            .map(|c| PreparedOutput::Transaction(c.transaction))
+            .into_iter()
+            .collect();
         for c in &committables {
-            self.slots.insert(c.transactional_id.clone(), id);
+            self.slots.insert(c.name().to_owned(), id);
         }
-        observe::sink(&self.metrics, Some(&self.sink));
+        observe::sink(&self.metrics, Some(sink));
         Ok(committables)
     }
 
     /// The sink commits every prepared transaction of checkpoints ≤ N (and owns the
-    /// retries); returns how `committable` ended.
+    /// retries), or renames the part files of `committable`; returns how `committable` ended.
     pub(crate) async fn commit(
         &mut self,
         n: CheckpointId,
         committable: &C,
     ) -> Result<CommitOutcome, RuntimeError> {
-        for done in self.sink.on_checkpoint_durable(n.0).await? {
+        let sink = match (&mut self.sink, committable) {
+            (TaskSink::File(f), PreparedOutput::Files(p)) => {
+                return Ok(match f.commit(&p.pending)? {
+                    FileCommit::Committed => CommitOutcome::Completed,
+                    FileCommit::AlreadyCommitted => CommitOutcome::AlreadyCommitted,
+                });
+            }
+            (TaskSink::Kafka(k), PreparedOutput::Transaction(_)) => k,
+            _ => {
+                return Err(RuntimeError::Internal(format!(
+                    "{} reached a sink of the other kind",
+                    committable.name()
+                )))
+            }
+        };
+        for done in sink.on_checkpoint_durable(n.0).await? {
             self.committed
                 .insert(done.transactional_id, sink_outcome(done.outcome));
         }
-        observe::sink(&self.metrics, Some(&self.sink));
-        match self.committed.remove(&committable.transactional_id) {
+        observe::sink(&self.metrics, Some(sink));
+        match self.committed.remove(committable.name()) {
             Some(o) => Ok(o),
-            None if committable.empty => Ok(CommitOutcome::NothingToCommit),
+            None if checkpoint::Committable::is_empty(committable) => {
+                Ok(CommitOutcome::NothingToCommit)
+            }
             None => Err(RuntimeError::Internal(format!(
                 "the sink did not commit {} of checkpoint {n}",
-                committable.transactional_id
+                committable.name()
             ))),
         }
     }
 
-    /// Frees the committable's pool slot.
+    /// Frees the committable's pool slot (a file sink has none).
     pub(crate) fn release(&mut self, c: &C) {
-        if let Some(n) = self.slots.remove(&c.transactional_id) {
-            self.sink.release(n.0);
+        if let (Some(n), TaskSink::Kafka(k)) = (self.slots.remove(c.name()), &mut self.sink) {
+            k.release(n.0);
         }
     }
 

@@ -21,12 +21,14 @@ use super::observe;
 use super::output::SinkTask;
 use super::partitions::{discover, Discovery};
 use super::routing::{owner_of, subtask_of};
+use super::task::{file_input, FILE_INPUT};
 use super::topology::{Emitted, InputRecord, SourceChain};
 use super::RuntimeError;
 use crate::client::{Admin, Consumer, ConsumerRecord, Offset, TopicPartition};
 use crate::engine::checkpoint::{self, CheckpointId, Positions, TaskId};
 use crate::engine::job::window::{InputWatermarks, Watermark};
 use crate::engine::metrics::Metrics;
+use crate::engine::source::{FileSource, Next, SourceRecord};
 use crate::engine::state::key_group;
 
 /// How long one poll waits for records (the subtask reads its control messages in between).
@@ -201,10 +203,26 @@ pub(crate) fn watermarks_of(inputs: impl IntoIterator<Item = u32>) -> InputWater
     }
 }
 
+/// What a source subtask reads.
+pub(crate) enum Input {
+    /// Its share of the input partitions, with its own read_committed consumer.
+    Kafka(Consumer),
+    /// The job's files (source subtask 0; `None` for the others, which only forward
+    /// barriers).
+    File(Option<FileReader>),
+}
+
+/// The file source's reader in a source subtask.
+pub(crate) struct FileReader {
+    pub source: FileSource,
+    /// The end was reached and said (the final watermark sent).
+    pub ended: bool,
+}
+
 /// One source subtask.
 pub(crate) struct SourceSubtask {
     pub task: TaskId,
-    pub consumer: Consumer,
+    pub input_kind: Input,
     /// The operators chained before the key exchange (all of them without one).
     pub chain: Box<dyn SourceChain>,
     /// What the chain emitted for the record at hand (kept, so it allocates once).
@@ -263,19 +281,26 @@ impl SourceSubtask {
             }
             match self.input.pop_front() {
                 Some(record) => self.process(record).await?,
+                None if matches!(self.input_kind, Input::File(_)) => {
+                    if !self.read_file().await? {
+                        return Ok(());
+                    }
+                }
                 None => {
                     self.discover().await?;
-                    let polled = self
-                        .consumer
+                    let Input::Kafka(consumer) = &mut self.input_kind else {
+                        continue;
+                    };
+                    let polled = consumer
                         .poll(POLL)
                         .await
                         .map_err(|e| RuntimeError::client("polling the source", e))?;
                     self.input.extend(polled);
                     let sink = match &self.downstream {
-                        Downstream::Sink(s) => Some(s.sink()),
+                        Downstream::Sink(s) => s.kafka(),
                         Downstream::Keyed { .. } => None,
                     };
-                    observe::polled(&self.metrics, &self.consumer, &self.positions, sink);
+                    observe::polled(&self.metrics, consumer, &self.positions, sink);
                     self.idleness().await?;
                 }
             }
@@ -331,6 +356,11 @@ impl SourceSubtask {
 
     /// Positions recorded, barrier sent on (behind every record sent before it), ack.
     async fn barrier(&mut self, id: CheckpointId) -> Result<(), RuntimeError> {
+        // The reader's position is after the last record it returned, and that record was
+        // handed on before this barrier: barriers come only between records.
+        if let Input::File(Some(r)) = &self.input_kind {
+            self.positions.file = Some(r.source.position());
+        }
         let positions = self.positions.clone();
         let committables = match &mut self.downstream {
             Downstream::Sink(s) => s.barrier(id).await?,
@@ -355,8 +385,6 @@ impl SourceSubtask {
     /// One record through the chain, then to the sink or the keyed subtasks of its elements'
     /// key groups (waiting while a channel is full: back-pressure).
     async fn process(&mut self, record: ConsumerRecord) -> Result<(), RuntimeError> {
-        self.counters.records_in.fetch_add(1, Ordering::Relaxed);
-        self.metrics.record_in();
         let tp = TopicPartition::new(record.topic.clone(), record.partition);
         self.idle.active(&tp);
         let input = InputRecord {
@@ -367,20 +395,47 @@ impl SourceSubtask {
             key: record.key.as_ref(),
             value: record.value.as_ref(),
         };
-        let mut emitted = std::mem::take(&mut self.emitted);
-        let time = self.chain.process(&input, &mut emitted);
         let key = checkpoint::TopicPartition {
-            topic: record.topic,
+            topic: record.topic.clone(),
             partition: record.partition,
         };
         self.positions.insert(key, record.offset + 1);
+        self.handle(&input, &tp).await
+    }
+
+    /// A record of the file source (its position is the reader's, taken at the barrier).
+    async fn process_file(&mut self, record: SourceRecord) -> Result<(), RuntimeError> {
+        let tp = file_input();
+        let key = record.key.map(bytes::Bytes::from);
+        let value = bytes::Bytes::from(record.value);
+        let input = InputRecord {
+            topic: FILE_INPUT,
+            partition: 0,
+            offset: i64::try_from(record.line).unwrap_or(i64::MAX),
+            timestamp: record.event_time,
+            key: key.as_ref(),
+            value: Some(&value),
+        };
+        self.handle(&input, &tp).await
+    }
+
+    /// The chain, the sending on, and the watermark, for one input record of `tp`.
+    async fn handle(
+        &mut self,
+        input: &InputRecord<'_>,
+        tp: &TopicPartition,
+    ) -> Result<(), RuntimeError> {
+        self.counters.records_in.fetch_add(1, Ordering::Relaxed);
+        self.metrics.record_in();
+        let mut emitted = std::mem::take(&mut self.emitted);
+        let time = self.chain.process(input, &mut emitted);
         let sent = self.send(&mut emitted).await;
         self.emitted = emitted;
         sent?;
         // The watermark follows every record's event time, also of those the chain drops (as
         // a source's watermark strategy sees its records before any operator).
         let advanced = match (time, self.watermarks.as_mut()) {
-            (Some(t), Some(w)) => w.observe(&tp, t, Instant::now()),
+            (Some(t), Some(w)) => w.observe(tp, t, Instant::now()),
             _ => None,
         };
         if let Some(w) = advanced {
@@ -417,6 +472,47 @@ impl SourceSubtask {
         Ok(())
     }
 
+    /// The file source's next step: a record due now is processed; one due later is waited
+    /// for (and the end, once reached, for ever), reading control messages meanwhile.
+    /// Returns false when the coordinator is gone.
+    async fn read_file(&mut self) -> Result<bool, RuntimeError> {
+        let Input::File(Some(reader)) = &mut self.input_kind else {
+            return self.wait_for_control(Instant::now() + POLL).await;
+        };
+        match reader.source.next()? {
+            Next::Record(r) => {
+                self.process_file(r).await?;
+                Ok(true)
+            }
+            Next::NotBefore(due) => self.wait_for_control(due.min(Instant::now() + POLL)).await,
+            Next::End => {
+                if !reader.ended {
+                    reader.ended = true;
+                    tracing::info!(task = %self.task, "file source: every file read; the job keeps running until stopped");
+                    // No event will ever come again: every window may fire (as Flink's bounded
+                    // sources end with the largest watermark). A restore at the end says so again.
+                    if self.watermarks.is_some() {
+                        broadcast(&self.downstream, || Data::Watermark(i64::MAX)).await?;
+                    }
+                }
+                self.wait_for_control(Instant::now() + POLL).await
+            }
+        }
+    }
+
+    /// Waits until `until` or a control message (handled); false when the coordinator is gone.
+    async fn wait_for_control(&mut self, until: Instant) -> Result<bool, RuntimeError> {
+        let until = tokio::time::Instant::from_std(until);
+        match tokio::time::timeout_at(until, self.control.recv()).await {
+            Ok(Some(c)) => {
+                self.on_control(c).await?;
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(_) => Ok(true),
+        }
+    }
+
     /// Partition discovery, when due (see `partitions`): new partitions of this subtask's
     /// share are assigned from their beginning and their positions recorded at once, between
     /// two records, so the next barrier's checkpoint lists them.
@@ -426,9 +522,12 @@ impl SourceSubtask {
         }
         let (index, p) = (self.index, self.parallelism);
         let owns = move |tp: &TopicPartition| owner_of(tp, p) == index;
-        let found = discover(&self.admin, &mut self.consumer, &self.topics, owns).await?;
+        let Input::Kafka(consumer) = &mut self.input_kind else {
+            return Ok(());
+        };
+        let found = discover(&self.admin, consumer, &self.topics, owns).await?;
         for (tp, o) in found {
-            self.consumer
+            consumer
                 .seek(&tp, Offset::At(o))
                 .map_err(|e| RuntimeError::client(format!("seeking {tp}"), e))?;
             self.positions.insert(checkpoint_tp(&tp), o);
@@ -443,17 +542,17 @@ impl SourceSubtask {
     /// here) are idle; the keyed subtasks hear the watermark that results, or that this
     /// subtask is idle altogether.
     async fn idleness(&mut self) -> Result<(), RuntimeError> {
-        let Some(w) = self.watermarks.as_mut() else {
+        let (Some(w), Input::Kafka(consumer)) = (self.watermarks.as_mut(), &self.input_kind) else {
             return Ok(());
         };
         let mut advanced = None;
         let now = std::time::Instant::now();
-        for tp in self.consumer.assignment() {
+        for tp in consumer.assignment() {
             let waiting = self
                 .input
                 .iter()
                 .any(|r| r.partition == tp.partition && r.topic == tp.topic);
-            if waiting || !self.consumer.caught_up(&tp) {
+            if waiting || !consumer.caught_up(&tp) {
                 self.idle.active(&tp);
             } else if self.idle.caught_up(&tp, now, IDLE_AFTER) {
                 advanced = w.set_idle(&tp, now).or(advanced);

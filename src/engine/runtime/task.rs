@@ -8,19 +8,24 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::coordinate::Master;
+use super::coordinate::{Master, RecoveredSinks};
 use super::launch::Plan;
 use super::message::C;
 use super::routing::assign_partitions;
 use super::topology::Topology;
 use super::{RunConfig, RunSummary, RuntimeError};
-use crate::client::{Admin, Cluster, Consumer, IsolationLevel};
+use crate::client::{Admin, Cluster, Consumer, IsolationLevel, TopicPartition};
 use crate::engine::checkpoint::{self, CheckpointId, Listed, Millis, Positions, Restored};
-use crate::engine::job::{DeliveryGuarantee, Job};
+use crate::engine::job::{DeliveryGuarantee, Job, OutputFormat};
 use crate::engine::metrics::Metrics;
-use crate::engine::sink::{check_timeout_budget, Delivery, KafkaSink, SinkCommittable, SinkConfig};
+use crate::engine::sink::file::{FileFormat, FileSink, FileSinkConfig, PendingFiles};
+use crate::engine::sink::{
+    check_timeout_budget, Delivery, KafkaSink, PreparedFiles, PreparedOutput, SinkCommittable,
+    SinkConfig,
+};
 use crate::engine::state::{
-    CheckpointRecord, Layout, OperatorLayout, RestoreFrom, SourcePosition, StateStore, StoreOptions,
+    CheckpointRecord, Layout, OperatorLayout, RecordPositions, RestoreFrom, SourcePosition,
+    StateStore, StoreOptions,
 };
 
 /// Transactional ids per sink task: the open, the prepared and the just-committed one.
@@ -68,24 +73,93 @@ pub(crate) async fn run(
         .await
         .map_err(|e| RuntimeError::client("connecting to the brokers", e))?;
     let delivery = delivery(job.sink.guarantee);
-    if delivery == Delivery::ExactlyOnce {
+    if delivery == Delivery::ExactlyOnce && job.sink.file.is_none() {
         check_timeout_budget(&Admin::with_cluster(cluster.clone()), &settings).await?;
     }
+    let recovered = match &job.sink.file {
+        Some(file) => recover_files(&config, file, &record, parallelism, store.generation())?,
+        None => RecoveredSinks::Kafka(
+            resume_kafka(&config, &cluster, &record, delivery, &settings, parallelism).await?,
+        ),
+    };
+    let mut consumer = config.consumer.clone();
+    consumer.isolation_level = IsolationLevel::ReadCommitted;
+    let assignment = match &job.source.file {
+        // One reader: the files are one ordered stream (source subtask 0 reads it; the others
+        // only forward barriers).
+        Some(_) => {
+            let mut a = vec![Vec::new(); parallelism];
+            if let Some(first) = a.first_mut() {
+                first.push(file_input());
+            }
+            a
+        }
+        None => {
+            let probe = Consumer::with_cluster(consumer.clone(), cluster.clone());
+            let mut partitions = Vec::new();
+            for t in &job.source.topics {
+                let found = probe
+                    .partitions_for(t)
+                    .await
+                    .map_err(|e| RuntimeError::client(format!("looking up source topic {t}"), e))?;
+                partitions.extend(found);
+            }
+            assign_partitions(&partitions, parallelism)
+        }
+    };
+    let plan = Plan {
+        job: job.clone(),
+        topology,
+        parallelism,
+        key_groups,
+        consumer,
+        cluster,
+        assignment,
+        patience: Duration::from_millis(settings.checkpoint_timeout_ms),
+        transaction_timeout: Duration::from_millis(settings.transaction_timeout_ms),
+        metrics,
+        from_checkpoint: record.id > 0,
+        client: config.client.clone(),
+    };
+    let mut master = Master::new(settings, plan, store, recovered, record.id);
+    master.recover(&record).await?;
+    master.run(stop).await
+}
+
+/// The file source's one input, as the runtime's assignment and watermarks name it.
+pub(crate) fn file_input() -> TopicPartition {
+    TopicPartition::new(FILE_INPUT, 0)
+}
+
+/// The name the file source's records carry as their "topic".
+pub(crate) const FILE_INPUT: &str = "(file source)";
+
+/// Step 1 only of the Kafka sinks' recovery: the pools' init waits until the resolutions are
+/// durable (AbortPool). Sink task 0 resolves every restored committable, whichever task
+/// prepared it; the others have none to resolve.
+async fn resume_kafka(
+    config: &RunConfig,
+    cluster: &Arc<Cluster>,
+    record: &CheckpointRecord,
+    delivery: Delivery,
+    settings: &checkpoint::Settings,
+    parallelism: usize,
+) -> Result<Vec<crate::engine::sink::Resumed>, RuntimeError> {
     let restored: Vec<SinkCommittable> = record
         .committables
         .iter()
-        .map(|t| SinkCommittable {
-            checkpoint: record.id,
-            transaction: t.clone(),
+        .filter_map(|c| match c {
+            PreparedOutput::Transaction(t) => Some(SinkCommittable {
+                checkpoint: record.id,
+                transaction: t.clone(),
+            }),
+            PreparedOutput::Files(_) => None,
         })
         .collect();
-    // Step 1 only: the pools' init waits until the resolutions are durable (AbortPool). Sink
-    // task 0 resolves every restored committable, whichever task prepared it; the others
-    // have none to resolve.
     let mut resumed = Vec::with_capacity(parallelism);
     for i in 0..parallelism {
         let mine: &[SinkCommittable] = if i == 0 { &restored } else { &[] };
-        let config = sink_config(&config, delivery, &settings, i);
+        let config = sink_config(config, delivery, settings, i);
         resumed.push(KafkaSink::resume(config, cluster.clone(), mine).await?);
     }
     tracing::info!(
@@ -94,35 +168,55 @@ pub(crate) async fn run(
         parallelism,
         "restored committables resumed"
     );
-    let mut consumer = config.consumer.clone();
-    consumer.isolation_level = IsolationLevel::ReadCommitted;
-    let probe = Consumer::with_cluster(consumer.clone(), cluster.clone());
-    let mut partitions = Vec::new();
-    for t in &job.source.topics {
-        let found = probe
-            .partitions_for(t)
-            .await
-            .map_err(|e| RuntimeError::client(format!("looking up source topic {t}"), e))?;
-        partitions.extend(found);
-    }
-    drop(probe);
-    let plan = Plan {
-        job: job.clone(),
-        topology,
-        parallelism,
-        key_groups,
-        consumer,
-        cluster,
-        assignment: assign_partitions(&partitions, parallelism),
-        patience: Duration::from_millis(settings.checkpoint_timeout_ms),
-        transaction_timeout: Duration::from_millis(settings.transaction_timeout_ms),
-        metrics,
-        from_checkpoint: record.id > 0,
-        client: config.client.clone(),
-    };
-    let mut master = Master::new(settings, plan, store, resumed, record.id);
-    master.recover(&record).await?;
-    master.run(stop).await
+    Ok(resumed)
+}
+
+/// The file sink's recovery, before any task writes: the restored checkpoint's part files
+/// are made final (whichever task wrote them), then every other in-progress part file of the
+/// job's prefix is removed (written after that checkpoint: the replay writes their records
+/// again). Each task's sink opens later, at AbortPool, with this process's generation in its
+/// file names, so no name of an earlier run is ever reused.
+fn recover_files(
+    config: &RunConfig,
+    file: &crate::engine::job::FileSinkSpec,
+    record: &CheckpointRecord,
+    parallelism: usize,
+    generation: u64,
+) -> Result<RecoveredSinks, RuntimeError> {
+    let exactly_once = config.job.sink.guarantee == DeliveryGuarantee::ExactlyOnce;
+    let restored: Vec<&PreparedFiles> = record
+        .committables
+        .iter()
+        .filter_map(|c| match c {
+            PreparedOutput::Files(f) => Some(f),
+            PreparedOutput::Transaction(_) => None,
+        })
+        .collect();
+    let pending: Vec<PendingFiles> = restored.iter().map(|f| f.pending.clone()).collect();
+    let report = FileSink::recover(&file.path, &file.prefix, exactly_once, &pending)?;
+    tracing::info!(checkpoint = record.id, ?report, "file sink recovered");
+    let committed = restored
+        .iter()
+        .map(|f| (f.name.clone(), checkpoint::CommitOutcome::Completed))
+        .collect();
+    let configs = (0..parallelism)
+        .map(|task| FileSinkConfig {
+            dir: file.path.clone(),
+            prefix: file.prefix.clone(),
+            task: u32::try_from(task).unwrap_or(u32::MAX),
+            generation,
+            format: match &file.format {
+                OutputFormat::JsonLines => FileFormat::JsonLines,
+                OutputFormat::Csv { columns } => FileFormat::Csv {
+                    columns: columns.clone(),
+                },
+            },
+            roll_size_bytes: file.roll_size_bytes,
+            roll_interval: Duration::from_millis(file.roll_interval_ms),
+            exactly_once,
+        })
+        .collect();
+    Ok(RecoveredSinks::Files { configs, committed })
 }
 
 /// Refuses what this version does not run, in one line naming the setting.
@@ -201,15 +295,18 @@ async fn open_store(
 }
 
 /// Positions as the coordinator keeps them ⇄ as the store writes them.
-pub(crate) fn to_store(positions: &Positions) -> Vec<SourcePosition> {
-    positions
-        .iter()
-        .map(|(tp, &next_offset)| SourcePosition {
-            topic: tp.topic.clone(),
-            partition: tp.partition,
-            next_offset,
-        })
-        .collect()
+pub(crate) fn to_store(positions: &Positions) -> RecordPositions {
+    RecordPositions {
+        partitions: positions
+            .iter()
+            .map(|(tp, &next_offset)| SourcePosition {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                next_offset,
+            })
+            .collect(),
+        file: positions.file.clone(),
+    }
 }
 
 pub(crate) fn from_store(positions: &[SourcePosition]) -> Positions {
@@ -230,7 +327,11 @@ pub(crate) fn from_store(positions: &[SourcePosition]) -> Positions {
 pub(crate) fn restored(record: &CheckpointRecord) -> Option<Restored<C>> {
     (record.id > 0).then(|| Restored {
         id: CheckpointId(record.id),
-        positions: from_store(&record.positions),
+        positions: {
+            let mut p = from_store(&record.positions);
+            p.file = record.file_position.clone();
+            p
+        },
         unresolved: record
             .committables
             .iter()
@@ -256,7 +357,7 @@ mod tests {
             },
             41,
         );
-        assert_eq!(from_store(&to_store(&p)), p);
+        assert_eq!(from_store(&to_store(&p).partitions), p);
     }
 
     #[test]
@@ -271,6 +372,7 @@ mod tests {
                 sink_ids: 0,
             },
             positions: Vec::new(),
+            file_position: None,
             committables: Vec::new(),
         };
         assert!(restored(&record).is_none());

@@ -22,6 +22,7 @@
 
 pub mod budget;
 mod decide;
+pub mod file;
 mod kafka;
 
 pub use budget::{brokers_max_timeout, check_timeout_budget};
@@ -106,7 +107,55 @@ impl SinkConfig {
     }
 }
 
-/// What a sink task hands to checkpoint N: the transaction to commit once N is durable.
+/// What a sink task prepared at a barrier and commits once the checkpoint is durable: a
+/// prepared Kafka transaction, or the part files a file sink closed (renamed to their final
+/// names at the commit). The checkpoint record lists them until they are resolved.
+///
+/// Serialized untagged: a record written before file sinks existed lists bare transactions,
+/// and still reads (the two shapes share no field).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub enum PreparedOutput {
+    /// A prepared transaction of the Kafka sink.
+    Transaction(PreparedTransaction),
+    /// Part files of the file sink, in progress until the commit.
+    Files(PreparedFiles),
+}
+
+/// A file sink task's part files of one checkpoint, with the name the coordinator knows
+/// them by.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PreparedFiles {
+    /// `<dir>/task-<task>@<checkpoint>`: unique per task and checkpoint.
+    pub name: String,
+    /// The files.
+    pub pending: file::PendingFiles,
+}
+
+impl PreparedFiles {
+    /// Names `pending`.
+    pub fn new(pending: file::PendingFiles) -> PreparedFiles {
+        PreparedFiles {
+            name: format!(
+                "{}/task-{}@{}",
+                pending.dir, pending.task, pending.checkpoint
+            ),
+            pending,
+        }
+    }
+}
+
+impl PreparedOutput {
+    /// How errors and logs name it: the transactional id, or the files' task and checkpoint.
+    pub fn name(&self) -> &str {
+        match self {
+            PreparedOutput::Transaction(t) => &t.transactional_id,
+            PreparedOutput::Files(f) => &f.name,
+        }
+    }
+}
+
+/// What a Kafka sink task hands to checkpoint N: the transaction to commit once N is durable.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SinkCommittable {
     /// The checkpoint whose records the transaction holds.

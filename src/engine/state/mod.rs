@@ -30,4 +30,6 @@ pub use error::{Result, StateError};
 pub use keys::key_group;
 pub use layout::{Layout, OperatorLayout};
 pub use operator::{FrozenDelta, ListState, MapState, OperatorState, TimerState, ValueState};
-pub use store::{CheckpointRecord, RestoreFrom, SourcePosition, StateStore, StoreOptions};
+pub use store::{
+    CheckpointRecord, RecordPositions, RestoreFrom, SourcePosition, StateStore, StoreOptions,
+};

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use serde::{Deserialize, Serialize};
 
-use crate::client::txn::PreparedTransaction;
+use crate::engine::sink::PreparedOutput;
+use crate::engine::source::FilePosition;
 
 use super::error::{fjall_error, Result, StateError, RESTORE_OLDER};
 use super::keys::{
@@ -83,8 +84,30 @@ pub struct CheckpointRecord {
     pub layout: Layout,
     /// Source positions.
     pub positions: Vec<SourcePosition>,
+    /// The file source's position (a job reading files; absent in records of other jobs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_position: Option<FilePosition>,
     /// Every committable not yet known to be committed, in checkpoint order.
-    pub committables: Vec<PreparedTransaction>,
+    pub committables: Vec<PreparedOutput>,
+}
+
+/// What a checkpoint's record says about its sources: the partitions' next offsets and,
+/// for a job reading files, the file reader's position.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordPositions {
+    /// Per input partition, the next offset to fetch.
+    pub partitions: Vec<SourcePosition>,
+    /// The file source's position.
+    pub file: Option<FilePosition>,
+}
+
+impl From<Vec<SourcePosition>> for RecordPositions {
+    fn from(partitions: Vec<SourcePosition>) -> Self {
+        RecordPositions {
+            partitions,
+            file: None,
+        }
+    }
 }
 
 /// The job's state database (one per job, one process at a time).
@@ -311,9 +334,10 @@ impl StateStore {
         &mut self,
         n: u64,
         deltas: &[FrozenDelta],
-        positions: Vec<SourcePosition>,
-        committables: Vec<PreparedTransaction>,
+        positions: impl Into<RecordPositions>,
+        committables: Vec<PreparedOutput>,
     ) -> Result<u64> {
+        let positions = positions.into();
         if n <= self.latest {
             return Err(StateError::Misuse(format!(
                 "persist of checkpoint {n}, but checkpoint {} is already complete",
@@ -357,7 +381,8 @@ impl StateStore {
             id: n,
             generation: self.generation,
             layout: self.layout.clone(),
-            positions,
+            positions: positions.partitions,
+            file_position: positions.file,
             committables,
         };
         let encoded = self.encode_record(&record)?;
@@ -389,11 +414,7 @@ impl StateStore {
     ///
     /// # Errors
     /// [`StateError::NotRetained`], [`StateError::Corrupt`] and storage errors.
-    pub fn update_committables(
-        &mut self,
-        n: u64,
-        committables: Vec<PreparedTransaction>,
-    ) -> Result<()> {
+    pub fn update_committables(&mut self, n: u64, committables: Vec<PreparedOutput>) -> Result<()> {
         let mut record = self.record(n)?;
         record.committables = committables;
         let mut batch = self.batch();
@@ -505,6 +526,7 @@ impl StateStore {
             generation: self.generation,
             layout: self.layout.clone(),
             positions: Vec::new(),
+            file_position: None,
             committables: Vec::new(),
         };
         let mut batch = self.batch();

@@ -4,6 +4,7 @@ use std::path::Path;
 
 use super::*;
 use crate::client::txn::PreparedTransaction;
+use crate::engine::sink::PreparedOutput;
 
 const COUNT: ValueState = ValueState::new(0);
 const SEEN: MapState = MapState::new(1);
@@ -39,15 +40,15 @@ fn position(next_offset: i64) -> Vec<SourcePosition> {
     }]
 }
 
-fn committable(id: u64) -> PreparedTransaction {
-    PreparedTransaction {
+fn committable(id: u64) -> PreparedOutput {
+    PreparedOutput::Transaction(PreparedTransaction {
         transactional_id: format!("job-0-{}", id % 3),
         producer_id: 7,
         producer_epoch: id as i16,
         transaction_version: 2,
         transaction_start_ms: 1_000 + id as i64,
         empty: false,
-    }
+    })
 }
 
 /// One checkpoint: snapshot, persist (with a position and a committable), complete.

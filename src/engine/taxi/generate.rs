@@ -27,6 +27,13 @@
 //!
 //! The iterator holds only the rides in progress (a heap ordered by arrival), so it streams
 //! any number of rides in bounded memory.
+//!
+//! **In event-time order.** A file of rides (the TaxiRide CSV of [`super::csv`]) is sorted by
+//! event time, as the Flink training data set is. [`rides_by_event_time`] gives the same
+//! events with their times rounded down to a resolution (whole seconds for the CSV), in
+//! event-time order, START before END at equal times, then by ride id. It sorts the arrival
+//! order with a heap of bounded size: by the bound above, an event can go out once the newest
+//! event seen is `max_disorder_ms` past it, as no later event can be older.
 
 use super::Ride;
 use std::cmp::{Ordering, Reverse};
@@ -332,6 +339,116 @@ impl Iterator for Rides {
     }
 }
 
+/// The events of `config` in event-time order (START before END at equal times, then by ride
+/// id), each event time rounded down to a multiple of `resolution_ms` (1: unchanged; 1000:
+/// whole seconds, as a CSV file holds them). Both events of a ride are rounded the same way, so
+/// the rides stay the same apart from their times' fractions.
+///
+/// # Errors
+/// [`GenerateError::Setting`] when [`Config::check`] refuses the settings or `resolution_ms`
+/// is below 1.
+pub fn rides_by_event_time(
+    config: Config,
+    resolution_ms: i64,
+) -> Result<ByEventTime, GenerateError> {
+    if resolution_ms < 1 {
+        return Err(GenerateError::Setting(format!(
+            "the event-time resolution must be at least 1 ms, got {resolution_ms}"
+        )));
+    }
+    let max_disorder_ms = config.max_disorder_ms;
+    Ok(ByEventTime {
+        arrivals: rides(config)?,
+        max_disorder_ms,
+        resolution_ms,
+        newest: i64::MIN,
+        held: BinaryHeap::new(),
+    })
+}
+
+/// An event held until no later arrival can come before it.
+struct Held {
+    /// (rounded event time, END after START, ride id): unique per event, so the order is total.
+    rank: (i64, bool, u64),
+    ride: Ride,
+}
+
+impl PartialEq for Held {
+    fn eq(&self, other: &Self) -> bool {
+        self.rank == other.rank
+    }
+}
+impl Eq for Held {}
+impl PartialOrd for Held {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Held {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.rank.cmp(&other.rank)
+    }
+}
+
+/// The events of [`rides_by_event_time`].
+pub struct ByEventTime {
+    arrivals: Rides,
+    max_disorder_ms: i64,
+    resolution_ms: i64,
+    /// The newest (unrounded) event time among the arrivals taken.
+    newest: i64,
+    held: BinaryHeap<Reverse<Held>>,
+}
+
+impl ByEventTime {
+    fn round(&self, t: i64) -> i64 {
+        // Saturating: before the first arrival `newest` is i64::MIN, which rounds to itself.
+        t.saturating_sub(t.rem_euclid(self.resolution_ms))
+    }
+}
+
+impl Iterator for ByEventTime {
+    type Item = Ride;
+
+    fn next(&mut self) -> Option<Ride> {
+        loop {
+            // Every arrival still to come has an event time above newest − max_disorder_ms
+            // (the module's bound), so at least the rounding of newest − max_disorder_ms + 1:
+            // a held event rounded below that goes before all of them.
+            let floor = self.round(
+                self.newest
+                    .saturating_sub(self.max_disorder_ms)
+                    .saturating_add(1),
+            );
+            if let Some(Reverse(h)) = self.held.peek() {
+                if h.rank.0 < floor {
+                    return self.held.pop().map(|Reverse(h)| h.ride);
+                }
+            }
+            match self.arrivals.next() {
+                Some(mut ride) => {
+                    self.newest = self.newest.max(ride.event_time);
+                    ride.event_time = self.round(ride.event_time);
+                    self.held.push(Reverse(Held {
+                        rank: (ride.event_time, !ride.is_start, ride.ride_id),
+                        ride,
+                    }));
+                }
+                None => return self.held.pop().map(|Reverse(h)| h.ride),
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let (low, high) = self.arrivals.size_hint();
+        let held = self.held.len();
+        (
+            low.saturating_add(held),
+            high.and_then(|h| h.checked_add(held)),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::NYC;
@@ -537,6 +654,48 @@ mod tests {
             let e = rides(config).err().unwrap().to_string();
             assert!(e.contains(needle), "{e}");
         }
+    }
+
+    /// The streaming sort gives what sorting all the rounded events at once gives, at rates
+    /// with many events per second (ties) and few, and at every resolution.
+    #[test]
+    fn by_event_time_is_a_sort_of_the_rounded_events() {
+        for (rides_per_second, max_disorder_ms, resolution_ms) in [
+            (10, 60_000, 1000),
+            (10, 60_000, 1),
+            (200, 1000, 1000),
+            (1, 1000, 1000),
+            (3, 5, 7),
+            (50, 60_000, 60_000),
+        ] {
+            let config = Config {
+                rides: 3000,
+                rides_per_second,
+                max_disorder_ms,
+                min_ride_ms: max_disorder_ms.max(2000),
+                max_ride_ms: 90_000,
+                ..Config::default()
+            };
+            let mut want: Vec<Ride> = all(config.clone())
+                .into_iter()
+                .map(|mut r| {
+                    r.event_time -= r.event_time.rem_euclid(resolution_ms);
+                    r
+                })
+                .collect();
+            want.sort_by_key(|r| (r.event_time, !r.is_start, r.ride_id));
+            let it = rides_by_event_time(config, resolution_ms).unwrap();
+            assert_eq!(it.size_hint(), (6000, Some(6000)));
+            let got: Vec<Ride> = it.collect();
+            let case = format!("{rides_per_second}/s, ±{max_disorder_ms} ms, {resolution_ms} ms");
+            assert_eq!(got.len(), want.len(), "{case}");
+            assert!(got == want, "{case}: not the sorted events");
+        }
+        assert!(rides_by_event_time(Config::default(), 0)
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("resolution"));
     }
 
     /// fixtures/taxi/rides-sample.jsonl is 200 events (100 rides) from seed 1 with the default

@@ -3,8 +3,8 @@
 //! timestamp) of the input record that caused it.
 //!
 //! **The cause of an output record.**
-//! - [`Job::Cleansing`] writes a copy of an input ride event: its cause is the input record
-//!   with the same ride id and START/END.
+//! - [`Job::Cleansing`] and [`Job::Copy`] write a copy of an input ride event: its cause is
+//!   the input record with the same ride id and START/END.
 //! - [`Job::PerDriverHourly`] writes a window when its watermark (the newest event time minus
 //!   the out-of-orderness) reaches the window's end: its cause is the input record whose event
 //!   time first pushed the watermark there. With one task reading one partition, that is the
@@ -116,7 +116,7 @@ impl Causes {
             .ok_or_else(|| bad("it has no value".into()))?;
         let ride: Ride = serde_json::from_slice(value).map_err(|e| bad(e.to_string()))?;
         match self.job {
-            Job::Cleansing => {
+            Job::Cleansing | Job::Copy => {
                 self.events
                     .entry((ride.ride_id, ride.is_start))
                     .or_insert(input.timestamp);
@@ -138,7 +138,7 @@ impl Causes {
     /// value is not the job's output or nothing in the input explains it.
     pub fn cause(&self, value: &[u8]) -> Option<i64> {
         match self.job {
-            Job::Cleansing => {
+            Job::Cleansing | Job::Copy => {
                 let ride: Ride = serde_json::from_slice(value).ok()?;
                 self.events.get(&(ride.ride_id, ride.is_start)).copied()
             }

@@ -1,11 +1,15 @@
 //! The NYC taxi rides workload: a deterministic generator of ride events ([`generate`]) and
-//! the verifier of the two shipped jobs' output ([`verify`]), and their end-to-end latency
-//! ([`latency`]). `onceflow taxi generate|verify|latency` is the command line over them.
+//! the verifier of the shipped jobs' output ([`verify`]), and their end-to-end latency
+//! ([`latency`]). The rides also come as files: the TaxiRide CSV lines of the Flink training
+//! exercises ([`csv`]), and the files a job's file source reads and its file sink writes
+//! ([`files`]). `onceflow taxi generate|verify|latency` is the command line over them.
 //!
 //! A ride is two events, START then END, each carrying the whole ride (both coordinates and
 //! the passenger count, as in Flink's taxi training exercises), so a filter on one event can
 //! see where the ride starts and ends. The record key is the driver id as a decimal string.
 
+pub mod csv;
+pub mod files;
 pub mod generate;
 pub mod latency;
 pub mod verify;

@@ -10,6 +10,9 @@
 //! - [`Job::PerDriverHourly`]: per driver and event-time tumbling hour `[start, start + 1 h)`
 //!   of `event_time`, the number of rides ended (END events) and the sum of their passengers,
 //!   as [`WindowCount`]. A window with no END event has no output.
+//! - [`Job::Copy`]: every input event, unchanged, exactly once (e.g. a file source to a file
+//!   sink). Its order is not checked: the file source reorders events by design (it emits
+//!   them within a bounded delay, not in file order), so any order is right.
 //!
 //! **Windows still open.** A streaming job emits a window once its watermark passes the
 //! window's end, and the watermark stops with the input: the last windows never close. A
@@ -47,6 +50,8 @@ pub enum Job {
     Cleansing,
     /// Rides and passengers per driver per event-time hour.
     PerDriverHourly,
+    /// Every input event unchanged, in any order.
+    Copy,
 }
 
 impl Job {
@@ -55,7 +60,14 @@ impl Job {
         match self {
             Job::Cleansing => "cleansing",
             Job::PerDriverHourly => "per-driver-hourly",
+            Job::Copy => "copy",
         }
+    }
+
+    /// Whether the order of the job's output per driver is checked (not for [`Job::Copy`]:
+    /// its file source reorders events by design).
+    pub fn checks_order(self) -> bool {
+        self != Job::Copy
     }
 }
 
@@ -174,7 +186,7 @@ pub struct Expected {
 pub struct ExpectationBuilder {
     job: Job,
     out_of_orderness_ms: i64,
-    /// Cleansing: the passing events by input position.
+    /// Cleansing and copy: the passing events by input position.
     events: Vec<((i32, i64), Ride)>,
     /// Per-driver-hourly: (driver, window start) → (rides, passengers).
     windows: BTreeMap<(u64, i64), (u64, u64)>,
@@ -216,8 +228,8 @@ impl ExpectationBuilder {
         let newest = self.newest.entry(record.partition).or_insert(i64::MIN);
         *newest = (*newest).max(ride.event_time);
         match self.job {
-            Job::Cleansing => {
-                if ride.inside(&NYC) {
+            Job::Cleansing | Job::Copy => {
+                if self.job == Job::Copy || ride.inside(&NYC) {
                     self.events.push(((record.partition, record.offset), ride));
                 }
             }
@@ -278,7 +290,7 @@ impl ExpectationBuilder {
     /// The expectation.
     pub fn finish(mut self) -> Expected {
         let records = match self.job {
-            Job::Cleansing => {
+            Job::Cleansing | Job::Copy => {
                 self.events.sort_by_key(|(at, _)| *at);
                 self.events
                     .into_iter()
@@ -385,6 +397,9 @@ pub struct Comparison {
     pub unexpected: Tally,
     /// Records that came before one of their driver's records expected earlier.
     pub out_of_order: Tally,
+    /// The job's output order was not checked ([`Job::checks_order`]), so `out_of_order`
+    /// stays empty.
+    pub order_not_checked: bool,
 }
 
 impl Comparison {
@@ -399,11 +414,18 @@ impl Comparison {
 
     /// The one-line verdict, e.g. `verify: OK — 19734 records, no loss, no duplicates, order
     /// kept per key` or `verify: FAILED — 3 missing (first: ride 17 END), 2 duplicated (first:
-    /// ride 4 START); 19731 of 19734 expected records read`.
+    /// ride 4 START); 19731 records read, 19734 expected`. Without the order checked, the OK
+    /// line ends `order not checked (the file source reorders events by design)` and the
+    /// FAILED line `; order not checked`.
     pub fn verdict(&self) -> String {
         if self.is_ok() {
+            let order = if self.order_not_checked {
+                "order not checked (the file source reorders events by design)"
+            } else {
+                "order kept per key"
+            };
             let mut s = format!(
-                "verify: OK — {} records, no loss, no duplicates, order kept per key",
+                "verify: OK — {} records, no loss, no duplicates, {order}",
                 self.right
             );
             if self.open_absent > 0 {
@@ -428,10 +450,15 @@ impl Comparison {
             }
         }
         format!(
-            "verify: FAILED — {}; {} records read, {} expected",
+            "verify: FAILED — {}; {} records read, {} expected{}",
             parts.join(", "),
             self.read,
-            self.expected
+            self.expected,
+            if self.order_not_checked {
+                "; order not checked"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -447,7 +474,7 @@ fn parse(job: Job, value: Option<&[u8]>) -> Result<Parsed, String> {
     let bytes = value.ok_or("no value (a tombstone)")?;
     let value: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
     match job {
-        Job::Cleansing => {
+        Job::Cleansing | Job::Copy => {
             let r: Ride = serde_json::from_value(value.clone())
                 .map_err(|e| format!("not a ride event: {e}"))?;
             Ok(Parsed {
@@ -517,11 +544,24 @@ fn differences(expected: &Value, actual: &Value) -> Vec<String> {
 }
 
 /// Compares the job's output (`actual`, in any order: it is sorted by partition and offset)
-/// with `expected`.
+/// with `expected`; the verdict names an output record by its partition and offset.
 pub fn compare(expected: &Expected, actual: &[TopicRecord]) -> Comparison {
+    compare_located(expected, actual, |partition, offset| {
+        format!("partition {partition} offset {offset}")
+    })
+}
+
+/// [`compare`], the verdict naming an output record by `locate(partition, offset)` (e.g. a
+/// file and line, for records read from files).
+pub fn compare_located(
+    expected: &Expected,
+    actual: &[TopicRecord],
+    locate: impl Fn(i32, i64) -> String,
+) -> Comparison {
     let mut cmp = Comparison {
         expected: expected.records.iter().filter(|r| r.required).count(),
         read: actual.len(),
+        order_not_checked: !expected.job.checks_order(),
         ..Comparison::default()
     };
     // Per identity: its first position in the expectation, how often it is expected, and how
@@ -548,7 +588,7 @@ pub fn compare(expected: &Expected, actual: &[TopicRecord]) -> Comparison {
     // Per driver: the latest expected position among its right records read so far.
     let mut latest: HashMap<u64, usize> = HashMap::new();
     for r in sorted {
-        let at = || format!("partition {} offset {}", r.partition, r.offset);
+        let at = || locate(r.partition, r.offset);
         let p = match parse(expected.job, r.value.as_deref()) {
             Ok(p) => p,
             Err(why) => {
@@ -580,7 +620,7 @@ pub fn compare(expected: &Expected, actual: &[TopicRecord]) -> Comparison {
         // Order per driver: a record whose expected position is before that of an earlier
         // record of the same driver was written out of order. Only first copies count, so a
         // duplicate is not also an order violation.
-        if s.right == 1 {
+        if s.right == 1 && !cmp.order_not_checked {
             match latest.get(&p.driver_id) {
                 Some(&before) if before > s.index => {
                     let earlier = expected.records[before].id;
@@ -854,6 +894,101 @@ mod tests {
             assert_eq!(c.verdict(), verdict, "{name}");
             assert_eq!(c.is_ok(), name == "exact", "{name}");
         }
+    }
+
+    /// Copy: every input event, inside the box or not, once; any order is right, and the
+    /// verdict says the order was not checked.
+    #[test]
+    fn copy_expects_every_event_once_in_any_order() {
+        let e = expected(Job::Copy, 60_000, &input(&sample())).unwrap();
+        // Every event, in input order: driver 1's partition, then driver 2's.
+        let ids: Vec<String> = e.records.iter().map(|r| r.id.to_string()).collect();
+        assert_eq!(
+            ids,
+            [
+                "ride 1 START",
+                "ride 1 END",
+                "ride 3 START",
+                "ride 3 END",
+                "ride 2 START",
+                "ride 2 END",
+                "ride 4 START"
+            ]
+        );
+        let good = written(&e);
+        // Everything in one partition, reversed: every driver's order broken.
+        let one_partition_reversed = |records: &[TopicRecord]| -> Vec<TopicRecord> {
+            records
+                .iter()
+                .rev()
+                .enumerate()
+                .map(|(i, r)| TopicRecord {
+                    partition: 0,
+                    offset: i as i64,
+                    value: r.value.clone(),
+                })
+                .collect()
+        };
+        let reversed = one_partition_reversed(&good);
+        let cases: Vec<(&str, Vec<TopicRecord>, &str)> = vec![
+            (
+                "exact",
+                good.clone(),
+                "verify: OK — 7 records, no loss, no duplicates, order not checked (the file \
+                 source reorders events by design)",
+            ),
+            (
+                "reversed",
+                reversed.clone(),
+                "verify: OK — 7 records, no loss, no duplicates, order not checked (the file \
+                 source reorders events by design)",
+            ),
+            (
+                "missing",
+                reversed[1..].to_vec(),
+                "verify: FAILED — 1 missing (first: ride 4 START); 6 records read, 7 expected; \
+                 order not checked",
+            ),
+            (
+                "duplicated",
+                [reversed.clone(), vec![rec(1, 0, &sample()[1].to_json())]].concat(),
+                "verify: FAILED — 1 duplicated (first: ride 2 START again at partition 1 offset \
+                 0); 8 records read, 7 expected; order not checked",
+            ),
+        ];
+        for (name, actual, verdict) in cases {
+            let c = compare(&e, &actual);
+            assert_eq!(c.verdict(), verdict, "{name}");
+            assert_eq!(c.is_ok(), verdict.starts_with("verify: OK"), "{name}");
+        }
+        // The same reversed output is out of order for cleansing-like checks.
+        let e = expected(Job::Cleansing, 60_000, &input(&sample())).unwrap();
+        let c = compare(&e, &one_partition_reversed(&written(&e)));
+        assert!(c.out_of_order.count > 0, "{}", c.verdict());
+        // A copy has no window, so no record of it can be late.
+        let mut b = ExpectationBuilder::new(Job::Copy, 0);
+        for r in input(&sample()) {
+            b.push(&r).unwrap();
+        }
+        assert!(b.exclude_late(&rec(0, 0, &sample()[2].to_json())).is_err());
+        assert_eq!(
+            (Job::Copy.name(), Job::Copy.checks_order()),
+            ("copy", false)
+        );
+    }
+
+    #[test]
+    fn compare_located_names_records_by_the_given_location() {
+        let e = expected(Job::Cleansing, 60_000, &input(&sample())).unwrap();
+        let mut actual = written(&e);
+        actual.push(rec(1, 9, "nope"));
+        let c = compare_located(&e, &actual, |p, o| format!("file{p}.jsonl line {}", o + 1));
+        assert!(
+            c.verdict()
+                .contains("1 unexpected (first: file1.jsonl line 10: not JSON"),
+            "{}",
+            c.verdict()
+        );
     }
 
     #[test]

@@ -444,7 +444,7 @@ fn malformed_files_name_the_line_and_the_field() {
             format!("name = \"x\"\n[source]\nbrokers = \"b:9092\"\n{SINK}"),
             2,
             "source.topics",
-            "missing",
+            "no topic given",
         ),
         (
             format!("name = \"x\"\n[source]\nbrokers = \"b:9092\"\ntopics = []\n{SINK}"),
@@ -637,4 +637,143 @@ fn errors_in_dotted_and_sub_table_forms_point_at_the_operator() {
     let (line, field, message) = invalid(&bad_type);
     assert_eq!((line, field.as_str()), (9, "filter.value"), "{message}");
     assert!(message.contains("got datetime"), "{message}");
+}
+
+const FILE_TO_KAFKA: &str = include_str!("../../../../jobs/rides-file-to-kafka.toml");
+const KAFKA_TO_FILES: &str = include_str!("../../../../jobs/rides-cleansing-to-files.toml");
+
+/// Job (c): a file source with a Kafka sink, whose brokers are the job's Kafka end.
+#[test]
+fn the_file_to_kafka_job_reads_a_file_and_writes_a_topic() {
+    let job = Job::parse("jobs/rides-file-to-kafka.toml", FILE_TO_KAFKA).unwrap();
+    let file = job.source.file.as_ref().expect("a file source");
+    assert_eq!(file.path, PathBuf::from("rides.csv.gz"));
+    assert_eq!(file.format, super::FileFormat::TaxiCsv);
+    assert_eq!(file.max_delay_s, 60);
+    assert!(job.source.topics.is_empty());
+    assert_eq!(job.source.brokers, ["localhost:9092"]);
+    assert_eq!(job.sink.topic, "rides");
+    assert!(job.sink.file.is_none());
+}
+
+/// Job (d): a Kafka source with a file sink, JSON lines, rolling by size and time.
+#[test]
+fn the_kafka_to_files_job_writes_part_files() {
+    let job = Job::parse("jobs/rides-cleansing-to-files.toml", KAFKA_TO_FILES).unwrap();
+    let file = job.sink.file.as_ref().expect("a file sink");
+    assert_eq!(file.path, PathBuf::from("out/rides-clean"));
+    assert_eq!(file.format, super::OutputFormat::JsonLines);
+    assert_eq!(file.prefix, "part");
+    assert_eq!(file.roll_size_bytes, 128 << 20);
+    assert_eq!(file.roll_interval_ms, 60_000);
+    assert_eq!(job.sink.guarantee, DeliveryGuarantee::ExactlyOnce);
+    assert!(job.sink.transactional_id_prefix.is_none());
+    assert_eq!(job.source.topics, ["rides"]);
+}
+
+/// The file ends' mistakes, each named by line and field.
+#[test]
+fn malformed_file_ends_name_the_line_and_the_field() {
+    let kafka_sink =
+        "[sink]\nbrokers = \"b:1\"\ntopic = \"o\"\ndelivery.guarantee = \"at-least-once\"\n";
+    let file_source = "name = \"j\"\n[source]\ntype = \"file\"\npath = \"x.csv\"\n";
+    let kafka_source = "name = \"j\"\n[source]\nbrokers = \"b:1\"\ntopics = [\"t\"]\n";
+    let file_sink = "[sink]\ntype = \"file\"\npath = \"out\"\n";
+    let cases: Vec<(String, usize, &str, &str)> = vec![
+        (
+            format!("name = \"j\"\n[source]\ntype = \"file\"\n{kafka_sink}"),
+            2,
+            "source.path",
+            "a file source needs path",
+        ),
+        (
+            format!("{file_source}topics = [\"t\"]\n{kafka_sink}"),
+            5,
+            "source.topics",
+            "a file source reads source.path, not topics",
+        ),
+        (
+            format!("{file_source}serving_speed_factor = -1.0\n{kafka_sink}"),
+            5,
+            "source.serving_speed_factor",
+            "is not a speed-up",
+        ),
+        (
+            format!("{file_source}format = \"parquet\"\n{kafka_sink}"),
+            5,
+            "source.format",
+            "unknown variant `parquet`",
+        ),
+        (
+            format!("{kafka_source}path = \"x\"\n{kafka_sink}"),
+            5,
+            "source.path",
+            "only a file source has it",
+        ),
+        (
+            format!("{file_source}[sink]\ntopic = \"o\"\ndelivery.guarantee = \"at-least-once\"\n"),
+            5,
+            "sink.brokers",
+            "needs its brokers",
+        ),
+        (
+            format!("{file_source}{file_sink}"),
+            5,
+            "sink.type",
+            "one end must be Kafka",
+        ),
+        (
+            format!("{kafka_source}[sink]\ntype = \"file\"\n"),
+            5,
+            "sink.path",
+            "a file sink needs path",
+        ),
+        (
+            format!("{kafka_source}{file_sink}topic = \"o\"\n"),
+            8,
+            "sink.topic",
+            "a file sink writes to sink.path, not a topic",
+        ),
+        (
+            format!("{kafka_source}{file_sink}format = \"csv\"\n"),
+            5,
+            "sink.columns",
+            "format = \"csv\" needs the fields",
+        ),
+        (
+            format!("{kafka_source}{file_sink}columns = [\"a\"]\n"),
+            8,
+            "sink.columns",
+            "columns are for format = \"csv\"",
+        ),
+        (
+            format!("{kafka_source}{file_sink}rolling.size.bytes = 0\n"),
+            8,
+            "sink.rolling.size.bytes",
+            "give a positive number",
+        ),
+        (
+            format!("{kafka_source}{file_sink}part.prefix = \"a/b\"\n"),
+            8,
+            "sink.part.prefix",
+            "is not a file name prefix",
+        ),
+        (
+            format!("{kafka_source}{file_sink}transactional.id.prefix = \"p\"\n"),
+            8,
+            "sink.transactional.id.prefix",
+            "a file sink has no transactions",
+        ),
+        (
+            format!("{kafka_source}[sink]\ntopic = \"o\"\npath = \"x\"\ntransactional.id.prefix = \"p\"\n"),
+            7,
+            "sink.path",
+            "only a file sink has it",
+        ),
+    ];
+    for (text, line, field, part) in cases {
+        let (l, f, m) = invalid(&text);
+        assert_eq!((l, f.as_str()), (line, field), "{m}\n{text}");
+        assert!(m.contains(part), "{m:?} lacks {part:?}\n{text}");
+    }
 }

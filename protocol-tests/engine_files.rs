@@ -1,0 +1,469 @@
+//! The engine's file ends, as the Flink field report ran them: job (c), taxi rides from a
+//! CSV file into Kafka (`jobs/rides-file-to-kafka.toml`), and job (d), Kafka through the NYC
+//! filter into part files (`jobs/rides-cleansing-to-files.toml`). Each runs as a child
+//! `onceflow run`, SIGKILLed again and again on the same state, at random moments and in the
+//! pause between "checkpoint persisted" and its commit (the runtime's test hook: for the file
+//! sink, after the checkpoint is durable and before its files are renamed); a last run then
+//! catches up and `onceflow taxi verify` must say OK: every input ride exactly once. The
+//! inverses run the same kills at-least-once and must see duplicates.
+//!
+//! The seed (ONCEFLOW_CHAOS_SEED) picks the random moments; it is in every failure message.
+//! Job (c) reads its file at a serving speed that makes the input last ~10 s, so kills land
+//! while rides are still being read; job (d)'s input topic is produced while it runs.
+//! Transactional: run at TV2 (9192) and TV1 (9196).
+
+use crate::engine_run::{log_of, plain_log, sigterm, taxi, DEADLINE};
+use crate::support::cli::{command, shown, stdout};
+use crate::support::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const API_TIMEOUT: &str = "default.api.timeout.ms=60000";
+/// Kills per exactly-once test (half at random, half at the checkpoint-persisted pause).
+const KILLS: usize = 8;
+
+fn seed() -> u64 {
+    std::env::var("ONCEFLOW_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        })
+}
+
+/// A shipped job file with its paths, names and settings replaced for this test: each
+/// `(prefix, line)` pair replaces the line starting with `prefix`.
+fn job_from(dir: &Path, shipped: &str, replace: &[(&str, String)]) -> PathBuf {
+    let text = std::fs::read_to_string(repo().join("jobs").join(shipped)).unwrap();
+    let state = dir.join("state");
+    let mut lines: Vec<String> = Vec::new();
+    for l in text.lines() {
+        let replaced = replace
+            .iter()
+            .find(|(p, _)| l.starts_with(p))
+            .map(|(_, line)| line.clone());
+        lines.push(match replaced {
+            Some(line) => line,
+            None if l.starts_with("state.dir = ") => {
+                format!("state.dir = \"{}\"", state.display())
+            }
+            None => l.to_owned(),
+        });
+    }
+    for (p, line) in replace {
+        assert!(
+            text.lines().any(|l| l.starts_with(p)),
+            "{shipped} has no line starting with {p:?} (for {line:?})"
+        );
+    }
+    let path = dir.join(shipped);
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    path
+}
+
+/// Where a kill lands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kill {
+    /// 0–`max_ms` after the run's first log line.
+    Random { max_ms: u64 },
+    /// In the pause the test hook makes once a checkpoint with committables is durable,
+    /// before its commit (the Kafka transaction's, or the part files' rename).
+    Persisted,
+}
+
+/// The runs of one job on one state directory.
+struct Runs {
+    label: &'static str,
+    job: PathBuf,
+    dir: PathBuf,
+    runs: usize,
+    rng: StdRng,
+    seed: u64,
+}
+
+impl Runs {
+    fn new(label: &'static str, job: PathBuf, dir: PathBuf) -> Runs {
+        let seed = seed();
+        Runs {
+            label,
+            job,
+            dir,
+            runs: 0,
+            rng: StdRng::seed_from_u64(seed),
+            seed,
+        }
+    }
+
+    fn spawn(&mut self, pause: Option<&str>) -> (Child, PathBuf) {
+        self.runs += 1;
+        let log = self.dir.join(format!("run{}.log", self.runs));
+        let file = std::fs::File::create(&log).unwrap();
+        let mut c = command();
+        c.args(["run", self.job.to_str().unwrap(), "-b", &broker()])
+            .args(["-X", API_TIMEOUT])
+            .env("ONCEFLOW_LOG", "onceflow=info")
+            .env_remove("ONCEFLOW_TEST_PAUSE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file);
+        if self.runs == 1 {
+            c.arg("--fresh");
+        }
+        if let Some(p) = pause {
+            c.env("ONCEFLOW_TEST_PAUSE", p);
+        }
+        (c.spawn().expect("start onceflow run"), log)
+    }
+
+    fn context(&self, log: &Path) -> String {
+        format!(
+            "{} (seed {}, run {}):\n{}",
+            self.label,
+            self.seed,
+            self.runs,
+            log_of(log)
+        )
+    }
+
+    async fn wait_for(&self, what: &str, child: &mut Child, log: &Path, done: impl Fn() -> bool) {
+        let start = Instant::now();
+        while !done() {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!(
+                    "onceflow run exited ({status}) before {what}: {}",
+                    self.context(log)
+                );
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "no {what} within {DEADLINE:?}: {}",
+                self.context(log)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// One run, killed (SIGKILL) where `kind` says.
+    async fn kill_once(&mut self, kind: Kill) {
+        let pause = (kind == Kill::Persisted).then_some("checkpoint-persisted");
+        let (mut child, log) = self.spawn(pause);
+        match kind {
+            Kill::Random { max_ms } => {
+                self.wait_for("first log line", &mut child, &log, || {
+                    !log_of(&log).is_empty()
+                })
+                .await;
+                let until =
+                    Instant::now() + Duration::from_millis(self.rng.random_range(0..max_ms));
+                self.wait_for("random moment", &mut child, &log, || {
+                    Instant::now() >= until
+                })
+                .await;
+            }
+            Kill::Persisted => {
+                self.wait_for("checkpoint-persisted pause", &mut child, &log, || {
+                    plain_log(&log).contains("test pause at checkpoint-persisted")
+                })
+                .await;
+            }
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// `kills` runs, alternating the kinds.
+    async fn kill(&mut self, kinds: &[Kill], kills: usize) {
+        for i in 0..kills {
+            self.kill_once(kinds[i % kinds.len()]).await;
+        }
+    }
+
+    /// A last run; polls `verify` until `done` holds for its verdict, then stops the run
+    /// (SIGTERM) and returns the verdict.
+    async fn last_run<F, Fut>(&mut self, verify: F, done: impl Fn(&str) -> bool) -> String
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Output>,
+    {
+        let (mut child, log) = self.spawn(None);
+        let start = Instant::now();
+        let verdict = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("the last run exited ({status}): {}", self.context(&log));
+            }
+            let o = verify().await;
+            let verdict = stdout(&o);
+            if done(&verdict) {
+                break verdict.trim().to_owned();
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "verify did not settle within {DEADLINE:?}; last: {}\n{}",
+                shown(&o),
+                self.context(&log)
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        sigterm(&child);
+        let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+            .await
+            .unwrap();
+        assert!(status.success(), "{status}: {}", self.context(&log));
+        eprintln!(
+            "{}: {} runs, seed {}, {:.1} s to settle: {verdict}",
+            self.label,
+            self.runs,
+            self.seed,
+            start.elapsed().as_secs_f64()
+        );
+        verdict
+    }
+}
+
+/// Job (c)'s input: `rides` rides (two events each) as TaxiRide CSV, gzip-compressed.
+async fn rides_file(dir: &Path, rides: u32) -> PathBuf {
+    let path = dir.join("rides.csv.gz");
+    let o = taxi(&[
+        "generate",
+        "--format",
+        "csv",
+        "--output",
+        path.to_str().unwrap(),
+        "--count",
+        &rides.to_string(),
+        "--rate",
+        "10",
+    ])
+    .await;
+    assert!(o.status.success(), "{}", shown(&o));
+    path
+}
+
+/// Job (c) with this test's file, topic, prefix and guarantee, served so that the input
+/// lasts about ten seconds (2000 rides at 10 pick-ups per second of event time, drop-offs up
+/// to ~45 min later: ~2900 s of event time at 300×) with events up to 60 s out of order.
+async fn file_to_kafka(label: &'static str, guarantee: &str) -> (Runs, PathBuf, TestTopic) {
+    let dir = std::env::temp_dir().join(unique_topic("onceflow-files"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = rides_file(&dir, 2000).await;
+    let output = TestTopic::create(&format!("{label}-out"), 3).await;
+    let prefix = unique_topic(label);
+    let job = job_from(
+        &dir,
+        "rides-file-to-kafka.toml",
+        &[
+            ("path = ", format!("path = \"{}\"", input.display())),
+            (
+                "serving_speed_factor = ",
+                "serving_speed_factor = 20".into(),
+            ),
+            ("topic = ", format!("topic = \"{}\"", output.name)),
+            (
+                "transactional.id.prefix = ",
+                format!("transactional.id.prefix = \"{prefix}\""),
+            ),
+            (
+                "delivery.guarantee = ",
+                format!("delivery.guarantee = \"{guarantee}\""),
+            ),
+            (
+                "checkpoint.interval.ms = ",
+                "checkpoint.interval.ms = 200".into(),
+            ),
+        ],
+    );
+    (Runs::new(label, job, dir), input, output)
+}
+
+async fn verify_copy(input: &Path, output: &str) -> Output {
+    taxi(&[
+        "verify",
+        "--job",
+        "copy",
+        "--input-file",
+        input.to_str().unwrap(),
+        "--output",
+        output,
+        "--read-timeout-ms",
+        "60000",
+    ])
+    .await
+}
+
+/// Job (c), SIGKILLed at random and in the pause after a checkpoint is durable, before its
+/// transaction's commit: the output topic (read_committed) holds every ride of the file
+/// exactly once. The restored reader resumes at the checkpoint's file offset with the events
+/// its reordering buffer held then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rides_file_to_kafka_killed_again_and_again_writes_every_ride_exactly_once() {
+    let (mut runs, input, output) = file_to_kafka("file-to-kafka", "exactly-once").await;
+    runs.kill(&[Kill::Random { max_ms: 3000 }, Kill::Persisted], KILLS)
+        .await;
+    let verdict = runs
+        .last_run(
+            || verify_copy(&input, &output.name),
+            |v| v.starts_with("verify: OK"),
+        )
+        .await;
+    assert!(
+        verdict.starts_with("verify: OK"),
+        "seed {}: {verdict}",
+        runs.seed
+    );
+    let _ = std::fs::remove_dir_all(&runs.dir);
+}
+
+/// The inverse: at-least-once, the same job killed at random moments while it reads writes
+/// some rides twice (the replay from the last checkpoint), and the verifier says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rides_file_to_kafka_at_least_once_under_kills_writes_duplicates() {
+    let (mut runs, input, output) = file_to_kafka("file-to-kafka-alo", "at-least-once").await;
+    runs.kill(&[Kill::Random { max_ms: 3000 }], KILLS / 2).await;
+    let verdict = runs
+        .last_run(
+            || verify_copy(&input, &output.name),
+            |v| v.contains("duplicated") && !v.contains("missing"),
+        )
+        .await;
+    assert!(
+        verdict.contains("duplicated"),
+        "seed {}: {verdict}",
+        runs.seed
+    );
+    let _ = std::fs::remove_dir_all(&runs.dir);
+}
+
+/// Job (d) on an input topic produced while it runs (`taxi generate --produce-rate`), writing
+/// part files into `<dir>/out`, small (64 KiB) so that many roll.
+async fn kafka_to_files(label: &'static str, guarantee: &str) -> (Runs, TestTopic, PathBuf, Child) {
+    let dir = std::env::temp_dir().join(unique_topic("onceflow-files"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = TestTopic::create(&format!("{label}-in"), 3).await;
+    let out = dir.join("out");
+    let job = job_from(
+        &dir,
+        "rides-cleansing-to-files.toml",
+        &[
+            ("topics = ", format!("topics = [\"{}\"]", input.name)),
+            ("path = ", format!("path = \"{}\"", out.display())),
+            ("rolling.size.bytes = ", "rolling.size.bytes = 65536".into()),
+            (
+                "delivery.guarantee = ",
+                format!("delivery.guarantee = \"{guarantee}\""),
+            ),
+            (
+                "checkpoint.interval.ms = ",
+                "checkpoint.interval.ms = 200".into(),
+            ),
+        ],
+    );
+    // 6000 rides at 1500 events/s: about eight seconds of input arriving while the job runs.
+    let feeder = command()
+        .args(["taxi", "generate", "-t", &input.name, "--count", "6000"])
+        .args(["--produce-rate", "1500", "-b", &broker(), "-X", API_TIMEOUT])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start taxi generate");
+    (Runs::new(label, job, dir), input, out, feeder)
+}
+
+async fn verify_files(input: &str, out: &Path) -> Output {
+    taxi(&[
+        "verify",
+        "--job",
+        "cleansing",
+        "--input",
+        input,
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--read-timeout-ms",
+        "60000",
+    ])
+    .await
+}
+
+/// Waits for the feeder to have produced everything.
+async fn fed(mut feeder: Child) {
+    let status = tokio::task::spawn_blocking(move || feeder.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "taxi generate failed: {status}");
+}
+
+/// Readers of the finished files never see a name starting with '.', and every finished
+/// file's records are whole lines of JSON.
+fn finished_files_are_whole(out: &Path) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir(out).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        let text = std::fs::read_to_string(e.path()).unwrap();
+        assert!(
+            text.is_empty() || text.ends_with('\n'),
+            "{name} ends mid-line"
+        );
+        for line in text.lines() {
+            serde_json::from_str::<serde_json::Value>(line)
+                .unwrap_or_else(|e| panic!("{name}: {e}: {line}"));
+        }
+        n += 1;
+    }
+    n
+}
+
+/// Job (d), SIGKILLed at random and between "checkpoint persisted" and "files renamed": the
+/// finished part files hold every ride the filter keeps exactly once, in input order per
+/// driver; the in-progress files of checkpoints that never completed are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rides_kafka_to_files_killed_again_and_again_writes_every_ride_exactly_once() {
+    let (mut runs, input, out, feeder) = kafka_to_files("kafka-to-files", "exactly-once").await;
+    runs.kill(&[Kill::Random { max_ms: 2000 }, Kill::Persisted], KILLS)
+        .await;
+    fed(feeder).await;
+    let verdict = runs
+        .last_run(
+            || verify_files(&input.name, &out),
+            |v| v.starts_with("verify: OK"),
+        )
+        .await;
+    assert!(
+        verdict.starts_with("verify: OK"),
+        "seed {}: {verdict}",
+        runs.seed
+    );
+    let files = finished_files_are_whole(&out);
+    assert!(files > 1, "only {files} finished part files");
+    let _ = std::fs::remove_dir_all(&runs.dir);
+}
+
+/// The inverse: at-least-once, part files are final as soon as they close and a restart
+/// keeps what the crashed run left in progress: the replay writes those rides again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rides_kafka_to_files_at_least_once_under_kills_writes_duplicates() {
+    let (mut runs, input, out, feeder) =
+        kafka_to_files("kafka-to-files-alo", "at-least-once").await;
+    runs.kill(&[Kill::Random { max_ms: 2000 }], KILLS / 2).await;
+    fed(feeder).await;
+    let verdict = runs
+        .last_run(
+            || verify_files(&input.name, &out),
+            |v| v.contains("duplicated") && !v.contains("missing"),
+        )
+        .await;
+    assert!(
+        verdict.contains("duplicated"),
+        "seed {}: {verdict}",
+        runs.seed
+    );
+    let _ = std::fs::remove_dir_all(&runs.dir);
+}

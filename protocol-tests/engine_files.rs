@@ -66,6 +66,29 @@ fn job_from(dir: &Path, shipped: &str, replace: &[(&str, String)]) -> PathBuf {
     path
 }
 
+/// A child that is killed when dropped: a failing test leaves no job running behind.
+struct Guarded(Child);
+
+impl std::ops::Deref for Guarded {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Guarded {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Where a kill lands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kill {
@@ -99,7 +122,7 @@ impl Runs {
         }
     }
 
-    fn spawn(&mut self, pause: Option<&str>) -> (Child, PathBuf) {
+    fn spawn(&mut self, pause: Option<&str>) -> (Guarded, PathBuf) {
         self.runs += 1;
         let log = self.dir.join(format!("run{}.log", self.runs));
         let file = std::fs::File::create(&log).unwrap();
@@ -117,7 +140,7 @@ impl Runs {
         if let Some(p) = pause {
             c.env("ONCEFLOW_TEST_PAUSE", p);
         }
-        (c.spawn().expect("start onceflow run"), log)
+        (Guarded(c.spawn().expect("start onceflow run")), log)
     }
 
     fn context(&self, log: &Path) -> String {
@@ -210,9 +233,13 @@ impl Runs {
             tokio::time::sleep(Duration::from_millis(500)).await;
         };
         sigterm(&child);
-        let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
-            .await
-            .unwrap();
+        let status = tokio::task::spawn_blocking(move || {
+            let status = child.wait().unwrap();
+            drop(child);
+            status
+        })
+        .await
+        .unwrap();
         assert!(status.success(), "{status}: {}", self.context(&log));
         eprintln!(
             "{}: {} runs, seed {}, {:.1} s to settle: {verdict}",
@@ -245,8 +272,9 @@ async fn rides_file(dir: &Path, rides: u32) -> PathBuf {
 }
 
 /// Job (c) with this test's file, topic, prefix and guarantee, served so that the input
-/// lasts about ten seconds (2000 rides at 10 pick-ups per second of event time, drop-offs up
-/// to ~45 min later: ~2900 s of event time at 300×) with events up to 60 s out of order.
+/// lasts about fifteen seconds (2000 rides at 10 pick-ups per second of event time, drop-offs up
+/// to ~45 min later: ~2900 s of event time at 200×, ~15 s) with events up to 60 s out of
+/// order.
 async fn file_to_kafka(label: &'static str, guarantee: &str) -> (Runs, PathBuf, TestTopic) {
     let dir = std::env::temp_dir().join(unique_topic("onceflow-files"));
     std::fs::create_dir_all(&dir).unwrap();
@@ -260,7 +288,7 @@ async fn file_to_kafka(label: &'static str, guarantee: &str) -> (Runs, PathBuf, 
             ("path = ", format!("path = \"{}\"", input.display())),
             (
                 "serving_speed_factor = ",
-                "serving_speed_factor = 20".into(),
+                "serving_speed_factor = 200".into(),
             ),
             ("topic = ", format!("topic = \"{}\"", output.name)),
             (
@@ -339,8 +367,12 @@ async fn rides_file_to_kafka_at_least_once_under_kills_writes_duplicates() {
 }
 
 /// Job (d) on an input topic produced while it runs (`taxi generate --produce-rate`), writing
-/// part files into `<dir>/out`, small (64 KiB) so that many roll.
-async fn kafka_to_files(label: &'static str, guarantee: &str) -> (Runs, TestTopic, PathBuf, Child) {
+/// part files of `roll_bytes` into `<dir>/out`.
+async fn kafka_to_files(
+    label: &'static str,
+    guarantee: &str,
+    roll_bytes: u64,
+) -> (Runs, TestTopic, PathBuf, Guarded) {
     let dir = std::env::temp_dir().join(unique_topic("onceflow-files"));
     std::fs::create_dir_all(&dir).unwrap();
     let input = TestTopic::create(&format!("{label}-in"), 3).await;
@@ -351,7 +383,10 @@ async fn kafka_to_files(label: &'static str, guarantee: &str) -> (Runs, TestTopi
         &[
             ("topics = ", format!("topics = [\"{}\"]", input.name)),
             ("path = ", format!("path = \"{}\"", out.display())),
-            ("rolling.size.bytes = ", "rolling.size.bytes = 65536".into()),
+            (
+                "rolling.size.bytes = ",
+                format!("rolling.size.bytes = {roll_bytes}"),
+            ),
             (
                 "delivery.guarantee = ",
                 format!("delivery.guarantee = \"{guarantee}\""),
@@ -363,14 +398,16 @@ async fn kafka_to_files(label: &'static str, guarantee: &str) -> (Runs, TestTopi
         ],
     );
     // 6000 rides at 1500 events/s: about eight seconds of input arriving while the job runs.
-    let feeder = command()
-        .args(["taxi", "generate", "-t", &input.name, "--count", "6000"])
-        .args(["--produce-rate", "1500", "-b", &broker(), "-X", API_TIMEOUT])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start taxi generate");
+    let feeder = Guarded(
+        command()
+            .args(["taxi", "generate", "-t", &input.name, "--count", "6000"])
+            .args(["--produce-rate", "1500", "-b", &broker(), "-X", API_TIMEOUT])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start taxi generate"),
+    );
     (Runs::new(label, job, dir), input, out, feeder)
 }
 
@@ -390,7 +427,7 @@ async fn verify_files(input: &str, out: &Path) -> Output {
 }
 
 /// Waits for the feeder to have produced everything.
-async fn fed(mut feeder: Child) {
+async fn fed(mut feeder: Guarded) {
     let status = tokio::task::spawn_blocking(move || feeder.wait().unwrap())
         .await
         .unwrap();
@@ -426,7 +463,8 @@ fn finished_files_are_whole(out: &Path) -> usize {
 /// driver; the in-progress files of checkpoints that never completed are gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rides_kafka_to_files_killed_again_and_again_writes_every_ride_exactly_once() {
-    let (mut runs, input, out, feeder) = kafka_to_files("kafka-to-files", "exactly-once").await;
+    let (mut runs, input, out, feeder) =
+        kafka_to_files("kafka-to-files", "exactly-once", 64 << 10).await;
     runs.kill(&[Kill::Random { max_ms: 2000 }, Kill::Persisted], KILLS)
         .await;
     fed(feeder).await;
@@ -446,12 +484,15 @@ async fn rides_kafka_to_files_killed_again_and_again_writes_every_ride_exactly_o
     let _ = std::fs::remove_dir_all(&runs.dir);
 }
 
-/// The inverse: at-least-once, part files are final as soon as they close and a restart
-/// keeps what the crashed run left in progress: the replay writes those rides again.
+/// The inverse: at-least-once, part files are final as soon as they close (here they roll
+/// every 4 KiB, many times between two checkpoints), so a kill leaves rides of the records
+/// after the last checkpoint in finished files, and the replay writes them again. (What a
+/// crashed run left in progress is kept too, but only what reached the disk before the kill:
+/// usually little.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rides_kafka_to_files_at_least_once_under_kills_writes_duplicates() {
     let (mut runs, input, out, feeder) =
-        kafka_to_files("kafka-to-files-alo", "at-least-once").await;
+        kafka_to_files("kafka-to-files-alo", "at-least-once", 4 << 10).await;
     runs.kill(&[Kill::Random { max_ms: 2000 }], KILLS / 2).await;
     fed(feeder).await;
     let verdict = runs

@@ -468,6 +468,18 @@ async fn rides_kafka_to_files_killed_again_and_again_writes_every_ride_exactly_o
     runs.kill(&[Kill::Random { max_ms: 2000 }, Kill::Persisted], KILLS)
         .await;
     fed(feeder).await;
+    // At least one restart found a durable checkpoint's part files still in progress (a kill
+    // in the persisted pause) and renamed them: the path the kills are there to prove.
+    let renamed_at_recovery = (1..=runs.runs).any(|n| {
+        plain_log(&runs.dir.join(format!("run{n}.log")))
+            .lines()
+            .any(|l| l.contains("file sink recovered") && !l.contains("files_committed: 0"))
+    });
+    assert!(
+        renamed_at_recovery,
+        "no restart renamed a restored checkpoint's files (seed {})",
+        runs.seed
+    );
     let verdict = runs
         .last_run(
             || verify_files(&input.name, &out),

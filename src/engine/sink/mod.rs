@@ -244,3 +244,40 @@ impl SinkError {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record written before file sinks existed lists bare transactions: they still read,
+    /// as transactions; part files read back as part files.
+    #[test]
+    fn prepared_outputs_read_back_as_written_and_old_records_still_read() {
+        let t = PreparedTransaction {
+            transactional_id: "job-0-1".to_owned(),
+            producer_id: 7,
+            producer_epoch: 3,
+            transaction_version: 2,
+            transaction_start_ms: 1_000,
+            empty: false,
+        };
+        let old = serde_json::to_string(&t).unwrap();
+        let read: PreparedOutput = serde_json::from_str(&old).unwrap();
+        assert_eq!(read, PreparedOutput::Transaction(t.clone()));
+        let files = PreparedOutput::Files(PreparedFiles::new(file::PendingFiles {
+            dir: "out".into(),
+            task: 1,
+            checkpoint: 9,
+            files: vec![file::PendingFile {
+                in_progress: ".part-00001-0000000002-00000000.jsonl.inprogress".into(),
+                finished: "part-00001-0000000002-00000000.jsonl".into(),
+                bytes: 42,
+            }],
+        }));
+        assert_eq!(files.name(), "out/task-1@9");
+        for c in [PreparedOutput::Transaction(t), files] {
+            let text = serde_json::to_string(&c).unwrap();
+            assert_eq!(serde_json::from_str::<PreparedOutput>(&text).unwrap(), c);
+        }
+    }
+}

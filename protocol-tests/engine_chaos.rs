@@ -32,7 +32,7 @@
 
 use crate::engine_run::{job_file, log_of};
 use crate::support::broker::PrivateBroker;
-use crate::support::cli::{command, onceflow_async, shown, stdout};
+use crate::support::cli::{command, onceflow_async, shown, stdout, Guarded};
 use crate::support::proxy::Proxy;
 use crate::support::*;
 use bytes::Bytes;
@@ -203,29 +203,6 @@ fn feed(
         producer.close().await.unwrap();
         rides
     })
-}
-
-/// A child `onceflow run`, SIGKILLed when dropped (a failing test leaves no job running).
-struct Guarded(Child);
-
-impl std::ops::Deref for Guarded {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Guarded {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-impl Drop for Guarded {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Waits until nothing listens on `addr` any more (a killed broker's port is closed).

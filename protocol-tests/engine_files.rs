@@ -13,7 +13,7 @@
 //! Transactional: run at TV2 (9192) and TV1 (9196).
 
 use crate::engine_run::{log_of, plain_log, sigterm, taxi, DEADLINE};
-use crate::support::cli::{command, shown, stdout};
+use crate::support::cli::{command, shown, stdout, Guarded};
 use crate::support::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -64,29 +64,6 @@ fn job_from(dir: &Path, shipped: &str, replace: &[(&str, String)]) -> PathBuf {
     let path = dir.join(shipped);
     std::fs::write(&path, lines.join("\n")).unwrap();
     path
-}
-
-/// A child that is killed when dropped: a failing test leaves no job running behind.
-struct Guarded(Child);
-
-impl std::ops::Deref for Guarded {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Guarded {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-impl Drop for Guarded {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Where a kill lands.

@@ -66,3 +66,27 @@ pub fn assert_one_line_error(o: &Output, needle: &str) {
     assert!(err.contains(needle), "expected '{needle}' in: {err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// A child process (`onceflow run`, a feeder), SIGKILLed and reaped when dropped: a failing
+/// test leaves nothing running behind.
+pub struct Guarded(pub std::process::Child);
+
+impl std::ops::Deref for Guarded {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Guarded {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

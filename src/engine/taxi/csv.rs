@@ -581,10 +581,6 @@ mod tests {
     /// with ONCEFLOW_UPDATE_FIXTURES=1 after a deliberate change.
     #[test]
     fn the_csv_sample_fixture_is_what_seed_1_generates_in_event_time_order() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures")
-            .join("taxi")
-            .join("rides-sample.csv");
         let config = Config {
             rides: 100,
             ..Config::default()
@@ -592,18 +588,9 @@ mod tests {
         let sorted = generate::rides_by_event_time(config, 1000).unwrap();
         let text: String = lines(sorted).map(|l| l + "\n").collect();
         assert_eq!(text.lines().count(), 200);
-        if std::env::var_os("ONCEFLOW_UPDATE_FIXTURES").is_some() {
-            std::fs::write(&path, &text).unwrap();
-        }
-        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            on_disk == text,
-            "{} differs from what seed 1 generates: the generator changed (rerun with \
-             ONCEFLOW_UPDATE_FIXTURES=1 if on purpose)",
-            path.display()
-        );
+        crate::engine::taxi::assert_fixture("rides-sample.csv", &text);
         let mut previous = i64::MIN;
-        for line in on_disk.lines() {
+        for line in text.lines() {
             let r = parse_line(line).unwrap();
             assert!(r.event_time >= previous, "{line}");
             previous = r.event_time;

@@ -702,25 +702,11 @@ mod tests {
     /// settings. Regenerate it with ONCEFLOW_UPDATE_FIXTURES=1 after a deliberate change.
     #[test]
     fn the_sample_fixture_is_what_seed_1_generates() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures")
-            .join("taxi")
-            .join("rides-sample.jsonl");
         let text: String = all(with_rides(100))
             .iter()
             .map(|e| e.to_json() + "\n")
             .collect();
         assert_eq!(text.lines().count(), 200);
-        if std::env::var_os("ONCEFLOW_UPDATE_FIXTURES").is_some() {
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(&path, &text).unwrap();
-        }
-        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            on_disk == text,
-            "{} differs from what seed 1 generates: the generator changed (rerun with \
-             ONCEFLOW_UPDATE_FIXTURES=1 if on purpose)",
-            path.display()
-        );
+        crate::engine::taxi::assert_fixture("rides-sample.jsonl", &text);
     }
 }

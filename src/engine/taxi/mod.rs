@@ -101,6 +101,27 @@ pub const NYC: BoundingBox = BoundingBox {
     max_lat: 41.00,
 };
 
+/// Asserts that `fixtures/taxi/<name>` holds `text` (what the generator makes of seed 1);
+/// with ONCEFLOW_UPDATE_FIXTURES=1 it writes `text` there first, after a deliberate change.
+#[cfg(test)]
+pub(crate) fn assert_fixture(name: &str, text: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join("taxi")
+        .join(name);
+    if std::env::var_os("ONCEFLOW_UPDATE_FIXTURES").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+    }
+    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        on_disk == text,
+        "{} differs from what seed 1 generates: the generator changed (rerun with \
+         ONCEFLOW_UPDATE_FIXTURES=1 if on purpose)",
+        path.display()
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

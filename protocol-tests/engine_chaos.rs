@@ -30,9 +30,9 @@
 //! verifier report duplicates. And once with the broker (a private one) killed and restarted
 //! mid-run. Transactional: run at TV2 (9192) and TV1 (9196).
 
-use crate::engine_run::{job_file, log_of};
+use crate::engine_run::{chaos_seed, job_file, log_of, spawn_run};
 use crate::support::broker::PrivateBroker;
-use crate::support::cli::{command, onceflow_async, shown, stdout, Guarded};
+use crate::support::cli::{onceflow_async, shown, stdout, Guarded};
 use crate::support::proxy::Proxy;
 use crate::support::*;
 use bytes::Bytes;
@@ -43,13 +43,13 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Output, Stdio};
+use std::process::{Child, Output};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-const API_TIMEOUT: &str = "default.api.timeout.ms=60000";
+use crate::engine_run::API_TIMEOUT;
 /// Input events per second the feeder produces at most.
 const FEED_EVENTS_PER_SECOND: u64 = 4000;
 /// Input events granted per run: a little over an hour of event time (7200 events at one
@@ -93,17 +93,6 @@ fn kill_count() -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(DEFAULT_KILLS)
-}
-
-fn seed() -> u64 {
-    std::env::var("ONCEFLOW_CHAOS_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        })
 }
 
 /// The log without its ANSI colours.
@@ -246,7 +235,7 @@ struct Chaos {
 impl Chaos {
     /// Topics, the job file (checkpoint interval and guarantee set), the proxy; feeding.
     async fn new(label: &'static str, broker: &str, guarantee: &str, interval_ms: u64) -> Chaos {
-        let seed = seed();
+        let seed = chaos_seed();
         eprintln!("chaos {label}: seed {seed} (ONCEFLOW_CHAOS_SEED={seed} replays it)");
         let input = TestTopic::create_with(broker, "chaos-in", 3, &[]).await;
         let output = TestTopic::create_with(broker, "chaos-out", 3, &[]).await;
@@ -299,25 +288,9 @@ impl Chaos {
     fn spawn(&mut self, pause: Option<String>) -> (Guarded, PathBuf) {
         self.runs += 1;
         let log = self.dir.join(format!("run{}.log", self.runs));
-        let file = std::fs::File::create(&log).unwrap();
-        let mut c = command();
-        c.args(["run", self.job.to_str().unwrap(), "-b", &self.job_bootstrap])
-            .args(["-X", API_TIMEOUT])
-            .env(
-                "ONCEFLOW_LOG",
-                std::env::var("ONCEFLOW_CHAOS_LOG").unwrap_or_else(|_| "onceflow=info".into()),
-            )
-            .env_remove("ONCEFLOW_TEST_PAUSE")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file);
-        if self.runs == 1 {
-            c.arg("--fresh");
-        }
-        if let Some(p) = pause {
-            c.env("ONCEFLOW_TEST_PAUSE", p);
-        }
-        (Guarded(c.spawn().expect("start onceflow run")), log)
+        let pause = pause.as_deref();
+        let child = spawn_run(&self.job, &self.job_bootstrap, &log, self.runs == 1, pause);
+        (child, log)
     }
 
     /// The failure context: seed, run, the log.

@@ -12,7 +12,7 @@
 //! while rides are still being read; job (d)'s input topic is produced while it runs.
 //! Transactional: run at TV2 (9192) and TV1 (9196).
 
-use crate::engine_run::{log_of, plain_log, sigterm, taxi, DEADLINE};
+use crate::engine_run::{chaos_seed, log_of, plain_log, sigterm, spawn_run, taxi, DEADLINE};
 use crate::support::cli::{command, shown, stdout, Guarded};
 use crate::support::*;
 use rand::rngs::StdRng;
@@ -21,20 +21,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const API_TIMEOUT: &str = "default.api.timeout.ms=60000";
+use crate::engine_run::API_TIMEOUT;
 /// Kills per exactly-once test (half at random, half at the checkpoint-persisted pause).
 const KILLS: usize = 8;
-
-fn seed() -> u64 {
-    std::env::var("ONCEFLOW_CHAOS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        })
-}
 
 /// A shipped job file with its paths, names and settings replaced for this test: each
 /// `(prefix, line)` pair replaces the line starting with `prefix`.
@@ -88,7 +77,7 @@ struct Runs {
 
 impl Runs {
     fn new(label: &'static str, job: PathBuf, dir: PathBuf) -> Runs {
-        let seed = seed();
+        let seed = chaos_seed();
         Runs {
             label,
             job,
@@ -102,22 +91,8 @@ impl Runs {
     fn spawn(&mut self, pause: Option<&str>) -> (Guarded, PathBuf) {
         self.runs += 1;
         let log = self.dir.join(format!("run{}.log", self.runs));
-        let file = std::fs::File::create(&log).unwrap();
-        let mut c = command();
-        c.args(["run", self.job.to_str().unwrap(), "-b", &broker()])
-            .args(["-X", API_TIMEOUT])
-            .env("ONCEFLOW_LOG", "onceflow=info")
-            .env_remove("ONCEFLOW_TEST_PAUSE")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file);
-        if self.runs == 1 {
-            c.arg("--fresh");
-        }
-        if let Some(p) = pause {
-            c.env("ONCEFLOW_TEST_PAUSE", p);
-        }
-        (Guarded(c.spawn().expect("start onceflow run")), log)
+        let child = spawn_run(&self.job, &broker(), &log, self.runs == 1, pause);
+        (child, log)
     }
 
     fn context(&self, log: &Path) -> String {

@@ -22,7 +22,7 @@ use std::process::{Child, Output, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-const API_TIMEOUT: &str = "default.api.timeout.ms=60000";
+pub(crate) const API_TIMEOUT: &str = "default.api.timeout.ms=60000";
 const RIDES: &str = "2000";
 pub(crate) const DEADLINE: Duration = Duration::from_secs(240);
 
@@ -376,4 +376,47 @@ async fn the_runtime_persists_the_resolutions_before_the_sinks_pool_init() {
     );
     drop(proxy);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The chaos tests' seed: ONCEFLOW_CHAOS_SEED replays one, else the clock picks it.
+pub(crate) fn chaos_seed() -> u64 {
+    std::env::var("ONCEFLOW_CHAOS_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        })
+}
+
+/// `onceflow run JOB -b BOOTSTRAP` killed when dropped, its stderr into `log` (at
+/// ONCEFLOW_CHAOS_LOG's level, default info), `--fresh` when asked, armed with the test pause
+/// `pause` (ONCEFLOW_TEST_PAUSE) or with none.
+pub(crate) fn spawn_run(
+    job: &Path,
+    bootstrap: &str,
+    log: &Path,
+    fresh: bool,
+    pause: Option<&str>,
+) -> crate::support::cli::Guarded {
+    let file = std::fs::File::create(log).unwrap();
+    let mut c = command();
+    c.args(["run", job.to_str().unwrap(), "-b", bootstrap])
+        .args(["-X", API_TIMEOUT])
+        .env(
+            "ONCEFLOW_LOG",
+            std::env::var("ONCEFLOW_CHAOS_LOG").unwrap_or_else(|_| "onceflow=info".into()),
+        )
+        .env_remove("ONCEFLOW_TEST_PAUSE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(file);
+    if fresh {
+        c.arg("--fresh");
+    }
+    if let Some(p) = pause {
+        c.env("ONCEFLOW_TEST_PAUSE", p);
+    }
+    crate::support::cli::Guarded(c.spawn().expect("start onceflow run"))
 }

@@ -27,7 +27,7 @@ const KILLS: usize = 8;
 
 /// A shipped job file with its paths, names and settings replaced for this test: each
 /// `(prefix, line)` pair replaces the line starting with `prefix`.
-fn job_from(dir: &Path, shipped: &str, replace: &[(&str, String)]) -> PathBuf {
+pub(crate) fn job_from(dir: &Path, shipped: &str, replace: &[(&str, String)]) -> PathBuf {
     let text = std::fs::read_to_string(repo().join("jobs").join(shipped)).unwrap();
     let state = dir.join("state");
     let mut lines: Vec<String> = Vec::new();

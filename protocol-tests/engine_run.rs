@@ -400,10 +400,26 @@ pub(crate) fn spawn_run(
     fresh: bool,
     pause: Option<&str>,
 ) -> crate::support::cli::Guarded {
+    spawn_run_with(job, bootstrap, log, fresh, pause, &[], &[])
+}
+
+/// [`spawn_run`] with more arguments (`extra`, e.g. `-X session.timeout.ms=6000` or
+/// `--state-dir D`) and environment variables (`env`, e.g. a test's ONCEFLOW_TEST_SKIP).
+pub(crate) fn spawn_run_with(
+    job: &Path,
+    bootstrap: &str,
+    log: &Path,
+    fresh: bool,
+    pause: Option<&str>,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> crate::support::cli::Guarded {
     let file = std::fs::File::create(log).unwrap();
     let mut c = command();
     c.args(["run", job.to_str().unwrap(), "-b", bootstrap])
         .args(["-X", API_TIMEOUT])
+        .args(extra)
+        .envs(env.iter().copied())
         .env(
             "ONCEFLOW_LOG",
             std::env::var("ONCEFLOW_CHAOS_LOG").unwrap_or_else(|_| "onceflow=info".into()),

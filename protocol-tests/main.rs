@@ -22,6 +22,7 @@ mod engine_dataflow;
 mod engine_features;
 mod engine_files;
 mod engine_idleness;
+mod engine_members;
 mod engine_metrics;
 mod engine_parallel;
 mod engine_restore;

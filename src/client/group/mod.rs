@@ -194,6 +194,33 @@ impl Shared {
     }
 }
 
+/// Reads a member's current [`GroupMetadata`]; from [`GroupConsumer::metadata_handle`].
+#[derive(Clone)]
+pub struct GroupMetadataHandle {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for GroupMetadataHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("GroupMetadataHandle")
+            .field(&self.get())
+            .finish()
+    }
+}
+
+impl GroupMetadataHandle {
+    /// The group id, the member's generation and member id now, and its group.instance.id.
+    pub fn get(&self) -> GroupMetadata {
+        let st = self.shared.lock();
+        GroupMetadata {
+            group_id: self.shared.group_id.clone(),
+            generation_id: st.generation,
+            member_id: st.member_id.clone(),
+            group_instance_id: self.shared.config.group_instance_id.clone(),
+        }
+    }
+}
+
 /// A consumer that is a member of a consumer group.
 pub struct GroupConsumer {
     consumer: Consumer,
@@ -298,12 +325,15 @@ impl GroupConsumer {
     /// The group's metadata for [`crate::client::Producer::send_offsets_to_transaction`]: with
     /// the generation and member id the coordinator fences a zombie (KIP-447).
     pub fn group_metadata(&self) -> GroupMetadata {
-        let st = self.shared.lock();
-        GroupMetadata {
-            group_id: self.shared.group_id.clone(),
-            generation_id: st.generation,
-            member_id: st.member_id.clone(),
-            group_instance_id: self.shared.config.group_instance_id.clone(),
+        self.metadata_handle().get()
+    }
+
+    /// A handle reading [`Self::group_metadata`] as it is when asked: what a rebalance
+    /// callback needs to commit a transaction (it has no access to the consumer), with the
+    /// generation the member is in at that moment.
+    pub fn metadata_handle(&self) -> GroupMetadataHandle {
+        GroupMetadataHandle {
+            shared: self.shared.clone(),
         }
     }
 

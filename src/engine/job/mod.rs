@@ -31,7 +31,7 @@ pub mod window;
 
 pub use spec::{
     DeliveryGuarantee, FileFormat as FileLineFormat, FileSink as FileSinkSpec,
-    FileSource as FileSourceSpec, Job, Operator, OutputFormat, Settings, Sink, Source,
+    FileSource as FileSourceSpec, Job, Mode, Operator, OutputFormat, Settings, Sink, Source,
     StartPosition,
 };
 

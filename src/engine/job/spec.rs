@@ -168,9 +168,27 @@ pub enum DeliveryGuarantee {
     None,
 }
 
+/// How a job's processes run it (`settings.mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Mode {
+    /// One process runs the whole job at `parallelism`, with checkpoints in its own state
+    /// directory (the default).
+    #[default]
+    Local,
+    /// Every `onceflow run` of the job file is a member of the job's consumer group
+    /// (`source.group.id`): the group deals the tasks (input partitions, and the partitions of
+    /// the job's repartition topic) among the members; each member commits its tasks' output,
+    /// state changes (changelog topic) and input offsets in one transaction per
+    /// `checkpoint.interval.ms` (DESIGN.md, "The engine on several machines").
+    Cluster,
+}
+
 /// `[settings]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
+    /// `mode`: `local` (default) or `cluster`.
+    pub mode: Mode,
     /// Tasks per operator (default 1).
     pub parallelism: u32,
     /// Key groups, fixed for the life of the job's state (default 128).
@@ -417,6 +435,7 @@ struct RawTransactionalId {
 #[derive(serde::Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawSettings {
+    mode: Option<Spanned<String>>,
     parallelism: Option<Spanned<u32>>,
     key: Option<RawKeySettings>,
     checkpoint: Option<RawCheckpoint>,
@@ -770,7 +789,20 @@ fn check(loc: &Locator<'_>, raw: RawJob) -> Result<Job, JobError> {
     let pipeline = check_pipeline(loc, raw.pipeline)?;
     let sink = check_sink(loc, raw_sink)?;
     check_ends(loc, &source, &pipeline, &sink, &sink_span)?;
+    let mode_span = raw.settings.mode.as_ref().map_or(0..0, |m| m.span());
     let settings = check_settings(loc, &name, sink.guarantee, raw.settings)?;
+    if settings.mode == Mode::Cluster {
+        let refused = if source.file.is_some() || sink.file.is_some() {
+            Some("mode = \"cluster\" reads and writes Kafka only: a file source or sink runs with mode = \"local\"")
+        } else if source.start == StartPosition::Latest {
+            Some("mode = \"cluster\" starts a partition without committed offsets at its beginning: remove source.start = \"latest\" (or run with mode = \"local\")")
+        } else {
+            None
+        };
+        if let Some(why) = refused {
+            return Err(loc.at(&mode_span, Some("settings.mode"), why));
+        }
+    }
     Ok(Job {
         name,
         source,
@@ -1498,7 +1530,19 @@ fn check_settings(
     }
     let tuning = check_tuning(loc, ckpt, raw.restart.as_ref())?;
     let (state_dir, state_cache_bytes, state_memtable_bytes) = check_state(loc, name, raw.state)?;
+    let mode = match raw.mode.as_ref().map(|m| (m.get_ref().as_str(), m.span())) {
+        None | Some(("local", _)) => Mode::Local,
+        Some(("cluster", _)) => Mode::Cluster,
+        Some((other, span)) => {
+            return Err(loc.at(
+                &span,
+                Some("settings.mode"),
+                format!("unknown mode {other:?}: use \"local\" (one process) or \"cluster\" (several processes in one consumer group)"),
+            ))
+        }
+    };
     let settings = Settings {
+        mode,
         parallelism,
         key_groups,
         checkpoint_interval_ms: interval,
@@ -1513,6 +1557,27 @@ fn check_settings(
         state_cache_bytes,
         state_memtable_bytes,
     };
+    if mode == Mode::Cluster {
+        // A member's transaction spans one commit interval; a member that dies holds its
+        // tasks' new owner back until the broker aborts its transaction, so this timeout is
+        // short (Kafka Streams: 10 s) and only has to outlast an interval and its commit.
+        let txn = settings.transaction_timeout_ms;
+        if guarantee != DeliveryGuarantee::ExactlyOnce {
+            return Err(loc.at(
+                &raw.mode.as_ref().map_or(0..0, |m| m.span()),
+                Some("settings.mode"),
+                "mode = \"cluster\" runs exactly-once only: set sink.delivery.guarantee = \"exactly-once\" or mode = \"local\"",
+            ));
+        }
+        if txn < interval.saturating_mul(2).max(1_000) {
+            return Err(loc.at(
+                &raw.transaction.as_ref().map_or(0..0, |t| t.timeout.ms.span()),
+                Some("settings.transaction.timeout.ms"),
+                format!("{txn} is too short for mode = \"cluster\": a member's transaction spans one checkpoint.interval.ms ({interval}) and its commit; set it to at least {} (10000 is a good value: a member that dies holds its tasks back that long)", interval.saturating_mul(2).max(1_000)),
+            ));
+        }
+        return Ok(settings);
+    }
     if guarantee == DeliveryGuarantee::ExactlyOnce {
         // The part of the one budget rule known from the file; `run` also checks the brokers'
         // transaction.max.timeout.ms at start.

@@ -25,6 +25,9 @@
 //! - `resumption`: when every input of a watermark was idle and one reports again, only that
 //!   one counts again (`job::window::InputWatermarks`): the first partition back moves the
 //!   watermark alone, past records the others are still delivering.
+//! - `fencing`: a cluster member adds its offsets to its transaction without its generation
+//!   and member id (`runtime::cluster`), so the group coordinator cannot refuse a zombie's,
+//!   and commits the work of tasks it finds lost instead of aborting it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -93,6 +96,8 @@ pub(crate) enum Protection {
     Alignment,
     /// Counting every input again when a stopped stream resumes (`InputWatermarks`).
     Resumption,
+    /// A cluster member's offsets carry its generation (KIP-447 zombie fencing).
+    Fencing,
 }
 
 impl Protection {
@@ -101,6 +106,7 @@ impl Protection {
             Protection::Retire => "retire",
             Protection::Alignment => "alignment",
             Protection::Resumption => "resumption",
+            Protection::Fencing => "fencing",
         }
     }
 }
@@ -110,6 +116,7 @@ fn skip_of(spec: &str) -> Option<Protection> {
         Protection::Retire,
         Protection::Alignment,
         Protection::Resumption,
+        Protection::Fencing,
     ]
     .into_iter()
     .find(|p| p.name() == spec.trim())
@@ -123,7 +130,7 @@ pub(crate) fn skipped(protection: Protection) -> bool {
         let spec = std::env::var(SKIP_ENV).ok()?;
         let p = skip_of(&spec);
         if p.is_none() {
-            tracing::warn!(value = %spec, "{SKIP_ENV} names no protection (retire, alignment, resumption); ignored");
+            tracing::warn!(value = %spec, "{SKIP_ENV} names no protection (retire, alignment, resumption, fencing); ignored");
         }
         p
     });

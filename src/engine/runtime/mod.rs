@@ -37,6 +37,7 @@
 //! landing after its barrier.
 
 mod alignment;
+mod cluster;
 mod coordinate;
 mod hook;
 mod keyed;
@@ -98,7 +99,12 @@ pub(crate) async fn run_topology(
     stop: tokio::sync::watch::Receiver<bool>,
     metrics: Arc<Metrics>,
 ) -> Result<RunSummary, RuntimeError> {
-    let result = task::run(config, topology, stop, metrics.clone()).await;
+    let result = match config.job.settings.mode {
+        crate::engine::job::Mode::Cluster => {
+            cluster::run(config, topology, stop, metrics.clone()).await
+        }
+        _ => task::run(config, topology, stop, metrics.clone()).await,
+    };
     if let Err(e) = &result {
         observe::run_failed(&metrics, e);
     }

@@ -527,6 +527,74 @@ impl Topology for JsonTopology {
         let stage = WindowStage::new(&self.pipeline, state)?.observed(metrics, &self.pipeline);
         Ok(Box::new(stage))
     }
+
+    fn encode_element(&self, element: &Element) -> Option<Vec<u8>> {
+        let e = element.downcast_ref::<JsonElement>()?;
+        Some(e.encode())
+    }
+
+    fn decode_element(&self, bytes: &[u8]) -> Result<Element, RuntimeError> {
+        let e = JsonElement::decode(bytes).ok_or_else(|| {
+            RuntimeError::Unsupported(
+                "a repartition record that is not a keyed JSON element: is another job writing this job's repartition topic? Give each job its own source.group.id".into(),
+            )
+        })?;
+        Ok(Box::new(e))
+    }
+}
+
+impl JsonElement {
+    /// `flags (u8: 1 = with input, 2 = input has a key) | value JSON length (u32 BE) | value
+    /// JSON [| key length (u32 BE) | key] [| input length (u32 BE) | input]`.
+    fn encode(&self) -> Vec<u8> {
+        let value = serde_json::to_vec(&self.value).unwrap_or_default();
+        let mut out = Vec::with_capacity(value.len() + 16);
+        let flags = match &self.input {
+            None => 0u8,
+            Some((None, _)) => 1,
+            Some((Some(_), _)) => 3,
+        };
+        out.push(flags);
+        put_chunk(&mut out, &value);
+        if let Some((key, raw)) = &self.input {
+            if let Some(k) = key {
+                put_chunk(&mut out, k);
+            }
+            put_chunk(&mut out, raw);
+        }
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<JsonElement> {
+        let (&flags, mut rest) = bytes.split_first()?;
+        if flags & !3 != 0 {
+            return None;
+        }
+        let value = serde_json::from_slice(take_chunk(&mut rest)?).ok()?;
+        let input = if flags & 1 == 1 {
+            let key = if flags & 2 == 2 {
+                Some(take_chunk(&mut rest)?.to_vec())
+            } else {
+                None
+            };
+            Some((key, Bytes::copy_from_slice(take_chunk(&mut rest)?)))
+        } else {
+            None
+        };
+        rest.is_empty().then_some(JsonElement { value, input })
+    }
+}
+
+fn put_chunk(out: &mut Vec<u8>, chunk: &[u8]) {
+    out.extend_from_slice(&u32::try_from(chunk.len()).unwrap_or(u32::MAX).to_be_bytes());
+    out.extend_from_slice(chunk);
+}
+
+fn take_chunk<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let len = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+    let chunk = rest.get(4..4 + len)?;
+    *rest = &rest[4 + len..];
+    Some(chunk)
 }
 
 impl SourceChain for Prefix {
@@ -607,6 +675,37 @@ mod tests {
     use super::timers_may_be_due;
     use super::*;
     use crate::engine::metrics::Metrics;
+
+    #[test]
+    fn a_keyed_element_survives_the_repartition_topic_and_garbage_is_refused() {
+        let t = JsonTopology::new(&[]);
+        for input in [
+            None,
+            Some((None, Bytes::from_static(b"{\"a\":1}"))),
+            Some((Some(b"7".to_vec()), Bytes::from_static(b"raw"))),
+        ] {
+            let e = JsonElement {
+                value: serde_json::json!({"driver_id": 7, "x": [1.5, "y"]}),
+                input: input.clone(),
+            };
+            let bytes = t.encode_element(&(Box::new(e) as Element)).unwrap();
+            let back: JsonElement = downcast(t.decode_element(&bytes).unwrap(), "t").unwrap();
+            assert_eq!(
+                back.value,
+                serde_json::json!({"driver_id": 7, "x": [1.5, "y"]})
+            );
+            assert_eq!(back.input, input);
+        }
+        for garbage in [
+            &b""[..],
+            b"\x00",
+            b"\x08\x00\x00\x00\x01{",
+            b"\x00\x00\x00\x00\x02{}x",
+        ] {
+            assert!(t.decode_element(garbage).is_err(), "{garbage:?}");
+        }
+        assert!(t.encode_element(&(Box::new(5u8) as Element)).is_none());
+    }
 
     #[test]
     fn each_operator_counts_what_reached_it_and_what_it_let_through() {

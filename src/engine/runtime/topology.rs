@@ -138,6 +138,26 @@ pub(crate) trait Topology: Send + Sync + Debug {
         state: OperatorState,
         metrics: &Arc<Metrics>,
     ) -> Result<Box<dyn KeyedStage>, RuntimeError>;
+
+    /// The element's bytes, for a key exchange through a repartition topic (a job run by
+    /// several processes, `engine::cluster`); `None` when the topology's elements cannot
+    /// leave the process.
+    fn encode_element(&self, element: &Element) -> Option<Vec<u8>> {
+        let _ = element;
+        None
+    }
+
+    /// The element [`Topology::encode_element`] wrote.
+    ///
+    /// # Errors
+    /// The bytes are not an element of this topology (another job wrote the repartition
+    /// topic), or the topology cannot decode elements.
+    fn decode_element(&self, bytes: &[u8]) -> Result<Element, RuntimeError> {
+        let _ = bytes;
+        Err(RuntimeError::Unsupported(
+            "this job's elements cannot cross processes: run it with mode = \"local\"".into(),
+        ))
+    }
 }
 
 /// The element a keyed stage expects, or an internal error naming the stage.

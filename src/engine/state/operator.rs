@@ -45,6 +45,26 @@ impl FrozenDelta {
         self.bytes
     }
 
+    /// A delta that is not a snapshot: the changes a restore applies to the local store
+    /// (a task's state read back from its changelog topic, `runtime::cluster`).
+    pub(crate) fn restored(checkpoint: u64, operator: u32, entries: Entries) -> FrozenDelta {
+        let bytes = entries
+            .iter()
+            .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+            .sum();
+        FrozenDelta {
+            checkpoint,
+            operator,
+            entries: Arc::new(entries),
+            bytes,
+        }
+    }
+
+    /// The changes, stored key → stored value (`None`: deleted).
+    pub(crate) fn entries(&self) -> &Entries {
+        &self.entries
+    }
+
     /// One delta per (checkpoint, operator): the keyed subtasks of an operator snapshot their
     /// own key-group ranges, and [`super::StateStore::persist`] takes one delta per operator.
     /// The ranges are disjoint, so no key is in two deltas (if one were, the later would win).
@@ -137,6 +157,30 @@ impl OperatorState {
     /// The key groups this handle scans.
     pub fn key_groups(&self) -> Range<u16> {
         self.groups.clone()
+    }
+
+    /// The operator's index in the layout (its deltas carry it).
+    pub(crate) fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Every key stored in fjall for the key groups `groups` (the deltas are not looked at):
+    /// what a restore from a changelog deletes when the local copy cannot be trusted.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub(crate) fn stored_keys_in(&self, groups: Range<u16>) -> Result<Vec<Vec<u8>>> {
+        let mut keys = Vec::new();
+        let from = groups.start.to_be_bytes().to_vec();
+        for guard in self.keyspace.range(from..) {
+            let k = guard.key().map_err(|e| fjall_error(&self.dir, e))?;
+            let kg = k.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]]));
+            if kg.is_none_or(|kg| kg >= groups.end) {
+                break;
+            }
+            keys.push(k.to_vec());
+        }
+        Ok(keys)
     }
 
     /// The operator's uid.

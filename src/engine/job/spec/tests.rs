@@ -95,6 +95,7 @@ fn defaults_of_a_minimal_job() {
     assert_eq!(
         job.settings,
         Settings {
+            mode: Mode::Local,
             parallelism: 1,
             key_groups: 128,
             checkpoint_interval_ms: 1_000,
@@ -775,5 +776,48 @@ fn malformed_file_ends_name_the_line_and_the_field() {
         let (l, f, m) = invalid(&text);
         assert_eq!((l, f.as_str()), (line, field), "{m}\n{text}");
         assert!(m.contains(part), "{m:?} lacks {part:?}\n{text}");
+    }
+}
+
+#[test]
+fn cluster_mode_takes_a_short_transaction_timeout_and_refuses_what_it_cannot_run() {
+    let job = Job::parse(
+        "m.toml",
+        &format!("{HEAD}{SINK}[settings]\nmode = \"cluster\"\ntransaction.timeout.ms = 10000\n"),
+    )
+    .unwrap();
+    assert_eq!(job.settings.mode, Mode::Cluster);
+    assert_eq!(job.settings.transaction_timeout_ms, 10_000);
+    let local = Job::parse(
+        "m.toml",
+        &format!("{HEAD}{SINK}[settings]\nmode = \"local\"\n"),
+    );
+    assert_eq!(local.unwrap().settings.mode, Mode::Local);
+    let cases = [
+        (
+            format!("{HEAD}{SINK}[settings]\nmode = \"swarm\"\n"),
+            "settings.mode",
+            "unknown mode \"swarm\"",
+        ),
+        (
+            format!("{HEAD}{SINK}delivery.guarantee = \"at-least-once\"\n[settings]\nmode = \"cluster\"\n"),
+            "settings.mode",
+            "exactly-once only",
+        ),
+        (
+            format!("{HEAD}{SINK}[settings]\nmode = \"cluster\"\ntransaction.timeout.ms = 1500\n"),
+            "settings.transaction.timeout.ms",
+            "set it to at least 2000",
+        ),
+        (
+            format!("name = \"x\"\n[source]\nbrokers = \"b:9092\"\ntopics = [\"in\"]\nstart = \"latest\"\n{SINK}[settings]\nmode = \"cluster\"\n"),
+            "settings.mode",
+            "remove source.start = \"latest\"",
+        ),
+    ];
+    for (text, field, part) in cases {
+        let (_, got_field, message) = invalid(&text);
+        assert_eq!(got_field, field, "{message}\n--- in:\n{text}");
+        assert!(message.contains(part), "{message} (wanted {part:?})");
     }
 }

@@ -1,0 +1,700 @@
+//! One membership of a process in the job's group: its transactional producer, its tasks, and
+//! the loop that reads, processes and commits (module docs of `cluster`).
+//!
+//! **A commit's life.** Every `checkpoint.interval.ms` (and before giving tasks up in a
+//! rebalance, and at a stop) the worker, holding its lock so no record is processed meanwhile:
+//! 1. sends each source task's watermark marker to every repartition partition (when it
+//!    changed, or a second passed: a keyed task's new owner needs every input's marker);
+//! 2. freezes each keyed task's state changes (`OperatorState::snapshot`) and sends them to
+//!    the task's changelog partition;
+//! 3. adds the next offsets of every partition it processed to the transaction
+//!    (TxnOffsetCommit with the member's generation and member id: KIP-447);
+//! 4. commits the transaction: output, repartition records, markers, changelog and offsets
+//!    become visible together, or (abort, fencing, a crash) none of them;
+//! 5. then, and only then, writes the frozen changes to its local fjall store in one batch,
+//!    with the changelog offsets they bring the local copy to. A crash between 4 and 5 leaves
+//!    the local copy behind the changelog, which a restore reads forward; it is never ahead.
+//!
+//! Any failure of 2–4 (the transaction aborts, the group moved on, the producer was fenced)
+//! gives the membership up: the worker and its in-memory state are dropped, the process joins
+//! again with a new producer incarnation, and each task it gets restarts from the committed
+//! offsets and the changelog.
+//!
+//! **The race of a pause and a rebalance (a zombie).** Member A is paused (SIGSTOP, a long GC)
+//! in the middle of an interval, with output of its open transaction already sent. Its session
+//! times out; the group gives A's tasks to B, which reads their committed offsets — with
+//! RequireStable, so if A had already added offsets to its transaction, B waits until that
+//! transaction ends — and restores their state from the changelog, waiting likewise for A's
+//! transaction on it to end. B processes the records A had processed in its open transaction.
+//! A resumes and tries to commit: its TxnOffsetCommit carries the generation A joined in, which
+//! the coordinator has moved past, so it is refused (ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID),
+//! A aborts, and nothing A wrote after its last commit is ever read (the inverse test switches
+//! the generation off — `ONCEFLOW_TEST_SKIP=fencing` — and sees duplicates). If A stayed paused
+//! past `transaction.timeout.ms`, the broker aborted its transaction already and bumped its
+//! epoch: A's next request is fenced.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use tokio::sync::{watch, Mutex};
+use tracing::{debug, info, warn};
+
+use crate::client::group::{
+    GroupConsumer, GroupMetadata, GroupMetadataHandle, RebalanceListener, Strategy,
+};
+use crate::client::{
+    Admin, AutoOffsetReset, Consumer, ConsumerRecord, DeliveryFuture, IsolationLevel, Producer,
+    ProducerRecord, TopicPartition,
+};
+use crate::engine::job::window::{InputWatermarks, Watermark};
+use crate::engine::state::{key_group, FrozenDelta, SourcePosition, StateStore};
+
+use super::super::pipeline::Output;
+use super::super::source::IDLE_AFTER;
+use super::super::topology::{Emitted, InputRecord, KeyedStage, SourceChain};
+use super::super::RuntimeError;
+use super::changelog;
+use super::exchange::{input_id, key_groups_of, task_of, Marker};
+use super::Plan;
+
+/// Why a membership ended.
+#[derive(Debug)]
+pub(super) enum Exit {
+    /// Give the membership up and join again (fenced, lost, an aborted transaction).
+    Rejoin(String),
+    /// Stop the job.
+    Fatal(Box<RuntimeError>),
+}
+
+impl Exit {
+    pub(super) fn fatal(e: RuntimeError) -> Exit {
+        Exit::Fatal(Box::new(e))
+    }
+}
+
+impl From<RuntimeError> for Exit {
+    fn from(e: RuntimeError) -> Exit {
+        Exit::fatal(e)
+    }
+}
+
+impl From<crate::engine::state::StateError> for Exit {
+    fn from(e: crate::engine::state::StateError) -> Exit {
+        Exit::fatal(e.into())
+    }
+}
+
+fn rejoin(what: &str, e: impl std::fmt::Display) -> Exit {
+    Exit::Rejoin(format!("{what}: {e}"))
+}
+
+/// What one membership did, for the run's summary.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Counts {
+    pub records_in: u64,
+    pub records_out: u64,
+    pub commits: u64,
+}
+
+/// Runs one membership until `stop` (Ok) or an [`Exit`].
+pub(super) async fn run(
+    plan: &Plan,
+    store: &Arc<StdMutex<StateStore>>,
+    counts: &mut Counts,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), Exit> {
+    let mut pc = plan.producer.clone();
+    pc.transactional_id = Some(plan.transactional_id.clone());
+    pc.transaction_timeout = plan.transaction_timeout;
+    let producer = Producer::with_cluster(pc, plan.cluster.clone())
+        .await
+        .map_err(|e| rejoin("starting the producer", e))?;
+    // Fences this process's previous incarnation and aborts what it left open.
+    producer
+        .init_transactions()
+        .await
+        .map_err(|e| rejoin("InitProducerId", e))?;
+    let mut cc = plan.consumer.clone();
+    cc.group_id = Some(plan.group.clone());
+    cc.isolation_level = IsolationLevel::ReadCommitted;
+    cc.enable_auto_commit = false;
+    cc.auto_offset_reset = AutoOffsetReset::Earliest;
+    let mut group = GroupConsumer::with_cluster(cc, plan.cluster.clone())
+        .map_err(|e| Exit::fatal(RuntimeError::client("joining the job's group", e)))?;
+    group.set_strategies(&[Strategy::CooperativeSticky]);
+    let mut topics: Vec<&str> = plan.job.source.topics.iter().map(String::as_str).collect();
+    if plan.keyed {
+        topics.push(&plan.topics.repartition);
+    }
+    group.subscribe(&topics);
+    let meta = group.metadata_handle();
+    let through = changelog_offsets(store, plan)?;
+    let worker = Arc::new(Mutex::new(Worker {
+        plan: plan.clone(),
+        store: store.clone(),
+        producer,
+        sources: BTreeMap::new(),
+        keyed: BTreeMap::new(),
+        positions: BTreeMap::new(),
+        moved: false,
+        in_txn: false,
+        through,
+        failure: None,
+        counts: Counts::default(),
+        fencing: !super::super::hook::skipped(super::super::hook::Protection::Fencing),
+    }));
+    group.set_listener(Arc::new(Listener {
+        worker: worker.clone(),
+        meta: meta.clone(),
+    }));
+    info!(group = %plan.group, transactional_id = %plan.transactional_id, "member joining");
+    let mut last_commit = Instant::now();
+    let wait = plan.interval.min(Duration::from_millis(100));
+    let result = loop {
+        if *stop.borrow_and_update() {
+            let mut w = worker.lock().await;
+            let r = w.commit(&meta.get(), Some(group.consumer())).await;
+            break r;
+        }
+        let records = match group.poll(wait).await {
+            Ok(r) => r,
+            Err(e) => break Err(rejoin("polling the group", e)),
+        };
+        let mut w = worker.lock().await;
+        if let Some(exit) = w.failure.take() {
+            break Err(exit);
+        }
+        if let Err(e) = w.process(records).await {
+            break Err(e);
+        }
+        if last_commit.elapsed() >= plan.interval {
+            last_commit = Instant::now();
+            if let Err(e) = w.commit(&meta.get(), Some(group.consumer())).await {
+                break Err(e);
+            }
+        }
+    };
+    {
+        let mut w = worker.lock().await;
+        if result.is_err() {
+            w.poison().await;
+        }
+        *counts = w.counts;
+    }
+    // Leave the group (a dynamic member's tasks move at once instead of after
+    // session.timeout.ms); on_revoked commits what is left, unless the worker is poisoned.
+    match tokio::time::timeout(plan.transaction_timeout, group.close()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => debug!(error = %e, "leaving the group"),
+        Err(_) => debug!("leaving the group timed out"),
+    }
+    let w = worker.lock().await;
+    *counts = w.counts;
+    result
+}
+
+/// The local copy's changelog offsets, from the latest local checkpoint record.
+fn changelog_offsets(
+    store: &Arc<StdMutex<StateStore>>,
+    plan: &Plan,
+) -> Result<BTreeMap<i32, i64>, Exit> {
+    let s = store
+        .lock()
+        .map_err(|_| Exit::fatal(RuntimeError::Internal("the state store's lock".into())))?;
+    let latest = s.latest();
+    if latest == 0 {
+        return Ok(BTreeMap::new());
+    }
+    let record = s.record(latest)?;
+    Ok(record
+        .positions
+        .iter()
+        .filter(|p| p.topic == plan.topics.changelog)
+        .map(|p| (p.partition, p.next_offset))
+        .collect())
+}
+
+/// A source partition's task: the stateless chain and the partition's watermark.
+struct SourceTask {
+    chain: Box<dyn SourceChain>,
+    input: u32,
+    watermark: Watermark,
+    last_record: Instant,
+    /// The marker last sent, and when.
+    sent: Option<(Marker, Instant)>,
+}
+
+/// A repartition partition's task: the keyed stage on its key groups' state.
+struct KeyedTask {
+    stage: Box<dyn KeyedStage>,
+    inputs: InputWatermarks,
+}
+
+struct Worker {
+    plan: Plan,
+    store: Arc<StdMutex<StateStore>>,
+    producer: Producer,
+    sources: BTreeMap<TopicPartition, SourceTask>,
+    keyed: BTreeMap<i32, KeyedTask>,
+    /// The next offset of every owned partition processed so far.
+    positions: BTreeMap<TopicPartition, i64>,
+    /// Whether positions moved since the last commit.
+    moved: bool,
+    in_txn: bool,
+    /// Changelog partition → the offset the local store is current to.
+    through: BTreeMap<i32, i64>,
+    /// Set by a callback that cannot return it (lost partitions, a failed commit).
+    failure: Option<Exit>,
+    counts: Counts,
+    /// False only in the inverse test (`ONCEFLOW_TEST_SKIP=fencing`): offsets go into
+    /// transactions without the generation, and lost tasks' work is committed, not aborted.
+    fencing: bool,
+}
+
+impl Worker {
+    async fn send(&mut self, record: ProducerRecord) -> Result<DeliveryFuture, Exit> {
+        if !self.in_txn {
+            self.producer
+                .begin_transaction()
+                .map_err(|e| rejoin("beginning a transaction", e))?;
+            self.in_txn = true;
+        }
+        self.producer
+            .send(record)
+            .await
+            .map_err(|e| rejoin("sending", e))
+    }
+
+    async fn send_outputs(&mut self, outputs: Vec<Output>) -> Result<(), Exit> {
+        for o in outputs {
+            let topic = o.topic.unwrap_or_else(|| self.plan.job.sink.topic.clone());
+            let mut r = ProducerRecord::new(topic, o.value);
+            r.key = o.key.map(Into::into);
+            self.send(r).await?;
+            self.counts.records_out += 1;
+        }
+        Ok(())
+    }
+
+    async fn process(&mut self, records: Vec<ConsumerRecord>) -> Result<(), Exit> {
+        for r in records {
+            self.counts.records_in += 1;
+            let owned = if self.plan.keyed && r.topic == self.plan.topics.repartition {
+                self.keyed_record(&r).await?
+            } else {
+                self.source_record(&r).await?
+            };
+            // A record of a partition without a task (its assignment failed: the worker is
+            // failing) is not processed, so its offset must not be committed.
+            if owned {
+                self.positions
+                    .insert(TopicPartition::new(r.topic, r.partition), r.offset + 1);
+                self.moved = true;
+            }
+        }
+        Ok(())
+    }
+
+    async fn source_record(&mut self, r: &ConsumerRecord) -> Result<bool, Exit> {
+        let tp = TopicPartition::new(r.topic.clone(), r.partition);
+        let Some(task) = self.sources.get_mut(&tp) else {
+            return Ok(false);
+        };
+        let input = InputRecord {
+            topic: &r.topic,
+            partition: r.partition,
+            offset: r.offset,
+            timestamp: r.timestamp,
+            key: r.key.as_ref(),
+            value: r.value.as_ref(),
+        };
+        let mut out = Vec::new();
+        if let Some(t) = task.chain.process(&input, &mut out) {
+            task.watermark.observe(t);
+        }
+        task.last_record = Instant::now();
+        for e in out {
+            match e {
+                Emitted::Out(o) => self.send_outputs(vec![o]).await?,
+                Emitted::Keyed { key, time, element } => {
+                    let bytes = self.plan.topology.encode_element(&element).ok_or_else(|| {
+                        Exit::fatal(RuntimeError::Unsupported(
+                            "this job's keyed elements cannot cross processes: run it with mode = \"local\"".into(),
+                        ))
+                    })?;
+                    let kg = key_group(&key, self.plan.key_groups);
+                    let task = task_of(kg, self.plan.key_groups, self.plan.tasks);
+                    let rec = ProducerRecord::new(self.plan.topics.repartition.clone(), bytes)
+                        .with_key(key)
+                        .with_partition(task)
+                        .with_timestamp(time);
+                    self.send(rec).await?;
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    async fn keyed_record(&mut self, r: &ConsumerRecord) -> Result<bool, Exit> {
+        let Some(task) = self.keyed.get_mut(&r.partition) else {
+            return Ok(false);
+        };
+        let mut out = Vec::new();
+        match Marker::of(&r.headers) {
+            Some(marker) => {
+                let marker = marker.map_err(|e| {
+                    Exit::fatal(RuntimeError::Unsupported(format!(
+                        "{}-{} offset {}: {e}: is another program writing this job's repartition topic?",
+                        r.topic, r.partition, r.offset
+                    )))
+                })?;
+                let now = Instant::now();
+                let w = match marker {
+                    Marker::At { input, watermark } => task.inputs.advance(input, watermark, now),
+                    Marker::Idle { input } => task.inputs.set_idle(input, now),
+                };
+                if let Some(w) = w {
+                    task.stage.advance_to(w, &mut out)?;
+                }
+            }
+            None => {
+                let value = r.value.as_deref().unwrap_or_default();
+                let element = self.plan.topology.decode_element(value)?;
+                let key = r.key.as_deref().unwrap_or_default();
+                task.stage.process(key, r.timestamp, element, &mut out)?;
+            }
+        }
+        self.send_outputs(out).await?;
+        // A watermark that closes many windows fires them a chunk at a time.
+        while let Some(task) = self.keyed.get_mut(&r.partition) {
+            if !task.stage.firing() {
+                break;
+            }
+            let mut out = Vec::new();
+            task.stage.fire_more(&mut out)?;
+            self.send_outputs(out).await?;
+        }
+        Ok(true)
+    }
+
+    /// The commit of the module docs; `consumer` (absent inside a rebalance callback) tells
+    /// which source partitions are caught up, for idleness.
+    async fn commit(
+        &mut self,
+        group: &GroupMetadata,
+        consumer: Option<&Consumer>,
+    ) -> Result<(), Exit> {
+        if let Some(e) = self.failure.take() {
+            return Err(e);
+        }
+        // 1. Markers.
+        if self.plan.keyed {
+            let now = Instant::now();
+            let mut due = Vec::new();
+            for (tp, task) in &mut self.sources {
+                let idle = consumer.is_some_and(|c| c.caught_up(tp))
+                    && task.last_record.elapsed() >= IDLE_AFTER;
+                let marker = if idle {
+                    Some(Marker::Idle { input: task.input })
+                } else {
+                    task.watermark.current().map(|w| Marker::At {
+                        input: task.input,
+                        watermark: w,
+                    })
+                };
+                let Some(marker) = marker else { continue };
+                let fresh = task
+                    .sent
+                    .is_some_and(|(m, at)| m == marker && now.duration_since(at) < IDLE_AFTER);
+                if !fresh {
+                    task.sent = Some((marker, now));
+                    due.push(marker);
+                }
+            }
+            for marker in due {
+                for task in 0..i32::from(self.plan.tasks) {
+                    let mut rec = ProducerRecord::new(
+                        self.plan.topics.repartition.clone(),
+                        bytes::Bytes::new(),
+                    )
+                    .with_partition(task);
+                    rec.headers.push(marker.header());
+                    self.send(rec).await?;
+                }
+            }
+        }
+        // 2. State changes.
+        let n = self.store_lock()?.latest() + 1;
+        let mut deltas = Vec::new();
+        let mut last: BTreeMap<i32, DeliveryFuture> = BTreeMap::new();
+        let tasks: Vec<i32> = self.keyed.keys().copied().collect();
+        for r in tasks {
+            let Some(task) = self.keyed.get_mut(&r) else {
+                continue;
+            };
+            let delta = task.stage.state_mut().snapshot(n)?;
+            for (k, v) in delta.entries().iter() {
+                let rec = changelog::record(&self.plan.topics.changelog, r, k, v.as_deref());
+                let fut = self.send(rec).await?;
+                last.insert(r, fut);
+            }
+            deltas.push(delta);
+        }
+        // 3. and 4. Offsets and the commit.
+        if self.in_txn || self.moved {
+            let offsets: Vec<(TopicPartition, i64)> = self
+                .positions
+                .iter()
+                .map(|(tp, o)| (tp.clone(), *o))
+                .collect();
+            if !self.in_txn {
+                self.producer
+                    .begin_transaction()
+                    .map_err(|e| rejoin("beginning a transaction", e))?;
+                self.in_txn = true;
+            }
+            let group = if self.fencing {
+                group.clone()
+            } else {
+                GroupMetadata::new(group.group_id.clone())
+            };
+            if !offsets.is_empty() {
+                self.producer
+                    .send_offsets_to_transaction(&offsets, &group)
+                    .await
+                    .map_err(|e| rejoin("adding the offsets to the transaction", e))?;
+            }
+            self.producer
+                .commit_transaction()
+                .await
+                .map_err(|e| rejoin("committing the transaction", e))?;
+            self.in_txn = false;
+            self.moved = false;
+            self.counts.commits += 1;
+            debug!(
+                offsets = offsets.len(),
+                generation = group.generation_id,
+                "committed"
+            );
+        }
+        // 5. The local copy.
+        let mut changed = false;
+        for (r, fut) in last {
+            let md = fut
+                .await
+                .map_err(|e| rejoin("a changelog record of a committed transaction", e))?;
+            self.through.insert(r, md.offset + 1);
+            changed = true;
+        }
+        let deltas: Vec<FrozenDelta> =
+            FrozenDelta::merge(deltas.into_iter().filter(|d| !d.is_empty()));
+        if changed || !deltas.is_empty() {
+            self.persist(n, deltas).await?;
+        }
+        for task in self.keyed.values_mut() {
+            task.stage.state_mut().complete(n)?;
+        }
+        Ok(())
+    }
+
+    fn store_lock(&self) -> Result<std::sync::MutexGuard<'_, StateStore>, Exit> {
+        self.store
+            .lock()
+            .map_err(|_| Exit::fatal(RuntimeError::Internal("the state store's lock".into())))
+    }
+
+    /// Writes `deltas` and the changelog offsets as local checkpoint `n` (one fsynced batch).
+    fn persist(
+        &self,
+        n: u64,
+        deltas: Vec<FrozenDelta>,
+    ) -> impl std::future::Future<Output = Result<(), Exit>> + Send + 'static {
+        let positions: Vec<SourcePosition> = self
+            .through
+            .iter()
+            .map(|(r, o)| SourcePosition {
+                topic: self.plan.topics.changelog.clone(),
+                partition: *r,
+                next_offset: *o,
+            })
+            .collect();
+        let store = self.store.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                let mut s = store
+                    .lock()
+                    .map_err(|_| RuntimeError::Internal("the state store's lock".into()))?;
+                s.persist(n, &deltas, positions, Vec::new())
+                    .map_err(RuntimeError::from)
+            })
+            .await
+            .map_err(|e| {
+                Exit::fatal(RuntimeError::Internal(format!(
+                    "the state store's thread: {e}"
+                )))
+            })??;
+            Ok(())
+        }
+    }
+
+    /// Takes on newly assigned partitions: a source partition's task starts at once (the
+    /// group set its position to the committed offset); a repartition partition's task first
+    /// restores its key groups' state from the changelog.
+    async fn assign(&mut self, partitions: &[TopicPartition]) -> Result<(), Exit> {
+        for tp in partitions {
+            if self.plan.keyed && tp.topic == self.plan.topics.repartition {
+                self.restore(tp.partition).await?;
+            } else if let Some(i) = self
+                .plan
+                .job
+                .source
+                .topics
+                .iter()
+                .position(|t| *t == tp.topic)
+            {
+                let chain = self.plan.topology.source_chain(&self.plan.metrics);
+                let ooo = self.plan.topology.out_of_orderness().unwrap_or(0);
+                self.sources.insert(
+                    tp.clone(),
+                    SourceTask {
+                        chain,
+                        input: input_id(i, tp.partition),
+                        watermark: Watermark::new(ooo),
+                        last_record: Instant::now(),
+                        sent: None,
+                    },
+                );
+            }
+        }
+        info!(
+            sources = self.sources.len(),
+            keyed = self.keyed.len(),
+            "tasks assigned"
+        );
+        Ok(())
+    }
+
+    async fn restore(&mut self, r: i32) -> Result<(), Exit> {
+        let tp = TopicPartition::new(self.plan.topics.changelog.clone(), r);
+        let admin = Admin::with_cluster(self.plan.cluster.clone());
+        let patience = self.plan.transaction_timeout + Duration::from_secs(15);
+        let (start, end) = changelog::stable_bounds(&admin, &tp, patience)
+            .await
+            .map_err(|e| rejoin("restoring", e))?;
+        let span = changelog::span(self.through.get(&r).copied(), start, end);
+        let groups = key_groups_of(r, self.plan.key_groups, self.plan.tasks);
+        let mut entries = changelog::Entries::new();
+        let uid = self.plan.keyed_uid.clone();
+        if span.wipe {
+            let state = self.store_lock()?.operator(&uid)?;
+            for k in state.stored_keys_in(groups.clone())? {
+                entries.insert(k, None);
+            }
+        }
+        entries.extend(changelog::read(&self.plan.cluster, &self.plan.consumer, &tp, span).await?);
+        if !entries.is_empty() || self.through.get(&r) != Some(&end) {
+            self.through.insert(r, end);
+            let (n, index) = {
+                let s = self.store_lock()?;
+                (s.latest() + 1, s.operator(&uid)?.index())
+            };
+            self.persist(n, vec![FrozenDelta::restored(n, index, entries)])
+                .await?;
+        }
+        let state = self.store_lock()?.operator(&uid)?.for_key_groups(groups);
+        let stage = self.plan.topology.keyed_stage(state, &self.plan.metrics)?;
+        self.keyed.insert(
+            r,
+            KeyedTask {
+                stage,
+                inputs: InputWatermarks::new(self.plan.inputs.iter().copied(), IDLE_AFTER),
+            },
+        );
+        Ok(())
+    }
+
+    fn revoke(&mut self, partitions: &[TopicPartition]) {
+        for tp in partitions {
+            self.positions.remove(tp);
+            if self.plan.keyed && tp.topic == self.plan.topics.repartition {
+                self.keyed.remove(&tp.partition);
+            } else {
+                self.sources.remove(tp);
+            }
+        }
+        info!(
+            sources = self.sources.len(),
+            keyed = self.keyed.len(),
+            "tasks revoked"
+        );
+    }
+
+    /// Ends this membership's work: aborts the open transaction (best effort: a fenced
+    /// producer cannot, and the broker aborts it anyway) and drops every task.
+    async fn poison(&mut self) {
+        if self.in_txn {
+            if let Err(e) = self.producer.abort_transaction().await {
+                debug!(error = %e, "aborting after a failure");
+            }
+            self.in_txn = false;
+        }
+        self.sources.clear();
+        self.keyed.clear();
+        self.positions.clear();
+        self.failure.get_or_insert(Exit::Rejoin("poisoned".into()));
+    }
+}
+
+/// The group's rebalance callbacks, onto the worker.
+struct Listener {
+    worker: Arc<Mutex<Worker>>,
+    meta: GroupMetadataHandle,
+}
+
+impl RebalanceListener for Listener {
+    fn on_assigned<'a>(&'a self, partitions: &'a [TopicPartition]) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let mut w = self.worker.lock().await;
+            if w.failure.is_some() {
+                return;
+            }
+            if let Err(e) = w.assign(partitions).await {
+                w.failure = Some(e);
+            }
+        })
+    }
+
+    fn on_revoked<'a>(&'a self, partitions: &'a [TopicPartition]) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let mut w = self.worker.lock().await;
+            if w.failure.is_none() {
+                // Commit what was done for them before their next owner starts from the
+                // committed offsets.
+                if let Err(e) = w.commit(&self.meta.get(), None).await {
+                    warn!("committing before a rebalance failed; joining again");
+                    w.failure = Some(e);
+                }
+            }
+            w.revoke(partitions);
+        })
+    }
+
+    fn on_lost<'a>(&'a self, partitions: &'a [TopicPartition]) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let mut w = self.worker.lock().await;
+            warn!(
+                partitions = partitions.len(),
+                "tasks lost (the group moved on without this member): joining again"
+            );
+            if !w.fencing && w.failure.is_none() {
+                // The inverse test's naive member: it commits what it did for tasks it no
+                // longer owns, as if nothing happened.
+                let _ = w.commit(&self.meta.get(), None).await;
+            }
+            w.poison().await;
+            w.failure = Some(Exit::Rejoin("tasks lost".into()));
+        })
+    }
+}

@@ -39,7 +39,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::client::admin::NewTopic;
-use crate::client::{Admin, Cluster, Consumer, ConsumerConfig, ErrorClass, ProducerConfig};
+use crate::client::{Admin, Cluster, Consumer, ConsumerConfig, ProducerConfig};
 use crate::engine::metrics::Metrics;
 use crate::engine::state::{RestoreFrom, StateError, StateStore, StoreOptions};
 use crate::protocol::ErrorCode;
@@ -247,9 +247,7 @@ async fn ensure_topics(admin: &Admin, topics: &Topics, tasks: u16) -> Result<(),
     ];
     for t in wanted {
         if let Err(e) = admin.create_topics(std::slice::from_ref(&t)).await {
-            if e.code() != Some(ErrorCode::TOPIC_ALREADY_EXISTS)
-                || e.class() == ErrorClass::Fatal && e.code().is_none()
-            {
+            if e.code() != Some(ErrorCode::TOPIC_ALREADY_EXISTS) {
                 return Err(RuntimeError::client(format!("creating {}", t.name), e));
             }
         }

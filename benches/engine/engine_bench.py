@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
-"""Engine benchmarks of `onceflow run` (driven by run-engine-bench.sh; see its header).
+"""Engine benchmarks of `onceflow run` and its peers (driven by run-engine-bench.sh; see its header).
 
 Every measurement runs the release binary as a child process on a job file rewritten from
 jobs/ (unique topics, transactional id prefix, state directory, checkpoint interval, delivery
 guarantee), against a real broker, and checks the output with `onceflow taxi verify`.
+A peer engine E (ENGINES; e.g. Kafka Streams, Flink) runs the same jobs as
+benches/engine-peers/E/run.sh, configured by the environment (BOOTSTRAP, JOB, INPUT, OUTPUT,
+INTERVAL_MS, GUARANTEE, STATE_DIR, NAME), which execs the engine's process (so its PID is
+the one measured and killed) and prints `peer: started` once it runs; it is measured and
+verified exactly as onceflow is. Output topics use LogAppendTime (see create()).
 
 Sections (SECTIONS):
   throughput  pre-produced rides; time from the job's start until the last expected output
@@ -15,7 +20,9 @@ Sections (SECTIONS):
               record committed after it is visible (read_committed tail from the end).
   memory      job (b) over many drivers with a small state cache and memtables: peak RSS
               against the state directory's size on disk.
-Exactly-once and at-least-once alternate within each repetition (EOS first on odd reps).
+Exactly-once and at-least-once alternate within each repetition (EOS first on odd reps), and so
+do the engines (ENGINES order on odd reps, reversed on even ones). The memory section runs
+onceflow only.
 """
 
 import json
@@ -55,6 +62,11 @@ REPS = int(env("REPS", "3", "1"))
 JOB_KINDS = env("JOBS", "cleansing per-driver-hourly").split()
 INTERVALS = [int(x) for x in env("INTERVALS", "100 1000", "100").split()]
 GUARANTEES = env("GUARANTEES", "exactly-once at-least-once").split()
+# Engines: "onceflow" and the peers with a benches/engine-peers/NAME/run.sh (main() drops the
+# missing ones with a message and builds the others once). Peers run at PEER_GUARANTEES.
+ENGINES = env("ENGINES", "onceflow kstreams flink", "onceflow").split()
+PEER_GUARANTEES = env("PEER_GUARANTEES", "exactly-once").split()
+PEERS_DIR = REPO / "benches" / "engine-peers"
 # Input partitions. 1 by default: until the runtime keeps one watermark per source partition,
 # job (b) over several partitions makes records late (its output is then wrong), and with one
 # partition the verifier's expected count is exactly what the job writes.
@@ -65,7 +77,7 @@ LAT_RATE = int(env("LAT_RATE", "5000", "4000"))  # events/s, wall clock
 # rides, so its output (about one record per driver per hour) comes all through a run.
 EVENT_RATE = env("EVENT_RATE", "1")
 LAT_SECS = int(env("LAT_SECS", "20", "2"))
-REC_RIDES = env("REC_RIDES", "300000", "60000")
+REC_RIDES = env("REC_RIDES", "300000", "200000")
 MEM_RIDES = env("MEM_RIDES", "300000", "20000")
 MEM_DRIVERS = env("MEM_DRIVERS", "200000", "20000")
 MEM_EVENT_RATE = env("MEM_EVENT_RATE", "75", "5")
@@ -114,8 +126,15 @@ def topic(tag):
     return f"ebench-{RUN_ID}-{tag}"
 
 
-def create(t):
-    of(["topics", "create", "-t", t, "--partitions", PARTS])
+def create(t, log_append_time=False):
+    """Creates topic t. Output topics use LogAppendTime: the recovery section tells the records
+    appended after the kill by their timestamp, and a peer may write the records' own
+    timestamps (an input's append time, or event times from 2025 that the broker's retention
+    would delete within minutes); the append time means the same for every engine."""
+    args = ["topics", "create", "-t", t, "--partitions", PARTS]
+    if log_append_time:
+        args += ["--config", "message.timestamp.type=LogAppendTime"]
+    of(args)
 
 
 def delete(t):
@@ -145,6 +164,16 @@ def verify(kind, inp, out):
     if not m:
         raise BenchError(f"taxi verify said: {line!r}")
     return False, int(m.group(1)), int(m.group(2)), line
+
+
+def delete_prefixed(prefix):
+    """Deletes the topics named PREFIX... (a peer's internal topics: changelogs, repartitions)."""
+    if os.environ.get("KEEP_TOPICS") == "1":
+        return
+    for line in of(["topics", "list"], check=False).splitlines():
+        name = line.split()[0] if line.split() else ""
+        if name.startswith(prefix):
+            delete(name)
 
 
 def expected_count(kind, inp):
@@ -199,6 +228,61 @@ def start_job(path, state, tag, fresh=True):
     args = [BIN, "run", str(path), "-b", BOOT, "--state-dir", str(state)] + (["--fresh"] if fresh else [])
     e = dict(os.environ, ONCEFLOW_LOG=os.environ.get("ONCEFLOW_LOG", "onceflow=info"))
     return spawn(args, stderr=log, stdout=log, env=e)
+
+
+def run_tag(base, engine):
+    """A run's tag (log, state dir, output topic): onceflow's as before, a peer's with -ENGINE."""
+    return base if engine == "onceflow" else f"{base}-{engine}"
+
+
+class EngineRun:
+    """One run of a job on one engine: onceflow (`onceflow run` on a rewritten job file) or a
+    peer (benches/engine-peers/ENGINE/run.sh with the run's environment). A restart after a kill
+    reuses the state directory (and, for a peer, the same NAME: its application/job id)."""
+
+    def __init__(self, engine, kind, tag, out, inp, interval, guarantee, **job_file_kw):
+        self.engine, self.kind, self.tag, self.out, self.inp = engine, kind, tag, out, inp
+        self.name = topic(tag) + "-app"  # a peer's NAME; its internal topics start with it
+        if engine == "onceflow":
+            self.path, self.state = job_file(kind, tag, out, inp, interval, guarantee, **job_file_kw)
+        else:
+            self.path, self.state = None, OUT / "state" / tag
+            self.env = dict(os.environ, BOOTSTRAP=BOOT, JOB=kind, INPUT=inp, OUTPUT=out,
+                            INTERVAL_MS=str(interval), GUARANTEE=guarantee,
+                            STATE_DIR=str(self.state), NAME=self.name)
+        self.proc = None
+
+    # The log line after which the job reads its input (latency waits for it before producing).
+    @property
+    def started_line(self):
+        return "source positioned" if self.engine == "onceflow" else "peer: started"
+
+    def start(self, fresh=True):
+        if self.engine == "onceflow":
+            self.proc = start_job(self.path, self.state, self.tag, fresh)
+            return self.proc
+        if fresh:
+            shutil.rmtree(self.state, ignore_errors=True)
+        self.state.mkdir(parents=True, exist_ok=True)
+        log = open(LOG / f"job-{self.tag}.log", "a")
+        self.proc = spawn([str(PEERS_DIR / self.engine / "run.sh")], stdout=log, stderr=log,
+                          env=self.env, cwd=str(PEERS_DIR / self.engine))
+        return self.proc
+
+    def wait_started(self, timeout):
+        wait_log(self.tag, self.started_line, self.proc, timeout)
+        if self.engine != "onceflow":
+            comm = Path(f"/proc/{self.proc.pid}/comm").read_text().strip()
+            if comm in ("bash", "sh", "dash"):
+                raise BenchError(f"{self.engine}/run.sh is still a shell ({comm}) after "
+                                 f"'peer: started': it must exec the engine's process")
+
+    def finish(self):
+        """Stops the job, requires `taxi verify` OK, deletes its topics and state; records read."""
+        read = finish_run(self.kind, self.proc, self.inp, self.out, self.state)
+        if self.engine != "onceflow":
+            delete_prefixed(self.name)
+        return read
 
 
 def stop_job(job):
@@ -295,21 +379,31 @@ def finish_run(kind, job, inp, out, state):
 
 # --- throughput -------------------------------------------------------------------------------
 
-def throughput_run(kind, interval, guarantee, inp, events, expected, rep):
-    tag = f"tp-{kind[:5]}-{interval}-{guarantee[:2]}-{rep}"
+def engine_order(rep, engine_guarantees=None):
+    """(engine, guarantee) pairs of one repetition: engines in ENGINES order on odd reps and
+    reversed on even ones, each engine's guarantees likewise (EOS first on odd reps)."""
+    pairs = []
+    for e in (ENGINES if rep % 2 else list(reversed(ENGINES))):
+        gs = engine_guarantees or (GUARANTEES if e == "onceflow" else PEER_GUARANTEES)
+        pairs += [(e, g) for g in (gs if rep % 2 else list(reversed(gs)))]
+    return pairs
+
+
+def throughput_run(engine, kind, interval, guarantee, inp, events, expected, rep):
+    tag = run_tag(f"tp-{kind[:5]}-{interval}-{guarantee[:2]}-{rep}", engine)
     out = topic(tag)
-    create(out)
-    path, state = job_file(kind, tag, out, inp, interval, guarantee)
+    create(out, log_append_time=True)
+    run = EngineRun(engine, kind, tag, out, inp, interval, guarantee)
     probe = tail(out, expected)
     t0 = time.monotonic()
-    job = start_job(path, state, tag)
+    job = run.start()
     done = watch(job, lambda: probe.poll() is not None)
     if probe.returncode != 0:
         raise BenchError(f"the output tail of {out} failed (see {LOG})")
     cpu, rss, hwm = proc_stats(job.pid)
-    read = finish_run(kind, job, inp, out, state)
+    read = run.finish()
     secs = done - t0
-    return record("throughput", job=kind, interval_ms=interval, guarantee=guarantee, rep=rep,
+    return record("throughput", engine=engine, job=kind, interval_ms=interval, guarantee=guarantee, rep=rep,
                   events=events, output=read, seconds=round(secs, 3),
                   events_per_sec=round(events / secs), cpu_s=round(cpu, 2),
                   cpu_s_per_m=round(cpu / events * 1e6, 2), peak_rss_mb=round(hwm / 2**20, 1))
@@ -326,27 +420,26 @@ def throughput():
         expected = expected_count(kind, inp)
         for rep in range(1, REPS + 1):
             for interval in INTERVALS:
-                order = GUARANTEES if rep % 2 else list(reversed(GUARANTEES))
-                for g in order:
-                    rows.append(throughput_run(kind, interval, g, inp, events, expected, rep))
+                for e, g in engine_order(rep):
+                    rows.append(throughput_run(e, kind, interval, g, inp, events, expected, rep))
     delete(inp)
     return rows
 
 
 # --- latency ----------------------------------------------------------------------------------
 
-def latency_run(kind, interval, guarantee, rides, expected, rep):
-    tag = f"lat-{kind[:5]}-{interval}-{guarantee[:2]}-{rep}"
+def latency_run(engine, kind, interval, guarantee, rides, expected, rep):
+    tag = run_tag(f"lat-{kind[:5]}-{interval}-{guarantee[:2]}-{rep}", engine)
     inp, out = topic(tag + "-in"), topic(tag)
     create(inp)
-    create(out)
-    path, state = job_file(kind, tag, out, inp, interval, guarantee)
+    create(out, log_append_time=True)
+    run = EngineRun(engine, kind, tag, out, inp, interval, guarantee)
     probe = spawn(
         [BIN, "taxi", "latency", "-b", BOOT, "--job", kind, "--input", inp, "--output", out,
          "--expect", str(expected), "--timeout-ms", str(int(TIMEOUT * 1000))],
         stdout=subprocess.PIPE, stderr=open(LOG / f"latency-{tag}.log", "w"), text=True)
-    job = start_job(path, state, tag)
-    wait_log(tag, "source positioned", job, 60)
+    job = run.start()
+    run.wait_started(60 if engine == "onceflow" else 180)
     gen = generate(inp, rides, rate=EVENT_RATE, produce_rate=LAT_RATE, wait=False)
     watch(job, lambda: probe.poll() is not None)
     cpu, _, hwm = proc_stats(job.pid)
@@ -355,10 +448,10 @@ def latency_run(kind, interval, guarantee, rides, expected, rep):
     m = re.search(r"latency: (\d+) results, p50 (\d+) ms, p99 (\d+) ms, max (\d+) ms", line)
     if probe.returncode != 0 or not m:
         raise BenchError(f"taxi latency exited {probe.returncode}: {line!r} (see {LOG})")
-    finish_run(kind, job, inp, out, state)
+    run.finish()
     delete(inp)
     n, p50, p99, mx = (int(x) for x in m.groups())
-    return record("latency", job=kind, interval_ms=interval, guarantee=guarantee, rep=rep,
+    return record("latency", engine=engine, job=kind, interval_ms=interval, guarantee=guarantee, rep=rep,
                   rate=LAT_RATE, results=n, p50_ms=p50, p99_ms=p99, max_ms=mx,
                   cpu_s_per_m=round(cpu / (2 * rides) * 1e6, 2), peak_rss_mb=round(hwm / 2**20, 1))
 
@@ -374,9 +467,8 @@ def latency():
     for rep in range(1, REPS + 1):
         for kind in JOB_KINDS:
             for interval in INTERVALS:
-                order = GUARANTEES if rep % 2 else list(reversed(GUARANTEES))
-                for g in order:
-                    rows.append(latency_run(kind, interval, g, rides, expected[kind], rep))
+                for e, g in engine_order(rep):
+                    rows.append(latency_run(e, kind, interval, g, rides, expected[kind], rep))
     return rows
 
 
@@ -384,15 +476,16 @@ def latency():
 
 # Output records that must be visible before the kill (the job is mid-run by then).
 BEFORE_KILL = {"cleansing": 1000, "per-driver-hourly": 1}
+RECOVERY_CHECK_SECS = 20
 
 
-def recovery_run(kind, interval, inp, expected, rep):
-    tag = f"rec-{kind[:5]}-{interval}-{rep}"
+def recovery_run(engine, kind, interval, inp, expected, rep):
+    tag = run_tag(f"rec-{kind[:5]}-{interval}-{rep}", engine)
     out = topic(tag)
-    create(out)
-    path, state = job_file(kind, tag, out, inp, interval, "exactly-once")
+    create(out, log_append_time=True)
+    run = EngineRun(engine, kind, tag, out, inp, interval, "exactly-once")
     first = tail(out, min(BEFORE_KILL[kind], expected))
-    job = start_job(path, state, tag)
+    job = run.start()
     watch(job, lambda: first.poll() is not None)
     kill_wall_ms = time.time() * 1000
     killed = time.monotonic()
@@ -400,11 +493,31 @@ def recovery_run(kind, interval, inp, expected, rep):
     job.wait()
     # Positioned at the read_committed end after the kill: whatever shows up was committed later.
     # A commit the broker had received before the kill can complete just after it: its records
-    # were created before the kill, so the tail starts again from the new end (at most 3 times).
+    # were appended before the kill (the output topic's timestamps are append times), so the
+    # tail starts again from the new end (at most 3 times).
     probe = tail(out, 1, offset="end", fmt="json", stdout=subprocess.PIPE)
-    job, stale = start_job(path, state, tag, fresh=False), 0
+    job, stale = run.start(fresh=False), 0
+    # When no new record has come for RECOVERY_CHECK_SECS, a tail of every expected record
+    # (read_committed, from the beginning) tells whether all was committed before the kill, so
+    # nothing will come (too few REC_RIDES). Started late so as not to load a quick recovery.
+    late = {"rest": None}
+
+    def arrived():
+        if late["rest"] is None and time.monotonic() - killed > RECOVERY_CHECK_SECS:
+            late["rest"] = tail(out, expected)
+        return probe.poll() is not None or (late["rest"] is not None and late["rest"].poll() is not None)
+
     while True:
-        seen = watch(job, lambda: probe.poll() is not None)
+        seen = watch(job, arrived)
+        if probe.poll() is None:
+            # The probe sees a record committed last as soon as the full tail does; allow for
+            # the two readers' polls before calling the run too short.
+            try:
+                probe.wait(timeout=15)
+                seen = time.monotonic()
+            except subprocess.TimeoutExpired:
+                raise BenchError(f"{out}: all {expected} records were committed before the kill: "
+                                 f"nothing to recover (give more REC_RIDES)")
         line = probe.stdout.read().decode().strip()
         if probe.returncode != 0 or not line:
             raise BenchError(f"the tail of {out} after the kill failed (see {LOG})")
@@ -414,10 +527,10 @@ def recovery_run(kind, interval, inp, expected, rep):
         if stale > 3:
             raise BenchError(f"{out}: only records created before the kill came after it")
         probe = tail(out, 1, offset="end", fmt="json", stdout=subprocess.PIPE)
-    rest = tail(out, expected)
+    rest = late["rest"] or tail(out, expected)
     watch(job, lambda: rest.poll() is not None)
-    finish_run(kind, job, inp, out, state)  # verify OK: exactly once across the kill
-    return record("recovery", job=kind, interval_ms=interval, rep=rep,
+    run.finish()  # verify OK: exactly once across the kill
+    return record("recovery", engine=engine, job=kind, interval_ms=interval, rep=rep,
                   recovery_ms=round((seen - killed) * 1000), stale=stale)
 
 
@@ -430,7 +543,8 @@ def recovery():
         expected = expected_count(kind, inp)
         for rep in range(1, REPS + 1):
             for interval in INTERVALS:
-                rows.append(recovery_run(kind, interval, inp, expected, rep))
+                for e, _ in engine_order(rep, ["exactly-once"]):
+                    rows.append(recovery_run(e, kind, interval, inp, expected, rep))
     delete(inp)
     return rows
 
@@ -441,7 +555,7 @@ def memory_run(budget, inp, expected, events):
     cache, memtable = (None, None) if budget == "default" else budget.split(":")
     tag = f"mem-{budget.replace(':', '-')}"
     out = topic(tag)
-    create(out)
+    create(out, log_append_time=True)
     kind = "per-driver-hourly"
     path, state = job_file(kind, tag, out, inp, 1000, "exactly-once", cache=cache, memtable=memtable)
     probe = tail(out, expected)
@@ -464,7 +578,7 @@ def memory_run(budget, inp, expected, events):
     end_size, _ = state_bytes(state)
     finish_run(kind, job, inp, out, state)
     mb = lambda b: round(b / 2**20, 1)
-    return record("memory", budget=budget, cache_bytes=cache or "32 MiB (fjall)",
+    return record("memory", engine="onceflow", budget=budget, cache_bytes=cache or "32 MiB (fjall)",
                   memtable_bytes=memtable or "64 MiB (fjall)", events=events, output=expected,
                   seconds=round(done - t0, 1), events_per_sec=round(events / (done - t0)),
                   cpu_s_per_m=round(cpu / events * 1e6, 2), peak_rss_mb=mb(hwm), end_rss_mb=mb(rss),
@@ -501,44 +615,78 @@ def group(rows, *keys):
 
 
 def same_rep_ratios(rows, field):
-    """EOS / ALO of `field` within each (job, interval, rep), grouped by (job, interval)."""
+    """EOS / ALO of `field` within each (engine, job, interval, rep), grouped by (engine, job, interval)."""
     ratios = {}
-    for (kind, interval, rep), rs in group(rows, "job", "interval_ms", "rep").items():
+    for (engine, kind, interval, rep), rs in group(rows, "engine", "job", "interval_ms", "rep").items():
         by = {r["guarantee"]: r[field] for r in rs}
         if "exactly-once" in by and "at-least-once" in by and by["at-least-once"]:
-            ratios.setdefault((kind, interval), []).append(by["exactly-once"] / by["at-least-once"])
+            ratios.setdefault((engine, kind, interval), []).append(by["exactly-once"] / by["at-least-once"])
     return ratios
+
+
+# The onceflow / peer table: (section, field, heading, format), same rep, job, interval, EOS.
+VERSUS = [("throughput", "events_per_sec", "input events/s", "{:.2f}"),
+          ("throughput", "cpu_s_per_m", "CPU s per 1M events", "{:.2f}"),
+          ("throughput", "peak_rss_mb", "peak RSS", "{:.2f}"),
+          ("latency", "p50_ms", "latency p50", "{:.2f}"),
+          ("latency", "p99_ms", "latency p99", "{:.2f}"),
+          ("recovery", "recovery_ms", "recovery ms", "{:.2f}")]
+
+
+def versus_ratios(rows):
+    """{(peer, job, interval): {column: [onceflow / peer within each rep]}} at exactly-once."""
+    eos = [r for r in rows if r.get("guarantee", "exactly-once") == "exactly-once" and "engine" in r]
+    out = {}
+    for section, field, heading, _ in VERSUS:
+        sec = [r for r in eos if r["section"] == section]
+        for (kind, interval, rep), rs in group(sec, "job", "interval_ms", "rep").items():
+            ours = [r[field] for r in rs if r["engine"] == "onceflow"]
+            for r in rs:
+                if r["engine"] != "onceflow" and ours and r[field]:
+                    out.setdefault((r["engine"], kind, interval), {}).setdefault(heading, []).append(
+                        ours[0] / r[field])
+    return out
 
 
 def print_tables(rows):
     tp = [r for r in rows if r["section"] == "throughput"]
     if tp:
-        print("\n| job | checkpoint interval | guarantee | input events/s | job CPU s per 1M input events | peak RSS MiB | seconds |")
-        print("|---|---|---|---|---|---|---|")
-        for (kind, iv, g), rs in group(tp, "job", "interval_ms", "guarantee").items():
-            print(f"| {kind} | {iv} ms | {g} | {spread([r['events_per_sec'] for r in rs])} | "
+        print("\n| engine | job | checkpoint interval | guarantee | input events/s | job CPU s per 1M input events | peak RSS MiB | seconds |")
+        print("|---|---|---|---|---|---|---|---|")
+        for (engine, kind, iv, g), rs in group(tp, "engine", "job", "interval_ms", "guarantee").items():
+            print(f"| {engine} | {kind} | {iv} ms | {g} | {spread([r['events_per_sec'] for r in rs])} | "
                   f"{spread([r['cpu_s_per_m'] for r in rs], '{:.2f}')} | "
                   f"{spread([r['peak_rss_mb'] for r in rs], '{:.0f}')} | {spread([r['seconds'] for r in rs], '{:.1f}')} |")
         rates, cpus = same_rep_ratios(tp, "events_per_sec"), same_rep_ratios(tp, "cpu_s_per_m")
         if rates:
-            print("\n| job | checkpoint interval | exactly-once / at-least-once events/s (same rep) | CPU per event |")
-            print("|---|---|---|---|")
+            print("\n| engine | job | checkpoint interval | exactly-once / at-least-once events/s (same rep) | CPU per event |")
+            print("|---|---|---|---|---|")
             for k in rates:
                 cpu = spread(cpus[k], '{:.2f}') if k in cpus else "–"
-                print(f"| {k[0]} | {k[1]} ms | {spread(rates[k], '{:.2f}')} | {cpu} |")
+                print(f"| {k[0]} | {k[1]} | {k[2]} ms | {spread(rates[k], '{:.2f}')} | {cpu} |")
     lat = [r for r in rows if r["section"] == "latency"]
     if lat:
-        print("\n| job | checkpoint interval | guarantee | results | p50 ms | p99 ms | max ms |")
-        print("|---|---|---|---|---|---|---|")
-        for (kind, iv, g), rs in group(lat, "job", "interval_ms", "guarantee").items():
-            print(f"| {kind} | {iv} ms | {g} | {rs[0]['results']} | {spread([r['p50_ms'] for r in rs])} | "
+        print("\n| engine | job | checkpoint interval | guarantee | results | p50 ms | p99 ms | max ms |")
+        print("|---|---|---|---|---|---|---|---|")
+        for (engine, kind, iv, g), rs in group(lat, "engine", "job", "interval_ms", "guarantee").items():
+            print(f"| {engine} | {kind} | {iv} ms | {g} | {rs[0]['results']} | {spread([r['p50_ms'] for r in rs])} | "
                   f"{spread([r['p99_ms'] for r in rs])} | {spread([r['max_ms'] for r in rs])} |")
     rec = [r for r in rows if r["section"] == "recovery"]
     if rec:
-        print("\n| job | checkpoint interval | kill → first new committed output, ms | stale tails |")
-        print("|---|---|---|---|")
-        for (kind, iv), rs in group(rec, "job", "interval_ms").items():
-            print(f"| {kind} | {iv} ms | {spread([r['recovery_ms'] for r in rs])} | {sum(r['stale'] for r in rs)} |")
+        print("\n| engine | job | checkpoint interval | kill → first new committed output, ms | stale tails |")
+        print("|---|---|---|---|---|")
+        for (engine, kind, iv), rs in group(rec, "engine", "job", "interval_ms").items():
+            print(f"| {engine} | {kind} | {iv} ms | {spread([r['recovery_ms'] for r in rs])} | {sum(r['stale'] for r in rs)} |")
+    versus = versus_ratios(rows)
+    if versus:
+        cols = [h for _, _, h, _ in VERSUS]
+        print("\nonceflow / peer, exactly-once, within each rep (median (min–max) over reps; events/s > 1 "
+              "and the others < 1 favour onceflow):")
+        print("\n| peer | job | checkpoint interval | " + " | ".join(cols) + " |")
+        print("|---|---|---|" + "---|" * len(cols))
+        for (peer, kind, iv), by in versus.items():
+            cells = [spread(by[h], f) if h in by else "–" for _, _, h, f in VERSUS]
+            print(f"| {peer} | {kind} | {iv} ms | " + " | ".join(cells) + " |")
     mem = [r for r in rows if r["section"] == "memory"]
     if mem:
         print("\n| state.cache.bytes | state.memtable.bytes | state tables on disk, peak / end MiB | journal peak MiB | peak RSS MiB | RSS at the tables' peak MiB | input events/s | CPU s per 1M |")
@@ -548,14 +696,46 @@ def print_tables(rows):
                   f"{r['peak_journal_mb']} | {r['peak_rss_mb']} | {r['rss_at_state_peak_mb']} | {r['events_per_sec']:,} | {r['cpu_s_per_m']} |")
 
 
+def prepare_engines():
+    """Drops the engines without benches/engine-peers/E/run.sh (with a message) and builds each
+    peer once (its build.sh, unless SKIP_PEER_BUILD=1)."""
+    global ENGINES
+    kept = []
+    for e in ENGINES:
+        if e == "onceflow":
+            kept.append(e)
+            continue
+        run_sh = PEERS_DIR / e / "run.sh"
+        if not os.access(run_sh, os.X_OK):
+            print(f"# engine {e}: skipped: no executable {run_sh.relative_to(REPO)}", flush=True)
+            continue
+        build = PEERS_DIR / e / "build.sh"
+        if os.environ.get("SKIP_PEER_BUILD") != "1" and build.exists():
+            print(f"# engine {e}: building ({build.relative_to(REPO)})...", flush=True)
+            with open(LOG / f"build-{e}.log", "w") as log:
+                p = subprocess.run([str(build)], stdout=subprocess.PIPE, stderr=log, text=True,
+                                   cwd=str(PEERS_DIR / e), timeout=1800)
+            if p.returncode != 0:
+                raise BenchError(f"{build} exited {p.returncode}: see {LOG / f'build-{e}.log'}")
+            print(f"# engine {e}: {p.stdout.strip().splitlines()[-1] if p.stdout.strip() else 'built'}", flush=True)
+        kept.append(e)
+    ENGINES = kept
+    if not ENGINES:
+        raise BenchError("no engine to run (ENGINES)")
+
+
 def main():
     LOG.mkdir(parents=True, exist_ok=True)
     (OUT / "jobs").mkdir(exist_ok=True)
     if not os.access(BIN, os.X_OK):
         sys.exit(f"engine bench: no executable {BIN}: build it (cargo build --release) or set BIN")
+    try:
+        prepare_engines()
+    except (BenchError, subprocess.TimeoutExpired) as e:
+        sys.exit(f"engine bench: {e}")
     meta = (f"date: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\nbinary: {BIN}\n"
             f"broker: {BOOT}\nsections: {SECTIONS} reps={REPS} jobs={JOB_KINDS} intervals={INTERVALS} "
-            f"guarantees={GUARANTEES} partitions={PARTS}\nthroughput rides={TP_RIDES}; latency "
+            f"guarantees={GUARANTEES} partitions={PARTS}\nengines: {ENGINES} (peers at {PEER_GUARANTEES})\nthroughput rides={TP_RIDES}; latency "
             f"{LAT_RATE} events/s for {LAT_SECS} s; event-time rate {EVENT_RATE} rides/s; recovery "
             f"rides={REC_RIDES}; memory rides={MEM_RIDES} drivers={MEM_DRIVERS} event-time rate "
             f"{MEM_EVENT_RATE} budgets={MEM_BUDGETS}\nloadavg at start: {open('/proc/loadavg').read().strip()}\n")
@@ -568,6 +748,7 @@ def main():
                      "memory": memory}[section]()
     except (BenchError, subprocess.TimeoutExpired, KeyError) as e:
         kill_children()
+        delete_prefixed(topic(""))  # this run's topics (unless KEEP_TOPICS=1)
         print_tables(rows)
         sys.exit(f"engine bench: {e}")
     print_tables(rows)

@@ -1,11 +1,28 @@
 #!/usr/bin/env bash
 # Engine benchmarks: `onceflow run` (release binary) on the shipped taxi jobs against a real
-# broker. The measuring is done by engine_bench.py (next to this script; Python 3.8+, no
-# packages); this wrapper builds the binary and checks the broker answers.
+# broker, side by side with peer engines (Kafka Streams, Flink) running the same jobs. The
+# measuring is done by engine_bench.py (next to this script; Python 3.8+, no packages); this
+# wrapper builds the binary and checks the broker answers (the driver builds the peers).
 #
 #   benches/engine/run-engine-bench.sh                          # everything, 3 reps (~25 min on a loaded 2-core machine)
 #   BOOTSTRAP=127.0.0.1:9192 SECTIONS="throughput" REPS=5 benches/engine/run-engine-bench.sh
-#   SMOKE=1 benches/engine/run-engine-bench.sh                  # CI: tiny inputs, 1 rep, < 1 min
+#   SMOKE=1 benches/engine/run-engine-bench.sh                  # CI: tiny inputs, 1 rep, onceflow only, < 1 min
+#   ENGINES="onceflow kstreams" SECTIONS="throughput recovery" REPS=1 benches/engine/run-engine-bench.sh
+#
+# Engines (ENGINES, default "onceflow kstreams flink" [onceflow]): "onceflow" runs `onceflow run
+# JOB.toml`; any other E runs benches/engine-peers/E/run.sh (skipped with a message when it is
+# missing), built once at the start by its build.sh (SKIP_PEER_BUILD=1 skips that). A peer gets
+# BOOTSTRAP, JOB (cleansing | per-driver-hourly), INPUT, OUTPUT, INTERVAL_MS (its commit or
+# checkpoint interval), GUARANTEE (exactly-once | at-least-once), STATE_DIR (fresh per run,
+# kept across the recovery kill) and NAME (unique per run; its internal topics start with it
+# and are deleted after the run); run.sh execs the engine's process (its PID is measured from
+# /proc and SIGKILLed) and prints `peer: started` to stderr once it runs. Peers run at
+# PEER_GUARANTEES (default "exactly-once"), onceflow at GUARANTEES; within each rep the engines
+# alternate (ENGINES order on odd reps, reversed on even ones). Every section but memory runs
+# every engine; the tables get an engine column and a onceflow / peer table (same rep, job and
+# interval, exactly-once). Output topics are created with message.timestamp.type=LogAppendTime
+# (the recovery section tells post-kill records by their timestamp; peers may write input or
+# event-time timestamps).
 #
 # Sections (SECTIONS, default "throughput latency recovery memory"):
 #   throughput  jobs (a) cleansing and (b) per-driver-hourly over TP_RIDES pre-produced rides
@@ -29,10 +46,11 @@
 # JOBS ("cleansing per-driver-hourly"), INTERVALS ("100 1000" [100]), GUARANTEES
 # ("exactly-once at-least-once"), PARTITIONS of every topic (1), TP_RIDES (250000 [5000]), LAT_RATE (5000
 # [4000]), LAT_SECS (20 [2]), EVENT_RATE (1 ride per second of event time), REC_RIDES
-# (300000 [60000]), MEM_RIDES (300000 [20000]), MEM_DRIVERS (200000 [20000]), MEM_EVENT_RATE
+# (300000 [200000]), MEM_RIDES (300000 [20000]), MEM_DRIVERS (200000 [20000]), MEM_EVENT_RATE
 # (75 [5]), MEM_BUDGETS ("8388608:8388608 default" [2097152:2097152]), RUN_TIMEOUT_SECS,
 # OUT_DIR (target/engine-bench/<time>: meta.txt, results.tsv (JSON lines), logs/, jobs/),
-# BIN (target/release/onceflow), SKIP_BUILD=1, KEEP_TOPICS=1.
+# BIN (target/release/onceflow), SKIP_BUILD=1, KEEP_TOPICS=1, ENGINES, PEER_GUARANTEES,
+# SKIP_PEER_BUILD=1.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"

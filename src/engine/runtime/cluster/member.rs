@@ -86,6 +86,19 @@ impl From<crate::engine::state::StateError> for Exit {
     }
 }
 
+/// Whether `group` is a membership the coordinator can fence: a member id and a generation.
+/// After the group dropped the member, the heartbeat resets both (-1, ""), which is what a
+/// group without members sends and what the coordinator accepts from anyone.
+fn membership(group: &GroupMetadata) -> Result<(), String> {
+    if group.generation_id < 0 || group.member_id.is_empty() {
+        return Err(format!(
+            "the group dropped this member (generation {}, member id {:?}): its tasks may belong to another member now",
+            group.generation_id, group.member_id
+        ));
+    }
+    Ok(())
+}
+
 fn rejoin(what: &str, e: impl std::fmt::Display) -> Exit {
     Exit::Rejoin(format!("{what}: {e}"))
 }
@@ -389,13 +402,19 @@ impl Worker {
         if let Some(e) = self.failure.take() {
             return Err(e);
         }
-        // 1. Markers.
-        if self.plan.keyed {
+        // The group may have dropped this member already (a pause past its session): the
+        // heartbeat then resets the member id and generation, and offsets sent with those
+        // (-1, "") are the unfenced kind the coordinator accepts from anyone. Never commit so.
+        if self.fencing {
+            membership(group).map_err(Exit::Rejoin)?;
+        }
+        // 1. Markers (only from the main loop, which knows which partitions are caught up and
+        //    adds every owned partition's offset, so a transaction of markers is fenced too).
+        if let (true, Some(consumer)) = (self.plan.keyed, consumer) {
             let now = Instant::now();
             let mut due = Vec::new();
             for (tp, task) in &mut self.sources {
-                let idle = consumer.is_some_and(|c| c.caught_up(tp))
-                    && task.last_record.elapsed() >= IDLE_AFTER;
+                let idle = consumer.caught_up(tp) && task.last_record.elapsed() >= IDLE_AFTER;
                 let marker = if idle {
                     Some(Marker::Idle { input: task.input })
                 } else {
@@ -444,11 +463,26 @@ impl Worker {
         }
         // 3. and 4. Offsets and the commit.
         if self.in_txn || self.moved {
-            let offsets: Vec<(TopicPartition, i64)> = self
-                .positions
-                .iter()
-                .map(|(tp, o)| (tp.clone(), *o))
-                .collect();
+            let mut offsets: BTreeMap<TopicPartition, i64> = self.positions.clone();
+            if let Some(c) = consumer {
+                let owned = self.sources.keys().cloned().chain(
+                    self.keyed
+                        .keys()
+                        .map(|r| TopicPartition::new(self.plan.topics.repartition.clone(), *r)),
+                );
+                for tp in owned {
+                    if let (false, Some(p)) = (offsets.contains_key(&tp), c.position(&tp)) {
+                        offsets.insert(tp, p);
+                    }
+                }
+            }
+            let offsets: Vec<(TopicPartition, i64)> = offsets.into_iter().collect();
+            if offsets.is_empty() && self.fencing {
+                // Nothing the coordinator could fence: abort rather than commit unchecked.
+                return Err(Exit::Rejoin(
+                    "a transaction without offsets to fence it".into(),
+                ));
+            }
             if !self.in_txn {
                 self.producer
                     .begin_transaction()
@@ -696,5 +730,33 @@ impl RebalanceListener for Listener {
             w.poison().await;
             w.failure = Some(Exit::Rejoin("tasks lost".into()));
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_membership_the_coordinator_can_fence_may_commit_offsets() {
+        let m = |generation_id, member_id: &str| GroupMetadata {
+            group_id: "g".into(),
+            generation_id,
+            member_id: member_id.into(),
+            group_instance_id: None,
+        };
+        // (generation, member id) → may commit
+        for (g, id, ok) in [
+            (5, "m-1", true),
+            (0, "m-1", true),
+            (-1, "", false), // the heartbeat found the member gone and reset it
+            (-1, "m-1", false),
+            (5, "", false),
+        ] {
+            assert_eq!(membership(&m(g, id)).is_ok(), ok, "{g} {id:?}");
+        }
+        assert!(membership(&m(-1, ""))
+            .unwrap_err()
+            .contains("dropped this member"));
     }
 }

@@ -37,6 +37,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use futures::future::BoxFuture;
 use tokio::sync::{watch, Mutex};
 use tracing::{debug, info, warn};
@@ -411,34 +412,11 @@ impl Worker {
         // 1. Markers (only from the main loop, which knows which partitions are caught up and
         //    adds every owned partition's offset, so a transaction of markers is fenced too).
         if let (true, Some(consumer)) = (self.plan.keyed, consumer) {
-            let now = Instant::now();
-            let mut due = Vec::new();
-            for (tp, task) in &mut self.sources {
-                let idle = consumer.caught_up(tp) && task.last_record.elapsed() >= IDLE_AFTER;
-                let marker = if idle {
-                    Some(Marker::Idle { input: task.input })
-                } else {
-                    task.watermark.current().map(|w| Marker::At {
-                        input: task.input,
-                        watermark: w,
-                    })
-                };
-                let Some(marker) = marker else { continue };
-                let fresh = task
-                    .sent
-                    .is_some_and(|(m, at)| m == marker && now.duration_since(at) < IDLE_AFTER);
-                if !fresh {
-                    task.sent = Some((marker, now));
-                    due.push(marker);
-                }
-            }
-            for marker in due {
+            for marker in self.due_markers(consumer) {
                 for task in 0..i32::from(self.plan.tasks) {
-                    let mut rec = ProducerRecord::new(
-                        self.plan.topics.repartition.clone(),
-                        bytes::Bytes::new(),
-                    )
-                    .with_partition(task);
+                    let mut rec =
+                        ProducerRecord::new(self.plan.topics.repartition.clone(), Bytes::new())
+                            .with_partition(task);
                     rec.headers.push(marker.header());
                     self.send(rec).await?;
                 }
@@ -446,72 +424,11 @@ impl Worker {
         }
         // 2. State changes.
         let n = self.store_lock()?.latest() + 1;
-        let mut deltas = Vec::new();
-        let mut last: BTreeMap<i32, DeliveryFuture> = BTreeMap::new();
-        let tasks: Vec<i32> = self.keyed.keys().copied().collect();
-        for r in tasks {
-            let Some(task) = self.keyed.get_mut(&r) else {
-                continue;
-            };
-            let delta = task.stage.state_mut().snapshot(n)?;
-            for (k, v) in delta.entries().iter() {
-                let rec = changelog::record(&self.plan.topics.changelog, r, k, v.as_deref());
-                let fut = self.send(rec).await?;
-                last.insert(r, fut);
-            }
-            deltas.push(delta);
-        }
+        let (deltas, last) = self.send_changes(n).await?;
         // 3. and 4. Offsets and the commit.
         if self.in_txn || self.moved {
-            let mut offsets: BTreeMap<TopicPartition, i64> = self.positions.clone();
-            if let Some(c) = consumer {
-                let owned = self.sources.keys().cloned().chain(
-                    self.keyed
-                        .keys()
-                        .map(|r| TopicPartition::new(self.plan.topics.repartition.clone(), *r)),
-                );
-                for tp in owned {
-                    if let (false, Some(p)) = (offsets.contains_key(&tp), c.position(&tp)) {
-                        offsets.insert(tp, p);
-                    }
-                }
-            }
-            let offsets: Vec<(TopicPartition, i64)> = offsets.into_iter().collect();
-            if offsets.is_empty() && self.fencing {
-                // Nothing the coordinator could fence: abort rather than commit unchecked.
-                return Err(Exit::Rejoin(
-                    "a transaction without offsets to fence it".into(),
-                ));
-            }
-            if !self.in_txn {
-                self.producer
-                    .begin_transaction()
-                    .map_err(|e| rejoin("beginning a transaction", e))?;
-                self.in_txn = true;
-            }
-            let group = if self.fencing {
-                group.clone()
-            } else {
-                GroupMetadata::new(group.group_id.clone())
-            };
-            if !offsets.is_empty() {
-                self.producer
-                    .send_offsets_to_transaction(&offsets, &group)
-                    .await
-                    .map_err(|e| rejoin("adding the offsets to the transaction", e))?;
-            }
-            self.producer
-                .commit_transaction()
-                .await
-                .map_err(|e| rejoin("committing the transaction", e))?;
-            self.in_txn = false;
-            self.moved = false;
-            self.counts.commits += 1;
-            debug!(
-                offsets = offsets.len(),
-                generation = group.generation_id,
-                "committed"
-            );
+            let offsets = self.offsets(consumer);
+            self.end_transaction(group, &offsets).await?;
         }
         // 5. The local copy.
         let mut changed = false;
@@ -530,6 +447,120 @@ impl Worker {
         for task in self.keyed.values_mut() {
             task.stage.state_mut().complete(n)?;
         }
+        Ok(())
+    }
+
+    /// The source tasks' markers to send now: a changed one, or an unchanged one a second
+    /// after it was last sent (a keyed task's new owner needs every input's marker).
+    fn due_markers(&mut self, consumer: &Consumer) -> Vec<Marker> {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        for (tp, task) in &mut self.sources {
+            let idle = consumer.caught_up(tp) && task.last_record.elapsed() >= IDLE_AFTER;
+            let marker = if idle {
+                Some(Marker::Idle { input: task.input })
+            } else {
+                task.watermark.current().map(|w| Marker::At {
+                    input: task.input,
+                    watermark: w,
+                })
+            };
+            let Some(marker) = marker else { continue };
+            let fresh = task
+                .sent
+                .is_some_and(|(m, at)| m == marker && now.duration_since(at) < IDLE_AFTER);
+            if !fresh {
+                task.sent = Some((marker, now));
+                due.push(marker);
+            }
+        }
+        due
+    }
+
+    /// Freezes every keyed task's changes as local checkpoint `n` and sends them to its
+    /// changelog partition; returns the deltas and, per task, its last record's delivery.
+    async fn send_changes(
+        &mut self,
+        n: u64,
+    ) -> Result<(Vec<FrozenDelta>, BTreeMap<i32, DeliveryFuture>), Exit> {
+        let mut deltas = Vec::new();
+        let mut last = BTreeMap::new();
+        let tasks: Vec<i32> = self.keyed.keys().copied().collect();
+        for r in tasks {
+            let Some(task) = self.keyed.get_mut(&r) else {
+                continue;
+            };
+            let delta = task.stage.state_mut().snapshot(n)?;
+            for (k, v) in delta.entries().iter() {
+                let rec = changelog::record(&self.plan.topics.changelog, r, k, v.as_deref());
+                last.insert(r, self.send(rec).await?);
+            }
+            deltas.push(delta);
+        }
+        Ok((deltas, last))
+    }
+
+    /// The next offset of every processed partition and, from the main loop, the position
+    /// of every other owned one (so that every transaction names offsets to fence it by).
+    fn offsets(&self, consumer: Option<&Consumer>) -> Vec<(TopicPartition, i64)> {
+        let mut offsets = self.positions.clone();
+        if let Some(c) = consumer {
+            let repartition = &self.plan.topics.repartition;
+            let owned = self.sources.keys().cloned().chain(
+                self.keyed
+                    .keys()
+                    .map(|r| TopicPartition::new(repartition.clone(), *r)),
+            );
+            for tp in owned {
+                if let (false, Some(p)) = (offsets.contains_key(&tp), c.position(&tp)) {
+                    offsets.insert(tp, p);
+                }
+            }
+        }
+        offsets.into_iter().collect()
+    }
+
+    /// Adds `offsets` with the member's generation (KIP-447) and commits.
+    async fn end_transaction(
+        &mut self,
+        group: &GroupMetadata,
+        offsets: &[(TopicPartition, i64)],
+    ) -> Result<(), Exit> {
+        if offsets.is_empty() && self.fencing {
+            // Nothing the coordinator could fence: abort rather than commit unchecked.
+            return Err(Exit::Rejoin(
+                "a transaction without offsets to fence it".into(),
+            ));
+        }
+        if !self.in_txn {
+            self.producer
+                .begin_transaction()
+                .map_err(|e| rejoin("beginning a transaction", e))?;
+            self.in_txn = true;
+        }
+        let group = if self.fencing {
+            group.clone()
+        } else {
+            GroupMetadata::new(group.group_id.clone())
+        };
+        if !offsets.is_empty() {
+            self.producer
+                .send_offsets_to_transaction(offsets, &group)
+                .await
+                .map_err(|e| rejoin("adding the offsets to the transaction", e))?;
+        }
+        self.producer
+            .commit_transaction()
+            .await
+            .map_err(|e| rejoin("committing the transaction", e))?;
+        self.in_txn = false;
+        self.moved = false;
+        self.counts.commits += 1;
+        debug!(
+            offsets = offsets.len(),
+            generation = group.generation_id,
+            "committed"
+        );
         Ok(())
     }
 

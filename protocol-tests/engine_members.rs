@@ -327,31 +327,46 @@ async fn verify(job: &str, input: &str, output: &str) -> Output {
     .await
 }
 
-/// The job's internal topics (repartition, changelog), deleted on drop.
-fn internal(group: &str) -> Vec<TestTopic> {
-    vec![
-        TestTopic::adopt(&format!("{group}-repartition")),
-        TestTopic::adopt(&format!("{group}-window-changelog")),
-    ]
+/// One test's directory, topics (3 partitions each; the job's internal ones deleted on drop
+/// too) and the shipped job `shipped` as a cluster job on them, named `label`-unique.
+struct Setup {
+    dir: PathBuf,
+    input: TestTopic,
+    output: TestTopic,
+    job: PathBuf,
+    _internal: Vec<TestTopic>,
+}
+
+async fn setup(label: &str, shipped: &str) -> Setup {
+    let dir = std::env::temp_dir().join(unique_topic(&format!("onceflow-{label}")));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = TestTopic::create(&format!("{label}-in"), 3).await;
+    let output = TestTopic::create(&format!("{label}-out"), 3).await;
+    let name = unique_topic(label);
+    let job = cluster_job(&dir, shipped, &input.name, &output.name, &name);
+    Setup {
+        _internal: vec![
+            TestTopic::adopt(&format!("{name}-repartition")),
+            TestTopic::adopt(&format!("{name}-window-changelog")),
+        ],
+        dir,
+        input,
+        output,
+        job,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_of_job_b_under_kills_pauses_joins_and_leaves_count_every_ride_once() {
     let seed = chaos_seed();
     let mut rng = StdRng::seed_from_u64(seed);
-    let dir = std::env::temp_dir().join(unique_topic("onceflow-members"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let input = TestTopic::create("members-b-in", 3).await;
-    let output = TestTopic::create("members-b-out", 3).await;
-    let name = unique_topic("members-b");
-    let _internal = internal(&name);
-    let job = cluster_job(
-        &dir,
-        "rides-per-driver-hourly.toml",
-        &input.name,
-        &output.name,
-        &name,
-    );
+    let Setup {
+        dir,
+        input,
+        output,
+        job,
+        _internal,
+    } = setup("members-b", "rides-per-driver-hourly.toml").await;
     // 15000 rides at 1500 events/s: ~20 s of input arriving while members come and go; at one
     // ride per event-time second that closes four hours for 200 drivers.
     let feed = feeder(&input.name, 15_000, 1_500);
@@ -421,19 +436,13 @@ async fn three_members_of_job_b_under_kills_pauses_joins_and_leaves_count_every_
 /// timeout while records flow, then resumed. Returns the settled verdict.
 async fn paused_member_of_job_a(label: &'static str, skip_fencing: bool) -> (String, bool) {
     let seed = chaos_seed();
-    let dir = std::env::temp_dir().join(unique_topic("onceflow-zombie"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let input = TestTopic::create("zombie-in", 3).await;
-    let output = TestTopic::create("zombie-out", 3).await;
-    let name = unique_topic("zombie");
-    let _internal = internal(&name);
-    let job = cluster_job(
-        &dir,
-        "rides-cleansing.toml",
-        &input.name,
-        &output.name,
-        &name,
-    );
+    let Setup {
+        dir,
+        input,
+        output,
+        job,
+        _internal,
+    } = setup("zombie", "rides-cleansing.toml").await;
     let feed = feeder(&input.name, 10_000, 1_500);
     let mut ms = Members::new(label, job, dir.clone(), seed);
     if skip_fencing {

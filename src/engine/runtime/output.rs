@@ -98,12 +98,7 @@ impl SinkTask {
             return Ok(());
         }
         for out in outputs {
-            let topic = out.topic.unwrap_or_else(|| self.topic.clone());
-            let mut r = ProducerRecord::new(topic, out.value);
-            if let Some(k) = out.key {
-                r = r.with_key(k);
-            }
-            self.held.push_back(r);
+            self.held.push_back(out.into_record(&self.topic));
         }
         self.flush().await
     }

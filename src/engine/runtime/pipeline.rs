@@ -46,6 +46,16 @@ pub(crate) struct Output {
     pub value: Bytes,
 }
 
+impl Output {
+    /// The Kafka record of this output: to its own topic (a late topic) or the sink's.
+    pub(crate) fn into_record(self, sink_topic: &str) -> crate::client::ProducerRecord {
+        let topic = self.topic.unwrap_or_else(|| sink_topic.to_owned());
+        let mut r = crate::client::ProducerRecord::new(topic, self.value);
+        r.key = self.key.map(Into::into);
+        r
+    }
+}
+
 /// An input record as it came (Kafka key and bytes): what `window.late_topic` receives when
 /// the record is late, so a reader can tell which input records the aggregate left out.
 pub(crate) type Input = (Option<Vec<u8>>, Bytes);

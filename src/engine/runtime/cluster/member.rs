@@ -53,7 +53,7 @@ use crate::engine::job::window::{InputWatermarks, Watermark};
 use crate::engine::state::{key_group, FrozenDelta, SourcePosition, StateStore};
 
 use super::super::pipeline::Output;
-use super::super::source::IDLE_AFTER;
+use super::super::source::{IdleTimer, IDLE_AFTER};
 use super::super::topology::{Emitted, InputRecord, KeyedStage, SourceChain};
 use super::super::RuntimeError;
 use super::changelog;
@@ -153,6 +153,7 @@ pub(super) async fn run(
         keyed: BTreeMap::new(),
         positions: BTreeMap::new(),
         moved: false,
+        idle: IdleTimer::default(),
         in_txn: false,
         through,
         failure: None,
@@ -235,7 +236,6 @@ struct SourceTask {
     chain: Box<dyn SourceChain>,
     input: u32,
     watermark: Watermark,
-    last_record: Instant,
     /// The marker last sent, and when.
     sent: Option<(Marker, Instant)>,
 }
@@ -256,6 +256,8 @@ struct Worker {
     positions: BTreeMap<TopicPartition, i64>,
     /// Whether positions moved since the last commit.
     moved: bool,
+    /// Since when each caught-up source partition has had no record.
+    idle: IdleTimer,
     in_txn: bool,
     /// Changelog partition → the offset the local store is current to.
     through: BTreeMap<i32, i64>,
@@ -283,11 +285,10 @@ impl Worker {
 
     async fn send_outputs(&mut self, outputs: Vec<Output>) -> Result<(), Exit> {
         for o in outputs {
-            let topic = o.topic.unwrap_or_else(|| self.plan.job.sink.topic.clone());
-            let mut r = ProducerRecord::new(topic, o.value);
-            r.key = o.key.map(Into::into);
+            let r = o.into_record(&self.plan.job.sink.topic);
             self.send(r).await?;
             self.counts.records_out += 1;
+            self.plan.metrics.record_out();
         }
         Ok(())
     }
@@ -295,6 +296,7 @@ impl Worker {
     async fn process(&mut self, records: Vec<ConsumerRecord>) -> Result<(), Exit> {
         for r in records {
             self.counts.records_in += 1;
+            self.plan.metrics.record_in();
             let owned = if self.plan.keyed && r.topic == self.plan.topics.repartition {
                 self.keyed_record(&r).await?
             } else {
@@ -328,7 +330,7 @@ impl Worker {
         if let Some(t) = task.chain.process(&input, &mut out) {
             task.watermark.observe(t);
         }
-        task.last_record = Instant::now();
+        self.idle.active(&tp);
         for e in out {
             match e {
                 Emitted::Out(o) => self.send_outputs(vec![o]).await?,
@@ -456,7 +458,13 @@ impl Worker {
         let now = Instant::now();
         let mut due = Vec::new();
         for (tp, task) in &mut self.sources {
-            let idle = consumer.caught_up(tp) && task.last_record.elapsed() >= IDLE_AFTER;
+            // The local runtime's rule: idle once caught up, with no record, for IDLE_AFTER.
+            let idle = if consumer.caught_up(tp) {
+                self.idle.caught_up(tp, now, IDLE_AFTER)
+            } else {
+                self.idle.active(tp);
+                false
+            };
             let marker = if idle {
                 Some(Marker::Idle { input: task.input })
             } else {
@@ -627,7 +635,6 @@ impl Worker {
                         chain,
                         input: input_id(i, tp.partition),
                         watermark: Watermark::new(ooo),
-                        last_record: Instant::now(),
                         sent: None,
                     },
                 );
@@ -683,6 +690,7 @@ impl Worker {
     fn revoke(&mut self, partitions: &[TopicPartition]) {
         for tp in partitions {
             self.positions.remove(tp);
+            self.idle.active(tp);
             if self.plan.keyed && tp.topic == self.plan.topics.repartition {
                 self.keyed.remove(&tp.partition);
             } else {

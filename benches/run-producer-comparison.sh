@@ -195,8 +195,10 @@ fi
 "$TIME_BIN" -q -f %M -o /dev/null true 2>/dev/null \
   || die "no GNU time at $TIME_BIN (for the peak RSS column): apt-get install time"
 
-perf=$repo/benches/perf/target/release/onceflow-perf
-if [ "${SKIP_BUILD:-0}" != 1 ]; then
+# PERF_BIN: an onceflow-perf built elsewhere (CI builds it beside the static binary, sharing
+# its compiled dependencies), used as it is.
+perf=${PERF_BIN:-$repo/benches/perf/target/release/onceflow-perf}
+if [ "${SKIP_BUILD:-0}" != 1 ] && [ -z "${PERF_BIN:-}" ]; then
   echo "building onceflow-perf (release)..." >&2
   cargo build --release --quiet --manifest-path "$repo/benches/perf/Cargo.toml"
   # Which onceflow source the binary holds (other people edit src/ while benchmarks run).

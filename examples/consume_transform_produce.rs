@@ -10,7 +10,9 @@
 //! kill -9) and start it again: the output topic, read with isolation.level=read_committed, holds
 //! every input record exactly once. Each instance has its own transactional id
 //! (`<group>-<instance>`); a restarted instance fences its predecessor, and the group metadata
-//! sent with the offsets fences a zombie from an older generation.
+//! sent with the offsets fences a zombie from an older generation. With `--group-protocol
+//! consumer` the members use the KIP-848 protocol (Kafka 4.0+), whose member epoch fences the
+//! same way.
 //!
 //! Records are only consumed between transactions (poll, then one transaction for what it
 //! returned), so a rebalance — which runs inside poll — never happens while a transaction is
@@ -38,6 +40,8 @@ struct Args {
     /// Without transactions: write, then commit offsets (the inverse of exactly once: a crash
     /// between the two duplicates records). Used by the tests to show they can fail.
     at_least_once: bool,
+    /// `--group-protocol classic|consumer` (default classic): the group protocol (KIP-848).
+    group_protocol: String,
 }
 
 fn args() -> Result<Args, String> {
@@ -58,6 +62,7 @@ fn args() -> Result<Args, String> {
         group: take("group")?,
         instance: take("instance")?,
         at_least_once: take("mode").is_ok_and(|m| m == "at-least-once"),
+        group_protocol: take("group-protocol").unwrap_or_else(|_| "classic".into()),
     })
 }
 
@@ -85,6 +90,7 @@ async fn run(a: Args) -> Result<(), Error> {
     let consumer_config = ConsumerConfig::from_properties([
         ("bootstrap.servers", a.bootstrap.as_str()),
         ("group.id", a.group.as_str()),
+        ("group.protocol", a.group_protocol.as_str()),
         ("isolation.level", "read_committed"),
         ("enable.auto.commit", "false"),
         ("auto.offset.reset", "earliest"),

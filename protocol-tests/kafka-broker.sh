@@ -260,6 +260,12 @@ share.coordinator.state.topic.min.isr=$isr
 group.initial.rebalance.delay.ms=0
 transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 transaction.max.timeout.ms=900000
+# KIP-848 groups (group.protocol=consumer) take their session and heartbeat from the broker:
+# the defaults (45 s, 5 s) would keep a killed member's partitions from the others for 45 s.
+group.consumer.min.session.timeout.ms=6000
+group.consumer.session.timeout.ms=10000
+group.consumer.min.heartbeat.interval.ms=500
+group.consumer.heartbeat.interval.ms=1000
 PROPS
   if [ "$KAFKA_NODES" = 3 ]; then
     # A killed node is fenced (its partitions get new leaders) after broker.session.timeout.ms

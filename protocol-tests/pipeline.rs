@@ -1,5 +1,7 @@
 //! The consume-transform-produce example under fire: three instances, members bounced with
-//! kill -9 and restarted, and the output holds every input record exactly once.
+//! kill -9 and restarted, and the output holds every input record exactly once — under the
+//! classic group protocol (all three killed at once, again and again) and the KIP-848 consumer
+//! protocol (members killed, left down and started again at random).
 
 use crate::support::*;
 use bytes::Bytes;
@@ -26,19 +28,30 @@ fn example() -> PathBuf {
     path
 }
 
-fn start(input: &str, output: &str, group: &str, instance: usize, mode: &str) -> Child {
-    start_on(
+/// One run of the example: its topics, group, instance number, mode and group protocol.
+#[derive(Clone, Copy)]
+struct Run<'a> {
+    input: &'a str,
+    output: &'a str,
+    group: &'a str,
+    mode: &'a str,
+    protocol: &'a str,
+}
+
+fn start(r: Run<'_>, instance: usize) -> Child {
+    start_with(
         &broker(),
-        input,
-        output,
-        group,
+        r.input,
+        r.output,
+        r.group,
         instance,
-        mode,
+        r.mode,
+        r.protocol,
         Stdio::null(),
     )
 }
 
-/// Instance `instance` of the example against `bootstrap`.
+/// Instance `instance` of the example against `bootstrap` (classic group protocol).
 pub(crate) fn start_on(
     bootstrap: &str,
     input: &str,
@@ -46,6 +59,22 @@ pub(crate) fn start_on(
     group: &str,
     instance: usize,
     mode: &str,
+    stderr: Stdio,
+) -> Child {
+    start_with(
+        bootstrap, input, output, group, instance, mode, "classic", stderr,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn start_with(
+    bootstrap: &str,
+    input: &str,
+    output: &str,
+    group: &str,
+    instance: usize,
+    mode: &str,
+    protocol: &str,
     stderr: Stdio,
 ) -> Child {
     Command::new(example())
@@ -64,6 +93,8 @@ pub(crate) fn start_on(
             &instance.to_string(),
             "--mode",
             mode,
+            "--group-protocol",
+            protocol,
         ])
         .stdout(Stdio::null())
         .stderr(stderr)
@@ -77,6 +108,13 @@ async fn bounce(mode: &str, n: usize) -> HashMap<String, usize> {
     let input = TestTopic::create("ctp-in", 4).await;
     let output = TestTopic::create("ctp-out", 4).await;
     let group = unique_topic("ctp");
+    let run = Run {
+        input: &input.name,
+        output: &output.name,
+        group: &group,
+        mode,
+        protocol: "classic",
+    };
     let p = producer(&[]).await;
     let produce = |range: std::ops::Range<usize>| {
         let (p, topic) = (&p, input.name.clone());
@@ -109,9 +147,7 @@ async fn bounce(mode: &str, n: usize) -> HashMap<String, usize> {
             .values()
             .sum::<i64>()
     };
-    let mut members: Vec<Child> = (0..3)
-        .map(|i| start(&input.name, &output.name, &group, i, mode))
-        .collect();
+    let mut members: Vec<Child> = (0..3).map(|i| start(run, i)).collect();
     // Bounce while they work: as soon as the group is making progress, kill every member with
     // SIGKILL and start them again; up to three times, at least once before the work is done
     // (the first kill comes before the second half of the input exists).
@@ -140,9 +176,7 @@ async fn bounce(mode: &str, n: usize) -> HashMap<String, usize> {
         if kills == 1 {
             produce(n / 2..n).await;
         }
-        members = (0..3)
-            .map(|i| start(&input.name, &output.name, &group, i, mode))
-            .collect();
+        members = (0..3).map(|i| start(run, i)).collect();
     }
     assert!(kills >= 1, "the members were killed at least once mid-work");
     // Let them finish: every input offset committed for the group.
@@ -204,6 +238,157 @@ async fn bounced_members_leave_every_input_record_exactly_once_in_the_output() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_transactions_bounced_members_duplicate_records() {
     let counts = bounce("at-least-once", 30_000).await;
+    let dups = counts.values().filter(|c| **c > 1).count();
+    assert!(dups > 0, "expected duplicates without transactions");
+}
+
+/// What the random chaos does to the members in one round.
+#[derive(Debug, Clone, Copy)]
+enum Blow {
+    /// SIGKILL a running member and start it again at once (a crash and a restart).
+    KillAndRestart(usize),
+    /// SIGKILL a running member and leave it down (the group goes on without it).
+    KillAndLeaveDown(usize),
+    /// Start a member that is down (it joins).
+    Start(usize),
+}
+
+/// Under the consumer protocol: three members of the example, and in every round, once the
+/// group makes progress, one blow chosen at random (seeded: the run prints its seed) — a
+/// member killed and restarted, killed and left down, or a down member started. Returns how
+/// often each output value appears under read_committed.
+async fn chaos(mode: &str, n: usize) -> HashMap<String, usize> {
+    use rand::{Rng, SeedableRng};
+    let seed: u64 = rand::rng().random();
+    eprintln!("pipeline chaos seed {seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let input = TestTopic::create("ctp848-in", 4).await;
+    let output = TestTopic::create("ctp848-out", 4).await;
+    let group = unique_topic("ctp848");
+    let run = Run {
+        input: &input.name,
+        output: &output.name,
+        group: &group,
+        mode,
+        protocol: "consumer",
+    };
+    let p = producer(&[]).await;
+    let produce = |range: std::ops::Range<usize>| {
+        let (p, topic) = (&p, input.name.clone());
+        async move {
+            for i in range {
+                p.send(
+                    ProducerRecord::new(topic.clone(), Bytes::from(format!("ride-{i}")))
+                        .with_key(Bytes::from(format!("k{}", i % 50))),
+                )
+                .await
+                .unwrap();
+            }
+            p.flush().await.unwrap();
+        }
+    };
+    produce(0..n / 2).await;
+    let admin = onceflow::client::Admin::new(client_config(&broker()))
+        .await
+        .unwrap();
+    let tps = input.tps();
+    let committed = || async {
+        admin
+            .committed_offsets(&group, &tps)
+            .await
+            .unwrap()
+            .values()
+            .sum::<i64>()
+    };
+    let mut members: Vec<Option<Child>> = (0..3).map(|i| Some(start(run, i))).collect();
+    let mut blows = Vec::new();
+    'rounds: for _ in 0..5 {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let before = committed().await;
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = committed().await;
+            if now >= n as i64 {
+                break 'rounds;
+            }
+            if now > before {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no progress within 90 s after {blows:?} (seed {seed})"
+            );
+        }
+        let up: Vec<usize> = (0..3).filter(|i| members[*i].is_some()).collect();
+        let down: Vec<usize> = (0..3).filter(|i| members[*i].is_none()).collect();
+        let victim = up[rng.random_range(0..up.len())];
+        let blow = match rng.random_range(0..3) {
+            0 if !down.is_empty() => Blow::Start(down[rng.random_range(0..down.len())]),
+            1 if up.len() > 1 => Blow::KillAndLeaveDown(victim),
+            _ => Blow::KillAndRestart(victim),
+        };
+        match blow {
+            Blow::KillAndRestart(i) | Blow::KillAndLeaveDown(i) => {
+                if let Some(mut m) = members[i].take() {
+                    m.kill().unwrap();
+                    m.wait().unwrap();
+                }
+                if matches!(blow, Blow::KillAndRestart(_)) {
+                    members[i] = Some(start(run, i));
+                }
+            }
+            Blow::Start(i) => members[i] = Some(start(run, i)),
+        }
+        blows.push(blow);
+        if blows.len() == 1 {
+            produce(n / 2..n).await;
+        }
+    }
+    assert!(
+        !blows.is_empty(),
+        "at least one blow mid-work (seed {seed})"
+    );
+    for (i, m) in members.iter_mut().enumerate() {
+        if m.is_none() {
+            *m = Some(start(run, i));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while committed().await < n as i64 {
+        assert!(
+            Instant::now() < deadline,
+            "input not fully consumed after {blows:?} (seed {seed})"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for m in members.iter_mut().flatten() {
+        let _ = m.kill();
+        let _ = m.wait();
+    }
+    eprintln!("pipeline chaos: {blows:?}");
+    output_counts(&broker(), &output, n).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_consumer_protocol_members_killed_and_started_at_random_leave_every_record_exactly_once(
+) {
+    let n = 20_000;
+    let counts = chaos("exactly-once", n).await;
+    let dups: Vec<&String> = counts
+        .iter()
+        .filter(|(_, c)| **c > 1)
+        .map(|(v, _)| v)
+        .take(5)
+        .collect();
+    assert!(dups.is_empty(), "duplicated in the output: {dups:?}");
+    assert_eq!(counts.len(), n);
+}
+
+/// Inverse test: the same random chaos without transactions duplicates records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_consumer_protocol_without_transactions_members_killed_at_random_duplicate_records(
+) {
+    let counts = chaos("at-least-once", 20_000).await;
     let dups = counts.values().filter(|c| **c > 1).count();
     assert!(dups > 0, "expected duplicates without transactions");
 }

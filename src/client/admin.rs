@@ -446,6 +446,7 @@ impl Admin {
             generation: -1,
             member_id: String::new(),
             instance_id: None,
+            consumer_protocol: false,
         };
         match commit(&self.cluster, group, &outside, offsets)
             .instrument(info_span!("admin", op = "commit_offsets"))

@@ -52,6 +52,20 @@ pub enum AutoOffsetReset {
     None,
 }
 
+/// `group.protocol`: how a group member gets its partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GroupProtocol {
+    /// JoinGroup/SyncGroup; a member (the leader) computes the assignment; every rebalance
+    /// stops the group (eager) or takes two rounds (cooperative). The default, as in Java.
+    #[default]
+    Classic,
+    /// KIP-848 (Kafka 4.0+): ConsumerGroupHeartbeat; the coordinator computes the assignment
+    /// and hands it out incrementally; a member never waits for the others. Session and
+    /// heartbeat intervals are the broker's (`group.consumer.*`), so `session.timeout.ms` and
+    /// `heartbeat.interval.ms` do not apply.
+    Consumer,
+}
+
 /// Which records a consumer sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IsolationLevel {
@@ -211,6 +225,11 @@ pub struct ConsumerConfig {
     pub group_id: Option<String>,
     /// `group.instance.id`.
     pub group_instance_id: Option<String>,
+    /// `group.protocol`: `classic` (default) or `consumer` (KIP-848).
+    pub group_protocol: GroupProtocol,
+    /// `group.remote.assignor`: the coordinator's assignor for a `consumer`-protocol member
+    /// (`uniform` or `range` on Apache Kafka; none: the broker's default, uniform).
+    pub group_remote_assignor: Option<String>,
     /// `isolation.level`.
     pub isolation_level: IsolationLevel,
     /// `auto.offset.reset`.
@@ -251,6 +270,8 @@ impl Default for ConsumerConfig {
             client: ClientConfig::default(),
             group_id: None,
             group_instance_id: None,
+            group_protocol: GroupProtocol::Classic,
+            group_remote_assignor: None,
             isolation_level: IsolationLevel::ReadUncommitted,
             auto_offset_reset: AutoOffsetReset::Latest,
             fetch_min_bytes: 1,
@@ -585,6 +606,14 @@ impl ConsumerConfig {
         match canonical(name) {
             "group.id" => self.group_id = Some(non_empty(name, value)?),
             "group.instance.id" => self.group_instance_id = Some(non_empty(name, value)?),
+            "group.protocol" => {
+                self.group_protocol = match value.trim().to_ascii_lowercase().as_str() {
+                    "classic" => GroupProtocol::Classic,
+                    "consumer" => GroupProtocol::Consumer,
+                    _ => return Err(invalid(name, value, "classic or consumer")),
+                }
+            }
+            "group.remote.assignor" => self.group_remote_assignor = Some(non_empty(name, value)?),
             "isolation.level" => {
                 self.isolation_level = match value.trim() {
                     "read_committed" => IsolationLevel::ReadCommitted,
@@ -649,6 +678,20 @@ mod tests {
         assert!(e.to_string().contains("'linger.msx'"), "{e}");
         let e = ConsumerConfig::from_properties([("fetch.min.bytes", "-3")]).unwrap_err();
         assert!(e.to_string().contains("fetch.min.bytes"), "{e}");
+    }
+
+    #[test]
+    fn group_protocol_is_classic_or_consumer() {
+        let c = ConsumerConfig::from_properties([("group.protocol", "CONSUMER")]).unwrap();
+        assert_eq!(c.group_protocol, GroupProtocol::Consumer);
+        assert_eq!(
+            ConsumerConfig::default().group_protocol,
+            GroupProtocol::Classic
+        );
+        let e = ConsumerConfig::from_properties([("group.protocol", "next")]).unwrap_err();
+        assert!(e.to_string().contains("classic or consumer"), "{e}");
+        let e = ConsumerConfig::from_properties([("group.remote.assignor", "")]).unwrap_err();
+        assert!(e.to_string().contains("group.remote.assignor"), "{e}");
     }
 
     #[test]

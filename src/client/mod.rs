@@ -42,8 +42,8 @@ pub use txn::TransactionalPool;
 pub use admin::Admin;
 pub use cluster::Cluster;
 pub use config::{
-    Acks, AutoOffsetReset, ClientConfig, ConfigError, ConsumerConfig, IsolationLevel,
-    ProducerConfig,
+    Acks, AutoOffsetReset, ClientConfig, ConfigError, ConsumerConfig, GroupProtocol,
+    IsolationLevel, ProducerConfig,
 };
 pub use consumer::{Consumer, ConsumerRecord, Offset};
 pub use error::{classify, Error, ErrorClass, Op, Result};

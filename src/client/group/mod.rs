@@ -22,6 +22,7 @@
 
 pub mod assignor;
 mod codec;
+mod consumer_protocol;
 pub mod describe;
 mod member_phase;
 mod metadata;
@@ -95,6 +96,9 @@ struct MemberState {
     /// This member can go on no more (fenced by another member with its group.instance.id,
     /// not authorized): every poll returns this. Set exactly when `phase` is `Failed`.
     fatal: Option<Error>,
+    /// The KIP-848 member's phase, target and acknowledgements (group.protocol=consumer; the
+    /// classic member's `phase` then stays `Unjoined`). Its member epoch is `generation`.
+    cg: consumer_protocol::State,
 }
 
 impl MemberState {
@@ -113,6 +117,7 @@ impl MemberState {
     fn fail(&mut self, e: Error) {
         self.fatal = Some(e);
         self.on(MemberEvent::Fatal);
+        self.cg.fail();
     }
 }
 
@@ -186,6 +191,16 @@ struct Shared {
     config: ConsumerConfig,
     group_id: String,
     state: Mutex<MemberState>,
+    /// group.protocol=consumer: `poll` wakes the heartbeat task (join, acknowledge) …
+    wake: tokio::sync::Notify,
+    /// … and waits for its answers (the first answer to a join).
+    answered: tokio::sync::Notify,
+}
+
+impl Shared {
+    fn consumer_protocol(&self) -> bool {
+        self.config.group_protocol == super::GroupProtocol::Consumer
+    }
 }
 
 impl Shared {
@@ -283,8 +298,14 @@ impl GroupConsumer {
                 generation: -1,
                 ..Default::default()
             }),
+            wake: tokio::sync::Notify::new(),
+            answered: tokio::sync::Notify::new(),
         });
-        let heartbeat = tokio::spawn(heartbeat_loop(shared.clone()));
+        let heartbeat = if shared.consumer_protocol() {
+            tokio::spawn(consumer_protocol::heartbeat_loop(shared.clone()))
+        } else {
+            tokio::spawn(heartbeat_loop(shared.clone()))
+        };
         Ok(GroupConsumer {
             consumer: Consumer::with_cluster(config, cluster),
             shared,
@@ -300,12 +321,21 @@ impl GroupConsumer {
     /// Subscribes to topics; takes effect at the next poll (a rebalance).
     pub fn subscribe(&mut self, topics: &[&str]) {
         self.topics = topics.iter().map(|t| t.to_string()).collect();
-        self.shared.lock().on(MemberEvent::RejoinRequested);
+        if self.shared.consumer_protocol() {
+            // The next heartbeat names the new subscription; the coordinator reassigns.
+            let mut st = self.shared.lock();
+            st.cg.subscribe(self.topics.clone());
+            drop(st);
+            self.shared.wake.notify_one();
+        } else {
+            self.shared.lock().on(MemberEvent::RejoinRequested);
+        }
     }
 
     /// The assignment strategies to announce, most preferred first (default: range, then
     /// cooperative-sticky, as the Java client). The group uses the first one every member
-    /// supports.
+    /// supports. Classic protocol only: under group.protocol=consumer the coordinator assigns
+    /// (group.remote.assignor).
     pub fn set_strategies(&mut self, strategies: &[Strategy]) {
         if !strategies.is_empty() {
             self.strategies = strategies.to_vec();
@@ -393,7 +423,12 @@ impl GroupConsumer {
         let deadline = Instant::now() + timeout;
         self.shared.lock().last_poll = Some(Instant::now());
         self.stop_if_fatal().await?;
-        if let Err(e) = self.maybe_rebalance().await {
+        let rebalanced = if self.shared.consumer_protocol() {
+            self.reconcile(deadline).await
+        } else {
+            self.maybe_rebalance().await
+        };
+        if let Err(e) = rebalanced {
             self.stop_if_fatal().await?;
             return Err(e);
         }
@@ -434,11 +469,15 @@ impl GroupConsumer {
                 generation: st.generation,
                 member_id: st.member_id.clone(),
                 instance_id: self.shared.config.group_instance_id.clone(),
+                consumer_protocol: self.shared.consumer_protocol(),
             }
         };
         let r = offsets::commit(&self.shared.cluster, &self.shared.group_id, &who, offsets).await;
         match &r {
-            Err(Error::CommitFailed(_)) => self.shared.lock().on(MemberEvent::RejoinRequested),
+            // Under the consumer protocol the heartbeat learns what changed by itself.
+            Err(Error::CommitFailed(_)) if !who.consumer_protocol => {
+                self.shared.lock().on(MemberEvent::RejoinRequested)
+            }
             Err(e @ Error::Fenced(_)) => self.shared.lock().fail(e.clone()),
             _ => {}
         }
@@ -456,6 +495,10 @@ impl GroupConsumer {
             // lost (if no poll did yet) and leave nothing behind.
             self.heartbeat.abort();
             let _ = self.stop_if_fatal().await;
+            return Ok(());
+        }
+        if self.shared.consumer_protocol() {
+            self.close_member().await;
             return Ok(());
         }
         let started = self.started();

@@ -22,6 +22,9 @@ pub(crate) struct Committer {
     pub generation: i32,
     pub member_id: String,
     pub instance_id: Option<String>,
+    /// A KIP-848 member: `generation` is its member epoch, and OffsetCommit must be v9+ (the
+    /// coordinator refuses older versions from a consumer-protocol member).
+    pub consumer_protocol: bool,
 }
 
 /// Calls the group coordinator through the retry executor until `deadline` (then the last
@@ -112,7 +115,8 @@ pub(crate) async fn fetch_committed_until(
     .await
 }
 
-/// Commits offsets for the group (OffsetCommit ≤ v8, the classic protocol's).
+/// Commits offsets for the group (OffsetCommit ≤ v8 for a classic member, v9 for a KIP-848
+/// member).
 ///
 /// # Errors
 /// ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID / REBALANCE_IN_PROGRESS mean the group moved on:
@@ -158,7 +162,11 @@ pub(crate) async fn commit(
         let req = req.clone();
         let who = who.clone();
         async move {
-            let v = conn.version_for::<OffsetCommitRequest>(Some(8))?;
+            let v = conn.version_for::<OffsetCommitRequest>(Some(if who.consumer_protocol {
+                9
+            } else {
+                8
+            }))?;
             let resp = conn.request_at(&req, v).await?;
             for t in &resp.topics {
                 for p in &t.partitions {
@@ -169,9 +177,12 @@ pub(crate) async fn commit(
                             return Err(super::fenced_error(group, who.instance_id.as_deref()))
                         }
                         // The group moved on: retrying cannot help, the member must rejoin.
+                        // (KIP-848: the member epoch moved on, or the member was dropped.)
                         c @ (ErrorCode::REBALANCE_IN_PROGRESS
                         | ErrorCode::ILLEGAL_GENERATION
-                        | ErrorCode::UNKNOWN_MEMBER_ID) => {
+                        | ErrorCode::UNKNOWN_MEMBER_ID
+                        | ErrorCode::STALE_MEMBER_EPOCH
+                        | ErrorCode::FENCED_MEMBER_EPOCH) => {
                             return Err(Error::CommitFailed(format!(
                                 "offset commit for group '{group}' refused ({c}): the group rebalanced; the partitions may now belong to another member"
                             )))

@@ -251,6 +251,10 @@ enum Blow {
     KillAndLeaveDown(usize),
     /// Start a member that is down (it joins).
     Start(usize),
+    /// SIGSTOP a running member until the others have taken its partitions over (its session
+    /// expired: every partition's committed offset moved on, or is at the end), then SIGCONT:
+    /// a zombie, whose transaction's offsets carry a member epoch the coordinator has fenced.
+    PauseUntilTakenOver(usize),
 }
 
 /// Under the consumer protocol: three members of the example, and in every round, once the
@@ -292,14 +296,8 @@ async fn chaos(mode: &str, n: usize) -> HashMap<String, usize> {
         .await
         .unwrap();
     let tps = input.tps();
-    let committed = || async {
-        admin
-            .committed_offsets(&group, &tps)
-            .await
-            .unwrap()
-            .values()
-            .sum::<i64>()
-    };
+    let by_partition = || async { admin.committed_offsets(&group, &tps).await.unwrap() };
+    let committed = || async { by_partition().await.values().sum::<i64>() };
     let mut members: Vec<Option<Child>> = (0..3).map(|i| Some(start(run, i))).collect();
     let mut blows = Vec::new();
     'rounds: for _ in 0..5 {
@@ -322,9 +320,11 @@ async fn chaos(mode: &str, n: usize) -> HashMap<String, usize> {
         let up: Vec<usize> = (0..3).filter(|i| members[*i].is_some()).collect();
         let down: Vec<usize> = (0..3).filter(|i| members[*i].is_none()).collect();
         let victim = up[rng.random_range(0..up.len())];
-        let blow = match rng.random_range(0..3) {
+        // The first blow makes a zombie (the case the member epoch is there for); then at random.
+        let blow = match if blows.is_empty() { 3 } else { rng.random_range(0..4) } {
             0 if !down.is_empty() => Blow::Start(down[rng.random_range(0..down.len())]),
             1 if up.len() > 1 => Blow::KillAndLeaveDown(victim),
+            3 if up.len() > 1 => Blow::PauseUntilTakenOver(victim),
             _ => Blow::KillAndRestart(victim),
         };
         match blow {
@@ -338,6 +338,40 @@ async fn chaos(mode: &str, n: usize) -> HashMap<String, usize> {
                 }
             }
             Blow::Start(i) => members[i] = Some(start(run, i)),
+            Blow::PauseUntilTakenOver(i) => {
+                let pid = members[i].as_ref().map(|m| m.id().to_string()).unwrap();
+                let signal = |sig: &str| {
+                    let ok = Command::new("kill").args([sig, &pid]).status().unwrap();
+                    assert!(ok.success(), "kill {sig} {pid}");
+                };
+                signal("-STOP");
+                let at_pause = by_partition().await;
+                let ends = admin
+                    .list_offsets(
+                        &tps,
+                        onceflow::client::consumer::Offset::End,
+                        onceflow::client::IsolationLevel::ReadUncommitted,
+                    )
+                    .await
+                    .unwrap();
+                let deadline = Instant::now() + Duration::from_secs(90);
+                loop {
+                    let now = by_partition().await;
+                    let taken_over = tps.iter().all(|tp| {
+                        let (was, is) = (at_pause.get(tp), now.get(tp));
+                        is > was || is >= ends.get(tp)
+                    });
+                    if taken_over {
+                        break;
+                    }
+                    assert!(
+                        Instant::now() < deadline,
+                        "the paused member's partitions were not taken over within 90 s (seed {seed})"
+                    );
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                signal("-CONT");
+            }
         }
         blows.push(blow);
         if blows.len() == 1 {

@@ -359,3 +359,39 @@ async fn a_consumer_protocol_member_that_stops_polling_loses_its_partitions_and_
     let (o, _) = other.stop().await;
     o.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pattern_subscription_is_resolved_by_the_coordinator_to_the_matching_topics() {
+    let prefix = unique_topic("cgre");
+    let a = TestTopic::create(&format!("{prefix}-in"), 2).await;
+    let b = TestTopic::create(&format!("{prefix}-in"), 3).await;
+    let other = TestTopic::create(&format!("{prefix}-out"), 2).await;
+    let group = unique_topic("cg-regex");
+    let mut m = cmember(&group, &[]).await;
+    m.subscribe_pattern(&format!("{prefix}-in-.*")).unwrap();
+    let m = run(m);
+    let wanted: BTreeSet<(String, i32)> = [(&a, 2), (&b, 3)]
+        .iter()
+        .flat_map(|(t, n)| (0..*n).map(|p| (t.name.clone(), p)))
+        .collect();
+    wait_for(
+        LONG,
+        "the member owns the 5 partitions of the matching topics",
+        || {
+            m.check();
+            let got: BTreeSet<(String, i32)> = m
+                .assignment()
+                .into_iter()
+                .map(|tp| (tp.topic, tp.partition))
+                .collect();
+            assert!(
+                got.iter().all(|(t, _)| *t != other.name),
+                "a topic the pattern does not match was assigned: {got:?}"
+            );
+            got == wanted
+        },
+    )
+    .await;
+    let (m, _) = m.stop().await;
+    m.close().await.unwrap();
+}

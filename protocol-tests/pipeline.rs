@@ -321,7 +321,11 @@ async fn chaos(mode: &str, n: usize) -> HashMap<String, usize> {
         let down: Vec<usize> = (0..3).filter(|i| members[*i].is_none()).collect();
         let victim = up[rng.random_range(0..up.len())];
         // The first blow makes a zombie (the case the member epoch is there for); then at random.
-        let blow = match if blows.is_empty() { 3 } else { rng.random_range(0..4) } {
+        let blow = match if blows.is_empty() {
+            3
+        } else {
+            rng.random_range(0..4)
+        } {
             0 if !down.is_empty() => Blow::Start(down[rng.random_range(0..down.len())]),
             1 if up.len() > 1 => Blow::KillAndLeaveDown(victim),
             3 if up.len() > 1 => Blow::PauseUntilTakenOver(victim),

@@ -241,6 +241,8 @@ pub struct GroupConsumer {
     consumer: Consumer,
     shared: Arc<Shared>,
     topics: Vec<String>,
+    /// A subscription by pattern (group.protocol=consumer: the coordinator resolves it).
+    pattern: Option<String>,
     strategies: Vec<Strategy>,
     listener: Option<Arc<dyn RebalanceListener>>,
     heartbeat: tokio::task::JoinHandle<()>,
@@ -310,6 +312,7 @@ impl GroupConsumer {
             consumer: Consumer::with_cluster(config, cluster),
             shared,
             topics: Vec::new(),
+            pattern: None,
             strategies: vec![Strategy::Range, Strategy::CooperativeSticky],
             listener: None,
             heartbeat,
@@ -321,15 +324,56 @@ impl GroupConsumer {
     /// Subscribes to topics; takes effect at the next poll (a rebalance).
     pub fn subscribe(&mut self, topics: &[&str]) {
         self.topics = topics.iter().map(|t| t.to_string()).collect();
+        self.pattern = None;
         if self.shared.consumer_protocol() {
             // The next heartbeat names the new subscription; the coordinator reassigns.
             let mut st = self.shared.lock();
-            st.cg.subscribe(self.topics.clone());
+            st.cg.subscribe(self.topics.clone(), None);
             drop(st);
             self.shared.wake.notify_one();
         } else {
             self.shared.lock().on(MemberEvent::RejoinRequested);
         }
+    }
+
+    /// Subscribes to every topic whose name matches `pattern`, a regular expression in the
+    /// broker's syntax (RE2/J, matched against the whole name), now and as topics come and go:
+    /// the coordinator resolves it (KIP-848). Takes effect at the next poll.
+    ///
+    /// # Errors
+    /// [`Error::Usage`] under group.protocol=classic (whose members would resolve the pattern
+    /// themselves, which this client does not do) or for an empty pattern.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> onceflow::client::Result<()> {
+    /// use onceflow::client::{ConsumerConfig, group::GroupConsumer};
+    /// let config = ConsumerConfig::from_properties([
+    ///     ("group.id", "cleaners"),
+    ///     ("group.protocol", "consumer"),
+    /// ])?;
+    /// let mut c = GroupConsumer::new(config).await?;
+    /// c.subscribe_pattern("rides-.*")?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn subscribe_pattern(&mut self, pattern: &str) -> Result<()> {
+        if !self.shared.consumer_protocol() {
+            return Err(Error::Usage(format!(
+                "subscribe_pattern('{pattern}') needs group.protocol=consumer (the coordinator resolves the pattern); with group.protocol=classic subscribe to topic names"
+            )));
+        }
+        if pattern.is_empty() {
+            return Err(Error::Usage(
+                "subscribe_pattern: the pattern is empty; give a regular expression such as 'rides-.*'".into(),
+            ));
+        }
+        self.topics.clear();
+        self.pattern = Some(pattern.to_owned());
+        let mut st = self.shared.lock();
+        st.cg.subscribe(Vec::new(), self.pattern.clone());
+        drop(st);
+        self.shared.wake.notify_one();
+        Ok(())
     }
 
     /// The assignment strategies to announce, most preferred first (default: range, then

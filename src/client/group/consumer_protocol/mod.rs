@@ -80,8 +80,12 @@ pub(crate) struct State {
     incarnation: u64,
     /// The heartbeat interval the coordinator asks for.
     interval: Option<Duration>,
-    /// The subscribed topics, as the heartbeats name them.
+    /// The subscribed topics, as the heartbeats name them …
     subscription: Vec<String>,
+    /// … or the pattern the coordinator resolves.
+    pattern: Option<String>,
+    /// A pattern was replaced by names: the next heartbeat clears it (an empty pattern).
+    clear_pattern: bool,
 }
 
 impl State {
@@ -101,8 +105,10 @@ impl State {
     }
 
     /// A new subscription, for the next heartbeat.
-    pub(crate) fn subscribe(&mut self, topics: Vec<String>) {
+    pub(crate) fn subscribe(&mut self, topics: Vec<String>, pattern: Option<String>) {
         self.subscription = topics;
+        self.clear_pattern |= self.pattern.is_some() && pattern.is_none();
+        self.pattern = pattern;
         self.subscription_changed = true;
     }
 
@@ -173,6 +179,8 @@ fn heartbeat_request(
     }
     if full || st.cg.subscription_changed {
         st.cg.subscription_changed = false;
+        // Names (none under a pattern), and the pattern if there is one — or an empty one that
+        // clears the pattern a name subscription replaced, as the Java client does.
         req = req.with_subscribed_topic_names(Some(
             st.cg
                 .subscription
@@ -180,6 +188,11 @@ fn heartbeat_request(
                 .map(|t| TopicName(StrBytes::from_string(t.clone())))
                 .collect(),
         ));
+        if let Some(p) = st.cg.pattern.clone() {
+            req = req.with_subscribed_topic_regex(Some(StrBytes::from_string(p)));
+        } else if std::mem::take(&mut st.cg.clear_pattern) {
+            req = req.with_subscribed_topic_regex(Some(StrBytes::from_static_str("")));
+        }
     }
     let sent = Sent {
         incarnation: st.cg.incarnation,
@@ -460,7 +473,7 @@ impl GroupConsumer {
     /// The consumer protocol's part of `poll`: join when not in the group (waiting for the
     /// first answer until `deadline`), report lost partitions, reconcile to a new target.
     pub(super) async fn reconcile(&mut self, deadline: Instant) -> Result<()> {
-        if self.topics.is_empty() {
+        if self.topics.is_empty() && self.pattern.is_none() {
             return Ok(());
         }
         let phase = {
@@ -496,7 +509,7 @@ impl GroupConsumer {
         st.cg.on(Event::Join);
         st.cg.start_joining();
         st.generation = 0;
-        st.cg.subscribe(self.topics.clone());
+        st.cg.subscribe(self.topics.clone(), self.pattern.clone());
         self.shared.wake.notify_one();
     }
 
@@ -553,10 +566,9 @@ impl GroupConsumer {
         let mut resolved = resolve(&target, |id| name_of(&self.shared, id));
         if !resolved.1.is_empty() {
             // Ids the cache does not know: a topic created (or re-created) since the last
-            // refresh.
-            let generation = self.shared.cluster.metadata().generation;
-            if let Err(e) = self.shared.cluster.refresh_if_older(generation).await {
-                debug!(error = %e, "metadata refresh for the assignment's topic ids failed");
+            // refresh, or one a pattern matched that the cache never tracked.
+            if let Err(e) = self.learn_topic_ids(&resolved.1).await {
+                debug!(error = %e, "metadata for the assignment's topic ids failed");
             }
             resolved = resolve(&target, |id| name_of(&self.shared, id));
         }
@@ -624,6 +636,25 @@ impl GroupConsumer {
             owned = new.len(),
             "reconciled the assignment"
         );
+        Ok(())
+    }
+
+    /// Finds the names of topic ids (Metadata for every topic), adds them to the topics the
+    /// cache tracks, and refreshes it.
+    async fn learn_topic_ids(&self, ids: &[TopicId]) -> Result<()> {
+        let cluster = &self.shared.cluster;
+        let conn = cluster.any_broker().await?;
+        let resp = conn
+            .request(&kafka_protocol::messages::MetadataRequest::default().with_topics(None))
+            .await?;
+        let names: Vec<String> = resp
+            .topics
+            .iter()
+            .filter(|t| ids.contains(t.topic_id.as_bytes()))
+            .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
+            .collect();
+        cluster.add_interest(names.iter().map(String::as_str));
+        cluster.refresh_metadata().await?;
         Ok(())
     }
 

@@ -4,7 +4,9 @@
 
 use crate::support::group::*;
 use crate::support::java::{java, Rec};
+use crate::support::proxy::Proxy;
 use crate::support::*;
+use kafka_protocol::messages::ApiKey;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -394,4 +396,121 @@ async fn a_pattern_subscription_is_resolved_by_the_coordinator_to_the_matching_t
     .await;
     let (m, _) = m.stop().await;
     m.close().await.unwrap();
+}
+
+/// The coordinator drops a member whose heartbeats stop past the session (10 s on the test
+/// brokers): the proxy holds one heartbeat 14 s. When it arrives it is answered
+/// UNKNOWN_MEMBER_ID or FENCED_MEMBER_EPOCH: the member reports its partitions lost, joins
+/// again with epoch 0 under the same member id, and owns them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_protocol_member_dropped_by_the_coordinator_reports_its_partitions_lost_and_rejoins(
+) {
+    let topic = TestTopic::create("cg-dropped", 2).await;
+    let group = unique_topic("cg-dropped");
+    let proxy = Proxy::start(&broker()).await;
+    let events = Recorder::new();
+    let mut m = member_at(&proxy.addr, &group, &[CONSUMER]).await;
+    m.set_listener(events.clone());
+    m.subscribe(&[topic.name.as_str()]);
+    let deadline = Instant::now() + Duration::from_secs(LONG);
+    while m.assignment().len() != 2 {
+        assert!(
+            Instant::now() < deadline,
+            "waited {LONG}s for both partitions"
+        );
+        m.poll(Duration::from_millis(100)).await.unwrap();
+    }
+    let first_epoch = m.group_metadata().generation_id;
+    let member_id = m.group_metadata().member_id;
+    *proxy.faults.hold_next_request.lock().unwrap() =
+        Some((ApiKey::ConsumerGroupHeartbeat, Duration::from_secs(14)));
+    let deadline = Instant::now() + Duration::from_secs(LONG);
+    while !events.log().contains(&"lost 2".to_owned()) {
+        assert!(
+            Instant::now() < deadline,
+            "waited {LONG}s for the member to report its partitions lost: {:?}",
+            events.log()
+        );
+        m.poll(Duration::from_millis(100)).await.unwrap();
+    }
+    assert!(
+        proxy
+            .faults
+            .held_requests
+            .load(std::sync::atomic::Ordering::SeqCst)
+            >= 1
+    );
+    let deadline = Instant::now() + Duration::from_secs(LONG);
+    while m.assignment().len() != 2 {
+        assert!(
+            Instant::now() < deadline,
+            "waited {LONG}s for the member to own both partitions again"
+        );
+        m.poll(Duration::from_millis(100)).await.unwrap();
+    }
+    let again = m.group_metadata();
+    assert_eq!(
+        again.member_id, member_id,
+        "the same member id across the rejoin"
+    );
+    assert!(
+        again.generation_id > 0 && again.generation_id != first_epoch,
+        "a new member epoch after the rejoin: {first_epoch} then {}",
+        again.generation_id
+    );
+    m.commit(&[
+        (
+            onceflow::client::TopicPartition::new(topic.name.clone(), 0),
+            0,
+        ),
+        (
+            onceflow::client::TopicPartition::new(topic.name.clone(), 1),
+            0,
+        ),
+    ])
+    .await
+    .expect("the member commits with its new epoch");
+    m.close().await.unwrap();
+}
+
+/// KIP-848 refuses a second static member with a group.instance.id another member still holds
+/// (the classic protocol fenced the first instead): the newcomer stops with an error naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_static_member_with_a_held_instance_id_stops_with_an_error_naming_it() {
+    let topic = TestTopic::create("cg-unreleased", 2).await;
+    let group = unique_topic("cg-unreleased");
+    let instance = unique_topic("instance");
+    let props = [("group.instance.id", instance.as_str())];
+    let mut first = cmember(&group, &props).await;
+    first.subscribe(&[topic.name.as_str()]);
+    let first = run(first);
+    wait_for(LONG, "the first member owns both partitions", || {
+        first.check();
+        first.assignment().len() == 2
+    })
+    .await;
+    let mut second = cmember(&group, &props).await;
+    second.subscribe(&[topic.name.as_str()]);
+    let second = run(second);
+    wait_for(LONG, "the second member's poll to fail", || {
+        second.error.lock().unwrap().is_some()
+    })
+    .await;
+    let message = second.error.lock().unwrap().as_ref().unwrap().to_string();
+    assert!(
+        message.contains("group.instance.id") && message.contains(&instance),
+        "the error names group.instance.id and its value: {message}"
+    );
+    assert!(
+        second.assignment().is_empty(),
+        "the refused member owns nothing"
+    );
+    first.check();
+    assert_eq!(
+        first.assignment().len(),
+        2,
+        "the first member keeps its partitions"
+    );
+    let (first, _) = first.stop().await;
+    first.close().await.unwrap();
 }

@@ -301,7 +301,11 @@ fn apply_answer(
             backoff
         }
         Reaction::Fenced => {
-            let e = fenced_error(&shared.group_id, cfg.group_instance_id.as_deref());
+            let e = if code == ErrorCode::UNRELEASED_INSTANCE_ID {
+                unreleased_error(&shared.group_id, cfg.group_instance_id.as_deref())
+            } else {
+                fenced_error(&shared.group_id, cfg.group_instance_id.as_deref())
+            };
             warn!(error = %e, "fenced");
             st.fail(e);
             interval
@@ -333,6 +337,15 @@ fn apply_answer(
             interval
         }
     }
+}
+
+/// UNRELEASED_INSTANCE_ID: a static member joined while another member still holds its
+/// group.instance.id (KIP-848 refuses the newcomer, where the classic protocol fenced the old).
+fn unreleased_error(group: &str, instance_id: Option<&str>) -> Error {
+    Error::Fenced(format!(
+        "consumer group '{group}': group.instance.id '{}' is still held by another member (UNRELEASED_INSTANCE_ID); this member stops. Give every running instance its own group.instance.id, or start this one after the other has left or its session expired",
+        instance_id.unwrap_or_default()
+    ))
 }
 
 fn unsupported(group: &str, why: &str) -> Error {

@@ -281,6 +281,17 @@ async fn describe_and_list_show_a_java_consumer_protocol_group_with_its_member_a
     let line = listed(&stdout(&o), &group)
         .unwrap_or_else(|| panic!("{group} not listed:\n{}", stdout(&o)));
     assert_eq!(line[1..4], ["consumer", "consumer", "Stable"], "{line:?}");
+    // The type filter keeps it under its own type only.
+    for (ty, shown_there) in [("consumer", true), ("classic", false)] {
+        let o = groups(&["list", "--type", ty]).await;
+        assert!(o.status.success(), "{}", shown(&o));
+        assert_eq!(
+            listed(&stdout(&o), &group).is_some(),
+            shown_there,
+            "--type {ty}:\n{}",
+            stdout(&o)
+        );
+    }
 
     std::fs::write(&stop, b"").unwrap();
     let status = tokio::task::spawn_blocking(move || {

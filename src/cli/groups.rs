@@ -20,6 +20,13 @@ enum Action {
     List {
         #[command(flatten)]
         conn: Conn,
+        /// Only groups in this state (e.g. Stable, Empty, PreparingRebalance, Assigning,
+        /// Reconciling; any case). Repeatable.
+        #[arg(long = "state", value_name = "STATE")]
+        states: Vec<String>,
+        /// Only groups of this type: classic or consumer (any case). Repeatable.
+        #[arg(long = "type", value_name = "TYPE")]
+        types: Vec<String>,
     },
     /// Describe groups: type, state, assignor, coordinator, and one row per partition with a
     /// committed offset or an owner: CURRENT-OFFSET (committed), LOG-END-OFFSET (the high
@@ -44,7 +51,11 @@ enum Action {
 
 pub async fn run(args: Args) -> Result<ExitCode> {
     match args.action {
-        Action::List { conn } => list(conn).await,
+        Action::List {
+            conn,
+            states,
+            types,
+        } => list(conn, &states, &types).await,
         Action::Describe {
             conn,
             groups,
@@ -101,12 +112,18 @@ fn or_dash(s: &str) -> String {
     }
 }
 
-async fn list(conn: Conn) -> Result<ExitCode> {
+/// Whether `value` is one of `wanted` (any case); an empty filter lets everything through.
+fn wanted(filter: &[String], value: &str) -> bool {
+    filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value))
+}
+
+async fn list(conn: Conn, states: &[String], types: &[String]) -> Result<ExitCode> {
     let admin = Admin::new(conn.client()?).await?;
     let rows: Vec<Vec<String>> = admin
         .list_groups()
         .await?
         .into_iter()
+        .filter(|g| wanted(states, g.state.as_str()) && wanted(types, g.group_type.as_str()))
         .map(|g| {
             vec![
                 g.group,
@@ -285,6 +302,21 @@ mod tests {
     #[test]
     fn an_empty_table_is_its_header() {
         assert_eq!(table(&["GROUP", "STATE"], &[]), vec!["GROUP  STATE"]);
+    }
+
+    #[test]
+    fn list_filters_match_any_case_and_an_empty_filter_matches_all() {
+        let f = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let cases = [
+            (f(&[]), "Stable", true),
+            (f(&["stable"]), "Stable", true),
+            (f(&["Empty", "STABLE"]), "Stable", true),
+            (f(&["Empty"]), "Stable", false),
+            (f(&["consumer"]), "classic", false),
+        ];
+        for (filter, value, want) in cases {
+            assert_eq!(wanted(&filter, value), want, "{filter:?} {value}");
+        }
     }
 
     #[test]

@@ -306,8 +306,9 @@ async fn describe_members(cluster: &Cluster, group: &str) -> Result<Option<Descr
                     })?;
                 match ErrorCode(g.error_code) {
                     ErrorCode(0) => return Ok(Some(from_consumer_describe(g, coordinator))),
-                    // Not a consumer-protocol group (or no group): ask the classic way.
-                    ErrorCode::GROUP_ID_NOT_FOUND => {}
+                    // Not a consumer-protocol group (or no group), or a coordinator that lists
+                    // the API without running the consumer protocol: ask the classic way.
+                    ErrorCode::GROUP_ID_NOT_FOUND | ErrorCode::UNSUPPORTED_VERSION => {}
                     c => {
                         return Err(Error::broker(format!("describing group '{group}'"), c));
                     }

@@ -32,6 +32,7 @@ mod faults;
 mod flush;
 mod group_faults;
 mod groups;
+mod groups_cli;
 mod groups_consumer;
 mod idempotence;
 mod interop;

@@ -12,6 +12,7 @@ mod consume;
 mod demo;
 mod error;
 mod feed;
+mod groups;
 mod produce;
 mod progress;
 mod props;
@@ -44,6 +45,8 @@ enum Command {
     Topics(topics::Args),
     /// List, describe, abort (fence) or commit transactions.
     Txn(txn::Args),
+    /// List consumer groups, or describe them: members, committed offsets and lag.
+    Groups(groups::Args),
     /// Run the demo against a local broker: the per-driver-hourly job, SIGKILLed and restarted
     /// while rides stream in, writes every result exactly once (verdict, throughput, latency).
     Demo(demo::Args),
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
             Command::Consume(a) => consume::run(a).await,
             Command::Topics(a) => topics::run(a).await,
             Command::Txn(a) => txn::run(a).await,
+            Command::Groups(a) => groups::run(a).await,
             Command::Demo(a) => demo::run(a).await,
             Command::Taxi(a) => taxi::run(a).await,
             Command::Run(a) => run::run(a).await,

@@ -41,12 +41,30 @@ impl GroupState {
         }
     }
 
+    /// The name as the coordinator spells it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+            GroupState::Dead => "Dead",
+            GroupState::Other(name) => name,
+        }
+    }
+
     /// Whether a rebalance is under way (members joining or waiting for their assignment).
     pub fn rebalancing(&self) -> bool {
         matches!(
             self,
             GroupState::PreparingRebalance | GroupState::CompletingRebalance
         )
+    }
+}
+
+impl std::fmt::Display for GroupState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -144,6 +162,7 @@ mod tests {
         for (name, state, rebalancing) in cases {
             assert_eq!(GroupState::parse(name), state, "{name}");
             assert_eq!(state.rebalancing(), rebalancing, "{name}");
+            assert_eq!(state.to_string(), name);
         }
     }
 }

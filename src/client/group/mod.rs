@@ -24,11 +24,15 @@ pub mod assignor;
 mod codec;
 mod consumer_protocol;
 pub mod describe;
+pub mod listing;
 mod member_phase;
 mod metadata;
 pub(crate) mod offsets;
 
 pub use describe::{GroupDescription, GroupMember, GroupState};
+pub use listing::{
+    ConsumerGroupDescription, GroupListing, GroupType, MemberDescription, PartitionLag,
+};
 pub use metadata::GroupMetadata;
 
 use super::cluster::Stale;

@@ -8,9 +8,9 @@
 //!   answers GROUP_ID_NOT_FOUND (the group is not a consumer-protocol group, or does not exist)
 //!   or does not support the API is asked DescribeGroups, whose answer for a group it does not
 //!   know is the state `Dead` with no members (Kafka 4: GROUP_ID_NOT_FOUND, also for a group of
-//!   another type, which the coordinator's ListGroups then tells apart). A classic member's partitions are decoded from
-//!   its assignment (the consumer protocol's encoding); a consumer-protocol member's come named
-//!   in the answer.
+//!   another type, which the coordinator's ListGroups then tells apart). A classic member's
+//!   partitions are decoded from its assignment (the consumer protocol's encoding); a
+//!   consumer-protocol member's come named in the answer.
 //! - The committed offsets are OffsetFetch for every partition of the group (not waiting for
 //!   open transactions); the log end offsets are ListOffsets latest at read_uncommitted, i.e.
 //!   the high watermark. Lag is the log end offset minus the committed offset.

@@ -1,6 +1,8 @@
-//! Consumer groups, classic protocol: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, with the
-//! `range` and `cooperative-sticky` assignors, static membership, rebalance callbacks and
-//! offset commits.
+//! Consumer groups: the classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, with the
+//! `range` and `cooperative-sticky` assignors) and, with `group.protocol=consumer`, the KIP-848
+//! protocol (`consumer_protocol`: ConsumerGroupHeartbeat, the coordinator assigns); static
+//! membership, rebalance callbacks and offset commits under both. What follows is the classic
+//! member; the consumer-protocol member's life is in `consumer_protocol`'s module docs.
 //!
 //! A member's life: [`GroupConsumer::subscribe`] → the first [`GroupConsumer::poll`] joins
 //! (JoinGroup until the coordinator has everyone; the leader computes the assignment; SyncGroup

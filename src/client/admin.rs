@@ -407,7 +407,10 @@ impl Admin {
     /// # Errors
     /// The group's error (e.g. GROUP_AUTHORIZATION_FAILED) or the coordinator's unavailability
     /// after retries within default.api.timeout.ms. A group that does not exist is described
-    /// as [`GroupState::Dead`](crate::client::group::GroupState::Dead) with no members.
+    /// as [`GroupState::Dead`](crate::client::group::GroupState::Dead) with no members by
+    /// brokers before Kafka 4; Kafka 4 answers GROUP_ID_NOT_FOUND instead, for a group that
+    /// does not exist and for a KIP-848 group alike — [`Admin::describe_consumer_group`]
+    /// describes both kinds and tells a missing group apart.
     ///
     /// ```no_run
     /// # async fn demo() -> onceflow::client::Result<()> {

@@ -223,6 +223,8 @@ impl Fetcher {
                     if let Some(chunk) = recreated(&self.shared, tp, st, old, topic_id) {
                         round.recreated.push(chunk);
                     }
+                    // The reset's ListOffsets is for the next round, at once.
+                    round.next_wake = Some(now);
                     continue;
                 }
             }

@@ -18,6 +18,8 @@
 //!   requests that continue a fetch session (KIP-227) reach the broker with a session id it
 //!   does not know (FETCH_SESSION_ID_NOT_FOUND, as after an eviction) or an epoch out of step
 //!   (INVALID_FETCH_SESSION_EPOCH);
+//! - `hide_topic_ids`: Metadata responses carry no topic ids (KIP-516), as an old broker's:
+//!   the client then fetches by name and cannot tell a recreated topic from the old one;
 //! - `fake_leader`: a second broker id, at another address, that Metadata names as the leader
 //!   of chosen partitions. With one real broker this is how a test gets a cluster where one
 //!   leader is healthy and another unreachable (point it at a [`Blackhole`]).
@@ -73,6 +75,8 @@ pub struct Faults {
     pub skew_fetch_session_epochs: AtomicU32,
     /// Fetch requests spoiled or skewed so far.
     pub spoiled_fetches: AtomicU64,
+    /// Metadata responses lose their topic ids.
+    pub hide_topic_ids: AtomicBool,
 }
 
 impl Faults {
@@ -328,7 +332,8 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
                     }
                     Some((api, version, false, _)) => {
                         let fake = faults.fake_leader.lock().unwrap().clone();
-                        rewrite(frame, api, version, &me, fake.as_ref())
+                        let hide_ids = faults.hide_topic_ids.load(Ordering::Relaxed);
+                        rewrite(frame, api, version, &me, fake.as_ref(), hide_ids)
                     }
                     None => frame,
                 };
@@ -352,7 +357,14 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
 
 /// Points broker addresses in Metadata / FindCoordinator responses at the proxy, and adds the
 /// fake leader, if any.
-fn rewrite(frame: Bytes, api: i16, version: i16, me: &str, fake: Option<&FakeLeader>) -> Bytes {
+fn rewrite(
+    frame: Bytes,
+    api: i16,
+    version: i16,
+    me: &str,
+    fake: Option<&FakeLeader>,
+    hide_ids: bool,
+) -> Bytes {
     let Ok(key) = ApiKey::try_from(api) else {
         return frame;
     };
@@ -396,6 +408,11 @@ fn rewrite(frame: Bytes, api: i16, version: i16, me: &str, fake: Option<&FakeLea
                             p.isr_nodes = vec![BrokerId(fake.node_id)];
                         }
                     }
+                }
+            }
+            if hide_ids {
+                for t in &mut m.topics {
+                    t.topic_id = Default::default();
                 }
             }
             m.encode(&mut out, version).unwrap();

@@ -1383,7 +1383,8 @@ mod tests {
         };
         let req = build_request(&cfg, 13, &list, Some(&plan));
         assert_eq!((req.session_id, req.session_epoch), (42, 5));
-        let sent: Vec<([u8; 16], Vec<(i32, i64)>)> = req
+        type SentTopic = ([u8; 16], Vec<(i32, i64)>);
+        let sent: Vec<SentTopic> = req
             .topics
             .iter()
             .map(|t| {

@@ -241,3 +241,33 @@ async fn a_session_ends_with_its_connection_without_loss_or_duplicates() {
         "new sessions after lost connections: {m:?} ({resets} resets)"
     );
 }
+
+/// Dropping the consumer closes its session on the broker (a request with the session's id at
+/// epoch -1) instead of leaving it to idle out of the broker's cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_consumer_closes_its_session() {
+    let topic = TestTopic::create("sessions-close", 3).await;
+    let proxy = Proxy::start(&broker()).await;
+    fill(&topic, 5, "a").await;
+    let mut c = consumer_of(&proxy.addr, &topic, &[]).await;
+    let mut got = Vec::new();
+    read_until(&mut c, &mut got, 15, "before the drop").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.metrics().fetch_requests_incremental == 0 {
+        assert!(Instant::now() < deadline, "no session within 30 s");
+        c.poll(Duration::from_millis(100)).await.expect("poll");
+    }
+    assert_eq!(
+        proxy.faults.closed_fetch_sessions.load(Ordering::Relaxed),
+        0
+    );
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while proxy.faults.closed_fetch_sessions.load(Ordering::Relaxed) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no request closed the session within 30 s of the drop"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

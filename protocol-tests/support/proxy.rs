@@ -77,6 +77,8 @@ pub struct Faults {
     pub spoiled_fetches: AtomicU64,
     /// Metadata responses lose their topic ids.
     pub hide_topic_ids: AtomicBool,
+    /// Fetch requests that closed a fetch session (its id, epoch -1).
+    pub closed_fetch_sessions: AtomicU64,
 }
 
 impl Faults {
@@ -209,6 +211,15 @@ fn spoil_fetch_session(faults: &Faults, version: i16, frame: &Bytes) -> Option<B
     Some(out.freeze())
 }
 
+/// Whether the Fetch request frame closes a fetch session (KIP-227: its id, epoch -1).
+fn closes_fetch_session(version: i16, frame: &Bytes) -> bool {
+    let mut buf = frame.clone();
+    RequestHeader::decode(&mut buf, ApiKey::Fetch.request_header_version(version))
+        .ok()
+        .and_then(|_| FetchRequest::decode(&mut buf, version).ok())
+        .is_some_and(|r| r.session_id != 0 && r.session_epoch == -1)
+}
+
 /// Whether `hold_responses` holds the response to this request frame.
 fn hold_response(faults: &Faults, api: i16, version: i16, frame: &Bytes) -> bool {
     let held = *faults.hold_responses.lock().unwrap();
@@ -265,6 +276,9 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
                     faults.fetch_requests.fetch_add(1, Ordering::Relaxed);
                     if let Some(f) = spoil_fetch_session(&faults, version, &frame) {
                         frame = f;
+                    }
+                    if closes_fetch_session(version, &frame) {
+                        faults.closed_fetch_sessions.fetch_add(1, Ordering::Relaxed);
                     }
                 }
                 let hold = {

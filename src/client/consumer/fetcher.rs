@@ -65,13 +65,13 @@ impl Want {
 /// A leader's fetch session and the connection it lives on: a session does not outlive its
 /// connection (a request lost with it leaves the epochs out of step).
 #[derive(Debug, Default)]
-struct LeaderSession {
+pub(crate) struct LeaderSession {
     session: FetchSession,
     conn: Weak<Connection>,
 }
 
 /// The fetch sessions by leader; one request per leader at a time uses its entry.
-type Sessions = Arc<Mutex<HashMap<i32, LeaderSession>>>;
+pub(crate) type Sessions = Arc<Mutex<HashMap<i32, LeaderSession>>>;
 
 pub(crate) async fn run(shared: Arc<Shared>, tx: mpsc::Sender<Fetched>) {
     let mut fetcher = Fetcher::new(shared, tx);
@@ -165,7 +165,7 @@ impl Fetcher {
     fn new(shared: Arc<Shared>, tx: mpsc::Sender<Fetched>) -> Fetcher {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Fetcher {
-            shared,
+            shared: shared.clone(),
             tx,
             busy: Arc::default(),
             done_tx,
@@ -173,7 +173,7 @@ impl Fetcher {
             order: Vec::new(),
             served: Vec::new(),
             request_ids: 0,
-            sessions: Arc::default(),
+            sessions: shared.sessions.clone(),
         }
     }
 
@@ -431,6 +431,40 @@ async fn fetch_from(
         let _ = shared.cluster.refresh_if_older(g).await;
     }
     served
+}
+
+/// Closes every fetch session the broker holds for us: a request at the final epoch (-1) with
+/// the session's id and no partitions, which the broker answers at once, dropping the session
+/// rather than keeping its cache slot until it idles out. Best effort, on connections already
+/// open: the consumer is going away.
+pub(crate) async fn close_sessions(shared: Arc<Shared>) {
+    let open: Vec<(i32, i32, Arc<Connection>)> = lock(&shared.sessions)
+        .drain()
+        .filter_map(|(leader, ls)| Some((leader, ls.session.id()?, ls.conn.upgrade()?)))
+        .filter(|(_, _, conn)| !conn.is_poisoned())
+        .collect();
+    for (leader, id, conn) in open {
+        let Ok(version) = conn.version_for::<FetchRequest>(Some(MAX_FETCH_VERSION)) else {
+            continue;
+        };
+        let req = close_request(&shared.config, id);
+        match conn.request_at(&req, version).await {
+            Ok(_) => debug!(leader, session = id, "fetch session closed"),
+            Err(e) => debug!(leader, session = id, error = %e, "closing the fetch session failed"),
+        }
+    }
+}
+
+/// The request that closes session `id`: final epoch, nothing to fetch, no wait.
+fn close_request(cfg: &ConsumerConfig, id: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(cfg.fetch_max_bytes)
+        .with_isolation_level(cfg.isolation_level.wire())
+        .with_session_id(id)
+        .with_session_epoch(FINAL_EPOCH)
 }
 
 fn lock(sessions: &Sessions) -> std::sync::MutexGuard<'_, HashMap<i32, LeaderSession>> {
@@ -1419,6 +1453,23 @@ mod tests {
         assert_eq!(
             (req.session_id, req.session_epoch, req.topics.len()),
             (0, -1, 2)
+        );
+    }
+
+    /// The request that closes a session: its id, the final epoch, nothing fetched, no wait.
+    #[test]
+    fn the_close_request_names_the_session_at_the_final_epoch() {
+        let req = close_request(&ConsumerConfig::default(), 42);
+        assert_eq!(
+            (
+                req.session_id,
+                req.session_epoch,
+                req.topics.len(),
+                req.forgotten_topics_data.len(),
+                req.max_wait_ms,
+                req.min_bytes
+            ),
+            (42, -1, 0, 0, 0, 0)
         );
     }
 

@@ -147,6 +147,8 @@ pub(crate) struct Shared {
     epochs: AtomicU64,
     /// Counters read by [`Consumer::metrics`].
     pub counters: metrics::Counters,
+    /// The fetch session with each leader (KIP-227), kept by the fetcher task.
+    pub sessions: fetcher::Sessions,
 }
 
 impl Shared {
@@ -174,6 +176,11 @@ pub struct Consumer {
 impl Drop for Consumer {
     fn drop(&mut self) {
         self.task.abort();
+        // Fetch sessions (KIP-227) are closed on the way out, if a runtime is still there to
+        // send the requests; otherwise they idle out of the broker's cache.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(fetcher::close_sessions(self.shared.clone()));
+        }
     }
 }
 
@@ -208,6 +215,7 @@ impl Consumer {
             wake: Notify::new(),
             epochs: AtomicU64::new(0),
             counters: metrics::Counters::default(),
+            sessions: Default::default(),
         });
         let (tx, rx) = mpsc::channel(64);
         let task = tokio::spawn(fetcher::run(shared.clone(), tx));

@@ -4,11 +4,16 @@
 //! A single-node broker cannot lose records in an unclean leader election, but a topic deleted
 //! and created again under the same name looks exactly like one to a consumer that fetches by
 //! name: its fetch offset is past the new log's end, and the new log's epoch 0 ends before it.
+//! Our consumer knows topic ids (KIP-516) and would see the recreation for what it is
+//! (protocol-tests/topic_ids.rs), so here it reaches the broker through the proxy with the ids
+//! taken out of Metadata, as from a broker without them: it then fetches by name (Fetch v12).
 
+use crate::support::proxy::Proxy;
 use crate::support::*;
 use bytes::Bytes;
 use onceflow::client::admin::NewTopic;
 use onceflow::client::{Admin, Consumer, Error, Offset, ProducerRecord, TopicPartition};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 async fn produce(topic: &str, values: impl IntoIterator<Item = String>) {
@@ -41,8 +46,10 @@ async fn records_gone_from_under_the_position_are_reported_as_log_truncation() {
     produce(&name, (0..50).map(|i| format!("old-{i}"))).await;
 
     let tp = TopicPartition::new(name.clone(), 0);
+    let proxy = Proxy::start(&broker()).await;
+    proxy.faults.hide_topic_ids.store(true, Ordering::Relaxed);
     let mut c = Consumer::new(consumer_config(
-        &broker(),
+        &proxy.addr,
         &[("auto.offset.reset", "none"), ("fetch.max.wait.ms", "100")],
     ))
     .await

@@ -14,6 +14,12 @@
 //! - `hold_responses`: while set to an API, forward its requests but never pass their responses
 //!   back (the connection stays open and silent): the broker did the work, the client never
 //!   hears so. For EndTxn only commits are held (an abort's answer passes);
+//! - `spoil_fetch_session_ids` / `skew_fetch_session_epochs`: the next this-many Fetch
+//!   requests that continue a fetch session (KIP-227) reach the broker with a session id it
+//!   does not know (FETCH_SESSION_ID_NOT_FOUND, as after an eviction) or an epoch out of step
+//!   (INVALID_FETCH_SESSION_EPOCH);
+//! - `hide_topic_ids`: Metadata responses carry no topic ids (KIP-516), as an old broker's:
+//!   the client then fetches by name and cannot tell a recreated topic from the old one;
 //! - `fake_leader`: a second broker id, at another address, that Metadata names as the leader
 //!   of chosen partitions. With one real broker this is how a test gets a cluster where one
 //!   leader is healthy and another unreachable (point it at a [`Blackhole`]).
@@ -23,8 +29,8 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, EndTxnRequest, FindCoordinatorResponse, MetadataResponse, RequestHeader,
-    ResponseHeader,
+    ApiKey, BrokerId, EndTxnRequest, FetchRequest, FindCoordinatorResponse, MetadataResponse,
+    RequestHeader, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use rand::Rng;
@@ -63,6 +69,16 @@ pub struct Faults {
     /// Responses `hold_responses` has held.
     pub held_responses: AtomicU64,
     pub fake_leader: Mutex<Option<FakeLeader>>,
+    /// The next this-many incremental Fetch requests go with an unknown session id.
+    pub spoil_fetch_session_ids: AtomicU32,
+    /// The next this-many incremental Fetch requests go with an epoch out of step.
+    pub skew_fetch_session_epochs: AtomicU32,
+    /// Fetch requests spoiled or skewed so far.
+    pub spoiled_fetches: AtomicU64,
+    /// Metadata responses lose their topic ids.
+    pub hide_topic_ids: AtomicBool,
+    /// Fetch requests that closed a fetch session (its id, epoch -1).
+    pub closed_fetch_sessions: AtomicU64,
 }
 
 impl Faults {
@@ -161,6 +177,49 @@ impl Proxy {
 /// Correlation id -> (api key, version, drop the response?, hold it?).
 type InFlight = HashMap<i32, (i16, i16, bool, bool)>;
 
+/// The Fetch request frame with its session spoiled, if a fault asks for it and the request
+/// continues a session.
+fn spoil_fetch_session(faults: &Faults, version: i16, frame: &Bytes) -> Option<Bytes> {
+    let take = |n: &AtomicU32| {
+        n.load(Ordering::Relaxed) > 0
+            && n.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok()
+    };
+    let pending = faults.spoil_fetch_session_ids.load(Ordering::Relaxed) > 0
+        || faults.skew_fetch_session_epochs.load(Ordering::Relaxed) > 0;
+    if !pending {
+        return None;
+    }
+    let hv = ApiKey::Fetch.request_header_version(version);
+    let mut buf = frame.clone();
+    let header = RequestHeader::decode(&mut buf, hv).ok()?;
+    let mut req = FetchRequest::decode(&mut buf, version).ok()?;
+    if req.session_epoch <= 0 {
+        return None;
+    }
+    if take(&faults.spoil_fetch_session_ids) {
+        req.session_id ^= 0x5a5a_5a5a;
+    } else if take(&faults.skew_fetch_session_epochs) {
+        req.session_epoch = req.session_epoch.wrapping_add(1000).max(1);
+    } else {
+        return None;
+    }
+    faults.spoiled_fetches.fetch_add(1, Ordering::Relaxed);
+    let mut out = BytesMut::new();
+    header.encode(&mut out, hv).ok()?;
+    req.encode(&mut out, version).ok()?;
+    Some(out.freeze())
+}
+
+/// Whether the Fetch request frame closes a fetch session (KIP-227: its id, epoch -1).
+fn closes_fetch_session(version: i16, frame: &Bytes) -> bool {
+    let mut buf = frame.clone();
+    RequestHeader::decode(&mut buf, ApiKey::Fetch.request_header_version(version))
+        .ok()
+        .and_then(|_| FetchRequest::decode(&mut buf, version).ok())
+        .is_some_and(|r| r.session_id != 0 && r.session_epoch == -1)
+}
+
 /// Whether `hold_responses` holds the response to this request frame.
 fn hold_response(faults: &Faults, api: i16, version: i16, frame: &Bytes) -> bool {
     let held = *faults.hold_responses.lock().unwrap();
@@ -212,8 +271,15 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
                             < faults
                                 .drop_produce_responses_per_mille
                                 .load(Ordering::Relaxed));
+                let mut frame = frame;
                 if api == ApiKey::Fetch as i16 {
                     faults.fetch_requests.fetch_add(1, Ordering::Relaxed);
+                    if let Some(f) = spoil_fetch_session(&faults, version, &frame) {
+                        frame = f;
+                    }
+                    if closes_fetch_session(version, &frame) {
+                        faults.closed_fetch_sessions.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
                 let hold = {
                     let mut h = faults.hold_next_request.lock().unwrap();
@@ -280,7 +346,8 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
                     }
                     Some((api, version, false, _)) => {
                         let fake = faults.fake_leader.lock().unwrap().clone();
-                        rewrite(frame, api, version, &me, fake.as_ref())
+                        let hide_ids = faults.hide_topic_ids.load(Ordering::Relaxed);
+                        rewrite(frame, api, version, &me, fake.as_ref(), hide_ids)
                     }
                     None => frame,
                 };
@@ -304,7 +371,14 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
 
 /// Points broker addresses in Metadata / FindCoordinator responses at the proxy, and adds the
 /// fake leader, if any.
-fn rewrite(frame: Bytes, api: i16, version: i16, me: &str, fake: Option<&FakeLeader>) -> Bytes {
+fn rewrite(
+    frame: Bytes,
+    api: i16,
+    version: i16,
+    me: &str,
+    fake: Option<&FakeLeader>,
+    hide_ids: bool,
+) -> Bytes {
     let Ok(key) = ApiKey::try_from(api) else {
         return frame;
     };
@@ -348,6 +422,11 @@ fn rewrite(frame: Bytes, api: i16, version: i16, me: &str, fake: Option<&FakeLea
                             p.isr_nodes = vec![BrokerId(fake.node_id)];
                         }
                     }
+                }
+            }
+            if hide_ids {
+                for t in &mut m.topics {
+                    t.topic_id = Default::default();
                 }
             }
             m.encode(&mut out, version).unwrap();

@@ -262,6 +262,11 @@ pub struct ConsumerConfig {
     /// the same but defaults to false): whether assigning or subscribing to a topic that does
     /// not exist asks the broker to create it. The broker's `auto.create.topics.enable` decides.
     pub allow_auto_create_topics: bool,
+    /// `fetch.sessions.enable` (default true; the Java consumer has no such switch and always
+    /// asks for sessions): use incremental fetch sessions (KIP-227), so that a request names
+    /// only the partitions whose fetch state changed. False sends every partition in every
+    /// request (session id 0, epoch -1), as before sessions existed.
+    pub fetch_sessions_enable: bool,
 }
 
 impl Default for ConsumerConfig {
@@ -286,6 +291,7 @@ impl Default for ConsumerConfig {
             max_poll_interval: Duration::from_secs(300),
             check_crcs: true,
             allow_auto_create_topics: true,
+            fetch_sessions_enable: true,
         }
     }
 }
@@ -644,6 +650,7 @@ impl ConsumerConfig {
             "heartbeat.interval.ms" => self.heartbeat_interval = parse_ms(name, value)?,
             "max.poll.interval.ms" => self.max_poll_interval = parse_ms(name, value)?,
             "check.crcs" => self.check_crcs = parse_bool(name, value)?,
+            "fetch.sessions.enable" => self.fetch_sessions_enable = parse_bool(name, value)?,
             "allow.auto.create.topics" => self.allow_auto_create_topics = parse_bool(name, value)?,
             "key.deserializer" | "value.deserializer" => {}
             _ => {

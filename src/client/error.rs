@@ -129,6 +129,22 @@ pub enum Error {
         /// The first offset where the log differs from what was fetched, when the broker knows.
         divergent_offset: Option<i64>,
     },
+    /// The topic was deleted and recreated under the same name (a new topic id, KIP-516)
+    /// while the consumer read it, and auto.offset.reset=none: the old position means nothing
+    /// in the new topic. The partition does not move until the application seeks.
+    #[error("topic '{topic}' partition {partition} was deleted and recreated (topic id {old_id} became {new_id}); the position {position} belonged to the old topic: seek to continue, or set auto.offset.reset to earliest or latest to reset automatically")]
+    TopicRecreated {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// The position, in the old topic.
+        position: i64,
+        /// The id the position belonged to.
+        old_id: uuid::Uuid,
+        /// The id metadata now gives the name.
+        new_id: uuid::Uuid,
+    },
     /// The broker supports no version of an API we need.
     #[error("broker {broker} supports no version of {api} that this client speaks; upgrade the broker (Kafka 2.8 or later)")]
     UnsupportedVersion {

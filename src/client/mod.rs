@@ -45,7 +45,7 @@ pub use config::{
     Acks, AutoOffsetReset, ClientConfig, ConfigError, ConsumerConfig, GroupProtocol,
     IsolationLevel, ProducerConfig,
 };
-pub use consumer::{Consumer, ConsumerRecord, Offset};
+pub use consumer::{Consumer, ConsumerMetrics, ConsumerRecord, Offset};
 pub use error::{classify, Error, ErrorClass, Op, Result};
 pub use metadata::TopicPartition;
 pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};

@@ -26,6 +26,10 @@
 //! from the first `send` to the last acknowledgement, for `consume` from `assign` to the N-th
 //! record.
 //!
+//! `consume` also prints `onceflow-fetch requests_full=… requests_incremental=…
+//! request_bytes=… request_bytes_per_sec=… request_bytes_per_record=…`: the Fetch requests sent
+//! (with and without KIP-227 sessions: `-X fetch.sessions.enable=false`) and their bytes.
+//!
 //! Payload: by default every record gets a freshly generated value of random upper-case
 //! letters, as Kafka's ProducerPerformance does with --record-size (it refills its payload
 //! array with SplittableRandom.nextInt(26) + 'A' before every send, on the sending thread), so
@@ -831,7 +835,22 @@ async fn consume(args: &Args) -> Res<()> {
         records += batch.len() as u64;
     }
     let secs = start.elapsed().as_secs_f64();
+    let m = consumer.metrics();
     drop(consumer);
+    // Fetch requests and their bytes (KIP-227 sessions: -X fetch.sessions.enable=false turns
+    // them off).
+    let requests = m.fetch_requests_full + m.fetch_requests_incremental;
+    println!(
+        "onceflow-fetch requests_full={} requests_incremental={} request_bytes={} \
+         request_bytes_per_sec={:.0} request_bytes_per_record={:.3} bytes_per_request={:.0} session_restarts={}",
+        m.fetch_requests_full,
+        m.fetch_requests_incremental,
+        m.fetch_request_bytes,
+        m.fetch_request_bytes as f64 / secs,
+        m.fetch_request_bytes as f64 / records.max(1) as f64,
+        m.fetch_request_bytes as f64 / requests.max(1) as f64,
+        m.fetch_session_restarts
+    );
     println!(
         "onceflow-detail partitions={} first_record_ms={:.1} mb={:.4}",
         tps.len(),

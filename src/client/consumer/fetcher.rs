@@ -2,26 +2,32 @@
 //! record batches (and old v0/v1 message sets) and hands the records to the consumer.
 
 use super::isolation::AbortedTransactions;
+use super::metrics::Counters;
 use super::order::next_order;
+use super::session::{FetchSession, Outcome, PartitionFetch, Plan, FINAL_EPOCH};
 use super::truncation::{on_diverging_epoch, Divergence};
 use super::{list_offsets, Chunk, ConsumerRecord, Fetched, Offset, PartitionState, Shared};
 use crate::client::config::{AutoOffsetReset, ConsumerConfig};
+use crate::client::connection::Connection;
 use crate::client::error::{classify, Error, ErrorClass, Op, Result};
 use crate::client::metadata::{MetadataSnapshot, TopicPartition};
 use crate::protocol::records::{decode_entries, CrcCheck, EntryIter, LogEntry, RecordError};
 use crate::protocol::ErrorCode;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::{Encodable, StrBytes};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 use tokio::sync::mpsc;
 use tracing::{debug, debug_span, info, warn, Instrument};
+use uuid::Uuid;
 
-/// Fetch v13 addresses topics by id; v12 is the newest by name.
-const MAX_FETCH_VERSION: i16 = 12;
+/// The newest Fetch version the crate speaks.
+const MAX_FETCH_VERSION: i16 = 18;
+/// Fetch v13 addresses topics by id (KIP-516); v12 is the newest by name.
+const TOPIC_ID_VERSION: i16 = 13;
 /// First Fetch version with current_leader_epoch (KIP-320).
 const CURRENT_LEADER_EPOCH_VERSION: i16 = 9;
 /// First Fetch version with last_fetched_epoch and diverging_epoch.
@@ -38,7 +44,34 @@ struct Want {
     leader_epoch: i32,
     /// Leader epoch of the last batch fetched before `fetch_offset` (-1 when unknown).
     last_fetched_epoch: i32,
+    /// The topic's id from metadata (all zero when the broker gave none).
+    topic_id: [u8; 16],
 }
+
+impl Want {
+    /// What a request carries for the partition, as a fetch session compares it.
+    fn fetch(&self, cfg: &ConsumerConfig) -> PartitionFetch {
+        PartitionFetch {
+            topic_id: self.topic_id,
+            fetch_offset: self.fetch_offset,
+            log_start_offset: -1,
+            current_leader_epoch: self.leader_epoch,
+            last_fetched_epoch: self.last_fetched_epoch,
+            max_bytes: cfg.max_partition_fetch_bytes,
+        }
+    }
+}
+
+/// A leader's fetch session and the connection it lives on: a session does not outlive its
+/// connection (a request lost with it leaves the epochs out of step).
+#[derive(Debug, Default)]
+pub(crate) struct LeaderSession {
+    session: FetchSession,
+    conn: Weak<Connection>,
+}
+
+/// The fetch sessions by leader; one request per leader at a time uses its entry.
+pub(crate) type Sessions = Arc<Mutex<HashMap<i32, LeaderSession>>>;
 
 pub(crate) async fn run(shared: Arc<Shared>, tx: mpsc::Sender<Fetched>) {
     let mut fetcher = Fetcher::new(shared, tx);
@@ -54,6 +87,11 @@ pub(crate) async fn run(shared: Arc<Shared>, tx: mpsc::Sender<Fetched>) {
                 .cluster
                 .refresh_if_older(meta.generation)
                 .await;
+        }
+        for chunk in round.recreated {
+            if fetcher.tx.send(Fetched::Chunk(chunk)).await.is_err() {
+                return;
+            }
         }
         for (leader, id, list) in round.requests {
             fetcher.spawn_fetch(leader, id, list);
@@ -82,10 +120,12 @@ struct Fetcher {
     served: Vec<TopicPartition>,
     /// The id of the last request built.
     request_ids: u64,
+    /// The fetch session with each leader (KIP-227).
+    sessions: Sessions,
 }
 
 /// What one round sends, and when it must look again.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Round {
     /// One Fetch per leader: the leader, the request id, the partitions in fetch order.
     requests: Vec<(i32, u64, Vec<Want>)>,
@@ -93,6 +133,9 @@ struct Round {
     missing_leader: bool,
     /// When a partition backing off (or a failed ListOffsets) may be tried again.
     next_wake: Option<Instant>,
+    /// Partitions whose topic was recreated under auto.offset.reset=none: the chunks that tell
+    /// the application.
+    recreated: Vec<Chunk>,
 }
 
 /// Whether a partition may go into this round's requests, by its own state (its leader
@@ -122,7 +165,7 @@ impl Fetcher {
     fn new(shared: Arc<Shared>, tx: mpsc::Sender<Fetched>) -> Fetcher {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Fetcher {
-            shared,
+            shared: shared.clone(),
             tx,
             busy: Arc::default(),
             done_tx,
@@ -130,6 +173,7 @@ impl Fetcher {
             order: Vec::new(),
             served: Vec::new(),
             request_ids: 0,
+            sessions: shared.sessions.clone(),
         }
     }
 
@@ -171,6 +215,19 @@ impl Fetcher {
                 st.fetch_failed = true;
                 continue;
             };
+            let topic_id = meta.topics.get(&tp.topic).map_or([0; 16], |t| t.id);
+            match on_topic_id(st.topic_id, topic_id) {
+                TopicId::Same => {}
+                TopicId::Adopt => st.topic_id = Some(topic_id),
+                TopicId::Recreated { old } => {
+                    if let Some(chunk) = recreated(&self.shared, tp, st, old, topic_id) {
+                        round.recreated.push(chunk);
+                    }
+                    // The reset's ListOffsets is for the next round, at once.
+                    round.next_wake = Some(now);
+                    continue;
+                }
+            }
             if busy.contains(&leader) {
                 continue;
             }
@@ -180,6 +237,7 @@ impl Fetcher {
                 epoch: st.epoch,
                 leader_epoch: meta.partition(tp).map_or(-1, |p| p.leader_epoch),
                 last_fetched_epoch: st.last_fetched_epoch,
+                topic_id,
             });
         }
         for (leader, list) in by_leader {
@@ -204,8 +262,9 @@ impl Fetcher {
         let tx = self.tx.clone();
         let busy = self.busy.clone();
         let done = self.done_tx.clone();
+        let sessions = self.sessions.clone();
         tokio::spawn(async move {
-            let served = fetch_from(&shared, leader, id, list, &tx).await;
+            let served = fetch_from(&shared, &sessions, leader, id, list, &tx).await;
             busy.lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&leader);
@@ -258,6 +317,8 @@ async fn resolve_positions(shared: &Shared, tx: &mpsc::Sender<Fetched>) {
                             st.position = Some(*o);
                             st.fetch_offset = *o;
                             st.last_fetched_epoch = -1;
+                            // Resolved in the topic as metadata names it now.
+                            st.topic_id = None;
                         }
                     }
                 }
@@ -284,21 +345,64 @@ fn release(st: Option<&mut PartitionState>, id: u64) -> Option<&mut PartitionSta
 /// records for, in response order (they move to the end of the fetch order).
 async fn fetch_from(
     shared: &Arc<Shared>,
+    sessions: &Sessions,
     leader: i32,
     id: u64,
     list: Vec<Want>,
     tx: &mpsc::Sender<Fetched>,
 ) -> Vec<TopicPartition> {
     let span = debug_span!("fetch", leader, partitions = list.len());
-    let resp = match send_fetch(shared, leader, &list).instrument(span).await {
+    let sent = match send_fetch(shared, sessions, leader, &list)
+        .instrument(span)
+        .await
+    {
         Ok(r) => r,
         Err(e) => {
             debug!(leader, error = %e, "fetch failed");
+            if let Some(ls) = lock(sessions).get_mut(&leader) {
+                if ls.session.id().is_some() || ls.session.is_incremental() {
+                    Counters::add(&shared.counters.fetch_session_restarts, 1);
+                }
+                ls.session.restart();
+            }
             back_off(shared, id, &list, e.class() == ErrorClass::RefreshAndRetry).await;
             return Vec::new();
         }
     };
-    let answers = answers(&list, &resp);
+    let Sent { resp, plan, by_id } = sent;
+    let (answers, stranger) = answers(&list, &resp, by_id);
+    let outcome = match (plan, lock(sessions).get_mut(&leader)) {
+        (Some(plan), Some(ls)) => {
+            let code = ErrorCode(resp.error_code);
+            ls.session
+                .on_response(&plan, code, resp.session_id, stranger)
+        }
+        // Sessions off: a top-level error fails the whole request.
+        _ if resp.error_code != 0 => Outcome::Failed(ErrorCode(resp.error_code)),
+        _ => Outcome::Answered,
+    };
+    match outcome {
+        Outcome::Answered => {}
+        Outcome::Restart(code) => {
+            debug!(
+                leader,
+                ?code,
+                "fetch session dropped; the next request is full"
+            );
+            Counters::add(&shared.counters.fetch_session_restarts, 1);
+            let mut parts = shared.lock();
+            for w in &list {
+                release(parts.get_mut(&w.tp), id);
+            }
+            return Vec::new();
+        }
+        Outcome::Failed(code) => {
+            debug!(leader, ?code, "fetch failed at the top level");
+            let refresh = classify(code, Op::General) == ErrorClass::RefreshAndRetry;
+            back_off(shared, id, &list, refresh).await;
+            return Vec::new();
+        }
+    }
     let mut served = Vec::new();
     let mut refresh = false;
     for &(i, p) in &answers {
@@ -309,7 +413,9 @@ async fn fetch_from(
             Applied::ConsumerGone => return served,
         }
     }
-    // Partitions the response left out are fetched again next round.
+    // Partitions the response left out are fetched again next round: a full response left
+    // them out for lack of room (fetch.max.bytes), an incremental one because they have
+    // nothing new (KIP-227), and then their end offsets are as the last answer said.
     {
         let mut answered = vec![false; list.len()];
         for &(i, _) in &answers {
@@ -327,25 +433,131 @@ async fn fetch_from(
     served
 }
 
-/// Connects to `leader` and sends the Fetch for `list`.
-async fn send_fetch(shared: &Shared, leader: i32, list: &[Want]) -> Result<FetchResponse> {
-    let cfg = &shared.config;
-    let conn = shared.cluster.broker(leader).await?;
-    let version = conn.version_for::<FetchRequest>(Some(MAX_FETCH_VERSION))?;
-    let req = build_request(cfg, version, list);
-    // The broker holds a Fetch up to max_wait when there is no data: that is not the network
-    // being slow, and must not time out (and replace) the connection.
-    conn.start_request(&req, version)?
-        .with_timeout(conn.request_timeout() + cfg.fetch_max_wait)
-        .response()
-        .await
+/// Closes every fetch session the broker holds for us: a request at the final epoch (-1) with
+/// the session's id and no partitions, which the broker answers at once, dropping the session
+/// rather than keeping its cache slot until it idles out. Best effort, on connections already
+/// open: the consumer is going away.
+pub(crate) async fn close_sessions(shared: Arc<Shared>) {
+    let open: Vec<(i32, i32, Arc<Connection>)> = lock(&shared.sessions)
+        .drain()
+        .filter_map(|(leader, ls)| Some((leader, ls.session.id()?, ls.conn.upgrade()?)))
+        .filter(|(_, _, conn)| !conn.is_poisoned())
+        .collect();
+    for (leader, id, conn) in open {
+        let Ok(version) = conn.version_for::<FetchRequest>(Some(MAX_FETCH_VERSION)) else {
+            continue;
+        };
+        let req = close_request(&shared.config, id);
+        match conn.request_at(&req, version).await {
+            Ok(_) => debug!(leader, session = id, "fetch session closed"),
+            Err(e) => debug!(leader, session = id, error = %e, "closing the fetch session failed"),
+        }
+    }
 }
 
-/// The Fetch request for `list`, partitions in its order. Sessions (KIP-227) are not used:
-/// every request is a full one.
-fn build_request(cfg: &ConsumerConfig, version: i16, list: &[Want]) -> FetchRequest {
+/// The request that closes session `id`: final epoch, nothing to fetch, no wait.
+fn close_request(cfg: &ConsumerConfig, id: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(cfg.fetch_max_bytes)
+        .with_isolation_level(cfg.isolation_level.wire())
+        .with_session_id(id)
+        .with_session_epoch(FINAL_EPOCH)
+}
+
+fn lock(sessions: &Sessions) -> std::sync::MutexGuard<'_, HashMap<i32, LeaderSession>> {
+    sessions.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A response and what its request was.
+struct Sent {
+    resp: FetchResponse,
+    /// The session's plan; `None` with sessions off.
+    plan: Option<Plan>,
+    /// Whether topics were addressed by id.
+    by_id: bool,
+}
+
+/// The Fetch version for `list` among those the broker offers (`offered`, the newest both
+/// sides speak): by topic id from v13 when every topic has an id, else v12 at most.
+fn fetch_version(offered: i16, list: &[Want]) -> i16 {
+    if offered >= TOPIC_ID_VERSION && list.iter().any(|w| w.topic_id == [0; 16]) {
+        TOPIC_ID_VERSION - 1
+    } else {
+        offered
+    }
+}
+
+/// Connects to `leader`, plans the request with the leader's session and sends the Fetch for
+/// `list`.
+async fn send_fetch(
+    shared: &Shared,
+    sessions: &Sessions,
+    leader: i32,
+    list: &[Want],
+) -> Result<Sent> {
+    let cfg = &shared.config;
+    let conn = shared.cluster.broker(leader).await?;
+    let version = fetch_version(
+        conn.version_for::<FetchRequest>(Some(MAX_FETCH_VERSION))?,
+        list,
+    );
+    let by_id = version >= TOPIC_ID_VERSION;
+    let plan = if cfg.fetch_sessions_enable {
+        let mut all = lock(sessions);
+        let ls = all.entry(leader).or_default();
+        let here = Arc::downgrade(&conn);
+        if !Weak::ptr_eq(&ls.conn, &here) {
+            // A new connection: whatever session the old one had is out of step.
+            ls.session.restart();
+            ls.conn = here;
+        }
+        let wanted: Vec<(TopicPartition, PartitionFetch)> =
+            list.iter().map(|w| (w.tp.clone(), w.fetch(cfg))).collect();
+        Some(ls.session.plan(&wanted, by_id))
+    } else {
+        None
+    };
+    let req = build_request(cfg, version, list, plan.as_ref());
+    let counters = &shared.counters;
+    match &plan {
+        Some(p) if !p.is_full() => Counters::add(&counters.fetch_requests_incremental, 1),
+        _ => Counters::add(&counters.fetch_requests_full, 1),
+    }
+    if let Ok(n) = req.compute_size(version) {
+        Counters::add(&counters.fetch_request_bytes, n as u64);
+    }
+    // The broker holds a Fetch up to max_wait when there is no data: that is not the network
+    // being slow, and must not time out (and replace) the connection.
+    let resp = conn
+        .start_request(&req, version)?
+        .with_timeout(conn.request_timeout() + cfg.fetch_max_wait)
+        .response()
+        .await?;
+    Ok(Sent { resp, plan, by_id })
+}
+
+/// The Fetch request for `list`, partitions in its order. Without a session `plan` every
+/// partition goes (session id 0, epoch -1); with one, the partitions it picks and the ones
+/// it forgets. From v13 topics go by id (the name is not encoded).
+fn build_request(
+    cfg: &ConsumerConfig,
+    version: i16,
+    list: &[Want],
+    plan: Option<&Plan>,
+) -> FetchRequest {
+    let all: Vec<usize>;
+    let (session_id, epoch, send, forget) = match plan {
+        Some(p) => (p.session_id, p.epoch, &p.send, &p.forget[..]),
+        None => {
+            all = (0..list.len()).collect();
+            (0, FINAL_EPOCH, &all, &[][..])
+        }
+    };
     let mut topics: Vec<FetchTopic> = Vec::new();
-    for w in list {
+    for w in send.iter().filter_map(|&i| list.get(i)) {
         let mut p = FetchPartition::default()
             .with_partition(w.tp.partition)
             .with_fetch_offset(w.fetch_offset)
@@ -361,15 +573,29 @@ fn build_request(cfg: &ConsumerConfig, version: i16, list: &[Want]) -> FetchRequ
         }
         // Topics may repeat when the order interleaves them; the broker serves the partitions
         // in request order either way.
-        match topics
-            .last_mut()
-            .filter(|t| t.topic.0.as_str() == w.tp.topic)
-        {
-            Some(t) => t.partitions.push(p),
-            None => topics.push(
+        match topics.last_mut() {
+            Some(t) if *t.topic.0 == *w.tp.topic && *t.topic_id.as_bytes() == w.topic_id => {
+                t.partitions.push(p)
+            }
+            _ => topics.push(
                 FetchTopic::default()
                     .with_topic(TopicName(StrBytes::from_string(w.tp.topic.clone())))
+                    .with_topic_id(Uuid::from_bytes(w.topic_id))
                     .with_partitions(vec![p]),
+            ),
+        }
+    }
+    let mut forgotten: Vec<ForgottenTopic> = Vec::new();
+    for (tp, topic_id) in forget {
+        match forgotten.last_mut() {
+            Some(t) if *t.topic.0 == *tp.topic && *t.topic_id.as_bytes() == *topic_id => {
+                t.partitions.push(tp.partition)
+            }
+            _ => forgotten.push(
+                ForgottenTopic::default()
+                    .with_topic(TopicName(StrBytes::from_string(tp.topic.clone())))
+                    .with_topic_id(Uuid::from_bytes(*topic_id))
+                    .with_partitions(vec![tp.partition]),
             ),
         }
     }
@@ -379,29 +605,116 @@ fn build_request(cfg: &ConsumerConfig, version: i16, list: &[Want]) -> FetchRequ
         .with_min_bytes(cfg.fetch_min_bytes)
         .with_max_bytes(cfg.fetch_max_bytes)
         .with_isolation_level(cfg.isolation_level.wire())
-        .with_session_id(0)
-        .with_session_epoch(-1)
+        .with_session_id(session_id)
+        .with_session_epoch(epoch)
         .with_topics(topics)
+        .with_forgotten_topics_data(forgotten)
 }
 
 /// The answers a response holds for the partitions of `list`, in response order: the index of
-/// the partition in `list` and its data. A partition not asked for is ignored; one answered
-/// twice counts once, the first time.
-fn answers<'a>(list: &[Want], resp: &'a FetchResponse) -> Vec<(usize, &'a PartitionData)> {
+/// the partition in `list` and its data; and whether it named a partition not in `list` (a
+/// session out of step with the broker). Topics match by id when the request went by id
+/// (`by_id`), else by name. A partition not asked for is ignored; one answered twice counts
+/// once, the first time.
+fn answers<'a>(
+    list: &[Want],
+    resp: &'a FetchResponse,
+    by_id: bool,
+) -> (Vec<(usize, &'a PartitionData)>, bool) {
     let mut seen = vec![false; list.len()];
     let mut out = Vec::new();
+    let mut stranger = false;
     for t in &resp.responses {
+        let topic_matches = |w: &Want| match by_id {
+            true => w.topic_id == *t.topic_id.as_bytes(),
+            false => w.tp.topic == *t.topic.0,
+        };
         for p in &t.partitions {
             let asked = list
                 .iter()
-                .position(|w| w.tp.partition == p.partition_index && w.tp.topic == *t.topic.0);
-            if let Some(i) = asked.filter(|i| !seen[*i]) {
-                seen[i] = true;
-                out.push((i, p));
+                .position(|w| w.tp.partition == p.partition_index && topic_matches(w));
+            match asked {
+                Some(i) if !seen[i] => {
+                    seen[i] = true;
+                    out.push((i, p));
+                }
+                Some(_) => {}
+                None => stranger = true,
             }
         }
     }
-    out
+    (out, stranger)
+}
+
+/// What metadata's topic id says about the id a partition's position belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TopicId {
+    /// The same topic (or no ids to compare).
+    Same,
+    /// The position has no id yet (new assignment, seek, reset): it belongs to this one.
+    Adopt,
+    /// The name now belongs to another topic: the old one was deleted and recreated.
+    Recreated { old: [u8; 16] },
+}
+
+fn on_topic_id(held: Option<[u8; 16]>, now: [u8; 16]) -> TopicId {
+    const NONE: [u8; 16] = [0; 16];
+    match held {
+        // Metadata without ids (an old broker, a topic being created): nothing to compare.
+        _ if now == NONE => TopicId::Same,
+        None | Some(NONE) => TopicId::Adopt,
+        Some(old) if old == now => TopicId::Same,
+        Some(old) => TopicId::Recreated { old },
+    }
+}
+
+/// The partition's topic was deleted and recreated: its position meant the old topic. Under
+/// auto.offset.reset earliest/latest the position is reset (as the Java consumer ends up
+/// doing through OFFSET_OUT_OF_RANGE, but also when the new topic has already grown past the
+/// old position); under none the partition halts and the returned chunk tells the application.
+fn recreated(
+    shared: &Shared,
+    tp: &TopicPartition,
+    st: &mut PartitionState,
+    old: [u8; 16],
+    new: [u8; 16],
+) -> Option<Chunk> {
+    Counters::add(&shared.counters.topics_recreated, 1);
+    let (old_id, new_id) = (Uuid::from_bytes(old), Uuid::from_bytes(new));
+    let position = st.position.unwrap_or(st.fetch_offset);
+    // Whatever happens, data fetched from the old topic is not to be handed out.
+    st.epoch = shared.next_epoch();
+    st.last_fetched_epoch = -1;
+    st.topic_id = Some(new);
+    let reset = match shared.config.auto_offset_reset {
+        AutoOffsetReset::Earliest => Some(Offset::Beginning),
+        AutoOffsetReset::Latest => Some(Offset::End),
+        AutoOffsetReset::None => None,
+    };
+    if let Some(r) = reset {
+        warn!(topic = %tp.topic, partition = tp.partition, %old_id, %new_id, position, reset = ?r, "topic deleted and recreated under a new id; resetting the position per auto.offset.reset");
+        st.pending = Some(r);
+        st.position = None;
+        return None;
+    }
+    warn!(topic = %tp.topic, partition = tp.partition, %old_id, %new_id, position, "topic deleted and recreated under a new id and auto.offset.reset=none; the partition waits for a seek");
+    st.halted = true;
+    Some(Chunk {
+        tp: tp.clone(),
+        epoch: st.epoch,
+        records: VecDeque::new(),
+        next_offset: position,
+        high_watermark: -1,
+        last_stable_offset: -1,
+        error: Some(Error::TopicRecreated {
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+            position,
+            old_id,
+            new_id,
+        }),
+        last_epoch: None,
+    })
 }
 
 /// What one partition's answer came to, for the request as a whole.
@@ -872,7 +1185,13 @@ mod tests {
             epoch: 1,
             leader_epoch: 7,
             last_fetched_epoch: 6,
+            topic_id: id_of(topic),
         }
+    }
+
+    /// A topic id for each test topic name: its first byte, repeated.
+    fn id_of(topic: &str) -> [u8; 16] {
+        [topic.as_bytes()[0]; 16]
     }
 
     /// Which partitions may go into a round, by their own state.
@@ -953,8 +1272,39 @@ mod tests {
             want("a", 2, 13),
         ];
         // (version, current_leader_epoch sent, last_fetched_epoch sent)
-        for (version, current, last) in [(4, -1, -1), (8, -1, -1), (9, 7, -1), (12, 7, 6)] {
-            let req = build_request(&cfg, version, &list);
+        let versions = [
+            (4, -1, -1),
+            (8, -1, -1),
+            (9, 7, -1),
+            (12, 7, 6),
+            (13, 7, 6),
+            (17, 7, 6),
+            (18, 7, 6),
+        ];
+        for (version, current, last) in versions {
+            let req = build_request(&cfg, version, &list, None);
+            // On the wire: names up to v12, ids from v13.
+            let mut buf = bytes::BytesMut::new();
+            req.encode(&mut buf, version).unwrap();
+            let wire = <FetchRequest as kafka_protocol::protocol::Decodable>::decode(
+                &mut buf.freeze(),
+                version,
+            )
+            .unwrap();
+            let topics: Vec<(String, [u8; 16])> = wire
+                .topics
+                .iter()
+                .map(|t| (t.topic.0.to_string(), *t.topic_id.as_bytes()))
+                .collect();
+            let expect_topic = |n: &str| match version >= TOPIC_ID_VERSION {
+                true => (String::new(), id_of(n)),
+                false => (n.to_owned(), [0; 16]),
+            };
+            assert_eq!(
+                topics,
+                vec![expect_topic("a"), expect_topic("b"), expect_topic("a")],
+                "v{version}"
+            );
             assert_eq!(
                 (
                     req.replica_id.0,
@@ -1040,11 +1390,186 @@ mod tests {
             ),
         ];
         for (what, resp, want) in cases {
-            let got: Vec<(usize, i64)> = answers(&list, &resp)
+            let got: Vec<(usize, i64)> = answers(&list, &resp, false)
+                .0
                 .into_iter()
                 .map(|(i, p)| (i, p.high_watermark))
                 .collect();
             assert_eq!(got, want, "{what}");
+        }
+    }
+
+    /// Under a session: an incremental request carries its session id and epoch, only the
+    /// partitions picked, and the forgotten ones grouped by topic, with their ids.
+    #[test]
+    fn a_session_request_carries_the_plan() {
+        let cfg = ConsumerConfig::default();
+        let list = [want("a", 0, 10), want("a", 1, 11), want("b", 0, 12)];
+        let plan = Plan {
+            session_id: 42,
+            epoch: 5,
+            send: vec![1, 2],
+            forget: vec![
+                (TopicPartition::new("c", 0), id_of("c")),
+                (TopicPartition::new("c", 3), id_of("c")),
+                (TopicPartition::new("d", 1), id_of("d")),
+            ],
+        };
+        let req = build_request(&cfg, 13, &list, Some(&plan));
+        assert_eq!((req.session_id, req.session_epoch), (42, 5));
+        type SentTopic = ([u8; 16], Vec<(i32, i64)>);
+        let sent: Vec<SentTopic> = req
+            .topics
+            .iter()
+            .map(|t| {
+                let ps = t.partitions.iter().map(|p| (p.partition, p.fetch_offset));
+                (*t.topic_id.as_bytes(), ps.collect())
+            })
+            .collect();
+        assert_eq!(
+            sent,
+            vec![(id_of("a"), vec![(1, 11)]), (id_of("b"), vec![(0, 12)])]
+        );
+        let forgotten: Vec<(String, [u8; 16], Vec<i32>)> = req
+            .forgotten_topics_data
+            .iter()
+            .map(|t| {
+                (
+                    t.topic.0.to_string(),
+                    *t.topic_id.as_bytes(),
+                    t.partitions.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            forgotten,
+            vec![
+                ("c".to_owned(), id_of("c"), vec![0, 3]),
+                ("d".to_owned(), id_of("d"), vec![1]),
+            ]
+        );
+        // Sessions off: everything, session id 0, epoch -1.
+        let req = build_request(&cfg, 13, &list, None);
+        assert_eq!(
+            (req.session_id, req.session_epoch, req.topics.len()),
+            (0, -1, 2)
+        );
+    }
+
+    /// The request that closes a session: its id, the final epoch, nothing fetched, no wait.
+    #[test]
+    fn the_close_request_names_the_session_at_the_final_epoch() {
+        let req = close_request(&ConsumerConfig::default(), 42);
+        assert_eq!(
+            (
+                req.session_id,
+                req.session_epoch,
+                req.topics.len(),
+                req.forgotten_topics_data.len(),
+                req.max_wait_ms,
+                req.min_bytes
+            ),
+            (42, -1, 0, 0, 0, 0)
+        );
+    }
+
+    /// By id (v13+) the response's topic ids are mapped back to the request's partitions, and
+    /// a partition the request did not want is reported (a session out of step).
+    #[test]
+    fn answers_by_id_map_ids_back_and_notice_strangers() {
+        use kafka_protocol::messages::fetch_response::FetchableTopicResponse;
+        let topic = |id: [u8; 16], parts: &[i32]| {
+            FetchableTopicResponse::default()
+                .with_topic_id(Uuid::from_bytes(id))
+                .with_partitions(
+                    parts
+                        .iter()
+                        .map(|i| PartitionData::default().with_partition_index(*i))
+                        .collect(),
+                )
+        };
+        let list = [want("a", 0, 0), want("b", 1, 0)];
+        // (what, response topics, answers as indexes into the list, stranger)
+        type Case = (&'static str, Vec<FetchableTopicResponse>, Vec<usize>, bool);
+        let cases: Vec<Case> = vec![
+            (
+                "nothing: an incremental answer with no news",
+                vec![],
+                vec![],
+                false,
+            ),
+            (
+                "by id, in response order",
+                vec![topic(id_of("b"), &[1]), topic(id_of("a"), &[0])],
+                vec![1, 0],
+                false,
+            ),
+            (
+                "an id the request did not name",
+                vec![topic(id_of("a"), &[0]), topic(id_of("x"), &[0])],
+                vec![0],
+                true,
+            ),
+            (
+                "a partition the request did not name",
+                vec![topic(id_of("b"), &[0, 1])],
+                vec![1],
+                true,
+            ),
+        ];
+        for (what, topics, want_idx, want_stranger) in cases {
+            let resp = FetchResponse::default().with_responses(topics);
+            let (got, stranger) = answers(&list, &resp, true);
+            let got: Vec<usize> = got.into_iter().map(|(i, _)| i).collect();
+            assert_eq!((got, stranger), (want_idx, want_stranger), "{what}");
+        }
+    }
+
+    /// Topics by id only when every topic of the request has one.
+    #[test]
+    fn the_version_falls_back_to_names_when_a_topic_has_no_id() {
+        let mut nameless = want("n", 0, 0);
+        nameless.topic_id = [0; 16];
+        let cases = [
+            ("old broker", 11, vec![want("a", 0, 0)], 11),
+            ("v12 broker", 12, vec![want("a", 0, 0)], 12),
+            (
+                "ids everywhere",
+                18,
+                vec![want("a", 0, 0), want("b", 0, 0)],
+                18,
+            ),
+            (
+                "one topic without id",
+                18,
+                vec![want("a", 0, 0), nameless],
+                12,
+            ),
+        ];
+        for (what, offered, list, want_v) in cases {
+            assert_eq!(fetch_version(offered, &list), want_v, "{what}");
+        }
+    }
+
+    /// What the metadata's topic id means for the id a position belongs to.
+    #[test]
+    fn topic_id_decisions() {
+        let (a, b, none) = ([1; 16], [2; 16], [0; 16]);
+        let cases = [
+            ("no id yet: adopt", None, a, TopicId::Adopt),
+            ("an unknown id held: adopt", Some(none), a, TopicId::Adopt),
+            ("the same id", Some(a), a, TopicId::Same),
+            ("metadata without ids", Some(a), none, TopicId::Same),
+            ("nothing either side", None, none, TopicId::Same),
+            (
+                "another id: recreated",
+                Some(a),
+                b,
+                TopicId::Recreated { old: a },
+            ),
+        ];
+        for (what, held, now, want) in cases {
+            assert_eq!(on_topic_id(held, now), want, "{what}");
         }
     }
 

@@ -10,8 +10,12 @@
 
 mod fetcher;
 pub mod isolation;
+mod metrics;
 mod order;
+mod session;
 mod truncation;
+
+pub use metrics::ConsumerMetrics;
 
 use super::cluster::Cluster;
 use super::config::{AutoOffsetReset, ConsumerConfig, IsolationLevel};
@@ -88,6 +92,10 @@ pub(crate) struct PartitionState {
     /// seek), sent as the Fetch's last_fetched_epoch so the leader can tell us when its log
     /// diverges from what we fetched (KIP-320).
     pub last_fetched_epoch: i32,
+    /// The id of the topic the position belongs to (KIP-516), taken from metadata when the
+    /// partition is first fetched after an assignment, seek or reset. Metadata naming another
+    /// id means the topic was deleted and recreated: the position is not carried over.
+    pub topic_id: Option<[u8; 16]>,
 }
 
 impl PartitionState {
@@ -105,6 +113,7 @@ impl PartitionState {
             fetch_failed: false,
             halted: false,
             last_fetched_epoch: -1,
+            topic_id: None,
         }
     }
 }
@@ -136,6 +145,10 @@ pub(crate) struct Shared {
     pub wake: Notify,
     /// The last fetch epoch handed out.
     epochs: AtomicU64,
+    /// Counters read by [`Consumer::metrics`].
+    pub counters: metrics::Counters,
+    /// The fetch session with each leader (KIP-227), kept by the fetcher task.
+    pub sessions: fetcher::Sessions,
 }
 
 impl Shared {
@@ -163,6 +176,11 @@ pub struct Consumer {
 impl Drop for Consumer {
     fn drop(&mut self) {
         self.task.abort();
+        // Fetch sessions (KIP-227) are closed on the way out, if a runtime is still there to
+        // send the requests; otherwise they idle out of the broker's cache.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(fetcher::close_sessions(self.shared.clone()));
+        }
     }
 }
 
@@ -196,6 +214,8 @@ impl Consumer {
             parts: Mutex::new(BTreeMap::new()),
             wake: Notify::new(),
             epochs: AtomicU64::new(0),
+            counters: metrics::Counters::default(),
+            sessions: Default::default(),
         });
         let (tx, rx) = mpsc::channel(64);
         let task = tokio::spawn(fetcher::run(shared.clone(), tx));
@@ -289,6 +309,8 @@ impl Consumer {
             st.epoch = self.shared.next_epoch();
             st.halted = false;
             st.last_fetched_epoch = -1;
+            // The application chose a position in the topic as it is now.
+            st.topic_id = None;
             match offset {
                 Offset::At(o) if o >= 0 => {
                     st.position = Some(o);
@@ -304,6 +326,12 @@ impl Consumer {
         self.buffered.retain(|c| &c.tp != tp);
         self.shared.wake.notify_one();
         Ok(())
+    }
+
+    /// The consumer's counters since it was created (Fetch requests full and incremental, their
+    /// bytes, session restarts).
+    pub fn metrics(&self) -> ConsumerMetrics {
+        self.shared.counters.snapshot()
     }
 
     /// The next offset to be returned for a partition, once known.

@@ -688,25 +688,7 @@ impl GroupConsumer {
             // Cooperative: give these up now; another rebalance hands them to their new owner,
             // which starts at what is committed here (with the new generation, which the
             // coordinator accepts).
-            let started: Vec<TopicPartition> = revoked
-                .iter()
-                .filter(|tp| !self.pending.contains(tp))
-                .cloned()
-                .collect();
-            if self.shared.config.enable_auto_commit {
-                let offsets: Vec<_> = started
-                    .iter()
-                    .filter_map(|tp| self.consumer.position(tp).map(|p| (tp.clone(), p)))
-                    .collect();
-                if let Err(e) = self.commit(&offsets).await {
-                    warn!(error = %e, "committing the revoked partitions failed; their next owner starts at the offsets committed before");
-                }
-            }
-            if !started.is_empty() {
-                if let Some(l) = &self.listener {
-                    l.on_revoked(&started).await;
-                }
-            }
+            self.give_up(&revoked).await;
         }
         self.pending.retain(|tp| new.contains(tp));
         self.pending.extend(added);
@@ -723,6 +705,30 @@ impl GroupConsumer {
             "joined group"
         );
         Ok(())
+    }
+
+    /// Gives up `revoked` while still owning them (both protocols): commits their positions
+    /// (with auto commit) and calls `on_revoked` for those handed to the application.
+    async fn give_up(&mut self, revoked: &[TopicPartition]) {
+        let started: Vec<TopicPartition> = revoked
+            .iter()
+            .filter(|tp| !self.pending.contains(tp))
+            .cloned()
+            .collect();
+        if self.shared.config.enable_auto_commit {
+            let offsets: Vec<_> = started
+                .iter()
+                .filter_map(|tp| self.consumer.position(tp).map(|p| (tp.clone(), p)))
+                .collect();
+            if let Err(e) = self.commit(&offsets).await {
+                warn!(error = %e, "committing the revoked partitions failed; their next owner starts at the offsets committed before");
+            }
+        }
+        if !started.is_empty() {
+            if let Some(l) = &self.listener {
+                l.on_revoked(&started).await;
+            }
+        }
     }
 
     /// Eager protocol, before joining: commits (with auto commit), calls `on_revoked` and gives

@@ -595,26 +595,7 @@ impl GroupConsumer {
         let old: BTreeSet<TopicPartition> = self.assignment().into_iter().collect();
         let p = plan(&old, &new);
         if !p.revoke.is_empty() {
-            let started: Vec<TopicPartition> = p
-                .revoke
-                .iter()
-                .filter(|tp| !self.pending.contains(tp))
-                .cloned()
-                .collect();
-            if self.shared.config.enable_auto_commit {
-                let offsets: Vec<_> = started
-                    .iter()
-                    .filter_map(|tp| self.consumer.position(tp).map(|p| (tp.clone(), p)))
-                    .collect();
-                if let Err(e) = self.commit(&offsets).await {
-                    warn!(error = %e, "committing the revoked partitions failed; their next owner starts at the offsets committed before");
-                }
-            }
-            if !started.is_empty() {
-                if let Some(l) = &self.listener {
-                    l.on_revoked(&started).await;
-                }
-            }
+            self.give_up(&p.revoke).await;
         }
         let new_list: Vec<TopicPartition> = new.iter().cloned().collect();
         self.pending.retain(|tp| new.contains(tp));

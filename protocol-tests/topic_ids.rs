@@ -1,7 +1,9 @@
 //! Topic ids (KIP-516): a topic deleted and recreated under the same name is another topic.
 //! A consumer's position in the old one must not be carried into the new one, and a
-//! producer's writes go to the new topic without its old idempotence state getting in the way.
+//! producer's writes go to the new topic without its old idempotence state getting in the way;
+//! a batch sent to the old topic is never written to the new one (Produce v13 by topic id).
 
+use crate::support::proxy::Proxy;
 use crate::support::*;
 use bytes::Bytes;
 use onceflow::client::admin::NewTopic;
@@ -191,4 +193,153 @@ async fn a_producer_to_a_recreated_topic_writes_the_new_topic_once() {
     fill(&p, &topic.name, 100, "new").await;
     let got = consume_all(&broker(), &topic, 100, &[]).await;
     assert_eq!(values(&got), expected("new", 100));
+}
+
+fn expected_tv() -> i16 {
+    std::env::var("ONCEFLOW_EXPECT_TV").map_or(2, |v| v.parse().unwrap())
+}
+
+/// Sends one record "stale" through `proxy`: the broker writes it but the proxy drops the
+/// answer, and holds the producer's retry at a gate while the topic is deleted and recreated;
+/// then opens the gate. Returns the record's outcome.
+async fn send_across_a_recreation(
+    p: &Producer,
+    proxy: &Proxy,
+    topic: &str,
+) -> Result<onceflow::client::RecordMetadata, Error> {
+    use std::sync::atomic::Ordering::Relaxed;
+    proxy.faults.gate_after_dropped_produce.store(true, Relaxed);
+    proxy.faults.drop_next_produce_responses.store(1, Relaxed);
+    let r = ProducerRecord::new(topic.to_owned(), Bytes::from_static(b"stale")).with_partition(0);
+    let delivery = p.send(r).await.expect("send accepted");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while proxy.faults.gated_requests.load(Relaxed) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the retry never reached the gate"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(proxy.faults.dropped_responses.load(Relaxed), 1);
+    recreate(topic).await;
+    proxy.faults.open_gate();
+    tokio::time::timeout(Duration::from_secs(120), delivery)
+        .await
+        .expect("the stale record settles within 120 s")
+}
+
+/// The broker writes a record but its answer is lost; before the producer's retry gets
+/// through, the topic is deleted and recreated. The retry names the old topic by id (Produce
+/// v13), so the broker refuses it; the producer fails the record with an error naming both ids
+/// instead of writing it a second time, to the new topic, and the records sent after go to the
+/// new topic, from offset 0, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_the_deleted_topic_may_hold_is_failed_not_written_to_the_new_topic() {
+    init_logging();
+    let topic = TestTopic::create("recreated-in-flight", 1).await;
+    let proxy = Proxy::start(&broker()).await;
+    let p = Producer::new(producer_config(
+        &proxy.addr,
+        &[("linger.ms", "5"), ("enable.idempotence", "true")],
+    ))
+    .await
+    .expect("producer");
+    fill(&p, &topic.name, 20, "old").await;
+    let e = send_across_a_recreation(&p, &proxy, &topic.name)
+        .await
+        .expect_err("the stale record must not be acknowledged");
+    assert!(
+        matches!(&e, Error::RecreatedWhileInFlight { topic: t, partition: 0, records: 1, .. } if *t == topic.name),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("deleted and recreated"), "{e}");
+    fill(&p, &topic.name, 20, "new").await;
+    let got = consume_all(&broker(), &topic, 20, &[]).await;
+    assert_eq!(
+        values(&got),
+        expected("new", 20),
+        "no stale record, nothing twice"
+    );
+}
+
+/// Inverse: the same run without topic ids (the proxy strips them from Metadata, as an old
+/// broker's): the retry goes by name (v12) and the record is written a second time, to the new
+/// topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_topic_ids_a_record_the_deleted_topic_holds_is_written_again_to_the_new_one() {
+    init_logging();
+    let topic = TestTopic::create("recreated-in-flight-by-name", 1).await;
+    let proxy = Proxy::start(&broker()).await;
+    proxy
+        .faults
+        .hide_topic_ids
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let p = Producer::new(producer_config(
+        &proxy.addr,
+        &[("linger.ms", "5"), ("enable.idempotence", "true")],
+    ))
+    .await
+    .expect("producer");
+    fill(&p, &topic.name, 20, "old").await;
+    let md = send_across_a_recreation(&p, &proxy, &topic.name)
+        .await
+        .expect("by name, the broker takes it");
+    assert_eq!(
+        md.offset, 0,
+        "the old topic's record is the new topic's first"
+    );
+    let got = consume_all(&broker(), &topic, 1, &[]).await;
+    assert_eq!(values(&got), vec![(0, "stale".to_owned())]);
+}
+
+/// The same in a transaction. At transaction.version 2 the retry goes by id (v13): the stale
+/// record fails, the transaction cannot commit, and after the abort a new transaction writes
+/// the new topic. At transaction.version 1 the producer must speak Produce v11 (v12 and later
+/// mean KIP-890 to the broker), by name: the broker cannot tell the topics apart and the
+/// retried record joins the transaction in the new topic — the gap Produce v13 closes, kept
+/// here as that protection's inverse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_caught_by_a_recreation_cannot_commit_at_transaction_version_2() {
+    init_logging();
+    let topic = TestTopic::create("recreated-in-txn", 1).await;
+    let proxy = Proxy::start(&broker()).await;
+    let id = unique_topic("recreated-txn-id");
+    let p = Producer::new(producer_config(
+        &proxy.addr,
+        &[("linger.ms", "5"), ("transactional.id", id.as_str())],
+    ))
+    .await
+    .expect("producer");
+    p.init_transactions().await.expect("init");
+    p.begin_transaction().expect("begin");
+    fill(&p, &topic.name, 20, "old").await;
+    p.commit_transaction().await.expect("commit");
+    p.begin_transaction().expect("begin");
+    let outcome = send_across_a_recreation(&p, &proxy, &topic.name).await;
+    let committed = "read_committed";
+    if expected_tv() >= 2 {
+        let e = outcome.expect_err("the stale record must not be acknowledged");
+        assert!(matches!(&e, Error::RecreatedWhileInFlight { .. }), "{e:?}");
+        let c = p
+            .commit_transaction()
+            .await
+            .expect_err("the transaction cannot commit");
+        assert!(
+            c.class() != onceflow::client::ErrorClass::Fatal,
+            "abortable: {c:?}"
+        );
+        p.abort_transaction().await.expect("abort");
+        p.begin_transaction().expect("begin");
+        fill(&p, &topic.name, 20, "new").await;
+        p.commit_transaction().await.expect("commit");
+        let got = consume_all(&broker(), &topic, 20, &[("isolation.level", committed)]).await;
+        let vals: Vec<String> = values(&got).into_iter().map(|(_, v)| v).collect();
+        let want: Vec<String> = (0..20).map(|i| format!("new-{i}")).collect();
+        assert_eq!(vals, want, "no stale record, nothing twice");
+    } else {
+        outcome.expect("by name (v11), the broker takes it");
+        p.commit_transaction().await.expect("commit");
+        let got = consume_all(&broker(), &topic, 1, &[("isolation.level", committed)]).await;
+        assert_eq!(values(&got), vec![(0, "stale".to_owned())]);
+    }
 }

@@ -11,6 +11,10 @@
 //! - `hold_next_request`: hold the next request of one API this long before forwarding it
 //!   (e.g. a SyncGroup held past session.timeout.ms reaches a coordinator that has already
 //!   removed the member);
+//! - `gate_next_request`: hold the next request of one API until the test opens the gate
+//!   (`Faults::open_gate`), e.g. a Produce request that reaches the broker only after the test
+//!   deleted and recreated its topic; with `gate_after_dropped_produce`, the gate closes for the
+//!   next Produce request when a Produce response is dropped (the retry of a written batch);
 //! - `hold_responses`: while set to an API, forward its requests but never pass their responses
 //!   back (the connection stays open and silent): the broker did the work, the client never
 //!   hears so. For EndTxn only commits are held (an abort's answer passes);
@@ -64,6 +68,15 @@ pub struct Faults {
     pub hold_next_request: Mutex<Option<(ApiKey, std::time::Duration)>>,
     /// Requests `hold_next_request` has started holding (counted before the hold).
     pub held_requests: AtomicU64,
+    /// When a Produce response is dropped, gate the next Produce request (the client's
+    /// retry of the batch the broker wrote).
+    pub gate_after_dropped_produce: AtomicBool,
+    /// Hold the next request of this API until `open_gate` (one-shot).
+    pub gate_next_request: Mutex<Option<ApiKey>>,
+    /// Requests the gate has held (counted when the hold starts).
+    pub gated_requests: AtomicU64,
+    gate_open: AtomicBool,
+    gate_opened: tokio::sync::Notify,
     /// While set: the responses of this API are held forever (EndTxn: commits only).
     pub hold_responses: Mutex<Option<ApiKey>>,
     /// Responses `hold_responses` has held.
@@ -82,6 +95,24 @@ pub struct Faults {
 }
 
 impl Faults {
+    /// Lets the request `gate_next_request` holds (and any later one) through.
+    pub fn open_gate(&self) {
+        self.gate_open.store(true, Ordering::SeqCst);
+        self.gate_opened.notify_waiters();
+    }
+
+    /// Waits until the gate is open.
+    async fn gate_passed(&self) {
+        loop {
+            // Created before the check: a notification between the two is not lost.
+            let opened = self.gate_opened.notified();
+            if self.gate_open.load(Ordering::SeqCst) {
+                return;
+            }
+            opened.await;
+        }
+    }
+
     /// How many requests of `api` the proxy has forwarded.
     pub fn requests(&self, api: ApiKey) -> u64 {
         self.forwarded
@@ -295,6 +326,18 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
                     faults.held_requests.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(d).await;
                 }
+                let gated = {
+                    let mut g = faults.gate_next_request.lock().unwrap();
+                    let hit = g.is_some_and(|key| key as i16 == api);
+                    if hit {
+                        *g = None;
+                    }
+                    hit
+                };
+                if gated {
+                    faults.gated_requests.fetch_add(1, Ordering::Relaxed);
+                    faults.gate_passed().await;
+                }
                 *faults.forwarded.lock().unwrap().entry(api).or_insert(0) += 1;
                 let hold_it = hold_response(&faults, api, version, &frame);
                 inflight
@@ -341,6 +384,9 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
                 let body = match entry {
                     Some((_, _, true, _)) => {
                         // The broker wrote it; the client will never hear so.
+                        if faults.gate_after_dropped_produce.load(Ordering::Relaxed) {
+                            *faults.gate_next_request.lock().unwrap() = Some(ApiKey::Produce);
+                        }
                         faults.dropped_responses.fetch_add(1, Ordering::Relaxed);
                         break;
                     }

@@ -145,6 +145,23 @@ pub enum Error {
         /// The id metadata now gives the name.
         new_id: uuid::Uuid,
     },
+    /// The topic was deleted and recreated under the same name (a new topic id, KIP-516)
+    /// while a batch sent to it was unacknowledged. It may have been written to the deleted
+    /// topic, so the producer does not resend it to the new one (a reader of both would see
+    /// it twice); records not yet sent go to the new topic.
+    #[error("topic '{topic}' partition {partition} was deleted and recreated (topic id {old_id} became {new_id}) while {records} record(s) sent to it were unacknowledged; they may have been written to the deleted topic and were not resent to the new one: send them again if they belong in the new topic")]
+    RecreatedWhileInFlight {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// Records of the failed batch.
+        records: usize,
+        /// The id the batch was sent under.
+        old_id: uuid::Uuid,
+        /// The id metadata now gives the name.
+        new_id: uuid::Uuid,
+    },
     /// The broker supports no version of an API we need.
     #[error("broker {broker} supports no version of {api} that this client speaks; upgrade the broker (Kafka 2.8 or later)")]
     UnsupportedVersion {
@@ -312,6 +329,8 @@ impl Error {
             | Error::Timeout { .. }
             | Error::NoBrokerReachable { .. } => ErrorClass::RefreshAndRetry,
             Error::TransactionAbortable(_) => ErrorClass::Abortable,
+            // The records failed for good, but a transaction that held them can abort.
+            Error::RecreatedWhileInFlight { .. } if op == Op::TxnProduce => ErrorClass::Abortable,
             // Usage, Protocol, Internal, Fenced, Config, ...: retrying cannot help.
             _ => ErrorClass::Fatal,
         }

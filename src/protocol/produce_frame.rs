@@ -8,8 +8,9 @@
 //! partition's records are the batch's own `Bytes` (a reference count, no copy); the connection
 //! writes the chunks in order.
 //!
-//! Versions 3–12 (topics by name) are encoded here; anything else (v13's topic ids, unknown
-//! tagged fields) returns `None` and the caller falls back to the generic encoder. The unit tests
+//! Versions 3–13 are encoded here (topics by name up to v12, by topic id from v13); anything
+//! else (a newer version, unknown tagged fields) returns `None` and the caller falls back to
+//! the generic encoder. The unit tests
 //! check, version by version, that the chunks put together are byte for byte what the generic
 //! encoder writes.
 
@@ -29,7 +30,7 @@ pub fn encode_produce_frame(
     version: i16,
     req: &ProduceRequest,
 ) -> Result<Option<Vec<Bytes>>, FrameError> {
-    if !(3..=12).contains(&version) || has_unknown_tags(req) {
+    if !(3..=13).contains(&version) || has_unknown_tags(req) {
         return Ok(None);
     }
     let err = |reason: String| FrameError::Encode {
@@ -63,7 +64,11 @@ pub fn encode_produce_frame(
     w.cur.put_i32(req.timeout_ms);
     w.array_len(req.topic_data.len()).map_err(err)?;
     for t in &req.topic_data {
-        w.nullable_string(Some(t.name.0.as_str())).map_err(err)?;
+        if version >= 13 {
+            w.cur.put_slice(t.topic_id.as_bytes());
+        } else {
+            w.nullable_string(Some(t.name.0.as_str())).map_err(err)?;
+        }
         w.array_len(t.partition_data.len()).map_err(err)?;
         for p in &t.partition_data {
             w.cur.put_i32(p.index);
@@ -191,6 +196,7 @@ mod tests {
             .map(|(name, parts)| {
                 TopicProduceData::default()
                     .with_name(TopicName(StrBytes::from_string((*name).to_owned())))
+                    .with_topic_id(uuid::Uuid::from_bytes([name.len() as u8; 16]))
                     .with_partition_data(
                         parts
                             .iter()
@@ -233,13 +239,13 @@ mod tests {
             ),
             request(true, &[]),
         ];
-        for version in 3..=12 {
+        for version in 3..=13 {
             for (i, req) in cases.iter().enumerate() {
                 let mut generic = BytesMut::new();
                 encode_request(&mut generic, 42, "onceflow-test", version, req).unwrap();
                 let chunks = encode_produce_frame(42, "onceflow-test", version, req)
                     .unwrap()
-                    .expect("v3-v12 are covered");
+                    .expect("v3-v13 are covered");
                 let joined: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
                 assert_eq!(joined, &generic[..], "case {i} at v{version}");
             }
@@ -263,7 +269,7 @@ mod tests {
     #[test]
     fn versions_and_requests_this_encoder_does_not_cover_fall_back() {
         let req = request(false, &[("rides", &[(0, Some(10))])]);
-        assert!(encode_produce_frame(1, "c", 13, &req).unwrap().is_none());
+        assert!(encode_produce_frame(1, "c", 14, &req).unwrap().is_none());
         let mut tagged = req.clone();
         tagged
             .unknown_tagged_fields

@@ -108,6 +108,12 @@ pub(crate) struct ProducerBatch {
     pub last_error: Option<String>,
     /// buffer.memory permits held until the batch completes.
     pub memory: u32,
+    /// The topic id (KIP-516) it was last sent under, all zeros while unknown (never sent, or
+    /// metadata without ids): Produce v13 addresses the topic by it.
+    pub topic_id: [u8; 16],
+    /// An attempt ended without telling whether the broker wrote the batch (see
+    /// `verdict::may_have_been_written`): the topic it went to may hold it.
+    pub maybe_written: bool,
     /// The open batch's flush tickets. Last, so dropped after the deliveries were told.
     pub _flush: Vec<FlushTicket>,
 }
@@ -150,6 +156,28 @@ impl ProducerBatch {
     }
 }
 
+#[cfg(test)]
+impl ProducerBatch {
+    /// A batch of no records for unit tests: partition 0 of "t", created now.
+    pub(crate) fn for_test(order: u64, base_sequence: i32, attempts: u32) -> ProducerBatch {
+        ProducerBatch {
+            tp: TopicPartition::new("t", 0),
+            data: Bytes::new(),
+            deliveries: Vec::new(),
+            created: Instant::now(),
+            order,
+            base_sequence,
+            attempts,
+            retry_at: None,
+            last_error: None,
+            memory: 0,
+            topic_id: [0; 16],
+            maybe_written: false,
+            _flush: Vec::new(),
+        }
+    }
+}
+
 /// One partition's buffers and sequence state.
 pub(crate) struct PartitionQueue {
     pub open: Option<OpenBatch>,
@@ -166,6 +194,10 @@ pub(crate) struct PartitionQueue {
     /// Offset of the last acknowledged record, -1 if none.
     pub last_acked_offset: i64,
     pub next_order: u64,
+    /// The topic id (KIP-516) the partition's sequences and sent batches belong to: adopted
+    /// from metadata when first known; when metadata later names another id the topic was
+    /// deleted and recreated (see [`incarnation`]).
+    pub topic_id: Option<[u8; 16]>,
 }
 
 impl Default for PartitionQueue {
@@ -179,6 +211,7 @@ impl Default for PartitionQueue {
             acked_through: -1,
             last_acked_offset: -1,
             next_order: 0,
+            topic_id: None,
         }
     }
 }
@@ -316,6 +349,28 @@ pub(crate) struct DrainConfig {
     pub retry_backoff: Duration,
 }
 
+/// What a sender round needs to know of the cluster: the metadata snapshot, or a test's
+/// stand-in.
+pub(crate) trait ClusterView {
+    /// The partition's leader, if known.
+    fn leader(&self, tp: &TopicPartition) -> Option<i32>;
+    /// The topic's id (KIP-516), if metadata gives one.
+    fn topic_id(&self, topic: &str) -> Option<[u8; 16]>;
+}
+
+impl ClusterView for crate::client::metadata::MetadataSnapshot {
+    fn leader(&self, tp: &TopicPartition) -> Option<i32> {
+        crate::client::metadata::MetadataSnapshot::leader(self, tp)
+    }
+
+    fn topic_id(&self, topic: &str) -> Option<[u8; 16]> {
+        self.topics
+            .get(topic)
+            .map(|t| t.id)
+            .filter(|id| *id != [0; 16])
+    }
+}
+
 /// What one sender round takes out of the accumulator, and the I/O it then has to do.
 #[derive(Default)]
 pub(crate) struct Drained {
@@ -323,6 +378,9 @@ pub(crate) struct Drained {
     pub to_send: Vec<(i32, ProducerBatch)>,
     /// Batches past delivery.timeout.ms, to fail.
     pub expired: Vec<ProducerBatch>,
+    /// Batches to fail with the given error: sent to a topic that was since deleted and
+    /// recreated, or broken while being renumbered for the new topic.
+    pub recreated: Vec<(ProducerBatch, crate::client::Error)>,
     /// buffer.memory to release for batches that failed to encode when closed.
     pub released: u32,
     /// When the sender must look again even if nothing wakes it.
@@ -475,27 +533,7 @@ impl Accumulator {
         let transactional = self.txn.is_some();
         let mut broken = Vec::new();
         for q in self.partitions.values_mut() {
-            q.next_sequence = 0;
-            q.acked_through = -1;
-            let ready = std::mem::take(&mut q.ready);
-            for mut b in ready {
-                let fields = ProducerFields {
-                    producer_id: identity.producer_id,
-                    producer_epoch: identity.epoch,
-                    base_sequence: q.next_sequence,
-                    transactional,
-                };
-                let mut data = BytesMut::from(&b.data[..]);
-                match rewrite_producer_fields(&mut data, fields) {
-                    Ok(()) => {
-                        b.data = data.freeze();
-                        b.base_sequence = q.next_sequence;
-                        q.next_sequence = next_seq(q.next_sequence, b.record_count());
-                        q.ready.push_back(b);
-                    }
-                    Err(e) => broken.push((b, e)),
-                }
-            }
+            broken.extend(renumber(q, Some(identity), transactional));
         }
         broken
     }
@@ -595,7 +633,7 @@ impl Accumulator {
         now: Instant,
         flushing: bool,
         config: &DrainConfig,
-        leader: impl Fn(&TopicPartition) -> Option<i32>,
+        cluster: &impl ClusterView,
         mut leader_ready: impl FnMut(i32) -> bool,
     ) -> Drained {
         let mut out = Drained::default();
@@ -632,6 +670,14 @@ impl Accumulator {
             if bumping || closed_txn {
                 continue;
             }
+            match incarnation(q.topic_id, cluster.topic_id(&tp.topic), q.in_flight) {
+                Incarnation::Same => {}
+                Incarnation::Adopt(id) => q.topic_id = Some(id),
+                Incarnation::Settle => continue,
+                Incarnation::Recreated { old, new } => {
+                    start_over_in_new_topic(tp, q, (old, new), identity, transactional, &mut out)
+                }
+            }
             match head_gate(tp, q, now, config, needs_add) {
                 HeadGate::Go => {}
                 HeadGate::Hold => continue,
@@ -644,7 +690,7 @@ impl Accumulator {
                     continue;
                 }
             }
-            let Some(leader) = leader(tp) else {
+            let Some(leader) = cluster.leader(tp) else {
                 out.missing_leader = true;
                 next_wake = min_instant(next_wake, now + config.retry_backoff);
                 continue;
@@ -656,7 +702,8 @@ impl Accumulator {
             if !*ready.entry(leader).or_insert_with(|| leader_ready(leader)) {
                 continue;
             }
-            if let Some(b) = q.ready.pop_front() {
+            if let Some(mut b) = q.ready.pop_front() {
+                b.topic_id = q.topic_id.unwrap_or_default();
                 q.in_flight += 1;
                 q.in_flight_leader = Some(leader);
                 out.to_send.push((leader, b));
@@ -806,6 +853,111 @@ fn head_gate(
     HeadGate::Go
 }
 
+/// Starts the partition's sequences again at 0 and renumbers its queued batches in order
+/// (under `identity`; none: the batches carry no producer fields and only the counters reset).
+/// Called only when nothing of the partition is in flight. Returns the batches whose bytes
+/// could not be rewritten, to fail.
+fn renumber(
+    q: &mut PartitionQueue,
+    identity: Option<Identity>,
+    transactional: bool,
+) -> Vec<(ProducerBatch, RecordError)> {
+    q.next_sequence = 0;
+    q.acked_through = -1;
+    let Some(identity) = identity else {
+        return Vec::new();
+    };
+    let mut broken = Vec::new();
+    for mut b in std::mem::take(&mut q.ready) {
+        let fields = ProducerFields {
+            producer_id: identity.producer_id,
+            producer_epoch: identity.epoch,
+            base_sequence: q.next_sequence,
+            transactional,
+        };
+        let mut data = BytesMut::from(&b.data[..]);
+        match rewrite_producer_fields(&mut data, fields) {
+            Ok(()) => {
+                b.data = data.freeze();
+                b.base_sequence = q.next_sequence;
+                q.next_sequence = next_seq(q.next_sequence, b.record_count());
+                q.ready.push_back(b);
+            }
+            Err(e) => broken.push((b, e)),
+        }
+    }
+    broken
+}
+
+/// What a partition does about the topic id metadata gives its topic now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Incarnation {
+    /// The id the partition already has, or none to compare (metadata without ids).
+    Same,
+    /// The partition had no id yet: it takes this one.
+    Adopt([u8; 16]),
+    /// Another id: the topic was deleted and recreated. Requests to the old one are still in
+    /// flight; nothing more goes out until they settle (under Produce v13 the broker answers
+    /// them UNKNOWN_TOPIC_ID, and they come back as retries).
+    Settle,
+    /// Another id and nothing in flight: the batches the deleted topic may hold fail, the rest
+    /// start over at sequence 0 in the new topic.
+    Recreated { old: [u8; 16], new: [u8; 16] },
+}
+
+/// Whether a partition bound to topic id `bound` (if any) is still in the topic metadata
+/// now calls `current`, `in_flight` batches being unsettled. Pure.
+pub(crate) fn incarnation(
+    bound: Option<[u8; 16]>,
+    current: Option<[u8; 16]>,
+    in_flight: usize,
+) -> Incarnation {
+    let Some(current) = current.filter(|id| *id != [0; 16]) else {
+        return Incarnation::Same;
+    };
+    match bound {
+        None => Incarnation::Adopt(current),
+        Some(old) if old == current => Incarnation::Same,
+        Some(_) if in_flight > 0 => Incarnation::Settle,
+        Some(old) => Incarnation::Recreated { old, new: current },
+    }
+}
+
+/// The partition's topic was recreated (`Incarnation::Recreated`) and nothing is in flight:
+/// a batch the deleted topic may hold (an attempt went unanswered) fails rather than be written
+/// a second time, to the new topic; the others (never sent, or refused, e.g. UNKNOWN_TOPIC_ID)
+/// are renumbered from 0, as the first writes of this producer to a partition the broker has no
+/// state for.
+fn start_over_in_new_topic(
+    tp: &TopicPartition,
+    q: &mut PartitionQueue,
+    (old, new): ([u8; 16], [u8; 16]),
+    identity: Option<Identity>,
+    transactional: bool,
+    out: &mut Drained,
+) {
+    let (maybe_written, rest): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut q.ready)
+        .into_iter()
+        .partition(|b| b.maybe_written);
+    q.ready = rest;
+    tracing::warn!(topic = %tp.topic, partition = tp.partition, old_id = %uuid::Uuid::from_bytes(old), new_id = %uuid::Uuid::from_bytes(new), failed_batches = maybe_written.len(), "topic deleted and recreated under a new id; failing what the old one may hold, starting sequences over");
+    for b in maybe_written {
+        let e = crate::client::Error::RecreatedWhileInFlight {
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+            records: b.record_count(),
+            old_id: uuid::Uuid::from_bytes(old),
+            new_id: uuid::Uuid::from_bytes(new),
+        };
+        out.recreated.push((b, e));
+    }
+    for (b, e) in renumber(q, identity, transactional) {
+        out.recreated.push((b, crate::client::Error::Record(e)));
+    }
+    q.last_acked_offset = -1;
+    q.topic_id = Some(new);
+}
+
 /// Sequence numbers wrap from i32::MAX to 0, as the broker expects.
 pub(crate) fn next_seq(seq: i32, count: usize) -> i32 {
     ((seq as i64 + count as i64) % (i32::MAX as i64 + 1)) as i32
@@ -859,6 +1011,8 @@ pub(crate) fn close_open(
         retry_at: None,
         last_error: None,
         memory: open.memory,
+        topic_id: [0; 16],
+        maybe_written: false,
         _flush: open.flush,
     });
     0
@@ -884,19 +1038,7 @@ mod tests {
     }
 
     fn batch(order: u64) -> ProducerBatch {
-        ProducerBatch {
-            tp: TopicPartition::new("t", 0),
-            data: Bytes::new(),
-            deliveries: Vec::new(),
-            created: Instant::now(),
-            order,
-            base_sequence: -1,
-            attempts: 1,
-            retry_at: None,
-            last_error: None,
-            memory: 0,
-            _flush: Vec::new(),
-        }
+        ProducerBatch::for_test(order, -1, 1)
     }
 
     fn record(value: &[u8]) -> NewRecord<'_> {
@@ -1032,19 +1174,31 @@ mod drain_tests {
 
     fn ready(order: u64, base_sequence: i32, attempts: u32, created: Instant) -> ProducerBatch {
         ProducerBatch {
-            tp: tp(),
-            data: Bytes::new(),
-            deliveries: Vec::new(),
             created,
-            order,
-            base_sequence,
-            attempts,
-            retry_at: None,
-            last_error: None,
-            memory: 0,
-            _flush: Vec::new(),
+            ..ProducerBatch::for_test(order, base_sequence, attempts)
         }
     }
+
+    /// The cluster as a test round sees it: every partition led by `leader`, every topic
+    /// called `id`.
+    struct View {
+        leader: Option<i32>,
+        id: Option<[u8; 16]>,
+    }
+
+    impl ClusterView for View {
+        fn leader(&self, _: &TopicPartition) -> Option<i32> {
+            self.leader
+        }
+        fn topic_id(&self, _: &str) -> Option<[u8; 16]> {
+            self.id
+        }
+    }
+
+    const LED: View = View {
+        leader: Some(LEADER),
+        id: None,
+    };
 
     /// An idempotent producer whose partition has `n` fresh ready batches (sequences 0..n) and
     /// has already had a batch acknowledged.
@@ -1106,7 +1260,129 @@ mod drain_tests {
 
     /// One round with every partition led by `LEADER` and every leader ready.
     fn round(acc: &mut Accumulator, now: Instant, config: &DrainConfig) -> Drained {
-        acc.drain(now, false, config, |_| Some(LEADER), |_| true)
+        acc.drain(now, false, config, &LED, |_| true)
+    }
+
+    const OLD: [u8; 16] = [1; 16];
+    const NEW: [u8; 16] = [2; 16];
+
+    #[test]
+    fn a_partition_follows_its_topic_id() {
+        use Incarnation::*;
+        // (bound, metadata now, in flight, decision)
+        let cases = [
+            (None, None, 0, Same),
+            (None, Some([0; 16]), 3, Same),
+            (None, Some(NEW), 3, Adopt(NEW)),
+            (Some(OLD), Some(OLD), 3, Same),
+            (Some(OLD), None, 0, Same),
+            (Some(OLD), Some([0; 16]), 0, Same),
+            (Some(OLD), Some(NEW), 1, Settle),
+            (Some(OLD), Some(NEW), 0, Recreated { old: OLD, new: NEW }),
+        ];
+        for (bound, current, in_flight, want) in cases {
+            assert_eq!(
+                incarnation(bound, current, in_flight),
+                want,
+                "{bound:?} {current:?} {in_flight}"
+            );
+        }
+    }
+
+    fn delivery() -> Delivery {
+        Delivery {
+            tx: Reply::future(oneshot::channel().0),
+            timestamp: 0,
+        }
+    }
+
+    /// Appends one record and closes the batch (real bytes, so that it can be renumbered).
+    fn closed_batch(acc: &mut Accumulator, value: &[u8]) {
+        let rec = NewRecord {
+            timestamp: 0,
+            key: None,
+            value: Some(value),
+            headers: &[],
+        };
+        acc.append(&tp(), Compression::None, 1 << 20, rec, delivery(), 10);
+        let identity = acc.identity;
+        assert_eq!(close_open(&tp(), acc.queue(&tp()), identity, false), 0);
+    }
+
+    fn at(id: [u8; 16]) -> View {
+        View {
+            leader: Some(LEADER),
+            id: Some(id),
+        }
+    }
+
+    #[test]
+    fn a_recreated_topic_fails_what_the_old_one_may_hold_and_renumbers_the_rest_from_zero() {
+        let mut acc = Accumulator {
+            identity: Some(Identity {
+                producer_id: 7,
+                epoch: 0,
+            }),
+            ..Accumulator::default()
+        };
+        let now = Instant::now();
+        // Batch 0 (sequence 0) goes out under the old id and comes back for a retry.
+        closed_batch(&mut acc, b"sent");
+        let mut d = acc.drain(now, false, &CONFIG, &at(OLD), |_| true);
+        let (_, mut sent) = d.to_send.pop().expect("sent");
+        assert_eq!(sent.topic_id, OLD, "stamped with the id it went under");
+        // Its response was lost.
+        sent.attempts = 1;
+        sent.maybe_written = true;
+        let q = acc.queue(&tp());
+        q.in_flight = 0;
+        q.acked_through = 4;
+        q.last_acked_offset = 40;
+        q.requeue(sent);
+        // Batch 1 (sequence 1) was refused (UNKNOWN_TOPIC_ID: not written); batch 2 never left.
+        closed_batch(&mut acc, b"refused");
+        acc.queue(&tp()).ready.back_mut().expect("batch 1").attempts = 1;
+        closed_batch(&mut acc, b"unsent");
+        assert_eq!(
+            acc.queue(&tp()).ready.back().map(|b| b.base_sequence),
+            Some(2)
+        );
+
+        let d = acc.drain(now, false, &CONFIG, &at(NEW), |_| true);
+        assert_eq!(d.recreated.len(), 1);
+        let (failed, e) = &d.recreated[0];
+        assert_eq!(failed.order, 0);
+        assert!(
+            matches!(
+                e,
+                crate::client::Error::RecreatedWhileInFlight { records: 1, .. }
+            ),
+            "{e}"
+        );
+        assert_eq!(d.to_send.len(), 1);
+        let next = &d.to_send[0].1;
+        assert_eq!((next.order, next.base_sequence), (1, 0));
+        assert_eq!(next.topic_id, NEW);
+        let q = acc.queue(&tp());
+        let rest: Vec<(u64, i32)> = q.ready.iter().map(|b| (b.order, b.base_sequence)).collect();
+        assert_eq!(rest, vec![(2, 1)]);
+        assert_eq!(
+            (q.next_sequence, q.acked_through, q.last_acked_offset),
+            (2, -1, -1)
+        );
+        assert_eq!(q.topic_id, Some(NEW));
+    }
+
+    #[test]
+    fn nothing_goes_to_a_recreated_topic_while_requests_to_the_old_one_are_unsettled() {
+        let mut acc = acked_partition(2);
+        let q = acc.queue(&tp());
+        q.topic_id = Some(OLD);
+        q.in_flight = 1;
+        q.in_flight_leader = Some(LEADER);
+        let d = acc.drain(Instant::now(), false, &CONFIG, &at(NEW), |_| true);
+        assert!(d.to_send.is_empty() && d.recreated.is_empty());
+        assert_eq!(acc.queue(&tp()).ready.len(), 2);
     }
 
     fn sent_orders(d: &Drained) -> Vec<u64> {
@@ -1274,16 +1550,10 @@ mod drain_tests {
         b.tp = other.clone();
         acc.queue(&other).ready.push_back(b);
         let mut asked = 0;
-        let d = acc.drain(
-            Instant::now(),
-            false,
-            &CONFIG,
-            |_| Some(LEADER),
-            |_| {
-                asked += 1;
-                false
-            },
-        );
+        let d = acc.drain(Instant::now(), false, &CONFIG, &LED, |_| {
+            asked += 1;
+            false
+        });
         assert!(d.to_send.is_empty());
         assert_eq!(asked, 1);
         assert_eq!(acc.total_in_flight(), 0);
@@ -1293,7 +1563,11 @@ mod drain_tests {
     fn a_partition_without_a_leader_asks_for_metadata() {
         let mut acc = acked_partition(1);
         let now = Instant::now();
-        let d = acc.drain(now, false, &CONFIG, |_| None, |_| true);
+        let no_leader = View {
+            leader: None,
+            id: None,
+        };
+        let d = acc.drain(now, false, &CONFIG, &no_leader, |_| true);
         assert!(d.to_send.is_empty());
         assert!(d.missing_leader);
         assert_eq!(d.next_wake, Some(now + CONFIG.retry_backoff));

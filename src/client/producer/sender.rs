@@ -42,8 +42,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tracing::{debug, debug_span, warn, Instrument};
 
-/// Produce v13 addresses topics by id; v12 (KIP-890's first version) is the newest by name.
-const MAX_PRODUCE_VERSION: i16 = 12;
+/// Produce v13 addresses topics by id (KIP-516), when every topic of the request has one.
+const MAX_PRODUCE_VERSION: i16 = 13;
+/// v12 is KIP-890's first version (a KIP-890 transaction needs at least it) and the newest
+/// that addresses topics by name.
+const MAX_PRODUCE_VERSION_BY_NAME: i16 = 12;
+/// Under the classic transaction protocol, as the Java client: v12 would mean KIP-890.
+const MAX_PRODUCE_VERSION_CLASSIC_TXN: i16 = 11;
 
 /// What the sender does with a partition whose leader is `state` this round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +124,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
         let Drained {
             to_send,
             expired,
+            recreated,
             released,
             next_wake,
             to_add,
@@ -139,6 +145,9 @@ pub(crate) async fn run(inner: Arc<Inner>) {
             inner.release(released);
         }
         fail_expired(&inner, expired);
+        for (b, e) in recreated {
+            fail_unsendable(&inner, b, e);
+        }
         if let Some(current) = bump_now {
             bump_epoch(&inner, current).await;
             continue;
@@ -232,7 +241,7 @@ fn drain_round(
         leaders.conns.insert(leader, conn);
         ready
     };
-    acc.drain(now, flushing, config, |tp| meta.leader(tp), ready)
+    acc.drain(now, flushing, config, meta, ready)
 }
 
 /// Fails the batches that waited past delivery.timeout.ms.
@@ -255,6 +264,19 @@ fn fail_expired(inner: &Inner, expired: Vec<ProducerBatch>) {
         });
         inner.release(mem);
     }
+}
+
+/// Fails a queued batch that may not be sent again (see `accumulator::Incarnation`): its
+/// records fail, and a transaction it belongs to must abort. Not in flight, so nothing to
+/// settle; sequences were renumbered, so no gap to bump the epoch over.
+fn fail_unsendable(inner: &Inner, b: ProducerBatch, error: Error) {
+    warn!(tp = %b.tp, sequence = b.base_sequence, error = %error, "batch failed");
+    let mem = b.fail(error.clone());
+    Counters::add(&inner.counters.batches_failed, 1);
+    if let Some(t) = inner.lock().txn.as_mut() {
+        t.fail(error, Op::TxnProduce, false);
+    }
+    inner.release(mem);
 }
 
 /// Puts the round's batches on the wire, one Produce request per leader.
@@ -346,19 +368,25 @@ fn dispatch(inner: &Arc<Inner>, conn: &Connection, leader: i32, batches: Vec<Pro
         }
     };
     // A transaction's Produce requests go at its protocol's versions, as the Java client's:
-    // ≤ v11 under the classic protocol, v12 under KIP-890 (where v12 adds the partition to
+    // ≤ v11 under the classic protocol, v12+ under KIP-890 (where v12 adds the partition to
     // the transaction). A broker offering less than v12 to a KIP-890 transaction has just
-    // restarted and not caught up: its connection is retired and the batches retried.
+    // restarted and not caught up: its connection is retired and the batches retried. v13
+    // (topics by id) only when every batch's topic id is known, as in the Java client.
     let tv2 = {
         let acc = inner.lock();
         acc.txn.as_ref().and_then(|t| t.phase.open()).map(|t| t.tv2)
     };
+    let newest = if batches.iter().all(|b| b.topic_id != [0; 16]) {
+        MAX_PRODUCE_VERSION
+    } else {
+        MAX_PRODUCE_VERSION_BY_NAME
+    };
     let version = match tv2 {
         Some(true) => conn
-            .tv2_version_for::<ProduceRequest>(MAX_PRODUCE_VERSION)
-            .map(|v| v.min(MAX_PRODUCE_VERSION)),
-        Some(false) => conn.version_for::<ProduceRequest>(Some(MAX_PRODUCE_VERSION - 1)),
-        None => conn.version_for::<ProduceRequest>(Some(MAX_PRODUCE_VERSION)),
+            .tv2_version_for::<ProduceRequest>(MAX_PRODUCE_VERSION_BY_NAME)
+            .map(|v| v.min(newest)),
+        Some(false) => conn.version_for::<ProduceRequest>(Some(MAX_PRODUCE_VERSION_CLASSIC_TXN)),
+        None => conn.version_for::<ProduceRequest>(Some(newest)),
     };
     let version = match version {
         Ok(v) => v,
@@ -409,11 +437,14 @@ fn produce_request(inner: &Inner, batches: &[ProducerBatch]) -> ProduceRequest {
         let pd = PartitionProduceData::default()
             .with_index(b.tp.partition)
             .with_records(Some(b.data.clone()));
+        // Both the name and the id: the version picked writes one of them. Batches of one
+        // topic always share an id (a partition's batches go out under its current one).
         match topics.iter_mut().find(|t| t.name.0.as_str() == b.tp.topic) {
             Some(t) => t.partition_data.push(pd),
             None => topics.push(
                 TopicProduceData::default()
                     .with_name(TopicName(StrBytes::from_string(b.tp.topic.clone())))
+                    .with_topic_id(uuid::Uuid::from_bytes(b.topic_id))
                     .with_partition_data(vec![pd]),
             ),
         }
@@ -441,11 +472,21 @@ fn settle_response(
     resp: kafka_protocol::messages::ProduceResponse,
 ) {
     {
+        // From v13 the response names topics by id only: map them back through the batches.
+        let names: HashMap<[u8; 16], &str> = batches
+            .iter()
+            .filter(|b| b.topic_id != [0; 16])
+            .map(|b| (b.topic_id, b.tp.topic.as_str()))
+            .collect();
         let mut results: HashMap<(String, i32), PartitionResult> = HashMap::new();
         for t in &resp.responses {
+            let name = match names.get(t.topic_id.as_bytes()) {
+                Some(n) if t.name.0.is_empty() => (*n).to_owned(),
+                _ => t.name.0.to_string(),
+            };
             for p in &t.partition_responses {
                 results.insert(
-                    (t.name.0.to_string(), p.index),
+                    (name.clone(), p.index),
                     PartitionResult {
                         error_code: p.error_code,
                         base_offset: p.base_offset,
@@ -570,6 +611,7 @@ fn retry(
     debug!(tp = %b.tp, attempt = b.attempts, sequence = b.base_sequence, error = %error, ?wait, "retrying batch");
     b.retry_at = Some(now + wait);
     b.last_error = Some(error.to_string());
+    b.maybe_written |= super::verdict::may_have_been_written(error);
     if refresh {
         let cluster = inner.cluster.clone();
         let g = cluster.metadata().generation;

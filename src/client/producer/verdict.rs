@@ -61,6 +61,21 @@ pub(crate) enum Verdict {
     },
 }
 
+/// Whether a failed attempt may still have written the batch: its request got no answer
+/// (connection lost, request.timeout.ms), or the leader answered that it appended the batch
+/// but could not replicate it in time. Any other broker error means the batch was not
+/// appended. Decides whether a batch may go to a recreated topic (see
+/// `accumulator::Incarnation`): one the deleted topic may hold must not be written again.
+pub(crate) fn may_have_been_written(error: &Error) -> bool {
+    match error.code() {
+        Some(code) => matches!(
+            code,
+            ErrorCode::REQUEST_TIMED_OUT | ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        ),
+        None => true,
+    }
+}
+
 /// Decides a batch's fate. The error classes come from [`crate::client::classify`]; what is
 /// particular to produce is the idempotence handling of sequence errors (KIP-360).
 ///
@@ -191,24 +206,39 @@ pub(crate) fn verdict(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::metadata::TopicPartition;
-    use bytes::Bytes;
-    use std::time::Instant;
+
+    #[test]
+    fn only_an_unanswered_or_appended_attempt_may_have_written_the_batch() {
+        let broker = |code| Error::broker("produce to t-0", code);
+        let cases = [
+            (broker(ErrorCode::UNKNOWN_TOPIC_ID), false),
+            (broker(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION), false),
+            (broker(ErrorCode::NOT_LEADER_OR_FOLLOWER), false),
+            (broker(ErrorCode::NOT_ENOUGH_REPLICAS), false),
+            (broker(ErrorCode::REQUEST_TIMED_OUT), true),
+            (broker(ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND), true),
+            (
+                Error::ConnectionClosed {
+                    broker: "b:9092".into(),
+                    reason: "reset".into(),
+                },
+                true,
+            ),
+            (
+                Error::Timeout {
+                    what: "produce".into(),
+                    after: std::time::Duration::from_secs(30),
+                },
+                true,
+            ),
+        ];
+        for (e, want) in cases {
+            assert_eq!(may_have_been_written(&e), want, "{e}");
+        }
+    }
 
     fn batch(order: u64, base_sequence: i32) -> ProducerBatch {
-        ProducerBatch {
-            tp: TopicPartition::new("t", 0),
-            data: Bytes::new(),
-            deliveries: Vec::new(),
-            created: Instant::now(),
-            order,
-            base_sequence,
-            attempts: 0,
-            retry_at: None,
-            last_error: None,
-            memory: 0,
-            _flush: Vec::new(),
-        }
+        ProducerBatch::for_test(order, base_sequence, 0)
     }
 
     fn answer(code: ErrorCode, log_start_offset: i64) -> Result<PartitionResult, Error> {

@@ -40,12 +40,20 @@ fn run_child(tests: &[&str], env: &[(&str, &str)], bound: Duration) -> Run {
     }
     let start = Instant::now();
     let mut child = cmd.spawn().expect("run the protocol test binary");
-    // Read both pipes while it runs, so a full pipe cannot stall it.
+    // Read both pipes while it runs, so a full pipe cannot stall it. A pipe ends when every
+    // process holding it has: a grandchild still holding one is what would hang CI.
     let drain = |mut r: Box<dyn Read + Send>| {
+        let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut s = String::new();
             let _ = r.read_to_string(&mut s);
-            s
+            let _ = tx.send(s);
+        });
+        rx
+    };
+    let ended = |rx: std::sync::mpsc::Receiver<String>, which: &str| {
+        rx.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| {
+            panic!("the child's {which} stayed open after it exited: a process it started lives on")
         })
     };
     let out = drain(Box::new(child.stdout.take().unwrap()));
@@ -60,7 +68,7 @@ fn run_child(tests: &[&str], env: &[(&str, &str)], bound: Duration) -> Run {
             panic!(
                 "the child running {tests:?} still ran after {bound:?}: the watchdog did not end \
                  it; its stderr:\n{}",
-                err.join().unwrap()
+                ended(err, "stderr")
             );
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -68,8 +76,8 @@ fn run_child(tests: &[&str], env: &[(&str, &str)], bound: Duration) -> Run {
     Run {
         status,
         took: start.elapsed(),
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
+        stdout: ended(out, "stdout"),
+        stderr: ended(err, "stderr"),
     }
 }
 
@@ -126,6 +134,22 @@ fn a_test_past_the_deadline_ends_the_run_with_the_spans_it_waited_in() {
         at - start
     };
     assert_eq!(indent(connect), indent(wait) + 2, "stderr:\n{}", run.stderr);
+    // The process it started: named, and killed (gone, or a zombie no one reaps here).
+    let listed = find(
+        &run,
+        "Processes this test process started (killed now):\n  ",
+    );
+    let line = run.stderr[listed..].lines().nth(1).unwrap().trim();
+    let (pid, cmd) = line.split_once(' ').unwrap();
+    assert_eq!(cmd, "sleep 600", "{line}");
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.trim_start().chars().next());
+    assert!(
+        stat.is_empty() || state == Some(Some('Z')),
+        "sleep 600 still runs: {stat}"
+    );
 }
 
 #[test]
@@ -190,6 +214,9 @@ async fn hangs_connecting_to_a_blackhole() {
         return;
     }
     support::init_logging();
+    // A process of its own holding the output pipes, as a CLI child or the Java peer would:
+    // the watchdog must kill it, or whoever reads the output (CI) would wait for it.
+    let mut sleeper = Command::new("sleep").arg("600").spawn().expect("run sleep");
     let hole = Blackhole::start().await;
     let mut config = client_config(&hole.addr);
     config.api_timeout = Duration::from_secs(600);
@@ -197,6 +224,8 @@ async fn hangs_connecting_to_a_blackhole() {
     let _ = Admin::new(config)
         .instrument(watchdog::waiting("an admin client of a blackhole"))
         .await;
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
     panic!("the watchdog should have ended this process first");
 }
 

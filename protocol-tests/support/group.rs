@@ -9,6 +9,7 @@ use onceflow::client::{ProducerRecord, TopicPartition};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 pub async fn fill(topic: &TestTopic, per_partition: usize) {
     let p = producer(&[]).await;
@@ -132,10 +133,14 @@ impl Running {
 /// Waits until `done` holds; fails after `secs` seconds saying what it waited for.
 pub async fn wait_for(secs: u64, what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
-    while !done() {
-        assert!(Instant::now() < deadline, "waited {secs}s for: {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    async {
+        while !done() {
+            assert!(Instant::now() < deadline, "waited {secs}s for: {what}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
+    .instrument(super::watchdog::waiting(what))
+    .await
 }
 
 pub fn disjoint_cover(a: &[TopicPartition], b: &[TopicPartition], n: usize) -> bool {

@@ -873,6 +873,22 @@ async fn on_error(
     let tp = &w.tp;
     match on_partition_error(code, shared.config.auto_offset_reset) {
         action @ (OnError::Reset(_) | OnError::OutOfRange) => {
+            match within_the_log(shared, tp, w.fetch_offset).await {
+                Ok(false) => {}
+                outcome => {
+                    // Not confirmed (the offset is within the log: an answer damaged on its
+                    // way, or the log check failed): moving the position by
+                    // auto.offset.reset would skip or re-read records. Fetched again.
+                    warn!(%tp, fetch_offset = w.fetch_offset, ?outcome, "OFFSET_OUT_OF_RANGE not confirmed by ListOffsets; fetching again");
+                    set_backoff(shared, id, tp);
+                    if let Err(e) = outcome {
+                        if e.class() == ErrorClass::Fatal {
+                            let _ = tx.send(Fetched::Error(e)).await;
+                        }
+                    }
+                    return Applied::Nothing;
+                }
+            }
             let tell = {
                 let mut parts = shared.lock();
                 match release(parts.get_mut(tp), id).filter(|st| st.epoch == w.epoch) {
@@ -921,6 +937,29 @@ async fn on_error(
             Applied::Nothing
         }
     }
+}
+
+/// Whether `offset` is within the partition's log, [log start, high watermark], as ListOffsets
+/// says (read_uncommitted: the high watermark, not the LSO). Asked before acting on
+/// OFFSET_OUT_OF_RANGE, which resets the position: one flipped bit turns a fetch's error code 0
+/// into 1, and the Java consumer would reset at once (earliest: read everything again; latest:
+/// skip to the end). The answer is rare enough that the two requests cost nothing.
+async fn within_the_log(shared: &Shared, tp: &TopicPartition, offset: i64) -> Result<bool> {
+    let tps = [tp.clone()];
+    let ask = |at| {
+        crate::client::list_offsets::list_offsets(
+            &shared.cluster,
+            crate::client::config::IsolationLevel::ReadUncommitted,
+            &tps,
+            at,
+        )
+    };
+    let start = ask(Offset::Beginning).await?;
+    let end = ask(Offset::End).await?;
+    let missing = || Error::Internal(format!("ListOffsets left out {tp}"));
+    let start = *start.get(tp).ok_or_else(missing)?;
+    let end = *end.get(tp).ok_or_else(missing)?;
+    Ok(start <= offset && offset <= end)
 }
 
 /// Applies a diverging epoch (KIP-320) to the partition, if the request is still current;

@@ -655,8 +655,10 @@ fn failed(inner: &Inner, b: ProducerBatch, error: Error) {
     warn!(tp = %b.tp, sequence = b.base_sequence, error = %error, "batch failed");
     let tp = b.tp.clone();
     let had_sequence = b.base_sequence >= 0;
-    let mem = b.fail(error.clone());
-    Counters::add(&inner.counters.batches_failed, 1);
+    // The transaction is doomed before the records are failed: failing them completes a
+    // flush, and a commit waiting in that flush must find the transaction doomed. The other
+    // order let commit_transaction() succeed without the failed records, now and then
+    // (examples/errors.rs, a record larger than the topic's max.message.bytes).
     {
         let mut acc = inner.lock();
         settle(&mut acc, &tp);
@@ -668,7 +670,7 @@ fn failed(inner: &Inner, b: ProducerBatch, error: Error) {
                     error.code(),
                     Some(ErrorCode::INVALID_PRODUCER_EPOCH | ErrorCode::UNKNOWN_PRODUCER_ID)
                 );
-                t.fail(error, Op::TxnProduce, reinit);
+                t.fail(error.clone(), Op::TxnProduce, reinit);
             }
             // A failed batch leaves a hole in the sequence: later batches would be refused as
             // out of order until the epoch is bumped and they are renumbered.
@@ -676,6 +678,8 @@ fn failed(inner: &Inner, b: ProducerBatch, error: Error) {
             None => {}
         }
     }
+    let mem = b.fail(error);
+    Counters::add(&inner.counters.batches_failed, 1);
     inner.release(mem);
 }
 

@@ -2,6 +2,7 @@
 //! write the result and the consumed offsets in one transaction (KIP-447).
 //!
 //! ```sh
+//! protocol-tests/kafka-broker.sh start        # a local Kafka at 127.0.0.1:9092
 //! cargo run --example consume_transform_produce -- \
 //!     --bootstrap 127.0.0.1:9092 --input rides --output clean-rides --group cleaners --instance 0
 //! ```

@@ -2,7 +2,7 @@
 
 use crate::support::*;
 use bytes::Bytes;
-use onceflow::client::{Error, ProducerRecord};
+use onceflow::client::{Error, ErrorClass, ProducerRecord};
 
 #[tokio::test]
 async fn record_over_the_topic_limit_is_refused_by_the_broker_with_a_clear_error() {
@@ -105,4 +105,58 @@ async fn a_full_buffer_memory_blocks_send_then_fails_it_naming_buffer_memory() {
         "{accepted} records of 1 KiB fitted in buffer.memory=65536"
     );
     *proxy.faults.hold_responses.lock().unwrap() = None;
+}
+
+/// In a transaction, a record the broker refuses as too large dooms the transaction — every
+/// time: the commit fails (abortable), abort_transaction() succeeds and the producer goes on.
+/// Before the fix the commit now and then sent EndTxn(commit) without the record (the flush saw
+/// the record failed before the transaction was marked doomed), returning Ok or a Usage error,
+/// 3 runs of 3 here; and otherwise the error made the producer
+/// unusable (BatchTooLarge was fatal rather than abortable in a transaction). Multi-threaded:
+/// the race needs the sender task and the commit on two threads at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_refused_as_too_large_dooms_its_transaction_every_time() {
+    let topic = TestTopic::create_with(
+        &broker(),
+        "too-large-txn",
+        1,
+        &[("max.message.bytes", "1024")],
+    )
+    .await;
+    let id = unique_topic("too-large-txn");
+    let p = producer(&[("transactional.id", id.as_str())]).await;
+    p.init_transactions().await.unwrap();
+    for round in 0..20 {
+        p.begin_transaction().unwrap();
+        let f = p
+            .send(ProducerRecord::new(
+                topic.name.clone(),
+                Bytes::from(vec![0u8; 10_000]),
+            ))
+            .await
+            .unwrap();
+        let e = p.commit_transaction().await.err().unwrap_or_else(|| {
+            panic!("round {round}: the commit succeeded without its refused record")
+        });
+        assert!(
+            matches!(e, Error::TransactionAbortable(_)),
+            "round {round}: {e:?}"
+        );
+        assert_eq!(e.class(), ErrorClass::Abortable, "round {round}: {e}");
+        assert!(matches!(f.await, Err(Error::BatchTooLarge { .. })));
+        p.abort_transaction().await.unwrap();
+    }
+    p.begin_transaction().unwrap();
+    p.send(ProducerRecord::new(topic.name.clone(), "fits"))
+        .await
+        .unwrap();
+    p.commit_transaction().await.unwrap();
+    let got = consume_all(
+        &broker(),
+        &topic,
+        1,
+        &[("isolation.level", "read_committed")],
+    )
+    .await;
+    assert_eq!(got.len(), 1, "{got:?}");
 }

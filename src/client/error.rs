@@ -321,7 +321,9 @@ impl Error {
     /// How the client should react to this error during `op`; see [`classify`].
     pub fn class_in(&self, op: Op) -> ErrorClass {
         match self {
-            Error::Broker { code, .. } => classify(*code, op),
+            // A batch refused as too large is a broker code like any other: in a transaction
+            // it dooms the transaction, not the producer (it was fatal for the producer).
+            Error::Broker { code, .. } | Error::BatchTooLarge { code, .. } => classify(*code, op),
             // A slot frees up when the caller releases one: begin() again after that.
             Error::PoolExhausted { .. } => ErrorClass::Retriable,
             Error::Io { .. }
@@ -507,6 +509,17 @@ mod tests {
             classify(ErrorCode::TOPIC_AUTHORIZATION_FAILED, Op::General),
             ErrorClass::Fatal
         );
+    }
+
+    #[test]
+    fn a_batch_refused_as_too_large_dooms_a_transaction_not_the_producer() {
+        let e = Error::BatchTooLarge {
+            context: "produce to t-0".into(),
+            size: 10_072,
+            code: ErrorCode::MESSAGE_TOO_LARGE,
+        };
+        assert_eq!(e.class_in(Op::TxnProduce), ErrorClass::Abortable);
+        assert_eq!(e.class(), ErrorClass::Fatal);
     }
 
     #[test]

@@ -447,7 +447,29 @@ impl Consumer {
         }
     }
 
-    /// The consumer as an async stream of records.
+    /// The consumer as an async stream of records: [`Self::recv`] in a loop, for `StreamExt`
+    /// combinators (`take`, `filter`, `try_collect`, ...). The stream never ends by itself;
+    /// the consumer is dropped (its fetcher stopped) with the stream.
+    ///
+    /// # Errors
+    /// Each item is what [`Self::recv`] returns: an error item for a fetch error, which the
+    /// next item may repeat (e.g. [`Error::CorruptData`] until the application seeks — which it
+    /// cannot do on a consumed consumer, so such a stream is done).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo() -> onceflow::client::Result<()> {
+    /// use futures::{StreamExt, TryStreamExt};
+    /// use onceflow::client::{Consumer, ConsumerConfig, ConsumerRecord};
+    /// let mut consumer = Consumer::new(ConsumerConfig::from_properties([
+    ///     ("isolation.level", "read_committed"),
+    ///     ("auto.offset.reset", "earliest"),
+    /// ])?)
+    /// .await?;
+    /// consumer.assign_topics(&["rides"]).await?;
+    /// let first: Vec<ConsumerRecord> = consumer.into_stream().take(10).try_collect().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn into_stream(self) -> impl futures::Stream<Item = Result<ConsumerRecord>> {
         futures::stream::unfold(self, |mut c| async move {
             let r = c.recv().await;

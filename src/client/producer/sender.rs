@@ -657,13 +657,15 @@ fn failed(inner: &Inner, b: ProducerBatch, error: Error) {
     let tp = b.tp.clone();
     let had_sequence = b.base_sequence >= 0;
     // The transaction is doomed *before* the records' futures are told. The other way round,
-    // an application that commits as soon as a future fails raced the doom:
-    //   1. this task fails the record's future;
-    //   2. the application, awaiting it, calls commit_transaction(): the phase is still
-    //      InTransaction, so the commit goes ahead (EndTxn) without the failed record;
+    // a commit raced the doom:
+    //   1. this task fails the record's future (which may also complete a flush that a
+    //      commit_transaction() is waiting in);
+    //   2. the application (or that commit) goes on: the phase is still InTransaction, so
+    //      the commit goes ahead (EndTxn) without the failed record;
     //   3. this task records the doom, too late (ignored once the commit ended, or turning
     //      the committed transaction's EndDone into a usage error).
-    // Seen in topic_ids' transaction test about one run in five under load.
+    // Seen in topic_ids' transaction test and examples/errors.rs (a record larger than the
+    // topic's max.message.bytes), in one run in five to one in two under load.
     {
         let mut acc = inner.lock();
         settle(&mut acc, &tp);

@@ -35,6 +35,7 @@ mod group_faults;
 mod groups;
 mod groups_cli;
 mod groups_consumer;
+mod hostile;
 mod idempotence;
 mod interop;
 mod limits;

@@ -249,3 +249,86 @@ async fn records_for_a_healthy_leader_are_not_held_up_by_an_unreachable_one() {
         "the record for the hanging leader is still pending"
     );
 }
+
+/// Fills partition 0 of `topic` with `n` records, directly (not through a proxy).
+async fn fill_directly(topic: &str, n: usize) {
+    let p = producer(&[("linger.ms", "5")]).await;
+    let mut fs = Vec::new();
+    for i in 0..n {
+        let r =
+            ProducerRecord::new(topic.to_owned(), format!("v{i}").into_bytes()).with_partition(0);
+        fs.push(p.send(r).await.expect("send"));
+    }
+    for f in fs {
+        f.await.expect("delivered");
+    }
+}
+
+/// One ApiVersions answer damaged on the way (Fetch offered only at versions the client does
+/// not speak): the pool does not hand out that connection; it connects and negotiates again at
+/// once, and the caller gets a connection that speaks Fetch, without seeing anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_api_versions_answer_is_negotiated_again_on_a_new_connection() {
+    let proxy = Proxy::start(&broker()).await;
+    let cluster = onceflow::client::Cluster::connect(client_config(&proxy.addr))
+        .await
+        .expect("bootstrap");
+    let node = *cluster
+        .metadata()
+        .brokers
+        .keys()
+        .next()
+        .expect("a broker in metadata");
+    // The broker's own connection (the bootstrap one is separate) gets the damaged answer.
+    proxy.faults.damage_api_versions.store(1, Ordering::Relaxed);
+    let conn = cluster.broker(node).await.expect("a connection");
+    assert_eq!(proxy.faults.damaged_api_versions.load(Ordering::Relaxed), 1);
+    conn.version_for::<FetchRequest>(None)
+        .expect("the connection handed out speaks Fetch");
+}
+
+/// A broker that offers no Fetch version this client speaks, on every connection (a broker
+/// far too old, or every answer damaged): `onceflow consume -e` ends within
+/// default.api.timeout.ms with a one-line error naming the broker and Fetch — it used to retry
+/// every 100 ms for ever, printing nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_without_a_common_fetch_version_is_an_error_not_a_silent_loop() {
+    let topic = TestTopic::create("no-fetch-version", 1).await;
+    fill_directly(&topic.name, 3).await;
+    let proxy = Proxy::start(&broker()).await;
+    proxy
+        .faults
+        .damage_api_versions
+        .store(u32::MAX, Ordering::Relaxed);
+    let args: Vec<String> = [
+        "consume",
+        "-b",
+        &proxy.addr,
+        "-t",
+        &topic.name,
+        "-e",
+        "-X",
+        "default.api.timeout.ms=10000",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let started = Instant::now();
+    let o = tokio::time::timeout(
+        Duration::from_secs(90),
+        crate::support::cli::onceflow_async(args, ""),
+    )
+    .await
+    .expect("consume -e ends instead of retrying for ever");
+    crate::support::cli::assert_one_line_error(&o, "supports no version of Fetch");
+    assert!(
+        crate::support::cli::stderr(&o).contains(&proxy.addr),
+        "names the broker: {}",
+        crate::support::cli::stderr(&o)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -22,6 +22,9 @@
 //!   requests that continue a fetch session (KIP-227) reach the broker with a session id it
 //!   does not know (FETCH_SESSION_ID_NOT_FOUND, as after an eviction) or an epoch out of step
 //!   (INVALID_FETCH_SESSION_EPOCH);
+//! - `damage_api_versions`: the next this-many ApiVersions answers (`u32::MAX`: all) offer Fetch
+//!   only up to v1, below any version the client speaks — what one flipped bit in Fetch's max
+//!   version does, or a broker far too old;
 //! - `hide_topic_ids`: Metadata responses carry no topic ids (KIP-516), as an old broker's:
 //!   the client then fetches by name and cannot tell a recreated topic from the old one;
 //! - `fake_leader`: a second broker id, at another address, that Metadata names as the leader
@@ -37,8 +40,8 @@ use super::hostile::{Action, Hostile};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, EndTxnRequest, FetchRequest, FindCoordinatorResponse, MetadataResponse,
-    RequestHeader, ResponseHeader,
+    ApiKey, ApiVersionsResponse, BrokerId, EndTxnRequest, FetchRequest, FindCoordinatorResponse,
+    MetadataResponse, RequestHeader, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use rand::Rng;
@@ -92,6 +95,10 @@ pub struct Faults {
     pub skew_fetch_session_epochs: AtomicU32,
     /// Fetch requests spoiled or skewed so far.
     pub spoiled_fetches: AtomicU64,
+    /// The next this-many ApiVersions answers offer no usable Fetch version (`u32::MAX`: all).
+    pub damage_api_versions: AtomicU32,
+    /// ApiVersions answers damaged so far.
+    pub damaged_api_versions: AtomicU64,
     /// Metadata responses lose their topic ids.
     pub hide_topic_ids: AtomicBool,
     /// Fetch requests that closed a fetch session (its id, epoch -1).
@@ -402,6 +409,20 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
                         faults.dropped_responses.fetch_add(1, Ordering::Relaxed);
                         break;
                     }
+                    Some((api, version, false, _))
+                        if api == ApiKey::ApiVersions as i16
+                            && faults
+                                .damage_api_versions
+                                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| match n {
+                                    0 => None,
+                                    u32::MAX => Some(n),
+                                    n => Some(n - 1),
+                                })
+                                .is_ok() =>
+                    {
+                        faults.damaged_api_versions.fetch_add(1, Ordering::Relaxed);
+                        without_fetch(frame, version)
+                    }
                     Some((api, version, false, _)) => {
                         let fake = faults.fake_leader.lock().unwrap().clone();
                         let hide_ids = faults.hide_topic_ids.load(Ordering::Relaxed);
@@ -454,6 +475,28 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
         _ = down => {}
         _ = kill.notified() => {}
     }
+}
+
+/// The ApiVersions answer with Fetch offered up to v1 only.
+fn without_fetch(frame: Bytes, version: i16) -> Bytes {
+    let hv = ApiKey::ApiVersions.response_header_version(version);
+    let mut buf = frame.clone();
+    let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
+        return frame;
+    };
+    let Ok(mut resp) = ApiVersionsResponse::decode(&mut buf, version) else {
+        return frame;
+    };
+    for k in &mut resp.api_keys {
+        if k.api_key == ApiKey::Fetch as i16 {
+            k.min_version = 0;
+            k.max_version = 1;
+        }
+    }
+    let mut out = BytesMut::new();
+    header.encode(&mut out, hv).unwrap();
+    resp.encode(&mut out, version).unwrap();
+    out.freeze()
 }
 
 /// Points broker addresses in Metadata / FindCoordinator responses at the proxy, and adds the

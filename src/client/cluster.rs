@@ -189,16 +189,20 @@ impl Cluster {
         // loop (the sender's background connects) are paced by the backoff.
         let addr = self.addr_of(node_id);
         let connected = match &addr {
-            Some(addr) => {
-                Connection::connect_secured(
-                    addr,
-                    &self.config.client_id,
-                    self.config.connect_timeout,
-                    self.config.request_timeout,
-                    &self.secured,
-                )
-                .await
-            }
+            // A connection whose ApiVersions answer lacks an API every broker has was damaged
+            // on the way or reached a broker far too old: replaced and negotiated again at
+            // once; only a second such answer is the caller's error (fatal: retrying the
+            // request cannot help, so it reaches the application instead of looping).
+            Some(addr) => match self.connect_to(addr).await {
+                Err(Error::UnsupportedVersion { api, .. }) => {
+                    debug!(
+                        node_id,
+                        addr, api, "ApiVersions answer lacks a core API; negotiating again"
+                    );
+                    self.connect_to(addr).await
+                }
+                other => other,
+            },
             None => Err(Error::Io {
                 broker: format!("node {node_id}"),
                 message: "broker is not in the cluster metadata".into(),
@@ -223,6 +227,31 @@ impl Cluster {
                 slot.next_attempt = Some(Instant::now() + backoff);
                 debug!(node_id, ?addr, error = %e, ?backoff, "connect failed");
                 Err(e)
+            }
+        }
+    }
+
+    /// One connect to `addr`, refused when the negotiated versions lack an API every broker
+    /// offers ([`ApiVersions::missing_core`](crate::protocol::versions::ApiVersions::missing_core)).
+    async fn connect_to(&self, addr: &str) -> Result<Connection> {
+        let c = Connection::connect_secured(
+            addr,
+            &self.config.client_id,
+            self.config.connect_timeout,
+            self.config.request_timeout,
+            &self.secured,
+        )
+        .await?;
+        match c.versions().missing_core() {
+            None => Ok(c),
+            Some(api) => {
+                c.retire_stale(format!(
+                    "its ApiVersions answer offers no version of {api:?}"
+                ));
+                Err(Error::UnsupportedVersion {
+                    broker: addr.to_owned(),
+                    api: format!("{api:?}"),
+                })
             }
         }
     }

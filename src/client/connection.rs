@@ -189,8 +189,8 @@ impl<R: Request> PendingResponse<R> {
     /// Waits for the response (at most request.timeout.ms) and decodes it.
     ///
     /// # Errors
-    /// [`Error::ConnectionClosed`], [`Error::Timeout`] (which also poisons the connection), or
-    /// a decode error (which poisons it too).
+    /// [`Error::ConnectionClosed`] (also for a response that cannot be decoded, which poisons
+    /// the connection) or [`Error::Timeout`] (which poisons it too).
     pub async fn response(mut self) -> Result<R::Response> {
         let api = frame::api_key::<R>();
         let addr = self.shared.addr.clone();
@@ -214,9 +214,19 @@ impl<R: Request> PendingResponse<R> {
                 });
             }
         };
-        let (_, body) = frame::decode_response::<R>(frame, self.version).inspect_err(|e| {
-            // Undecodable bytes mean we no longer know where frames start: poison.
-            self.shared.poison(e.to_string());
+        // An undecodable response is handled as a lost connection, as the Java client does:
+        // the bytes may be damaged anywhere, so nothing more read from this connection can be
+        // trusted. It is poisoned (every request on it fails as closed with this reason) and
+        // the caller gets ConnectionClosed, which every caller retries under its usual rules
+        // (a produce as a request whose answer was lost, which idempotence makes safe to send
+        // again), rather than a protocol error that would fail this request alone for good.
+        let (_, body) = frame::decode_response::<R>(frame, self.version).map_err(|e| {
+            let reason = e.to_string();
+            self.shared.poison(reason.clone());
+            Error::ConnectionClosed {
+                broker: addr.clone(),
+                reason,
+            }
         })?;
         Ok(body)
     }

@@ -245,6 +245,42 @@ async fn a_response_with_an_unknown_correlation_id_poisons_the_connection() {
     assert!(conn.is_poisoned());
 }
 
+/// A damaged answer (here cut short inside its body, correlation id intact) fails its request
+/// as a lost connection — retriable, as the Java client treats it — and every other request on
+/// the connection with it, not as a protocol error that would fail one request for good.
+#[tokio::test]
+async fn an_undecodable_response_is_a_lost_connection_for_every_request_on_it() {
+    let (conn, mut broker) = connect().await;
+    let first = start(&conn);
+    let second = start(&conn);
+    let cid = broker.read_request().await.correlation_id;
+    broker.read_request().await;
+    let mut frame = BytesMut::new();
+    frame.put_i32(6);
+    frame.put_i32(cid);
+    frame.put_i16(0); // error_code, then nothing where the api_keys array should be
+    broker.io.write_all(&frame).await.expect("write");
+    let a = tokio::time::timeout(LONG, first.response())
+        .await
+        .expect("the damaged answer settles its request");
+    assert!(
+        matches!(&a, Err(e) if e.class() == crate::client::ErrorClass::RefreshAndRetry),
+        "{a:?}"
+    );
+    let a = closed_reason(a);
+    assert!(
+        a.starts_with("cannot decode ApiVersions v3 response"),
+        "{a}"
+    );
+    let b = closed_reason(
+        tokio::time::timeout(LONG, second.response())
+            .await
+            .expect("the other request fails with it"),
+    );
+    assert_eq!(a, b);
+    assert!(conn.is_poisoned());
+}
+
 #[tokio::test]
 async fn a_request_timeout_poisons_and_fails_every_waiter_with_one_reason() {
     let (conn, mut broker) = connect().await;

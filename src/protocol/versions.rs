@@ -67,6 +67,22 @@ impl ApiVersions {
         self.finalized_epoch
     }
 
+    /// The first of the APIs every Kafka broker this client supports (2.8 and later) offers —
+    /// Metadata, Produce, Fetch, ListOffsets, FindCoordinator — that this answer shares no
+    /// version of. Any such API means the answer is nonsense (damaged on the way) or the
+    /// broker far too old: the connection is no use either way.
+    pub fn missing_core(&self) -> Option<ApiKey> {
+        [
+            ApiKey::Metadata,
+            ApiKey::Produce,
+            ApiKey::Fetch,
+            ApiKey::ListOffsets,
+            ApiKey::FindCoordinator,
+        ]
+        .into_iter()
+        .find(|k| self.version_for_key(*k as i16, None).is_none())
+    }
+
     /// The broker's advertised range for an API key.
     pub fn broker_range(&self, key: i16) -> Option<(i16, i16)> {
         self.ranges.get(&key).copied()
@@ -105,5 +121,37 @@ mod tests {
         assert_eq!(v.version_for::<FetchRequest>(None), None);
         assert_eq!(v.finalized_feature("transaction.version"), 2);
         assert_eq!(v.finalized_feature("group.version"), 0);
+    }
+
+    #[test]
+    fn an_answer_without_a_core_api_is_nonsense() {
+        let all = |max_fetch: i16| {
+            let keys = [
+                (ApiKey::Metadata, 12),
+                (ApiKey::Produce, 12),
+                (ApiKey::Fetch, max_fetch),
+                (ApiKey::ListOffsets, 9),
+                (ApiKey::FindCoordinator, 6),
+            ];
+            ApiVersions::from_response(
+                &ApiVersionsResponse::default().with_api_keys(
+                    keys.iter()
+                        .map(|(k, max)| {
+                            ApiVersion::default()
+                                .with_api_key(*k as i16)
+                                .with_min_version(0)
+                                .with_max_version(*max)
+                        })
+                        .collect(),
+                ),
+            )
+        };
+        assert_eq!(all(17).missing_core(), None);
+        // A bit flipped in Fetch's max version (17 -> 1): below the crate's minimum.
+        assert_eq!(all(1).missing_core(), Some(ApiKey::Fetch));
+        assert_eq!(
+            ApiVersions::default().missing_core(),
+            Some(ApiKey::Metadata)
+        );
     }
 }

@@ -359,6 +359,12 @@ async fn fetch_from(
         Ok(r) => r,
         Err(e) => {
             debug!(leader, error = %e, "fetch failed");
+            // What retrying cannot fix (no common Fetch version even after negotiating again
+            // on a new connection, failed authentication) reaches the application's poll,
+            // every round it happens, instead of a silent retry loop.
+            if e.class() == ErrorClass::Fatal {
+                let _ = tx.send(Fetched::Error(e.clone())).await;
+            }
             if let Some(ls) = lock(sessions).get_mut(&leader) {
                 if ls.session.id().is_some() || ls.session.is_incremental() {
                     Counters::add(&shared.counters.fetch_session_restarts, 1);

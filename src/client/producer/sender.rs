@@ -93,11 +93,28 @@ fn start_connect(inner: &Arc<Inner>, connecting: &Arc<Mutex<HashSet<i32>>>, lead
             .remove(&leader);
         if let Err(e) = result {
             debug!(leader, error = %e, "connect to partition leader failed");
+            note_connect_failure(&inner, leader, &e);
             let g = inner.cluster.metadata().generation;
             let _ = inner.cluster.refresh_if_older(g).await;
         }
         inner.wake.notify_one();
     });
+}
+
+/// Records why the leader could not be reached on the batches waiting for it that have no
+/// error of their own yet, so that delivery.timeout.ms fails them naming the broker and what
+/// went wrong (e.g. no common Produce version), not only that time ran out.
+fn note_connect_failure(inner: &Inner, leader: i32, e: &Error) {
+    let meta = inner.cluster.metadata();
+    let mut acc = inner.lock();
+    for (tp, q) in acc.partitions.iter_mut() {
+        if meta.leader(tp) != Some(leader) {
+            continue;
+        }
+        for b in q.ready.iter_mut().filter(|b| b.last_error.is_none()) {
+            b.last_error = Some(format!("connect to broker {leader}: {e}"));
+        }
+    }
 }
 
 /// The sender loop: one [`Accumulator::drain`](super::accumulator::Accumulator::drain) under

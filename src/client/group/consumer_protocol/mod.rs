@@ -241,47 +241,7 @@ fn apply_answer(
         .map(|m| m.to_string())
         .unwrap_or_default();
     match reaction(code) {
-        Reaction::Proceed => {
-            if let Some(id) = resp.member_id.as_ref().filter(|id| !id.is_empty()) {
-                st.member_id = id.to_string();
-            }
-            st.generation = resp.member_epoch;
-            if resp.heartbeat_interval_ms > 0 {
-                st.cg.interval = Some(Duration::from_millis(resp.heartbeat_interval_ms as u64));
-            }
-            if sent.full {
-                st.cg.full = false;
-            }
-            let acknowledged = sent.ack_seq.is_some() && sent.ack_seq == st.cg.ack_seq;
-            if acknowledged {
-                st.cg.ack_seq = None;
-            }
-            let mut new_target = false;
-            if let Some(a) = resp.assignment {
-                let target = reconcile::normalize(
-                    a.topic_partitions
-                        .into_iter()
-                        .map(|t| (*t.topic_id.as_bytes(), t.partitions))
-                        .collect(),
-                );
-                if target != st.cg.target || st.cg.phase == Phase::Joining {
-                    st.cg.target = target;
-                    st.cg.target_seq += 1;
-                }
-                // A target equal to what is owned needs no reconciliation, only (when the
-                // coordinator sent it after a rejoin) no acknowledgement either.
-                new_target = st.cg.target != st.cg.owned_ids;
-            }
-            let before = st.cg.phase;
-            st.cg.on(Event::Answer {
-                new_target,
-                acknowledged,
-            });
-            if before != st.cg.phase {
-                info!(epoch = resp.member_epoch, from = ?before, to = ?st.cg.phase, "group member phase");
-            }
-            st.cg.interval.unwrap_or(interval)
-        }
+        Reaction::Proceed => apply_assignment(&mut st, &sent, resp, interval),
         Reaction::Rejoin => {
             info!(code = %code, message, "the coordinator dropped this membership; the partitions are lost, joining again");
             st.cg.on(Event::MembershipGone);
@@ -300,42 +260,91 @@ fn apply_answer(
             st.cg.full = true;
             backoff
         }
-        Reaction::Fenced => {
-            let e = if code == ErrorCode::UNRELEASED_INSTANCE_ID {
-                unreleased_error(&shared.group_id, cfg.group_instance_id.as_deref())
-            } else {
-                fenced_error(&shared.group_id, cfg.group_instance_id.as_deref())
-            };
-            warn!(error = %e, "fenced");
-            st.fail(e);
-            interval
-        }
-        Reaction::Unsupported => {
-            let e = unsupported(
-                &shared.group_id,
-                &format!("the coordinator answered {code}"),
-            );
+        Reaction::Fenced | Reaction::Unsupported | Reaction::Fatal => {
+            let e = member_error(shared, code, &message);
             warn!(error = %e, "the member cannot go on");
             st.fail(e);
             interval
         }
-        Reaction::Fatal => {
-            let e = Error::broker(
-                format!(
-                    "consumer group heartbeat for group '{}'{}",
-                    shared.group_id,
-                    if message.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({message})")
-                    }
-                ),
-                code,
-            );
-            warn!(error = %e, "the member cannot go on");
-            st.fail(e);
-            interval
+    }
+}
+
+/// An answer without error: the member id, epoch and interval it gives, and the target
+/// assignment, which moves the phase (reconciliation happens in `poll`). Returns when to send
+/// the next heartbeat.
+fn apply_assignment(
+    st: &mut super::MemberState,
+    sent: &Sent,
+    resp: ConsumerGroupHeartbeatResponse,
+    interval: Duration,
+) -> Duration {
+    if let Some(id) = resp.member_id.as_ref().filter(|id| !id.is_empty()) {
+        st.member_id = id.to_string();
+    }
+    st.generation = resp.member_epoch;
+    if resp.heartbeat_interval_ms > 0 {
+        st.cg.interval = Some(Duration::from_millis(resp.heartbeat_interval_ms as u64));
+    }
+    if sent.full {
+        st.cg.full = false;
+    }
+    let acknowledged = sent.ack_seq.is_some() && sent.ack_seq == st.cg.ack_seq;
+    if acknowledged {
+        st.cg.ack_seq = None;
+    }
+    let mut new_target = false;
+    if let Some(a) = resp.assignment {
+        let target = reconcile::normalize(
+            a.topic_partitions
+                .into_iter()
+                .map(|t| (*t.topic_id.as_bytes(), t.partitions))
+                .collect(),
+        );
+        if target != st.cg.target || st.cg.phase == Phase::Joining {
+            st.cg.target = target;
+            st.cg.target_seq += 1;
         }
+        // A target equal to what is owned needs no reconciliation, only (when the
+        // coordinator sent it after a rejoin) no acknowledgement either.
+        new_target = st.cg.target != st.cg.owned_ids;
+    }
+    let before = st.cg.phase;
+    st.cg.on(Event::Answer {
+        new_target,
+        acknowledged,
+    });
+    if before != st.cg.phase {
+        info!(epoch = resp.member_epoch, from = ?before, to = ?st.cg.phase, "group member phase");
+    }
+    st.cg.interval.unwrap_or(interval)
+}
+
+/// The error that ends the membership for an answer the member cannot go on after (fenced,
+/// unsupported, or any other fatal code), naming the group and the coordinator's message.
+fn member_error(shared: &Shared, code: ErrorCode, message: &str) -> Error {
+    let cfg = &shared.config;
+    let instance_id = cfg.group_instance_id.as_deref();
+    match reaction(code) {
+        Reaction::Fenced if code == ErrorCode::UNRELEASED_INSTANCE_ID => {
+            unreleased_error(&shared.group_id, instance_id)
+        }
+        Reaction::Fenced => fenced_error(&shared.group_id, instance_id),
+        Reaction::Unsupported => unsupported(
+            &shared.group_id,
+            &format!("the coordinator answered {code}"),
+        ),
+        _ => Error::broker(
+            format!(
+                "consumer group heartbeat for group '{}'{}",
+                shared.group_id,
+                if message.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({message})")
+                }
+            ),
+            code,
+        ),
     }
 }
 

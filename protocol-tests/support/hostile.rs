@@ -13,7 +13,9 @@
 //! - `HugeLength`: announce a frame of 400 MB (below the client's limit), send the real bytes,
 //!   then nothing more: the client waits for bytes that never come;
 //! - `Trickle`: answer a byte a second;
-//! - `Silence`: never answer (the connection stays open).
+//! - `Silence`: never answer (the connection stays open);
+//! - `OmitPartition` (Produce only): the answer leaves out one partition of the request, as a
+//!   bit flipped in a partition index or a topic name does; it still decodes.
 //!
 //! Besides, per connection or per proxy:
 //! - `close_after_api_versions`: answer ApiVersions, then close the connection;
@@ -29,7 +31,7 @@
 //! damaged and how, not the interleaving.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, ResponseHeader};
+use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, ProduceResponse, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -46,6 +48,7 @@ pub enum Damage {
     HugeLength,
     Trickle,
     Silence,
+    OmitPartition,
 }
 
 /// Which responses a damage applies to: an API (or any), how often, how many times at most.
@@ -110,7 +113,7 @@ pub struct Hostile {
     pub silent_accept: AtomicBool,
     /// Responses damaged so far, per damage (FlipBit, Mangle, ... in declaration order), and
     /// ApiVersions answers stripped.
-    damaged: [AtomicU64; 7],
+    damaged: [AtomicU64; 8],
     pub stripped: AtomicU64,
     pub closed_after_api_versions: AtomicU64,
 }
@@ -261,6 +264,7 @@ impl Hostile {
             }
             Damage::Trickle => Action::Trickle(framed(&body)),
             Damage::Silence => Action::Silence,
+            Damage::OmitPartition => Action::Forward(omit_partition(version, body)),
         }
     }
 
@@ -295,4 +299,23 @@ impl Hostile {
         resp.encode(&mut out, version).unwrap();
         out.freeze()
     }
+}
+
+/// A Produce answer without its last partition.
+fn omit_partition(version: i16, body: Bytes) -> Bytes {
+    let hv = ApiKey::Produce.response_header_version(version);
+    let mut buf = body.clone();
+    let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
+        return body;
+    };
+    let Ok(mut resp) = ProduceResponse::decode(&mut buf, version) else {
+        return body;
+    };
+    if let Some(t) = resp.responses.last_mut() {
+        t.partition_responses.pop();
+    }
+    let mut out = BytesMut::new();
+    header.encode(&mut out, hv).unwrap();
+    resp.encode(&mut out, version).unwrap();
+    out.freeze()
 }

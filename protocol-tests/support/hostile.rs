@@ -22,6 +22,9 @@
 //! - `strip_from_api_versions`: ApiVersions answers lose one API (as from a damaged answer, or
 //!   a broker too old to speak any version of it this client knows);
 //! - `silent_accept`: accept connections and never answer (nor reach the broker);
+//! - `flip_record_batches`: the next this-many Fetch responses that carry records get one bit
+//!   flipped inside their first record batch, where its CRC covers it (a certain CRC failure,
+//!   where a random flip may land in a header);
 //! - a broker address that refuses connections: [`refusing_addr`], advertised through the
 //!   proxy's `fake_leader`.
 //!
@@ -31,7 +34,9 @@
 //! damaged and how, not the interleaving.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, ProduceResponse, ResponseHeader};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsResponse, FetchResponse, ProduceResponse, ResponseHeader,
+};
 use kafka_protocol::protocol::{Decodable, Encodable};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -111,6 +116,10 @@ pub struct Hostile {
     pub strip_times: AtomicU32,
     /// Accept connections and never answer.
     pub silent_accept: AtomicBool,
+    /// The next this-many Fetch responses with records get a bit flipped in a batch.
+    pub flip_record_batches: AtomicU32,
+    /// Record batches flipped so far.
+    pub record_flips: AtomicU64,
     /// Responses damaged so far, per damage (FlipBit, Mangle, ... in declaration order), and
     /// ApiVersions answers stripped.
     damaged: [AtomicU64; 8],
@@ -152,6 +161,8 @@ impl Hostile {
             strip: Mutex::default(),
             strip_times: AtomicU32::new(0),
             silent_accept: AtomicBool::new(false),
+            flip_record_batches: AtomicU32::new(0),
+            record_flips: AtomicU64::new(0),
             damaged: Default::default(),
             stripped: AtomicU64::new(0),
             closed_after_api_versions: AtomicU64::new(0),
@@ -207,6 +218,9 @@ impl Hostile {
     pub fn on_response(&self, api: i16, version: i16, body: Bytes) -> Action {
         let body = if api == ApiKey::ApiVersions as i16 {
             self.strip_api_versions(version, body)
+        } else if api == ApiKey::Fetch as i16 && self.flip_record_batches.load(Ordering::SeqCst) > 0
+        {
+            self.flip_record_batch(version, body)
         } else {
             body
         };
@@ -266,6 +280,50 @@ impl Hostile {
             Damage::Silence => Action::Silence,
             Damage::OmitPartition => Action::Forward(omit_partition(version, body)),
         }
+    }
+
+    /// The Fetch answer with one bit flipped in the middle of its first record batch's
+    /// CRC-covered bytes, if it has records and a flip is due.
+    fn flip_record_batch(&self, version: i16, body: Bytes) -> Bytes {
+        let hv = ApiKey::Fetch.response_header_version(version);
+        let mut buf = body.clone();
+        let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
+            return body;
+        };
+        let Ok(mut resp) = FetchResponse::decode(&mut buf, version) else {
+            return body;
+        };
+        // A v2 batch: base offset (8), length (4), leader epoch (4), magic (1), CRC (4), then
+        // the CRC-covered rest from byte 21.
+        let Some(records) = resp
+            .responses
+            .iter_mut()
+            .flat_map(|t| t.partitions.iter_mut())
+            .filter_map(|p| p.records.as_mut())
+            .find(|r| r.len() > 61)
+        else {
+            return body;
+        };
+        let first_len = i32::from_be_bytes([records[8], records[9], records[10], records[11]]);
+        let end = (12 + first_len.max(0) as usize).min(records.len());
+        if end <= 61 {
+            return body;
+        }
+        let due = self
+            .flip_record_batches
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if !due {
+            return body;
+        }
+        let mut r = records.to_vec();
+        r[61 + (end - 61) / 2] ^= 0x10;
+        *records = Bytes::from(r);
+        self.record_flips.fetch_add(1, Ordering::Relaxed);
+        let mut out = BytesMut::new();
+        header.encode(&mut out, hv).unwrap();
+        resp.encode(&mut out, version).unwrap();
+        out.freeze()
     }
 
     /// An ApiVersions answer without the API `strip_from_api_versions` names, if it is due.

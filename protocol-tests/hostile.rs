@@ -732,6 +732,12 @@ async fn read_committed_under_flips(test: &str) -> usize {
     let n = 2000;
     fill_committed(&topic, n, 200).await;
     let proxy = hostile_proxy(test).await;
+    // Fetch responses are few (each carries many batches): flip more of them, to cover the
+    // record path; every other API at issue 16's rate.
+    proxy
+        .faults
+        .hostile
+        .add(Rule::random(Some(ApiKey::Fetch), Damage::FlipBit, 250));
     proxy
         .faults
         .hostile
@@ -1106,6 +1112,12 @@ async fn group_member_under_bit_flips_reads_every_value_within_max_poll_interval
     let n = 1000;
     fill_committed(&topic, n, 100).await;
     let proxy = hostile_proxy("group_member_under_bit_flips").await;
+    // Fetch responses are few (each carries many batches): flip more of them, to cover the
+    // record path; every other API at issue 16's rate.
+    proxy
+        .faults
+        .hostile
+        .add(Rule::random(Some(ApiKey::Fetch), Damage::FlipBit, 250));
     proxy
         .faults
         .hostile

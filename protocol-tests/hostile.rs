@@ -342,6 +342,40 @@ async fn a_produce_response_that_leaves_out_a_partition_is_retried_not_failed() 
     assert_exactly_once(&topic, n, &all).await;
 }
 
+/// Found by the short runs under bit flips (TV1, seed 7464585367290131137): an InitProducerId
+/// answer whose producer id came back negative was used. A broker does not deduplicate
+/// batches with a negative producer id (to it they are not idempotent), so the next resend
+/// duplicated its batch. A producer id no broker hands out is a damaged answer: ask again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_negative_producer_id_is_not_used_so_a_resend_is_still_deduplicated() {
+    let topic = TestTopic::create("hostile-negative-pid", 1).await;
+    let proxy = hostile_proxy("negative_producer_id").await;
+    proxy.faults.hostile.add(Rule::next(
+        1,
+        ApiKey::InitProducerId,
+        Damage::NegativeProducerId,
+    ));
+    let p = Producer::new(producer_config(&proxy.addr, &producer_props(&[])))
+        .await
+        .expect("producer");
+    assert_eq!(proxy.faults.hostile.damaged(Damage::NegativeProducerId), 1);
+    let warm = send_numbered(&p, &topic.name, 1, 1).await;
+    assert_eq!(warm.acked.len(), 1, "{:?}", first_failures(&warm));
+    // The next batch is written, its answer lost: the resend must be deduplicated.
+    proxy
+        .faults
+        .hostile
+        .add(Rule::next(1, ApiKey::Produce, Damage::Truncate));
+    let out = send_range(&p, &topic.name, 1, 1..2, usize::MAX).await;
+    assert_eq!(out.acked.len(), 1, "{:?}", first_failures(&out));
+    assert_eq!(proxy.faults.hostile.damaged(Damage::Truncate), 1);
+    assert_eq!(
+        duplicates(&topic, 2, 2).await,
+        0,
+        "the resend was written twice"
+    );
+}
+
 /// A Produce response cut in half (the broker wrote the batch) loses the connection; the resend
 /// of an idempotent producer is deduplicated by the broker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,7 +15,9 @@
 //! - `Trickle`: answer a byte a second;
 //! - `Silence`: never answer (the connection stays open);
 //! - `OmitPartition` (Produce only): the answer leaves out one partition of the request, as a
-//!   bit flipped in a partition index or a topic name does; it still decodes.
+//!   bit flipped in a partition index or a topic name does; it still decodes;
+//! - `NegativeProducerId` (InitProducerId only): the sign bit of the producer id flipped (a
+//!   broker treats batches with a negative producer id as not idempotent: no deduplication).
 //!
 //! Besides, per connection or per proxy:
 //! - `close_after_api_versions`: answer ApiVersions, then close the connection;
@@ -35,7 +37,8 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, FetchResponse, ProduceResponse, ResponseHeader,
+    ApiKey, ApiVersionsResponse, FetchResponse, InitProducerIdResponse, ProduceResponse,
+    ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use rand::rngs::StdRng;
@@ -54,6 +57,7 @@ pub enum Damage {
     Trickle,
     Silence,
     OmitPartition,
+    NegativeProducerId,
 }
 
 /// Which responses a damage applies to: an API (or any), how often, how many times at most.
@@ -122,7 +126,7 @@ pub struct Hostile {
     pub record_flips: AtomicU64,
     /// Responses damaged so far, per damage (FlipBit, Mangle, ... in declaration order), and
     /// ApiVersions answers stripped.
-    damaged: [AtomicU64; 8],
+    damaged: [AtomicU64; 9],
     pub stripped: AtomicU64,
     pub closed_after_api_versions: AtomicU64,
 }
@@ -279,6 +283,7 @@ impl Hostile {
             Damage::Trickle => Action::Trickle(framed(&body)),
             Damage::Silence => Action::Silence,
             Damage::OmitPartition => Action::Forward(omit_partition(version, body)),
+            Damage::NegativeProducerId => Action::Forward(negative_producer_id(version, body)),
         }
     }
 
@@ -372,6 +377,23 @@ fn omit_partition(version: i16, body: Bytes) -> Bytes {
     if let Some(t) = resp.responses.last_mut() {
         t.partition_responses.pop();
     }
+    let mut out = BytesMut::new();
+    header.encode(&mut out, hv).unwrap();
+    resp.encode(&mut out, version).unwrap();
+    out.freeze()
+}
+
+/// An InitProducerId answer whose producer id has its sign bit flipped.
+fn negative_producer_id(version: i16, body: Bytes) -> Bytes {
+    let hv = ApiKey::InitProducerId.response_header_version(version);
+    let mut buf = body.clone();
+    let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
+        return body;
+    };
+    let Ok(mut resp) = InitProducerIdResponse::decode(&mut buf, version) else {
+        return body;
+    };
+    resp.producer_id.0 |= i64::MIN;
     let mut out = BytesMut::new();
     header.encode(&mut out, hv).unwrap();
     resp.encode(&mut out, version).unwrap();

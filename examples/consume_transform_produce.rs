@@ -181,7 +181,7 @@ async fn at_least_once(a: Args, mut consumer: GroupConsumer) -> Result<(), Error
         }
         producer.flush().await?;
         batches += 1;
-        if batches % 20 == 0 {
+        if batches.is_multiple_of(20) {
             let _ = consumer.commit_positions().await;
         }
     }

@@ -332,3 +332,42 @@ async fn a_broker_without_a_common_fetch_version_is_an_error_not_a_silent_loop()
         started.elapsed()
     );
 }
+
+/// `close_timeout` on a producer whose record waits for a leader that never answers: it
+/// returns within its timeout (an error saying so) instead of waiting for delivery.timeout.ms,
+/// and the record's future fails as closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_timeout_gives_up_on_an_unreachable_leader_within_its_timeout() {
+    let topic = TestTopic::create("close-timeout", 2).await;
+    let hole = Blackhole::start().await;
+    let proxy = Proxy::start(&broker()).await;
+    *proxy.faults.fake_leader.lock().unwrap() = Some(FakeLeader {
+        node_id: 4243,
+        addr: hole.addr.clone(),
+        topic: topic.name.clone(),
+        partitions: vec![1],
+    });
+    let p = Producer::new(producer_config(
+        &proxy.addr,
+        &[("linger.ms", "0"), ("delivery.timeout.ms", "600000")],
+    ))
+    .await
+    .expect("producer");
+    let stuck = p
+        .send(ProducerRecord::new(topic.name.clone(), "to the hanging leader").with_partition(1))
+        .await
+        .expect("send");
+    let started = Instant::now();
+    let closed = tokio::time::timeout(
+        Duration::from_secs(60),
+        p.close_timeout(Duration::from_secs(2)),
+    )
+    .await
+    .expect("close_timeout returns within 60 s");
+    assert!(matches!(closed, Err(Error::Timeout { .. })), "{closed:?}");
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    let outcome = tokio::time::timeout(Duration::from_secs(60), stuck)
+        .await
+        .expect("the queued record is told");
+    assert!(matches!(outcome, Err(Error::Closed(_))), "{outcome:?}");
+}

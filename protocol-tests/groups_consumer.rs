@@ -111,37 +111,7 @@ async fn consumer_protocol_revokes_only_what_moves_commits_it_first_and_the_new_
     assert!(log.contains(&"revoked 2".to_owned()), "{log:?}");
     assert!(!log.contains(&"revoked 4".to_owned()), "{log:?}");
     let moved = b.assignment();
-    let admin = onceflow::client::Admin::new(client_config(&broker()))
-        .await
-        .unwrap();
-    let committed = admin.committed_offsets(&group, &moved).await.unwrap();
-    for tp in &moved {
-        assert_eq!(
-            committed.get(tp),
-            Some(&10),
-            "committed offset of the revoked partition {tp} (all committed: {committed:?})"
-        );
-    }
-    fill(&topic, 1).await;
-    wait_for(
-        LONG,
-        "b read the new record of each partition it took over",
-        || {
-            b.check();
-            let read = b.read();
-            moved.iter().all(|tp| read.contains(&(tp.partition, 10)))
-        },
-    )
-    .await;
-    let reread: Vec<(i32, i64)> = b.read().into_iter().filter(|(_, o)| *o < 10).collect();
-    assert!(
-        reread.is_empty(),
-        "the new owner read again records the first member had read: {reread:?}"
-    );
-    let (a, _) = a.stop().await;
-    let (b, _) = b.stop().await;
-    a.close().await.unwrap();
-    b.close().await.unwrap();
+    handed_over_at_the_committed_positions(&group, &topic, a, b, &moved).await;
 }
 
 /// Runs the Java interop tool's group member (until `stop` appears) with `props`.
@@ -330,36 +300,7 @@ async fn a_static_consumer_protocol_member_that_restarts_gets_its_partitions_bac
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_protocol_member_that_stops_polling_loses_its_partitions_and_is_told_so() {
-    let topic = TestTopic::create("cg-slow", 2).await;
-    let group = unique_topic("cg-slow");
-    let events = Recorder::new();
-    let mut slow = cmember(&group, &[("max.poll.interval.ms", "2000")]).await;
-    slow.set_listener(events.clone());
-    slow.subscribe(&[topic.name.as_str()]);
-    let deadline = Instant::now() + Duration::from_secs(LONG);
-    while slow.assignment().len() != 2 {
-        slow.poll(Duration::from_millis(100)).await.unwrap();
-        assert!(
-            Instant::now() < deadline,
-            "waited {LONG}s for the slow member to own both partitions"
-        );
-    }
-    let mut other = cmember(&group, &[]).await;
-    other.subscribe(&[topic.name.as_str()]);
-    let other = run(other);
-    // The slow member does not poll for longer than max.poll.interval.ms: it leaves, and the
-    // other member takes everything.
-    wait_for(LONG, "the other member owns both partitions", || {
-        other.check();
-        other.assignment().len() == 2
-    })
-    .await;
-    // Its next poll reports the partitions lost (not revoked: it could not commit for them).
-    slow.poll(Duration::from_millis(100)).await.unwrap();
-    let log = events.log();
-    assert!(log.contains(&"lost 2".to_owned()), "{log:?}");
-    let (o, _) = other.stop().await;
-    o.close().await.unwrap();
+    a_member_that_stops_polling_loses_its_partitions("cg-slow", &[CONSUMER]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -50,3 +50,4 @@ mod transactions;
 mod txn_cli;
 mod txn_pool;
 mod txn_stress;
+mod watchdog;

@@ -295,9 +295,9 @@ async fn without_topic_ids_a_record_the_deleted_topic_holds_is_written_again_to_
 /// The same in a transaction. At transaction.version 2 the retry goes by id (v13): the stale
 /// record fails, the transaction cannot commit, and after the abort a new transaction writes
 /// the new topic. At transaction.version 1 the producer must speak Produce v11 (v12 and later
-/// mean KIP-890 to the broker), by name: the broker cannot tell the topics apart and the
-/// retried record joins the transaction in the new topic — the gap Produce v13 closes, kept
-/// here as that protection's inverse.
+/// mean KIP-890 to the broker), by name: the broker cannot tell the topics apart, and the
+/// retried record may join the transaction in the new topic (the gap Produce v13 closes) or be
+/// refused by the partition's verification, and then fail as at version 2; both are checked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_caught_by_a_recreation_cannot_commit_at_transaction_version_2() {
     init_logging();
@@ -316,30 +316,36 @@ async fn a_transaction_caught_by_a_recreation_cannot_commit_at_transaction_versi
     p.commit_transaction().await.expect("commit");
     p.begin_transaction().expect("begin");
     let outcome = send_across_a_recreation(&p, &proxy, &topic.name).await;
-    let committed = "read_committed";
-    if expected_tv() >= 2 {
-        let e = outcome.expect_err("the stale record must not be acknowledged");
-        assert!(matches!(&e, Error::RecreatedWhileInFlight { .. }), "{e:?}");
-        let c = p
-            .commit_transaction()
-            .await
-            .expect_err("the transaction cannot commit");
-        assert!(
-            c.class() != onceflow::client::ErrorClass::Fatal,
-            "abortable: {c:?}"
-        );
-        p.abort_transaction().await.expect("abort");
-        p.begin_transaction().expect("begin");
-        fill(&p, &topic.name, 20, "new").await;
-        p.commit_transaction().await.expect("commit");
-        let got = consume_all(&broker(), &topic, 20, &[("isolation.level", committed)]).await;
-        let vals: Vec<String> = values(&got).into_iter().map(|(_, v)| v).collect();
-        let want: Vec<String> = (0..20).map(|i| format!("new-{i}")).collect();
-        assert_eq!(vals, want, "no stale record, nothing twice");
-    } else {
-        outcome.expect("by name (v11), the broker takes it");
-        p.commit_transaction().await.expect("commit");
-        let got = consume_all(&broker(), &topic, 1, &[("isolation.level", committed)]).await;
-        assert_eq!(values(&got), vec![(0, "stale".to_owned())]);
+    let committed = [("isolation.level", "read_committed")];
+    match outcome {
+        // At transaction.version 1 the by-name retry may reach the new topic and be written
+        // there (the broker cannot tell the topics apart): the gap, shown, not asserted away.
+        Ok(_) if expected_tv() < 2 => {
+            p.commit_transaction().await.expect("commit");
+            let got = consume_all(&broker(), &topic, 1, &committed).await;
+            assert_eq!(values(&got), vec![(0, "stale".to_owned())]);
+            return;
+        }
+        Ok(md) => panic!("the stale record was acknowledged at transaction.version 2: {md:?}"),
+        // Always at transaction.version 2; at 1 when the broker refused the retry (the
+        // partition's verification with the coordinator failed) before the producer saw the
+        // new id.
+        Err(e) => assert!(matches!(&e, Error::RecreatedWhileInFlight { .. }), "{e:?}"),
     }
+    let c = p
+        .commit_transaction()
+        .await
+        .expect_err("the transaction cannot commit");
+    assert!(
+        c.class() != onceflow::client::ErrorClass::Fatal,
+        "abortable: {c:?}"
+    );
+    p.abort_transaction().await.expect("abort");
+    p.begin_transaction().expect("begin");
+    fill(&p, &topic.name, 20, "new").await;
+    p.commit_transaction().await.expect("commit");
+    let got = consume_all(&broker(), &topic, 20, &committed).await;
+    let vals: Vec<String> = values(&got).into_iter().map(|(_, v)| v).collect();
+    let want: Vec<String> = (0..20).map(|i| format!("new-{i}")).collect();
+    assert_eq!(vals, want, "no stale record, nothing twice");
 }

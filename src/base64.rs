@@ -64,7 +64,7 @@ pub fn decode(s: &str) -> Result<Vec<u8>, Base64Error> {
         })
     };
     let bytes = s.as_bytes();
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return Err(Base64Error::Length(bytes.len()));
     }
     let quads = bytes.len() / 4;

@@ -11,9 +11,9 @@
 //!   [`client::producer`], [`client::consumer`] (manual assignment and the fetcher),
 //!   [`client::group`] (consumer groups), [`client::admin`]; [`client::error`] decides what every
 //!   broker error means ([`client::classify`]). Its own module list says more.
-//! - [`engine`]: checkpointed Kafka-to-Kafka jobs on top of [`client`] alone: the checkpoint
-//!   coordinator, state on fjall, job files, the exactly-once sink, the taxi rides workload
-//!   (being built: issue 10).
+//! - `engine` (feature `engine`, on by default): checkpointed Kafka-to-Kafka jobs on top of
+//!   [`client`] alone: the checkpoint coordinator, state on fjall, job files, the exactly-once
+//!   sink, the taxi rides workload.
 //! - The `onceflow` binary (`src/cli/`, not part of the library): produce, consume, topics and
 //!   transaction commands, built on [`client`] alone.
 //! - [`base64`]: the one small codec the CLI and the tests write bytes as JSON with.
@@ -29,10 +29,19 @@
 //! - Reading only committed data: [`client::consumer::isolation`] (read_committed).
 //! - Committing consumed offsets inside a transaction (KIP-447): the group's metadata from
 //!   [`client::group`], handed to `Producer::send_offsets_to_transaction`.
+//!
+//! # Features
+//!
+//! - `client`: the Kafka client alone ([`protocol`] and [`client`]); build with
+//!   `--no-default-features --features client` for a service that only produces and consumes
+//!   (no fjall, TOML or clap in the dependency tree).
+//! - `engine`: adds the `engine` module.
+//! - `cli` (default): adds the `onceflow` binary (and the engine).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod base64;
 pub mod client;
+#[cfg(feature = "engine")]
 pub mod engine;
 pub mod protocol;

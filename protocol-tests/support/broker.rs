@@ -56,6 +56,12 @@ impl Drop for PrivateBroker {
 /// Runs protocol-tests/kafka-broker.sh with env overrides; `action` may carry arguments
 /// ("kill 2").
 pub fn broker_script(action: &str, env: &[(&str, &str)]) -> String {
+    let port = env
+        .iter()
+        .find(|(k, _)| *k == "KAFKA_PORT")
+        .map_or("", |(_, v)| v);
+    let _wait =
+        super::watchdog::waiting(format!("kafka-broker.sh {action} (KAFKA_PORT={port})")).entered();
     let out = Command::new("bash")
         .arg(repo().join("protocol-tests/kafka-broker.sh"))
         .args(action.split_whitespace())

@@ -17,6 +17,7 @@ pub fn command() -> Command {
 /// Runs `onceflow ARGS` to completion with `stdin` as its whole input (then EOF); returns its
 /// output and how long it ran. Blocking: async tests use [`onceflow_async`].
 pub fn onceflow(args: &[&str], stdin: &str) -> (Output, Duration) {
+    let _wait = super::watchdog::waiting(format!("onceflow {}", args.join(" "))).entered();
     let start = Instant::now();
     let mut child = command().args(args).spawn().expect("run onceflow");
     let mut input = child.stdin.take().expect("piped stdin");

@@ -7,8 +7,9 @@
 //! it, passed or failed.
 
 use super::broker::broker_script;
-use super::repo;
+use super::{repo, watchdog};
 use tokio::sync::{Mutex, MutexGuard};
+use tracing::Instrument;
 
 /// One test at a time on the cluster.
 static LOCK: Mutex<()> = Mutex::const_new(());
@@ -60,7 +61,10 @@ pub struct Cluster {
 /// the first time) and waits until each answers.
 pub async fn cluster() -> Cluster {
     super::init_logging();
-    let turn = LOCK.lock().await;
+    // Queued behind the other cluster tests, with the watchdog's clock stopped.
+    let turn = watchdog::turn(LOCK.lock())
+        .instrument(watchdog::waiting("the 3-node cluster's turn"))
+        .await;
     let bootstrap = tokio::task::spawn_blocking(|| script("start", None))
         .await
         .expect("kafka-broker.sh start");

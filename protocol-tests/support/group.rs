@@ -9,6 +9,7 @@ use onceflow::client::{ProducerRecord, TopicPartition};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 pub async fn fill(topic: &TestTopic, per_partition: usize) {
     let p = producer(&[]).await;
@@ -132,10 +133,14 @@ impl Running {
 /// Waits until `done` holds; fails after `secs` seconds saying what it waited for.
 pub async fn wait_for(secs: u64, what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
-    while !done() {
-        assert!(Instant::now() < deadline, "waited {secs}s for: {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    async {
+        while !done() {
+            assert!(Instant::now() < deadline, "waited {secs}s for: {what}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
+    .instrument(super::watchdog::waiting(what))
+    .await
 }
 
 pub fn disjoint_cover(a: &[TopicPartition], b: &[TopicPartition], n: usize) -> bool {
@@ -165,4 +170,90 @@ impl RebalanceListener for Recorder {
     fn on_lost<'a>(&'a self, p: &'a [TopicPartition]) -> BoxFuture<'a, ()> {
         Box::pin(async move { self.0.lock().unwrap().push(format!("lost {}", p.len())) })
     }
+}
+
+/// A member that stops polling for longer than max.poll.interval.ms leaves the group; the
+/// other member takes both partitions, and the slow one's next poll reports them lost (not
+/// revoked: it could not commit for them). `protocol`: the group.protocol property, if any,
+/// so that the same scenario runs under the classic and the consumer protocol.
+pub async fn a_member_that_stops_polling_loses_its_partitions(
+    prefix: &str,
+    protocol: &[(&str, &str)],
+) {
+    const LONG: u64 = 120;
+    let topic = TestTopic::create(prefix, 2).await;
+    let group = super::unique_topic(prefix);
+    let events = Recorder::new();
+    let mut props = protocol.to_vec();
+    props.push(("max.poll.interval.ms", "2000"));
+    let mut slow = member(&group, &props).await;
+    slow.set_listener(events.clone());
+    slow.subscribe(&[topic.name.as_str()]);
+    let deadline = Instant::now() + Duration::from_secs(LONG);
+    while slow.assignment().len() != 2 {
+        slow.poll(Duration::from_millis(100)).await.unwrap();
+        assert!(
+            Instant::now() < deadline,
+            "waited {LONG}s for the slow member to own both partitions"
+        );
+    }
+    let mut other = member(&group, protocol).await;
+    other.subscribe(&[topic.name.as_str()]);
+    let other = run(other);
+    wait_for(LONG, "the other member owns both partitions", || {
+        other.check();
+        other.assignment().len() == 2
+    })
+    .await;
+    slow.poll(Duration::from_millis(100)).await.unwrap();
+    let log = events.log();
+    assert!(log.contains(&"lost 2".to_owned()), "{log:?}");
+    let (o, _) = other.stop().await;
+    o.close().await.unwrap();
+}
+
+/// After `a` gave `moved` up to `b`, each with 10 records read: `a` committed their positions
+/// (10) before letting go, and `b` starts from them — it reads the one new record of each
+/// partition and nothing `a` had read. Stops and closes both members.
+pub async fn handed_over_at_the_committed_positions(
+    group: &str,
+    topic: &TestTopic,
+    a: Running,
+    b: Running,
+    moved: &[TopicPartition],
+) {
+    const LONG: u64 = 120;
+    let admin = onceflow::client::Admin::new(super::client_config(&broker()))
+        .await
+        .unwrap();
+    let committed = admin.committed_offsets(group, moved).await.unwrap();
+    for tp in moved {
+        assert_eq!(
+            committed.get(tp),
+            Some(&10),
+            "committed offset of the revoked partition {tp} (all committed: {committed:?})"
+        );
+    }
+    // One more record in every partition: once b has read the new records of its partitions,
+    // it would have read the old ones before them if it had started from the beginning.
+    fill(topic, 1).await;
+    wait_for(
+        LONG,
+        "b read the new record of each partition it took over",
+        || {
+            b.check();
+            let read = b.read();
+            moved.iter().all(|tp| read.contains(&(tp.partition, 10)))
+        },
+    )
+    .await;
+    let reread: Vec<(i32, i64)> = b.read().into_iter().filter(|(_, o)| *o < 10).collect();
+    assert!(
+        reread.is_empty(),
+        "the new owner read again records the first member had read: {reread:?}"
+    );
+    let (a, _) = a.stop().await;
+    let (b, _) = b.stop().await;
+    a.close().await.unwrap();
+    b.close().await.unwrap();
 }

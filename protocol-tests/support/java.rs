@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use tempfile::TempDir;
+use tracing::Instrument;
 
 /// One record as the interop tool reads (produce) and writes (consume) it. Header keys are kept
 /// as bytes so that a client mangling them cannot hide behind string conversion.
@@ -140,6 +141,7 @@ pub async fn java_on(bootstrap: &str, subcommand: &str, topic: &str, args: &[&st
     argv.extend(args.iter().map(|s| s.to_string()));
     let shown = argv[1..].join(" ");
     let out = tokio::task::spawn_blocking(move || Command::new("bash").args(&argv).output())
+        .instrument(super::watchdog::waiting(format!("interop.sh {shown}")))
         .await
         .unwrap()
         .expect("run interop.sh");

@@ -1,6 +1,7 @@
 //! Shared helpers: the broker address, unique topics, clients; and, in their own modules,
 //! private brokers (`broker`), the `onceflow` binary (`cli`), consumer-group members (`group`),
-//! the Java peer (`java`) and the fault proxy (`proxy`).
+//! the Java peer (`java`), the fault proxy (`proxy`) and the watchdog that fails a test past its
+//! deadline with what it waited in (`watchdog`).
 
 pub mod broker;
 pub mod cli;
@@ -10,6 +11,7 @@ pub mod hostile;
 pub mod java;
 pub mod proxy;
 pub mod secured;
+pub mod watchdog;
 
 use onceflow::client::admin::NewTopic;
 use onceflow::client::txn::TxnState;
@@ -20,18 +22,32 @@ use onceflow::client::{
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
-/// Logs to stderr when ONCEFLOW_LOG is set (e.g. ONCEFLOW_LOG=onceflow=debug).
+/// Logs to stderr when ONCEFLOW_LOG is set (e.g. ONCEFLOW_LOG=onceflow=debug), and puts the
+/// calling test under the watchdog (`watchdog`): every test comes through here early, through
+/// `broker()` if not directly.
 pub fn init_logging() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("ONCEFLOW_LOG") {
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter(filter)
-                .with_test_writer()
-                .try_init();
-        }
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        use tracing_subscriber::Layer;
+        // The log, as before, only when asked for; the watchdog's span recorder always. Each
+        // layer has its own filter, so the log shows nothing more than ONCEFLOW_LOG says.
+        let log = tracing_subscriber::EnvFilter::try_from_env("ONCEFLOW_LOG")
+            .ok()
+            .map(|filter| {
+                tracing_subscriber::fmt::layer()
+                    .with_test_writer()
+                    .with_filter(filter)
+            });
+        let _ = tracing_subscriber::registry()
+            .with(log)
+            .with(watchdog::enabled().then(watchdog::layer))
+            .try_init();
     });
+    watchdog::watch();
 }
 
 /// The broker the tests use.
@@ -171,27 +187,34 @@ pub async fn consume_all(
     for tp in topic.tps() {
         c.seek(&tp, Offset::Beginning).unwrap();
     }
-    let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while out.len() < expected {
-        assert!(
-            Instant::now() < deadline,
-            "read {} of {expected} records from {} before the deadline",
-            out.len(),
-            topic.name
-        );
-        out.extend(c.poll(Duration::from_millis(200)).await.unwrap());
+    async {
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while out.len() < expected {
+            assert!(
+                Instant::now() < deadline,
+                "read {} of {expected} records from {} before the deadline",
+                out.len(),
+                topic.name
+            );
+            out.extend(c.poll(Duration::from_millis(200)).await.unwrap());
+        }
+        // Read to the end of every partition, so duplicates beyond `expected` are seen too.
+        while !c.at_end() {
+            assert!(
+                Instant::now() < deadline,
+                "did not reach the end of {}",
+                topic.name
+            );
+            out.extend(c.poll(Duration::from_millis(200)).await.unwrap());
+        }
+        out
     }
-    // Read to the end of every partition, so duplicates beyond `expected` are seen too.
-    while !c.at_end() {
-        assert!(
-            Instant::now() < deadline,
-            "did not reach the end of {}",
-            topic.name
-        );
-        out.extend(c.poll(Duration::from_millis(200)).await.unwrap());
-    }
-    out
+    .instrument(watchdog::waiting(format_args!(
+        "{expected} records from {}",
+        topic.name
+    )))
+    .await
 }
 
 /// Waits (generously: the machine may be loaded) until the coordinator has aborted the open
@@ -200,17 +223,24 @@ pub async fn consume_all(
 pub async fn wait_until_the_coordinator_aborted(id: &str) {
     let admin = Admin::new(client_config(&broker())).await.unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let d = admin.describe_transaction(id).await.unwrap();
-        if d.as_ref()
-            .is_some_and(|d| d.state == TxnState::CompleteAbort)
-        {
-            return;
+    let wait = watchdog::waiting(format_args!(
+        "the coordinator to abort the transaction of {id}"
+    ));
+    async move {
+        loop {
+            let d = admin.describe_transaction(id).await.unwrap();
+            if d.as_ref()
+                .is_some_and(|d| d.state == TxnState::CompleteAbort)
+            {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the coordinator did not abort the timed-out transaction of '{id}': {d:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the coordinator did not abort the timed-out transaction of '{id}': {d:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    .instrument(wait)
+    .await
 }

@@ -5,6 +5,9 @@
 //! aliases. An unknown property or a bad value is an error that names it; silently ignoring a
 //! misspelt `isolation.level` is how exactly-once pipelines end up reading aborted data.
 
+mod builder;
+pub use builder::{FromProperties, PropertiesBuilder};
+
 use crate::protocol::records::Compression;
 use std::time::Duration;
 

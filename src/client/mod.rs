@@ -50,3 +50,27 @@ pub use error::{classify, Error, ErrorClass, Op, Result};
 pub use metadata::TopicPartition;
 pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};
 pub use retry::{backoff, exponential_backoff};
+
+/// What users expect to move between tasks and threads: a producer shared by many tasks
+/// (`Arc<Producer>`, `send(&self)`), a consumer or group member owned by one task that may run
+/// on any thread, errors sent across channels. A compile-time check: a change that makes one
+/// of them `!Send` or `!Sync` fails the build.
+#[cfg(test)]
+mod thread_safety {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+
+    #[test]
+    fn public_handles_are_send_and_sync_where_users_share_them() {
+        send_sync::<super::Producer>();
+        send_sync::<super::Admin>();
+        send_sync::<super::Cluster>();
+        send_sync::<super::TransactionalPool>();
+        send_sync::<super::Error>();
+        send_sync::<super::ProducerConfig>();
+        send_sync::<super::ConsumerConfig>();
+        send::<super::Consumer>();
+        send::<super::group::GroupConsumer>();
+        send::<super::DeliveryFuture>();
+    }
+}

@@ -756,8 +756,8 @@ async fn apply_partition(
         }
         return Applied::Nothing;
     }
-    let chunk = decode_partition(&w.tp, w.fetch_offset, w.epoch, p, crc_check(&shared.config));
-    advance(shared, id, w, p.log_start_offset, &chunk);
+    let mut chunk = decode_partition(&w.tp, w.fetch_offset, w.epoch, p, crc_check(&shared.config));
+    advance(shared, id, w, p.log_start_offset, &mut chunk);
     let records = !chunk.records.is_empty();
     if tx.send(Fetched::Chunk(chunk)).await.is_err() {
         return Applied::ConsumerGone;
@@ -769,9 +769,33 @@ async fn apply_partition(
     }
 }
 
+/// How many times data that fails its check at one offset is fetched again before the
+/// partition halts on it.
+const REFETCHES_OF_CORRUPT_DATA: u32 = 2;
+
+/// What to do about data that failed its check (CRC, framing) at `offset`, given the
+/// partition's record of such failures (`corrupt_at`: offset, failures in a row there).
+/// Returns the new record and whether the partition halts. Pure.
+///
+/// A batch damaged on its way (a flipped bit the TCP checksum missed, a faulty middlebox) is
+/// whole in the broker's log: fetched again, it decodes. The Java consumer raises at once and
+/// leaves the application to seek past the batch, which skips records that were fine in the
+/// log. Only data that fails again, at the same offset, is taken for corrupt in the log.
+fn after_corrupt_data(corrupt_at: Option<(i64, u32)>, offset: i64) -> (Option<(i64, u32)>, bool) {
+    let failures = match corrupt_at {
+        Some((at, n)) if at == offset => n + 1,
+        _ => 1,
+    };
+    (
+        Some((offset, failures)),
+        failures > REFETCHES_OF_CORRUPT_DATA,
+    )
+}
+
 /// Moves the partition past a decoded chunk, if the request is still current: the next fetch
-/// starts after it, and a chunk that ends at corrupt data halts the partition.
-fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &Chunk) {
+/// starts after it. A chunk that ends at corrupt data is fetched again from there (the error
+/// dropped, the records before it kept) until `after_corrupt_data` halts the partition.
+fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &mut Chunk) {
     let mut parts = shared.lock();
     let Some(st) = release(parts.get_mut(&w.tp), id).filter(|st| st.epoch == w.epoch) else {
         return;
@@ -781,9 +805,27 @@ fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &Ch
     if let Some(e) = chunk.last_epoch {
         st.last_fetched_epoch = e;
     }
-    if let Some(e) = &chunk.error {
-        debug!(tp = %w.tp, error = %e, "fetching stopped at corrupt data");
-        st.halted = true;
+    match &chunk.error {
+        Some(e @ Error::CorruptData { offset, .. }) => {
+            let (record, halt) = after_corrupt_data(st.corrupt_at, *offset);
+            st.corrupt_at = record;
+            if halt {
+                warn!(tp = %w.tp, error = %e, "fetching stopped at data that failed its check again");
+                st.halted = true;
+            } else {
+                warn!(tp = %w.tp, error = %e, "data failed its check; fetching it again (damaged on the way?)");
+                chunk.error = None;
+            }
+        }
+        Some(e) => {
+            debug!(tp = %w.tp, error = %e, "fetching stopped");
+            st.halted = true;
+        }
+        None => {
+            if st.corrupt_at.is_some_and(|(at, _)| chunk.next_offset > at) {
+                st.corrupt_at = None;
+            }
+        }
     }
 }
 
@@ -1079,6 +1121,25 @@ fn decode_into(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn data_that_fails_its_check_is_fetched_again_before_the_partition_halts() {
+        // (failures recorded so far, offset failing now, new record, halt)
+        let cases = [
+            (None, 40, Some((40, 1)), false),
+            (Some((40, 1)), 40, Some((40, 2)), false),
+            (Some((40, 2)), 40, Some((40, 3)), true),
+            // Another offset: the count starts again (the earlier spot decoded on refetch).
+            (Some((40, 2)), 55, Some((55, 1)), false),
+        ];
+        for (before, offset, record, halt) in cases {
+            assert_eq!(
+                after_corrupt_data(before, offset),
+                (record, halt),
+                "{before:?} at {offset}"
+            );
+        }
+    }
     use crate::protocol::records::{BatchBuilder, Compression, ProducerFields};
     use bytes::{Bytes, BytesMut};
     use kafka_protocol::messages::fetch_response::PartitionData;

@@ -96,6 +96,9 @@ pub(crate) struct PartitionState {
     /// partition is first fetched after an assignment, seek or reset. Metadata naming another
     /// id means the topic was deleted and recreated: the position is not carried over.
     pub topic_id: Option<[u8; 16]>,
+    /// Data that failed its check (CRC, framing) at this offset, this many fetches in a row:
+    /// fetched again before the partition halts (see `fetcher::after_corrupt_data`).
+    pub corrupt_at: Option<(i64, u32)>,
 }
 
 impl PartitionState {
@@ -114,6 +117,7 @@ impl PartitionState {
             halted: false,
             last_fetched_epoch: -1,
             topic_id: None,
+            corrupt_at: None,
         }
     }
 }
@@ -308,6 +312,7 @@ impl Consumer {
                 .ok_or_else(|| Error::Usage(format!("cannot seek {tp}: not assigned")))?;
             st.epoch = self.shared.next_epoch();
             st.halted = false;
+            st.corrupt_at = None;
             st.last_fetched_epoch = -1;
             // The application chose a position in the topic as it is now.
             st.topic_id = None;
@@ -398,7 +403,9 @@ impl Consumer {
     /// # Errors
     /// Fatal fetch errors, e.g. OFFSET_OUT_OF_RANGE with auto.offset.reset=none, and
     /// [`Error::CorruptData`] once the records before corrupt data have been returned (raised
-    /// again by every poll until the application seeks past it, as the Java client does).
+    /// again by every poll until the application seeks past it, as the Java client does) —
+    /// only after the data failed its check three fetches in a row: data damaged on its way
+    /// is fetched again silently.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
         let deadline = tokio::time::Instant::now() + timeout;
         let max = self.shared.config.max_poll_records;

@@ -376,6 +376,14 @@ impl Producer {
     /// Queues a record. Waits only while buffer.memory is full (at most max.block.ms).
     /// The returned future resolves when the broker acknowledged the record.
     ///
+    /// Takes `&self`: share one producer between tasks (`Arc<Producer>`); records of one
+    /// partition keep the order their `send` calls returned in.
+    ///
+    /// Cancellation: dropping the future `send` returns *before* it resolves (while it waits
+    /// for buffer.memory) leaves the record unsent. Once `send` has returned, the record is
+    /// queued: dropping the [`DeliveryFuture`] does not take it back, it is written (or fails)
+    /// like any other and only its outcome is lost. `flush` and `close` still wait for it.
+    ///
     /// # Errors
     /// [`Error::UnknownTopic`], [`Error::UnknownPartition`], [`Error::RecordTooLarge`],
     /// [`Error::Timeout`] when buffer space does not free up within max.block.ms,
@@ -677,9 +685,48 @@ impl Producer {
     /// As [`Self::flush`].
     pub async fn close(self) -> Result<()> {
         self.flush().await?;
+        self.stop();
+        Ok(())
+    }
+
+    /// Closes like [`Self::close`], waiting at most `timeout` for the records sent so far (the
+    /// Java producer's `close(Duration)`). What is still queued then fails with
+    /// [`Error::Closed`]; a request already on the wire settles on its own (within
+    /// request.timeout.ms), its records told as usual.
+    ///
+    /// # Errors
+    /// As [`Self::flush`], or [`Error::Timeout`] when the records did not settle within
+    /// `timeout` (the queued ones have been failed).
+    ///
+    /// ```no_run
+    /// # async fn demo(producer: onceflow::client::Producer) -> onceflow::client::Result<()> {
+    /// // On shutdown: give the records ten seconds, no more.
+    /// producer.close_timeout(std::time::Duration::from_secs(10)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn close_timeout(self, timeout: std::time::Duration) -> Result<()> {
+        let flushed = tokio::time::timeout(timeout, self.flush()).await;
+        if flushed.is_err() {
+            let err = Error::Closed("the producer (close_timeout)");
+            let (mem, records, batches) = self.inner.lock().fail_unsent(&err, false);
+            self.inner.release(mem);
+            metrics::Counters::add(&self.inner.counters.batches_failed, batches as u64);
+            tracing::warn!(records, ?timeout, "producer closed with records unsent");
+        }
+        self.stop();
+        match flushed {
+            Ok(r) => r,
+            Err(_) => Err(Error::Timeout {
+                what: "close_timeout: the records sent before close".into(),
+                after: timeout,
+            }),
+        }
+    }
+
+    /// Tells the sender task to stop once nothing is left in flight.
+    fn stop(&self) {
         self.inner.closed.store(true, Ordering::Release);
         self.inner.wake.notify_one();
-        Ok(())
     }
 }
 

@@ -288,11 +288,12 @@ fn fail_expired(inner: &Inner, expired: Vec<ProducerBatch>) {
 /// settle; sequences were renumbered, so no gap to bump the epoch over.
 fn fail_unsendable(inner: &Inner, b: ProducerBatch, error: Error) {
     warn!(tp = %b.tp, sequence = b.base_sequence, error = %error, "batch failed");
-    let mem = b.fail(error.clone());
-    Counters::add(&inner.counters.batches_failed, 1);
+    // The transaction is doomed before the records are told (see `failed`).
     if let Some(t) = inner.lock().txn.as_mut() {
-        t.fail(error, Op::TxnProduce, false);
+        t.fail(error.clone(), Op::TxnProduce, false);
     }
+    let mem = b.fail(error);
+    Counters::add(&inner.counters.batches_failed, 1);
     inner.release(mem);
 }
 
@@ -662,8 +663,14 @@ fn failed(inner: &Inner, b: ProducerBatch, error: Error) {
     warn!(tp = %b.tp, sequence = b.base_sequence, error = %error, "batch failed");
     let tp = b.tp.clone();
     let had_sequence = b.base_sequence >= 0;
-    let mem = b.fail(error.clone());
-    Counters::add(&inner.counters.batches_failed, 1);
+    // The transaction is doomed *before* the records' futures are told. The other way round,
+    // an application that commits as soon as a future fails raced the doom:
+    //   1. this task fails the record's future;
+    //   2. the application, awaiting it, calls commit_transaction(): the phase is still
+    //      InTransaction, so the commit goes ahead (EndTxn) without the failed record;
+    //   3. this task records the doom, too late (ignored once the commit ended, or turning
+    //      the committed transaction's EndDone into a usage error).
+    // Seen in topic_ids' transaction test about one run in five under load.
     {
         let mut acc = inner.lock();
         settle(&mut acc, &tp);
@@ -675,7 +682,7 @@ fn failed(inner: &Inner, b: ProducerBatch, error: Error) {
                     error.code(),
                     Some(ErrorCode::INVALID_PRODUCER_EPOCH | ErrorCode::UNKNOWN_PRODUCER_ID)
                 );
-                t.fail(error, Op::TxnProduce, reinit);
+                t.fail(error.clone(), Op::TxnProduce, reinit);
             }
             // A failed batch leaves a hole in the sequence: later batches would be refused as
             // out of order until the epoch is bumped and they are renumbered.
@@ -683,6 +690,8 @@ fn failed(inner: &Inner, b: ProducerBatch, error: Error) {
             None => {}
         }
     }
+    let mem = b.fail(error);
+    Counters::add(&inner.counters.batches_failed, 1);
     inner.release(mem);
 }
 

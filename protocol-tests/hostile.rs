@@ -759,6 +759,57 @@ async fn a_batch_damaged_on_the_way_is_fetched_again_not_reported_corrupt() {
     }
 }
 
+/// Found by the group member under bit flips (TV1, seed 15533353987736321747): a Fetch
+/// answer's error code flipped from 0 to 1 (OFFSET_OUT_OF_RANGE) made the consumer reset the
+/// partition by auto.offset.reset — to the beginning (everything read again: duplicates) or,
+/// with latest, to the end (records skipped). The position was inside the log all along: a
+/// reset should be checked (ListOffsets) before it throws the position away. Fails today
+/// (src/client/consumer/fetcher.rs, reported).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_offset_out_of_range_does_not_move_the_position() {
+    let topic = TestTopic::create("hostile-out-of-range", 1).await;
+    let n = 200;
+    fill_committed(&topic, n, 0).await;
+    let proxy = hostile_proxy("damaged_offset_out_of_range").await;
+    let mut c = Consumer::new(consumer_config(
+        &proxy.addr,
+        &consumer_props(&[
+            ("auto.offset.reset", "earliest"),
+            ("max.partition.fetch.bytes", "1024"),
+            ("max.poll.records", "20"),
+        ]),
+    ))
+    .await
+    .expect("consumer");
+    c.assign(topic.tps()).await.expect("assign");
+    c.seek(&topic.tps()[0], Offset::Beginning).unwrap();
+    let mut seen = BTreeMap::<usize, u32>::new();
+    let mut armed = false;
+    let api = Duration::from_millis(API_TIMEOUT_MS);
+    within("reading every value", api * 3, async {
+        while seen.len() < n {
+            for r in c.poll(Duration::from_millis(200)).await.expect("poll") {
+                let i = index_of(r.value.as_deref().unwrap_or_default()).expect("a value");
+                *seen.entry(i).or_insert(0) += 1;
+            }
+            if seen.len() >= n / 2 && !armed {
+                armed = true;
+                proxy
+                    .faults
+                    .hostile
+                    .add(Rule::next(1, ApiKey::Fetch, Damage::OutOfRange));
+            }
+        }
+    })
+    .await;
+    assert_eq!(proxy.faults.hostile.damaged(Damage::OutOfRange), 1);
+    let dups: Vec<_> = seen.iter().filter(|(_, c)| **c > 1).take(10).collect();
+    assert!(
+        dups.is_empty(),
+        "a damaged OFFSET_OUT_OF_RANGE reset the position: values read again: {dups:?}"
+    );
+}
+
 /// Reads committed values 0..n through a flipping proxy; a CorruptData error is answered by a
 /// seek to its offset. Returns the CRC failures seen.
 async fn read_committed_under_flips(test: &str) -> usize {

@@ -16,6 +16,8 @@
 //! - `Silence`: never answer (the connection stays open);
 //! - `OmitPartition` (Produce only): the answer leaves out one partition of the request, as a
 //!   bit flipped in a partition index or a topic name does; it still decodes;
+//! - `OutOfRange` (Fetch only): every partition of the answer says OFFSET_OUT_OF_RANGE (error
+//!   code 1: one flipped bit away from 0), without records;
 //! - `NegativeProducerId` (InitProducerId only): the sign bit of the producer id flipped (a
 //!   broker treats batches with a negative producer id as not idempotent: no deduplication).
 //!
@@ -58,6 +60,7 @@ pub enum Damage {
     Silence,
     OmitPartition,
     NegativeProducerId,
+    OutOfRange,
 }
 
 /// Which responses a damage applies to: an API (or any), how often, how many times at most.
@@ -126,7 +129,7 @@ pub struct Hostile {
     pub record_flips: AtomicU64,
     /// Responses damaged so far, per damage (FlipBit, Mangle, ... in declaration order), and
     /// ApiVersions answers stripped.
-    damaged: [AtomicU64; 9],
+    damaged: [AtomicU64; 10],
     pub stripped: AtomicU64,
     pub closed_after_api_versions: AtomicU64,
 }
@@ -284,6 +287,7 @@ impl Hostile {
             Damage::Silence => Action::Silence,
             Damage::OmitPartition => Action::Forward(omit_partition(version, body)),
             Damage::NegativeProducerId => Action::Forward(negative_producer_id(version, body)),
+            Damage::OutOfRange => Action::Forward(out_of_range(version, body)),
         }
     }
 
@@ -394,6 +398,30 @@ fn negative_producer_id(version: i16, body: Bytes) -> Bytes {
         return body;
     };
     resp.producer_id.0 |= i64::MIN;
+    let mut out = BytesMut::new();
+    header.encode(&mut out, hv).unwrap();
+    resp.encode(&mut out, version).unwrap();
+    out.freeze()
+}
+
+/// A Fetch answer whose partitions all say OFFSET_OUT_OF_RANGE, records dropped.
+fn out_of_range(version: i16, body: Bytes) -> Bytes {
+    let hv = ApiKey::Fetch.response_header_version(version);
+    let mut buf = body.clone();
+    let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
+        return body;
+    };
+    let Ok(mut resp) = FetchResponse::decode(&mut buf, version) else {
+        return body;
+    };
+    for p in resp
+        .responses
+        .iter_mut()
+        .flat_map(|t| t.partitions.iter_mut())
+    {
+        p.error_code = 1;
+        p.records = None;
+    }
     let mut out = BytesMut::new();
     header.encode(&mut out, hv).unwrap();
     resp.encode(&mut out, version).unwrap();

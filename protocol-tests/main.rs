@@ -36,6 +36,7 @@ mod group_faults;
 mod groups;
 mod groups_cli;
 mod groups_consumer;
+mod hostile;
 mod idempotence;
 mod interop;
 mod limits;

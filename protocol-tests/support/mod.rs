@@ -7,6 +7,7 @@ pub mod broker;
 pub mod cli;
 pub mod cluster;
 pub mod group;
+pub mod hostile;
 pub mod java;
 pub mod proxy;
 pub mod secured;

@@ -31,8 +31,12 @@
 //!   of chosen partitions. With one real broker this is how a test gets a cluster where one
 //!   leader is healthy and another unreachable (point it at a [`Blackhole`]).
 //!
+//! - `hostile`: damage to responses and connections (bit flips, truncation, wrong correlation
+//!   ids, huge lengths, a byte a second, silence, ...): see `support::hostile`.
+//!
 //! It also counts the requests it forwards per API (`Faults::requests`).
 
+use super::hostile::{Action, Hostile};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
 use kafka_protocol::messages::{
@@ -99,6 +103,8 @@ pub struct Faults {
     pub hide_topic_ids: AtomicBool,
     /// Fetch requests that closed a fetch session (its id, epoch -1).
     pub closed_fetch_sessions: AtomicU64,
+    /// Damage to responses and connections (`support::hostile`).
+    pub hostile: Hostile,
 }
 
 impl Faults {
@@ -198,8 +204,14 @@ impl Proxy {
         let faults = Arc::new(Faults::default());
         let (f, up, me) = (faults.clone(), upstream.to_owned(), addr.clone());
         let task = tokio::spawn(async move {
+            let mut silent = Vec::new();
             while let Ok((client, _)) = listener.accept().await {
                 f.connections.fetch_add(1, Ordering::Relaxed);
+                if f.hostile.silent_accept.load(Ordering::SeqCst) {
+                    // Accepted, never answered, never closed (until the proxy goes).
+                    silent.push(client);
+                    continue;
+                }
                 let (f, up, me) = (f.clone(), up.clone(), me.clone());
                 tokio::spawn(async move {
                     if let Ok(server) = TcpStream::connect(&up).await {
@@ -418,10 +430,39 @@ async fn relay(client: TcpStream, server: TcpStream, faults: Arc<Faults>, me: St
                     }
                     None => frame,
                 };
-                let mut out = BytesMut::with_capacity(body.len() + 4);
-                out.put_i32(body.len() as i32);
-                out.put_slice(&body);
-                if cw.write_all(&out).await.is_err() {
+                let action = match entry {
+                    Some((api, version, _, _)) => faults.hostile.on_response(api, version, body),
+                    None => Action::Forward(body),
+                };
+                let framed = |body: Bytes| {
+                    let mut out = BytesMut::with_capacity(body.len() + 4);
+                    out.put_i32(body.len() as i32);
+                    out.put_slice(&body);
+                    out.freeze()
+                };
+                let (out, close) = match action {
+                    Action::Forward(body) => (framed(body), false),
+                    Action::ForwardThenClose(body) => (framed(body), true),
+                    Action::Raw(raw) => (raw, false),
+                    Action::RawThenClose(raw) => (raw, true),
+                    Action::Trickle(raw) => {
+                        // A byte a second; everything after it on this connection waits.
+                        let mut ok = true;
+                        for b in raw.iter() {
+                            if cw.write_all(&[*b]).await.is_err() {
+                                ok = false;
+                                break;
+                            }
+                            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                        }
+                        if !ok {
+                            break;
+                        }
+                        continue;
+                    }
+                    Action::Silence => continue,
+                };
+                if cw.write_all(&out).await.is_err() || close {
                     break;
                 }
             }

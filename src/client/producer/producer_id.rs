@@ -58,10 +58,12 @@ pub(crate) async fn init_producer_id(
                 let resp = conn.request(&req).await?;
                 ErrorCode::check(resp.error_code)
                     .map_err(|code| Error::broker("InitProducerId", code))?;
-                Ok(Step::Done(Identity {
+                let id = Identity {
                     producer_id: resp.producer_id.0,
                     epoch: resp.producer_epoch,
-                }))
+                };
+                check_assigned(conn.addr(), id)?;
+                Ok(Step::Done(id))
             },
         )
         .instrument(span)
@@ -72,4 +74,22 @@ pub(crate) async fn init_producer_id(
         "producer id assigned"
     );
     Ok(id)
+}
+
+/// A producer id or epoch below 0 is none a broker hands out: the answer was damaged on the
+/// way. Used, it would be fatal to exactly-once in silence: a broker does not deduplicate
+/// batches whose producer id is negative (they count as not idempotent), so every resend after
+/// a lost answer would be written again (issue 16, found with the hostile-broker harness).
+/// Treated as a lost answer: the call is retried.
+pub(crate) fn check_assigned(broker: &str, id: Identity) -> Result<()> {
+    if id.producer_id < 0 || id.epoch < 0 {
+        return Err(Error::Io {
+            broker: broker.to_owned(),
+            message: format!(
+                "InitProducerId answered producer id {} epoch {}, which no broker hands out (a damaged answer); asking again",
+                id.producer_id, id.epoch
+            ),
+        });
+    }
+    Ok(())
 }

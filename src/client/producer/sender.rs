@@ -433,10 +433,11 @@ fn dispatch(inner: &Arc<Inner>, conn: &Connection, leader: i32, batches: Vec<Pro
         Err(e) => return fail_all(batches, e),
     };
     let inner = inner.clone();
+    let broker = conn.addr().to_owned();
     tokio::spawn(
         async move {
             match pending.response().await {
-                Ok(resp) => settle_response(&inner, batches, resp),
+                Ok(resp) => settle_response(&inner, &broker, batches, resp),
                 Err(e) => {
                     for b in batches {
                         finish(&inner, b, Err(e.clone()));
@@ -486,6 +487,7 @@ fn produce_request(inner: &Inner, batches: &[ProducerBatch]) -> ProduceRequest {
 /// Resolves every batch of a Produce response.
 fn settle_response(
     inner: &Arc<Inner>,
+    broker: &str,
     batches: Vec<ProducerBatch>,
     resp: kafka_protocol::messages::ProduceResponse,
 ) {
@@ -517,13 +519,18 @@ fn settle_response(
         for b in batches {
             let outcome = match results.remove(&(b.tp.topic.clone(), b.tp.partition)) {
                 Some(r) => Ok(r),
-                None => Err(Error::broker(
-                    format!(
-                        "produce to {}: the response did not mention the partition",
+                // A broker answers for every partition it was sent; an answer that leaves one
+                // out was damaged on the way (a flipped bit in a partition index or a topic
+                // name still decodes). Its batch is treated as a lost response: resent (the
+                // broker may have written it; idempotence deduplicates), never failed, as an
+                // undecodable response is (issue 16).
+                None => Err(Error::Io {
+                    broker: broker.to_owned(),
+                    message: format!(
+                        "the Produce response left out {} (a damaged answer); resending",
                         b.tp
                     ),
-                    ErrorCode::UNKNOWN_SERVER_ERROR,
-                )),
+                }),
             };
             finish(inner, b, outcome);
         }

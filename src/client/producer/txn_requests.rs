@@ -83,13 +83,14 @@ pub(crate) async fn init_transactional_id(
             let req = req.clone();
             async move {
                 let r = conn.request(&req).await?;
-                Ok((
-                    r.error_code,
-                    Identity {
-                        producer_id: r.producer_id.0,
-                        epoch: r.producer_epoch,
-                    },
-                ))
+                let id = Identity {
+                    producer_id: r.producer_id.0,
+                    epoch: r.producer_epoch,
+                };
+                if r.error_code == 0 {
+                    super::producer_id::check_assigned(conn.addr(), id)?;
+                }
+                Ok((r.error_code, id))
             }
         },
     )

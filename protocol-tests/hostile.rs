@@ -1,0 +1,1362 @@
+//! A hostile broker (issue 16): the real broker behind the fault proxy in its hostile modes
+//! (`support::hostile`), damaging responses (bit flips, truncation, wrong correlation ids, huge
+//! lengths, a byte a second, silence) and connections (closed after ApiVersions, never
+//! answered, a leader whose address refuses connections, ApiVersions without the API the
+//! client needs).
+//!
+//! Every scenario asserts what a user on a bad network needs: no panic; every call returns or
+//! fails within its configured timeout (plus a generous margin for a loaded machine, [`SLACK`]);
+//! no record delivered that was never written; no duplicate; an error names the broker and
+//! what went wrong. Producer results are checked with a read_committed consumer that talks to
+//! the broker directly, not through the proxy.
+//!
+//! Random damage is seeded; the seed is printed and ONCEFLOW_HOSTILE_SEED repeats it.
+
+use crate::support::hostile::{refusing_addr, seed, Damage, Rule};
+use crate::support::proxy::{FakeLeader, Proxy};
+use crate::support::*;
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
+use onceflow::client::admin::NewTopic;
+use onceflow::client::group::GroupConsumer;
+use onceflow::client::{Admin, Consumer, Error, Offset, Producer, ProducerRecord, TopicPartition};
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// Margin on top of a configured timeout before a call counts as hung: the machine is loaded.
+const SLACK: Duration = Duration::from_secs(30);
+
+const REQUEST_TIMEOUT_MS: &str = "3000";
+const DELIVERY_TIMEOUT_MS: u64 = 15_000;
+const API_TIMEOUT_MS: u64 = 10_000;
+
+/// Producer properties shared by the scenarios: small timeouts, so that a hang shows quickly.
+fn producer_props<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut p = vec![
+        ("linger.ms", "5"),
+        ("request.timeout.ms", REQUEST_TIMEOUT_MS),
+        ("delivery.timeout.ms", "15000"),
+        ("default.api.timeout.ms", "10000"),
+        ("max.block.ms", "10000"),
+        ("retry.backoff.ms", "50"),
+        ("reconnect.backoff.max.ms", "200"),
+        ("socket.connection.setup.timeout.ms", "3000"),
+    ];
+    p.extend_from_slice(extra);
+    p
+}
+
+fn consumer_props<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut p = vec![
+        ("request.timeout.ms", REQUEST_TIMEOUT_MS),
+        ("default.api.timeout.ms", "10000"),
+        ("retry.backoff.ms", "50"),
+        ("reconnect.backoff.max.ms", "200"),
+        ("socket.connection.setup.timeout.ms", "3000"),
+        ("fetch.max.wait.ms", "200"),
+    ];
+    p.extend_from_slice(extra);
+    p
+}
+
+/// A proxy in front of the real broker, its random damage seeded for `test`.
+async fn hostile_proxy(test: &str) -> Proxy {
+    let proxy = Proxy::start(&broker()).await;
+    proxy.faults.hostile.reseed(seed(test));
+    proxy
+}
+
+/// Runs `f`, failing the test if it takes longer than `limit` + [`SLACK`]: the property under
+/// test is that it returns (or fails) within its configured timeout.
+async fn within<T>(what: &str, limit: Duration, f: impl Future<Output = T>) -> T {
+    let started = Instant::now();
+    match tokio::time::timeout(limit + SLACK, f).await {
+        Ok(v) => v,
+        Err(_) => panic!(
+            "{what} did not return within {limit:?} (+{SLACK:?} slack): hung (started {:?} ago)",
+            started.elapsed()
+        ),
+    }
+}
+
+/// The error names the broker (its address) and says what went wrong. An error code the
+/// broker answered (`Error::Broker`) is let through: it names the request and the code, never
+/// the broker (a gap reported in issue 16's follow-up, too wide to close here); under bit flips
+/// a flipped error code is such an answer, and nothing can tell it from a real one.
+fn assert_names_broker(e: &Error, addr: &str, context: &str) {
+    let msg = e.to_string();
+    assert!(
+        msg.contains(addr) || matches!(e, Error::Broker { .. }),
+        "{context}: the error does not name the broker {addr}: {msg}"
+    );
+}
+
+/// The value of record `i` of a run.
+fn value(i: usize) -> Bytes {
+    Bytes::from(format!("v{i}"))
+}
+
+fn index_of(v: &[u8]) -> Option<usize> {
+    std::str::from_utf8(v).ok()?.strip_prefix('v')?.parse().ok()
+}
+
+/// What a producer run reported: values acknowledged, values failed (with the error).
+#[derive(Default)]
+struct Outcome {
+    acked: BTreeSet<usize>,
+    failed: BTreeMap<usize, Error>,
+}
+
+/// Sends values 0..n (round robin over `partitions`), waits for every delivery report, each
+/// within delivery.timeout.ms.
+async fn send_numbered(p: &Producer, topic: &str, partitions: i32, n: usize) -> Outcome {
+    send_range(p, topic, partitions, 0..n, usize::MAX).await
+}
+
+/// Sends the values of `range` (value i to partition i % `partitions`) in waves of `wave`
+/// records, each wave's delivery reports awaited (each within delivery.timeout.ms) before the
+/// next wave: small waves make many small Produce requests, so more responses to damage.
+async fn send_range(
+    p: &Producer,
+    topic: &str,
+    partitions: i32,
+    range: std::ops::Range<usize>,
+    wave: usize,
+) -> Outcome {
+    let mut out = Outcome::default();
+    let mut futures = Vec::new();
+    let settle = |futures: Vec<(usize, onceflow::client::DeliveryFuture)>| async {
+        let mut settled = Vec::new();
+        for (i, f) in futures {
+            let r = within(
+                "a delivery report",
+                Duration::from_millis(DELIVERY_TIMEOUT_MS),
+                f,
+            )
+            .await;
+            settled.push((i, r));
+        }
+        settled
+    };
+    for i in range {
+        let r = ProducerRecord::new(topic.to_owned(), value(i))
+            .with_partition((i % partitions as usize) as i32);
+        let f = within("send", Duration::from_millis(10_000), p.send(r))
+            .await
+            .expect("send is accepted");
+        futures.push((i, f));
+        if futures.len() >= wave {
+            for (i, r) in settle(std::mem::take(&mut futures)).await {
+                out.record(i, r);
+            }
+        }
+    }
+    for (i, r) in settle(futures).await {
+        out.record(i, r);
+    }
+    out
+}
+
+impl Outcome {
+    fn record<T>(&mut self, i: usize, r: Result<T, Error>) {
+        match r {
+            Ok(_) => {
+                self.acked.insert(i);
+            }
+            Err(e) => {
+                self.failed.insert(i, e);
+            }
+        }
+    }
+}
+
+/// Every record of `topic` as read_committed sees it, straight from the broker: the count of
+/// each value index. Panics on a value that was never sent.
+async fn committed_counts(topic: &TestTopic, at_least: usize, n: usize) -> BTreeMap<usize, u32> {
+    let got = consume_all(
+        &broker(),
+        topic,
+        at_least,
+        &[("isolation.level", "read_committed")],
+    )
+    .await;
+    let mut counts = BTreeMap::new();
+    for r in got {
+        let v = r.value.as_deref().unwrap_or_default();
+        let i = index_of(v)
+            .filter(|i| *i < n)
+            .unwrap_or_else(|| panic!("a value that was never sent is in the log: {v:?}"));
+        *counts.entry(i).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// The exactly-once check of a producer run: each acknowledged value exactly once, each failed
+/// one at most once, nothing else.
+async fn assert_exactly_once(topic: &TestTopic, n: usize, out: &Outcome) {
+    let counts = committed_counts(topic, out.acked.len(), n).await;
+    let dups: Vec<_> = counts.iter().filter(|(_, c)| **c > 1).take(10).collect();
+    assert!(dups.is_empty(), "values written more than once: {dups:?}");
+    let lost: Vec<_> = out
+        .acked
+        .iter()
+        .filter(|i| !counts.contains_key(i))
+        .take(10)
+        .collect();
+    assert!(lost.is_empty(), "acknowledged values missing: {lost:?}");
+}
+
+/// Counts the duplicates in the log (for the inverses, which must see some).
+async fn duplicates(topic: &TestTopic, n: usize, at_least: usize) -> usize {
+    committed_counts(topic, at_least, n)
+        .await
+        .values()
+        .filter(|c| **c > 1)
+        .count()
+}
+
+fn first_failures(out: &Outcome) -> Vec<String> {
+    out.failed
+        .iter()
+        .take(3)
+        .map(|(i, e)| format!("v{i}: {e}"))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Producer, idempotent.
+
+/// A producer through a damaging proxy: a flipped bit can fail its bootstrap (an error code
+/// flipped in InitProducerId is an answer like any other), so up to five tries, each within
+/// its timeout and each failure naming the broker.
+async fn new_producer_under_damage(proxy: &Proxy) -> Producer {
+    let mut last = None;
+    for _ in 0..5 {
+        match within(
+            "Producer::new",
+            Duration::from_millis(API_TIMEOUT_MS),
+            Producer::new(producer_config(&proxy.addr, &producer_props(&[]))),
+        )
+        .await
+        {
+            Ok(p) => return p,
+            Err(e) => {
+                assert_names_broker(&e, &proxy.addr, "Producer::new");
+                eprintln!("Producer::new failed: {e}");
+                last = Some(e);
+            }
+        }
+    }
+    panic!("five producers in a row failed to start: {last:?}");
+}
+
+/// Issue 16's setting: one random bit flipped in about one response in ten, every API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotent_producer_under_bit_flips_writes_each_acknowledged_value_once() {
+    let topic = TestTopic::create("hostile-idem-flips", 3).await;
+    let proxy = hostile_proxy("idempotent_producer_under_bit_flips").await;
+    proxy
+        .faults
+        .hostile
+        .add(Rule::random(None, Damage::FlipBit, 100));
+    let p = new_producer_under_damage(&proxy).await;
+    let n = 2000;
+    let out = send_range(&p, &topic.name, 3, 0..n, 20).await;
+    assert!(
+        proxy.faults.hostile.damaged(Damage::FlipBit) > 0,
+        "no response was damaged: the scenario proved nothing"
+    );
+    eprintln!(
+        "{} acknowledged, {} failed, {} responses flipped; first failures: {:?}",
+        out.acked.len(),
+        out.failed.len(),
+        proxy.faults.hostile.damaged(Damage::FlipBit),
+        first_failures(&out)
+    );
+    for (i, e) in &out.failed {
+        assert_names_broker(e, &proxy.addr, &format!("the failure of v{i}"));
+    }
+    assert_exactly_once(&topic, n, &out).await;
+}
+
+/// Finding 2 of issue 16: an undecodable Produce response failed its batch, when the Java client
+/// treats it as a lost connection and retries every request on it (idempotence makes the resend
+/// safe).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecodable_produce_response_is_retried_not_failed() {
+    let topic = TestTopic::create("hostile-undecodable", 3).await;
+    let proxy = hostile_proxy("an_undecodable_produce_response").await;
+    let p = Producer::new(producer_config(&proxy.addr, &producer_props(&[])))
+        .await
+        .expect("producer");
+    // Warm up (metadata, producer id) so that the damage hits a Produce response with batches
+    // of all three partitions in it.
+    let warm = send_numbered(&p, &topic.name, 3, 3).await;
+    assert_eq!(warm.acked.len(), 3);
+    proxy
+        .faults
+        .hostile
+        .add(Rule::next(1, ApiKey::Produce, Damage::Mangle));
+    let n = 603;
+    let out = send_range(&p, &topic.name, 3, 3..n, usize::MAX).await;
+    assert_eq!(proxy.faults.hostile.damaged(Damage::Mangle), 1);
+    assert!(
+        out.failed.is_empty(),
+        "{} records failed because one Produce response was undecodable (they should have been retried): {:?}",
+        out.failed.len(),
+        first_failures(&out)
+    );
+    let mut all = out;
+    all.acked.extend(warm.acked);
+    assert_exactly_once(&topic, n, &all).await;
+}
+
+/// A Produce answer that decodes but leaves out a partition of the request is as nonsensical
+/// as one that does not decode: the batch it leaves out is resent (idempotence makes that
+/// safe), not failed with UNKNOWN_SERVER_ERROR.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_produce_response_that_leaves_out_a_partition_is_retried_not_failed() {
+    let topic = TestTopic::create("hostile-omitted", 3).await;
+    let proxy = hostile_proxy("produce_response_leaves_out_a_partition").await;
+    let p = Producer::new(producer_config(&proxy.addr, &producer_props(&[])))
+        .await
+        .expect("producer");
+    let warm = send_numbered(&p, &topic.name, 3, 3).await;
+    assert_eq!(warm.acked.len(), 3);
+    proxy
+        .faults
+        .hostile
+        .add(Rule::next(1, ApiKey::Produce, Damage::OmitPartition));
+    let n = 303;
+    let out = send_range(&p, &topic.name, 3, 3..n, usize::MAX).await;
+    assert_eq!(proxy.faults.hostile.damaged(Damage::OmitPartition), 1);
+    assert!(
+        out.failed.is_empty(),
+        "{} records failed because one Produce response left their partition out: {:?}",
+        out.failed.len(),
+        first_failures(&out)
+    );
+    let mut all = out;
+    all.acked.extend(warm.acked);
+    assert_exactly_once(&topic, n, &all).await;
+}
+
+/// Found by the short runs under bit flips (TV1, seed 7464585367290131137): an InitProducerId
+/// answer whose producer id came back negative was used. A broker does not deduplicate
+/// batches with a negative producer id (to it they are not idempotent), so the next resend
+/// duplicated its batch. A producer id no broker hands out is a damaged answer: ask again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_negative_producer_id_is_not_used_so_a_resend_is_still_deduplicated() {
+    let topic = TestTopic::create("hostile-negative-pid", 1).await;
+    let proxy = hostile_proxy("negative_producer_id").await;
+    proxy.faults.hostile.add(Rule::next(
+        1,
+        ApiKey::InitProducerId,
+        Damage::NegativeProducerId,
+    ));
+    let p = Producer::new(producer_config(&proxy.addr, &producer_props(&[])))
+        .await
+        .expect("producer");
+    assert_eq!(proxy.faults.hostile.damaged(Damage::NegativeProducerId), 1);
+    let warm = send_numbered(&p, &topic.name, 1, 1).await;
+    assert_eq!(warm.acked.len(), 1, "{:?}", first_failures(&warm));
+    // The next batch is written, its answer lost: the resend must be deduplicated.
+    proxy
+        .faults
+        .hostile
+        .add(Rule::next(1, ApiKey::Produce, Damage::Truncate));
+    let out = send_range(&p, &topic.name, 1, 1..2, usize::MAX).await;
+    assert_eq!(out.acked.len(), 1, "{:?}", first_failures(&out));
+    assert_eq!(proxy.faults.hostile.damaged(Damage::Truncate), 1);
+    assert_eq!(
+        duplicates(&topic, 2, 2).await,
+        0,
+        "the resend was written twice"
+    );
+}
+
+/// A Produce response cut in half (the broker wrote the batch) loses the connection; the resend
+/// of an idempotent producer is deduplicated by the broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncated_produce_response_is_resent_without_a_duplicate() {
+    let dups = truncated_produce_response_run(&[]).await;
+    assert_eq!(dups, 0, "values duplicated by the resend");
+}
+
+/// The inverse: without idempotence the same fault duplicates, so the check above can fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inverse_without_idempotence_a_truncated_produce_response_duplicates() {
+    let dups = truncated_produce_response_run(&[
+        ("enable.idempotence", "false"),
+        ("max.in.flight.requests.per.connection", "1"),
+    ])
+    .await;
+    assert!(
+        dups > 0,
+        "the resend duplicated nothing: the check above proves nothing"
+    );
+}
+
+async fn truncated_produce_response_run(extra: &[(&str, &str)]) -> usize {
+    let topic = TestTopic::create("hostile-truncated", 1).await;
+    let proxy = hostile_proxy("truncated_produce_response").await;
+    let p = Producer::new(producer_config(&proxy.addr, &producer_props(extra)))
+        .await
+        .expect("producer");
+    let warm = send_numbered(&p, &topic.name, 1, 1).await;
+    assert_eq!(warm.acked.len(), 1);
+    proxy
+        .faults
+        .hostile
+        .add(Rule::next(1, ApiKey::Produce, Damage::Truncate));
+    // One record after the warm-up: the damaged response is its batch's.
+    let f = p
+        .send(ProducerRecord::new(topic.name.clone(), value(1)))
+        .await
+        .unwrap();
+    within(
+        "the delivery of v1",
+        Duration::from_millis(DELIVERY_TIMEOUT_MS),
+        f,
+    )
+    .await
+    .expect("delivered after the lost response");
+    assert_eq!(proxy.faults.hostile.damaged(Damage::Truncate), 1);
+    duplicates(&topic, 2, 2).await
+}
+
+/// Response-level damage that the connection must survive by closing and resending: each kind
+/// alone, on the next Produce response. Every record is acknowledged within delivery.timeout.ms,
+/// exactly once.
+async fn one_damaged_produce_response(test: &str, damage: Damage) {
+    let topic = TestTopic::create("hostile-one", 2).await;
+    let proxy = hostile_proxy(test).await;
+    let p = Producer::new(producer_config(&proxy.addr, &producer_props(&[])))
+        .await
+        .expect("producer");
+    let warm = send_numbered(&p, &topic.name, 2, 2).await;
+    assert_eq!(warm.acked.len(), 2);
+    proxy
+        .faults
+        .hostile
+        .add(Rule::next(1, ApiKey::Produce, damage));
+    let n = 202;
+    let started = Instant::now();
+    let out = send_range(&p, &topic.name, 2, 2..n, usize::MAX).await;
+    eprintln!("{test}: took {:?}", started.elapsed());
+    assert_eq!(proxy.faults.hostile.damaged(damage), 1);
+    assert!(
+        out.failed.is_empty(),
+        "records failed: {:?}",
+        first_failures(&out)
+    );
+    let mut all = out;
+    all.acked.extend(warm.acked);
+    assert_exactly_once(&topic, n, &all).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_for_the_wrong_correlation_id_is_a_lost_connection_and_resent() {
+    one_damaged_produce_response("wrong_correlation_id", Damage::WrongCorrelationId).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_announcing_a_huge_length_times_out_and_is_resent() {
+    one_damaged_produce_response("huge_length", Damage::HugeLength).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_at_a_byte_a_second_times_out_and_is_resent() {
+    one_damaged_produce_response("trickle", Damage::Trickle).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_that_never_comes_times_out_and_is_resent() {
+    one_damaged_produce_response("silence", Damage::Silence).await;
+}
+
+/// Issue 16's third finding: a produce run under bit flips that did not end. Many short runs
+/// (each its own producer: connect, metadata, producer id, send, flush, close), each bounded by
+/// its timeouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_produce_runs_under_bit_flips_all_end_within_their_timeouts() {
+    let topic = TestTopic::create("hostile-short-runs", 2).await;
+    let proxy = hostile_proxy("short_produce_runs").await;
+    proxy
+        .faults
+        .hostile
+        .add(Rule::random(None, Damage::FlipBit, 100));
+    let runs: usize = std::env::var("ONCEFLOW_HOSTILE_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
+    let per_run = 100;
+    let mut total = Outcome::default();
+    for run in 0..runs {
+        let p = match within(
+            "Producer::new",
+            Duration::from_millis(API_TIMEOUT_MS),
+            Producer::new(producer_config(&proxy.addr, &producer_props(&[]))),
+        )
+        .await
+        {
+            Ok(p) => p,
+            Err(e) => {
+                assert_names_broker(&e, &proxy.addr, "Producer::new");
+                continue;
+            }
+        };
+        let out = send_range(&p, &topic.name, 2, run * per_run..(run + 1) * per_run, 10).await;
+        within(
+            "flush",
+            Duration::from_millis(DELIVERY_TIMEOUT_MS),
+            p.flush(),
+        )
+        .await
+        .ok();
+        within(
+            "close",
+            Duration::from_millis(DELIVERY_TIMEOUT_MS),
+            p.close(),
+        )
+        .await
+        .ok();
+        total.acked.extend(out.acked);
+        total.failed.extend(out.failed);
+    }
+    eprintln!(
+        "{runs} runs: {} acknowledged, {} failed, {} responses flipped; first failures: {:?}",
+        total.acked.len(),
+        total.failed.len(),
+        proxy.faults.hostile.damaged(Damage::FlipBit),
+        first_failures(&total)
+    );
+    assert!(proxy.faults.hostile.damaged(Damage::FlipBit) > 0);
+    for (i, e) in &total.failed {
+        assert_names_broker(e, &proxy.addr, &format!("the failure of v{i}"));
+    }
+    assert_exactly_once(&topic, runs * per_run, &total).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Producer, transactional.
+
+/// Transactions of numbered values under bit flips. Each transaction either commits (all its
+/// values exactly once), aborts (none), or ends in doubt (commit reported failed: all or none,
+/// never some, never twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_producer_under_bit_flips_commits_all_or_nothing_once() {
+    let topic = TestTopic::create("hostile-txn-flips", 2).await;
+    let proxy = hostile_proxy("transactional_producer_under_bit_flips").await;
+    proxy
+        .faults
+        .hostile
+        .add(Rule::random(None, Damage::FlipBit, 100));
+    let id = unique_topic("hostile-txn");
+    let props = producer_props(&[
+        ("transactional.id", id.as_str()),
+        ("transaction.timeout.ms", "20000"),
+    ]);
+    let api = Duration::from_millis(API_TIMEOUT_MS);
+    let new_producer = || async {
+        let p = within(
+            "Producer::new",
+            api,
+            Producer::new(producer_config(&proxy.addr, &props)),
+        )
+        .await?;
+        within("init_transactions", api, p.init_transactions()).await?;
+        Ok::<Producer, Error>(p)
+    };
+    let per_txn = 100;
+    let txns = 8;
+    let mut committed = Vec::new();
+    let mut aborted = Vec::new();
+    let mut in_doubt = Vec::new();
+    let mut producer = None;
+    for t in 0..txns {
+        if producer.is_none() {
+            match new_producer().await {
+                Ok(p) => producer = Some(p),
+                Err(e) => {
+                    assert_names_broker(&e, &proxy.addr, "init_transactions");
+                    aborted.push(t); // nothing of t was sent
+                    continue;
+                }
+            }
+        }
+        let p = producer.as_ref().unwrap();
+        p.begin_transaction().expect("begin");
+        let mut failed = None;
+        let mut futures = Vec::new();
+        for i in 0..per_txn {
+            let r = ProducerRecord::new(topic.name.clone(), value(t * per_txn + i))
+                .with_partition(i as i32 % 2);
+            match within("send", api, p.send(r)).await {
+                Ok(f) => futures.push(f),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if failed.is_none() {
+            match within(
+                "commit_transaction",
+                Duration::from_millis(DELIVERY_TIMEOUT_MS),
+                p.commit_transaction(),
+            )
+            .await
+            {
+                Ok(()) => {
+                    committed.push(t);
+                    continue;
+                }
+                Err(e) => failed = Some(e),
+            }
+        }
+        let e = failed.unwrap();
+        eprintln!("transaction {t}: {e}");
+        // Whatever failed, the values of t may be committed (a lost EndTxn answer) until the
+        // abort says otherwise.
+        match within("abort_transaction", api, p.abort_transaction()).await {
+            Ok(()) => aborted.push(t),
+            Err(e2) => {
+                eprintln!("transaction {t}: abort failed too: {e2}");
+                in_doubt.push(t);
+                producer = None;
+            }
+        }
+        drop(futures);
+    }
+    eprintln!(
+        "committed {committed:?}, aborted {aborted:?}, in doubt {in_doubt:?}; {} responses flipped",
+        proxy.faults.hostile.damaged(Damage::FlipBit)
+    );
+    assert!(proxy.faults.hostile.damaged(Damage::FlipBit) > 0);
+    drop(producer);
+    let n = txns * per_txn;
+    let counts = committed_counts(&topic, committed.len() * per_txn, n).await;
+    for t in 0..txns {
+        let present: Vec<u32> = (0..per_txn)
+            .map(|i| counts.get(&(t * per_txn + i)).copied().unwrap_or(0))
+            .collect();
+        assert!(
+            present.iter().all(|c| *c <= 1),
+            "transaction {t}: values duplicated: {present:?}"
+        );
+        let all = present.iter().all(|c| *c == 1);
+        let none = present.iter().all(|c| *c == 0);
+        if committed.contains(&t) {
+            assert!(all, "committed transaction {t} is not whole: {present:?}");
+        } else if aborted.contains(&t) {
+            assert!(none, "aborted transaction {t} is visible: {present:?}");
+        } else {
+            assert!(
+                all || none,
+                "transaction {t} is partly visible: {present:?}"
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Consumer, read_committed.
+
+/// Writes committed transactions of values 0..n (clean, straight to the broker), and an aborted
+/// one of values n..n+abort_n, so that read_committed has something to hide.
+async fn fill_committed(topic: &TestTopic, n: usize, aborted: usize) {
+    let id = unique_topic("hostile-fill");
+    let p = Producer::new(producer_config(
+        &broker(),
+        &[("transactional.id", id.as_str()), ("linger.ms", "5")],
+    ))
+    .await
+    .unwrap();
+    p.init_transactions().await.unwrap();
+    for (range, commit) in [(0..n / 2, true), (n..n + aborted, false), (n / 2..n, true)] {
+        p.begin_transaction().unwrap();
+        for i in range {
+            p.send(
+                ProducerRecord::new(topic.name.clone(), value(i))
+                    .with_partition(i as i32 % topic.partitions),
+            )
+            .await
+            .unwrap();
+            // Small batches: many Fetch responses for the proxy to damage.
+            if i % 20 == 19 {
+                p.flush().await.unwrap();
+            }
+        }
+        if commit {
+            p.commit_transaction().await.unwrap();
+        } else {
+            p.flush().await.unwrap();
+            p.abort_transaction().await.unwrap();
+        }
+    }
+}
+
+/// A read_committed consumer under bit flips: it delivers each committed value exactly once,
+/// nothing aborted, nothing never written; every poll returns in time; an error names the
+/// broker or the partition. A flip inside a record batch fails its CRC: the consumer halts the
+/// partition there (CorruptData, as the Java client does) and the application seeks to the
+/// same offset to read it again — from the network, undamaged this time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_committed_consumer_under_bit_flips_delivers_each_committed_value_once() {
+    let corrupt = read_committed_under_flips("read_committed_consumer_under_bit_flips").await;
+    eprintln!("{corrupt} CRC failures, each read again after a seek to its offset");
+}
+
+/// Proposal (fails today): a CRC failure is first taken for damage on the way, as an
+/// undecodable response is: the batch is fetched again (on a new connection) before the
+/// partition halts; only a batch that fails again is corrupt in the log. Today the consumer
+/// raises CorruptData for ever and advises seeking past the batch, which loses committed
+/// records that were fine in the log. One Fetch response gets a bit flipped inside a batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_damaged_on_the_way_is_fetched_again_not_reported_corrupt() {
+    let topic = TestTopic::create("hostile-refetch", 1).await;
+    let n = 200;
+    fill_committed(&topic, n, 0).await;
+    let proxy = hostile_proxy("batch_damaged_on_the_way").await;
+    proxy
+        .faults
+        .hostile
+        .flip_record_batches
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let mut c = Consumer::new(consumer_config(
+        &proxy.addr,
+        &consumer_props(&[("isolation.level", "read_committed")]),
+    ))
+    .await
+    .expect("consumer");
+    c.assign(topic.tps()).await.expect("assign");
+    c.seek(&topic.tps()[0], Offset::Beginning).unwrap();
+    let mut seen = BTreeSet::new();
+    let api = Duration::from_millis(API_TIMEOUT_MS);
+    let r = within("reading every value", api, async {
+        while seen.len() < n {
+            for r in c.poll(Duration::from_millis(200)).await? {
+                let i = index_of(r.value.as_deref().unwrap_or_default()).expect("a value");
+                assert!(seen.insert(i), "v{i} twice");
+            }
+        }
+        Ok::<(), Error>(())
+    })
+    .await;
+    assert_eq!(
+        proxy
+            .faults
+            .hostile
+            .record_flips
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "no batch was damaged: the scenario proved nothing"
+    );
+    if let Err(e) = r {
+        panic!("a batch damaged on the way halted the partition: {e}");
+    }
+}
+
+/// Found by the group member under bit flips (TV1, seed 15533353987736321747): a Fetch
+/// answer's error code flipped from 0 to 1 (OFFSET_OUT_OF_RANGE) made the consumer reset the
+/// partition by auto.offset.reset — to the beginning (everything read again: duplicates) or,
+/// with latest, to the end (records skipped). The position was inside the log all along: a
+/// reset should be checked (ListOffsets) before it throws the position away. Fails today
+/// (src/client/consumer/fetcher.rs, reported).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_offset_out_of_range_does_not_move_the_position() {
+    let topic = TestTopic::create("hostile-out-of-range", 1).await;
+    let n = 200;
+    fill_committed(&topic, n, 0).await;
+    let proxy = hostile_proxy("damaged_offset_out_of_range").await;
+    let mut c = Consumer::new(consumer_config(
+        &proxy.addr,
+        &consumer_props(&[
+            ("auto.offset.reset", "earliest"),
+            ("max.partition.fetch.bytes", "1024"),
+            ("max.poll.records", "20"),
+        ]),
+    ))
+    .await
+    .expect("consumer");
+    c.assign(topic.tps()).await.expect("assign");
+    c.seek(&topic.tps()[0], Offset::Beginning).unwrap();
+    let mut seen = BTreeMap::<usize, u32>::new();
+    let mut armed = false;
+    let api = Duration::from_millis(API_TIMEOUT_MS);
+    within("reading every value", api * 3, async {
+        while seen.len() < n {
+            for r in c.poll(Duration::from_millis(200)).await.expect("poll") {
+                let i = index_of(r.value.as_deref().unwrap_or_default()).expect("a value");
+                *seen.entry(i).or_insert(0) += 1;
+            }
+            if seen.len() >= n / 2 && !armed {
+                armed = true;
+                proxy
+                    .faults
+                    .hostile
+                    .add(Rule::next(1, ApiKey::Fetch, Damage::OutOfRange));
+            }
+        }
+    })
+    .await;
+    assert_eq!(proxy.faults.hostile.damaged(Damage::OutOfRange), 1);
+    let dups: Vec<_> = seen.iter().filter(|(_, c)| **c > 1).take(10).collect();
+    assert!(
+        dups.is_empty(),
+        "a damaged OFFSET_OUT_OF_RANGE reset the position: values read again: {dups:?}"
+    );
+}
+
+/// Reads committed values 0..n through a flipping proxy; a CorruptData error is answered by a
+/// seek to its offset. Returns the CRC failures seen.
+async fn read_committed_under_flips(test: &str) -> usize {
+    let topic = TestTopic::create("hostile-rc-flips", 2).await;
+    let n = 2000;
+    fill_committed(&topic, n, 200).await;
+    let proxy = hostile_proxy(test).await;
+    // Fetch responses are few (each carries many batches): flip more of them, to cover the
+    // record path; every other API at issue 16's rate.
+    proxy
+        .faults
+        .hostile
+        .add(Rule::random(Some(ApiKey::Fetch), Damage::FlipBit, 250));
+    proxy
+        .faults
+        .hostile
+        .add(Rule::random(None, Damage::FlipBit, 100));
+    let mut c = within(
+        "Consumer::new",
+        Duration::from_millis(API_TIMEOUT_MS),
+        Consumer::new(consumer_config(
+            &proxy.addr,
+            &consumer_props(&[
+                ("isolation.level", "read_committed"),
+                ("max.partition.fetch.bytes", "1024"),
+            ]),
+        )),
+    )
+    .await
+    .expect("consumer");
+    within(
+        "assign",
+        Duration::from_millis(API_TIMEOUT_MS),
+        c.assign(topic.tps()),
+    )
+    .await
+    .expect("assign");
+    for tp in topic.tps() {
+        c.seek(&tp, Offset::Beginning).unwrap();
+    }
+    let mut seen = BTreeMap::<usize, u32>::new();
+    let mut errors = Vec::new();
+    let mut corrupt = 0;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while seen.len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "read {} of {n} committed values in 120 s; errors: {:?}",
+            seen.len(),
+            errors.iter().rev().take(3).collect::<Vec<_>>()
+        );
+        match within(
+            "poll",
+            Duration::from_millis(API_TIMEOUT_MS),
+            c.poll(Duration::from_millis(200)),
+        )
+        .await
+        {
+            Ok(records) => {
+                for r in records {
+                    let v = r.value.as_deref().unwrap_or_default();
+                    let i = index_of(v).unwrap_or_else(|| {
+                        panic!(
+                            "a value never written was delivered: {v:?} at {}-{}@{}",
+                            r.topic, r.partition, r.offset
+                        )
+                    });
+                    assert!(i < n, "an aborted value was delivered: v{i}");
+                    *seen.entry(i).or_insert(0) += 1;
+                }
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains(&proxy.addr) || msg.contains(&topic.name),
+                    "the error names neither the broker nor the partition: {msg}"
+                );
+                if let Error::CorruptData {
+                    topic: t,
+                    partition,
+                    offset,
+                    ..
+                } = &e
+                {
+                    corrupt += 1;
+                    c.seek(
+                        &TopicPartition::new(t.clone(), *partition),
+                        Offset::At(*offset),
+                    )
+                    .expect("seek");
+                }
+                errors.push(msg);
+            }
+        }
+    }
+    eprintln!(
+        "{} responses flipped, {} errors: {:?}",
+        proxy.faults.hostile.damaged(Damage::FlipBit),
+        errors.len(),
+        errors.iter().take(3).collect::<Vec<_>>()
+    );
+    assert!(proxy.faults.hostile.damaged(Damage::FlipBit) > 0);
+    let dups: Vec<_> = seen.iter().filter(|(_, c)| **c > 1).take(10).collect();
+    assert!(dups.is_empty(), "values delivered more than once: {dups:?}");
+    corrupt
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 1: no shared Fetch version.
+
+/// A broker (or a damaged ApiVersions answer, for ever) without any Fetch version this client
+/// speaks: retrying cannot fix it, so poll must fail within default.api.timeout.ms, naming the
+/// broker and Fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_without_a_shared_fetch_version_fails_within_default_api_timeout() {
+    let topic = TestTopic::create("hostile-no-fetch", 1).await;
+    let proxy = hostile_proxy("no_shared_fetch_version").await;
+    let mut c = Consumer::new(consumer_config(&proxy.addr, &consumer_props(&[])))
+        .await
+        .expect("consumer");
+    c.assign(topic.tps()).await.expect("assign");
+    c.seek(&topic.tps()[0], Offset::Beginning).unwrap();
+    // Bootstrapped: from now on, every connection (the leader's own, and every replacement)
+    // offers no Fetch at all. The fetcher, not the constructor, must give up and say so.
+    proxy
+        .faults
+        .hostile
+        .strip_from_api_versions(ApiKey::Fetch, u32::MAX);
+    let api = Duration::from_millis(API_TIMEOUT_MS);
+    let started = Instant::now();
+    let e = within("polling until an error", api, async {
+        loop {
+            match c.poll(Duration::from_millis(200)).await {
+                Ok(r) => assert!(r.is_empty(), "records without a Fetch version?"),
+                Err(e) => return e,
+            }
+        }
+    })
+    .await;
+    eprintln!("failed after {:?}: {e}", started.elapsed());
+    assert!(
+        proxy
+            .faults
+            .hostile
+            .stripped
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+    );
+    assert_names_broker(&e, &proxy.addr, "poll");
+    assert!(
+        e.to_string().contains("Fetch"),
+        "the error does not say Fetch: {e}"
+    );
+}
+
+/// A damaged ApiVersions answer once: the connection that negotiated nonsense is replaced and
+/// negotiated again, and the consumer reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_renegotiates_after_an_api_versions_answer_without_fetch() {
+    let topic = TestTopic::create("hostile-renegotiate", 1).await;
+    let p = producer(&[]).await;
+    for i in 0..10 {
+        p.send(ProducerRecord::new(topic.name.clone(), value(i)))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let proxy = hostile_proxy("renegotiate_after_api_versions_without_fetch").await;
+    // The first two connections (bootstrap, then the broker by its node id) lose Fetch.
+    proxy
+        .faults
+        .hostile
+        .strip_from_api_versions(ApiKey::Fetch, 2);
+    let mut c = Consumer::new(consumer_config(&proxy.addr, &consumer_props(&[])))
+        .await
+        .expect("consumer");
+    c.assign(topic.tps()).await.expect("assign");
+    c.seek(&topic.tps()[0], Offset::Beginning).unwrap();
+    let mut got = Vec::new();
+    let mut errors = Vec::new();
+    within(
+        "reading 10 records",
+        Duration::from_millis(API_TIMEOUT_MS),
+        async {
+            while got.len() < 10 {
+                match c.poll(Duration::from_millis(200)).await {
+                    Ok(r) => got.extend(r),
+                    Err(e) => errors.push(e.to_string()),
+                }
+            }
+        },
+    )
+    .await;
+    assert!(
+        proxy
+            .faults
+            .hostile
+            .stripped
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+    );
+    eprintln!("errors on the way: {errors:?}");
+}
+
+/// The same for the producer: no Produce version shared, the records fail within
+/// delivery.timeout.ms with an error naming the broker and Produce.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_without_a_shared_produce_version_fails_within_delivery_timeout() {
+    let topic = TestTopic::create("hostile-no-produce", 1).await;
+    let proxy = hostile_proxy("no_shared_produce_version").await;
+    let p = Producer::new(producer_config(
+        &proxy.addr,
+        &producer_props(&[("enable.idempotence", "false")]),
+    ))
+    .await
+    .expect("producer");
+    // Bootstrapped: the leader's own connection, and every replacement, offer no Produce.
+    proxy
+        .faults
+        .hostile
+        .strip_from_api_versions(ApiKey::Produce, u32::MAX);
+    let out = send_numbered(&p, &topic.name, 1, 5).await;
+    assert!(out.acked.is_empty());
+    let e = out.failed.values().next().expect("failed");
+    assert_names_broker(e, &proxy.addr, "send");
+    assert!(e.to_string().contains("Produce"), "{e}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connections that go wrong.
+
+/// Every connection closed right after ApiVersions: an admin call fails within
+/// default.api.timeout.ms with an error naming the broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_closed_after_api_versions_fail_admin_calls_within_default_api_timeout() {
+    let proxy = hostile_proxy("closed_after_api_versions").await;
+    proxy
+        .faults
+        .hostile
+        .close_after_api_versions
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut cfg = client_config(&proxy.addr);
+    cfg.api_timeout = Duration::from_millis(API_TIMEOUT_MS);
+    cfg.set("request.timeout.ms", REQUEST_TIMEOUT_MS).unwrap();
+    let api = Duration::from_millis(API_TIMEOUT_MS);
+    let r = within("Admin::new and list_topics", api * 2, async {
+        let admin = Admin::new(cfg).await?;
+        within("list_topics", api, admin.list_topics()).await
+    })
+    .await;
+    let e = r.expect_err("no connection lasts past ApiVersions");
+    eprintln!("{e}");
+    assert!(
+        proxy
+            .faults
+            .hostile
+            .closed_after_api_versions
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+    );
+    assert_names_broker(&e, &proxy.addr, "list_topics");
+}
+
+/// The same for the producer: records fail within delivery.timeout.ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_closed_after_api_versions_fail_records_within_delivery_timeout() {
+    let topic = TestTopic::create("hostile-closed-after-av", 1).await;
+    let proxy = hostile_proxy("closed_after_api_versions_producer").await;
+    let p = Producer::new(producer_config(
+        &proxy.addr,
+        &producer_props(&[("enable.idempotence", "false")]),
+    ))
+    .await
+    .expect("producer");
+    let warm = send_numbered(&p, &topic.name, 1, 1).await;
+    assert_eq!(warm.acked.len(), 1);
+    proxy
+        .faults
+        .hostile
+        .close_after_api_versions
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    // Lose the current connections: every new one dies after ApiVersions.
+    proxy
+        .faults
+        .hostile
+        .add(Rule::next(1, ApiKey::Produce, Damage::Truncate));
+    let out = send_numbered(&p, &topic.name, 1, 5).await;
+    eprintln!("{:?}", first_failures(&out));
+    assert!(
+        !out.failed.is_empty(),
+        "records were acknowledged over dead connections?"
+    );
+    for (i, e) in &out.failed {
+        assert_names_broker(e, &proxy.addr, &format!("the failure of v{i}"));
+    }
+}
+
+/// A bootstrap address that accepts connections and never answers: the consumer fails within
+/// default.api.timeout.ms, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_that_never_answers_fails_the_consumer_within_default_api_timeout() {
+    let proxy = hostile_proxy("never_answers").await;
+    proxy
+        .faults
+        .hostile
+        .silent_accept
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let api = Duration::from_millis(API_TIMEOUT_MS);
+    let tp = TopicPartition::new(unique_topic("hostile-silent"), 0);
+    let r = within("Consumer::new, assign, poll", api * 2, async {
+        let mut c = Consumer::new(consumer_config(&proxy.addr, &consumer_props(&[]))).await?;
+        c.assign(vec![tp.clone()]).await?;
+        loop {
+            if let Err(e) = c.poll(Duration::from_millis(200)).await {
+                break Err::<(), Error>(e);
+            }
+        }
+    })
+    .await;
+    let e: Error = r.expect_err("nothing was ever answered");
+    eprintln!("{e}");
+    assert_names_broker(&e, &proxy.addr, "the consumer");
+}
+
+/// The same for the producer: Producer::new, or the record, fails in time, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_that_never_answers_fails_the_producer_within_its_timeouts() {
+    let proxy = hostile_proxy("never_answers_producer").await;
+    proxy
+        .faults
+        .hostile
+        .silent_accept
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let r = within(
+        "Producer::new and a send",
+        Duration::from_millis(API_TIMEOUT_MS + DELIVERY_TIMEOUT_MS),
+        async {
+            let p = Producer::new(producer_config(&proxy.addr, &producer_props(&[]))).await?;
+            p.send(ProducerRecord::new(unique_topic("hostile-silent"), "x"))
+                .await?
+                .await
+        },
+    )
+    .await;
+    let e = r.expect_err("nothing was ever answered");
+    eprintln!("{e}");
+    assert_names_broker(&e, &proxy.addr, "the producer");
+}
+
+/// Metadata advertises, as partition 1's leader, an address that refuses connections: records
+/// for partition 1 fail within delivery.timeout.ms naming that address; partition 0's go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_address_refuses_connections_fails_its_records_within_delivery_timeout() {
+    let topic = TestTopic::create("hostile-refused", 2).await;
+    let refused = refusing_addr().await;
+    let proxy = hostile_proxy("leader_refuses_connections").await;
+    *proxy.faults.fake_leader.lock().unwrap() = Some(FakeLeader {
+        node_id: 4343,
+        addr: refused.clone(),
+        topic: topic.name.clone(),
+        partitions: vec![1],
+    });
+    let p = Producer::new(producer_config(&proxy.addr, &producer_props(&[])))
+        .await
+        .expect("producer");
+    let out = send_numbered(&p, &topic.name, 2, 20).await;
+    let failed: BTreeSet<usize> = out.failed.keys().copied().collect();
+    let odd: BTreeSet<usize> = (0..20).filter(|i| i % 2 == 1).collect();
+    assert_eq!(failed, odd, "exactly partition 1's records fail");
+    for (i, e) in &out.failed {
+        assert_names_broker(e, &refused, &format!("the failure of v{i}"));
+    }
+    assert_exactly_once(&topic, 20, &out).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Group member and admin.
+
+/// A group member under bit flips reads every value, each once as long as its commits succeed;
+/// every poll returns within max.poll.interval.ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_member_under_bit_flips_reads_every_value_within_max_poll_interval() {
+    let topic = TestTopic::create("hostile-group-flips", 2).await;
+    let n = 1000;
+    fill_committed(&topic, n, 100).await;
+    let proxy = hostile_proxy("group_member_under_bit_flips").await;
+    // Fetch responses are few (each carries many batches): flip more of them, to cover the
+    // record path; every other API at issue 16's rate.
+    proxy
+        .faults
+        .hostile
+        .add(Rule::random(Some(ApiKey::Fetch), Damage::FlipBit, 250));
+    proxy
+        .faults
+        .hostile
+        .add(Rule::random(None, Damage::FlipBit, 100));
+    let group = unique_topic("hostile-group");
+    let max_poll = Duration::from_millis(20_000);
+    let mut m = within(
+        "GroupConsumer::new",
+        Duration::from_millis(API_TIMEOUT_MS),
+        GroupConsumer::new(consumer_config(
+            &proxy.addr,
+            &consumer_props(&[
+                ("group.id", group.as_str()),
+                ("isolation.level", "read_committed"),
+                ("auto.offset.reset", "earliest"),
+                ("enable.auto.commit", "false"),
+                ("heartbeat.interval.ms", "500"),
+                ("session.timeout.ms", "10000"),
+                ("max.poll.interval.ms", "20000"),
+                ("max.partition.fetch.bytes", "1024"),
+            ]),
+        )),
+    )
+    .await
+    .expect("member");
+    m.subscribe(&[topic.name.as_str()]);
+    let mut seen = BTreeMap::<usize, u32>::new();
+    let mut errors = Vec::new();
+    let mut commit_failed = false;
+    let mut tolerated = 0;
+    let deadline = Instant::now() + Duration::from_secs(150);
+    while seen.len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "read {} of {n} values in 150 s; errors: {errors:?}",
+            seen.len()
+        );
+        match within("poll", max_poll, m.poll(Duration::from_millis(200))).await {
+            Ok(records) => {
+                for r in &records {
+                    let v = r.value.as_deref().unwrap_or_default();
+                    let i = index_of(v)
+                        .filter(|i| *i < n)
+                        .unwrap_or_else(|| panic!("a value never committed: {v:?}"));
+                    let c = seen.entry(i).or_insert(0);
+                    *c += 1;
+                    if *c > 1 {
+                        // Only after a failed commit may the group hand a record out again.
+                        assert!(commit_failed, "v{i} delivered twice with every commit done");
+                        tolerated += 1;
+                    }
+                }
+                if !records.is_empty() {
+                    if let Err(e) = within("commit", max_poll, m.commit_positions()).await {
+                        errors.push(e.to_string());
+                        commit_failed = true;
+                    }
+                }
+            }
+            Err(e) => {
+                // A flip inside a record batch: read it again (see the read_committed
+                // scenario, and the refetch proposal).
+                if let Error::CorruptData {
+                    topic: t,
+                    partition,
+                    offset,
+                    ..
+                } = &e
+                {
+                    m.seek(
+                        &TopicPartition::new(t.clone(), *partition),
+                        Offset::At(*offset),
+                    )
+                    .expect("seek");
+                }
+                errors.push(e.to_string());
+            }
+        }
+    }
+    eprintln!(
+        "{} responses flipped, {tolerated} redeliveries after failed commits, {} errors: {:?}",
+        proxy.faults.hostile.damaged(Damage::FlipBit),
+        errors.len(),
+        errors.iter().take(5).collect::<Vec<_>>()
+    );
+    assert!(proxy.faults.hostile.damaged(Damage::FlipBit) > 0);
+    within("close", max_poll, m.close()).await.ok();
+}
+
+/// Admin calls under bit flips return or fail within default.api.timeout.ms, naming the broker
+/// when they fail; a topic reported created exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_calls_under_bit_flips_end_within_default_api_timeout() {
+    let proxy = hostile_proxy("admin_under_bit_flips").await;
+    proxy
+        .faults
+        .hostile
+        .add(Rule::random(None, Damage::FlipBit, 100));
+    let api = Duration::from_millis(API_TIMEOUT_MS);
+    let mut cfg = client_config(&proxy.addr);
+    cfg.api_timeout = api;
+    cfg.set("request.timeout.ms", REQUEST_TIMEOUT_MS).unwrap();
+    let admin = within("Admin::new", api, Admin::new(cfg))
+        .await
+        .expect("admin");
+    let mut created = Vec::new();
+    let mut tried = Vec::new();
+    let mut errors = Vec::new();
+    for i in 0..10 {
+        let name = unique_topic("hostile-admin");
+        tried.push(name.clone());
+        match within(
+            "create_topics",
+            api,
+            admin.create_topics(&[NewTopic::new(name.clone(), 1)]),
+        )
+        .await
+        {
+            Ok(()) => created.push(name.clone()),
+            Err(e) => {
+                eprintln!("create {i}: {e}");
+                errors.push(e)
+            }
+        }
+        if let Err(e) = within("list_topics", api, admin.list_topics()).await {
+            errors.push(e);
+        }
+        if let Err(e) = within(
+            "describe_topic_configs",
+            api,
+            admin.describe_topic_configs(created.last().unwrap_or(&name)),
+        )
+        .await
+        {
+            errors.push(e);
+        }
+    }
+    eprintln!(
+        "{} responses flipped; {} errors",
+        proxy.faults.hostile.damaged(Damage::FlipBit),
+        errors.len()
+    );
+    for e in &errors {
+        assert_names_broker(e, &proxy.addr, "an admin call");
+    }
+    let direct = Admin::new(client_config(&broker())).await.unwrap();
+    let topics = direct.list_topics().await.unwrap();
+    for t in &created {
+        assert!(
+            topics.contains_key(t),
+            "{t} was reported created but does not exist"
+        );
+    }
+    // A create reported failed may have happened all the same (its answer was damaged).
+    let names: Vec<&str> = tried.iter().map(String::as_str).collect();
+    let _ = direct.delete_topics(&names).await;
+}

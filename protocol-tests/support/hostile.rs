@@ -1,0 +1,429 @@
+//! A hostile broker: the fault proxy (`support::proxy`) damaging the broker's responses on their
+//! way back to the client, as a bad network or a broken broker would.
+//!
+//! The proxy keeps its framing and its per-correlation-id bookkeeping (API key and version of
+//! every request in flight); this module decides, response by response, what to do to it:
+//! - `FlipBit`: flip one random bit after the correlation id (length and correlation id intact,
+//!   as in issue 16's report), so the frame is still matched to its request but its content
+//!   may decode to nonsense, fail to decode, or (in a record batch) fail its CRC;
+//! - `Mangle`: keep the correlation id, replace the body by a few bytes no response decodes
+//!   from (an undecodable response, deterministic where a bit flip is not);
+//! - `Truncate`: send the length and half the frame, then close (the broker did the work);
+//! - `WrongCorrelationId`: the response comes back under a correlation id nobody sent;
+//! - `HugeLength`: announce a frame of 400 MB (below the client's limit), send the real bytes,
+//!   then nothing more: the client waits for bytes that never come;
+//! - `Trickle`: answer a byte a second;
+//! - `Silence`: never answer (the connection stays open);
+//! - `OmitPartition` (Produce only): the answer leaves out one partition of the request, as a
+//!   bit flipped in a partition index or a topic name does; it still decodes;
+//! - `OutOfRange` (Fetch only): every partition of the answer says OFFSET_OUT_OF_RANGE (error
+//!   code 1: one flipped bit away from 0), without records;
+//! - `NegativeProducerId` (InitProducerId only): the sign bit of the producer id flipped (a
+//!   broker treats batches with a negative producer id as not idempotent: no deduplication).
+//!
+//! Besides, per connection or per proxy:
+//! - `close_after_api_versions`: answer ApiVersions, then close the connection;
+//! - `strip_from_api_versions`: ApiVersions answers lose one API (as from a damaged answer, or
+//!   a broker too old to speak any version of it this client knows);
+//! - `silent_accept`: accept connections and never answer (nor reach the broker);
+//! - `flip_record_batches`: the next this-many Fetch responses that carry records get one bit
+//!   flipped inside their first record batch, where its CRC covers it (a certain CRC failure,
+//!   where a random flip may land in a header);
+//! - a broker address that refuses connections: [`refusing_addr`], advertised through the
+//!   proxy's `fake_leader`.
+//!
+//! Random choices come from one seeded generator, printed by the test, and overridable with
+//! ONCEFLOW_HOSTILE_SEED, so that the sequence of faults of a failed run can be replayed.
+//! Thread scheduling still varies between runs: the seed fixes which response of each kind is
+//! damaged and how, not the interleaving.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsResponse, FetchResponse, InitProducerIdResponse, ProduceResponse,
+    ResponseHeader,
+};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// What to do to one response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Damage {
+    FlipBit,
+    Mangle,
+    Truncate,
+    WrongCorrelationId,
+    HugeLength,
+    Trickle,
+    Silence,
+    OmitPartition,
+    NegativeProducerId,
+    OutOfRange,
+}
+
+/// Which responses a damage applies to: an API (or any), how often, how many times at most.
+#[derive(Clone, Debug)]
+pub struct Rule {
+    pub api: Option<ApiKey>,
+    pub damage: Damage,
+    /// Chance per matching response, in thousandths.
+    pub per_mille: u32,
+    /// At most this many times (None: no limit).
+    pub times: Option<u32>,
+}
+
+impl Rule {
+    /// The next `n` responses of `api`.
+    pub fn next(n: u32, api: ApiKey, damage: Damage) -> Rule {
+        Rule {
+            api: Some(api),
+            damage,
+            per_mille: 1000,
+            times: Some(n),
+        }
+    }
+
+    /// About `per_mille` thousandths of the responses of `api` (None: of every API).
+    pub fn random(api: Option<ApiKey>, damage: Damage, per_mille: u32) -> Rule {
+        Rule {
+            api,
+            damage,
+            per_mille,
+            times: None,
+        }
+    }
+}
+
+/// What the proxy writes back to the client for one response.
+pub enum Action {
+    /// This frame body (the proxy adds the length).
+    Forward(Bytes),
+    /// These raw bytes (length included), then carry on.
+    Raw(Bytes),
+    /// These raw bytes, then close the connection.
+    RawThenClose(Bytes),
+    /// The frame (length included), a byte a second.
+    Trickle(Bytes),
+    /// The frame, then close the connection.
+    ForwardThenClose(Bytes),
+    /// Nothing, ever.
+    Silence,
+}
+
+/// The hostile settings of one proxy; lives in its `Faults`.
+pub struct Hostile {
+    rng: Mutex<StdRng>,
+    rules: Mutex<Vec<Rule>>,
+    /// Answer ApiVersions, then close the connection.
+    pub close_after_api_versions: AtomicBool,
+    /// ApiVersions answers lose this API, the next `strip_times` times (u32::MAX: always).
+    strip: Mutex<Option<ApiKey>>,
+    pub strip_times: AtomicU32,
+    /// Accept connections and never answer.
+    pub silent_accept: AtomicBool,
+    /// The next this-many Fetch responses with records get a bit flipped in a batch.
+    pub flip_record_batches: AtomicU32,
+    /// Record batches flipped so far.
+    pub record_flips: AtomicU64,
+    /// Responses damaged so far, per damage (FlipBit, Mangle, ... in declaration order), and
+    /// ApiVersions answers stripped.
+    damaged: [AtomicU64; 10],
+    pub stripped: AtomicU64,
+    pub closed_after_api_versions: AtomicU64,
+}
+
+impl Default for Hostile {
+    fn default() -> Self {
+        Hostile::with_seed(0)
+    }
+}
+
+/// The seed for this test: ONCEFLOW_HOSTILE_SEED if set, else a fresh one. Printed, so a
+/// failed run can be repeated with the same faults.
+pub fn seed(test: &str) -> u64 {
+    let seed = match std::env::var("ONCEFLOW_HOSTILE_SEED") {
+        Ok(s) => s.parse().expect("ONCEFLOW_HOSTILE_SEED is a u64"),
+        Err(_) => rand::rng().random(),
+    };
+    eprintln!("{test}: hostile seed {seed} (ONCEFLOW_HOSTILE_SEED={seed} to repeat)");
+    seed
+}
+
+/// An address nothing listens on: connecting to it is refused at once.
+pub async fn refusing_addr() -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    drop(l);
+    addr
+}
+
+impl Hostile {
+    pub fn with_seed(seed: u64) -> Hostile {
+        Hostile {
+            rng: Mutex::new(StdRng::seed_from_u64(seed)),
+            rules: Mutex::default(),
+            close_after_api_versions: AtomicBool::new(false),
+            strip: Mutex::default(),
+            strip_times: AtomicU32::new(0),
+            silent_accept: AtomicBool::new(false),
+            flip_record_batches: AtomicU32::new(0),
+            record_flips: AtomicU64::new(0),
+            damaged: Default::default(),
+            stripped: AtomicU64::new(0),
+            closed_after_api_versions: AtomicU64::new(0),
+        }
+    }
+
+    /// Restarts the random sequence from `seed`.
+    pub fn reseed(&self, seed: u64) {
+        *self.rng.lock().unwrap() = StdRng::seed_from_u64(seed);
+    }
+
+    pub fn add(&self, rule: Rule) {
+        self.rules.lock().unwrap().push(rule);
+    }
+
+    /// ApiVersions answers lose `api`, the next `times` times (u32::MAX: always).
+    pub fn strip_from_api_versions(&self, api: ApiKey, times: u32) {
+        *self.strip.lock().unwrap() = Some(api);
+        self.strip_times.store(times, Ordering::SeqCst);
+    }
+
+    /// Responses damaged so far with `d`.
+    pub fn damaged(&self, d: Damage) -> u64 {
+        self.damaged[d as usize].load(Ordering::Relaxed)
+    }
+
+    /// The damage the rules choose for a response of `api`, if any (and counts it).
+    fn choose(&self, api: i16) -> Option<(Damage, u64)> {
+        let mut rules = self.rules.lock().unwrap();
+        let mut rng = self.rng.lock().unwrap();
+        let mut chosen = None;
+        for r in rules.iter_mut() {
+            if r.api.is_some_and(|a| a as i16 != api) || r.times == Some(0) {
+                continue;
+            }
+            if r.per_mille < 1000 && rng.random_range(0..1000) >= r.per_mille {
+                continue;
+            }
+            if let Some(t) = &mut r.times {
+                *t -= 1;
+            }
+            chosen = Some((r.damage, rng.random()));
+            break;
+        }
+        if let Some((d, _)) = chosen {
+            self.damaged[d as usize].fetch_add(1, Ordering::Relaxed);
+        }
+        chosen
+    }
+
+    /// What to write back for `body`, the response (correlation id first, no length) to a
+    /// request of `api` at `version`.
+    pub fn on_response(&self, api: i16, version: i16, body: Bytes) -> Action {
+        let body = if api == ApiKey::ApiVersions as i16 {
+            self.strip_api_versions(version, body)
+        } else if api == ApiKey::Fetch as i16 && self.flip_record_batches.load(Ordering::SeqCst) > 0
+        {
+            self.flip_record_batch(version, body)
+        } else {
+            body
+        };
+        let Some((damage, r)) = self.choose(api) else {
+            if api == ApiKey::ApiVersions as i16
+                && self.close_after_api_versions.load(Ordering::SeqCst)
+            {
+                self.closed_after_api_versions
+                    .fetch_add(1, Ordering::Relaxed);
+                return Action::ForwardThenClose(body);
+            }
+            return Action::Forward(body);
+        };
+        let framed = |b: &[u8]| {
+            let mut out = BytesMut::with_capacity(b.len() + 4);
+            out.put_i32(b.len() as i32);
+            out.put_slice(b);
+            out.freeze()
+        };
+        match damage {
+            Damage::FlipBit => {
+                let mut b = body.to_vec();
+                if b.len() > 4 {
+                    let bits = (b.len() - 4) as u64 * 8;
+                    let bit = 32 + (r % bits) as usize;
+                    b[bit / 8] ^= 0x80 >> (bit % 8);
+                }
+                Action::Forward(Bytes::from(b))
+            }
+            Damage::Mangle => {
+                // The correlation id, then bytes that are not any response: a tag buffer
+                // claiming 127 tagged fields, an error code, an array of length 2^31-1.
+                let mut b = body[..4.min(body.len())].to_vec();
+                b.extend_from_slice(&[0x7f, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff]);
+                Action::Forward(Bytes::from(b))
+            }
+            Damage::Truncate => {
+                let all = framed(&body);
+                let keep = 4 + body.len() / 2;
+                Action::RawThenClose(all.slice(..keep))
+            }
+            Damage::WrongCorrelationId => {
+                let mut b = body.to_vec();
+                if b.len() >= 4 {
+                    let cid = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+                    b[..4].copy_from_slice(&cid.wrapping_add(1_000_000).to_be_bytes());
+                }
+                Action::Forward(Bytes::from(b))
+            }
+            Damage::HugeLength => {
+                let mut out = BytesMut::with_capacity(body.len() + 4);
+                out.put_i32(400 * 1024 * 1024);
+                out.put_slice(&body);
+                Action::Raw(out.freeze())
+            }
+            Damage::Trickle => Action::Trickle(framed(&body)),
+            Damage::Silence => Action::Silence,
+            Damage::OmitPartition => Action::Forward(omit_partition(version, body)),
+            Damage::NegativeProducerId => Action::Forward(negative_producer_id(version, body)),
+            Damage::OutOfRange => Action::Forward(out_of_range(version, body)),
+        }
+    }
+
+    /// The Fetch answer with one bit flipped in the middle of its first record batch's
+    /// CRC-covered bytes, if it has records and a flip is due.
+    fn flip_record_batch(&self, version: i16, body: Bytes) -> Bytes {
+        let hv = ApiKey::Fetch.response_header_version(version);
+        let mut buf = body.clone();
+        let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
+            return body;
+        };
+        let Ok(mut resp) = FetchResponse::decode(&mut buf, version) else {
+            return body;
+        };
+        // A v2 batch: base offset (8), length (4), leader epoch (4), magic (1), CRC (4), then
+        // the CRC-covered rest from byte 21.
+        let Some(records) = resp
+            .responses
+            .iter_mut()
+            .flat_map(|t| t.partitions.iter_mut())
+            .filter_map(|p| p.records.as_mut())
+            .find(|r| r.len() > 61)
+        else {
+            return body;
+        };
+        let first_len = i32::from_be_bytes([records[8], records[9], records[10], records[11]]);
+        let end = (12 + first_len.max(0) as usize).min(records.len());
+        if end <= 61 {
+            return body;
+        }
+        let due = self
+            .flip_record_batches
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if !due {
+            return body;
+        }
+        let mut r = records.to_vec();
+        r[61 + (end - 61) / 2] ^= 0x10;
+        *records = Bytes::from(r);
+        self.record_flips.fetch_add(1, Ordering::Relaxed);
+        let mut out = BytesMut::new();
+        header.encode(&mut out, hv).unwrap();
+        resp.encode(&mut out, version).unwrap();
+        out.freeze()
+    }
+
+    /// An ApiVersions answer without the API `strip_from_api_versions` names, if it is due.
+    fn strip_api_versions(&self, version: i16, body: Bytes) -> Bytes {
+        let Some(api) = *self.strip.lock().unwrap() else {
+            return body;
+        };
+        let due = self
+            .strip_times
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| match n {
+                0 => None,
+                u32::MAX => Some(n),
+                n => Some(n - 1),
+            })
+            .is_ok();
+        if !due {
+            return body;
+        }
+        // ApiVersions answers always have header v0, whatever their version (KIP-511).
+        let mut buf = body.clone();
+        let Ok(header) = ResponseHeader::decode(&mut buf, 0) else {
+            return body;
+        };
+        let Ok(mut resp) = ApiVersionsResponse::decode(&mut buf, version) else {
+            return body;
+        };
+        resp.api_keys.retain(|k| k.api_key != api as i16);
+        self.stripped.fetch_add(1, Ordering::Relaxed);
+        let mut out = BytesMut::new();
+        header.encode(&mut out, 0).unwrap();
+        resp.encode(&mut out, version).unwrap();
+        out.freeze()
+    }
+}
+
+/// A Produce answer without its last partition.
+fn omit_partition(version: i16, body: Bytes) -> Bytes {
+    let hv = ApiKey::Produce.response_header_version(version);
+    let mut buf = body.clone();
+    let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
+        return body;
+    };
+    let Ok(mut resp) = ProduceResponse::decode(&mut buf, version) else {
+        return body;
+    };
+    if let Some(t) = resp.responses.last_mut() {
+        t.partition_responses.pop();
+    }
+    let mut out = BytesMut::new();
+    header.encode(&mut out, hv).unwrap();
+    resp.encode(&mut out, version).unwrap();
+    out.freeze()
+}
+
+/// An InitProducerId answer whose producer id has its sign bit flipped.
+fn negative_producer_id(version: i16, body: Bytes) -> Bytes {
+    let hv = ApiKey::InitProducerId.response_header_version(version);
+    let mut buf = body.clone();
+    let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
+        return body;
+    };
+    let Ok(mut resp) = InitProducerIdResponse::decode(&mut buf, version) else {
+        return body;
+    };
+    resp.producer_id.0 |= i64::MIN;
+    let mut out = BytesMut::new();
+    header.encode(&mut out, hv).unwrap();
+    resp.encode(&mut out, version).unwrap();
+    out.freeze()
+}
+
+/// A Fetch answer whose partitions all say OFFSET_OUT_OF_RANGE, records dropped.
+fn out_of_range(version: i16, body: Bytes) -> Bytes {
+    let hv = ApiKey::Fetch.response_header_version(version);
+    let mut buf = body.clone();
+    let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
+        return body;
+    };
+    let Ok(mut resp) = FetchResponse::decode(&mut buf, version) else {
+        return body;
+    };
+    for p in resp
+        .responses
+        .iter_mut()
+        .flat_map(|t| t.partitions.iter_mut())
+    {
+        p.error_code = 1;
+        p.records = None;
+    }
+    let mut out = BytesMut::new();
+    header.encode(&mut out, hv).unwrap();
+    resp.encode(&mut out, version).unwrap();
+    out.freeze()
+}

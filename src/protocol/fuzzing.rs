@@ -396,6 +396,19 @@ mod tests {
         }
     }
 
+    /// What `decode_responses` found within seconds when built against the unguarded
+    /// kafka-protocol 0.18.0: ListGroups v0, a 10-byte frame (correlation id, error code) whose
+    /// groups array declares 65536 elements; the decoder asked for 2.5 GB before reading one.
+    /// With the vendored guard it is a decode error.
+    #[test]
+    fn fuzz_finding_list_groups_declaring_65536_groups_is_an_error() {
+        let input = [0x17, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0];
+        assert_eq!(RESPONSE_APIS[0x17], ApiKey::ListGroups);
+        fuzz_response(&input);
+        let frame = Bytes::copy_from_slice(&input[2..]);
+        assert!(decode_response::<ListGroupsRequest>(frame, 0).is_err());
+    }
+
     /// Writes the seed corpus: `ONCEFLOW_FUZZ_SEEDS=fuzz/seeds/decode_responses cargo test
     /// --lib write_fuzz_seeds -- --ignored` (run again after adding an API).
     #[test]

@@ -150,4 +150,28 @@ mod tests {
         assert!(frame_length(i32::MAX.to_be_bytes()).is_err());
         assert_eq!(frame_length(10i32.to_be_bytes()).unwrap(), 10);
     }
+
+    /// A broker bit flip or a hostile broker declaring 2^31-1 elements in a tiny response must
+    /// be a decode error: kafka-protocol 0.18.0 pre-allocated the declared count and the
+    /// process aborted (handle_alloc_error), which no caller can catch (issue 16).
+    #[test]
+    fn huge_declared_array_in_tiny_response_is_an_error_not_an_abort() {
+        // v0: correlation id, then the brokers array's Int32 count.
+        let mut v0 = 7i32.to_be_bytes().to_vec();
+        v0.extend_from_slice(&i32::MAX.to_be_bytes());
+        match decode_response::<MetadataRequest>(Bytes::from(v0), 0) {
+            Err(FrameError::Decode { .. }) => {}
+            other => panic!("v0: expected a decode error, got {other:?}"),
+        }
+        // v12 (flexible): correlation id, empty header tags, throttle time, then the brokers
+        // compact array's varint count (2^31, i.e. 2^31-1 elements).
+        let mut v12 = 7i32.to_be_bytes().to_vec();
+        v12.push(0);
+        v12.extend_from_slice(&0i32.to_be_bytes());
+        v12.extend_from_slice(&[0x80, 0x80, 0x80, 0x80, 0x08]);
+        match decode_response::<MetadataRequest>(Bytes::from(v12), 12) {
+            Err(FrameError::Decode { .. }) => {}
+            other => panic!("v12: expected a decode error, got {other:?}"),
+        }
+    }
 }

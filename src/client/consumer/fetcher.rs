@@ -404,6 +404,13 @@ async fn fetch_from(
         }
         Outcome::Failed(code) => {
             debug!(leader, ?code, "fetch failed at the top level");
+            // Whatever of ours the broker choked on (a session's state, a last_fetched_epoch
+            // taken from damaged data) is not sent again: the next request is a full one
+            // without the KIP-320 check.
+            if let Some(ls) = lock(sessions).get_mut(&leader) {
+                ls.session.restart();
+            }
+            forget_last_fetched_epochs(shared, &list);
             let refresh = classify(code, Op::General) == ErrorClass::RefreshAndRetry;
             back_off(shared, id, &list, refresh).await;
             return Vec::new();
@@ -802,7 +809,13 @@ fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &mu
     };
     st.fetch_offset = chunk.next_offset;
     st.log_start_offset = log_start_offset;
-    if let Some(e) = chunk.last_epoch {
+    // A batch's partition leader epoch is not covered by its CRC: one flipped bit there, kept
+    // and sent back as last_fetched_epoch, made every later Fetch of the partition fail at the
+    // broker. An epoch above the leader's (as metadata has it) cannot be real: not kept.
+    if let Some(e) = chunk
+        .last_epoch
+        .filter(|e| w.leader_epoch < 0 || *e <= w.leader_epoch)
+    {
         st.last_fetched_epoch = e;
     }
     match &chunk.error {
@@ -922,6 +935,8 @@ async fn on_error(
             Applied::Nothing
         }
         OnError::Retry { refresh } => {
+            // last_fetched_epoch kept: after a leader moved, the next fetch's divergence check
+            // (KIP-320) is what detects a truncated log.
             set_backoff(shared, id, tp);
             if refresh {
                 Applied::Refresh
@@ -930,6 +945,7 @@ async fn on_error(
             }
         }
         OnError::Fail => {
+            forget_last_fetched_epochs(shared, std::slice::from_ref(w));
             set_backoff(shared, id, tp);
             let _ = tx
                 .send(Fetched::Error(Error::broker(format!("fetch {tp}"), code)))
@@ -1028,6 +1044,19 @@ fn set_backoff(shared: &Shared, id: u64, tp: &TopicPartition) {
     if let Some(st) = release(parts.get_mut(tp), id) {
         st.backoff_until = Some(Instant::now() + shared.config.client.retry_backoff);
         st.fetch_failed = true;
+    }
+}
+
+/// The partitions' last fetched epochs are forgotten (the next fetch of each skips the
+/// KIP-320 divergence check once), if they are still what the request sent.
+fn forget_last_fetched_epochs(shared: &Shared, list: &[Want]) {
+    let mut parts = shared.lock();
+    for w in list {
+        if let Some(st) = parts.get_mut(&w.tp).filter(|st| st.epoch == w.epoch) {
+            if st.last_fetched_epoch == w.last_fetched_epoch {
+                st.last_fetched_epoch = -1;
+            }
+        }
     }
 }
 

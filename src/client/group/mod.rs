@@ -878,6 +878,7 @@ async fn leader_sync_assignments(
     shared: &Shared,
     members: &[JoinGroupResponseMember],
     protocol: &str,
+    (me, my_topics): (&str, &[String]),
 ) -> Result<Vec<SyncGroupRequestAssignment>> {
     let mut subs = Vec::new();
     for m in members {
@@ -886,6 +887,15 @@ async fn leader_sync_assignments(
             m.group_instance_id.as_ref().map(|i| i.to_string()),
             m.metadata.clone(),
         )?);
+    }
+    // The leader's own subscription is the one it knows, not the copy the coordinator echoed:
+    // a copy damaged on its way (a topic name with a flipped bit still decodes) made the
+    // leader assign nothing and the group stay stable with no partitions.
+    if let Some(mine) = subs.iter_mut().find(|s| s.member_id == me) {
+        if mine.topics != my_topics {
+            warn!(echoed = ?mine.topics, ours = ?my_topics, "the coordinator's copy of this member's subscription differs from it; using ours");
+            mine.topics = my_topics.to_vec();
+        }
     }
     let all_topics: BTreeSet<String> = subs.iter().flat_map(|s| s.topics.iter().cloned()).collect();
     let mut counts = BTreeMap::new();
@@ -949,6 +959,7 @@ async fn join_and_sync_once(
     shared: &Shared,
     join: &JoinGroupRequest,
     join_timeout: Duration,
+    topics: &[String],
 ) -> Result<Step> {
     let group = &shared.group_id;
     let conn = shared
@@ -989,7 +1000,7 @@ async fn join_and_sync_once(
         st.protocol = Some(protocol.clone());
     }
     let assignments = if resp.leader.as_str() == me {
-        leader_sync_assignments(shared, &resp.members, &protocol).await?
+        leader_sync_assignments(shared, &resp.members, &protocol, (&me, topics)).await?
     } else {
         Vec::new()
     };
@@ -1047,7 +1058,7 @@ async fn join_and_sync(
         .cluster
         .retrying(&what, policy, stale, |_| async {
             let join = join_request(shared, topics, strategies, owned)?;
-            join_and_sync_once(shared, &join, join_timeout).await
+            join_and_sync_once(shared, &join, join_timeout, topics).await
         })
         .await
 }

@@ -285,31 +285,13 @@ async fn idempotent_producer_under_bit_flips_writes_each_acknowledged_value_once
 /// safe).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_undecodable_produce_response_is_retried_not_failed() {
-    let topic = TestTopic::create("hostile-undecodable", 3).await;
-    let proxy = hostile_proxy("an_undecodable_produce_response").await;
-    let p = Producer::new(producer_config(&proxy.addr, &producer_props(&[])))
-        .await
-        .expect("producer");
-    // Warm up (metadata, producer id) so that the damage hits a Produce response with batches
-    // of all three partitions in it.
-    let warm = send_numbered(&p, &topic.name, 3, 3).await;
-    assert_eq!(warm.acked.len(), 3);
-    proxy
-        .faults
-        .hostile
-        .add(Rule::next(1, ApiKey::Produce, Damage::Mangle));
-    let n = 603;
-    let out = send_range(&p, &topic.name, 3, 3..n, usize::MAX).await;
-    assert_eq!(proxy.faults.hostile.damaged(Damage::Mangle), 1);
-    assert!(
-        out.failed.is_empty(),
-        "{} records failed because one Produce response was undecodable (they should have been retried): {:?}",
-        out.failed.len(),
-        first_failures(&out)
-    );
-    let mut all = out;
-    all.acked.extend(warm.acked);
-    assert_exactly_once(&topic, n, &all).await;
+    one_damaged_produce_answer_is_resent(
+        "an_undecodable_produce_response",
+        Damage::Mangle,
+        603,
+        "one Produce response was undecodable",
+    )
+    .await;
 }
 
 /// A Produce answer that decodes but leaves out a partition of the request is as nonsensical
@@ -317,8 +299,21 @@ async fn an_undecodable_produce_response_is_retried_not_failed() {
 /// safe), not failed with UNKNOWN_SERVER_ERROR.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_produce_response_that_leaves_out_a_partition_is_retried_not_failed() {
-    let topic = TestTopic::create("hostile-omitted", 3).await;
-    let proxy = hostile_proxy("produce_response_leaves_out_a_partition").await;
+    one_damaged_produce_answer_is_resent(
+        "produce_response_leaves_out_a_partition",
+        Damage::OmitPartition,
+        303,
+        "one Produce response left their partition out",
+    )
+    .await;
+}
+
+/// Sends values 0..n to 3 partitions through a proxy that damages one Produce answer (after a
+/// warm-up, so that the damaged answer carries batches of every partition): no record fails,
+/// each value is written exactly once.
+async fn one_damaged_produce_answer_is_resent(test: &str, damage: Damage, n: usize, what: &str) {
+    let topic = TestTopic::create("hostile-one-damaged", 3).await;
+    let proxy = hostile_proxy(test).await;
     let p = Producer::new(producer_config(&proxy.addr, &producer_props(&[])))
         .await
         .expect("producer");
@@ -327,13 +322,12 @@ async fn a_produce_response_that_leaves_out_a_partition_is_retried_not_failed() 
     proxy
         .faults
         .hostile
-        .add(Rule::next(1, ApiKey::Produce, Damage::OmitPartition));
-    let n = 303;
+        .add(Rule::next(1, ApiKey::Produce, damage));
     let out = send_range(&p, &topic.name, 3, 3..n, usize::MAX).await;
-    assert_eq!(proxy.faults.hostile.damaged(Damage::OmitPartition), 1);
+    assert_eq!(proxy.faults.hostile.damaged(damage), 1);
     assert!(
         out.failed.is_empty(),
-        "{} records failed because one Produce response left their partition out: {:?}",
+        "{} records failed because {what} (they should have been resent): {:?}",
         out.failed.len(),
         first_failures(&out)
     );

@@ -317,11 +317,21 @@ async fn retired_transaction_left_open(attempt: u32) -> Option<String> {
                 .is_empty()
         {
             assert_running(&mut first, &log);
-            assert!(
-                start.elapsed() < DEADLINE,
-                "no commit with a transaction of task 1 holding records within {DEADLINE:?}:\n{}",
-                log_of(&log)
-            );
+            if start.elapsed() > DEADLINE / 4 {
+                // The job can read its whole input in a second or two; on a loaded machine the
+                // moment task 1 holds records may pass between two looks, and then it never
+                // comes again (a CI dry run waited the whole DEADLINE). This attempt proves
+                // nothing: the caller runs another on fresh topics.
+                assert!(
+                    committed_a_transaction(&log),
+                    "no output committed within {:?}:\n{}",
+                    DEADLINE / 4,
+                    log_of(&log)
+                );
+                first.kill().unwrap();
+                first.wait().unwrap();
+                return None;
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         first.kill().unwrap();

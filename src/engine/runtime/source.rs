@@ -158,7 +158,12 @@ impl PartitionWatermarks {
     /// Whether every partition is idle and the keyed subtasks are due to hear it (the first
     /// time, then every [`IDLE_RESEND`]).
     fn idle_due(&mut self, now: Instant) -> bool {
-        if !self.combined.all_idle() {
+        // A subtask that reads no partition (parallelism above the input's partition count) is
+        // idle from the start. It used to stay silent, holding back every keyed subtask's
+        // combined watermark, so that after a restart at a higher parallelism no window closed
+        // (engine_parallel's restart at 4 with 3 partitions: a third of the windows missing,
+        // whenever the first run had not emitted them all before its kill).
+        if !self.partitions.is_empty() && !self.combined.all_idle() {
             return false;
         }
         if self
@@ -590,6 +595,22 @@ fn gone(i: usize) -> RuntimeError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A source subtask with no partition says it is idle at once (and again every
+    /// IDLE_RESEND); one with a partition not yet caught up does not.
+    #[test]
+    fn a_subtask_without_partitions_is_idle_from_the_start() {
+        let now = Instant::now();
+        let mut none = PartitionWatermarks::new(&[], 0);
+        assert!(none.idle_due(now), "no partition: idle at once");
+        assert!(!none.idle_due(now), "said once per IDLE_RESEND");
+        assert!(none.idle_due(now + IDLE_RESEND));
+        let mut one = PartitionWatermarks::new(&[TopicPartition::new("rides", 0)], 0);
+        assert!(
+            !one.idle_due(now),
+            "a partition not caught up holds it back"
+        );
+    }
 
     /// A partition is idle only after it has stayed caught up for the whole wait; a record
     /// (or falling behind) starts the wait again. Times in ms from a base.

@@ -708,11 +708,11 @@ async fn read_committed_consumer_under_bit_flips_delivers_each_committed_value_o
     eprintln!("{corrupt} CRC failures, each read again after a seek to its offset");
 }
 
-/// Proposal (fails today): a CRC failure is first taken for damage on the way, as an
-/// undecodable response is: the batch is fetched again (on a new connection) before the
-/// partition halts; only a batch that fails again is corrupt in the log. Today the consumer
-/// raises CorruptData for ever and advises seeking past the batch, which loses committed
-/// records that were fine in the log. One Fetch response gets a bit flipped inside a batch.
+/// A CRC failure is first taken for damage on the way, as an undecodable response is: the
+/// batch is fetched again before the partition halts (`fetcher::after_corrupt_data`); only a
+/// batch that keeps failing is corrupt in the log. Before, the consumer raised CorruptData at
+/// once and advised seeking past the batch, which skipped committed records that were fine in
+/// the log (this test failed so). One Fetch response gets a bit flipped inside a batch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_damaged_on_the_way_is_fetched_again_not_reported_corrupt() {
     let topic = TestTopic::create("hostile-refetch", 1).await;
@@ -761,9 +761,9 @@ async fn a_batch_damaged_on_the_way_is_fetched_again_not_reported_corrupt() {
 /// Found by the group member under bit flips (TV1, seed 15533353987736321747): a Fetch
 /// answer's error code flipped from 0 to 1 (OFFSET_OUT_OF_RANGE) made the consumer reset the
 /// partition by auto.offset.reset — to the beginning (everything read again: duplicates) or,
-/// with latest, to the end (records skipped). The position was inside the log all along: a
-/// reset should be checked (ListOffsets) before it throws the position away. Fails today
-/// (src/client/consumer/fetcher.rs, reported).
+/// with latest, to the end (records skipped). The position was inside the log all along: the
+/// fetcher now confirms OFFSET_OUT_OF_RANGE with ListOffsets (`fetcher::within_the_log`)
+/// before it throws the position away (this test failed before, at both TVs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_offset_out_of_range_does_not_move_the_position() {
     let topic = TestTopic::create("hostile-out-of-range", 1).await;

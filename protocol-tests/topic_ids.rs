@@ -199,6 +199,16 @@ fn expected_tv() -> i16 {
     std::env::var("ONCEFLOW_EXPECT_TV").map_or(2, |v| v.parse().unwrap())
 }
 
+/// An idempotent producer that talks to the broker through `proxy`.
+async fn idempotent_producer_through(proxy: &Proxy) -> Producer {
+    Producer::new(producer_config(
+        &proxy.addr,
+        &[("linger.ms", "5"), ("enable.idempotence", "true")],
+    ))
+    .await
+    .expect("producer")
+}
+
 /// Sends one record "stale" through `proxy`: the broker writes it but the proxy drops the
 /// answer, and holds the producer's retry at a gate while the topic is deleted and recreated;
 /// then opens the gate. Returns the record's outcome.
@@ -238,12 +248,7 @@ async fn a_record_the_deleted_topic_may_hold_is_failed_not_written_to_the_new_to
     init_logging();
     let topic = TestTopic::create("recreated-in-flight", 1).await;
     let proxy = Proxy::start(&broker()).await;
-    let p = Producer::new(producer_config(
-        &proxy.addr,
-        &[("linger.ms", "5"), ("enable.idempotence", "true")],
-    ))
-    .await
-    .expect("producer");
+    let p = idempotent_producer_through(&proxy).await;
     fill(&p, &topic.name, 20, "old").await;
     let e = send_across_a_recreation(&p, &proxy, &topic.name)
         .await
@@ -274,12 +279,7 @@ async fn without_topic_ids_a_record_the_deleted_topic_holds_is_written_again_to_
         .faults
         .hide_topic_ids
         .store(true, std::sync::atomic::Ordering::Relaxed);
-    let p = Producer::new(producer_config(
-        &proxy.addr,
-        &[("linger.ms", "5"), ("enable.idempotence", "true")],
-    ))
-    .await
-    .expect("producer");
+    let p = idempotent_producer_through(&proxy).await;
     fill(&p, &topic.name, 20, "old").await;
     let md = send_across_a_recreation(&p, &proxy, &topic.name)
         .await

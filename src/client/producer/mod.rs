@@ -41,7 +41,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{oneshot, Notify, Semaphore};
 
 /// A record to send.
@@ -267,6 +267,11 @@ enum Appending {
     Done(Result<()>),
     /// The topic's partition count is not cached for the metadata version: look it up.
     CountUnknown(ProducerRecord, Reply),
+    /// The record names a partition the cached metadata does not have (the permits are still
+    /// held): metadata is refreshed and the append tried again until max.block.ms, as the Java
+    /// producer waits for it. One damaged Metadata answer (a partition dropped from the list)
+    /// made `send` fail at once.
+    PartitionUnknown(ProducerRecord, Reply, Error),
 }
 
 /// An asynchronous Kafka producer.
@@ -385,7 +390,8 @@ impl Producer {
     /// like any other and only its outcome is lost. `flush` and `close` still wait for it.
     ///
     /// # Errors
-    /// [`Error::UnknownTopic`], [`Error::UnknownPartition`], [`Error::RecordTooLarge`],
+    /// [`Error::UnknownTopic`], [`Error::UnknownPartition`] (a partition the topic still does
+    /// not have after metadata refreshes for max.block.ms), [`Error::RecordTooLarge`],
     /// [`Error::Timeout`] when buffer space does not free up within max.block.ms,
     /// [`Error::Closed`]; with transactions [`Error::Usage`] outside a transaction, and the
     /// transaction's (or the producer's) error once it has failed.
@@ -491,7 +497,8 @@ impl Producer {
         let version = inner.cluster.metadata_version();
         match self.append_locked((record, reply), version, timestamp, permits) {
             Appending::Done(r) => r.map(|()| None),
-            Appending::CountUnknown(record, reply) => {
+            Appending::CountUnknown(record, reply)
+            | Appending::PartitionUnknown(record, reply, _) => {
                 inner.release(permits);
                 Ok(Some((record, reply)))
             }
@@ -515,11 +522,22 @@ impl Producer {
             self.reserve_memory(permits).await?;
         }
         let timestamp = record.timestamp.unwrap_or_else(now_ms);
+        let deadline = Instant::now() + inner.config.max_block;
         let mut pending = (record, reply);
         loop {
             let version = inner.cluster.metadata_version();
             match self.append_locked(pending, version, timestamp, permits) {
                 Appending::Done(r) => return r,
+                Appending::PartitionUnknown(record, reply, e) => {
+                    if Instant::now() >= deadline {
+                        inner.release(permits);
+                        return Err(e);
+                    }
+                    let g = inner.cluster.metadata().generation;
+                    let _ = inner.cluster.refresh_if_older(g).await;
+                    tokio::time::sleep(inner.config.client.retry_backoff).await;
+                    pending = (record, reply);
+                }
                 Appending::CountUnknown(record, reply) => {
                     // The lock is released across the lookup; the count is kept with the
                     // version read before it, so a change meanwhile makes it miss again.
@@ -559,6 +577,9 @@ impl Producer {
         let (partition, count) = match chosen {
             Ok(Some((Ok(p), count))) => (p, count),
             Ok(None) => return Appending::CountUnknown(record, reply),
+            Ok(Some((Err(e @ Error::UnknownPartition { .. }), _))) => {
+                return Appending::PartitionUnknown(record, reply, e)
+            }
             Ok(Some((Err(e), _))) | Err(e) => {
                 drop(acc);
                 inner.release(permits);

@@ -139,7 +139,9 @@ impl Watermark {
 ///
 /// - An input that has not reported a watermark yet holds the combined one back (`None`).
 /// - An input marked idle (the runtime decides when, from time) is left out until it reports
-///   again; with every input idle the combined watermark stays where it was.
+///   again; with every input idle the combined watermark is the smallest watermark any input
+///   reported (never lower than it was): an input that never reported holds nothing back
+///   once idle, whichever input went idle last.
 /// - The combined watermark never goes back: an idle input that wakes up behind it does not
 ///   lower it (its records may then be late, as in Flink).
 /// - **A stopped stream resumes as a whole.** When every input was idle and one reports
@@ -250,14 +252,24 @@ impl InputWatermarks {
 
     fn recompute(&mut self) -> Option<i64> {
         let mut active = self.inputs.values().filter(|s| !s.idle).peekable();
-        if active.peek().is_some() {
+        let min = if active.peek().is_some() {
             // min over active inputs; any active input without a watermark holds it back.
-            let min = active
+            active
                 .map(|s| s.watermark)
-                .try_fold(i64::MAX, |acc, w| w.map(|w| acc.min(w)));
-            if let Some(min) = min {
-                self.combined = Some(self.combined.map_or(min, |c| c.max(min)));
-            }
+                .try_fold(i64::MAX, |acc, w| w.map(|w| acc.min(w)))
+        } else {
+            // Every input idle: the smallest watermark of those that have one. An input that
+            // never reported cannot hold it back once idle, whatever order the inputs went
+            // idle in. Without this, a restart whose one source had nothing left to read
+            // fired no window when that source happened to say so last: the others, idle
+            // first, were already left out, so no watermark was ever counted (CI: a keyed
+            // subtask of engine_parallel's restart wrote nothing). Not the largest, as
+            // Flink's flush on all-idle: an input behind the others may still deliver
+            // records up to its own watermark, which the largest would make late.
+            self.inputs.values().filter_map(|s| s.watermark).min()
+        };
+        if let Some(min) = min {
+            self.combined = Some(self.combined.map_or(min, |c| c.max(min)));
         }
         self.combined
     }
@@ -489,6 +501,15 @@ mod tests {
                 vec![0, 1],
                 vec![Idle(1), Advance(0, 10), Advance(1, 20), Advance(0, 30)],
                 vec![None, Some(10), Some(10), Some(20)],
+            ),
+            (
+                "an input that never reported holds the watermark back while active, not once \
+                 idle: when every input is idle, the smallest watermark of those that have one \
+                 counts (the restart whose one source had nothing left to read, idle last: no \
+                 window fired)",
+                vec![0, 1, 2],
+                vec![Advance(0, 300), Advance(2, 100), Idle(0), Idle(2), Idle(1)],
+                vec![None, None, None, None, Some(100)],
             ),
             (
                 "a new partition holds the watermark where it is until it reports",

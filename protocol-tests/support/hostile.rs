@@ -30,19 +30,21 @@
 //!   flipped inside their first record batch, where its CRC covers it (a certain CRC failure,
 //!   where a random flip may land in a header);
 //! - a broker address that refuses connections: [`refusing_addr`], advertised through the
-//!   proxy's `fake_leader`.
+//!   proxy's `fake_leader`; `BadBrokerHost`: a Metadata answer whose brokers' host name no
+//!   resolver knows.
 //!
 //! Random choices come from one seeded generator, printed by the test, and overridable with
 //! ONCEFLOW_HOSTILE_SEED, so that the sequence of faults of a failed run can be replayed.
 //! Thread scheduling still varies between runs: the seed fixes which response of each kind is
-//! damaged and how, not the interleaving.
+//! damaged and how, not the interleaving. With ONCEFLOW_HOSTILE_LOG set, every flipped bit is
+//! printed (API key, version, byte and bit), to tell which field a failing run's flip hit.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, FetchResponse, InitProducerIdResponse, ProduceResponse,
-    ResponseHeader,
+    ApiKey, ApiVersionsResponse, FetchResponse, InitProducerIdResponse, MetadataResponse,
+    ProduceResponse, ResponseHeader,
 };
-use kafka_protocol::protocol::{Decodable, Encodable};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -61,6 +63,9 @@ pub enum Damage {
     OmitPartition,
     NegativeProducerId,
     OutOfRange,
+    /// A Metadata answer whose brokers' host names cannot be resolved ("127.0.0.!", a flipped
+    /// bit in "127.0.0.1").
+    BadBrokerHost,
 }
 
 /// Which responses a damage applies to: an API (or any), how often, how many times at most.
@@ -129,7 +134,7 @@ pub struct Hostile {
     pub record_flips: AtomicU64,
     /// Responses damaged so far, per damage (FlipBit, Mangle, ... in declaration order), and
     /// ApiVersions answers stripped.
-    damaged: [AtomicU64; 10],
+    damaged: [AtomicU64; 11],
     pub stripped: AtomicU64,
     pub closed_after_api_versions: AtomicU64,
 }
@@ -254,6 +259,14 @@ impl Hostile {
                     let bits = (b.len() - 4) as u64 * 8;
                     let bit = 32 + (r % bits) as usize;
                     b[bit / 8] ^= 0x80 >> (bit % 8);
+                    if std::env::var_os("ONCEFLOW_HOSTILE_LOG").is_some() {
+                        eprintln!(
+                            "hostile: api {api} v{version}: bit {} of byte {} of {} flipped",
+                            bit % 8,
+                            bit / 8,
+                            b.len()
+                        );
+                    }
                 }
                 Action::Forward(Bytes::from(b))
             }
@@ -288,6 +301,7 @@ impl Hostile {
             Damage::OmitPartition => Action::Forward(omit_partition(version, body)),
             Damage::NegativeProducerId => Action::Forward(negative_producer_id(version, body)),
             Damage::OutOfRange => Action::Forward(out_of_range(version, body)),
+            Damage::BadBrokerHost => Action::Forward(bad_broker_host(version, body)),
         }
     }
 
@@ -380,6 +394,25 @@ fn omit_partition(version: i16, body: Bytes) -> Bytes {
     };
     if let Some(t) = resp.responses.last_mut() {
         t.partition_responses.pop();
+    }
+    let mut out = BytesMut::new();
+    header.encode(&mut out, hv).unwrap();
+    resp.encode(&mut out, version).unwrap();
+    out.freeze()
+}
+
+/// A Metadata answer whose brokers all have a host name that cannot be resolved.
+fn bad_broker_host(version: i16, body: Bytes) -> Bytes {
+    let hv = ApiKey::Metadata.response_header_version(version);
+    let mut buf = body.clone();
+    let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
+        return body;
+    };
+    let Ok(mut resp) = MetadataResponse::decode(&mut buf, version) else {
+        return body;
+    };
+    for b in resp.brokers.iter_mut() {
+        b.host = StrBytes::from_static_str("127.0.0.!");
     }
     let mut out = BytesMut::new();
     header.encode(&mut out, hv).unwrap();

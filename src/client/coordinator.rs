@@ -36,9 +36,20 @@ impl Cluster {
         self.retrying(&what, policy, Stale::Coordinator(kind, key), |_| async {
             let node = self.find_coordinator(kind, key).await?;
             self.cache_coordinator(kind, key, node);
-            // Not reachable: a connection error, so the coordinator is forgotten and looked
-            // up again.
-            self.broker(node).await.map(Step::Done)
+            let generation = self.metadata().generation;
+            match self.broker(node).await {
+                Ok(c) => Ok(Step::Done(c)),
+                // Not reachable: a connection error, so the coordinator is forgotten and looked
+                // up again — and the metadata refreshed first, since the node's address comes
+                // from there and may be stale or damaged (a bit flipped in a Metadata answer
+                // turned "127.0.0.1" into "127.0.0.!": every lookup found the same node at the
+                // same bad address until the join timed out, again and again). The producer's
+                // sender does the same for a leader it cannot reach.
+                Err(e) => {
+                    let _ = self.refresh_if_older(generation).await;
+                    Err(e)
+                }
+            }
         })
         .await
     }

@@ -758,6 +758,81 @@ async fn a_batch_damaged_on_the_way_is_fetched_again_not_reported_corrupt() {
     }
 }
 
+/// A batch's base offset is outside its CRC: one bit flipped high there (bit 40 here) put the
+/// batch past the end of the log. The consumer handed its records out under those offsets,
+/// its next fetch was out of range (confirmed: the position really was past the end), and
+/// auto.offset.reset=earliest read the partition again from the start — every value before
+/// the batch twice (the group member under random flips, 2 runs in 24). An entry ending past
+/// the partition's high watermark cannot be what the broker wrote: it is fetched again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_moved_past_the_high_watermark_is_fetched_again_not_handed_out() {
+    let topic = TestTopic::create("hostile-base-offset", 1).await;
+    let n = 200;
+    fill_committed(&topic, n, 0).await;
+    let proxy = hostile_proxy("batch_moved_past_the_high_watermark").await;
+    // The first answer with records: its batch lands past the log; the values in it come
+    // again after the reset.
+    proxy
+        .faults
+        .hostile
+        .shift_base_offsets
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let mut c = Consumer::new(consumer_config(
+        &proxy.addr,
+        &consumer_props(&[
+            ("isolation.level", "read_committed"),
+            ("auto.offset.reset", "earliest"),
+            ("max.partition.fetch.bytes", "1024"),
+        ]),
+    ))
+    .await
+    .expect("consumer");
+    c.assign(topic.tps()).await.expect("assign");
+    let mut seen = BTreeMap::<usize, Vec<i64>>::new();
+    let api = Duration::from_millis(API_TIMEOUT_MS);
+    let r = within("reading every value", api, async {
+        while seen.len() < n {
+            for r in c.poll(Duration::from_millis(200)).await? {
+                let i = index_of(r.value.as_deref().unwrap_or_default()).expect("a value");
+                seen.entry(i).or_default().push(r.offset);
+            }
+        }
+        Ok::<(), Error>(())
+    })
+    .await;
+    assert_eq!(
+        proxy
+            .faults
+            .hostile
+            .base_offset_shifts
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "no base offset was moved: the scenario proved nothing"
+    );
+    if let Err(e) = r {
+        panic!("read {} of {n} values: {e}", seen.len());
+    }
+    // Whatever came after the last value: give a re-read from the start time to show.
+    for r in c.poll(Duration::from_millis(500)).await.unwrap_or_default() {
+        let i = index_of(r.value.as_deref().unwrap_or_default()).expect("a value");
+        seen.entry(i).or_default().push(r.offset);
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, o)| o.len() > 1).take(5).collect();
+    assert!(
+        twice.is_empty(),
+        "values handed out more than once (value, offsets): {twice:?}"
+    );
+    let moved: Vec<_> = seen
+        .iter()
+        .filter(|(_, o)| o.iter().any(|o| *o >= 1 << 40))
+        .take(5)
+        .collect();
+    assert!(
+        moved.is_empty(),
+        "values handed out at offsets past the log: {moved:?}"
+    );
+}
+
 /// Found by the group member under bit flips (TV1, seed 15533353987736321747): a Fetch
 /// answer's error code flipped from 0 to 1 (OFFSET_OUT_OF_RANGE) made the consumer reset the
 /// partition by auto.offset.reset — to the beginning (everything read again: duplicates) or,

@@ -26,6 +26,8 @@
 //! - `strip_from_api_versions`: ApiVersions answers lose one API (as from a damaged answer, or
 //!   a broker too old to speak any version of it this client knows);
 //! - `silent_accept`: accept connections and never answer (nor reach the broker);
+//! - `shift_base_offsets`: the next this-many Fetch responses that carry records get their
+//!   first batch's base offset moved 2^40 up (outside the CRC: only the offsets tell);
 //! - `flip_record_batches`: the next this-many Fetch responses that carry records get one bit
 //!   flipped inside their first record batch, where its CRC covers it (a certain CRC failure,
 //!   where a random flip may land in a header);
@@ -132,6 +134,11 @@ pub struct Hostile {
     pub flip_record_batches: AtomicU32,
     /// Record batches flipped so far.
     pub record_flips: AtomicU64,
+    /// The next this-many Fetch responses with records get their first batch's base offset
+    /// (outside the CRC) moved 2^40 up, as a bit flipped high there moves it.
+    pub shift_base_offsets: AtomicU32,
+    /// Base offsets moved so far.
+    pub base_offset_shifts: AtomicU64,
     /// Responses damaged so far, per damage (FlipBit, Mangle, ... in declaration order), and
     /// ApiVersions answers stripped.
     damaged: [AtomicU64; 11],
@@ -175,6 +182,8 @@ impl Hostile {
             silent_accept: AtomicBool::new(false),
             flip_record_batches: AtomicU32::new(0),
             record_flips: AtomicU64::new(0),
+            shift_base_offsets: AtomicU32::new(0),
+            base_offset_shifts: AtomicU64::new(0),
             damaged: Default::default(),
             stripped: AtomicU64::new(0),
             closed_after_api_versions: AtomicU64::new(0),
@@ -233,6 +242,9 @@ impl Hostile {
         } else if api == ApiKey::Fetch as i16 && self.flip_record_batches.load(Ordering::SeqCst) > 0
         {
             self.flip_record_batch(version, body)
+        } else if api == ApiKey::Fetch as i16 && self.shift_base_offsets.load(Ordering::SeqCst) > 0
+        {
+            self.shift_base_offset(version, body)
         } else {
             body
         };
@@ -343,6 +355,44 @@ impl Hostile {
         r[61 + (end - 61) / 2] ^= 0x10;
         *records = Bytes::from(r);
         self.record_flips.fetch_add(1, Ordering::Relaxed);
+        let mut out = BytesMut::new();
+        header.encode(&mut out, hv).unwrap();
+        resp.encode(&mut out, version).unwrap();
+        out.freeze()
+    }
+
+    /// The Fetch answer with its first record batch's base offset moved 2^40 up (bit 40
+    /// flipped), if it has records and a shift is due.
+    fn shift_base_offset(&self, version: i16, body: Bytes) -> Bytes {
+        let hv = ApiKey::Fetch.response_header_version(version);
+        let mut buf = body.clone();
+        let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
+            return body;
+        };
+        let Ok(mut resp) = FetchResponse::decode(&mut buf, version) else {
+            return body;
+        };
+        let Some(records) = resp
+            .responses
+            .iter_mut()
+            .flat_map(|t| t.partitions.iter_mut())
+            .filter_map(|p| p.records.as_mut())
+            .find(|r| r.len() > 61)
+        else {
+            return body;
+        };
+        let due = self
+            .shift_base_offsets
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if !due {
+            return body;
+        }
+        let mut r = records.to_vec();
+        // Bytes 0..8: the base offset, big-endian; bit 40 is in byte 2.
+        r[2] ^= 0x01;
+        *records = Bytes::from(r);
+        self.base_offset_shifts.fetch_add(1, Ordering::Relaxed);
         let mut out = BytesMut::new();
         header.encode(&mut out, hv).unwrap();
         resp.encode(&mut out, version).unwrap();

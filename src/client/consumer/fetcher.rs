@@ -1108,6 +1108,7 @@ fn decode_partition(
             tp,
             decode_entries(bytes).crc_check(crc),
             fetch_offset,
+            p.high_watermark,
             &mut aborted,
             &mut records,
             &mut next_offset,
@@ -1137,17 +1138,22 @@ fn decode_partition(
 /// The decoding loop of [`decode_partition`]: appends records and advances `next_offset` past
 /// every entry read (and every record handed out, so an error inside a batch stops right
 /// after the last good record), noting the leader epoch of the last v2 batch read.
+#[allow(clippy::too_many_arguments)]
 fn decode_into(
     tp: &TopicPartition,
     entries: EntryIter,
     fetch_offset: i64,
+    high_watermark: i64,
     aborted: &mut AbortedTransactions,
     records: &mut VecDeque<ConsumerRecord>,
     next_offset: &mut i64,
     last_epoch: &mut Option<i32>,
 ) -> Result<(), RecordError> {
+    let mut previous_end = None;
     for entry in entries {
         let entry = entry?;
+        entry_in_place(&entry, previous_end, high_watermark)?;
+        previous_end = Some(entry.next_offset());
         // Markers and aborted batches before the fetch offset still update the index.
         let keep = match &entry {
             LogEntry::Batch(batch) => aborted.keep(batch)?,
@@ -1186,9 +1192,76 @@ fn decode_into(
     Ok(())
 }
 
+/// Whether an entry's offsets can be where they are in a Fetch answer: ending at or before the
+/// partition's high watermark (`< 0`: not known, not checked), and after the entry before it
+/// (`previous_end`: where that one ended). Neither holds for an answer the broker wrote, so
+/// one that fails is taken for damaged on the way, as a CRC failure is (fetched again, see
+/// [`after_corrupt_data`]). Pure.
+///
+/// A batch's base offset is outside its CRC. One bit flipped high there moved the batch past
+/// the end of the log: the consumer handed its records out under those offsets, its next
+/// fetch was out of range, and auto.offset.reset=earliest read the partition again from the
+/// start (the group member under random flips: duplicates). A flip in the low bits that keeps
+/// the batch inside the log and after the one before it stays undetectable, for any client:
+/// Kafka protects records, not their offsets.
+fn entry_in_place(
+    entry: &LogEntry,
+    previous_end: Option<i64>,
+    high_watermark: i64,
+) -> Result<(), RecordError> {
+    let offset = entry.header_offset();
+    let end = entry.next_offset();
+    let reason = if high_watermark >= 0 && end > high_watermark {
+        format!("ends at {end}, past the partition's high watermark {high_watermark}")
+    } else if let (Some(before), LogEntry::Batch(b)) = (previous_end, entry) {
+        if b.base_offset < before {
+            format!("starts before {before}, where the batch before it ended")
+        } else {
+            return Ok(());
+        }
+    } else if previous_end.is_some_and(|before| end <= before) {
+        format!("ends at {end}, not after the entry before it")
+    } else {
+        return Ok(());
+    };
+    Err(RecordError::OffsetsOutOfPlace { offset, reason })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// (base offset, records, end of the entry before, high watermark, in place)
+    #[test]
+    fn entries_must_end_by_the_high_watermark_and_follow_each_other() {
+        let cases: [(i64, usize, Option<i64>, i64, bool); 9] = [
+            (0, 5, None, 5, true),
+            (0, 5, None, 10, true),
+            (0, 5, None, 4, false),
+            // A base offset with a high bit flipped: far past the end of the log.
+            ((1 << 40) + 3, 5, None, 100, false),
+            (5, 5, Some(5), 10, true),
+            // A gap after the batch before (a compacted log) is allowed.
+            (7, 3, Some(5), 10, true),
+            (4, 5, Some(5), 10, false),
+            // High watermark unknown: only the order is checked.
+            (100, 5, None, -1, true),
+            (2, 5, Some(5), -1, false),
+        ];
+        for (base, n, before, hw, want) in cases {
+            let bytes = v2_batch(base, n);
+            let entry = decode_entries(bytes::Bytes::from(bytes))
+                .next()
+                .expect("one entry")
+                .expect("decodes");
+            let got = entry_in_place(&entry, before, hw);
+            assert_eq!(
+                got.is_ok(),
+                want,
+                "base {base}, {n} records, before {before:?}, hw {hw}: {got:?}"
+            );
+        }
+    }
 
     #[test]
     fn data_that_fails_its_check_is_fetched_again_before_the_partition_halts() {

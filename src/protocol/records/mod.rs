@@ -274,6 +274,17 @@ pub enum RecordError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// An entry of a Fetch answer whose offsets cannot be where they are: past the partition's
+    /// high watermark (the broker never returns data beyond it), or not after the entry
+    /// before it. A batch's base offset is outside its CRC: a bit flipped there on the way
+    /// moves every record of the batch, and the consumer's position with them.
+    #[error("batch at offset {offset}: {reason}")]
+    OffsetsOutOfPlace {
+        /// Base offset of the batch (as read).
+        offset: i64,
+        /// What is wrong.
+        reason: String,
+    },
     /// A control batch whose record is not a valid control record.
     #[error("batch at offset {offset}: malformed control record: {reason}")]
     MalformedControlRecord {

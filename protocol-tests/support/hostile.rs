@@ -28,6 +28,8 @@
 //! - `silent_accept`: accept connections and never answer (nor reach the broker);
 //! - `shift_base_offsets`: the next this-many Fetch responses that carry records get their
 //!   first batch's base offset moved 2^40 up (outside the CRC: only the offsets tell);
+//! - `damage_leader_ids`: the leader's next JoinGroup answers name another member the leader;
+//!   `damage_assigned_topic`: the next SyncGroup answer names a topic altered by one character;
 //! - `flip_record_batches`: the next this-many Fetch responses that carry records get one bit
 //!   flipped inside their first record batch, where its CRC covers it (a certain CRC failure,
 //!   where a random flip may land in a header);
@@ -43,8 +45,8 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, FetchResponse, InitProducerIdResponse, MetadataResponse,
-    ProduceResponse, ResponseHeader,
+    ApiKey, ApiVersionsResponse, FetchResponse, InitProducerIdResponse, JoinGroupResponse,
+    MetadataResponse, ProduceResponse, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use rand::rngs::StdRng;
@@ -139,6 +141,14 @@ pub struct Hostile {
     pub shift_base_offsets: AtomicU32,
     /// Base offsets moved so far.
     pub base_offset_shifts: AtomicU64,
+    /// The next this-many JoinGroup answers that list members (the leader's) name another
+    /// member the leader (a "!" appended to the leader id).
+    pub damage_leader_ids: AtomicU32,
+    pub leader_ids_damaged: AtomicU64,
+    /// The next SyncGroup answer whose assignment names this topic gets its last character
+    /// replaced by '?' there.
+    pub damage_assigned_topic: Mutex<Option<String>>,
+    pub assigned_topics_damaged: AtomicU64,
     /// Responses damaged so far, per damage (FlipBit, Mangle, ... in declaration order), and
     /// ApiVersions answers stripped.
     damaged: [AtomicU64; 11],
@@ -184,6 +194,10 @@ impl Hostile {
             record_flips: AtomicU64::new(0),
             shift_base_offsets: AtomicU32::new(0),
             base_offset_shifts: AtomicU64::new(0),
+            damage_leader_ids: AtomicU32::new(0),
+            leader_ids_damaged: AtomicU64::new(0),
+            damage_assigned_topic: Mutex::new(None),
+            assigned_topics_damaged: AtomicU64::new(0),
             damaged: Default::default(),
             stripped: AtomicU64::new(0),
             closed_after_api_versions: AtomicU64::new(0),
@@ -245,6 +259,12 @@ impl Hostile {
         } else if api == ApiKey::Fetch as i16 && self.shift_base_offsets.load(Ordering::SeqCst) > 0
         {
             self.shift_base_offset(version, body)
+        } else if api == ApiKey::JoinGroup as i16
+            && self.damage_leader_ids.load(Ordering::SeqCst) > 0
+        {
+            self.damage_leader_id(version, body)
+        } else if api == ApiKey::SyncGroup as i16 {
+            self.damage_assigned_topic(body)
         } else {
             body
         };
@@ -397,6 +417,53 @@ impl Hostile {
         header.encode(&mut out, hv).unwrap();
         resp.encode(&mut out, version).unwrap();
         out.freeze()
+    }
+
+    /// The JoinGroup answer of the leader naming someone else the leader, if one is due.
+    fn damage_leader_id(&self, version: i16, body: Bytes) -> Bytes {
+        let hv = ApiKey::JoinGroup.response_header_version(version);
+        let mut buf = body.clone();
+        let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
+            return body;
+        };
+        let Ok(mut resp) = JoinGroupResponse::decode(&mut buf, version) else {
+            return body;
+        };
+        if resp.members.is_empty() {
+            return body;
+        }
+        let due = self
+            .damage_leader_ids
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if !due {
+            return body;
+        }
+        resp.leader = StrBytes::from_string(format!("{}!", resp.leader));
+        self.leader_ids_damaged.fetch_add(1, Ordering::Relaxed);
+        let mut out = BytesMut::new();
+        header.encode(&mut out, hv).unwrap();
+        resp.encode(&mut out, version).unwrap();
+        out.freeze()
+    }
+
+    /// The SyncGroup answer with the topic `damage_assigned_topic` names altered in its
+    /// assignment (the bytes of the name, wherever they are: the assignment is opaque bytes
+    /// to the coordinator), if it is due.
+    fn damage_assigned_topic(&self, body: Bytes) -> Bytes {
+        let mut due = self.damage_assigned_topic.lock().unwrap();
+        let Some(topic) = due.as_deref() else {
+            return body;
+        };
+        let name = topic.as_bytes();
+        let Some(at) = body.windows(name.len()).position(|w| w == name) else {
+            return body;
+        };
+        let mut b = body.to_vec();
+        b[at + name.len() - 1] = b'?';
+        *due = None;
+        self.assigned_topics_damaged.fetch_add(1, Ordering::Relaxed);
+        Bytes::from(b)
     }
 
     /// An ApiVersions answer without the API `strip_from_api_versions` names, if it is due.

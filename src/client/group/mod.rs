@@ -999,10 +999,17 @@ async fn join_and_sync_once(
         st.generation = generation;
         st.protocol = Some(protocol.clone());
     }
-    let assignments = if resp.leader.as_str() == me {
-        leader_sync_assignments(shared, &resp.members, &protocol, (&me, topics)).await?
-    } else {
-        Vec::new()
+    let assignments = match role(resp.leader.as_str(), &me, resp.members.len()) {
+        Role::Leader => {
+            leader_sync_assignments(shared, &resp.members, &protocol, (&me, topics)).await?
+        }
+        Role::Follower => Vec::new(),
+        Role::Unclear => {
+            return Ok(Step::Again {
+                why: "a JoinGroup answer named this member the leader but listed no members".into(),
+                refresh: false,
+            })
+        }
     };
     let sync = SyncGroupRequest::default()
         .with_group_id(GroupId(StrBytes::from_string(group.clone())))
@@ -1024,11 +1031,61 @@ async fn join_and_sync_once(
         return Ok(step);
     }
     let assignment = codec::decode_assignment(resp.assignment.clone())?;
+    if let Some(t) = outside_subscription(&assignment, topics) {
+        // As the Java member does when an assignment does not match its subscription: join
+        // again. Here it also catches a damaged SyncGroup answer: a flipped bit in a topic
+        // name left the member owning a topic that does not exist, in a stable group, for
+        // ever (the group member under random flips).
+        warn!(topic = %t, "assigned a topic outside the subscription; joining again");
+        return Ok(Step::Again {
+            why: format!(
+                "the assignment names topic '{t}', which the member does not subscribe to"
+            ),
+            refresh: false,
+        });
+    }
     Ok(Step::Done(Joined::Assigned(Rebalanced {
         generation,
         protocol,
         assignment,
     })))
+}
+
+/// What a member is in the generation a JoinGroup answer opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// It computes the assignment.
+    Leader,
+    /// It waits for the leader's.
+    Follower,
+    /// The answer contradicts itself: joined again.
+    Unclear,
+}
+
+/// The member's role from a JoinGroup answer: its leader id, the member's own id, and how many
+/// members it lists. Pure.
+///
+/// The coordinator lists the members to the leader only, so a list decides: a member that gets
+/// one leads, whatever the leader field says. Trusting the leader id alone, one flipped bit in
+/// it made the only member a follower: nobody assigned anything, and the group stayed stable
+/// with no partition read (the group member under random flips).
+fn role(leader: &str, me: &str, members: usize) -> Role {
+    match (members > 0, leader == me) {
+        (true, _) => Role::Leader,
+        (false, false) => Role::Follower,
+        (false, true) => Role::Unclear,
+    }
+}
+
+/// The first assigned topic the member does not subscribe to, if any. Pure.
+fn outside_subscription<'a>(
+    assignment: &'a [TopicPartition],
+    topics: &[String],
+) -> Option<&'a str> {
+    assignment
+        .iter()
+        .map(|tp| tp.topic.as_str())
+        .find(|t| !topics.iter().any(|s| s == t))
 }
 
 /// Joins the group (JoinGroup + SyncGroup), again after a backoff while the answers say so,
@@ -1202,6 +1259,41 @@ mod tests {
     use super::*;
     use GroupApi::*;
     use Reaction::*;
+
+    /// (leader id, own id, members listed, role)
+    #[test]
+    fn the_member_list_decides_who_leads() {
+        let cases = [
+            ("m-1", "m-1", 3, Role::Leader),
+            ("m-1", "m-2", 0, Role::Follower),
+            // The leader id damaged on the way: the list still says this member leads.
+            ("m-!", "m-1", 1, Role::Leader),
+            // Named leader with nobody to assign to: the answer contradicts itself.
+            ("m-1", "m-1", 0, Role::Unclear),
+        ];
+        for (leader, me, members, want) in cases {
+            assert_eq!(
+                role(leader, me, members),
+                want,
+                "{leader} / {me} / {members}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_assigned_topic_outside_the_subscription_is_named() {
+        let topics = vec!["rides".to_owned(), "fares".to_owned()];
+        let tp = |t: &str| TopicPartition::new(t, 0);
+        assert_eq!(outside_subscription(&[], &topics), None);
+        assert_eq!(
+            outside_subscription(&[tp("rides"), tp("fares")], &topics),
+            None
+        );
+        assert_eq!(
+            outside_subscription(&[tp("rides"), tp("r?des")], &topics),
+            Some("r?des")
+        );
+    }
 
     // Long only because it is one table: a row per (API, error code) worth pinning.
     #[test]

@@ -758,6 +758,53 @@ async fn a_batch_damaged_on_the_way_is_fetched_again_not_reported_corrupt() {
     }
 }
 
+/// A ListOffsets answer for the log start damaged on the way (0 → 16, one bit) started the
+/// consumer 16 records in: they were skipped, silently (the group member under random flips).
+/// The first Fetch answer names the log start too; when it contradicts, the log start is asked
+/// again and reading starts from that answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_log_start_from_list_offsets_is_asked_again_not_skipped_to() {
+    let topic = TestTopic::create("hostile-list-offsets", 1).await;
+    let n = 100;
+    fill_committed(&topic, n, 0).await;
+    let proxy = hostile_proxy("damaged_log_start").await;
+    proxy
+        .faults
+        .hostile
+        .shift_list_offsets
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let mut c = Consumer::new(consumer_config(
+        &proxy.addr,
+        &consumer_props(&[
+            ("isolation.level", "read_committed"),
+            ("auto.offset.reset", "earliest"),
+        ]),
+    ))
+    .await
+    .expect("consumer");
+    c.assign(topic.tps()).await.expect("assign");
+    let mut seen = BTreeSet::new();
+    let limit = Duration::from_secs(20);
+    let started = Instant::now();
+    while seen.len() < n && started.elapsed() < limit {
+        for r in c.poll(Duration::from_millis(200)).await.expect("poll") {
+            let i = index_of(r.value.as_deref().unwrap_or_default()).expect("a value");
+            assert!(seen.insert(i), "v{i} twice");
+        }
+    }
+    assert_eq!(
+        proxy
+            .faults
+            .hostile
+            .list_offsets_shifted
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "no ListOffsets answer was damaged: the scenario proved nothing"
+    );
+    let missing: Vec<usize> = (0..n).filter(|i| !seen.contains(i)).take(20).collect();
+    assert!(missing.is_empty(), "values never read: {missing:?}");
+}
+
 /// A batch's base offset is outside its CRC: one bit flipped high there (bit 40 here) put the
 /// batch past the end of the log. The consumer handed its records out under those offsets,
 /// its next fetch was out of range (confirmed: the position really was past the end), and

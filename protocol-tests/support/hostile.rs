@@ -30,6 +30,7 @@
 //!   first batch's base offset moved 2^40 up (outside the CRC: only the offsets tell);
 //! - `damage_leader_ids`: the leader's next JoinGroup answers name another member the leader;
 //!   `damage_assigned_topic`: the next SyncGroup answer names a topic altered by one character;
+//!   `shift_list_offsets`: the next ListOffsets answers give every offset 16 too high;
 //! - `flip_record_batches`: the next this-many Fetch responses that carry records get one bit
 //!   flipped inside their first record batch, where its CRC covers it (a certain CRC failure,
 //!   where a random flip may land in a header);
@@ -46,7 +47,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsResponse, FetchResponse, InitProducerIdResponse, JoinGroupResponse,
-    MetadataResponse, ProduceResponse, ResponseHeader,
+    ListOffsetsResponse, MetadataResponse, ProduceResponse, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use rand::rngs::StdRng;
@@ -149,6 +150,10 @@ pub struct Hostile {
     /// replaced by '?' there.
     pub damage_assigned_topic: Mutex<Option<String>>,
     pub assigned_topics_damaged: AtomicU64,
+    /// The next this-many ListOffsets answers have 16 added to every offset (bit 4 flipped
+    /// in a 0).
+    pub shift_list_offsets: AtomicU32,
+    pub list_offsets_shifted: AtomicU64,
     /// Responses damaged so far, per damage (FlipBit, Mangle, ... in declaration order), and
     /// ApiVersions answers stripped.
     damaged: [AtomicU64; 11],
@@ -198,6 +203,8 @@ impl Hostile {
             leader_ids_damaged: AtomicU64::new(0),
             damage_assigned_topic: Mutex::new(None),
             assigned_topics_damaged: AtomicU64::new(0),
+            shift_list_offsets: AtomicU32::new(0),
+            list_offsets_shifted: AtomicU64::new(0),
             damaged: Default::default(),
             stripped: AtomicU64::new(0),
             closed_after_api_versions: AtomicU64::new(0),
@@ -265,6 +272,14 @@ impl Hostile {
             self.damage_leader_id(version, body)
         } else if api == ApiKey::SyncGroup as i16 {
             self.damage_assigned_topic(body)
+        } else if api == ApiKey::ListOffsets as i16
+            && self
+                .shift_list_offsets
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            self.list_offsets_shifted.fetch_add(1, Ordering::Relaxed);
+            shift_list_offsets(version, body)
         } else {
             body
         };
@@ -511,6 +526,27 @@ fn omit_partition(version: i16, body: Bytes) -> Bytes {
     };
     if let Some(t) = resp.responses.last_mut() {
         t.partition_responses.pop();
+    }
+    let mut out = BytesMut::new();
+    header.encode(&mut out, hv).unwrap();
+    resp.encode(&mut out, version).unwrap();
+    out.freeze()
+}
+
+/// A ListOffsets answer with 16 added to every offset it gives.
+fn shift_list_offsets(version: i16, body: Bytes) -> Bytes {
+    let hv = ApiKey::ListOffsets.response_header_version(version);
+    let mut buf = body.clone();
+    let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
+        return body;
+    };
+    let Ok(mut resp) = ListOffsetsResponse::decode(&mut buf, version) else {
+        return body;
+    };
+    for p in resp.topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+        if p.offset >= 0 {
+            p.offset += 16;
+        }
     }
     let mut out = BytesMut::new();
     header.encode(&mut out, hv).unwrap();

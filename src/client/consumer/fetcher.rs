@@ -6,7 +6,9 @@ use super::metrics::Counters;
 use super::order::next_order;
 use super::session::{FetchSession, Outcome, PartitionFetch, Plan, FINAL_EPOCH};
 use super::truncation::{on_diverging_epoch, Divergence};
-use super::{list_offsets, Chunk, ConsumerRecord, Fetched, Offset, PartitionState, Shared};
+use super::{
+    list_offsets, Chunk, ConsumerRecord, EarliestCheck, Fetched, Offset, PartitionState, Shared,
+};
 use crate::client::config::{AutoOffsetReset, ConsumerConfig};
 use crate::client::connection::Connection;
 use crate::client::error::{classify, Error, ErrorClass, Op, Result};
@@ -313,6 +315,12 @@ async fn resolve_positions(shared: &Shared, tx: &mpsc::Sender<Fetched>) {
                     if let (Some(st), Some(o)) = (parts.get_mut(&tp), offsets.get(&tp)) {
                         if st.epoch == epoch && st.pending.is_some() {
                             debug!(%tp, offset = o, ?at, "position resolved");
+                            st.earliest = match (at, st.earliest) {
+                                // Asked again after a contradiction: this answer stands.
+                                (_, Some(EarliestCheck::AskedAgain)) => None,
+                                (Offset::Beginning, _) => Some(EarliestCheck::Unconfirmed(*o)),
+                                _ => None,
+                            };
                             st.pending = None;
                             st.position = Some(*o);
                             st.fetch_offset = *o;
@@ -807,6 +815,19 @@ fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &mu
     let Some(st) = release(parts.get_mut(&w.tp), id).filter(|st| st.epoch == w.epoch) else {
         return;
     };
+    if let Some(EarliestCheck::Unconfirmed(resolved)) = st.earliest {
+        if !earliest_borne_out(resolved, log_start_offset) {
+            // The chunk goes out under the old epoch and is dropped: reading starts again
+            // from the beginning asked anew.
+            warn!(tp = %w.tp, resolved, log_start_offset, "the log start ListOffsets gave is past the one the Fetch answer names; asking again");
+            st.epoch = shared.next_epoch();
+            st.pending = Some(Offset::Beginning);
+            st.position = None;
+            st.earliest = Some(EarliestCheck::AskedAgain);
+            return;
+        }
+        st.earliest = None;
+    }
     st.fetch_offset = chunk.next_offset;
     st.log_start_offset = log_start_offset;
     // A batch's partition leader epoch is not covered by its CRC: one flipped bit there, kept
@@ -1192,6 +1213,18 @@ fn decode_into(
     Ok(())
 }
 
+/// Whether a Fetch answer's log start offset bears out the position a ListOffsets answer gave
+/// as the log start (`resolved`): it must not be below it, since a log start only moves up
+/// (`< 0`: not known). Pure.
+///
+/// One flipped bit in the ListOffsets answer (0 → 16) started a group member at offset 16:
+/// the first 16 records were skipped, silently (the group member under random flips). The
+/// Fetch answer names the log start again for free; a contradiction is asked about once more,
+/// and the second ListOffsets answer stands (a follower's log start may lag its leader's).
+fn earliest_borne_out(resolved: i64, log_start_offset: i64) -> bool {
+    log_start_offset < 0 || log_start_offset >= resolved
+}
+
 /// Whether an entry's offsets can be where they are in a Fetch answer: ending at or before the
 /// partition's high watermark (`< 0`: not known, not checked), and after the entry before it
 /// (`previous_end`: where that one ended). Neither holds for an answer the broker wrote, so
@@ -1230,6 +1263,19 @@ fn entry_in_place(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_start_from_list_offsets_is_borne_out_by_the_fetch_answer() {
+        // (resolved by ListOffsets, log start in the Fetch answer, borne out)
+        let cases = [(0, 0, true), (0, -1, true), (16, 0, false), (10, 12, true)];
+        for (resolved, log_start, want) in cases {
+            assert_eq!(
+                earliest_borne_out(resolved, log_start),
+                want,
+                "{resolved} / {log_start}"
+            );
+        }
+    }
 
     /// (base offset, records, end of the entry before, high watermark, in place)
     #[test]

@@ -99,6 +99,9 @@ pub(crate) struct PartitionState {
     /// Data that failed its check (CRC, framing) at this offset, this many fetches in a row:
     /// fetched again before the partition halts (see `fetcher::after_corrupt_data`).
     pub corrupt_at: Option<(i64, u32)>,
+    /// Where the check of a log start from ListOffsets stands (see
+    /// `fetcher::earliest_borne_out`); `None`: nothing to check.
+    pub earliest: Option<EarliestCheck>,
 }
 
 impl PartitionState {
@@ -118,8 +121,20 @@ impl PartitionState {
             last_fetched_epoch: -1,
             topic_id: None,
             corrupt_at: None,
+            earliest: None,
         }
     }
+}
+
+/// A position taken from a ListOffsets answer for the log start (auto.offset.reset=earliest,
+/// or a seek to the beginning), until a Fetch answer bears it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EarliestCheck {
+    /// The position ListOffsets gave, not yet borne out.
+    Unconfirmed(i64),
+    /// A Fetch answer contradicted it: the log start is being asked again, and that answer
+    /// stands.
+    AskedAgain,
 }
 
 /// Data for one partition from one fetch.
@@ -313,6 +328,7 @@ impl Consumer {
             st.epoch = self.shared.next_epoch();
             st.halted = false;
             st.corrupt_at = None;
+            st.earliest = None;
             st.last_fetched_epoch = -1;
             // The application chose a position in the topic as it is now.
             st.topic_id = None;

@@ -146,6 +146,10 @@ pub struct Hostile {
     /// member the leader (a "!" appended to the leader id).
     pub damage_leader_ids: AtomicU32,
     pub leader_ids_damaged: AtomicU64,
+    /// The next this-many JoinGroup answers that list members have every listed member id
+    /// altered (a "!" appended).
+    pub damage_listed_ids: AtomicU32,
+    pub listed_ids_damaged: AtomicU64,
     /// The next SyncGroup answer whose assignment names this topic gets its last character
     /// replaced by '?' there.
     pub damage_assigned_topic: Mutex<Option<String>>,
@@ -201,6 +205,8 @@ impl Hostile {
             base_offset_shifts: AtomicU64::new(0),
             damage_leader_ids: AtomicU32::new(0),
             leader_ids_damaged: AtomicU64::new(0),
+            damage_listed_ids: AtomicU32::new(0),
+            listed_ids_damaged: AtomicU64::new(0),
             damage_assigned_topic: Mutex::new(None),
             assigned_topics_damaged: AtomicU64::new(0),
             shift_list_offsets: AtomicU32::new(0),
@@ -267,7 +273,8 @@ impl Hostile {
         {
             self.shift_base_offset(version, body)
         } else if api == ApiKey::JoinGroup as i16
-            && self.damage_leader_ids.load(Ordering::SeqCst) > 0
+            && (self.damage_leader_ids.load(Ordering::SeqCst) > 0
+                || self.damage_listed_ids.load(Ordering::SeqCst) > 0)
         {
             self.damage_leader_id(version, body)
         } else if api == ApiKey::SyncGroup as i16 {
@@ -434,7 +441,8 @@ impl Hostile {
         out.freeze()
     }
 
-    /// The JoinGroup answer of the leader naming someone else the leader, if one is due.
+    /// The JoinGroup answer of the leader naming someone else the leader, or with its member
+    /// list's ids altered, if one is due.
     fn damage_leader_id(&self, version: i16, body: Bytes) -> Bytes {
         let hv = ApiKey::JoinGroup.response_header_version(version);
         let mut buf = body.clone();
@@ -447,15 +455,21 @@ impl Hostile {
         if resp.members.is_empty() {
             return body;
         }
-        let due = self
-            .damage_leader_ids
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if !due {
+        let take = |n: &AtomicU32| {
+            n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        };
+        if take(&self.damage_leader_ids) {
+            resp.leader = StrBytes::from_string(format!("{}!", resp.leader));
+            self.leader_ids_damaged.fetch_add(1, Ordering::Relaxed);
+        } else if take(&self.damage_listed_ids) {
+            for m in resp.members.iter_mut() {
+                m.member_id = StrBytes::from_string(format!("{}!", m.member_id));
+            }
+            self.listed_ids_damaged.fetch_add(1, Ordering::Relaxed);
+        } else {
             return body;
         }
-        resp.leader = StrBytes::from_string(format!("{}!", resp.leader));
-        self.leader_ids_damaged.fetch_add(1, Ordering::Relaxed);
         let mut out = BytesMut::new();
         header.encode(&mut out, hv).unwrap();
         resp.encode(&mut out, version).unwrap();

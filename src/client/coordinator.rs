@@ -108,8 +108,10 @@ where
     cluster
         .retrying(&what, policy, Stale::Coordinator(kind, id), |_| async {
             let conn = cluster.coordinator(kind, id).await?;
+            let at = conn.addr().to_owned();
             let (code, v) = call(conn).await?;
-            ErrorCode::check(code).map_err(|code| Error::broker(what.clone(), code))?;
+            ErrorCode::check(code)
+                .map_err(|code| Error::broker(format!("{what} (coordinator {at})"), code))?;
             Ok(Step::Done(v))
         })
         .await

@@ -383,7 +383,12 @@ async fn fetch_from(
             return Vec::new();
         }
     };
-    let Sent { resp, plan, by_id } = sent;
+    let Sent {
+        resp,
+        plan,
+        by_id,
+        broker,
+    } = sent;
     let (answers, stranger) = answers(&list, &resp, by_id);
     let outcome = match (plan, lock(sessions).get_mut(&leader)) {
         (Some(plan), Some(ls)) => {
@@ -427,7 +432,7 @@ async fn fetch_from(
     let mut served = Vec::new();
     let mut refresh = false;
     for &(i, p) in &answers {
-        match apply_partition(shared, id, &list[i], p, tx).await {
+        match apply_partition(shared, id, &list[i], p, &broker, tx).await {
             Applied::Records => served.push(list[i].tp.clone()),
             Applied::Nothing => {}
             Applied::Refresh => refresh = true,
@@ -499,6 +504,8 @@ struct Sent {
     plan: Option<Plan>,
     /// Whether topics were addressed by id.
     by_id: bool,
+    /// The broker that answered (its address), named in the errors its codes become.
+    broker: String,
 }
 
 /// The Fetch version for `list` among those the broker offers (`offered`, the newest both
@@ -557,7 +564,12 @@ async fn send_fetch(
         .with_timeout(conn.request_timeout() + cfg.fetch_max_wait)
         .response()
         .await?;
-    Ok(Sent { resp, plan, by_id })
+    Ok(Sent {
+        resp,
+        plan,
+        by_id,
+        broker: conn.addr().to_owned(),
+    })
 }
 
 /// The Fetch request for `list`, partitions in its order. Without a session `plan` every
@@ -757,10 +769,11 @@ async fn apply_partition(
     id: u64,
     w: &Want,
     p: &PartitionData,
+    broker: &str,
     tx: &mpsc::Sender<Fetched>,
 ) -> Applied {
     if p.error_code != 0 {
-        return on_error(shared, id, w, ErrorCode(p.error_code), tx).await;
+        return on_error(shared, id, w, ErrorCode(p.error_code), broker, tx).await;
     }
     let diverging = &p.diverging_epoch;
     if diverging.epoch >= 0 || diverging.end_offset >= 0 {
@@ -902,6 +915,7 @@ async fn on_error(
     id: u64,
     w: &Want,
     code: ErrorCode,
+    broker: &str,
     tx: &mpsc::Sender<Fetched>,
 ) -> Applied {
     let tp = &w.tp;
@@ -946,7 +960,7 @@ async fn on_error(
             if tell {
                 let e = Error::broker(
                     format!(
-                        "fetch {tp} at offset {} (auto.offset.reset=none)",
+                        "fetch {tp} at offset {} from broker {broker} (auto.offset.reset=none)",
                         w.fetch_offset
                     ),
                     code,
@@ -969,7 +983,10 @@ async fn on_error(
             forget_last_fetched_epochs(shared, std::slice::from_ref(w));
             set_backoff(shared, id, tp);
             let _ = tx
-                .send(Fetched::Error(Error::broker(format!("fetch {tp}"), code)))
+                .send(Fetched::Error(Error::broker(
+                    format!("fetch {tp} from broker {broker}"),
+                    code,
+                )))
                 .await;
             Applied::Nothing
         }

@@ -999,14 +999,17 @@ async fn join_and_sync_once(
         st.generation = generation;
         st.protocol = Some(protocol.clone());
     }
-    let assignments = match role(resp.leader.as_str(), &me, resp.members.len()) {
+    let listed: Vec<&str> = resp.members.iter().map(|m| m.member_id.as_str()).collect();
+    let assignments = match role(resp.leader.as_str(), &me, &listed) {
         Role::Leader => {
             leader_sync_assignments(shared, &resp.members, &protocol, (&me, topics)).await?
         }
         Role::Follower => Vec::new(),
         Role::Unclear => {
             return Ok(Step::Again {
-                why: "a JoinGroup answer named this member the leader but listed no members".into(),
+                why: "a JoinGroup answer contradicts itself: a leader without the member list, \
+                      or a member list without this member"
+                    .into(),
                 refresh: false,
             })
         }
@@ -1062,18 +1065,21 @@ enum Role {
     Unclear,
 }
 
-/// The member's role from a JoinGroup answer: its leader id, the member's own id, and how many
-/// members it lists. Pure.
+/// The member's role from a JoinGroup answer: its leader id, the member's own id, and the
+/// member ids it lists. Pure.
 ///
 /// The coordinator lists the members to the leader only, so a list decides: a member that gets
 /// one leads, whatever the leader field says. Trusting the leader id alone, one flipped bit in
 /// it made the only member a follower: nobody assigned anything, and the group stayed stable
-/// with no partition read (the group member under random flips).
-fn role(leader: &str, me: &str, members: usize) -> Role {
-    match (members > 0, leader == me) {
-        (true, _) => Role::Leader,
-        (false, false) => Role::Follower,
-        (false, true) => Role::Unclear,
+/// with no partition read (the group member under random flips). A list must name the leader
+/// itself: one flipped bit in its own id there made it assign its partitions to a member that
+/// does not exist, and again nothing was read.
+fn role(leader: &str, me: &str, members: &[&str]) -> Role {
+    match (members.is_empty(), leader == me) {
+        (false, _) if members.contains(&me) => Role::Leader,
+        (false, _) => Role::Unclear,
+        (true, false) => Role::Follower,
+        (true, true) => Role::Unclear,
     }
 }
 
@@ -1263,19 +1269,21 @@ mod tests {
     /// (leader id, own id, members listed, role)
     #[test]
     fn the_member_list_decides_who_leads() {
-        let cases = [
-            ("m-1", "m-1", 3, Role::Leader),
-            ("m-1", "m-2", 0, Role::Follower),
+        let cases: [(&str, &str, &[&str], Role); 5] = [
+            ("m-1", "m-1", &["m-1", "m-2", "m-3"], Role::Leader),
+            ("m-1", "m-2", &[], Role::Follower),
             // The leader id damaged on the way: the list still says this member leads.
-            ("m-!", "m-1", 1, Role::Leader),
+            ("m-!", "m-1", &["m-1"], Role::Leader),
             // Named leader with nobody to assign to: the answer contradicts itself.
-            ("m-1", "m-1", 0, Role::Unclear),
+            ("m-1", "m-1", &[], Role::Unclear),
+            // Its own id damaged in the list: it would assign to a member that does not exist.
+            ("m-1", "m-1", &["m-!"], Role::Unclear),
         ];
         for (leader, me, members, want) in cases {
             assert_eq!(
                 role(leader, me, members),
                 want,
-                "{leader} / {me} / {members}"
+                "{leader} / {me} / {members:?}"
             );
         }
     }

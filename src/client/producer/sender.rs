@@ -421,6 +421,7 @@ fn dispatch(inner: &Arc<Inner>, conn: &Connection, leader: i32, batches: Vec<Pro
                     base_offset: -1,
                     log_append_time: -1,
                     log_start_offset: -1,
+                    broker: conn.addr().into(),
                 }),
                 Err(e) => Err(e.clone()),
             };
@@ -499,6 +500,7 @@ fn settle_response(
             .map(|b| (b.topic_id, b.tp.topic.as_str()))
             .collect();
         let mut results: HashMap<(String, i32), PartitionResult> = HashMap::new();
+        let answered: std::sync::Arc<str> = broker.into();
         for t in &resp.responses {
             let name = match names.get(t.topic_id.as_bytes()) {
                 Some(n) if t.name.0.is_empty() => (*n).to_owned(),
@@ -512,6 +514,7 @@ fn settle_response(
                         base_offset: p.base_offset,
                         log_append_time: p.log_append_time_ms,
                         log_start_offset: p.log_start_offset,
+                        broker: answered.clone(),
                     },
                 );
             }

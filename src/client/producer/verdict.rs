@@ -13,6 +13,8 @@ pub(crate) struct PartitionResult {
     pub base_offset: i64,
     pub log_append_time: i64,
     pub log_start_offset: i64,
+    /// The broker that answered (its address), named in the error a code becomes.
+    pub broker: std::sync::Arc<str>,
 }
 
 /// What the decision needs to know about the producer and the batch's partition, read from
@@ -113,7 +115,7 @@ pub(crate) fn verdict(
         }
     };
     let code = ErrorCode(r.error_code);
-    let context = || format!("produce to {}", b.tp);
+    let context = || format!("produce to {} (broker {})", b.tp, r.broker);
     match code {
         ErrorCode(0) => Verdict::Done {
             base_offset: r.base_offset,
@@ -237,6 +239,22 @@ mod tests {
         }
     }
 
+    /// Issue 16: an error a broker's code becomes names that broker.
+    #[test]
+    fn a_failed_batch_names_the_broker_that_answered() {
+        let b = batch(0, -1);
+        let out = verdict(
+            &PartitionView::default(),
+            &b,
+            answer(ErrorCode::TOPIC_AUTHORIZATION_FAILED, -1),
+        );
+        let Verdict::Fail { error } = out else {
+            panic!("not a failure: {out:?}");
+        };
+        let text = error.to_string();
+        assert!(text.contains("127.0.0.1:9092"), "{text}");
+    }
+
     fn batch(order: u64, base_sequence: i32) -> ProducerBatch {
         ProducerBatch::for_test(order, base_sequence, 0)
     }
@@ -247,6 +265,7 @@ mod tests {
             base_offset: if code.0 == 0 { 42 } else { -1 },
             log_append_time: -1,
             log_start_offset,
+            broker: "127.0.0.1:9092".into(),
         })
     }
 

@@ -189,6 +189,20 @@ pub fn lag(committed: Option<i64>, log_end: Option<i64>) -> Option<i64> {
 
 /// The rows of a group's partition table: every partition with a committed offset or an
 /// owner among `members`, sorted, with its log end offset (from `log_end`) and lag.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::group::listing::partition_rows;
+/// use onceflow::client::TopicPartition;
+/// use std::collections::BTreeMap;
+/// let (p0, p1) = (TopicPartition::new("rides", 0), TopicPartition::new("rides", 1));
+/// let committed = BTreeMap::from([(p0.clone(), 90)]);
+/// let log_end = BTreeMap::from([(p0.clone(), 100), (p1, 7)]);
+/// // No members (the group is empty): only the partition with a committed offset is a row.
+/// let rows = partition_rows(&committed, &log_end, &[]);
+/// assert_eq!(rows.len(), 1);
+/// assert_eq!((rows[0].partition.clone(), rows[0].lag, rows[0].owner.clone()), (p0, Some(10), None));
+/// ```
 pub fn partition_rows(
     committed: &BTreeMap<TopicPartition, i64>,
     log_end: &BTreeMap<TopicPartition, i64>,

@@ -628,7 +628,14 @@ impl Connection {
     /// ```no_run
     /// # async fn demo(conn: std::sync::Arc<onceflow::client::connection::Connection>) -> onceflow::client::Result<()> {
     /// use kafka_protocol::messages::ListGroupsRequest;
-    /// let answer = conn.request_at(&ListGroupsRequest::default(), 0).await?; // the oldest form
+    /// use kafka_protocol::protocol::StrBytes;
+    /// // The states filter exists from v4: the version decides what the request can say.
+    /// let version = conn.version_for::<ListGroupsRequest>(None)?;
+    /// let mut req = ListGroupsRequest::default();
+    /// if version >= 4 {
+    ///     req = req.with_states_filter(vec![StrBytes::from_static_str("Stable")]);
+    /// }
+    /// let answer = conn.request_at(&req, version).await?;
     /// # Ok(()) }
     /// ```
     pub async fn request_at<R: Request>(&self, req: &R, version: i16) -> Result<R::Response> {

@@ -36,6 +36,14 @@ pub struct NewTopic {
 
 impl NewTopic {
     /// A topic with `partitions` partitions and the broker's default replication.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::admin::NewTopic;
+    /// let mut topic = NewTopic::new("rides", 6);
+    /// assert_eq!(topic.replication_factor, -1); // the broker's default.replication.factor
+    /// topic.replication_factor = 3;
+    /// ```
     pub fn new(name: impl Into<String>, partitions: i32) -> Self {
         NewTopic {
             name: name.into(),
@@ -46,13 +54,33 @@ impl NewTopic {
     }
 
     /// Adds a topic config.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::admin::NewTopic;
+    /// let topic = NewTopic::new("driver-positions", 3)
+    ///     .with_config("cleanup.policy", "compact")
+    ///     .with_config("min.insync.replicas", "2");
+    /// assert_eq!(topic.configs["cleanup.policy"], "compact");
+    /// ```
     pub fn with_config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.configs.insert(key.into(), value.into());
         self
     }
 }
 
-/// One config entry of a resource.
+/// One config entry of a resource, from [`Admin::describe_configs`].
+///
+/// # Examples
+/// ```no_run
+/// # async fn demo(admin: onceflow::client::Admin) -> onceflow::client::Result<()> {
+/// for entry in admin.describe_topic_configs("rides").await? {
+///     if !entry.is_default {
+///         println!("{} = {:?}{}", entry.name, entry.value, if entry.read_only { " (read-only)" } else { "" });
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigEntry {
     /// Name.
@@ -115,6 +143,7 @@ impl Admin {
     /// # Errors
     /// [`Error::NoBrokerReachable`].
     ///
+    /// # Examples
     /// ```no_run
     /// # async fn demo() -> onceflow::client::Result<()> {
     /// use onceflow::client::{Admin, ClientConfig};
@@ -130,11 +159,30 @@ impl Admin {
     }
 
     /// An admin client on an existing broker pool.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo() -> onceflow::client::Result<()> {
+    /// use onceflow::client::{Admin, ClientConfig, Cluster, Consumer, ConsumerConfig};
+    /// let cluster = Cluster::connect(ClientConfig::default()).await?;
+    /// // The admin client and a consumer share the connections and the metadata cache.
+    /// let admin = Admin::with_cluster(cluster.clone());
+    /// let consumer = Consumer::with_cluster(ConsumerConfig::default(), cluster);
+    /// # Ok(()) }
+    /// ```
     pub fn with_cluster(cluster: Arc<Cluster>) -> Admin {
         Admin { cluster }
     }
 
     /// The broker pool.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(admin: onceflow::client::Admin) -> onceflow::client::Result<()> {
+    /// let metadata = admin.cluster().refresh_metadata().await?;
+    /// println!("{} brokers, controller {}", metadata.brokers.len(), metadata.controller);
+    /// # Ok(()) }
+    /// ```
     pub fn cluster(&self) -> &Arc<Cluster> {
         &self.cluster
     }
@@ -150,6 +198,19 @@ impl Admin {
     ///
     /// # Errors
     /// The first per-topic error, e.g. TOPIC_ALREADY_EXISTS or INVALID_REPLICATION_FACTOR.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(admin: onceflow::client::Admin) -> onceflow::client::Result<()> {
+    /// use onceflow::client::admin::NewTopic;
+    /// use onceflow::protocol::ErrorCode;
+    /// let topics = [NewTopic::new("rides", 6), NewTopic::new("clean-rides", 6)];
+    /// match admin.create_topics(&topics).await {
+    ///     Err(e) if e.code() == Some(ErrorCode::TOPIC_ALREADY_EXISTS) => {} // created before
+    ///     other => other?,
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn create_topics(&self, topics: &[NewTopic]) -> Result<()> {
         let timeout_ms = self.controller_timeout_ms();
         let req = CreateTopicsRequest::default()
@@ -207,6 +268,13 @@ impl Admin {
     ///
     /// # Errors
     /// The first per-topic error, e.g. UNKNOWN_TOPIC_OR_PARTITION.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(admin: onceflow::client::Admin) -> onceflow::client::Result<()> {
+    /// admin.delete_topics(&["rides-test", "clean-rides-test"]).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn delete_topics(&self, names: &[&str]) -> Result<()> {
         let timeout_ms = self.controller_timeout_ms();
         let req = DeleteTopicsRequest::default()
@@ -249,6 +317,15 @@ impl Admin {
     ///
     /// # Errors
     /// The topic's error, e.g. INVALID_PARTITIONS when `count` is not larger than today's.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(admin: onceflow::client::Admin) -> onceflow::client::Result<()> {
+    /// // From 6 to 12 partitions (keyed records of the old ones may now map elsewhere).
+    /// admin.create_partitions("rides", 12).await?;
+    /// assert_eq!(admin.list_topics().await?["rides"], 12);
+    /// # Ok(()) }
+    /// ```
     pub async fn create_partitions(&self, topic: &str, count: i32) -> Result<()> {
         use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
         use kafka_protocol::messages::CreatePartitionsRequest;
@@ -284,6 +361,15 @@ impl Admin {
     ///
     /// # Errors
     /// When no broker answers.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(admin: onceflow::client::Admin) -> onceflow::client::Result<()> {
+    /// for (topic, partitions) in admin.list_topics().await? {
+    ///     println!("{topic}: {partitions} partitions");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn list_topics(&self) -> Result<BTreeMap<String, usize>> {
         self.retrying("list_topics", || async {
             let conn = self.cluster.any_broker().await?;
@@ -340,6 +426,17 @@ impl Admin {
     ///
     /// # Errors
     /// The resource's error, e.g. UNKNOWN_TOPIC_OR_PARTITION.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(admin: onceflow::client::Admin) -> onceflow::client::Result<()> {
+    /// // Broker 1's configs (resource type 4, the node id as the name).
+    /// let configs = admin.describe_configs(4, "1").await?;
+    /// if let Some(e) = configs.iter().find(|e| e.name == "transaction.max.timeout.ms") {
+    ///     println!("transactions may last at most {:?} ms", e.value);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn describe_configs(
         &self,
         resource_type: i8,
@@ -393,6 +490,18 @@ impl Admin {
     ///
     /// # Errors
     /// Group or partition errors after retries.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(admin: onceflow::client::Admin) -> onceflow::client::Result<()> {
+    /// use onceflow::client::TopicPartition;
+    /// let tps = [TopicPartition::new("rides", 0), TopicPartition::new("rides", 1)];
+    /// let committed = admin.committed_offsets("cleaners", &tps).await?;
+    /// for tp in &tps {
+    ///     println!("{tp}: {:?}", committed.get(tp)); // None: nothing committed
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn committed_offsets(
         &self,
         group: &str,
@@ -412,6 +521,7 @@ impl Admin {
     /// does not exist and for a KIP-848 group alike — [`Admin::describe_consumer_group`]
     /// describes both kinds and tells a missing group apart.
     ///
+    /// # Examples
     /// ```no_run
     /// # async fn demo() -> onceflow::client::Result<()> {
     /// use onceflow::client::{Admin, ClientConfig};
@@ -439,6 +549,16 @@ impl Admin {
     /// [`Error::CommitFailed`] when the group has active
     /// members (the coordinator refuses a commit from outside its generation); group or
     /// partition errors after retries within default.api.timeout.ms.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(admin: onceflow::client::Admin) -> onceflow::client::Result<()> {
+    /// use onceflow::client::TopicPartition;
+    /// // Publish the positions of a checkpoint (the next offsets to read) for monitoring.
+    /// let next = [(TopicPartition::new("rides", 0), 1_200), (TopicPartition::new("rides", 1), 980)];
+    /// admin.commit_offsets("rides-job", &next).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn commit_offsets(
         &self,
         group: &str,
@@ -479,6 +599,7 @@ impl Admin {
     /// exist; a partition's broker error when retrying within default.api.timeout.ms does not
     /// help.
     ///
+    /// # Examples
     /// ```no_run
     /// # async fn demo() -> onceflow::client::Result<()> {
     /// use onceflow::client::{Admin, ClientConfig, IsolationLevel, Offset, TopicPartition};
@@ -509,6 +630,15 @@ impl Admin {
     ///
     /// # Errors
     /// As [`Self::describe_configs`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(admin: onceflow::client::Admin) -> onceflow::client::Result<()> {
+    /// let configs = admin.describe_topic_configs("rides").await?;
+    /// let retention = configs.iter().find(|e| e.name == "retention.ms").and_then(|e| e.value.clone());
+    /// println!("rides keeps records for {retention:?} ms");
+    /// # Ok(()) }
+    /// ```
     pub async fn describe_topic_configs(&self, topic: &str) -> Result<Vec<ConfigEntry>> {
         self.describe_configs(2, topic).await
     }

@@ -34,6 +34,18 @@ use std::time::Duration;
 pub const TRANSACTION_STATES: [TxnState; 8] = TxnState::KNOWN;
 
 /// Filters for [`Admin::list_transactions`]; the default lists every transactional id.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::admin_txn::ListTransactionsFilter;
+/// // The transactions of producer 4000 still waiting to be committed or aborted.
+/// let filter = ListTransactionsFilter {
+///     states: vec!["Ongoing".into(), "PrepareCommit".into(), "PrepareAbort".into()],
+///     producer_ids: vec![4000],
+///     ..Default::default()
+/// };
+/// assert!(filter.open_longer_than.is_none());
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListTransactionsFilter {
     /// Only these states (names as in [`TRANSACTION_STATES`]); empty: all.
@@ -109,6 +121,7 @@ impl Admin {
     /// default.api.timeout.ms. One broker failing fails the call: a partial list could hide
     /// the very transaction being looked for.
     ///
+    /// # Examples
     /// ```no_run
     /// # async fn demo() -> onceflow::client::Result<()> {
     /// use onceflow::client::{Admin, ClientConfig};
@@ -221,6 +234,19 @@ impl Admin {
     /// # Errors
     /// Broker errors (e.g. TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and [`Error::Timeout`] after
     /// retries within default.api.timeout.ms.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(admin: onceflow::client::Admin) -> onceflow::client::Result<()> {
+    /// match admin.describe_transaction("rides-cleaner-0").await? {
+    ///     Some(t) if t.is_open() => {
+    ///         println!("{} open for {:?} on {:?}", t.transactional_id, t.age(), t.partitions)
+    ///     }
+    ///     Some(t) => println!("{}: {:?}", t.transactional_id, t.state),
+    ///     None => println!("unknown transactional id"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn describe_transaction(
         &self,
         transactional_id: &str,
@@ -235,6 +261,19 @@ impl Admin {
     /// # Errors
     /// [`Error::UnknownTopic`] / [`Error::UnknownPartition`]; partition errors and
     /// [`Error::Timeout`] after retries within default.api.timeout.ms.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(admin: onceflow::client::Admin) -> onceflow::client::Result<()> {
+    /// use onceflow::client::TopicPartition;
+    /// // Who holds read_committed consumers of rides-0 back?
+    /// for p in admin.describe_producers(&[TopicPartition::new("rides", 0)]).await? {
+    ///     if let Some(first) = p.current_txn_start_offset {
+    ///         println!("producer {} epoch {}: open transaction from offset {first}", p.producer_id, p.producer_epoch);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn describe_producers(&self, tps: &[TopicPartition]) -> Result<Vec<ActiveProducer>> {
         let cluster = self.cluster();
         let mut by_leader: BTreeMap<i32, Vec<TopicPartition>> = BTreeMap::new();
@@ -319,6 +358,17 @@ impl Admin {
     /// Fatal coordinator errors (authorization, an invalid transaction timeout) and
     /// [`Error::Timeout`]; retriable ones (CONCURRENT_TRANSACTIONS while the abort markers are
     /// written) are retried within max(transaction_timeout, default.api.timeout.ms).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(admin: onceflow::client::Admin) -> onceflow::client::Result<()> {
+    /// // The job that owned "rides-cleaner-0" is gone; its open transaction stalls the topic.
+    /// if let Some(t) = admin.describe_transaction("rides-cleaner-0").await? {
+    ///     let fenced = admin.fence_transactional_id(&t.transactional_id, t.timeout).await?;
+    ///     println!("aborted; epoch now {}, state {:?}", fenced.producer_epoch, fenced.after.map(|a| a.state));
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn fence_transactional_id(
         &self,
         transactional_id: &str,

@@ -15,6 +15,15 @@ pub use super::cluster::TopicLookup;
 pub use super::security::SecurityConfig;
 
 /// A configuration problem, naming the property and what is accepted.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::{ConfigError, ConsumerConfig};
+/// match ConsumerConfig::from_properties([("isolation.levl", "read_committed")]) {
+///     Err(ConfigError::Unknown { name, .. }) => assert_eq!(name, "isolation.levl"),
+///     other => panic!("a misspelt property must not be ignored: {other:?}"),
+/// }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
@@ -45,6 +54,14 @@ pub enum ConfigError {
 }
 
 /// Where a consumer starts when it has no valid position.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::{AutoOffsetReset, ConsumerConfig};
+/// let c = ConsumerConfig::from_properties([("auto.offset.reset", "earliest")])?;
+/// assert_eq!(c.auto_offset_reset, AutoOffsetReset::Earliest);
+/// # Ok::<(), onceflow::client::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AutoOffsetReset {
     /// The first offset still in the log.
@@ -56,6 +73,14 @@ pub enum AutoOffsetReset {
 }
 
 /// `group.protocol`: how a group member gets its partitions.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::{ConsumerConfig, GroupProtocol};
+/// let c = ConsumerConfig::from_properties([("group.id", "cleaners"), ("group.protocol", "consumer")])?;
+/// assert_eq!(c.group_protocol, GroupProtocol::Consumer);
+/// # Ok::<(), onceflow::client::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GroupProtocol {
     /// JoinGroup/SyncGroup; a member (the leader) computes the assignment; every rebalance
@@ -70,6 +95,14 @@ pub enum GroupProtocol {
 }
 
 /// Which records a consumer sees.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::{ConsumerConfig, IsolationLevel};
+/// // Exactly-once readers: only committed transactions' records.
+/// let c = ConsumerConfig { isolation_level: IsolationLevel::ReadCommitted, ..ConsumerConfig::default() };
+/// # let _ = c;
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IsolationLevel {
     /// Everything up to the high watermark, aborted transactions included.
@@ -81,6 +114,12 @@ pub enum IsolationLevel {
 
 impl IsolationLevel {
     /// The wire value in Fetch and ListOffsets.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::IsolationLevel;
+    /// assert_eq!(IsolationLevel::ReadCommitted.wire(), 1);
+    /// ```
     pub fn wire(self) -> i8 {
         match self {
             IsolationLevel::ReadUncommitted => 0,
@@ -90,6 +129,14 @@ impl IsolationLevel {
 }
 
 /// Acknowledgement level of produce requests.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::{Acks, ProducerConfig};
+/// let c = ProducerConfig::from_properties([("acks", "all")])?;
+/// assert_eq!(c.acks, Acks::All); // the default, and what idempotence needs
+/// # Ok::<(), onceflow::client::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acks {
     /// No response (fire and forget).
@@ -102,6 +149,13 @@ pub enum Acks {
 
 impl Acks {
     /// The wire value.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::Acks;
+    /// assert_eq!(Acks::All.wire(), -1);
+    /// assert_eq!(Acks::Leader.wire(), 1);
+    /// ```
     pub fn wire(self) -> i16 {
         match self {
             Acks::None => 0,
@@ -112,6 +166,19 @@ impl Acks {
 }
 
 /// Settings shared by every client role.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::{ClientConfig, ProducerConfig};
+/// use std::time::Duration;
+/// let client = ClientConfig {
+///     bootstrap_servers: vec!["kafka-1:9092".into(), "kafka-2:9092".into()],
+///     client_id: "rides-cleaner".into(),
+///     request_timeout: Duration::from_secs(10),
+///     ..ClientConfig::default()
+/// };
+/// let producer = ProducerConfig { client, ..ProducerConfig::default() };
+/// ```
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
     /// `bootstrap.servers`: host:port list.
@@ -158,6 +225,19 @@ impl Default for ClientConfig {
 }
 
 /// Producer settings.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::ProducerConfig;
+/// use std::time::Duration;
+/// let config = ProducerConfig {
+///     linger: Duration::from_millis(20),
+///     transactional_id: Some("rides-cleaner-0".into()),
+///     ..ProducerConfig::default()
+/// };
+/// config.validate()?;
+/// # Ok::<(), onceflow::client::ConfigError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct ProducerConfig {
     /// Shared settings.
@@ -220,6 +300,18 @@ impl Default for ProducerConfig {
 }
 
 /// Consumer settings.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::{AutoOffsetReset, ConsumerConfig, IsolationLevel};
+/// let config = ConsumerConfig {
+///     group_id: Some("cleaners".into()),
+///     isolation_level: IsolationLevel::ReadCommitted,
+///     auto_offset_reset: AutoOffsetReset::Earliest,
+///     enable_auto_commit: false,
+///     ..ConsumerConfig::default()
+/// };
+/// ```
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
     /// Shared settings.
@@ -366,6 +458,17 @@ impl ClientConfig {
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] for a bad value.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::ClientConfig;
+    /// let mut c = ClientConfig::default();
+    /// assert!(c.set("bootstrap.servers", "kafka-1:9092,kafka-2:9092")?);
+    /// assert_eq!(c.bootstrap_servers, ["kafka-1:9092", "kafka-2:9092"]);
+    /// assert!(!c.set("linger.ms", "5")?); // a producer property, not a shared one
+    /// assert!(c.set("bootstrap.servers", "kafka-1").is_err()); // no port
+    /// # Ok::<(), onceflow::client::ConfigError>(())
+    /// ```
     pub fn set(&mut self, name: &str, value: &str) -> Result<bool, ConfigError> {
         match canonical(name) {
             "bootstrap.servers" => {
@@ -395,6 +498,14 @@ impl ClientConfig {
 }
 
 /// Whether `s` has the shape host:port with a numeric port.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::config::looks_like_host_port;
+/// assert!(looks_like_host_port("kafka-1.example.com:9092"));
+/// assert!(!looks_like_host_port("kafka-1.example.com"));
+/// assert!(!looks_like_host_port("kafka-1:0"));
+/// ```
 pub fn looks_like_host_port(s: &str) -> bool {
     match s.rsplit_once(':') {
         Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
@@ -407,6 +518,15 @@ impl ProducerConfig {
     /// create it (`auto.create.topics.enable` on the broker decides), and waiting up to
     /// `max.block.ms` for it to appear, so a topic created a moment ago (or being created) is
     /// not refused on the first UNKNOWN_TOPIC_OR_PARTITION.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::ProducerConfig;
+    /// let lookup = ProducerConfig::from_properties([("max.block.ms", "5000")])?.topic_lookup();
+    /// assert!(lookup.auto_create);
+    /// assert_eq!(lookup.deadline, std::time::Duration::from_secs(5));
+    /// # Ok::<(), onceflow::client::ConfigError>(())
+    /// ```
     pub fn topic_lookup(&self) -> TopicLookup {
         TopicLookup {
             auto_create: true,
@@ -420,6 +540,7 @@ impl ProducerConfig {
     /// # Errors
     /// [`ConfigError`] naming the first unknown property or bad value.
     ///
+    /// # Examples
     /// ```
     /// use onceflow::client::ProducerConfig;
     /// let c = ProducerConfig::from_properties([("linger.ms", "20"), ("acks", "1")]).unwrap();
@@ -440,6 +561,15 @@ impl ProducerConfig {
 
     /// Turns the default idempotence off where the user's other settings contradict it and
     /// idempotence was not asked for explicitly (the Java client's rule).
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::{Acks, ProducerConfig};
+    /// let mut c = ProducerConfig { acks: Acks::Leader, ..ProducerConfig::default() };
+    /// c.normalize(); // acks=1 and idempotence only by default: idempotence goes
+    /// assert!(!c.enable_idempotence);
+    /// assert!(c.validate().is_ok());
+    /// ```
     pub fn normalize(&mut self) {
         let contradicted = self.acks != Acks::All || self.retries == 0 || self.max_in_flight > 5;
         if self.enable_idempotence
@@ -455,6 +585,17 @@ impl ProducerConfig {
     ///
     /// # Errors
     /// [`ConfigError`] for an unknown name or a bad value.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::ProducerConfig;
+    /// let mut c = ProducerConfig::default();
+    /// c.set("compression.type", "zstd")?;
+    /// c.set("queue.buffering.max.ms", "10")?; // librdkafka's name for linger.ms
+    /// assert_eq!(c.linger.as_millis(), 10);
+    /// assert!(c.set("acks", "most").is_err());
+    /// # Ok::<(), onceflow::client::ConfigError>(())
+    /// ```
     pub fn set(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
         if self.client.set(name, value)? {
             return Ok(());
@@ -519,6 +660,18 @@ impl ProducerConfig {
     ///
     /// # Errors
     /// [`ConfigError::Conflict`] naming both settings.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::{Acks, ProducerConfig};
+    /// let c = ProducerConfig {
+    ///     acks: Acks::Leader,
+    ///     transactional_id: Some("rides-cleaner-0".into()),
+    ///     ..ProducerConfig::default()
+    /// };
+    /// let e = c.validate().unwrap_err();
+    /// assert!(e.to_string().contains("acks=all"), "{e}");
+    /// ```
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.enable_idempotence || self.transactional_id.is_some() {
             let why = if self.transactional_id.is_some() {
@@ -563,6 +716,14 @@ impl ConsumerConfig {
     /// How the consumer looks a topic up (`assign`, a group leader's assignment): with
     /// `allow.auto.create.topics` it asks the broker to create the topic and waits for it up to
     /// `default.api.timeout.ms`; without, a topic that does not exist is an error at once.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::ConsumerConfig;
+    /// let c = ConsumerConfig::from_properties([("allow.auto.create.topics", "false")])?;
+    /// assert!(!c.topic_lookup().auto_create);
+    /// # Ok::<(), onceflow::client::ConfigError>(())
+    /// ```
     pub fn topic_lookup(&self) -> TopicLookup {
         TopicLookup {
             auto_create: self.allow_auto_create_topics,
@@ -575,6 +736,13 @@ impl ConsumerConfig {
     /// but waiting at most request.timeout.ms / 2, because the other members wait for the
     /// assignment in SyncGroup, bounded by their request.timeout.ms. A topic the broker creates
     /// appears within that; one it does not create gets no partitions in this rebalance.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::ConsumerConfig;
+    /// let c = ConsumerConfig::default(); // request.timeout.ms 30 s, default.api.timeout.ms 60 s
+    /// assert_eq!(c.leader_topic_lookup().deadline, std::time::Duration::from_secs(15));
+    /// ```
     pub fn leader_topic_lookup(&self) -> TopicLookup {
         TopicLookup {
             deadline: self.client.api_timeout.min(self.client.request_timeout / 2),
@@ -588,6 +756,7 @@ impl ConsumerConfig {
     /// # Errors
     /// [`ConfigError`] naming the first unknown property or bad value.
     ///
+    /// # Examples
     /// ```
     /// use onceflow::client::{ConsumerConfig, IsolationLevel};
     /// let c = ConsumerConfig::from_properties([("isolation.level", "read_committed")]).unwrap();
@@ -608,6 +777,17 @@ impl ConsumerConfig {
     ///
     /// # Errors
     /// [`ConfigError`] for an unknown name or a bad value.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::{AutoOffsetReset, ConsumerConfig};
+    /// let mut c = ConsumerConfig::default();
+    /// c.set("group.id", "cleaners")?;
+    /// c.set("auto.offset.reset", "smallest")?; // librdkafka's spelling of earliest
+    /// assert_eq!(c.auto_offset_reset, AutoOffsetReset::Earliest);
+    /// assert!(c.set("group.idd", "cleaners").is_err());
+    /// # Ok::<(), onceflow::client::ConfigError>(())
+    /// ```
     pub fn set(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
         if self.client.set(name, value)? {
             return Ok(());
@@ -671,6 +851,15 @@ impl ConsumerConfig {
 ///
 /// # Errors
 /// [`ConfigError::Invalid`] when there is no `=`.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::config::split_property;
+/// assert_eq!(split_property("linger.ms=20")?, ("linger.ms".to_string(), "20".to_string()));
+/// assert_eq!(split_property("sasl.jaas.config=a=b")?.1, "a=b"); // split at the first '='
+/// assert!(split_property("linger.ms").is_err());
+/// # Ok::<(), onceflow::client::ConfigError>(())
+/// ```
 pub fn split_property(kv: &str) -> Result<(String, String), ConfigError> {
     match kv.split_once('=') {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),

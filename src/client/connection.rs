@@ -181,6 +181,16 @@ impl<R: Request> PendingResponse<R> {
     /// for requests the broker holds on purpose (a Fetch for max_wait, a JoinGroup until the
     /// group has rejoined), which must not be cut short, or the connection poisoned, by the
     /// default.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(conn: std::sync::Arc<onceflow::client::connection::Connection>) -> onceflow::client::Result<()> {
+    /// use kafka_protocol::messages::ListGroupsRequest;
+    /// let version = conn.version_for::<ListGroupsRequest>(None)?;
+    /// let pending = conn.start_request(&ListGroupsRequest::default(), version)?;
+    /// let answer = pending.with_timeout(std::time::Duration::from_secs(120)).response().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -191,6 +201,18 @@ impl<R: Request> PendingResponse<R> {
     /// # Errors
     /// [`Error::ConnectionClosed`] (also for a response that cannot be decoded, which poisons
     /// the connection) or [`Error::Timeout`] (which poisons it too).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(conn: std::sync::Arc<onceflow::client::connection::Connection>) -> onceflow::client::Result<()> {
+    /// use kafka_protocol::messages::ListGroupsRequest;
+    /// let version = conn.version_for::<ListGroupsRequest>(None)?;
+    /// let pending = conn.start_request(&ListGroupsRequest::default(), version)?;
+    /// // ... other work while the request is on its way ...
+    /// let answer = pending.response().await?;
+    /// println!("{} groups", answer.groups.len());
+    /// # Ok(()) }
+    /// ```
     pub async fn response(mut self) -> Result<R::Response> {
         let api = frame::api_key::<R>();
         let addr = self.shared.addr.clone();
@@ -265,6 +287,18 @@ impl Connection {
     /// # Errors
     /// [`Error::Io`] when the TCP connect fails, [`Error::Timeout`] when it takes longer than
     /// `connect_timeout`, or an error from the ApiVersions exchange.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo() -> onceflow::client::Result<()> {
+    /// use kafka_protocol::messages::ListGroupsRequest;
+    /// use onceflow::client::connection::Connection;
+    /// use std::time::Duration;
+    /// // One plaintext connection, outside any broker pool.
+    /// let conn = Connection::connect("127.0.0.1:9092", "ops-tool", Duration::from_secs(10), Duration::from_secs(30)).await?;
+    /// let answer = conn.request(&ListGroupsRequest::default()).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn connect(
         addr: &str,
         client_id: &str,
@@ -364,6 +398,17 @@ impl Connection {
     ///
     /// # Errors
     /// An error from the ApiVersions exchange.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use onceflow::client::connection::Connection;
+    /// use std::time::Duration;
+    /// // Any AsyncRead + AsyncWrite stream: a TCP stream opened (or tunnelled) by the caller.
+    /// let stream = tokio::net::TcpStream::connect("127.0.0.1:9092").await?;
+    /// let conn = Connection::over(stream, "127.0.0.1:9092", "ops-tool", Duration::from_secs(30)).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn over<T>(
         transport: T,
         addr: &str,
@@ -432,16 +477,41 @@ impl Connection {
     }
 
     /// host:port of the broker.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(conn: &onceflow::client::connection::Connection) {
+    /// println!("connected to {}", conn.addr());
+    /// # }
+    /// ```
     pub fn addr(&self) -> &str {
         &self.shared.addr
     }
 
     /// What the broker supports.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(conn: &onceflow::client::connection::Connection) {
+    /// use kafka_protocol::messages::ApiKey;
+    /// println!("{} answers Produce v{:?}", conn.addr(), conn.versions().broker_range(ApiKey::Produce as i16));
+    /// # }
+    /// ```
     pub fn versions(&self) -> &ApiVersions {
         &self.versions
     }
 
     /// request.timeout.ms: how long a response may take unless the request sets its own.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(conn: std::sync::Arc<onceflow::client::connection::Connection>) -> onceflow::client::Result<()> {
+    /// use kafka_protocol::messages::ListGroupsRequest;
+    /// // Twice the usual patience for one request.
+    /// let patience = conn.request_timeout() * 2;
+    /// conn.request_with_timeout(&ListGroupsRequest::default(), patience).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn request_timeout(&self) -> Duration {
         self.request_timeout
     }
@@ -479,11 +549,27 @@ impl Connection {
 
     /// How many times this connection re-authenticated because its SASL session was ending
     /// (KIP-368, brokers with `connections.max.reauth.ms`).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(conn: &onceflow::client::connection::Connection) {
+    /// println!("{}: re-authenticated {} times", conn.addr(), conn.reauthentications());
+    /// # }
+    /// ```
     pub fn reauthentications(&self) -> u64 {
         self.shared.reauthentications.load(Ordering::Relaxed)
     }
 
     /// Whether the connection has failed and must be replaced.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(conn: &onceflow::client::connection::Connection) {
+    /// if conn.is_poisoned() {
+    ///     // Every request on it fails: get a new one from the Cluster (cluster.broker(node)).
+    /// }
+    /// # }
+    /// ```
     pub fn is_poisoned(&self) -> bool {
         self.shared.lock().poisoned.is_some()
     }
@@ -492,6 +578,16 @@ impl Connection {
     ///
     /// # Errors
     /// [`Error::UnsupportedVersion`] when there is none.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(conn: std::sync::Arc<onceflow::client::connection::Connection>) -> onceflow::client::Result<()> {
+    /// use kafka_protocol::messages::ListGroupsRequest;
+    /// // At most v4 (the caller fills only v4's fields), lower if the broker is older.
+    /// let version = conn.version_for::<ListGroupsRequest>(Some(4))?;
+    /// let answer = conn.request_at(&ListGroupsRequest::default(), version).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn version_for<R: Request>(&self, cap: Option<i16>) -> Result<i16> {
         self.versions
             .version_for::<R>(cap)
@@ -506,6 +602,18 @@ impl Connection {
     /// # Errors
     /// [`Error::ConnectionClosed`], [`Error::Timeout`] (which also poisons the connection), or
     /// a decode error. Error codes inside the response are the caller's to inspect.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(conn: std::sync::Arc<onceflow::client::connection::Connection>) -> onceflow::client::Result<()> {
+    /// use kafka_protocol::messages::ListGroupsRequest;
+    /// use onceflow::protocol::ErrorCode;
+    /// let answer = conn.request(&ListGroupsRequest::default()).await?;
+    /// if answer.error_code != 0 {
+    ///     println!("refused: {:?}", ErrorCode(answer.error_code));
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn request<R: Request>(&self, req: &R) -> Result<R::Response> {
         let version = self.version_for::<R>(None)?;
         self.request_at(req, version).await
@@ -515,6 +623,21 @@ impl Connection {
     ///
     /// # Errors
     /// As [`Self::request`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(conn: std::sync::Arc<onceflow::client::connection::Connection>) -> onceflow::client::Result<()> {
+    /// use kafka_protocol::messages::ListGroupsRequest;
+    /// use kafka_protocol::protocol::StrBytes;
+    /// // The states filter exists from v4: the version decides what the request can say.
+    /// let version = conn.version_for::<ListGroupsRequest>(None)?;
+    /// let mut req = ListGroupsRequest::default();
+    /// if version >= 4 {
+    ///     req = req.with_states_filter(vec![StrBytes::from_static_str("Stable")]);
+    /// }
+    /// let answer = conn.request_at(&req, version).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn request_at<R: Request>(&self, req: &R, version: i16) -> Result<R::Response> {
         self.start_request(req, version)?.response().await
     }
@@ -524,6 +647,14 @@ impl Connection {
     ///
     /// # Errors
     /// As [`Self::request`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(conn: std::sync::Arc<onceflow::client::connection::Connection>) -> onceflow::client::Result<()> {
+    /// use kafka_protocol::messages::ListGroupsRequest;
+    /// let answer = conn.request_with_timeout(&ListGroupsRequest::default(), std::time::Duration::from_secs(5)).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn request_with_timeout<R: Request>(
         &self,
         req: &R,
@@ -544,6 +675,18 @@ impl Connection {
     ///
     /// # Errors
     /// [`Error::ConnectionClosed`] when the connection has failed, or an encoding error.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(conn: std::sync::Arc<onceflow::client::connection::Connection>) -> onceflow::client::Result<()> {
+    /// use kafka_protocol::messages::ListGroupsRequest;
+    /// let version = conn.version_for::<ListGroupsRequest>(None)?;
+    /// // Both on the wire, in this order, before either answer is awaited.
+    /// let first = conn.start_request(&ListGroupsRequest::default(), version)?;
+    /// let second = conn.start_request(&ListGroupsRequest::default(), version)?;
+    /// let (a, b) = (first.response().await?, second.response().await?);
+    /// # Ok(()) }
+    /// ```
     pub fn start_request<R: Request>(&self, req: &R, version: i16) -> Result<PendingResponse<R>> {
         let correlation_id = self.next_correlation_id();
         let mut buf = BytesMut::new();

@@ -23,6 +23,15 @@ impl Cluster {
     ///
     /// # Errors
     /// Fatal FindCoordinator errors (e.g. authorization), or [`Error::Timeout`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(cluster: std::sync::Arc<onceflow::client::Cluster>) -> onceflow::client::Result<()> {
+    /// use onceflow::client::coordinator::CoordinatorKind;
+    /// let conn = cluster.coordinator(CoordinatorKind::Transaction, "rides-cleaner-0").await?;
+    /// println!("rides-cleaner-0 is coordinated by {}", conn.addr());
+    /// # Ok(()) }
+    /// ```
     pub async fn coordinator(&self, kind: CoordinatorKind, key: &str) -> Result<Arc<Connection>> {
         let cached = self.cached_coordinator(kind, key);
         if let Some(node) = cached {

@@ -245,6 +245,15 @@ pub enum Error {
 /// What an authorization error means for the ACLs, named from the request the context starts
 /// with: which operation on which kind of resource the principal lacks, and how to grant it.
 /// Empty for every other code.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::error::authorization_hint;
+/// use onceflow::protocol::ErrorCode;
+/// let hint = authorization_hint(ErrorCode::TOPIC_AUTHORIZATION_FAILED, "Produce to rides-0");
+/// assert!(hint.contains("--operation Write --topic NAME"), "{hint}");
+/// assert!(authorization_hint(ErrorCode::NOT_LEADER_OR_FOLLOWER, "Produce").is_empty());
+/// ```
 pub fn authorization_hint(code: ErrorCode, context: &str) -> String {
     let request = context
         .split(|c: char| !c.is_ascii_alphanumeric())
@@ -298,6 +307,15 @@ impl From<FrameError> for Error {
 
 impl Error {
     /// The broker error code, if this error is one.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::Error;
+    /// use onceflow::protocol::ErrorCode;
+    /// let e = Error::broker("creating topic 'rides'", ErrorCode::TOPIC_ALREADY_EXISTS);
+    /// assert_eq!(e.code(), Some(ErrorCode::TOPIC_ALREADY_EXISTS));
+    /// assert_eq!(Error::Closed("producer").code(), None);
+    /// ```
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             Error::Broker { code, .. } | Error::BatchTooLarge { code, .. } => Some(*code),
@@ -306,6 +324,15 @@ impl Error {
     }
 
     /// Builds [`Error::Broker`].
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::Error;
+    /// use onceflow::protocol::ErrorCode;
+    /// let e = Error::broker("fetching rides-0", ErrorCode::NOT_LEADER_OR_FOLLOWER);
+    /// assert!(matches!(e, Error::Broker { .. }));
+    /// println!("{e}");
+    /// ```
     pub fn broker(context: impl Into<String>, code: ErrorCode) -> Self {
         Error::Broker {
             context: context.into(),
@@ -314,11 +341,30 @@ impl Error {
     }
 
     /// How the client should react to this error outside a transaction; see [`classify`].
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::{Error, ErrorClass};
+    /// use onceflow::protocol::ErrorCode;
+    /// let moved = Error::broker("produce to rides-0", ErrorCode::NOT_LEADER_OR_FOLLOWER);
+    /// assert_eq!(moved.class(), ErrorClass::RefreshAndRetry);
+    /// assert_eq!(Error::Usage("no transactional.id".into()).class(), ErrorClass::Fatal);
+    /// ```
     pub fn class(&self) -> ErrorClass {
         self.class_in(Op::General)
     }
 
     /// How the client should react to this error during `op`; see [`classify`].
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::{error::Op, Error, ErrorClass};
+    /// use onceflow::protocol::ErrorCode;
+    /// // A produce refused for its epoch: inside a transaction, abort it and go on.
+    /// let e = Error::broker("produce to rides-0", ErrorCode::INVALID_PRODUCER_EPOCH);
+    /// assert_eq!(e.class_in(Op::TxnProduce), ErrorClass::Abortable);
+    /// assert_eq!(e.class_in(Op::TxnCoordinator), ErrorClass::Fatal); // fenced
+    /// ```
     pub fn class_in(&self, op: Op) -> ErrorClass {
         match self {
             // A batch refused as too large is a broker code like any other: in a transaction
@@ -372,6 +418,7 @@ pub enum Op {
 ///
 /// Anything not listed is fatal: an unclassified error must never be retried in a loop.
 ///
+/// # Examples
 /// ```
 /// use onceflow::client::{classify, ErrorClass};
 /// use onceflow::client::error::Op;

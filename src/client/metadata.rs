@@ -13,6 +13,14 @@ pub struct TopicPartition {
 
 impl TopicPartition {
     /// Builds one.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::TopicPartition;
+    /// let tp = TopicPartition::new("rides", 3);
+    /// assert_eq!((tp.topic.as_str(), tp.partition), ("rides", 3));
+    /// assert_eq!(tp.to_string(), "rides-3");
+    /// ```
     pub fn new(topic: impl Into<String>, partition: i32) -> Self {
         TopicPartition {
             topic: topic.into(),
@@ -76,6 +84,17 @@ pub struct MetadataSnapshot {
 
 impl MetadataSnapshot {
     /// The leader of a partition if known.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(cluster: &onceflow::client::Cluster) {
+    /// use onceflow::client::TopicPartition;
+    /// match cluster.metadata().leader(&TopicPartition::new("rides", 0)) {
+    ///     Some(node) => println!("rides-0 is led by node {node}"),
+    ///     None => println!("no leader known (yet)"),
+    /// }
+    /// # }
+    /// ```
     pub fn leader(&self, tp: &TopicPartition) -> Option<i32> {
         let p = self
             .topics
@@ -86,6 +105,16 @@ impl MetadataSnapshot {
     }
 
     /// The partition's metadata.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(cluster: &onceflow::client::Cluster) {
+    /// use onceflow::client::TopicPartition;
+    /// if let Some(p) = cluster.metadata().partition(&TopicPartition::new("rides", 0)) {
+    ///     println!("leader {} at epoch {}", p.leader, p.leader_epoch);
+    /// }
+    /// # }
+    /// ```
     pub fn partition(&self, tp: &TopicPartition) -> Option<&PartitionMetadata> {
         self.topics
             .get(&tp.topic)?
@@ -94,6 +123,14 @@ impl MetadataSnapshot {
     }
 
     /// Number of partitions of a topic, if known.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(cluster: &onceflow::client::Cluster) {
+    /// // From the cache only: None for a topic not looked up yet.
+    /// let count = cluster.metadata().partition_count("rides");
+    /// # }
+    /// ```
     pub fn partition_count(&self, topic: &str) -> Option<usize> {
         self.topics.get(topic).map(|t| t.partitions.len())
     }

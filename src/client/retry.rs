@@ -33,6 +33,15 @@ use std::time::{Duration, Instant};
 use tracing::debug;
 
 /// Exponential backoff with ±20 % jitter: `base * 2^(attempt-1)`, capped at `max`.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::backoff;
+/// use std::time::Duration;
+/// let (base, max) = (Duration::from_millis(100), Duration::from_secs(1));
+/// let third = backoff(base, max, 3); // 400 ms ± 20 %
+/// assert!(third >= Duration::from_millis(320) && third <= Duration::from_millis(480));
+/// ```
 pub fn backoff(base: Duration, max: Duration, attempt: u32) -> Duration {
     let jitter = rand::rng().random_range(0.8..1.2);
     exponential_backoff(base, max, attempt).mul_f64(jitter)
@@ -40,6 +49,16 @@ pub fn backoff(base: Duration, max: Duration, attempt: u32) -> Duration {
 
 /// The same without jitter (for decisions that must be deterministic, e.g. under table test):
 /// `base * 2^(attempt-1)`, capped at `max`, at least 1 ms.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::exponential_backoff;
+/// use std::time::Duration;
+/// let (base, max) = (Duration::from_millis(100), Duration::from_secs(1));
+/// assert_eq!(exponential_backoff(base, max, 1), Duration::from_millis(100));
+/// assert_eq!(exponential_backoff(base, max, 3), Duration::from_millis(400));
+/// assert_eq!(exponential_backoff(base, max, 10), max);
+/// ```
 pub fn exponential_backoff(base: Duration, max: Duration, attempt: u32) -> Duration {
     let exp = base.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
     exp.min(max).max(Duration::from_millis(1))

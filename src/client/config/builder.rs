@@ -47,12 +47,29 @@ impl<T: FromProperties> PropertiesBuilder<T> {
 
     /// Sets the Kafka property `name` (the Java client's names, e.g. `linger.ms`; a few
     /// librdkafka spellings are accepted too) to `value`. Checked at [`Self::build`].
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::ProducerConfig;
+    /// // A later setting of the same name wins, as in a properties file.
+    /// let c = ProducerConfig::builder().set("linger.ms", "5").set("linger.ms", "50").build()?;
+    /// assert_eq!(c.linger.as_millis(), 50);
+    /// # Ok::<(), onceflow::client::ConfigError>(())
+    /// ```
     pub fn set(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.props.push((name.into(), value.into()));
         self
     }
 
     /// `bootstrap.servers`: `host:port`, comma-separated.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::ConsumerConfig;
+    /// let c = ConsumerConfig::builder().bootstrap_servers("kafka-1:9092,kafka-2:9092").build()?;
+    /// assert_eq!(c.client.bootstrap_servers.len(), 2);
+    /// # Ok::<(), onceflow::client::ConfigError>(())
+    /// ```
     pub fn bootstrap_servers(self, servers: impl Into<String>) -> Self {
         self.set("bootstrap.servers", servers)
     }
@@ -61,6 +78,13 @@ impl<T: FromProperties> PropertiesBuilder<T> {
     ///
     /// # Errors
     /// [`ConfigError`] naming the first unknown property or bad value, and what to change.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::ConsumerConfig;
+    /// let e = ConsumerConfig::builder().set("isolation.level", "committed").build().unwrap_err();
+    /// assert!(e.to_string().contains("read_committed or read_uncommitted"), "{e}");
+    /// ```
     pub fn build(self) -> Result<T, ConfigError> {
         T::from_property_list(&self.props)
     }
@@ -69,6 +93,7 @@ impl<T: FromProperties> PropertiesBuilder<T> {
 impl ProducerConfig {
     /// A builder of Kafka properties, checked at `build`.
     ///
+    /// # Examples
     /// ```
     /// use onceflow::client::ProducerConfig;
     /// let config = ProducerConfig::builder()
@@ -88,6 +113,7 @@ impl ProducerConfig {
 impl ConsumerConfig {
     /// A builder of Kafka properties, checked at `build`.
     ///
+    /// # Examples
     /// ```
     /// use onceflow::client::{ConsumerConfig, IsolationLevel};
     /// let config = ConsumerConfig::builder()

@@ -26,6 +26,13 @@ pub struct AbortedTransactions {
 
 impl AbortedTransactions {
     /// Builds the index from (producer id, first offset) pairs in any order.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::consumer::isolation::AbortedTransactions;
+    /// // The aborted transactions of one partition, as its Fetch answer lists them.
+    /// let aborted = AbortedTransactions::new([(4000, 120), (4001, 95), (4000, 80)]);
+    /// ```
     pub fn new(list: impl IntoIterator<Item = (i64, i64)>) -> Self {
         let mut by_producer: HashMap<i64, Vec<i64>> = HashMap::new();
         for (pid, first) in list {
@@ -48,6 +55,22 @@ impl AbortedTransactions {
     /// # Errors
     /// A control batch whose marker cannot be read (malformed, or of an unknown type) while its
     /// producer has an aborted transaction pending: see the module documentation.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(records: bytes::Bytes, listed: Vec<(i64, i64)>) -> Result<(), onceflow::protocol::records::RecordError> {
+    /// use onceflow::client::consumer::isolation::AbortedTransactions;
+    /// use onceflow::protocol::records::decode_batches;
+    /// // `records` and `listed`: one partition's records and aborted transactions from a Fetch.
+    /// let mut aborted = AbortedTransactions::new(listed);
+    /// for batch in decode_batches(records) {
+    ///     let batch = batch?;
+    ///     if aborted.keep(&batch)? {
+    ///         println!("{} committed records from offset {}", batch.records()?.len(), batch.base_offset);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn keep(&mut self, batch: &RecordBatch) -> Result<bool, RecordError> {
         if batch.is_control() {
             let queue = self.by_producer.get_mut(&batch.producer_id);

@@ -30,6 +30,17 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Notify};
 
 /// Where to start reading a partition.
+///
+/// # Examples
+/// ```no_run
+/// # fn demo(consumer: &mut onceflow::client::Consumer) -> onceflow::client::Result<()> {
+/// use onceflow::client::{Offset, TopicPartition};
+/// use std::time::{SystemTime, UNIX_EPOCH};
+/// // Replay the last hour of partition 0.
+/// let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_millis() as i64;
+/// consumer.seek(&TopicPartition::new("rides", 0), Offset::Timestamp(now_ms - 3_600_000))?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Offset {
     /// The log start offset.
@@ -43,6 +54,20 @@ pub enum Offset {
 }
 
 /// One record read from Kafka.
+///
+/// # Examples
+/// ```no_run
+/// # async fn demo(consumer: &mut onceflow::client::Consumer) -> onceflow::client::Result<()> {
+/// for r in consumer.poll(std::time::Duration::from_secs(1)).await? {
+///     let key = r.key.as_deref().map(String::from_utf8_lossy);
+///     let value = r.value.as_deref().map(String::from_utf8_lossy);
+///     println!("{}-{}@{} ({} ms): {key:?} = {value:?}", r.topic, r.partition, r.offset, r.timestamp);
+///     for h in &r.headers {
+///         println!("  header {:?} = {:?}", h.key, h.value);
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerRecord {
     /// Topic.
@@ -209,6 +234,7 @@ impl Consumer {
     /// # Errors
     /// [`Error::NoBrokerReachable`] when no bootstrap broker answers.
     ///
+    /// # Examples
     /// ```no_run
     /// # async fn demo() -> onceflow::client::Result<()> {
     /// use onceflow::client::{Consumer, ConsumerConfig, Offset, TopicPartition};
@@ -226,6 +252,18 @@ impl Consumer {
     }
 
     /// A consumer on an existing broker pool.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo() -> onceflow::client::Result<()> {
+    /// use onceflow::client::{Admin, Cluster, Consumer, ConsumerConfig};
+    /// let config = ConsumerConfig::from_properties([("bootstrap.servers", "127.0.0.1:9092")])?;
+    /// // One set of connections for the consumer and an admin client.
+    /// let cluster = Cluster::connect(config.client.clone()).await?;
+    /// let admin = Admin::with_cluster(cluster.clone());
+    /// let consumer = Consumer::with_cluster(config, cluster);
+    /// # Ok(()) }
+    /// ```
     pub fn with_cluster(config: ConsumerConfig, cluster: Arc<Cluster>) -> Consumer {
         let shared = Arc::new(Shared {
             config,
@@ -250,6 +288,15 @@ impl Consumer {
     ///
     /// # Errors
     /// [`Error::UnknownTopic`] / [`Error::UnknownPartition`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(mut consumer: onceflow::client::Consumer) -> onceflow::client::Result<()> {
+    /// use onceflow::client::TopicPartition;
+    /// consumer.assign([TopicPartition::new("rides", 0), TopicPartition::new("rides", 1)]).await?;
+    /// assert_eq!(consumer.assignment().len(), 2);
+    /// # Ok(()) }
+    /// ```
     pub async fn assign(&mut self, tps: impl IntoIterator<Item = TopicPartition>) -> Result<()> {
         let tps: Vec<TopicPartition> = tps.into_iter().collect();
         for tp in &tps {
@@ -286,6 +333,14 @@ impl Consumer {
     ///
     /// # Errors
     /// [`Error::UnknownTopic`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(mut consumer: onceflow::client::Consumer) -> onceflow::client::Result<()> {
+    /// let assigned = consumer.assign_topics(&["rides", "payments"]).await?;
+    /// println!("reading {} partitions", assigned.len());
+    /// # Ok(()) }
+    /// ```
     pub async fn assign_topics(&mut self, topics: &[&str]) -> Result<Vec<TopicPartition>> {
         let mut tps = Vec::new();
         for t in topics {
@@ -302,6 +357,15 @@ impl Consumer {
     /// # Errors
     /// [`Error::UnknownTopic`] (and the other errors of
     /// [`Cluster::topic_with`](crate::client::Cluster::topic_with)).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(mut consumer: onceflow::client::Consumer) -> onceflow::client::Result<()> {
+    /// // This instance reads the even partitions, another one the odd ones.
+    /// let all = consumer.partitions_for("rides").await?;
+    /// consumer.assign(all.into_iter().filter(|tp| tp.partition % 2 == 0)).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn partitions_for(&self, topic: &str) -> Result<Vec<TopicPartition>> {
         let lookup = self.shared.config.topic_lookup();
         let meta = self.shared.cluster.topic_with(topic, lookup).await?;
@@ -311,6 +375,15 @@ impl Consumer {
     }
 
     /// The current assignment.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(consumer: &onceflow::client::Consumer) {
+    /// for tp in consumer.assignment() {
+    ///     println!("{tp} at {:?}", consumer.position(&tp));
+    /// }
+    /// # }
+    /// ```
     pub fn assignment(&self) -> Vec<TopicPartition> {
         self.shared.lock().keys().cloned().collect()
     }
@@ -319,6 +392,18 @@ impl Consumer {
     ///
     /// # Errors
     /// [`Error::Usage`] when the partition is not assigned.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(mut consumer: onceflow::client::Consumer) -> onceflow::client::Result<()> {
+    /// use onceflow::client::{Offset, TopicPartition};
+    /// let tp = TopicPartition::new("rides", 0);
+    /// consumer.assign([tp.clone()]).await?;
+    /// // Continue after the last offset this application processed (kept in its own store).
+    /// let last_processed: i64 = 41;
+    /// consumer.seek(&tp, Offset::At(last_processed + 1))?;
+    /// # Ok(()) }
+    /// ```
     pub fn seek(&mut self, tp: &TopicPartition, offset: Offset) -> Result<()> {
         {
             let mut parts = self.shared.lock();
@@ -351,11 +436,33 @@ impl Consumer {
 
     /// The consumer's counters since it was created (Fetch requests full and incremental, their
     /// bytes, session restarts).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(consumer: &onceflow::client::Consumer) {
+    /// let m = consumer.metrics();
+    /// println!(
+    ///     "{} full and {} incremental fetches, {} session restarts",
+    ///     m.fetch_requests_full, m.fetch_requests_incremental, m.fetch_session_restarts
+    /// );
+    /// # }
+    /// ```
     pub fn metrics(&self) -> ConsumerMetrics {
         self.shared.counters.snapshot()
     }
 
     /// The next offset to be returned for a partition, once known.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(mut consumer: onceflow::client::Consumer) -> onceflow::client::Result<()> {
+    /// use onceflow::client::TopicPartition;
+    /// let tp = TopicPartition::new("rides", 0);
+    /// let records = consumer.poll(std::time::Duration::from_secs(1)).await?;
+    /// // Past the last record returned (or further, past transaction markers).
+    /// println!("next: {:?}", consumer.position(&tp));
+    /// # Ok(()) }
+    /// ```
     pub fn position(&self, tp: &TopicPartition) -> Option<i64> {
         self.shared.lock().get(tp).and_then(|s| s.position)
     }
@@ -363,6 +470,17 @@ impl Consumer {
     /// The end of a partition as the last fetch reported it: the last stable offset (LSO)
     /// under read_committed, the high watermark otherwise. `None` until the partition has been
     /// fetched once, or when it is not assigned. The lag of a position is this minus it.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(consumer: &onceflow::client::Consumer) {
+    /// for tp in consumer.assignment() {
+    ///     if let (Some(position), Some(end)) = (consumer.position(&tp), consumer.end_offset(&tp)) {
+    ///         println!("{tp}: lag {}", end - position);
+    ///     }
+    /// }
+    /// # }
+    /// ```
     pub fn end_offset(&self, tp: &TopicPartition) -> Option<i64> {
         let committed = self.shared.config.isolation_level == IsolationLevel::ReadCommitted;
         let parts = self.shared.lock();
@@ -377,6 +495,19 @@ impl Consumer {
     /// Whether every assigned partition's position has reached the end the broker last reported
     /// (the high watermark, or the LSO under read_committed). False until each partition has
     /// been fetched at least once.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(mut consumer: onceflow::client::Consumer) -> onceflow::client::Result<()> {
+    /// // Read what the topic holds now, then stop.
+    /// consumer.assign_topics(&["rides"]).await?;
+    /// let mut count = 0;
+    /// while !consumer.at_end() {
+    ///     count += consumer.poll(std::time::Duration::from_secs(1)).await?.len();
+    /// }
+    /// println!("{count} records");
+    /// # Ok(()) }
+    /// ```
     pub fn at_end(&self) -> bool {
         let committed = self.shared.config.isolation_level == IsolationLevel::ReadCommitted;
         self.buffered.is_empty()
@@ -398,6 +529,14 @@ impl Consumer {
     /// from holding its watermark back; a partition whose leader died is not idle (the 3-node
     /// chaos test: treated as idle, its records of the open hour came late, 76 of 400 hourly
     /// counts short).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(consumer: &onceflow::client::Consumer) {
+    /// // Partitions that hold the event-time watermark back: the ones with records to come.
+    /// let active: Vec<_> = consumer.assignment().into_iter().filter(|tp| !consumer.caught_up(tp)).collect();
+    /// # }
+    /// ```
     pub fn caught_up(&self, tp: &TopicPartition) -> bool {
         let committed = self.shared.config.isolation_level == IsolationLevel::ReadCommitted;
         if self.buffered.iter().any(|c| &c.tp == tp) {
@@ -422,6 +561,23 @@ impl Consumer {
     /// again by every poll until the application seeks past it, as the Java client does) —
     /// only after the data failed its check three fetches in a row: data damaged on its way
     /// is fetched again silently.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(mut consumer: onceflow::client::Consumer) -> onceflow::client::Result<()> {
+    /// use onceflow::client::{Error, Offset, TopicPartition};
+    /// loop {
+    ///     match consumer.poll(std::time::Duration::from_secs(1)).await {
+    ///         Ok(records) => records.iter().for_each(|r| println!("{}", r.offset)),
+    ///         // Skip the record that cannot be read (the ones before it were returned).
+    ///         Err(Error::CorruptData { topic, partition, offset, .. }) => {
+    ///             consumer.seek(&TopicPartition::new(topic, partition), Offset::At(offset + 1))?
+    ///         }
+    ///         Err(e) => return Err(e),
+    ///     }
+    /// }
+    /// # }
+    /// ```
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
         let deadline = tokio::time::Instant::now() + timeout;
         let max = self.shared.config.max_poll_records;
@@ -451,6 +607,16 @@ impl Consumer {
     ///
     /// # Errors
     /// As [`Self::poll`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(mut consumer: onceflow::client::Consumer) -> onceflow::client::Result<()> {
+    /// loop {
+    ///     let r = consumer.recv().await?;
+    ///     println!("{}-{}@{}", r.topic, r.partition, r.offset);
+    /// }
+    /// # }
+    /// ```
     pub async fn recv(&mut self) -> Result<ConsumerRecord> {
         loop {
             if let Some(r) = self.take(1)?.pop() {
@@ -512,6 +678,17 @@ impl Consumer {
     ///
     /// # Errors
     /// Broker errors after retries within default.api.timeout.ms.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(consumer: onceflow::client::Consumer) -> onceflow::client::Result<()> {
+    /// use onceflow::client::TopicPartition;
+    /// let tp = TopicPartition::new("rides", 0);
+    /// let marks = consumer.watermarks(&[tp.clone()]).await?;
+    /// let (start, end) = marks[&tp];
+    /// println!("offsets {start}..{end} are in the log");
+    /// # Ok(()) }
+    /// ```
     pub async fn watermarks(
         &self,
         tps: &[TopicPartition],

@@ -30,6 +30,20 @@ pub type Assignment = BTreeMap<String, Vec<TopicPartition>>;
 /// The range assignor: per topic, partitions split into contiguous ranges over the subscribed
 /// members sorted by id (by group.instance.id for static members, as Java does), the first
 /// `partitions % members` members getting one more.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::group::assignor::{range, MemberSubscription};
+/// use onceflow::client::TopicPartition;
+/// use std::collections::BTreeMap;
+/// let member = |id: &str| MemberSubscription {
+///     member_id: id.into(), instance_id: None, topics: vec!["rides".into()], owned: vec![], generation: -1,
+/// };
+/// let a = range(&[member("a"), member("b")], &BTreeMap::from([("rides".to_string(), 3)]));
+/// // As the Java client's range assignor: the first member gets the extra partition.
+/// assert_eq!(a["a"], [TopicPartition::new("rides", 0), TopicPartition::new("rides", 1)]);
+/// assert_eq!(a["b"], [TopicPartition::new("rides", 2)]);
+/// ```
 pub fn range(members: &[MemberSubscription], partitions: &BTreeMap<String, usize>) -> Assignment {
     let mut out: Assignment = members
         .iter()
@@ -64,6 +78,23 @@ fn sort_key(m: &MemberSubscription) -> (&str, &str) {
 /// The cooperative-sticky assignor: keeps every member's valid owned partitions as far as
 /// balance allows, spreads the rest over the least loaded members, and withholds a partition
 /// that changes owner until its previous owner has revoked it (the next rebalance hands it out).
+///
+/// # Examples
+/// ```
+/// use onceflow::client::group::assignor::{cooperative_sticky, MemberSubscription};
+/// use onceflow::client::TopicPartition;
+/// use std::collections::BTreeMap;
+/// let tp = |p| TopicPartition::new("rides", p);
+/// let member = |id: &str, owned: Vec<TopicPartition>| MemberSubscription {
+///     member_id: id.into(), instance_id: None, topics: vec!["rides".into()], owned, generation: 1,
+/// };
+/// // "a" owned all four partitions; "b" just joined.
+/// let members = [member("a", vec![tp(0), tp(1), tp(2), tp(3)]), member("b", vec![])];
+/// let a = cooperative_sticky(&members, &BTreeMap::from([("rides".to_string(), 4)]));
+/// // "a" keeps two; the two it gives up reach "b" only in the next rebalance.
+/// assert_eq!(a["a"].len(), 2);
+/// assert!(a["b"].is_empty());
+/// ```
 pub fn cooperative_sticky(
     members: &[MemberSubscription],
     partitions: &BTreeMap<String, usize>,

@@ -30,6 +30,13 @@ pub enum GroupState {
 
 impl GroupState {
     /// The state a coordinator's name stands for.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::group::GroupState;
+    /// assert_eq!(GroupState::parse("Stable"), GroupState::Stable);
+    /// assert_eq!(GroupState::parse("Assigning"), GroupState::Other("Assigning".into()));
+    /// ```
     pub fn parse(name: &str) -> GroupState {
         match name {
             "Empty" => GroupState::Empty,
@@ -42,6 +49,12 @@ impl GroupState {
     }
 
     /// The name as the coordinator spells it.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::group::GroupState;
+    /// assert_eq!(GroupState::PreparingRebalance.as_str(), "PreparingRebalance");
+    /// ```
     pub fn as_str(&self) -> &str {
         match self {
             GroupState::Empty => "Empty",
@@ -54,6 +67,16 @@ impl GroupState {
     }
 
     /// Whether a rebalance is under way (members joining or waiting for their assignment).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(admin: onceflow::client::Admin) -> onceflow::client::Result<()> {
+    /// // Wait for the group to settle after a member joined or left.
+    /// while admin.describe_group("cleaners").await?.state.rebalancing() {
+    ///     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn rebalancing(&self) -> bool {
         matches!(
             self,

@@ -55,6 +55,14 @@ pub enum GroupType {
 impl GroupType {
     /// The type a ListGroups answer names; an empty name (ListGroups before v5, whose brokers
     /// only have classic groups) is [`GroupType::Classic`].
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::group::GroupType;
+    /// assert_eq!(GroupType::parse("consumer"), GroupType::Consumer);
+    /// assert_eq!(GroupType::parse(""), GroupType::Classic);
+    /// assert_eq!(GroupType::parse("share"), GroupType::Other("share".into()));
+    /// ```
     pub fn parse(name: &str) -> GroupType {
         match name.to_ascii_lowercase().as_str() {
             "" | "classic" => GroupType::Classic,
@@ -64,6 +72,12 @@ impl GroupType {
     }
 
     /// The name as brokers spell it.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::group::GroupType;
+    /// assert_eq!(GroupType::Classic.as_str(), "classic");
+    /// ```
     pub fn as_str(&self) -> &str {
         match self {
             GroupType::Classic => "classic",
@@ -159,6 +173,13 @@ pub struct ConsumerGroupDescription {
 /// A partition's lag: `log_end - committed` when both are known, else `None` (shown as `-`).
 /// A committed offset past the log end (the log was truncated or deleted and recreated) gives
 /// a negative lag, reported as it is.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::group::listing::lag;
+/// assert_eq!(lag(Some(90), Some(100)), Some(10));
+/// assert_eq!(lag(None, Some(100)), None); // nothing committed yet
+/// ```
 pub fn lag(committed: Option<i64>, log_end: Option<i64>) -> Option<i64> {
     match (committed, log_end) {
         (Some(c), Some(e)) if c >= 0 && e >= 0 => Some(e - c),
@@ -168,6 +189,20 @@ pub fn lag(committed: Option<i64>, log_end: Option<i64>) -> Option<i64> {
 
 /// The rows of a group's partition table: every partition with a committed offset or an
 /// owner among `members`, sorted, with its log end offset (from `log_end`) and lag.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::group::listing::partition_rows;
+/// use onceflow::client::TopicPartition;
+/// use std::collections::BTreeMap;
+/// let (p0, p1) = (TopicPartition::new("rides", 0), TopicPartition::new("rides", 1));
+/// let committed = BTreeMap::from([(p0.clone(), 90)]);
+/// let log_end = BTreeMap::from([(p0.clone(), 100), (p1, 7)]);
+/// // No members (the group is empty): only the partition with a committed offset is a row.
+/// let rows = partition_rows(&committed, &log_end, &[]);
+/// assert_eq!(rows.len(), 1);
+/// assert_eq!((rows[0].partition.clone(), rows[0].lag, rows[0].owner.clone()), (p0, Some(10), None));
+/// ```
 pub fn partition_rows(
     committed: &BTreeMap<TopicPartition, i64>,
     log_end: &BTreeMap<TopicPartition, i64>,
@@ -441,6 +476,7 @@ impl Admin {
     /// within default.api.timeout.ms. One broker failing fails the call: a partial list could
     /// hide the group being looked for.
     ///
+    /// # Examples
     /// ```no_run
     /// # async fn demo() -> onceflow::client::Result<()> {
     /// use onceflow::client::{Admin, ClientConfig};
@@ -480,6 +516,7 @@ impl Admin {
     /// another type (share, streams), or the coordinator's unavailability after retries
     /// within default.api.timeout.ms.
     ///
+    /// # Examples
     /// ```no_run
     /// # async fn demo() -> onceflow::client::Result<()> {
     /// use onceflow::client::{Admin, ClientConfig};

@@ -19,6 +19,15 @@ pub struct GroupMetadata {
 impl GroupMetadata {
     /// Metadata for a group used without membership (offsets only), as the Java client's
     /// `new ConsumerGroupMetadata(groupId)`.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::group::GroupMetadata;
+    /// // Partitions assigned by the application: offsets go to the group "cleaners",
+    /// // with no generation to fence with.
+    /// let group = GroupMetadata::new("cleaners");
+    /// assert_eq!((group.generation_id, group.member_id.as_str()), (-1, ""));
+    /// ```
     pub fn new(group_id: impl Into<String>) -> Self {
         GroupMetadata {
             group_id: group_id.into(),

@@ -61,6 +61,28 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, info_span, warn, Instrument};
 
 /// Hooks called inside `poll` around a rebalance.
+///
+/// # Examples
+/// ```no_run
+/// use futures::future::BoxFuture;
+/// use onceflow::client::group::{GroupConsumer, RebalanceListener};
+/// use onceflow::client::TopicPartition;
+/// struct Log;
+/// impl RebalanceListener for Log {
+///     fn on_assigned<'a>(&'a self, tps: &'a [TopicPartition]) -> BoxFuture<'a, ()> {
+///         Box::pin(async move { println!("assigned {tps:?}") })
+///     }
+///     fn on_revoked<'a>(&'a self, tps: &'a [TopicPartition]) -> BoxFuture<'a, ()> {
+///         Box::pin(async move { println!("giving up {tps:?}: commit here") })
+///     }
+///     fn on_lost<'a>(&'a self, tps: &'a [TopicPartition]) -> BoxFuture<'a, ()> {
+///         Box::pin(async move { println!("lost {tps:?}: do not commit for them") })
+///     }
+/// }
+/// # fn demo(consumer: &mut GroupConsumer) {
+/// consumer.set_listener(std::sync::Arc::new(Log));
+/// # }
+/// ```
 pub trait RebalanceListener: Send + Sync {
     /// Partitions newly assigned to this member, after their positions are set.
     fn on_assigned<'a>(&'a self, partitions: &'a [TopicPartition]) -> BoxFuture<'a, ()>;
@@ -231,6 +253,15 @@ impl std::fmt::Debug for GroupMetadataHandle {
 
 impl GroupMetadataHandle {
     /// The group id, the member's generation and member id now, and its group.instance.id.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(consumer: &onceflow::client::group::GroupConsumer) {
+    /// let handle = consumer.metadata_handle(); // cheap to clone, moves into a listener
+    /// let meta = handle.get();
+    /// println!("{} generation {} as {}", meta.group_id, meta.generation_id, meta.member_id);
+    /// # }
+    /// ```
     pub fn get(&self) -> GroupMetadata {
         let st = self.shared.lock();
         GroupMetadata {
@@ -271,6 +302,7 @@ impl GroupConsumer {
     /// # Errors
     /// [`Error::Config`] when group.id is missing, or a connection error.
     ///
+    /// # Examples
     /// ```no_run
     /// # async fn demo() -> onceflow::client::Result<()> {
     /// use onceflow::client::{ConsumerConfig, group::GroupConsumer};
@@ -293,6 +325,18 @@ impl GroupConsumer {
     ///
     /// # Errors
     /// [`Error::Config`] when group.id is missing.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo() -> onceflow::client::Result<()> {
+    /// use onceflow::client::{group::GroupConsumer, Cluster, ConsumerConfig, Producer, ProducerConfig};
+    /// let config = ConsumerConfig::from_properties([("group.id", "cleaners")])?;
+    /// // The member and a transactional producer on one set of connections.
+    /// let cluster = Cluster::connect(config.client.clone()).await?;
+    /// let member = GroupConsumer::with_cluster(config, cluster.clone())?;
+    /// let producer = Producer::with_cluster(ProducerConfig::default(), cluster).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn with_cluster(config: ConsumerConfig, cluster: Arc<Cluster>) -> Result<GroupConsumer> {
         let group_id = config
             .group_id
@@ -328,6 +372,15 @@ impl GroupConsumer {
     }
 
     /// Subscribes to topics; takes effect at the next poll (a rebalance).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(mut consumer: onceflow::client::group::GroupConsumer) -> onceflow::client::Result<()> {
+    /// consumer.subscribe(&["rides", "payments"]);
+    /// // Joins the group (or rebalances it), then reads the partitions assigned.
+    /// let records = consumer.poll(std::time::Duration::from_secs(1)).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn subscribe(&mut self, topics: &[&str]) {
         self.topics = topics.iter().map(|t| t.to_string()).collect();
         self.pattern = None;
@@ -350,6 +403,7 @@ impl GroupConsumer {
     /// [`Error::Usage`] under group.protocol=classic (whose members would resolve the pattern
     /// themselves, which this client does not do) or for an empty pattern.
     ///
+    /// # Examples
     /// ```no_run
     /// # async fn demo() -> onceflow::client::Result<()> {
     /// use onceflow::client::{ConsumerConfig, group::GroupConsumer};
@@ -386,6 +440,16 @@ impl GroupConsumer {
     /// cooperative-sticky, as the Java client). The group uses the first one every member
     /// supports. Classic protocol only: under group.protocol=consumer the coordinator assigns
     /// (group.remote.assignor).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(consumer: &mut onceflow::client::group::GroupConsumer) {
+    /// use onceflow::client::group::Strategy;
+    /// // Incremental rebalances only: members keep reading the partitions that do not move.
+    /// consumer.set_strategies(&[Strategy::CooperativeSticky]);
+    /// consumer.subscribe(&["rides"]);
+    /// # }
+    /// ```
     pub fn set_strategies(&mut self, strategies: &[Strategy]) {
         if !strategies.is_empty() {
             self.strategies = strategies.to_vec();
@@ -393,17 +457,54 @@ impl GroupConsumer {
     }
 
     /// Sets the rebalance callbacks.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use futures::future::BoxFuture;
+    /// # use onceflow::client::{group::RebalanceListener, TopicPartition};
+    /// # struct Log;
+    /// # impl RebalanceListener for Log {
+    /// #     fn on_assigned<'a>(&'a self, _: &'a [TopicPartition]) -> BoxFuture<'a, ()> { Box::pin(async {}) }
+    /// #     fn on_revoked<'a>(&'a self, _: &'a [TopicPartition]) -> BoxFuture<'a, ()> { Box::pin(async {}) }
+    /// #     fn on_lost<'a>(&'a self, _: &'a [TopicPartition]) -> BoxFuture<'a, ()> { Box::pin(async {}) }
+    /// # }
+    /// # fn demo(consumer: &mut onceflow::client::group::GroupConsumer) {
+    /// // `Log` implements RebalanceListener (see its example).
+    /// consumer.set_listener(std::sync::Arc::new(Log));
+    /// # }
+    /// ```
     pub fn set_listener(&mut self, listener: Arc<dyn RebalanceListener>) {
         self.listener = Some(listener);
     }
 
     /// The partitions this member owns now.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(mut consumer: onceflow::client::group::GroupConsumer) -> onceflow::client::Result<()> {
+    /// consumer.poll(std::time::Duration::from_secs(1)).await?;
+    /// println!("this member owns {:?}", consumer.assignment());
+    /// # Ok(()) }
+    /// ```
     pub fn assignment(&self) -> Vec<TopicPartition> {
         self.shared.lock().assigned.clone()
     }
 
     /// The group's metadata for [`crate::client::Producer::send_offsets_to_transaction`]: with
     /// the generation and member id the coordinator fences a zombie (KIP-447).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(
+    /// #     mut consumer: onceflow::client::group::GroupConsumer,
+    /// #     producer: onceflow::client::Producer,
+    /// # ) -> onceflow::client::Result<()> {
+    /// producer.begin_transaction()?;
+    /// // ... send what the records polled gave ...
+    /// producer.send_offsets_to_transaction(&consumer.positions(), &consumer.group_metadata()).await?;
+    /// producer.commit_transaction().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn group_metadata(&self) -> GroupMetadata {
         self.metadata_handle().get()
     }
@@ -411,6 +512,26 @@ impl GroupConsumer {
     /// A handle reading [`Self::group_metadata`] as it is when asked: what a rebalance
     /// callback needs to commit a transaction (it has no access to the consumer), with the
     /// generation the member is in at that moment.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use futures::future::BoxFuture;
+    /// use onceflow::client::group::{GroupMetadataHandle, RebalanceListener};
+    /// use onceflow::client::TopicPartition;
+    /// struct OnRevoke(GroupMetadataHandle);
+    /// impl RebalanceListener for OnRevoke {
+    ///     fn on_revoked<'a>(&'a self, tps: &'a [TopicPartition]) -> BoxFuture<'a, ()> {
+    ///         // The generation the partitions are given up in, for send_offsets_to_transaction.
+    ///         Box::pin(async move { println!("generation {}: {tps:?}", self.0.get().generation_id) })
+    ///     }
+    /// #   fn on_assigned<'a>(&'a self, _: &'a [TopicPartition]) -> BoxFuture<'a, ()> { Box::pin(async {}) }
+    /// #   fn on_lost<'a>(&'a self, _: &'a [TopicPartition]) -> BoxFuture<'a, ()> { Box::pin(async {}) }
+    /// }
+    /// # fn demo(consumer: &mut onceflow::client::group::GroupConsumer) {
+    /// let handle = consumer.metadata_handle();
+    /// consumer.set_listener(std::sync::Arc::new(OnRevoke(handle)));
+    /// # }
+    /// ```
     pub fn metadata_handle(&self) -> GroupMetadataHandle {
         GroupMetadataHandle {
             shared: self.shared.clone(),
@@ -418,6 +539,18 @@ impl GroupConsumer {
     }
 
     /// The consumer underneath (positions, watermarks).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(member: &onceflow::client::group::GroupConsumer) {
+    /// let consumer = member.consumer();
+    /// for tp in member.assignment() {
+    ///     if let (Some(position), Some(end)) = (consumer.position(&tp), consumer.end_offset(&tp)) {
+    ///         println!("{tp}: lag {}", end - position);
+    ///     }
+    /// }
+    /// # }
+    /// ```
     pub fn consumer(&self) -> &Consumer {
         &self.consumer
     }
@@ -427,6 +560,17 @@ impl GroupConsumer {
     ///
     /// # Errors
     /// [`Error::Usage`] when the partition is not owned.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(mut consumer: onceflow::client::group::GroupConsumer) -> onceflow::client::Result<()> {
+    /// use onceflow::client::{Offset, TopicPartition};
+    /// let tp = TopicPartition::new("rides", 0);
+    /// if consumer.assignment().contains(&tp) {
+    ///     consumer.seek(&tp, Offset::Beginning)?; // read the partition again from its start
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn seek(&mut self, tp: &TopicPartition, offset: Offset) -> Result<()> {
         self.consumer.seek(tp, offset)
     }
@@ -437,6 +581,20 @@ impl GroupConsumer {
     ///
     /// # Errors
     /// OffsetFetch failures.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(
+    /// #     mut consumer: onceflow::client::group::GroupConsumer,
+    /// #     producer: onceflow::client::Producer,
+    /// # ) -> onceflow::client::Result<()> {
+    /// if let Err(e) = producer.commit_transaction().await {
+    ///     eprintln!("transaction failed: {e}");
+    ///     producer.abort_transaction().await?;
+    ///     consumer.rewind_to_committed().await?; // its input is read again
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn rewind_to_committed(&mut self) -> Result<()> {
         let owned = self.started();
         let committed =
@@ -453,6 +611,15 @@ impl GroupConsumer {
     }
 
     /// The next offsets to commit: the position of every owned partition.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(consumer: &onceflow::client::group::GroupConsumer) {
+    /// for (tp, next) in consumer.positions() {
+    ///     println!("{tp}: next offset {next}");
+    /// }
+    /// # }
+    /// ```
     pub fn positions(&self) -> Vec<(TopicPartition, i64)> {
         self.assignment()
             .into_iter()
@@ -469,6 +636,20 @@ impl GroupConsumer {
     /// Fatal group errors ([`Error::Fenced`] when another member took over this member's
     /// group.instance.id; GROUP_AUTHORIZATION_FAILED) — every later poll returns the same — and
     /// fetch errors.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(mut consumer: onceflow::client::group::GroupConsumer) -> onceflow::client::Result<()> {
+    /// consumer.subscribe(&["rides"]);
+    /// loop {
+    ///     // Poll again within max.poll.interval.ms, or the member is taken out of the group.
+    ///     let records = consumer.poll(std::time::Duration::from_millis(500)).await?;
+    ///     for r in &records {
+    ///         println!("{}-{}@{}", r.topic, r.partition, r.offset);
+    ///     }
+    /// }
+    /// # }
+    /// ```
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
         let deadline = Instant::now() + timeout;
         self.shared.lock().last_poll = Some(Instant::now());
@@ -499,6 +680,22 @@ impl GroupConsumer {
     ///
     /// # Errors
     /// [`Error::CommitFailed`] when the group rebalanced meanwhile (the next poll rejoins).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(mut consumer: onceflow::client::group::GroupConsumer) -> onceflow::client::Result<()> {
+    /// use onceflow::client::Error;
+    /// // With enable.auto.commit=false: commit once the records polled are processed.
+    /// let records = consumer.poll(std::time::Duration::from_secs(1)).await?;
+    /// // ... process them ...
+    /// match consumer.commit_positions().await {
+    ///     Ok(()) => {}
+    ///     // Rebalanced: their new owner reads them again.
+    ///     Err(Error::CommitFailed(why)) => eprintln!("not committed: {why}"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn commit_positions(&mut self) -> Result<()> {
         let offsets = self.positions();
         self.commit(&offsets).await
@@ -509,6 +706,21 @@ impl GroupConsumer {
     /// # Errors
     /// [`Error::CommitFailed`] when the group rebalanced meanwhile; [`Error::Fenced`] when
     /// another member took over this member's group.instance.id.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(mut consumer: onceflow::client::group::GroupConsumer) -> onceflow::client::Result<()> {
+    /// use onceflow::client::TopicPartition;
+    /// use std::collections::BTreeMap;
+    /// let records = consumer.poll(std::time::Duration::from_secs(1)).await?;
+    /// // Commit past the last record of each partition processed.
+    /// let mut next = BTreeMap::new();
+    /// for r in &records {
+    ///     next.insert(TopicPartition::new(r.topic.clone(), r.partition), r.offset + 1);
+    /// }
+    /// consumer.commit(&next.into_iter().collect::<Vec<_>>()).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn commit(&mut self, offsets: &[(TopicPartition, i64)]) -> Result<()> {
         let who = {
             let st = self.shared.lock();
@@ -539,6 +751,15 @@ impl GroupConsumer {
     ///
     /// # Errors
     /// Connection errors while leaving.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(consumer: onceflow::client::group::GroupConsumer) -> onceflow::client::Result<()> {
+    /// // On shutdown: leave at once, so the group hands the partitions to the other members
+    /// // now rather than after session.timeout.ms.
+    /// consumer.close().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn close(mut self) -> Result<()> {
         if self.shared.lock().fatal.is_some() {
             // Fenced: the membership belongs to another member now; report the partitions

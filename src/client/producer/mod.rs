@@ -64,6 +64,7 @@ pub struct ProducerRecord {
 impl ProducerRecord {
     /// A record with a value.
     ///
+    /// # Examples
     /// ```
     /// use onceflow::client::ProducerRecord;
     /// let r = ProducerRecord::new("rides", "hello").with_key("k1").with_header("h", Some("v"));
@@ -77,19 +78,45 @@ impl ProducerRecord {
         }
     }
 
-    /// Sets the key.
+    /// Sets the key. Records with the same key go to the same partition (unless the record
+    /// names one, or partitioner.ignore.keys is set).
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::ProducerRecord;
+    /// let r = ProducerRecord::new("rides", "picked up").with_key("driver-42");
+    /// assert_eq!(r.key.as_deref(), Some(&b"driver-42"[..]));
+    /// ```
     pub fn with_key(mut self, key: impl Into<Bytes>) -> Self {
         self.key = Some(key.into());
         self
     }
 
-    /// Sets the partition.
+    /// Sets the partition, bypassing the partitioner. `send` fails with
+    /// [`Error::UnknownPartition`] if the topic does not have it.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::ProducerRecord;
+    /// let r = ProducerRecord::new("rides", "hello").with_partition(3);
+    /// assert_eq!(r.partition, Some(3));
+    /// ```
     pub fn with_partition(mut self, partition: i32) -> Self {
         self.partition = Some(partition);
         self
     }
 
-    /// Adds a header.
+    /// Adds a header. Headers keep their order; a key may repeat, and a value may be absent.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::ProducerRecord;
+    /// let r = ProducerRecord::new("rides", "hello")
+    ///     .with_header("trace-id", Some("4bf92f3577b34da6"))
+    ///     .with_header("replayed", None::<&str>);
+    /// assert_eq!(r.headers[0].key, "trace-id");
+    /// assert!(r.headers[1].value.is_none());
+    /// ```
     pub fn with_header(mut self, key: impl Into<Bytes>, value: Option<impl Into<Bytes>>) -> Self {
         self.headers.push(Header {
             key: key.into(),
@@ -98,14 +125,32 @@ impl ProducerRecord {
         self
     }
 
-    /// Sets the timestamp.
+    /// Sets the timestamp (ms since the epoch); without it the record gets the time it is
+    /// sent. A topic with message.timestamp.type=LogAppendTime replaces it with the broker's.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::ProducerRecord;
+    /// let r = ProducerRecord::new("rides", "hello").with_timestamp(1_700_000_000_000);
+    /// assert_eq!(r.timestamp, Some(1_700_000_000_000));
+    /// ```
     pub fn with_timestamp(mut self, ts: i64) -> Self {
         self.timestamp = Some(ts);
         self
     }
 }
 
-/// Where a record was written.
+/// Where a record was written: what a [`DeliveryFuture`] (or a `send_with_callback` callback)
+/// resolves to.
+///
+/// # Examples
+/// ```no_run
+/// # async fn demo(producer: onceflow::client::Producer) -> onceflow::client::Result<()> {
+/// use onceflow::client::ProducerRecord;
+/// let meta = producer.send(ProducerRecord::new("rides", "hello")).await?.await?;
+/// println!("{}-{} at offset {} ({} ms)", meta.topic, meta.partition, meta.offset, meta.timestamp);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordMetadata {
     /// Topic.
@@ -119,6 +164,24 @@ pub struct RecordMetadata {
 }
 
 /// Resolves when the record is acknowledged (or has failed for good).
+///
+/// Returned by [`Producer::send`] once the record is queued: keep the futures and await them
+/// later to have many records in flight. Dropping one does not take its record back.
+///
+/// # Examples
+/// ```no_run
+/// # async fn demo(producer: onceflow::client::Producer) -> onceflow::client::Result<()> {
+/// use onceflow::client::ProducerRecord;
+/// let mut deliveries = Vec::new();
+/// for i in 0..100 {
+///     deliveries.push(producer.send(ProducerRecord::new("rides", format!("ride {i}"))).await?);
+/// }
+/// for delivery in deliveries {
+///     let meta = delivery.await?; // Err: the record was not written
+///     println!("offset {}", meta.offset);
+/// }
+/// # Ok(()) }
+/// ```
 pub struct DeliveryFuture {
     rx: oneshot::Receiver<Result<RecordMetadata>>,
 }
@@ -300,6 +363,7 @@ impl Producer {
     /// [`Error::Config`] for contradicting settings, [`Error::NoBrokerReachable`] when no
     /// bootstrap broker answers.
     ///
+    /// # Examples
     /// ```no_run
     /// # async fn demo() -> onceflow::client::Result<()> {
     /// use onceflow::client::{Producer, ProducerConfig, ProducerRecord};
@@ -319,6 +383,18 @@ impl Producer {
     ///
     /// # Errors
     /// [`Error::Config`] for contradicting settings; InitProducerId failures.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo() -> onceflow::client::Result<()> {
+    /// use onceflow::client::{Cluster, Consumer, ConsumerConfig, Producer, ProducerConfig};
+    /// let config = ProducerConfig::from_properties([("bootstrap.servers", "127.0.0.1:9092")])?;
+    /// // One set of connections and one metadata cache for a producer and a consumer.
+    /// let cluster = Cluster::connect(config.client.clone()).await?;
+    /// let producer = Producer::with_cluster(config, cluster.clone()).await?;
+    /// let consumer = Consumer::with_cluster(ConsumerConfig::default(), cluster);
+    /// # Ok(()) }
+    /// ```
     pub async fn with_cluster(config: ProducerConfig, cluster: Arc<Cluster>) -> Result<Producer> {
         config.validate()?;
         let identity = if config.transactional_id.is_some() {
@@ -356,6 +432,15 @@ impl Producer {
     }
 
     /// The producer id and epoch in use (idempotence on), for logs and tests.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(producer: &onceflow::client::Producer) {
+    /// if let Some((id, epoch)) = producer.producer_id_and_epoch() {
+    ///     println!("writing as producer id {id}, epoch {epoch}");
+    /// }
+    /// # }
+    /// ```
     pub fn producer_id_and_epoch(&self) -> Option<(i64, i16)> {
         self.inner.lock().identity.map(|i| (i.producer_id, i.epoch))
     }
@@ -363,6 +448,7 @@ impl Producer {
     /// The producer's counters since it was created (batches acknowledged, retried, failed;
     /// epoch bumps).
     ///
+    /// # Examples
     /// ```no_run
     /// # fn demo(p: &onceflow::client::Producer) {
     /// let m = p.metrics();
@@ -373,7 +459,16 @@ impl Producer {
         self.inner.counters.snapshot()
     }
 
-    /// The broker pool this producer uses.
+    /// The broker pool this producer uses: share it with a consumer or [`super::Admin`]
+    /// instead of connecting again.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(producer: &onceflow::client::Producer) {
+    /// use onceflow::client::Admin;
+    /// let admin = Admin::with_cluster(producer.cluster().clone());
+    /// # }
+    /// ```
     pub fn cluster(&self) -> &Arc<Cluster> {
         &self.inner.cluster
     }
@@ -395,6 +490,18 @@ impl Producer {
     /// [`Error::Timeout`] when buffer space does not free up within max.block.ms,
     /// [`Error::Closed`]; with transactions [`Error::Usage`] outside a transaction, and the
     /// transaction's (or the producer's) error once it has failed.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(producer: onceflow::client::Producer) -> onceflow::client::Result<()> {
+    /// use onceflow::client::ProducerRecord;
+    /// let record = ProducerRecord::new("rides", r#"{"km": 12}"#).with_key("driver-42");
+    /// // The first `await` queues the record, the second waits for the broker's acknowledgement.
+    /// let delivery = producer.send(record).await?;
+    /// let meta = delivery.await?;
+    /// assert_eq!(meta.topic, "rides");
+    /// # Ok(()) }
+    /// ```
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
         let (tx, rx) = oneshot::channel();
         self.append(record, Reply::future(tx)).await?;
@@ -414,6 +521,7 @@ impl Producer {
     /// # Errors
     /// As [`Self::send`].
     ///
+    /// # Examples
     /// ```no_run
     /// # async fn demo(producer: onceflow::client::Producer) -> onceflow::client::Result<()> {
     /// use onceflow::client::ProducerRecord;
@@ -679,6 +787,18 @@ impl Producer {
     ///
     /// # Errors
     /// [`Error::Closed`] only if the sender task is gone.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(producer: onceflow::client::Producer) -> onceflow::client::Result<()> {
+    /// use onceflow::client::ProducerRecord;
+    /// for ride in ["ride 1", "ride 2", "ride 3"] {
+    ///     producer.send(ProducerRecord::new("rides", ride)).await?;
+    /// }
+    /// // Every record above is now acknowledged or failed (each outcome is in its future).
+    /// producer.flush().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn flush(&self) -> Result<()> {
         let inner = &self.inner;
         // Only the records sent before this call: other clones may keep sending while we wait
@@ -704,6 +824,16 @@ impl Producer {
     ///
     /// # Errors
     /// As [`Self::flush`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(producer: onceflow::client::Producer) -> onceflow::client::Result<()> {
+    /// use onceflow::client::ProducerRecord;
+    /// producer.send(ProducerRecord::new("rides", "last ride")).await?;
+    /// // Waits for "last ride", then stops the sender: clones of this producer are closed too.
+    /// producer.close().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn close(self) -> Result<()> {
         self.flush().await?;
         self.stop();
@@ -719,6 +849,7 @@ impl Producer {
     /// As [`Self::flush`], or [`Error::Timeout`] when the records did not settle within
     /// `timeout` (the queued ones have been failed).
     ///
+    /// # Examples
     /// ```no_run
     /// # async fn demo(producer: onceflow::client::Producer) -> onceflow::client::Result<()> {
     /// // On shutdown: give the records ten seconds, no more.

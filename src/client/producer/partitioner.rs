@@ -7,6 +7,13 @@
 //! per partition.
 
 /// Kafka's murmur2 (seed 0x9747b28c), as the Java client computes it.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::producer::partitioner::murmur2;
+/// // The value of Java's `Utils.murmur2("abc".getBytes())`.
+/// assert_eq!(murmur2(b"abc"), 479470107);
+/// ```
 pub fn murmur2(data: &[u8]) -> i32 {
     const SEED: u32 = 0x9747_b28c;
     const M: u32 = 0x5bd1_e995;
@@ -40,6 +47,13 @@ pub fn murmur2(data: &[u8]) -> i32 {
 }
 
 /// The partition the Java client picks for `key` among `partitions`.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::producer::partitioner::partition_for_key;
+/// // A Java producer writing key "abc" to a topic of 6 partitions picks partition 3, too.
+/// assert_eq!(partition_for_key(b"abc", 6), 3);
+/// ```
 pub fn partition_for_key(key: &[u8], partitions: usize) -> i32 {
     let positive = (murmur2(key) & 0x7fff_ffff) as u32;
     (positive % partitions.max(1) as u32) as i32
@@ -47,6 +61,14 @@ pub fn partition_for_key(key: &[u8], partitions: usize) -> i32 {
 
 /// A random partition other than `current` (when there is more than one), for sticky
 /// keyless partitioning.
+///
+/// # Examples
+/// ```
+/// use onceflow::client::producer::partitioner::next_sticky;
+/// let p = next_sticky(Some(2), 4);
+/// assert!(p != 2 && (0..4).contains(&p));
+/// assert_eq!(next_sticky(Some(0), 1), 0); // one partition: nowhere else to go
+/// ```
 pub fn next_sticky(current: Option<i32>, partitions: usize) -> i32 {
     use rand::Rng;
     let n = partitions.max(1) as i32;

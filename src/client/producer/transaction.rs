@@ -120,6 +120,7 @@ impl Producer {
     /// transaction.max.timeout.ms; fatal authorization errors; [`Error::Timeout`];
     /// [`Error::Usage`] while a transaction is open.
     ///
+    /// # Examples
     /// ```no_run
     /// # async fn demo() -> onceflow::client::Result<()> {
     /// use onceflow::client::{Producer, ProducerConfig, ProducerRecord};
@@ -155,6 +156,18 @@ impl Producer {
     /// # Errors
     /// [`Error::Usage`] when a transaction is open or init_transactions was not called; the
     /// producer's fatal error once it has one.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(producer: onceflow::client::Producer) -> onceflow::client::Result<()> {
+    /// use onceflow::client::ProducerRecord;
+    /// // After init_transactions(), once; then one transaction after the other.
+    /// producer.begin_transaction()?;
+    /// producer.send(ProducerRecord::new("clean-rides", "ride 1")).await?;
+    /// producer.send(ProducerRecord::new("clean-rides", "ride 2")).await?;
+    /// producer.commit_transaction().await?; // both visible to read_committed, or neither
+    /// # Ok(()) }
+    /// ```
     pub fn begin_transaction(&self) -> Result<()> {
         let tv2 = self.inner.cluster.transaction_version_2();
         let mut acc = self.inner.lock();
@@ -173,6 +186,25 @@ impl Producer {
     /// # Errors
     /// Abortable errors (e.g. ILLEGAL_GENERATION after a rebalance) doom the transaction; fatal
     /// ones (fencing) the producer.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(
+    /// #     producer: onceflow::client::Producer,
+    /// #     mut consumer: onceflow::client::group::GroupConsumer,
+    /// # ) -> onceflow::client::Result<()> {
+    /// use onceflow::client::ProducerRecord;
+    /// // Consume, transform, produce: the output and the input's offsets commit together.
+    /// let records = consumer.poll(std::time::Duration::from_secs(1)).await?;
+    /// producer.begin_transaction()?;
+    /// for r in &records {
+    ///     let cleaned = r.value.clone().unwrap_or_default();
+    ///     producer.send(ProducerRecord::new("clean-rides", cleaned)).await?;
+    /// }
+    /// producer.send_offsets_to_transaction(&consumer.positions(), &consumer.group_metadata()).await?;
+    /// producer.commit_transaction().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn send_offsets_to_transaction(
         &self,
         offsets: &[(TopicPartition, i64)],
@@ -218,6 +250,21 @@ impl Producer {
     ///
     /// # Errors
     /// The transaction's abortable error if any record failed.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(producer: onceflow::client::Producer) -> onceflow::client::Result<()> {
+    /// use onceflow::client::ProducerRecord;
+    /// producer.begin_transaction()?;
+    /// producer.send(ProducerRecord::new("clean-rides", "ride 1")).await?;
+    /// let prepared = producer.prepare_commit().await?;
+    /// // Save the committable durably (here as JSON) before committing: if this process
+    /// // dies now, another one finishes the transaction with `resume_transaction`.
+    /// let saved = serde_json::to_string(&prepared).expect("serializable");
+    /// std::fs::write("checkpoint-17.json", saved).expect("saved");
+    /// producer.commit_transaction().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn prepare_commit(&self) -> Result<PreparedTransaction> {
         self.step(TxnEvent::Use("prepare_commit()"))?;
         self.flush().await?;
@@ -269,6 +316,20 @@ impl Producer {
     /// [`Error::TransactionAbortable`] when a record or request of the transaction failed
     /// (the caller must then abort), or a fatal error (fenced, or aborted by the coordinator
     /// after transaction.timeout.ms at transaction.version 1).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(producer: onceflow::client::Producer) -> onceflow::client::Result<()> {
+    /// use onceflow::client::ErrorClass;
+    /// match producer.commit_transaction().await {
+    ///     Ok(()) => {}
+    ///     // A record or request failed: abort, then redo the work in a new transaction.
+    ///     Err(e) if e.class() == ErrorClass::Abortable => producer.abort_transaction().await?,
+    ///     // Fenced or otherwise fatal: this producer is done.
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn commit_transaction(&self) -> Result<()> {
         self.end_transaction(TxnEnd::Commit).await
     }
@@ -277,6 +338,22 @@ impl Producer {
     ///
     /// # Errors
     /// Fatal errors only (fencing); abortable ones are what abort is for.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(
+    /// #     producer: onceflow::client::Producer,
+    /// #     mut consumer: onceflow::client::group::GroupConsumer,
+    /// # ) -> onceflow::client::Result<()> {
+    /// use onceflow::client::ProducerRecord;
+    /// producer.begin_transaction()?;
+    /// if let Err(e) = producer.send(ProducerRecord::new("clean-rides", "ride")).await {
+    ///     eprintln!("aborting: {e}");
+    ///     producer.abort_transaction().await?; // none of its records becomes visible
+    ///     consumer.rewind_to_committed().await?; // read the input again
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn abort_transaction(&self) -> Result<()> {
         self.end_transaction(TxnEnd::Abort).await
     }

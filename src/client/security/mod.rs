@@ -29,6 +29,13 @@ pub struct Secret(String);
 
 impl Secret {
     /// Wraps a secret value.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::security::Secret;
+    /// let password = Secret::new("hunter2");
+    /// assert_eq!(format!("{password:?} {password}"), "[redacted] [redacted]");
+    /// ```
     pub fn new(value: impl Into<String>) -> Secret {
         Secret(value.into())
     }
@@ -68,11 +75,25 @@ pub enum SecurityProtocol {
 
 impl SecurityProtocol {
     /// Whether the transport is TLS.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::security::SecurityProtocol;
+    /// assert!(SecurityProtocol::SaslSsl.tls());
+    /// assert!(!SecurityProtocol::SaslPlaintext.tls());
+    /// ```
     pub fn tls(self) -> bool {
         matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
     }
 
     /// Whether SASL authenticates each connection.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::security::SecurityProtocol;
+    /// assert!(SecurityProtocol::SaslSsl.sasl());
+    /// assert!(!SecurityProtocol::Ssl.sasl()); // mutual TLS authenticates without SASL
+    /// ```
     pub fn sasl(self) -> bool {
         matches!(
             self,
@@ -81,6 +102,12 @@ impl SecurityProtocol {
     }
 
     /// The property value.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::security::SecurityProtocol;
+    /// assert_eq!(SecurityProtocol::SaslSsl.as_str(), "SASL_SSL");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             SecurityProtocol::Plaintext => "PLAINTEXT",
@@ -108,6 +135,12 @@ pub enum SaslMechanism {
 
 impl SaslMechanism {
     /// The mechanism's name on the wire and in `sasl.mechanism`.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::security::SaslMechanism;
+    /// assert_eq!(SaslMechanism::ScramSha512.as_str(), "SCRAM-SHA-512");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             SaslMechanism::Plain => "PLAIN",
@@ -180,6 +213,14 @@ pub struct SecurityConfig {
 
 impl SecurityConfig {
     /// A plaintext configuration (hostname verification on, for when TLS is turned on).
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::security::{SecurityConfig, SecurityProtocol};
+    /// let s = SecurityConfig::new();
+    /// assert_eq!(s.protocol, SecurityProtocol::Plaintext);
+    /// assert!(s.verify_hostname);
+    /// ```
     pub fn new() -> SecurityConfig {
         SecurityConfig {
             verify_hostname: true,
@@ -191,6 +232,20 @@ impl SecurityConfig {
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] naming the property and what it accepts.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::security::{SaslMechanism, SecurityConfig};
+    /// let mut s = SecurityConfig::new();
+    /// assert!(s.set("security.protocol", "SASL_SSL")?);
+    /// assert!(s.set("sasl.mechanism", "SCRAM-SHA-512")?);
+    /// assert!(s.set("sasl.username", "cleaner")?);
+    /// assert!(s.set("sasl.password", "hunter2")?);
+    /// assert_eq!(s.mechanism, SaslMechanism::ScramSha512);
+    /// assert!(!s.set("linger.ms", "5")?); // not a security property
+    /// s.validate()?;
+    /// # Ok::<(), onceflow::client::ConfigError>(())
+    /// ```
     pub fn set(&mut self, name: &str, value: &str) -> Result<bool, ConfigError> {
         let v = value.trim();
         let path = |v: &str| -> Result<PathBuf, ConfigError> {
@@ -315,6 +370,16 @@ impl SecurityConfig {
     ///
     /// # Errors
     /// [`ConfigError::Conflict`] or [`ConfigError::Missing`], naming what to change.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::security::SecurityConfig;
+    /// let mut s = SecurityConfig::new();
+    /// s.set("sasl.username", "cleaner")?; // but security.protocol is still PLAINTEXT
+    /// let e = s.validate().unwrap_err();
+    /// assert!(e.to_string().contains("security.protocol=SASL_SSL"), "{e}");
+    /// # Ok::<(), onceflow::client::ConfigError>(())
+    /// ```
     pub fn validate(&self) -> Result<(), ConfigError> {
         let p = self.protocol;
         if let (false, Some(name)) = (p.tls(), &self.ssl_set) {

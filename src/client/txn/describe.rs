@@ -37,6 +37,18 @@ pub struct TransactionDescription {
 impl TransactionDescription {
     /// How long the transaction has been running, measured with this machine's clock against
     /// the coordinator's start time; `None` without a start time.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(admin: onceflow::client::Admin) -> onceflow::client::Result<()> {
+    /// use std::time::Duration;
+    /// if let Some(t) = admin.describe_transaction("rides-cleaner-0").await? {
+    ///     if t.is_open() && t.age() > Some(Duration::from_secs(600)) {
+    ///         println!("{} has been open for {:?}", t.transactional_id, t.age());
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn age(&self) -> Option<Duration> {
         let start = self.start_time_ms.filter(|s| *s >= 0)?;
         let age = crate::client::producer::now_ms().saturating_sub(start);
@@ -44,6 +56,14 @@ impl TransactionDescription {
     }
 
     /// Whether a transaction is open (records or markers not final yet).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(admin: onceflow::client::Admin) -> onceflow::client::Result<()> {
+    /// let open = admin.describe_transaction("rides-cleaner-0").await?.is_some_and(|t| t.is_open());
+    /// println!("read_committed readers of its partitions wait: {open}");
+    /// # Ok(()) }
+    /// ```
     pub fn is_open(&self) -> bool {
         self.state.is_open()
     }

@@ -40,6 +40,13 @@ pub enum TxnEnd {
 
 impl TxnEnd {
     /// EndTxn's `committed` field.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::txn::TxnEnd;
+    /// assert!(TxnEnd::Commit.is_commit());
+    /// assert!(!TxnEnd::Abort.is_commit());
+    /// ```
     pub fn is_commit(self) -> bool {
         self == TxnEnd::Commit
     }
@@ -111,6 +118,7 @@ pub enum ResumeOutcome {
 /// # Errors
 /// Connection and authorization failures; the transaction's fate is in the `Ok` value.
 ///
+/// # Examples
 /// ```no_run
 /// # async fn demo(saved: onceflow::client::txn::PreparedTransaction) -> onceflow::client::Result<()> {
 /// use onceflow::client::{Cluster, ClientConfig};

@@ -285,6 +285,7 @@ fn slot_id(prefix: &str, slot: usize) -> String {
 ///
 /// Cheap to clone; clones share the slots.
 ///
+/// # Examples
 /// ```no_run
 /// # async fn demo() -> onceflow::client::Result<()> {
 /// use onceflow::client::{Cluster, ClientConfig, ProducerConfig, ProducerRecord};
@@ -332,6 +333,21 @@ impl TransactionalPool {
     /// **Recovery order.** Call this only AFTER every saved committable of these ids has been
     /// resolved with [`resume_transaction`]: InitProducerId *aborts* a prepared transaction, and
     /// with it the output of a checkpoint that is already durable.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(saved: Vec<onceflow::client::txn::PreparedTransaction>) -> onceflow::client::Result<()> {
+    /// use onceflow::client::{ClientConfig, Cluster, ProducerConfig};
+    /// use onceflow::client::txn::{resume_transaction, TransactionalPool, TxnEnd};
+    /// let cluster = Cluster::connect(ClientConfig::default()).await?;
+    /// // Recovery: first finish the transactions the last durable checkpoint saved ...
+    /// for committable in &saved {
+    ///     resume_transaction(&cluster, committable, TxnEnd::Commit).await?;
+    /// }
+    /// // ... then fence the previous incarnation and abort whatever else it left open.
+    /// let pool = TransactionalPool::init(cluster, ProducerConfig::default(), "rides-sink-0", 3).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn init(
         cluster: Arc<Cluster>,
         config: ProducerConfig,
@@ -389,6 +405,21 @@ impl TransactionalPool {
     /// [`Error::Fenced`] if another producer may have taken its id over (this pool then stops
     /// using it: recover with a new pool), or DescribeTransactions / InitProducerId failures;
     /// the slot stays free and the next call tries again.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(pool: onceflow::client::txn::TransactionalPool) -> onceflow::client::Result<()> {
+    /// use onceflow::client::{Error, ProducerRecord};
+    /// match pool.begin().await {
+    ///     Ok(txn) => {
+    ///         txn.send(ProducerRecord::new("clean-rides", "ride")).await?;
+    ///     }
+    ///     // Every slot is busy: stop reading input until an ended slot is released.
+    ///     Err(Error::PoolExhausted { prepared, .. }) => println!("{prepared} checkpoints pending"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn begin(&self) -> Result<OpenTransaction> {
         let (slot, producer, reset) = {
             let mut slots = self.inner.lock();
@@ -428,17 +459,47 @@ impl TransactionalPool {
     }
 
     /// How many slots are free, open, prepared and ended, for metrics.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(pool: &onceflow::client::txn::TransactionalPool) {
+    /// let c = pool.counts();
+    /// println!("{} free, {} open, {} prepared, {} ended", c.free, c.open, c.prepared, c.ended);
+    /// # }
+    /// ```
     pub fn counts(&self) -> PoolCounts {
         PoolCounts::of(self.inner.lock().iter().map(|s| s.state))
     }
 
     /// The state of every slot, by slot number.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(pool: &onceflow::client::txn::TransactionalPool) {
+    /// use onceflow::client::txn::SlotState;
+    /// let prepared: Vec<usize> = (0..).zip(pool.states()).filter(|(_, s)| *s == SlotState::Prepared).map(|(i, _)| i).collect();
+    /// println!("slots holding a prepared transaction: {prepared:?}");
+    /// # }
+    /// ```
     pub fn states(&self) -> Vec<SlotState> {
         self.inner.lock().iter().map(|s| s.state).collect()
     }
 
     /// The pool's transactional ids, by slot number (for cleanup: every id a crashed
     /// incarnation may have left a transaction open under).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(pool: onceflow::client::txn::TransactionalPool) -> onceflow::client::Result<()> {
+    /// use onceflow::client::Admin;
+    /// let admin = Admin::with_cluster(pool.cluster().clone());
+    /// for id in pool.transactional_ids() {
+    ///     if let Some(t) = admin.describe_transaction(&id).await? {
+    ///         println!("{id}: {}", t.state);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn transactional_ids(&self) -> Vec<String> {
         (0..self.inner.lock().len())
             .map(|i| self.inner.transactional_id(i))
@@ -446,11 +507,26 @@ impl TransactionalPool {
     }
 
     /// The prefix the ids are built from.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(pool: &onceflow::client::txn::TransactionalPool) {
+    /// assert_eq!(pool.transactional_ids()[0], format!("{}-0", pool.prefix()));
+    /// # }
+    /// ```
     pub fn prefix(&self) -> &str {
         &self.inner.prefix
     }
 
     /// The broker pool the slots share.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn demo(pool: &onceflow::client::txn::TransactionalPool) {
+    /// use onceflow::client::Admin;
+    /// let admin = Admin::with_cluster(pool.cluster().clone());
+    /// # }
+    /// ```
     pub fn cluster(&self) -> &Arc<Cluster> {
         &self.inner.cluster
     }
@@ -487,11 +563,26 @@ impl std::fmt::Debug for OpenTransaction {
 
 impl OpenTransaction {
     /// The slot number.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(txn: onceflow::client::txn::OpenTransaction) -> onceflow::client::Result<()> {
+    /// println!("checkpoint 7 writes in slot {} ({})", txn.slot(), txn.transactional_id());
+    /// # Ok(()) }
+    /// ```
     pub fn slot(&self) -> usize {
         self.slot
     }
 
     /// The slot's transactional id, `<prefix>-<slot>`.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(pool: onceflow::client::txn::TransactionalPool) -> onceflow::client::Result<()> {
+    /// let txn = pool.begin().await?;
+    /// assert_eq!(txn.transactional_id(), format!("{}-{}", pool.prefix(), txn.slot()));
+    /// # Ok(()) }
+    /// ```
     pub fn transactional_id(&self) -> &str {
         &self.transactional_id
     }
@@ -500,6 +591,15 @@ impl OpenTransaction {
     ///
     /// # Errors
     /// As [`Producer::send`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(pool: onceflow::client::txn::TransactionalPool) -> onceflow::client::Result<()> {
+    /// use onceflow::client::ProducerRecord;
+    /// let txn = pool.begin().await?;
+    /// txn.send(ProducerRecord::new("clean-rides", "ride 1").with_key("driver-42")).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
         self.producer.send(record).await
     }
@@ -508,6 +608,17 @@ impl OpenTransaction {
     ///
     /// # Errors
     /// As [`Producer::send_offsets_to_transaction`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(
+    /// #     txn: onceflow::client::txn::OpenTransaction,
+    /// #     consumer: onceflow::client::group::GroupConsumer,
+    /// # ) -> onceflow::client::Result<()> {
+    /// // The input's offsets commit if and only if this checkpoint's transaction does.
+    /// txn.send_offsets_to_transaction(&consumer.positions(), &consumer.group_metadata()).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn send_offsets_to_transaction(
         &self,
         offsets: &[(TopicPartition, i64)],
@@ -522,6 +633,13 @@ impl OpenTransaction {
     ///
     /// # Errors
     /// As [`Producer::flush`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(txn: onceflow::client::txn::OpenTransaction) -> onceflow::client::Result<()> {
+    /// txn.flush().await?; // every record sent is acknowledged; the transaction stays open
+    /// # Ok(()) }
+    /// ```
     pub async fn flush(&self) -> Result<()> {
         self.producer.flush().await
     }
@@ -533,6 +651,17 @@ impl OpenTransaction {
     /// The transaction's error when a record failed or the coordinator no longer has the
     /// transaction open. The transaction cannot commit then; the slot is freed and the
     /// transaction aborted before the slot is reused.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(txn: onceflow::client::txn::OpenTransaction) -> onceflow::client::Result<()> {
+    /// let prepared = txn.prepare().await?;
+    /// // Checkpoint N holds the committable, durably, before anything commits.
+    /// let saved = serde_json::to_vec(prepared.committable()).expect("serializable");
+    /// std::fs::write("checkpoint-n.json", saved).expect("saved");
+    /// prepared.commit().await?.release();
+    /// # Ok(()) }
+    /// ```
     pub async fn prepare(mut self) -> Result<PreparedSlot> {
         let committable = self.producer.prepare_commit().await?;
         self.inner.step(self.slot, SlotEvent::Prepare)?;
@@ -552,6 +681,18 @@ impl OpenTransaction {
     /// # Errors
     /// As [`Producer::abort_transaction`]. The slot is freed either way; after an error the
     /// transaction is aborted by InitProducerId before the slot is reused.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(pool: onceflow::client::txn::TransactionalPool) -> onceflow::client::Result<()> {
+    /// use onceflow::client::ProducerRecord;
+    /// let txn = pool.begin().await?;
+    /// if let Err(e) = txn.send(ProducerRecord::new("clean-rides", "ride")).await {
+    ///     eprintln!("checkpoint abandoned: {e}");
+    ///     txn.abort().await?; // the slot is free again
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn abort(mut self) -> Result<()> {
         self.producer.abort_transaction().await?;
         self.done = true;
@@ -622,16 +763,48 @@ impl EndFailed {
     }
 
     /// What went wrong.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// if let Err(failed) = prepared.commit().await {
+    ///     eprintln!("commit failed: {}", failed.error());
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn error(&self) -> &Error {
         &self.0.error
     }
 
     /// The slot, still prepared, to try again.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// let ended = match prepared.commit().await {
+    ///     Ok(ended) => ended,
+    ///     // Once more: the second commit resolves through resume_transaction.
+    ///     Err(failed) => failed.into_slot().commit().await?,
+    /// };
+    /// # Ok(()) }
+    /// ```
     pub fn into_slot(self) -> PreparedSlot {
         self.0.slot
     }
 
     /// The error and the slot.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// use onceflow::client::txn::TxnEnd;
+    /// if let Err(failed) = prepared.commit().await {
+    ///     let (error, slot) = failed.into_parts();
+    ///     eprintln!("commit failed ({error}); resolving from the coordinator's view");
+    ///     let (outcome, ended) = slot.resume(TxnEnd::Commit).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn into_parts(self) -> (Error, PreparedSlot) {
         let f = *self.0;
         (f.error, f.slot)
@@ -647,11 +820,27 @@ impl From<EndFailed> for Error {
 
 impl PreparedSlot {
     /// The committable to save in the checkpoint.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// let c = prepared.committable();
+    /// println!("{} producer {} epoch {}", c.transactional_id, c.producer_id, c.producer_epoch);
+    /// let saved = serde_json::to_string(c).expect("serializable"); // into the checkpoint
+    /// # Ok(()) }
+    /// ```
     pub fn committable(&self) -> &PreparedTransaction {
         &self.committable
     }
 
     /// The slot number.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// println!("slot {} stays busy until its transaction ends", prepared.slot());
+    /// # Ok(()) }
+    /// ```
     pub fn slot(&self) -> usize {
         self.slot
     }
@@ -663,6 +852,15 @@ impl PreparedSlot {
     /// [`EndFailed`] with the slot: retrying it resolves through [`resume_transaction`]; a
     /// transaction that can no longer be committed (timed out, fenced) fails with
     /// [`Error::Fenced`] naming the reason.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// // Checkpoint N, which lists this committable, is durable now.
+    /// let ended = prepared.commit().await?;
+    /// ended.release(); // once no durable checkpoint lists it as unresolved
+    /// # Ok(()) }
+    /// ```
     pub async fn commit(self) -> Result<EndedSlot, EndFailed> {
         self.end(TxnEnd::Commit).await
     }
@@ -671,6 +869,14 @@ impl PreparedSlot {
     ///
     /// # Errors
     /// As [`Self::commit`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// // Checkpoint N failed before it became durable: its output must not appear.
+    /// prepared.abort().await?.release();
+    /// # Ok(()) }
+    /// ```
     pub async fn abort(self) -> Result<EndedSlot, EndFailed> {
         self.end(TxnEnd::Abort).await
     }
@@ -719,6 +925,18 @@ impl PreparedSlot {
     ///
     /// # Errors
     /// [`EndFailed`] with the slot when the coordinator could not be asked.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// use onceflow::client::txn::{ResumeOutcome, TxnEnd};
+    /// let (outcome, ended) = prepared.resume(TxnEnd::Commit).await?;
+    /// match outcome {
+    ///     ResumeOutcome::Completed | ResumeOutcome::AlreadyCommitted => ended.release(),
+    ///     other => eprintln!("checkpoint {} not committed: {other:?}", ended.committable().transactional_id),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn resume(mut self, end: TxnEnd) -> Result<(ResumeOutcome, EndedSlot), EndFailed> {
         match self.resume_outcome(end).await {
             Ok(outcome) => {
@@ -783,16 +1001,43 @@ impl std::fmt::Debug for EndedSlot {
 
 impl EndedSlot {
     /// The committable of the transaction this slot ended.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(ended: onceflow::client::txn::EndedSlot) -> onceflow::client::Result<()> {
+    /// println!("ended {}", ended.committable().transactional_id);
+    /// # Ok(()) }
+    /// ```
     pub fn committable(&self) -> &PreparedTransaction {
         &self.committable
     }
 
     /// The slot number.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(ended: onceflow::client::txn::EndedSlot) -> onceflow::client::Result<()> {
+    /// println!("slot {} ended, not released yet", ended.slot());
+    /// # Ok(()) }
+    /// ```
     pub fn slot(&self) -> usize {
         self.slot
     }
 
     /// Frees the slot for a later `begin()`.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(
+    /// #     pool: onceflow::client::txn::TransactionalPool,
+    /// #     prepared: onceflow::client::txn::PreparedSlot,
+    /// # ) -> onceflow::client::Result<()> {
+    /// let ended = prepared.commit().await?;
+    /// // ... after the checkpoint that records the commit is durable:
+    /// ended.release();
+    /// let next = pool.begin().await?; // may take the slot just released
+    /// # Ok(()) }
+    /// ```
     pub fn release(mut self) {
         self.released = true;
         if let Err(e) = self.inner.step(self.slot, SlotEvent::Release) {

@@ -41,6 +41,7 @@ impl TxnState {
 
     /// The state named as the coordinator spells it (`Ongoing`, `CompleteCommit`, …).
     ///
+    /// # Examples
     /// ```
     /// use onceflow::client::txn::TxnState;
     /// assert_eq!(TxnState::parse("CompleteCommit"), TxnState::CompleteCommit);
@@ -55,6 +56,12 @@ impl TxnState {
     }
 
     /// The coordinator's spelling.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::txn::TxnState;
+    /// assert_eq!(TxnState::PrepareCommit.as_str(), "PrepareCommit");
+    /// ```
     pub fn as_str(&self) -> &str {
         match self {
             TxnState::Empty => "Empty",
@@ -70,6 +77,13 @@ impl TxnState {
     }
 
     /// A transaction is open or still ending: it may hold a partition's last stable offset.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::txn::TxnState;
+    /// assert!(TxnState::Ongoing.is_open() && TxnState::PrepareAbort.is_open());
+    /// assert!(!TxnState::CompleteCommit.is_open());
+    /// ```
     pub fn is_open(&self) -> bool {
         matches!(
             self,
@@ -81,16 +95,37 @@ impl TxnState {
     }
 
     /// Markers of a commit are written or being written.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::txn::TxnState;
+    /// assert!(TxnState::PrepareCommit.is_commit() && TxnState::CompleteCommit.is_commit());
+    /// assert!(!TxnState::Ongoing.is_commit());
+    /// ```
     pub fn is_commit(&self) -> bool {
         matches!(self, TxnState::PrepareCommit | TxnState::CompleteCommit)
     }
 
     /// Markers of an abort are written or being written.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::txn::TxnState;
+    /// assert!(TxnState::PrepareAbort.is_abort() && TxnState::CompleteAbort.is_abort());
+    /// assert!(!TxnState::PrepareCommit.is_abort());
+    /// ```
     pub fn is_abort(&self) -> bool {
         matches!(self, TxnState::PrepareAbort | TxnState::CompleteAbort)
     }
 
     /// The transaction has ended and its markers are written.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::txn::TxnState;
+    /// assert!(TxnState::CompleteAbort.is_complete());
+    /// assert!(!TxnState::PrepareCommit.is_complete()); // markers still being written
+    /// ```
     pub fn is_complete(&self) -> bool {
         matches!(self, TxnState::CompleteCommit | TxnState::CompleteAbort)
     }

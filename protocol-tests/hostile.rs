@@ -1503,6 +1503,35 @@ async fn a_damaged_leader_id_does_not_leave_the_group_with_nothing_assigned() {
     read.unwrap();
 }
 
+/// A SyncGroup answer whose assignment names a partition the topic does not have (a flipped
+/// bit made partition 0 into 2048) left the member failing every poll on it, in a stable
+/// group (the group member under random flips, 1 run in 40). Checked against fresh metadata,
+/// it makes the member join again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_assignment_naming_a_partition_the_topic_lacks_makes_the_member_join_again() {
+    let topic = TestTopic::create("hostile-assigned-partition", 2).await;
+    let n = 20;
+    fill_committed(&topic, n, 0).await;
+    let proxy = hostile_proxy("damaged_assigned_partition").await;
+    *proxy
+        .faults
+        .hostile
+        .damage_assigned_partition
+        .lock()
+        .unwrap() = Some(topic.name.clone());
+    let read = a_member_reads(&proxy, &topic, n, Duration::from_secs(30)).await;
+    assert_eq!(
+        proxy
+            .faults
+            .hostile
+            .assigned_partitions_damaged
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "no assignment was damaged: the scenario proved nothing"
+    );
+    read.unwrap();
+}
+
 /// The leader's own id damaged in the member list of its JoinGroup answer made it assign its
 /// partitions to a member that does not exist: stable, nothing read (the group member under
 /// random flips, 1 run in 31). A list without the leader contradicts itself: joined again.

@@ -154,6 +154,10 @@ pub struct Hostile {
     /// replaced by '?' there.
     pub damage_assigned_topic: Mutex<Option<String>>,
     pub assigned_topics_damaged: AtomicU64,
+    /// The next SyncGroup answer whose assignment names this topic gets the first partition
+    /// listed for it moved 2048 up (bit 11 flipped).
+    pub damage_assigned_partition: Mutex<Option<String>>,
+    pub assigned_partitions_damaged: AtomicU64,
     /// The next this-many ListOffsets answers have 16 added to every offset (bit 4 flipped
     /// in a 0).
     pub shift_list_offsets: AtomicU32,
@@ -209,6 +213,8 @@ impl Hostile {
             listed_ids_damaged: AtomicU64::new(0),
             damage_assigned_topic: Mutex::new(None),
             assigned_topics_damaged: AtomicU64::new(0),
+            damage_assigned_partition: Mutex::new(None),
+            assigned_partitions_damaged: AtomicU64::new(0),
             shift_list_offsets: AtomicU32::new(0),
             list_offsets_shifted: AtomicU64::new(0),
             damaged: Default::default(),
@@ -480,6 +486,7 @@ impl Hostile {
     /// assignment (the bytes of the name, wherever they are: the assignment is opaque bytes
     /// to the coordinator), if it is due.
     fn damage_assigned_topic(&self, body: Bytes) -> Bytes {
+        let body = self.damage_assigned_partition(body);
         let mut due = self.damage_assigned_topic.lock().unwrap();
         let Some(topic) = due.as_deref() else {
             return body;
@@ -492,6 +499,31 @@ impl Hostile {
         b[at + name.len() - 1] = b'?';
         *due = None;
         self.assigned_topics_damaged.fetch_add(1, Ordering::Relaxed);
+        Bytes::from(b)
+    }
+
+    /// The SyncGroup answer with the first partition assigned of the topic
+    /// `damage_assigned_partition` names moved 2048 up, if it is due. In the consumer
+    /// protocol's assignment (not a flexible version) the topic name is followed by the
+    /// partition count (4 bytes) and the partitions (4 bytes each).
+    fn damage_assigned_partition(&self, body: Bytes) -> Bytes {
+        let mut due = self.damage_assigned_partition.lock().unwrap();
+        let Some(topic) = due.as_deref() else {
+            return body;
+        };
+        let name = topic.as_bytes();
+        let Some(at) = body.windows(name.len()).position(|w| w == name) else {
+            return body;
+        };
+        let first = at + name.len() + 4;
+        if body.len() < first + 4 {
+            return body;
+        }
+        let mut b = body.to_vec();
+        b[first + 2] ^= 0x08;
+        *due = None;
+        self.assigned_partitions_damaged
+            .fetch_add(1, Ordering::Relaxed);
         Bytes::from(b)
     }
 

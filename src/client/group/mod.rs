@@ -41,7 +41,7 @@ use super::cluster::Stale;
 use super::consumer::{Consumer, ConsumerRecord, Offset};
 use super::coordinator::CoordinatorKind;
 use super::error::{Error, Result};
-use super::metadata::TopicPartition;
+use super::metadata::{MetadataSnapshot, TopicPartition};
 use super::{Cluster, ConsumerConfig};
 use crate::protocol::ErrorCode;
 use assignor::{Assignment, MemberSubscription};
@@ -1268,6 +1268,20 @@ async fn join_and_sync_once(
             refresh: false,
         });
     }
+    if beyond_the_topic(&assignment, &shared.cluster.metadata()).is_some() {
+        // Partitions may have been added since this member's metadata: asked again first.
+        let _ = shared.cluster.refresh_metadata().await;
+        if let Some(tp) = beyond_the_topic(&assignment, &shared.cluster.metadata()) {
+            // A damaged SyncGroup answer (a flipped bit made partition 1 into 2049): the
+            // member would own a partition that does not exist, and poll would fail on it for
+            // ever. Joined again.
+            warn!(%tp, "assigned a partition the topic does not have; joining again");
+            return Ok(Step::Again {
+                why: format!("the assignment names {tp}, which the topic does not have"),
+                refresh: false,
+            });
+        }
+    }
     Ok(Step::Done(Joined::Assigned(Rebalanced {
         generation,
         protocol,
@@ -1302,6 +1316,20 @@ fn role(leader: &str, me: &str, members: &[&str]) -> Role {
         (true, false) => Role::Follower,
         (true, true) => Role::Unclear,
     }
+}
+
+/// The first assigned partition its topic does not have, as `metadata` counts them (a topic
+/// it does not know is not judged). Pure.
+fn beyond_the_topic<'a>(
+    assignment: &'a [TopicPartition],
+    metadata: &MetadataSnapshot,
+) -> Option<&'a TopicPartition> {
+    assignment.iter().find(|tp| {
+        metadata
+            .topics
+            .get(&tp.topic)
+            .is_some_and(|t| tp.partition < 0 || tp.partition as usize >= t.partitions.len())
+    })
 }
 
 /// The first assigned topic the member does not subscribe to, if any. Pure.
@@ -1507,6 +1535,40 @@ mod tests {
                 "{leader} / {me} / {members:?}"
             );
         }
+    }
+
+    #[test]
+    fn an_assigned_partition_its_topic_does_not_have_is_named() {
+        let mut m = MetadataSnapshot::default();
+        let p = crate::client::metadata::PartitionMetadata {
+            leader: 1,
+            leader_epoch: 0,
+            error_code: 0,
+        };
+        m.topics.insert(
+            "rides".into(),
+            crate::client::metadata::TopicMetadata {
+                name: "rides".into(),
+                id: [0; 16],
+                partitions: vec![p.clone(), p],
+                internal: false,
+            },
+        );
+        let tp = |t: &str, p| TopicPartition::new(t, p);
+        assert_eq!(
+            beyond_the_topic(&[tp("rides", 0), tp("rides", 1)], &m),
+            None
+        );
+        assert_eq!(
+            beyond_the_topic(&[tp("rides", 1), tp("rides", 2049)], &m),
+            Some(&tp("rides", 2049))
+        );
+        assert_eq!(
+            beyond_the_topic(&[tp("rides", -1)], &m),
+            Some(&tp("rides", -1))
+        );
+        // A topic this member's metadata does not know is not judged here.
+        assert_eq!(beyond_the_topic(&[tp("fares", 7)], &m), None);
     }
 
     #[test]

@@ -698,11 +698,13 @@ async fn fill_committed(topic: &TestTopic, n: usize, aborted: usize) {
 /// partition there (CorruptData, as the Java client does) and the application seeks to the
 /// same offset to read it again — from the network, undamaged this time.
 ///
-/// Not in CI yet (issue 16, open): some seeds stall it — every Fetch answered with a top-level
-/// UNKNOWN_SERVER_ERROR for minutes and `poll` silent (seed 14144198853304155637 at TV2).
-/// Run it with `--ignored`.
+/// Not in CI yet (issue 16, open): 39 of 40 runs passed at TV2 on 2026-12-02; the one that
+/// failed read 1984 of 2000 values in 120 s after two partition errors with unknown codes (256,
+/// 1024: flipped bits), cause not found. Earlier, every Fetch answered with a top-level
+/// UNKNOWN_SERVER_ERROR for minutes (seed 14144198853304155637 at TV2). Run it with
+/// `--ignored`; ONCEFLOW_HOSTILE_LOG=1 prints every flip.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 16 open: a silent stall under some seeds (see its doc comment)"]
+#[ignore = "issue 16 open: a rare stall under some seeds (see its doc comment)"]
 async fn read_committed_consumer_under_bit_flips_delivers_each_committed_value_once() {
     let corrupt = read_committed_under_flips("read_committed_consumer_under_bit_flips").await;
     eprintln!("{corrupt} CRC failures, each read again after a seek to its offset");
@@ -1313,17 +1315,24 @@ async fn a_leader_whose_address_refuses_connections_fails_its_records_within_del
 /// A group member under bit flips reads every value, each once as long as its commits succeed;
 /// every poll returns within max.poll.interval.ms.
 ///
-/// Not in CI yet (issue 16, open): a flip inside a member's subscription in the JoinGroup
-/// answer (a topic name, decodable) makes the leader assign nothing, and the group stays
-/// stable with no partitions (seeds 3837517511255319996 at TV2, 15533353987736321747 and
-/// 14260285541325752452 at TV1). Run it with `--ignored`.
+/// Not in CI yet (issue 16, open). Each stall class it found has its deterministic scenario
+/// and fix now (a damaged broker host, leader id, member list, assigned topic or partition, a
+/// batch past the high watermark, a damaged log start); what it can still hit are the fields
+/// no client can check (DESIGN.md, "Answers damaged on the way"): a run in about 20 failed
+/// before the last of those fixes. Run it with `--ignored`; ONCEFLOW_HOSTILE_LOG=1 prints
+/// every flip.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 16 open: a damaged subscription leaves the group with nothing assigned"]
+#[ignore = "issue 16 open: damage no client can detect still fails some runs"]
 async fn group_member_under_bit_flips_reads_every_value_within_max_poll_interval() {
     let topic = TestTopic::create("hostile-group-flips", 2).await;
     let n = 1000;
     fill_committed(&topic, n, 100).await;
     let proxy = hostile_proxy("group_member_under_bit_flips").await;
+    // At least one flip, however few answers a quick run gets (a run once ended with none).
+    proxy
+        .faults
+        .hostile
+        .add(Rule::next(1, ApiKey::Fetch, Damage::FlipBit));
     // Fetch responses are few (each carries many batches): flip more of them, to cover the
     // record path; every other API at issue 16's rate.
     proxy

@@ -1484,32 +1484,46 @@ async fn a_member_reads(
     out
 }
 
+/// One damage to a group member's answers (`damage` arms it on the proxy; `done` counts how
+/// often it happened): a member alone in its group still reads each of 20 values once within
+/// 30 s, and the damage happened exactly once.
+async fn member_reads_despite(
+    name: &str,
+    damage: impl FnOnce(&crate::support::hostile::Hostile, &str),
+    done: impl Fn(&crate::support::hostile::Hostile) -> u64,
+) {
+    let topic = TestTopic::create(&format!("hostile-{name}"), 2).await;
+    let n = 20;
+    fill_committed(&topic, n, 0).await;
+    let proxy = hostile_proxy(name).await;
+    damage(&proxy.faults.hostile, &topic.name);
+    let read = a_member_reads(&proxy, &topic, n, Duration::from_secs(30)).await;
+    assert_eq!(
+        done(&proxy.faults.hostile),
+        1,
+        "{name}: the answer was not damaged once: the scenario proved nothing"
+    );
+    read.unwrap();
+}
+
 /// The coordinator lists the group's members to the leader only. A JoinGroup answer whose
 /// leader id was damaged on the way made the only member a follower: nobody assigned
 /// anything, the group was stable, and no partition was ever read (the group member under
 /// random flips, 1 run in 41). The list decides now: a member that gets it leads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_leader_id_does_not_leave_the_group_with_nothing_assigned() {
-    let topic = TestTopic::create("hostile-leader-id", 2).await;
-    let n = 20;
-    fill_committed(&topic, n, 0).await;
-    let proxy = hostile_proxy("damaged_leader_id").await;
-    proxy
-        .faults
-        .hostile
-        .damage_leader_ids
-        .store(1, std::sync::atomic::Ordering::SeqCst);
-    let read = a_member_reads(&proxy, &topic, n, Duration::from_secs(30)).await;
-    assert_eq!(
-        proxy
-            .faults
-            .hostile
-            .leader_ids_damaged
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1,
-        "no leader id was damaged: the scenario proved nothing"
-    );
-    read.unwrap();
+    member_reads_despite(
+        "leader-id",
+        |h, _| {
+            h.damage_leader_ids
+                .store(1, std::sync::atomic::Ordering::SeqCst)
+        },
+        |h| {
+            h.leader_ids_damaged
+                .load(std::sync::atomic::Ordering::Relaxed)
+        },
+    )
+    .await;
 }
 
 /// A SyncGroup answer whose assignment names a partition the topic does not have (a flipped
@@ -1518,27 +1532,15 @@ async fn a_damaged_leader_id_does_not_leave_the_group_with_nothing_assigned() {
 /// it makes the member join again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_assignment_naming_a_partition_the_topic_lacks_makes_the_member_join_again() {
-    let topic = TestTopic::create("hostile-assigned-partition", 2).await;
-    let n = 20;
-    fill_committed(&topic, n, 0).await;
-    let proxy = hostile_proxy("damaged_assigned_partition").await;
-    *proxy
-        .faults
-        .hostile
-        .damage_assigned_partition
-        .lock()
-        .unwrap() = Some(topic.name.clone());
-    let read = a_member_reads(&proxy, &topic, n, Duration::from_secs(30)).await;
-    assert_eq!(
-        proxy
-            .faults
-            .hostile
-            .assigned_partitions_damaged
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1,
-        "no assignment was damaged: the scenario proved nothing"
-    );
-    read.unwrap();
+    member_reads_despite(
+        "assigned-partition",
+        |h, topic| *h.damage_assigned_partition.lock().unwrap() = Some(topic.to_owned()),
+        |h| {
+            h.assigned_partitions_damaged
+                .load(std::sync::atomic::Ordering::Relaxed)
+        },
+    )
+    .await;
 }
 
 /// The leader's own id damaged in the member list of its JoinGroup answer made it assign its
@@ -1546,26 +1548,18 @@ async fn an_assignment_naming_a_partition_the_topic_lacks_makes_the_member_join_
 /// random flips, 1 run in 31). A list without the leader contradicts itself: joined again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_list_without_the_leader_makes_it_join_again() {
-    let topic = TestTopic::create("hostile-listed-ids", 2).await;
-    let n = 20;
-    fill_committed(&topic, n, 0).await;
-    let proxy = hostile_proxy("damaged_listed_ids").await;
-    proxy
-        .faults
-        .hostile
-        .damage_listed_ids
-        .store(1, std::sync::atomic::Ordering::SeqCst);
-    let read = a_member_reads(&proxy, &topic, n, Duration::from_secs(30)).await;
-    assert_eq!(
-        proxy
-            .faults
-            .hostile
-            .listed_ids_damaged
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1,
-        "no member list was damaged: the scenario proved nothing"
-    );
-    read.unwrap();
+    member_reads_despite(
+        "listed-ids",
+        |h, _| {
+            h.damage_listed_ids
+                .store(1, std::sync::atomic::Ordering::SeqCst)
+        },
+        |h| {
+            h.listed_ids_damaged
+                .load(std::sync::atomic::Ordering::Relaxed)
+        },
+    )
+    .await;
 }
 
 /// A SyncGroup answer whose assignment names a topic altered on the way (one character: a
@@ -1574,22 +1568,15 @@ async fn a_member_list_without_the_leader_makes_it_join_again() {
 /// assignment that does not match its subscription, it joins again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_assignment_naming_a_topic_outside_the_subscription_makes_the_member_join_again() {
-    let topic = TestTopic::create("hostile-assigned-topic", 2).await;
-    let n = 20;
-    fill_committed(&topic, n, 0).await;
-    let proxy = hostile_proxy("damaged_assigned_topic").await;
-    *proxy.faults.hostile.damage_assigned_topic.lock().unwrap() = Some(topic.name.clone());
-    let read = a_member_reads(&proxy, &topic, n, Duration::from_secs(30)).await;
-    assert_eq!(
-        proxy
-            .faults
-            .hostile
-            .assigned_topics_damaged
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1,
-        "no assignment was damaged: the scenario proved nothing"
-    );
-    read.unwrap();
+    member_reads_despite(
+        "assigned-topic",
+        |h, topic| *h.damage_assigned_topic.lock().unwrap() = Some(topic.to_owned()),
+        |h| {
+            h.assigned_topics_damaged
+                .load(std::sync::atomic::Ordering::Relaxed)
+        },
+    )
+    .await;
 }
 
 /// A Metadata answer naming the brokers at an address that cannot be reached (a host name no

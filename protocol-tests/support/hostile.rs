@@ -285,12 +285,7 @@ impl Hostile {
             self.damage_leader_id(version, body)
         } else if api == ApiKey::SyncGroup as i16 {
             self.damage_assigned_topic(body)
-        } else if api == ApiKey::ListOffsets as i16
-            && self
-                .shift_list_offsets
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-        {
+        } else if api == ApiKey::ListOffsets as i16 && take(&self.shift_list_offsets) {
             self.list_offsets_shifted.fetch_add(1, Ordering::Relaxed);
             shift_list_offsets(version, body)
         } else {
@@ -368,118 +363,69 @@ impl Hostile {
     /// The Fetch answer with one bit flipped in the middle of its first record batch's
     /// CRC-covered bytes, if it has records and a flip is due.
     fn flip_record_batch(&self, version: i16, body: Bytes) -> Bytes {
-        let hv = ApiKey::Fetch.response_header_version(version);
-        let mut buf = body.clone();
-        let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
-            return body;
-        };
-        let Ok(mut resp) = FetchResponse::decode(&mut buf, version) else {
-            return body;
-        };
-        // A v2 batch: base offset (8), length (4), leader epoch (4), magic (1), CRC (4), then
-        // the CRC-covered rest from byte 21.
-        let Some(records) = resp
-            .responses
-            .iter_mut()
-            .flat_map(|t| t.partitions.iter_mut())
-            .filter_map(|p| p.records.as_mut())
-            .find(|r| r.len() > 61)
-        else {
-            return body;
-        };
-        let first_len = i32::from_be_bytes([records[8], records[9], records[10], records[11]]);
-        let end = (12 + first_len.max(0) as usize).min(records.len());
-        if end <= 61 {
-            return body;
-        }
-        let due = self
-            .flip_record_batches
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if !due {
-            return body;
-        }
-        let mut r = records.to_vec();
-        r[61 + (end - 61) / 2] ^= 0x10;
-        *records = Bytes::from(r);
-        self.record_flips.fetch_add(1, Ordering::Relaxed);
-        let mut out = BytesMut::new();
-        header.encode(&mut out, hv).unwrap();
-        resp.encode(&mut out, version).unwrap();
-        out.freeze()
+        edit_response(ApiKey::Fetch, version, body, |resp: &mut FetchResponse| {
+            // A v2 batch: base offset (8), length (4), leader epoch (4), magic (1), CRC (4),
+            // then the CRC-covered rest from byte 21.
+            let Some(records) = first_records(resp) else {
+                return false;
+            };
+            let first_len = i32::from_be_bytes([records[8], records[9], records[10], records[11]]);
+            let end = (12 + first_len.max(0) as usize).min(records.len());
+            if end <= 61 || !take(&self.flip_record_batches) {
+                return false;
+            }
+            let mut r = records.to_vec();
+            r[61 + (end - 61) / 2] ^= 0x10;
+            *records = Bytes::from(r);
+            self.record_flips.fetch_add(1, Ordering::Relaxed);
+            true
+        })
     }
 
     /// The Fetch answer with its first record batch's base offset moved 2^40 up (bit 40
     /// flipped), if it has records and a shift is due.
     fn shift_base_offset(&self, version: i16, body: Bytes) -> Bytes {
-        let hv = ApiKey::Fetch.response_header_version(version);
-        let mut buf = body.clone();
-        let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
-            return body;
-        };
-        let Ok(mut resp) = FetchResponse::decode(&mut buf, version) else {
-            return body;
-        };
-        let Some(records) = resp
-            .responses
-            .iter_mut()
-            .flat_map(|t| t.partitions.iter_mut())
-            .filter_map(|p| p.records.as_mut())
-            .find(|r| r.len() > 61)
-        else {
-            return body;
-        };
-        let due = self
-            .shift_base_offsets
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if !due {
-            return body;
-        }
-        let mut r = records.to_vec();
-        // Bytes 0..8: the base offset, big-endian; bit 40 is in byte 2.
-        r[2] ^= 0x01;
-        *records = Bytes::from(r);
-        self.base_offset_shifts.fetch_add(1, Ordering::Relaxed);
-        let mut out = BytesMut::new();
-        header.encode(&mut out, hv).unwrap();
-        resp.encode(&mut out, version).unwrap();
-        out.freeze()
+        edit_response(ApiKey::Fetch, version, body, |resp: &mut FetchResponse| {
+            let Some(records) = first_records(resp) else {
+                return false;
+            };
+            if !take(&self.shift_base_offsets) {
+                return false;
+            }
+            let mut r = records.to_vec();
+            // Bytes 0..8: the base offset, big-endian; bit 40 is in byte 2.
+            r[2] ^= 0x01;
+            *records = Bytes::from(r);
+            self.base_offset_shifts.fetch_add(1, Ordering::Relaxed);
+            true
+        })
     }
 
     /// The JoinGroup answer of the leader naming someone else the leader, or with its member
     /// list's ids altered, if one is due.
     fn damage_leader_id(&self, version: i16, body: Bytes) -> Bytes {
-        let hv = ApiKey::JoinGroup.response_header_version(version);
-        let mut buf = body.clone();
-        let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
-            return body;
-        };
-        let Ok(mut resp) = JoinGroupResponse::decode(&mut buf, version) else {
-            return body;
-        };
-        if resp.members.is_empty() {
-            return body;
-        }
-        let take = |n: &AtomicU32| {
-            n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-        };
-        if take(&self.damage_leader_ids) {
-            resp.leader = StrBytes::from_string(format!("{}!", resp.leader));
-            self.leader_ids_damaged.fetch_add(1, Ordering::Relaxed);
-        } else if take(&self.damage_listed_ids) {
-            for m in resp.members.iter_mut() {
-                m.member_id = StrBytes::from_string(format!("{}!", m.member_id));
-            }
-            self.listed_ids_damaged.fetch_add(1, Ordering::Relaxed);
-        } else {
-            return body;
-        }
-        let mut out = BytesMut::new();
-        header.encode(&mut out, hv).unwrap();
-        resp.encode(&mut out, version).unwrap();
-        out.freeze()
+        edit_response(
+            ApiKey::JoinGroup,
+            version,
+            body,
+            |resp: &mut JoinGroupResponse| {
+                if resp.members.is_empty() {
+                    false
+                } else if take(&self.damage_leader_ids) {
+                    resp.leader = StrBytes::from_string(format!("{}!", resp.leader));
+                    self.leader_ids_damaged.fetch_add(1, Ordering::Relaxed);
+                    true
+                } else if take(&self.damage_listed_ids) {
+                    for m in resp.members.iter_mut() {
+                        m.member_id = StrBytes::from_string(format!("{}!", m.member_id));
+                    }
+                    self.listed_ids_damaged.fetch_add(1, Ordering::Relaxed);
+                    true
+                } else {
+                    false
+                }
+            },
+        )
     }
 
     /// The SyncGroup answer with the topic `damage_assigned_topic` names altered in its
@@ -560,102 +506,117 @@ impl Hostile {
     }
 }
 
-/// A Produce answer without its last partition.
-fn omit_partition(version: i16, body: Bytes) -> Bytes {
-    let hv = ApiKey::Produce.response_header_version(version);
+/// `body`, the response to `api` at `version`, decoded, changed by `edit`, and encoded again;
+/// unchanged when it does not decode or `edit` changed nothing (returned false).
+fn edit_response<R: Decodable + Encodable>(
+    api: ApiKey,
+    version: i16,
+    body: Bytes,
+    edit: impl FnOnce(&mut R) -> bool,
+) -> Bytes {
+    let hv = api.response_header_version(version);
     let mut buf = body.clone();
     let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
         return body;
     };
-    let Ok(mut resp) = ProduceResponse::decode(&mut buf, version) else {
+    let Ok(mut resp) = R::decode(&mut buf, version) else {
         return body;
     };
-    if let Some(t) = resp.responses.last_mut() {
-        t.partition_responses.pop();
+    if !edit(&mut resp) {
+        return body;
     }
     let mut out = BytesMut::new();
     header.encode(&mut out, hv).unwrap();
     resp.encode(&mut out, version).unwrap();
     out.freeze()
+}
+
+/// Takes one of the `n` damages still due; false when none is.
+fn take(n: &AtomicU32) -> bool {
+    n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+/// The records of the first partition of a Fetch answer with more than a batch header's worth.
+fn first_records(resp: &mut FetchResponse) -> Option<&mut Bytes> {
+    resp.responses
+        .iter_mut()
+        .flat_map(|t| t.partitions.iter_mut())
+        .filter_map(|p| p.records.as_mut())
+        .find(|r| r.len() > 61)
+}
+
+/// A Produce answer without its last partition.
+fn omit_partition(version: i16, body: Bytes) -> Bytes {
+    edit_response(
+        ApiKey::Produce,
+        version,
+        body,
+        |resp: &mut ProduceResponse| {
+            if let Some(t) = resp.responses.last_mut() {
+                t.partition_responses.pop();
+            }
+            true
+        },
+    )
 }
 
 /// A ListOffsets answer with 16 added to every offset it gives.
 fn shift_list_offsets(version: i16, body: Bytes) -> Bytes {
-    let hv = ApiKey::ListOffsets.response_header_version(version);
-    let mut buf = body.clone();
-    let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
-        return body;
-    };
-    let Ok(mut resp) = ListOffsetsResponse::decode(&mut buf, version) else {
-        return body;
-    };
-    for p in resp.topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
-        if p.offset >= 0 {
-            p.offset += 16;
-        }
-    }
-    let mut out = BytesMut::new();
-    header.encode(&mut out, hv).unwrap();
-    resp.encode(&mut out, version).unwrap();
-    out.freeze()
+    edit_response(
+        ApiKey::ListOffsets,
+        version,
+        body,
+        |resp: &mut ListOffsetsResponse| {
+            for p in resp.topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+                if p.offset >= 0 {
+                    p.offset += 16;
+                }
+            }
+            true
+        },
+    )
 }
 
 /// A Metadata answer whose brokers all have a host name that cannot be resolved.
 fn bad_broker_host(version: i16, body: Bytes) -> Bytes {
-    let hv = ApiKey::Metadata.response_header_version(version);
-    let mut buf = body.clone();
-    let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
-        return body;
-    };
-    let Ok(mut resp) = MetadataResponse::decode(&mut buf, version) else {
-        return body;
-    };
-    for b in resp.brokers.iter_mut() {
-        b.host = StrBytes::from_static_str("127.0.0.!");
-    }
-    let mut out = BytesMut::new();
-    header.encode(&mut out, hv).unwrap();
-    resp.encode(&mut out, version).unwrap();
-    out.freeze()
+    edit_response(
+        ApiKey::Metadata,
+        version,
+        body,
+        |resp: &mut MetadataResponse| {
+            for b in resp.brokers.iter_mut() {
+                b.host = StrBytes::from_static_str("127.0.0.!");
+            }
+            true
+        },
+    )
 }
 
 /// An InitProducerId answer whose producer id has its sign bit flipped.
 fn negative_producer_id(version: i16, body: Bytes) -> Bytes {
-    let hv = ApiKey::InitProducerId.response_header_version(version);
-    let mut buf = body.clone();
-    let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
-        return body;
-    };
-    let Ok(mut resp) = InitProducerIdResponse::decode(&mut buf, version) else {
-        return body;
-    };
-    resp.producer_id.0 |= i64::MIN;
-    let mut out = BytesMut::new();
-    header.encode(&mut out, hv).unwrap();
-    resp.encode(&mut out, version).unwrap();
-    out.freeze()
+    edit_response(
+        ApiKey::InitProducerId,
+        version,
+        body,
+        |resp: &mut InitProducerIdResponse| {
+            resp.producer_id.0 |= i64::MIN;
+            true
+        },
+    )
 }
 
 /// A Fetch answer whose partitions all say OFFSET_OUT_OF_RANGE, records dropped.
 fn out_of_range(version: i16, body: Bytes) -> Bytes {
-    let hv = ApiKey::Fetch.response_header_version(version);
-    let mut buf = body.clone();
-    let Ok(header) = ResponseHeader::decode(&mut buf, hv) else {
-        return body;
-    };
-    let Ok(mut resp) = FetchResponse::decode(&mut buf, version) else {
-        return body;
-    };
-    for p in resp
-        .responses
-        .iter_mut()
-        .flat_map(|t| t.partitions.iter_mut())
-    {
-        p.error_code = 1;
-        p.records = None;
-    }
-    let mut out = BytesMut::new();
-    header.encode(&mut out, hv).unwrap();
-    resp.encode(&mut out, version).unwrap();
-    out.freeze()
+    edit_response(ApiKey::Fetch, version, body, |resp: &mut FetchResponse| {
+        for p in resp
+            .responses
+            .iter_mut()
+            .flat_map(|t| t.partitions.iter_mut())
+        {
+            p.error_code = 1;
+            p.records = None;
+        }
+        true
+    })
 }

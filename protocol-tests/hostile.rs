@@ -760,6 +760,70 @@ async fn a_batch_damaged_on_the_way_is_fetched_again_not_reported_corrupt() {
     }
 }
 
+/// A topic id damaged in one Metadata answer made a read_committed consumer believe its topic
+/// deleted and recreated: auto.offset.reset moved it to the end (latest: nothing read in
+/// 120 s under random flips) or to the start (earliest: everything again). A recreation is
+/// believed only when a later Metadata answer names the new id too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_id_damaged_in_one_metadata_answer_does_not_reset_the_position() {
+    let topic = TestTopic::create("hostile-topic-id", 1).await;
+    let n = 100;
+    fill_committed(&topic, n, 0).await;
+    let proxy = hostile_proxy("damaged_topic_id").await;
+    let mut c = Consumer::new(consumer_config(
+        &proxy.addr,
+        &consumer_props(&[
+            ("isolation.level", "read_committed"),
+            ("auto.offset.reset", "earliest"),
+            // Metadata asked often, so that the damaged answer comes while reading.
+            ("metadata.max.age.ms", "200"),
+        ]),
+    ))
+    .await
+    .expect("consumer");
+    c.assign(topic.tps()).await.expect("assign");
+    let mut seen = BTreeMap::<usize, u32>::new();
+    let limit = Instant::now() + Duration::from_secs(30);
+    let damaged = || {
+        proxy
+            .faults
+            .hostile
+            .topic_ids_damaged
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let mut armed_at: Option<Instant> = None;
+    // Read everything, then arm the damage, then keep polling a while after it came: a reset
+    // would hand the values out again.
+    while Instant::now() < limit {
+        for r in c.poll(Duration::from_millis(100)).await.expect("poll") {
+            let i = index_of(r.value.as_deref().unwrap_or_default()).expect("a value");
+            *seen.entry(i).or_insert(0) += 1;
+        }
+        if seen.len() == n && armed_at.is_none() {
+            proxy
+                .faults
+                .hostile
+                .damage_topic_ids
+                .store(1, std::sync::atomic::Ordering::SeqCst);
+            armed_at = Some(Instant::now());
+        }
+        if damaged() == 1 && armed_at.is_some_and(|a| a.elapsed() > Duration::from_secs(2)) {
+            break;
+        }
+    }
+    assert_eq!(
+        damaged(),
+        1,
+        "no Metadata answer was damaged: the scenario proved nothing"
+    );
+    let twice: Vec<_> = seen.iter().filter(|(_, c)| **c > 1).take(5).collect();
+    assert!(
+        twice.is_empty(),
+        "values handed out again (value, times): {twice:?}"
+    );
+    assert_eq!(seen.len(), n, "values never read");
+}
+
 /// A ListOffsets answer for the log start damaged on the way (0 → 16, one bit) started the
 /// consumer 16 records in: they were skipped, silently (the group member under random flips).
 /// The first Fetch answer names the log start too; when it contradicts, the log start is asked

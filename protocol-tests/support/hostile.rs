@@ -31,6 +31,7 @@
 //! - `damage_leader_ids`: the leader's next JoinGroup answers name another member the leader;
 //!   `damage_assigned_topic`: the next SyncGroup answer names a topic altered by one character;
 //!   `shift_list_offsets`: the next ListOffsets answers give every offset 16 too high;
+//!   `damage_topic_ids`: the next Metadata answers name every topic under an altered id;
 //! - `flip_record_batches`: the next this-many Fetch responses that carry records get one bit
 //!   flipped inside their first record batch, where its CRC covers it (a certain CRC failure,
 //!   where a random flip may land in a header);
@@ -54,6 +55,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
+use uuid::Uuid;
 
 /// What to do to one response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -162,6 +164,10 @@ pub struct Hostile {
     /// in a 0).
     pub shift_list_offsets: AtomicU32,
     pub list_offsets_shifted: AtomicU64,
+    /// The next this-many Metadata answers that name a topic id get every topic id altered
+    /// (its last byte flipped).
+    pub damage_topic_ids: AtomicU32,
+    pub topic_ids_damaged: AtomicU64,
     /// Responses damaged so far, per damage (FlipBit, Mangle, ... in declaration order), and
     /// ApiVersions answers stripped.
     damaged: [AtomicU64; 11],
@@ -217,6 +223,8 @@ impl Hostile {
             assigned_partitions_damaged: AtomicU64::new(0),
             shift_list_offsets: AtomicU32::new(0),
             list_offsets_shifted: AtomicU64::new(0),
+            damage_topic_ids: AtomicU32::new(0),
+            topic_ids_damaged: AtomicU64::new(0),
             damaged: Default::default(),
             stripped: AtomicU64::new(0),
             closed_after_api_versions: AtomicU64::new(0),
@@ -285,6 +293,9 @@ impl Hostile {
             self.damage_leader_id(version, body)
         } else if api == ApiKey::SyncGroup as i16 {
             self.damage_assigned_topic(body)
+        } else if api == ApiKey::Metadata as i16 && self.damage_topic_ids.load(Ordering::SeqCst) > 0
+        {
+            self.damage_topic_id(version, body)
         } else if api == ApiKey::ListOffsets as i16 && take(&self.shift_list_offsets) {
             self.list_offsets_shifted.fetch_add(1, Ordering::Relaxed);
             shift_list_offsets(version, body)
@@ -399,6 +410,28 @@ impl Hostile {
             self.base_offset_shifts.fetch_add(1, Ordering::Relaxed);
             true
         })
+    }
+
+    /// The Metadata answer with every topic id altered, if it names one and a damage is due.
+    fn damage_topic_id(&self, version: i16, body: Bytes) -> Bytes {
+        edit_response(
+            ApiKey::Metadata,
+            version,
+            body,
+            |resp: &mut MetadataResponse| {
+                let named = resp.topics.iter().any(|t| t.topic_id != Uuid::nil());
+                if !named || !take(&self.damage_topic_ids) {
+                    return false;
+                }
+                for t in resp.topics.iter_mut() {
+                    let mut id = *t.topic_id.as_bytes();
+                    id[15] ^= 0x01;
+                    t.topic_id = Uuid::from_bytes(id);
+                }
+                self.topic_ids_damaged.fetch_add(1, Ordering::Relaxed);
+                true
+            },
+        )
     }
 
     /// The JoinGroup answer of the leader naming someone else the leader, or with its member

@@ -218,10 +218,22 @@ impl Fetcher {
                 continue;
             };
             let topic_id = meta.topics.get(&tp.topic).map_or([0; 16], |t| t.id);
-            match on_topic_id(st.topic_id, topic_id) {
-                TopicId::Same => {}
-                TopicId::Adopt => st.topic_id = Some(topic_id),
+            match on_topic_id(st.topic_id, topic_id, st.id_change, meta.generation) {
+                TopicId::Same => st.id_change = None,
+                TopicId::Adopt => {
+                    st.topic_id = Some(topic_id);
+                    st.id_change = None;
+                }
+                TopicId::Suspect => {
+                    if st.id_change.map(|(id, _)| id) != Some(topic_id) {
+                        st.id_change = Some((topic_id, meta.generation));
+                    }
+                    // Metadata refreshed, the partition looked at again after a backoff.
+                    round.missing_leader = true;
+                    continue;
+                }
                 TopicId::Recreated { old } => {
+                    st.id_change = None;
                     if let Some(chunk) = recreated(&self.shared, tp, st, old, topic_id) {
                         round.recreated.push(chunk);
                     }
@@ -686,18 +698,35 @@ enum TopicId {
     Same,
     /// The position has no id yet (new assignment, seek, reset): it belongs to this one.
     Adopt,
+    /// Metadata names another id, but no later metadata has said so yet: refreshed first.
+    Suspect,
     /// The name now belongs to another topic: the old one was deleted and recreated.
     Recreated { old: [u8; 16] },
 }
 
-fn on_topic_id(held: Option<[u8; 16]>, now: [u8; 16]) -> TopicId {
+/// What metadata of `generation`, naming the topic's id `now`, says about the id the
+/// position belongs to (`held`), given the other id seen before (`seen`: which, and in what
+/// generation). Pure.
+///
+/// A change takes two metadata answers: one flipped bit in a Metadata answer's topic id made
+/// a read_committed consumer think its topic recreated, and auto.offset.reset=latest moved it
+/// past every record (the consumer under random flips: nothing read in 120 s).
+fn on_topic_id(
+    held: Option<[u8; 16]>,
+    now: [u8; 16],
+    seen: Option<([u8; 16], u64)>,
+    generation: u64,
+) -> TopicId {
     const NONE: [u8; 16] = [0; 16];
     match held {
         // Metadata without ids (an old broker, a topic being created): nothing to compare.
         _ if now == NONE => TopicId::Same,
         None | Some(NONE) => TopicId::Adopt,
         Some(old) if old == now => TopicId::Same,
-        Some(old) => TopicId::Recreated { old },
+        Some(old) => match seen {
+            Some((id, g)) if id == now && generation > g => TopicId::Recreated { old },
+            _ => TopicId::Suspect,
+        },
     }
 }
 
@@ -1825,22 +1854,63 @@ mod tests {
     /// What the metadata's topic id means for the id a position belongs to.
     #[test]
     fn topic_id_decisions() {
-        let (a, b, none) = ([1; 16], [2; 16], [0; 16]);
+        let (a, b, c, none) = ([1; 16], [2; 16], [3; 16], [0; 16]);
+        // (what, held, metadata's id, seen before, metadata generation, decision)
         let cases = [
-            ("no id yet: adopt", None, a, TopicId::Adopt),
-            ("an unknown id held: adopt", Some(none), a, TopicId::Adopt),
-            ("the same id", Some(a), a, TopicId::Same),
-            ("metadata without ids", Some(a), none, TopicId::Same),
-            ("nothing either side", None, none, TopicId::Same),
+            ("no id yet: adopt", None, a, None, 5, TopicId::Adopt),
             (
-                "another id: recreated",
+                "an unknown id held: adopt",
+                Some(none),
+                a,
+                None,
+                5,
+                TopicId::Adopt,
+            ),
+            ("the same id", Some(a), a, None, 5, TopicId::Same),
+            (
+                "metadata without ids",
+                Some(a),
+                none,
+                None,
+                5,
+                TopicId::Same,
+            ),
+            ("nothing either side", None, none, None, 5, TopicId::Same),
+            (
+                "another id, first seen",
                 Some(a),
                 b,
+                None,
+                5,
+                TopicId::Suspect,
+            ),
+            (
+                "the same metadata again",
+                Some(a),
+                b,
+                Some((b, 5)),
+                5,
+                TopicId::Suspect,
+            ),
+            (
+                "a later metadata says so too: recreated",
+                Some(a),
+                b,
+                Some((b, 5)),
+                6,
                 TopicId::Recreated { old: a },
             ),
+            (
+                "a third id: seen again from the start",
+                Some(a),
+                c,
+                Some((b, 5)),
+                6,
+                TopicId::Suspect,
+            ),
         ];
-        for (what, held, now, want) in cases {
-            assert_eq!(on_topic_id(held, now), want, "{what}");
+        for (what, held, now, seen, generation, want) in cases {
+            assert_eq!(on_topic_id(held, now, seen, generation), want, "{what}");
         }
     }
 

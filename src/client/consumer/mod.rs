@@ -127,6 +127,10 @@ pub(crate) struct PartitionState {
     /// Where the check of a log start from ListOffsets stands (see
     /// `fetcher::earliest_borne_out`); `None`: nothing to check.
     pub earliest: Option<EarliestCheck>,
+    /// Another topic id metadata named, and the metadata generation that named it first: a
+    /// recreated topic is believed only when a later metadata names it too
+    /// (`fetcher::on_topic_id`).
+    pub id_change: Option<([u8; 16], u64)>,
 }
 
 impl PartitionState {
@@ -147,6 +151,7 @@ impl PartitionState {
             topic_id: None,
             corrupt_at: None,
             earliest: None,
+            id_change: None,
         }
     }
 }
@@ -414,6 +419,7 @@ impl Consumer {
             st.halted = false;
             st.corrupt_at = None;
             st.earliest = None;
+            st.id_change = None;
             st.last_fetched_epoch = -1;
             // The application chose a position in the topic as it is now.
             st.topic_id = None;

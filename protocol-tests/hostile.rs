@@ -760,6 +760,60 @@ async fn a_batch_damaged_on_the_way_is_fetched_again_not_reported_corrupt() {
     }
 }
 
+/// A topic id damaged in one Metadata answer must not make an idempotent producer believe its
+/// topic recreated: that fails the batches the topic may hold (RecreatedWhileInFlight) and
+/// starts the others over at sequence 0 under an id no broker knows. A change is believed only
+/// when a later Metadata answer names the new id too; every record is written once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_id_damaged_in_one_metadata_answer_fails_no_record() {
+    let topic = TestTopic::create("hostile-producer-topic-id", 2).await;
+    let proxy = hostile_proxy("producer_damaged_topic_id").await;
+    let p = Producer::new(producer_config(
+        &proxy.addr,
+        &producer_props(&[("metadata.max.age.ms", "200")]),
+    ))
+    .await
+    .expect("producer");
+    let mut out = send_range(&p, &topic.name, 2, 0..50, 10).await;
+    proxy
+        .faults
+        .hostile
+        .damage_topic_ids
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    // Waves until the damaged answer came and a few more waves went after it.
+    let mut next = 50;
+    let mut after = 0;
+    while after < 5 && next < 2000 {
+        let damaged = proxy
+            .faults
+            .hostile
+            .topic_ids_damaged
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let wave = send_range(&p, &topic.name, 2, next..next + 10, 10).await;
+        out.acked.extend(wave.acked);
+        out.failed.extend(wave.failed);
+        next += 10;
+        if damaged == 1 {
+            after += 1;
+        }
+    }
+    assert_eq!(
+        proxy
+            .faults
+            .hostile
+            .topic_ids_damaged
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "no Metadata answer was damaged: the scenario proved nothing"
+    );
+    assert!(
+        out.failed.is_empty(),
+        "records failed after one damaged topic id: {:?}",
+        first_failures(&out)
+    );
+    assert_exactly_once(&topic, next, &out).await;
+}
+
 /// A topic id damaged in one Metadata answer made a read_committed consumer believe its topic
 /// deleted and recreated: auto.offset.reset moved it to the end (latest: nothing read in
 /// 120 s under random flips) or to the start (earliest: everything again). A recreation is

@@ -198,6 +198,9 @@ pub(crate) struct PartitionQueue {
     /// from metadata when first known; when metadata later names another id the topic was
     /// deleted and recreated (see [`incarnation`]).
     pub topic_id: Option<[u8; 16]>,
+    /// Another id metadata named for the topic, and the metadata generation that named it
+    /// first: believed only when a later metadata names it too (see [`incarnation`]).
+    pub id_change: Option<([u8; 16], u64)>,
 }
 
 impl Default for PartitionQueue {
@@ -212,6 +215,7 @@ impl Default for PartitionQueue {
             last_acked_offset: -1,
             next_order: 0,
             topic_id: None,
+            id_change: None,
         }
     }
 }
@@ -356,6 +360,8 @@ pub(crate) trait ClusterView {
     fn leader(&self, tp: &TopicPartition) -> Option<i32>;
     /// The topic's id (KIP-516), if metadata gives one.
     fn topic_id(&self, topic: &str) -> Option<[u8; 16]>;
+    /// The metadata's generation (one more on every refresh).
+    fn generation(&self) -> u64;
 }
 
 impl ClusterView for crate::client::metadata::MetadataSnapshot {
@@ -368,6 +374,10 @@ impl ClusterView for crate::client::metadata::MetadataSnapshot {
             .get(topic)
             .map(|t| t.id)
             .filter(|id| *id != [0; 16])
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation
     }
 }
 
@@ -670,9 +680,20 @@ impl Accumulator {
             if bumping || closed_txn {
                 continue;
             }
-            match incarnation(q.topic_id, cluster.topic_id(&tp.topic), q.in_flight) {
-                Incarnation::Same => {}
+            let current = cluster.topic_id(&tp.topic);
+            let generation = cluster.generation();
+            match incarnation(q.topic_id, current, q.in_flight, q.id_change, generation) {
+                Incarnation::Same => q.id_change = None,
                 Incarnation::Adopt(id) => q.topic_id = Some(id),
+                Incarnation::Suspect(id) => {
+                    if q.id_change.map(|(seen, _)| seen) != Some(id) {
+                        q.id_change = Some((id, generation));
+                    }
+                    // Metadata refreshed; the partition waits for it.
+                    out.missing_leader = true;
+                    next_wake = min_instant(next_wake, now + config.retry_backoff);
+                    continue;
+                }
                 Incarnation::Settle => continue,
                 Incarnation::Recreated { old, new } => {
                     start_over_in_new_topic(tp, q, (old, new), identity, transactional, &mut out)
@@ -896,6 +917,9 @@ pub(crate) enum Incarnation {
     Same,
     /// The partition had no id yet: it takes this one.
     Adopt([u8; 16]),
+    /// Metadata names this other id, but no later metadata has said so yet: nothing goes out
+    /// until a refreshed one does (or names the old id again: the answer was damaged).
+    Suspect([u8; 16]),
     /// Another id: the topic was deleted and recreated. Requests to the old one are still in
     /// flight; nothing more goes out until they settle (under Produce v13 the broker answers
     /// them UNKNOWN_TOPIC_ID, and they come back as retries).
@@ -905,19 +929,28 @@ pub(crate) enum Incarnation {
     Recreated { old: [u8; 16], new: [u8; 16] },
 }
 
-/// Whether a partition bound to topic id `bound` (if any) is still in the topic metadata
-/// now calls `current`, `in_flight` batches being unsettled. Pure.
+/// Whether a partition bound to topic id `bound` (if any) is still in the topic metadata of
+/// `generation` calls `current`, `in_flight` batches being unsettled, and another id seen
+/// before (`seen`: which, in what generation). Pure.
+///
+/// A change takes two metadata answers: one flipped bit in a Metadata answer's topic id would
+/// otherwise fail the batches the topic may hold and start the others over at sequence 0 under
+/// an id no broker knows, and again under the real one when the next answer named it.
 pub(crate) fn incarnation(
     bound: Option<[u8; 16]>,
     current: Option<[u8; 16]>,
     in_flight: usize,
+    seen: Option<([u8; 16], u64)>,
+    generation: u64,
 ) -> Incarnation {
     let Some(current) = current.filter(|id| *id != [0; 16]) else {
         return Incarnation::Same;
     };
+    let confirmed = seen.is_some_and(|(id, g)| id == current && generation > g);
     match bound {
         None => Incarnation::Adopt(current),
         Some(old) if old == current => Incarnation::Same,
+        Some(_) if !confirmed => Incarnation::Suspect(current),
         Some(_) if in_flight > 0 => Incarnation::Settle,
         Some(old) => Incarnation::Recreated { old, new: current },
     }
@@ -1184,6 +1217,7 @@ mod drain_tests {
     struct View {
         leader: Option<i32>,
         id: Option<[u8; 16]>,
+        generation: u64,
     }
 
     impl ClusterView for View {
@@ -1193,11 +1227,15 @@ mod drain_tests {
         fn topic_id(&self, _: &str) -> Option<[u8; 16]> {
             self.id
         }
+        fn generation(&self) -> u64 {
+            self.generation
+        }
     }
 
     const LED: View = View {
         leader: Some(LEADER),
         id: None,
+        generation: 0,
     };
 
     /// An idempotent producer whose partition has `n` fresh ready batches (sequences 0..n) and
@@ -1269,22 +1307,34 @@ mod drain_tests {
     #[test]
     fn a_partition_follows_its_topic_id() {
         use Incarnation::*;
-        // (bound, metadata now, in flight, decision)
+        // NEW seen first in generation 5; metadata of generation 6 names it again.
+        let seen = Some((NEW, 5));
+        // (bound, metadata now, in flight, seen before, generation, decision)
         let cases = [
-            (None, None, 0, Same),
-            (None, Some([0; 16]), 3, Same),
-            (None, Some(NEW), 3, Adopt(NEW)),
-            (Some(OLD), Some(OLD), 3, Same),
-            (Some(OLD), None, 0, Same),
-            (Some(OLD), Some([0; 16]), 0, Same),
-            (Some(OLD), Some(NEW), 1, Settle),
-            (Some(OLD), Some(NEW), 0, Recreated { old: OLD, new: NEW }),
+            (None, None, 0, None, 5, Same),
+            (None, Some([0; 16]), 3, None, 5, Same),
+            (None, Some(NEW), 3, None, 5, Adopt(NEW)),
+            (Some(OLD), Some(OLD), 3, seen, 6, Same),
+            (Some(OLD), None, 0, None, 5, Same),
+            (Some(OLD), Some([0; 16]), 0, None, 5, Same),
+            // One metadata answer is not believed (a damaged id would do this).
+            (Some(OLD), Some(NEW), 0, None, 5, Suspect(NEW)),
+            (Some(OLD), Some(NEW), 0, seen, 5, Suspect(NEW)),
+            (Some(OLD), Some(NEW), 1, seen, 6, Settle),
+            (
+                Some(OLD),
+                Some(NEW),
+                0,
+                seen,
+                6,
+                Recreated { old: OLD, new: NEW },
+            ),
         ];
-        for (bound, current, in_flight, want) in cases {
+        for (bound, current, in_flight, seen, generation, want) in cases {
             assert_eq!(
-                incarnation(bound, current, in_flight),
+                incarnation(bound, current, in_flight, seen, generation),
                 want,
-                "{bound:?} {current:?} {in_flight}"
+                "{bound:?} {current:?} {in_flight} {seen:?} {generation}"
             );
         }
     }
@@ -1309,10 +1359,11 @@ mod drain_tests {
         assert_eq!(close_open(&tp(), acc.queue(&tp()), identity, false), 0);
     }
 
-    fn at(id: [u8; 16]) -> View {
+    fn at(id: [u8; 16], generation: u64) -> View {
         View {
             leader: Some(LEADER),
             id: Some(id),
+            generation,
         }
     }
 
@@ -1328,7 +1379,7 @@ mod drain_tests {
         let now = Instant::now();
         // Batch 0 (sequence 0) goes out under the old id and comes back for a retry.
         closed_batch(&mut acc, b"sent");
-        let mut d = acc.drain(now, false, &CONFIG, &at(OLD), |_| true);
+        let mut d = acc.drain(now, false, &CONFIG, &at(OLD, 1), |_| true);
         let (_, mut sent) = d.to_send.pop().expect("sent");
         assert_eq!(sent.topic_id, OLD, "stamped with the id it went under");
         // Its response was lost.
@@ -1348,7 +1399,10 @@ mod drain_tests {
             Some(2)
         );
 
-        let d = acc.drain(now, false, &CONFIG, &at(NEW), |_| true);
+        // One metadata answer naming NEW is not believed: nothing moves, metadata is asked.
+        let d = acc.drain(now, false, &CONFIG, &at(NEW, 2), |_| true);
+        assert!(d.recreated.is_empty() && d.to_send.is_empty() && d.missing_leader);
+        let d = acc.drain(now, false, &CONFIG, &at(NEW, 3), |_| true);
         assert_eq!(d.recreated.len(), 1);
         let (failed, e) = &d.recreated[0];
         assert_eq!(failed.order, 0);
@@ -1380,7 +1434,9 @@ mod drain_tests {
         q.topic_id = Some(OLD);
         q.in_flight = 1;
         q.in_flight_leader = Some(LEADER);
-        let d = acc.drain(Instant::now(), false, &CONFIG, &at(NEW), |_| true);
+        let now = Instant::now();
+        acc.drain(now, false, &CONFIG, &at(NEW, 1), |_| true);
+        let d = acc.drain(now, false, &CONFIG, &at(NEW, 2), |_| true);
         assert!(d.to_send.is_empty() && d.recreated.is_empty());
         assert_eq!(acc.queue(&tp()).ready.len(), 2);
     }
@@ -1566,6 +1622,7 @@ mod drain_tests {
         let no_leader = View {
             leader: None,
             id: None,
+            generation: 0,
         };
         let d = acc.drain(now, false, &CONFIG, &no_leader, |_| true);
         assert!(d.to_send.is_empty());

@@ -1661,6 +1661,26 @@ async fn an_assignment_naming_a_partition_the_topic_lacks_makes_the_member_join_
     .await;
 }
 
+/// A Metadata answer listing a topic's partition 1 as 3 made a topic of 2 partitions look like
+/// one of 4: the group leader assigned partitions that do not exist and every poll failed on
+/// them (the group member under random flips, 1 run in 20). A topic must list each partition
+/// 0..n once; an answer that does not is damaged and not used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metadata_answer_with_a_damaged_partition_index_is_not_used() {
+    member_reads_despite(
+        "partition-index",
+        |h, _| {
+            h.damage_partition_indexes
+                .store(1, std::sync::atomic::Ordering::SeqCst)
+        },
+        |h| {
+            h.partition_indexes_damaged
+                .load(std::sync::atomic::Ordering::Relaxed)
+        },
+    )
+    .await;
+}
+
 /// The leader's own id damaged in the member list of its JoinGroup answer made it assign its
 /// partitions to a member that does not exist: stable, nothing read (the group member under
 /// random flips, 1 run in 31). A list without the leader contradicts itself: joined again.

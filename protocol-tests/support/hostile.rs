@@ -168,6 +168,10 @@ pub struct Hostile {
     /// (its last byte flipped).
     pub damage_topic_ids: AtomicU32,
     pub topic_ids_damaged: AtomicU64,
+    /// The next this-many Metadata answers listing a topic with two partitions or more list
+    /// its last one under another index (bit 1 set: 1 → 3).
+    pub damage_partition_indexes: AtomicU32,
+    pub partition_indexes_damaged: AtomicU64,
     /// Responses damaged so far, per damage (FlipBit, Mangle, ... in declaration order), and
     /// ApiVersions answers stripped.
     damaged: [AtomicU64; 11],
@@ -225,6 +229,8 @@ impl Hostile {
             list_offsets_shifted: AtomicU64::new(0),
             damage_topic_ids: AtomicU32::new(0),
             topic_ids_damaged: AtomicU64::new(0),
+            damage_partition_indexes: AtomicU32::new(0),
+            partition_indexes_damaged: AtomicU64::new(0),
             damaged: Default::default(),
             stripped: AtomicU64::new(0),
             closed_after_api_versions: AtomicU64::new(0),
@@ -296,6 +302,10 @@ impl Hostile {
         } else if api == ApiKey::Metadata as i16 && self.damage_topic_ids.load(Ordering::SeqCst) > 0
         {
             self.damage_topic_id(version, body)
+        } else if api == ApiKey::Metadata as i16
+            && self.damage_partition_indexes.load(Ordering::SeqCst) > 0
+        {
+            self.damage_partition_index(version, body)
         } else if api == ApiKey::ListOffsets as i16 && take(&self.shift_list_offsets) {
             self.list_offsets_shifted.fetch_add(1, Ordering::Relaxed);
             shift_list_offsets(version, body)
@@ -429,6 +439,30 @@ impl Hostile {
                     t.topic_id = Uuid::from_bytes(id);
                 }
                 self.topic_ids_damaged.fetch_add(1, Ordering::Relaxed);
+                true
+            },
+        )
+    }
+
+    /// The Metadata answer with the last partition of a topic of two or more listed under
+    /// another index, if one is due.
+    fn damage_partition_index(&self, version: i16, body: Bytes) -> Bytes {
+        edit_response(
+            ApiKey::Metadata,
+            version,
+            body,
+            |resp: &mut MetadataResponse| {
+                let Some(t) = resp.topics.iter_mut().find(|t| t.partitions.len() >= 2) else {
+                    return false;
+                };
+                if !take(&self.damage_partition_indexes) {
+                    return false;
+                }
+                if let Some(p) = t.partitions.iter_mut().max_by_key(|p| p.partition_index) {
+                    p.partition_index |= 2;
+                }
+                self.partition_indexes_damaged
+                    .fetch_add(1, Ordering::Relaxed);
                 true
             },
         )

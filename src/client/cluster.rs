@@ -542,6 +542,14 @@ impl Cluster {
                 }
                 continue;
             }
+            if !partitions_listed_once(t) {
+                // Damaged on the way: the old view stands until the next refresh.
+                warn!(topic = %name, "a Metadata answer lists the topic's partitions with gaps or twice; keeping the previous view");
+                if let Some(prev) = old.topics.get(&name) {
+                    snap.topics.insert(name, prev.clone());
+                }
+                continue;
+            }
             snap.topics.insert(name.clone(), topic_metadata(name, t));
         }
         if snap.brokers.is_empty() {
@@ -746,6 +754,14 @@ impl Cluster {
         if answer != TopicAnswer::Found {
             return Ok((answer, None));
         }
+        if !partitions_listed_once(t) {
+            // Damaged on the way: asked again, as while the broker creates a topic.
+            warn!(
+                topic,
+                "a Metadata answer lists the topic's partitions with gaps or twice; asking again"
+            );
+            return Ok((TopicAnswer::Pending(ErrorCode::LEADER_NOT_AVAILABLE), None));
+        }
         let found = topic_metadata(topic.to_owned(), t);
         let mut snap = (*self.metadata()).clone();
         snap.topics.insert(topic.to_owned(), found.clone());
@@ -936,6 +952,21 @@ fn brokers_of(resp: &MetadataResponse) -> HashMap<i32, BrokerAddr> {
         .collect()
 }
 
+/// Whether a topic's entry lists each of its partitions 0..n exactly once, as every broker
+/// does (a partition without a leader is listed with an error code). Pure.
+///
+/// One flipped bit in a partition index (1 → 3) made a topic of 2 partitions look like one of
+/// 4: a group leader assigned partitions that do not exist, and the member's every poll failed
+/// on them (the group member under random flips).
+fn partitions_listed_once(t: &MetadataResponseTopic) -> bool {
+    let mut listed: Vec<i32> = t.partitions.iter().map(|p| p.partition_index).collect();
+    listed.sort_unstable();
+    listed
+        .iter()
+        .enumerate()
+        .all(|(i, p)| i32::try_from(i).is_ok_and(|i| i == *p))
+}
+
 /// A topic's entry of a Metadata response (its error code is 0).
 fn topic_metadata(name: String, t: &MetadataResponseTopic) -> TopicMetadata {
     let count = t
@@ -1067,6 +1098,32 @@ pub(crate) fn lookup_step(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_topic_lists_each_partition_once() {
+        use kafka_protocol::messages::metadata_response::MetadataResponsePartition;
+        let topic = |indices: &[i32]| {
+            MetadataResponseTopic::default().with_partitions(
+                indices
+                    .iter()
+                    .map(|i| MetadataResponsePartition::default().with_partition_index(*i))
+                    .collect(),
+            )
+        };
+        let cases: [(&[i32], bool); 7] = [
+            (&[], true),
+            (&[0], true),
+            (&[1, 0, 2], true),
+            // A flipped bit: 1 → 3.
+            (&[0, 3], false),
+            (&[0, 0], false),
+            (&[-1, 0], false),
+            (&[1], false),
+        ];
+        for (indices, want) in cases {
+            assert_eq!(partitions_listed_once(&topic(indices)), want, "{indices:?}");
+        }
+    }
 
     #[test]
     fn topic_lookup_decisions() {

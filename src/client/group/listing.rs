@@ -232,8 +232,9 @@ pub fn partition_rows(
 
 /// Merges the brokers' ListGroups answers: one entry per group, sorted by id. A group listed
 /// twice (its coordinator moved between the two answers) keeps the entry that is not `Dead`,
-/// else the later one.
-pub fn merge_listings(answers: Vec<Vec<GroupListing>>) -> Vec<GroupListing> {
+/// else the later one. Crate-private: its inputs are `#[non_exhaustive]` answers only
+/// `Admin::list_groups` builds (the API review of issue 17).
+pub(crate) fn merge_listings(answers: Vec<Vec<GroupListing>>) -> Vec<GroupListing> {
     let mut merged: BTreeMap<String, GroupListing> = BTreeMap::new();
     for g in answers.into_iter().flatten() {
         match merged.get(&g.group) {

@@ -88,8 +88,11 @@ fn transform(value: &[u8]) -> Bytes {
 }
 
 async fn run(a: Args) -> Result<(), Error> {
+    // The instance in the client id: a described group shows which instance owns what.
+    let client_id = format!("{}-{}", a.group, a.instance);
     let consumer_config = ConsumerConfig::from_properties([
         ("bootstrap.servers", a.bootstrap.as_str()),
+        ("client.id", client_id.as_str()),
         ("group.id", a.group.as_str()),
         ("group.protocol", a.group_protocol.as_str()),
         ("isolation.level", "read_committed"),

@@ -30,7 +30,8 @@
 //!   first batch's base offset moved 2^40 up (outside the CRC: only the offsets tell);
 //! - `damage_leader_ids`: the leader's next JoinGroup answers name another member the leader;
 //!   `damage_assigned_topic`: the next SyncGroup answer names a topic altered by one character;
-//!   `shift_list_offsets`: the next ListOffsets answers give every offset 16 too high;
+//!   `shift_list_offsets`: the next ListOffsets answers give every offset 16 (or
+//!   `list_offsets_shift`) too high;
 //!   `damage_topic_ids`: the next Metadata answers name every topic under an altered id;
 //! - `flip_record_batches`: the next this-many Fetch responses that carry records get one bit
 //!   flipped inside their first record batch, where its CRC covers it (a certain CRC failure,
@@ -53,7 +54,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 use uuid::Uuid;
 
@@ -160,9 +161,10 @@ pub struct Hostile {
     /// listed for it moved 2048 up (bit 11 flipped).
     pub damage_assigned_partition: Mutex<Option<String>>,
     pub assigned_partitions_damaged: AtomicU64,
-    /// The next this-many ListOffsets answers have 16 added to every offset (bit 4 flipped
-    /// in a 0).
+    /// The next this-many ListOffsets answers have `list_offsets_shift` added to every offset
+    /// (16 unless set: bit 4 flipped in a 0).
     pub shift_list_offsets: AtomicU32,
+    pub list_offsets_shift: AtomicI64,
     pub list_offsets_shifted: AtomicU64,
     /// The next this-many Metadata answers that name a topic id get every topic id altered
     /// (its last byte flipped).
@@ -226,6 +228,7 @@ impl Hostile {
             damage_assigned_partition: Mutex::new(None),
             assigned_partitions_damaged: AtomicU64::new(0),
             shift_list_offsets: AtomicU32::new(0),
+            list_offsets_shift: AtomicI64::new(16),
             list_offsets_shifted: AtomicU64::new(0),
             damage_topic_ids: AtomicU32::new(0),
             topic_ids_damaged: AtomicU64::new(0),
@@ -308,7 +311,11 @@ impl Hostile {
             self.damage_partition_index(version, body)
         } else if api == ApiKey::ListOffsets as i16 && take(&self.shift_list_offsets) {
             self.list_offsets_shifted.fetch_add(1, Ordering::Relaxed);
-            shift_list_offsets(version, body)
+            shift_list_offsets(
+                version,
+                body,
+                self.list_offsets_shift.load(Ordering::SeqCst),
+            )
         } else {
             body
         };
@@ -629,7 +636,7 @@ fn omit_partition(version: i16, body: Bytes) -> Bytes {
 }
 
 /// A ListOffsets answer with 16 added to every offset it gives.
-fn shift_list_offsets(version: i16, body: Bytes) -> Bytes {
+fn shift_list_offsets(version: i16, body: Bytes, by: i64) -> Bytes {
     edit_response(
         ApiKey::ListOffsets,
         version,
@@ -637,7 +644,7 @@ fn shift_list_offsets(version: i16, body: Bytes) -> Bytes {
         |resp: &mut ListOffsetsResponse| {
             for p in resp.topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
                 if p.offset >= 0 {
-                    p.offset += 16;
+                    p.offset += by;
                 }
             }
             true

@@ -7,7 +7,7 @@ use super::order::next_order;
 use super::session::{FetchSession, Outcome, PartitionFetch, Plan, FINAL_EPOCH};
 use super::truncation::{on_diverging_epoch, Divergence};
 use super::{
-    list_offsets, Chunk, ConsumerRecord, EarliestCheck, Fetched, Offset, PartitionState, Shared,
+    list_offsets, Chunk, ConsumerRecord, Fetched, Offset, PartitionState, Resolution, Shared,
 };
 use crate::client::config::{AutoOffsetReset, ConsumerConfig};
 use crate::client::connection::Connection;
@@ -327,11 +327,10 @@ async fn resolve_positions(shared: &Shared, tx: &mpsc::Sender<Fetched>) {
                     if let (Some(st), Some(o)) = (parts.get_mut(&tp), offsets.get(&tp)) {
                         if st.epoch == epoch && st.pending.is_some() {
                             debug!(%tp, offset = o, ?at, "position resolved");
-                            st.earliest = match (at, st.earliest) {
+                            st.resolution = match st.resolution {
                                 // Asked again after a contradiction: this answer stands.
-                                (_, Some(EarliestCheck::AskedAgain)) => None,
-                                (Offset::Beginning, _) => Some(EarliestCheck::Unconfirmed(*o)),
-                                _ => None,
+                                Some(Resolution::AskedAgain) => None,
+                                _ => Some(Resolution::Unconfirmed { at, offset: *o }),
                             };
                             st.pending = None;
                             st.position = Some(*o);
@@ -857,7 +856,11 @@ fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &mu
     let Some(st) = release(parts.get_mut(&w.tp), id).filter(|st| st.epoch == w.epoch) else {
         return;
     };
-    if let Some(EarliestCheck::Unconfirmed(resolved)) = st.earliest {
+    if let Some(Resolution::Unconfirmed {
+        at: Offset::Beginning,
+        offset: resolved,
+    }) = st.resolution
+    {
         if !earliest_borne_out(resolved, log_start_offset) {
             // The chunk goes out under the old epoch and is dropped: reading starts again
             // from the beginning asked anew.
@@ -865,11 +868,12 @@ fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &mu
             st.epoch = shared.next_epoch();
             st.pending = Some(Offset::Beginning);
             st.position = None;
-            st.earliest = Some(EarliestCheck::AskedAgain);
+            st.resolution = Some(Resolution::AskedAgain);
             return;
         }
-        st.earliest = None;
     }
+    // Any answer with the partition's data (or none, at its end) bears the position out.
+    st.resolution = None;
     st.fetch_offset = chunk.next_offset;
     st.log_start_offset = log_start_offset;
     // A batch's partition leader epoch is not covered by its CRC: one flipped bit there, kept
@@ -969,8 +973,20 @@ async fn on_error(
             let tell = {
                 let mut parts = shared.lock();
                 match release(parts.get_mut(tp), id).filter(|st| st.epoch == w.epoch) {
-                    Some(st) => match action {
-                        OnError::Reset(r) => {
+                    // A position ListOffsets gave, never borne out: that answer was damaged
+                    // on its way (0 → 4194304, one bit) or the log moved since. Its own
+                    // question is asked again, once, rather than auto.offset.reset's: a seek
+                    // to the beginning under auto.offset.reset=latest skipped the partition.
+                    Some(st) => match (st.resolution, action) {
+                        (Some(Resolution::Unconfirmed { at, offset }), _) => {
+                            warn!(%tp, offset, ?at, "a position ListOffsets gave is out of range; asking again");
+                            st.epoch = shared.next_epoch();
+                            st.pending = Some(at);
+                            st.position = None;
+                            st.resolution = Some(Resolution::AskedAgain);
+                            false
+                        }
+                        (_, OnError::Reset(r)) => {
                             debug!(%tp, fetch_offset = w.fetch_offset, ?r, "offset out of range; resetting");
                             st.epoch = shared.next_epoch();
                             st.pending = Some(r);

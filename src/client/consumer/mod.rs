@@ -124,9 +124,9 @@ pub(crate) struct PartitionState {
     /// Data that failed its check (CRC, framing) at this offset, this many fetches in a row:
     /// fetched again before the partition halts (see `fetcher::after_corrupt_data`).
     pub corrupt_at: Option<(i64, u32)>,
-    /// Where the check of a log start from ListOffsets stands (see
-    /// `fetcher::earliest_borne_out`); `None`: nothing to check.
-    pub earliest: Option<EarliestCheck>,
+    /// Where the check of a position from ListOffsets stands (see
+    /// `fetcher::earliest_borne_out` and `fetcher::on_error`); `None`: nothing to check.
+    pub resolution: Option<Resolution>,
     /// Another topic id metadata named, and the metadata generation that named it first: a
     /// recreated topic is believed only when a later metadata names it too
     /// (`fetcher::on_topic_id`).
@@ -150,20 +150,20 @@ impl PartitionState {
             last_fetched_epoch: -1,
             topic_id: None,
             corrupt_at: None,
-            earliest: None,
+            resolution: None,
             id_change: None,
         }
     }
 }
 
-/// A position taken from a ListOffsets answer for the log start (auto.offset.reset=earliest,
-/// or a seek to the beginning), until a Fetch answer bears it out.
+/// A position taken from a ListOffsets answer (auto.offset.reset, a seek to the beginning,
+/// the end or a time), until a Fetch answer bears it out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum EarliestCheck {
-    /// The position ListOffsets gave, not yet borne out.
-    Unconfirmed(i64),
-    /// A Fetch answer contradicted it: the log start is being asked again, and that answer
-    /// stands.
+pub(crate) enum Resolution {
+    /// ListOffsets gave `offset` for `at`; no Fetch answer has borne it out yet.
+    Unconfirmed { at: Offset, offset: i64 },
+    /// A Fetch answer contradicted the first answer (a log start below it, or
+    /// OFFSET_OUT_OF_RANGE): `at` is being asked again, and that answer stands.
     AskedAgain,
 }
 
@@ -418,7 +418,7 @@ impl Consumer {
             st.epoch = self.shared.next_epoch();
             st.halted = false;
             st.corrupt_at = None;
-            st.earliest = None;
+            st.resolution = None;
             st.id_change = None;
             st.last_fetched_epoch = -1;
             // The application chose a position in the topic as it is now.

@@ -825,6 +825,55 @@ async fn a_topic_id_damaged_in_one_metadata_answer_fails_no_record() {
     assert_exactly_once(&topic, next, &out).await;
 }
 
+/// The very Metadata answer an assignment took its topic id from had it damaged: every later
+/// answer, naming the real id, looked like a recreated topic, and auto.offset.reset=latest
+/// moved a seek to the beginning past every record (the read_committed consumer under random
+/// flips: nothing read). Only an id a Fetch answer bore out is compared against.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_id_damaged_in_the_first_metadata_answer_does_not_reset_the_position() {
+    let topic = TestTopic::create("hostile-first-topic-id", 2).await;
+    let n = 100;
+    fill_committed(&topic, n, 0).await;
+    let proxy = hostile_proxy("damaged_first_topic_id").await;
+    let h = &proxy.faults.hostile;
+    h.damage_topic_ids
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let mut c = Consumer::new(consumer_config(
+        &proxy.addr,
+        &consumer_props(&[
+            ("isolation.level", "read_committed"),
+            ("auto.offset.reset", "latest"),
+        ]),
+    ))
+    .await
+    .expect("consumer");
+    c.assign(topic.tps()).await.expect("assign");
+    for tp in topic.tps() {
+        c.seek(&tp, Offset::Beginning).unwrap();
+    }
+    let mut seen = BTreeSet::new();
+    let limit = Duration::from_secs(20);
+    let started = Instant::now();
+    while seen.len() < n && started.elapsed() < limit {
+        for r in c.poll(Duration::from_millis(200)).await.expect("poll") {
+            let i = index_of(r.value.as_deref().unwrap_or_default()).expect("a value");
+            assert!(seen.insert(i), "v{i} twice");
+        }
+    }
+    assert_eq!(
+        h.topic_ids_damaged
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "no Metadata answer was damaged: the scenario proved nothing"
+    );
+    let missing: Vec<usize> = (0..n).filter(|i| !seen.contains(i)).take(20).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {n} values read in {limit:?}; never read: {missing:?}",
+        seen.len()
+    );
+}
+
 /// A topic id damaged in one Metadata answer made a read_committed consumer believe its topic
 /// deleted and recreated: auto.offset.reset moved it to the end (latest: nothing read in
 /// 120 s under random flips) or to the start (earliest: everything again). A recreation is
@@ -990,6 +1039,69 @@ async fn a_seek_to_the_beginning_answered_past_the_log_is_asked_again_not_reset_
             .load(std::sync::atomic::Ordering::Relaxed),
         1,
         "no ListOffsets answer was damaged: the scenario proved nothing"
+    );
+    let missing: Vec<usize> = (0..n).filter(|i| !seen.contains(i)).take(20).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {n} values read in {limit:?}; never read: {missing:?}",
+        seen.len()
+    );
+}
+
+/// A low bit flipped in a batch's base offset (0 → 4) keeps the batch inside the log: its
+/// records went out under offsets 4 too high, the position was 4 past the real one, and the
+/// next answer's batch, starting 4 before it, had its first 4 records dropped as already read
+/// (the read_committed consumer under random flips: 4 values never delivered). After whole
+/// entries, the next answer cannot start before the position; when it keeps doing so, the
+/// answer before was the damaged one and reading goes on from this batch's start. Each Fetch
+/// answer carries one batch here (max.partition.fetch.bytes=1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_moved_4_up_does_not_cost_the_next_answer_its_first_records() {
+    batch_moved_4_up("1").await;
+}
+
+/// As above, with answers carrying several batches: the next batch in the same answer starts
+/// before the damaged one ends; fetched again from there, the answer starts before it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_moved_4_up_does_not_cost_the_batch_after_it_in_the_answer_its_first_records() {
+    batch_moved_4_up("1048576").await;
+}
+
+async fn batch_moved_4_up(max_partition_fetch_bytes: &str) {
+    let topic = TestTopic::create("hostile-base-plus-4", 1).await;
+    let n = 200;
+    fill_committed(&topic, n, 0).await;
+    let proxy = hostile_proxy("batch_moved_4_up").await;
+    let h = &proxy.faults.hostile;
+    h.base_offset_bit
+        .store(2, std::sync::atomic::Ordering::SeqCst);
+    h.shift_base_offsets
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let mut c = Consumer::new(consumer_config(
+        &proxy.addr,
+        &consumer_props(&[
+            ("isolation.level", "read_committed"),
+            ("auto.offset.reset", "earliest"),
+            ("max.partition.fetch.bytes", max_partition_fetch_bytes),
+        ]),
+    ))
+    .await
+    .expect("consumer");
+    c.assign(topic.tps()).await.expect("assign");
+    let mut seen = BTreeSet::new();
+    let limit = Duration::from_secs(20);
+    let started = Instant::now();
+    while seen.len() < n && started.elapsed() < limit {
+        for r in c.poll(Duration::from_millis(200)).await.expect("poll") {
+            let i = index_of(r.value.as_deref().unwrap_or_default()).expect("a value");
+            assert!(seen.insert(i), "v{i} twice");
+        }
+    }
+    assert_eq!(
+        h.base_offset_shifts
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "no base offset was damaged: the scenario proved nothing"
     );
     let missing: Vec<usize> = (0..n).filter(|i| !seen.contains(i)).take(20).collect();
     assert!(

@@ -143,6 +143,8 @@ pub struct Hostile {
     /// The next this-many Fetch responses with records get their first batch's base offset
     /// (outside the CRC) moved 2^40 up, as a bit flipped high there moves it.
     pub shift_base_offsets: AtomicU32,
+    /// The bit of the base offset `shift_base_offsets` flips (40 unless set).
+    pub base_offset_bit: AtomicU32,
     /// Base offsets moved so far.
     pub base_offset_shifts: AtomicU64,
     /// The next this-many JoinGroup answers that list members (the leader's) name another
@@ -218,6 +220,7 @@ impl Hostile {
             flip_record_batches: AtomicU32::new(0),
             record_flips: AtomicU64::new(0),
             shift_base_offsets: AtomicU32::new(0),
+            base_offset_bit: AtomicU32::new(40),
             base_offset_shifts: AtomicU64::new(0),
             damage_leader_ids: AtomicU32::new(0),
             leader_ids_damaged: AtomicU64::new(0),
@@ -421,8 +424,9 @@ impl Hostile {
                 return false;
             }
             let mut r = records.to_vec();
-            // Bytes 0..8: the base offset, big-endian; bit 40 is in byte 2.
-            r[2] ^= 0x01;
+            // Bytes 0..8: the base offset, big-endian (bit 40 is in byte 2).
+            let bit = self.base_offset_bit.load(Ordering::SeqCst).min(63);
+            r[7 - bit as usize / 8] ^= 1 << (bit % 8);
             *records = Bytes::from(r);
             self.base_offset_shifts.fetch_add(1, Ordering::Relaxed);
             true

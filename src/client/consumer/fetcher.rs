@@ -48,6 +48,9 @@ struct Want {
     last_fetched_epoch: i32,
     /// The topic's id from metadata (all zero when the broker gave none).
     topic_id: [u8; 16],
+    /// `fetch_offset` is where the whole entries of the last answer ended
+    /// (`PartitionState::answer_end`).
+    after_answer: bool,
 }
 
 impl Want {
@@ -218,10 +221,14 @@ impl Fetcher {
                 continue;
             };
             let topic_id = meta.topics.get(&tp.topic).map_or([0; 16], |t| t.id);
-            match on_topic_id(st.topic_id, topic_id, st.id_change, meta.generation) {
+            let held = id_to_compare(st.topic_id, st.topic_id_borne_out);
+            match on_topic_id(held, topic_id, st.id_change, meta.generation) {
                 TopicId::Same => st.id_change = None,
                 TopicId::Adopt => {
-                    st.topic_id = Some(topic_id);
+                    if st.topic_id != Some(topic_id) {
+                        st.topic_id = Some(topic_id);
+                        st.topic_id_borne_out = false;
+                    }
                     st.id_change = None;
                 }
                 TopicId::Suspect => {
@@ -252,6 +259,7 @@ impl Fetcher {
                 leader_epoch: meta.partition(tp).map_or(-1, |p| p.leader_epoch),
                 last_fetched_epoch: st.last_fetched_epoch,
                 topic_id,
+                after_answer: st.answer_end == Some(st.fetch_offset),
             });
         }
         for (leader, list) in by_leader {
@@ -729,6 +737,17 @@ fn on_topic_id(
     }
 }
 
+/// The topic id a partition's position is compared against: the one it holds once a Fetch
+/// answer bore it out, else none (whatever metadata names now is adopted). Pure.
+///
+/// A flipped bit in the very Metadata answer an assignment took its id from made that damaged
+/// id the one held; the next answers, naming the real one, looked like a recreated topic, and
+/// auto.offset.reset=latest moved the position past every record (the read_committed consumer
+/// under random flips: nothing read). A Fetch by id (v13+) is answered only for a real id.
+fn id_to_compare(held: Option<[u8; 16]>, borne_out: bool) -> Option<[u8; 16]> {
+    held.filter(|_| borne_out)
+}
+
 /// The partition's topic was deleted and recreated: its position meant the old topic. Under
 /// auto.offset.reset earliest/latest the position is reset (as the Java consumer ends up
 /// doing through OFFSET_OUT_OF_RANGE, but also when the new topic has already grown past the
@@ -747,6 +766,7 @@ fn recreated(
     st.epoch = shared.next_epoch();
     st.last_fetched_epoch = -1;
     st.topic_id = Some(new);
+    st.topic_id_borne_out = false;
     let reset = match shared.config.auto_offset_reset {
         AutoOffsetReset::Earliest => Some(Offset::Beginning),
         AutoOffsetReset::Latest => Some(Offset::End),
@@ -812,7 +832,7 @@ async fn apply_partition(
         }
         return Applied::Nothing;
     }
-    let mut chunk = decode_partition(&w.tp, w.fetch_offset, w.epoch, p, crc_check(&shared.config));
+    let mut chunk = decode_partition(w, p, crc_check(&shared.config));
     advance(shared, id, w, p.log_start_offset, &mut chunk);
     let records = !chunk.records.is_empty();
     if tx.send(Fetched::Chunk(chunk)).await.is_err() {
@@ -872,8 +892,10 @@ fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &mu
             return;
         }
     }
-    // Any answer with the partition's data (or none, at its end) bears the position out.
+    // Any answer with the partition's data (or none, at its end) bears the position out, and
+    // the topic id it was fetched under.
     st.resolution = None;
+    st.topic_id_borne_out = st.topic_id.is_some();
     st.fetch_offset = chunk.next_offset;
     st.log_start_offset = log_start_offset;
     // A batch's partition leader epoch is not covered by its CRC: one flipped bit there, kept
@@ -886,7 +908,38 @@ fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &mu
         st.last_fetched_epoch = e;
     }
     match &chunk.error {
-        Some(e @ Error::CorruptData { offset, .. }) => {
+        Some(
+            e @ Error::CorruptData {
+                offset,
+                source: RecordError::StartsBeforeTheLastAnswerEnded { offset: base, .. },
+                ..
+            },
+        ) => {
+            // Nothing of this answer was read; `answer_end` stays, so the check is made again.
+            let (record, again) = after_corrupt_data(st.corrupt_at, *offset);
+            st.corrupt_at = record;
+            if again {
+                // The same answer, fetch after fetch: that is the log, and the answer before
+                // was the damaged one — its batch went out under offsets past its own, and the
+                // position is past records never handed out. Read from this batch's start.
+                warn!(tp = %w.tp, error = %e, "the last answer's batch was out of place; reading from this one's start");
+                st.fetch_offset = *base;
+                st.answer_end = None;
+                st.corrupt_at = None;
+            } else {
+                warn!(tp = %w.tp, error = %e, "data out of place; fetching it again (damaged on the way?)");
+            }
+            chunk.error = None;
+        }
+        Some(e @ Error::CorruptData { offset, source, .. }) => {
+            // Refetched from where decoding stopped: still after whole entries when it stopped
+            // at an entry's start (a batch out of place in the same answer: the next answer's
+            // first batch must not start before it either).
+            if !stopped_at_an_entry(source) {
+                st.answer_end = None;
+            } else if chunk.next_offset > w.fetch_offset {
+                st.answer_end = Some(chunk.next_offset);
+            }
             let (record, halt) = after_corrupt_data(st.corrupt_at, *offset);
             st.corrupt_at = record;
             if halt {
@@ -899,14 +952,36 @@ fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &mu
         }
         Some(e) => {
             debug!(tp = %w.tp, error = %e, "fetching stopped");
+            st.answer_end = None;
             st.halted = true;
         }
         None => {
             if st.corrupt_at.is_some_and(|(at, _)| chunk.next_offset > at) {
                 st.corrupt_at = None;
             }
+            if chunk.next_offset > w.fetch_offset {
+                st.answer_end = Some(chunk.next_offset);
+            }
         }
     }
+}
+
+/// Whether decoding stopped where an entry starts, nothing of it handed out: framing, CRC,
+/// offset and control-record checks, and decompression, all fail before an entry's first
+/// record. A malformed record stops inside its batch. Pure.
+fn stopped_at_an_entry(e: &RecordError) -> bool {
+    matches!(
+        e,
+        RecordError::InvalidBatchLength { .. }
+            | RecordError::BatchTooShort { .. }
+            | RecordError::UnsupportedMagic { .. }
+            | RecordError::CrcMismatch { .. }
+            | RecordError::UnknownCompression { .. }
+            | RecordError::Decompress { .. }
+            | RecordError::OffsetsOutOfPlace { .. }
+            | RecordError::StartsBeforeTheLastAnswerEnded { .. }
+            | RecordError::MalformedControlRecord { .. }
+    )
 }
 
 /// What a partition's error code in a Fetch response makes the fetcher do.
@@ -1168,12 +1243,11 @@ fn crc_check(cfg: &ConsumerConfig) -> CrcCheck {
 /// error, as the Java client returns the records before corrupt data and raises on the next
 /// poll.
 fn decode_partition(
-    tp: &TopicPartition,
-    fetch_offset: i64,
-    epoch: u64,
+    w: &Want,
     p: &kafka_protocol::messages::fetch_response::PartitionData,
     crc: CrcCheck,
 ) -> Chunk {
+    let (tp, fetch_offset, epoch) = (&w.tp, w.fetch_offset, w.epoch);
     let mut records = VecDeque::new();
     let mut next_offset = fetch_offset;
     // Under read_committed the broker sends the aborted transactions; under read_uncommitted
@@ -1191,6 +1265,7 @@ fn decode_partition(
             tp,
             decode_entries(bytes).crc_check(crc),
             fetch_offset,
+            w.after_answer,
             p.high_watermark,
             &mut aborted,
             &mut records,
@@ -1226,6 +1301,7 @@ fn decode_into(
     tp: &TopicPartition,
     entries: EntryIter,
     fetch_offset: i64,
+    after_answer: bool,
     high_watermark: i64,
     aborted: &mut AbortedTransactions,
     records: &mut VecDeque<ConsumerRecord>,
@@ -1233,8 +1309,12 @@ fn decode_into(
     last_epoch: &mut Option<i32>,
 ) -> Result<(), RecordError> {
     let mut previous_end = None;
+    let mut first = true;
     for entry in entries {
         let entry = entry?;
+        if std::mem::take(&mut first) {
+            first_entry_in_place(&entry, fetch_offset, after_answer)?;
+        }
         entry_in_place(&entry, previous_end, high_watermark)?;
         previous_end = Some(entry.next_offset());
         // Markers and aborted batches before the fetch offset still update the index.
@@ -1285,6 +1365,35 @@ fn decode_into(
 /// and the second ListOffsets answer stands (a follower's log start may lag its leader's).
 fn earliest_borne_out(resolved: i64, log_start_offset: i64) -> bool {
     log_start_offset < 0 || log_start_offset >= resolved
+}
+
+/// Whether the first entry of a Fetch answer can start where it does: when the fetch offset is
+/// where the whole entries of the answer before ended (`after_answer`), a v2 batch cannot
+/// start before it — the broker answers from the batch holding the fetch offset, and that
+/// batch starts there (compaction keeps a batch's offsets; v0/v1 message sets are left
+/// alone). Pure.
+///
+/// A base offset is outside the batch's CRC. A low bit flipped there (+4) kept the batch
+/// inside the log, so [`entry_in_place`] could not tell; the position after it was 4 past the
+/// real one, and the next answer's batch, starting 4 before it, had its first 4 records
+/// dropped as already read (the read_committed consumer under random flips: 4 values never
+/// delivered). Flipped the other way, in the later answer, the records before the position
+/// came again. Either way the two answers contradict each other: see [`advance`] for which
+/// one is believed.
+fn first_entry_in_place(
+    entry: &LogEntry,
+    fetch_offset: i64,
+    after_answer: bool,
+) -> Result<(), RecordError> {
+    match entry {
+        LogEntry::Batch(b) if after_answer && b.base_offset < fetch_offset => {
+            Err(RecordError::StartsBeforeTheLastAnswerEnded {
+                offset: b.base_offset,
+                position: fetch_offset,
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Whether an entry's offsets can be where they are in a Fetch answer: ending at or before the
@@ -1398,6 +1507,19 @@ mod tests {
         TopicPartition::new("orders", 3)
     }
 
+    /// A request for `tp()` at `fetch_offset`, in the partition's fetch epoch `epoch`.
+    fn at(fetch_offset: i64, epoch: u64) -> Want {
+        Want {
+            tp: tp(),
+            fetch_offset,
+            epoch,
+            leader_epoch: -1,
+            last_fetched_epoch: -1,
+            topic_id: [0; 16],
+            after_answer: false,
+        }
+    }
+
     fn data(records: Vec<u8>) -> PartitionData {
         PartitionData::default()
             .with_high_watermark(1_000)
@@ -1415,20 +1537,86 @@ mod tests {
         out.to_vec()
     }
 
+    /// (base offset of the answer's first batch, fetch offset, fetch offset after the last
+    /// answer's whole entries, accepted)
+    #[test]
+    fn after_whole_entries_the_next_answer_cannot_start_before_the_fetch_offset() {
+        let cases = [
+            (20, 20, true, true),   // starts where the last answer ended
+            (25, 20, true, true),   // a gap: compaction removed a batch
+            (16, 20, true, false),  // 4 before: one of the two answers was damaged
+            (16, 20, false, true),  // a seek (or committed offset) inside a batch
+            (-12, 20, true, false), // the sign bit
+        ];
+        for (base, fetch_offset, after_answer, ok) in cases {
+            let entry = decode_entries(Bytes::from(v2_batch(base, 5)))
+                .next()
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                first_entry_in_place(&entry, fetch_offset, after_answer).is_ok(),
+                ok,
+                "batch at {base}, fetched at {fetch_offset}, after an answer: {after_answer}"
+            );
+        }
+        // v0/v1 message sets are not checked (a wrapper's inner offsets run before its own).
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/legacy/mixed.log");
+        let legacy = decode_entries(Bytes::from(std::fs::read(path).unwrap()))
+            .next()
+            .unwrap()
+            .unwrap();
+        assert!(first_entry_in_place(&legacy, 1_000, true).is_ok());
+    }
+
+    /// The contradiction fails the answer before anything of it is handed out, and decoding
+    /// stays where it was: the answer is fetched again.
+    #[test]
+    fn an_answer_starting_before_the_last_one_ended_hands_nothing_out() {
+        let w = Want {
+            after_answer: true,
+            ..at(7, 1)
+        };
+        let chunk = decode_partition(&w, &data(v2_batch(5, 5)), CrcCheck::Verify);
+        assert!(chunk.records.is_empty());
+        assert_eq!(chunk.next_offset, 7);
+        match &chunk.error {
+            Some(Error::CorruptData {
+                offset: 7,
+                source:
+                    RecordError::StartsBeforeTheLastAnswerEnded {
+                        offset: 5,
+                        position: 7,
+                    },
+                ..
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(stopped_at_an_entry(
+            &RecordError::StartsBeforeTheLastAnswerEnded {
+                offset: 5,
+                position: 7
+            }
+        ));
+        // The same batch fetched at 7 after a seek: records 7, 8, 9.
+        let chunk = decode_partition(&at(7, 1), &data(v2_batch(5, 5)), CrcCheck::Verify);
+        let offsets: Vec<i64> = chunk.records.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, [7, 8, 9]);
+    }
+
     /// Before: `Record(UnsupportedMagic { offset: 0, magic: 0 })` and the partition never
     /// moved (seen).
     #[test]
     fn legacy_entries_are_read_by_the_fetcher() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/legacy/mixed.log");
         let bytes = std::fs::read(path).unwrap();
-        let chunk = decode_partition(&tp(), 0, 1, &data(bytes), CrcCheck::Verify);
+        let chunk = decode_partition(&at(0, 1), &data(bytes), CrcCheck::Verify);
         assert!(chunk.error.is_none(), "{:?}", chunk.error);
         let offsets: Vec<i64> = chunk.records.iter().map(|r| r.offset).collect();
         assert_eq!(offsets, (0..8).collect::<Vec<_>>());
         assert_eq!(chunk.next_offset, 8);
         // From the middle of a v1 wrapper (offsets 2..=4): the records before are skipped.
         let bytes = std::fs::read(path).unwrap();
-        let chunk = decode_partition(&tp(), 3, 1, &data(bytes), CrcCheck::Verify);
+        let chunk = decode_partition(&at(3, 1), &data(bytes), CrcCheck::Verify);
         let offsets: Vec<i64> = chunk.records.iter().map(|r| r.offset).collect();
         assert_eq!(offsets, (3..8).collect::<Vec<_>>());
     }
@@ -1472,7 +1660,7 @@ mod tests {
     /// (seen).
     #[test]
     fn good_records_before_a_corrupt_batch_are_kept() {
-        let chunk = decode_partition(&tp(), 0, 1, &data(good_corrupt_good()), CrcCheck::Verify);
+        let chunk = decode_partition(&at(0, 1), &data(good_corrupt_good()), CrcCheck::Verify);
         let offsets: Vec<i64> = chunk.records.iter().map(|r| r.offset).collect();
         assert_eq!(offsets, (0..5).collect::<Vec<_>>());
         assert_eq!(
@@ -1502,6 +1690,7 @@ mod tests {
             leader_epoch: 7,
             last_fetched_epoch: 6,
             topic_id: id_of(topic),
+            after_answer: false,
         }
     }
 
@@ -1930,6 +2119,21 @@ mod tests {
         }
     }
 
+    /// (held, borne out by a Fetch answer, compared against)
+    #[test]
+    fn only_an_id_a_fetch_answer_bore_out_is_compared() {
+        let a = [1; 16];
+        let cases = [
+            (Some(a), true, Some(a)),
+            (Some(a), false, None),
+            (None, true, None),
+            (None, false, None),
+        ];
+        for (held, borne_out, want) in cases {
+            assert_eq!(id_to_compare(held, borne_out), want, "{held:?} {borne_out}");
+        }
+    }
+
     /// What a partition's error code makes the fetcher do.
     #[test]
     fn partition_error_decisions() {
@@ -1999,9 +2203,9 @@ mod tests {
         bad_crc[17] ^= 0xFF; // the CRC field itself
         bytes.extend(bad_crc);
         bytes.extend(v2_batch(10, 5));
-        let verified = decode_partition(&tp(), 0, 1, &data(bytes.clone()), CrcCheck::Verify);
+        let verified = decode_partition(&at(0, 1), &data(bytes.clone()), CrcCheck::Verify);
         assert_corrupt_at_5(verified.error.as_ref().expect("refused when verifying"));
-        let chunk = decode_partition(&tp(), 0, 1, &data(bytes), CrcCheck::Skip);
+        let chunk = decode_partition(&at(0, 1), &data(bytes), CrcCheck::Skip);
         assert!(chunk.error.is_none(), "{:?}", chunk.error);
         let offsets: Vec<i64> = chunk.records.iter().map(|r| r.offset).collect();
         assert_eq!(offsets, (0..15).collect::<Vec<_>>());
@@ -2037,7 +2241,7 @@ mod tests {
     fn the_application_gets_the_records_then_the_error_until_it_seeks() {
         let mut parts = assigned(1, 0);
         let mut buffered = VecDeque::new();
-        let chunk = decode_partition(&tp(), 0, 1, &data(good_corrupt_good()), CrcCheck::Verify);
+        let chunk = decode_partition(&at(0, 1), &data(good_corrupt_good()), CrcCheck::Verify);
         super::super::accept_chunk(&mut buffered, &mut parts, chunk);
 
         let first =
@@ -2066,7 +2270,7 @@ mod tests {
     fn the_error_waits_for_every_record_before_it() {
         let mut parts = assigned(1, 0);
         let mut buffered = VecDeque::new();
-        let chunk = decode_partition(&tp(), 0, 1, &data(good_corrupt_good()), CrcCheck::Verify);
+        let chunk = decode_partition(&at(0, 1), &data(good_corrupt_good()), CrcCheck::Verify);
         super::super::accept_chunk(&mut buffered, &mut parts, chunk);
         let mut got = Vec::new();
         loop {
@@ -2090,12 +2294,12 @@ mod tests {
     fn chunks_of_another_epoch_are_dropped() {
         let mut parts = assigned(7, 0);
         let mut buffered = VecDeque::new();
-        let old = decode_partition(&tp(), 0, 6, &data(v2_batch(0, 5)), CrcCheck::Verify);
+        let old = decode_partition(&at(0, 6), &data(v2_batch(0, 5)), CrcCheck::Verify);
         super::super::accept_chunk(&mut buffered, &mut parts, old);
         assert!(buffered.is_empty());
         assert_eq!(parts[&tp()].position, Some(0));
         // Queued while current, then the partition was sought: dropped at take.
-        let current = decode_partition(&tp(), 0, 7, &data(v2_batch(0, 5)), CrcCheck::Verify);
+        let current = decode_partition(&at(0, 7), &data(v2_batch(0, 5)), CrcCheck::Verify);
         super::super::accept_chunk(&mut buffered, &mut parts, current);
         parts.get_mut(&tp()).unwrap().epoch = 8;
         assert!(super::super::take_records(&mut buffered, &mut parts, 500)
@@ -2134,7 +2338,7 @@ mod tests {
         let p = data(bytes).with_aborted_transactions(Some(vec![AbortedTransaction::default()
             .with_producer_id(ProducerId(pid))
             .with_first_offset(2)]));
-        let chunk = decode_partition(&tp(), 0, 1, &p, CrcCheck::Verify);
+        let chunk = decode_partition(&at(0, 1), &p, CrcCheck::Verify);
         assert_eq!(
             chunk.records.iter().map(|r| r.offset).collect::<Vec<_>>(),
             [0, 1]
@@ -2167,7 +2371,7 @@ mod tests {
         let mut bytes = with_epoch(v2_batch(0, 2), 3);
         bytes.extend(with_epoch(v2_batch(2, 2), 4));
         bytes.extend(v2_batch(4, 2)); // -1
-        let chunk = decode_partition(&tp(), 0, 1, &data(bytes), CrcCheck::Verify);
+        let chunk = decode_partition(&at(0, 1), &data(bytes), CrcCheck::Verify);
         assert_eq!((chunk.last_epoch, chunk.next_offset), (Some(4), 6));
         let legacy = std::fs::read(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -2175,7 +2379,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(
-            decode_partition(&tp(), 0, 1, &data(legacy), CrcCheck::Verify).last_epoch,
+            decode_partition(&at(0, 1), &data(legacy), CrcCheck::Verify).last_epoch,
             None
         );
     }

@@ -121,9 +121,16 @@ pub(crate) struct PartitionState {
     /// partition is first fetched after an assignment, seek or reset. Metadata naming another
     /// id means the topic was deleted and recreated: the position is not carried over.
     pub topic_id: Option<[u8; 16]>,
+    /// A Fetch answer came for the partition under `topic_id` (see `fetcher::id_to_compare`).
+    pub topic_id_borne_out: bool,
     /// Data that failed its check (CRC, framing) at this offset, this many fetches in a row:
     /// fetched again before the partition halts (see `fetcher::after_corrupt_data`).
     pub corrupt_at: Option<(i64, u32)>,
+    /// Where the whole entries of the last Fetch answer with data ended: while `fetch_offset`
+    /// is still there (not a seek, a reset, a committed offset, or a record inside a batch
+    /// after an error), the next answer's first batch cannot start before it
+    /// (`fetcher::decode_into`).
+    pub answer_end: Option<i64>,
     /// Where the check of a position from ListOffsets stands (see
     /// `fetcher::earliest_borne_out` and `fetcher::on_error`); `None`: nothing to check.
     pub resolution: Option<Resolution>,
@@ -149,8 +156,10 @@ impl PartitionState {
             halted: false,
             last_fetched_epoch: -1,
             topic_id: None,
+            topic_id_borne_out: false,
             corrupt_at: None,
             resolution: None,
+            answer_end: None,
             id_change: None,
         }
     }

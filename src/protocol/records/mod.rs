@@ -285,6 +285,19 @@ pub enum RecordError {
         /// What is wrong.
         reason: String,
     },
+    /// The first batch of a Fetch answer starts before `position`, where the whole entries of
+    /// the answer before ended: an honest broker answers from the batch holding the fetch
+    /// offset, and after whole entries that batch starts there. One of the two answers had a
+    /// base offset damaged on the way (outside the CRC).
+    #[error(
+        "batch at offset {offset} starts before {position}, where the last answer's data ended"
+    )]
+    StartsBeforeTheLastAnswerEnded {
+        /// Base offset of the batch (as read).
+        offset: i64,
+        /// Where the answer before ended.
+        position: i64,
+    },
     /// A control batch whose record is not a valid control record.
     #[error("batch at offset {offset}: malformed control record: {reason}")]
     MalformedControlRecord {

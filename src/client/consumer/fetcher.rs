@@ -1310,12 +1310,25 @@ fn decode_into(
 ) -> Result<(), RecordError> {
     let mut previous_end = None;
     let mut first = true;
+    // Where the chunk stood before the entry just read: (records, next offset).
+    let mut before_previous = (records.len(), *next_offset);
     for entry in entries {
         let entry = entry?;
         if std::mem::take(&mut first) {
             first_entry_in_place(&entry, fetch_offset, after_answer)?;
         }
-        entry_in_place(&entry, previous_end, high_watermark)?;
+        if let Err(e) = entry_in_place(&entry, previous_end, high_watermark) {
+            if previous_end.is_some() {
+                // Two entries that contradict each other: either may be the damaged one. The
+                // entry before is taken back too (nothing of the chunk is out yet), and both
+                // are fetched again: had its base offset been moved up, its records would have
+                // gone out under offsets past their own, and the position with them.
+                records.truncate(before_previous.0);
+                *next_offset = before_previous.1;
+            }
+            return Err(e);
+        }
+        before_previous = (records.len(), *next_offset);
         previous_end = Some(entry.next_offset());
         // Markers and aborted batches before the fetch offset still update the index.
         let keep = match &entry {
@@ -1601,6 +1614,27 @@ mod tests {
         let chunk = decode_partition(&at(7, 1), &data(v2_batch(5, 5)), CrcCheck::Verify);
         let offsets: Vec<i64> = chunk.records.iter().map(|r| r.offset).collect();
         assert_eq!(offsets, [7, 8, 9]);
+    }
+
+    /// Two batches of one answer that contradict each other (the first moved up, 0 → 8): the
+    /// first is taken back too, and the answer fetched again from before it.
+    #[test]
+    fn a_batch_contradicting_the_one_before_takes_that_one_back_too() {
+        let mut bytes = v2_batch(0, 5);
+        bytes.extend(v2_batch(8, 5));
+        bytes.extend(v2_batch(5, 5));
+        let chunk = decode_partition(&at(0, 1), &data(bytes), CrcCheck::Verify);
+        let offsets: Vec<i64> = chunk.records.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, [0, 1, 2, 3, 4], "the batch at 8 is not handed out");
+        assert_eq!(chunk.next_offset, 5);
+        assert!(matches!(
+            chunk.error,
+            Some(Error::CorruptData {
+                offset: 5,
+                source: RecordError::OffsetsOutOfPlace { offset: 5, .. },
+                ..
+            })
+        ));
     }
 
     /// Before: `Record(UnsupportedMagic { offset: 0, magic: 0 })` and the partition never

@@ -1111,6 +1111,96 @@ async fn batch_moved_4_up(max_partition_fetch_bytes: &str) {
     );
 }
 
+/// The aborted-transaction list of a Fetch answer is outside every CRC: one bit flipped in a
+/// listed producer id, and the aborted transaction's batches were handed out as committed
+/// (the read_committed consumer under random flips: "an aborted value was delivered"). A
+/// transaction listed from an offset inside the answer's data must start at a transactional
+/// batch of its producer there; when not, the answer is fetched again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_aborted_transaction_list_does_not_expose_aborted_records() {
+    let topic = TestTopic::create("hostile-aborted-list", 1).await;
+    let n = 100;
+    fill_committed(&topic, n, 40).await;
+    let proxy = hostile_proxy("damaged_aborted_list").await;
+    let h = &proxy.faults.hostile;
+    h.damage_aborted_lists
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let mut c = Consumer::new(consumer_config(
+        &proxy.addr,
+        &consumer_props(&[
+            ("isolation.level", "read_committed"),
+            ("auto.offset.reset", "earliest"),
+        ]),
+    ))
+    .await
+    .expect("consumer");
+    c.assign(topic.tps()).await.expect("assign");
+    let mut seen = BTreeSet::new();
+    let limit = Duration::from_secs(20);
+    let started = Instant::now();
+    while seen.len() < n && started.elapsed() < limit {
+        for r in c.poll(Duration::from_millis(200)).await.expect("poll") {
+            let i = index_of(r.value.as_deref().unwrap_or_default()).expect("a value");
+            assert!(i < n, "an aborted value was delivered: v{i}");
+            assert!(seen.insert(i), "v{i} twice");
+        }
+    }
+    assert_eq!(
+        h.aborted_lists_damaged
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "no aborted-transaction list was damaged: the scenario proved nothing"
+    );
+    let missing: Vec<usize> = (0..n).filter(|i| !seen.contains(i)).take(20).collect();
+    assert!(missing.is_empty(), "never read: {missing:?}");
+}
+
+/// A damaged Fetch answer named a diverging epoch (KIP-320) the fetch never asked about: kept
+/// as the last fetched epoch, it made every later fetch of the partition OFFSET_OUT_OF_RANGE,
+/// for ever (the read_committed consumer under random flips: 220 values never read). A
+/// diverging epoch is believed only as an answer to the epoch sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_diverging_epoch_the_fetch_did_not_ask_about_is_not_believed() {
+    let topic = TestTopic::create("hostile-diverging", 1).await;
+    let n = 100;
+    fill_committed(&topic, n, 0).await;
+    let proxy = hostile_proxy("diverging_epoch_not_asked").await;
+    let h = &proxy.faults.hostile;
+    h.damage_diverging_epochs
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let mut c = Consumer::new(consumer_config(
+        &proxy.addr,
+        &consumer_props(&[
+            ("isolation.level", "read_committed"),
+            ("auto.offset.reset", "earliest"),
+        ]),
+    ))
+    .await
+    .expect("consumer");
+    c.assign(topic.tps()).await.expect("assign");
+    let mut seen = BTreeSet::new();
+    let limit = Duration::from_secs(20);
+    let started = Instant::now();
+    while seen.len() < n && started.elapsed() < limit {
+        for r in c.poll(Duration::from_millis(200)).await.expect("poll") {
+            let i = index_of(r.value.as_deref().unwrap_or_default()).expect("a value");
+            assert!(seen.insert(i), "v{i} twice");
+        }
+    }
+    assert_eq!(
+        h.diverging_epochs_damaged
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "no diverging epoch was put in an answer: the scenario proved nothing"
+    );
+    let missing: Vec<usize> = (0..n).filter(|i| !seen.contains(i)).take(20).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {n} values read in {limit:?}; never read: {missing:?}",
+        seen.len()
+    );
+}
+
 /// A batch's base offset is outside its CRC: one bit flipped high there (bit 40 here) put the
 /// batch past the end of the log. The consumer handed its records out under those offsets,
 /// its next fetch was out of range (confirmed: the position really was past the end), and

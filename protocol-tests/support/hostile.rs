@@ -145,6 +145,14 @@ pub struct Hostile {
     pub shift_base_offsets: AtomicU32,
     /// The bit of the base offset `shift_base_offsets` flips (40 unless set).
     pub base_offset_bit: AtomicU32,
+    /// The next this-many Fetch answers that list an aborted transaction get bit 0 of every
+    /// listed producer id flipped.
+    pub damage_aborted_lists: AtomicU32,
+    pub aborted_lists_damaged: AtomicU64,
+    /// The next this-many Fetch answers that carry records name, for their first partition
+    /// with records, a diverging epoch (17462833, ending at 3834587484168126476) instead.
+    pub damage_diverging_epochs: AtomicU32,
+    pub diverging_epochs_damaged: AtomicU64,
     /// Base offsets moved so far.
     pub base_offset_shifts: AtomicU64,
     /// The next this-many JoinGroup answers that list members (the leader's) name another
@@ -221,6 +229,10 @@ impl Hostile {
             record_flips: AtomicU64::new(0),
             shift_base_offsets: AtomicU32::new(0),
             base_offset_bit: AtomicU32::new(40),
+            damage_aborted_lists: AtomicU32::new(0),
+            aborted_lists_damaged: AtomicU64::new(0),
+            damage_diverging_epochs: AtomicU32::new(0),
+            diverging_epochs_damaged: AtomicU64::new(0),
             base_offset_shifts: AtomicU64::new(0),
             damage_leader_ids: AtomicU32::new(0),
             leader_ids_damaged: AtomicU64::new(0),
@@ -298,6 +310,14 @@ impl Hostile {
         } else if api == ApiKey::Fetch as i16 && self.shift_base_offsets.load(Ordering::SeqCst) > 0
         {
             self.shift_base_offset(version, body)
+        } else if api == ApiKey::Fetch as i16
+            && self.damage_aborted_lists.load(Ordering::SeqCst) > 0
+        {
+            self.damage_aborted_list(version, body)
+        } else if api == ApiKey::Fetch as i16
+            && self.damage_diverging_epochs.load(Ordering::SeqCst) > 0
+        {
+            self.damage_diverging_epoch(version, body)
         } else if api == ApiKey::JoinGroup as i16
             && (self.damage_leader_ids.load(Ordering::SeqCst) > 0
                 || self.damage_listed_ids.load(Ordering::SeqCst) > 0)
@@ -429,6 +449,60 @@ impl Hostile {
             r[7 - bit as usize / 8] ^= 1 << (bit % 8);
             *records = Bytes::from(r);
             self.base_offset_shifts.fetch_add(1, Ordering::Relaxed);
+            true
+        })
+    }
+
+    /// The Fetch answer with a diverging epoch for its first partition with records, if it
+    /// has one and a damage is due.
+    fn damage_diverging_epoch(&self, version: i16, body: Bytes) -> Bytes {
+        edit_response(ApiKey::Fetch, version, body, |resp: &mut FetchResponse| {
+            let Some(p) = resp
+                .responses
+                .iter_mut()
+                .flat_map(|t| t.partitions.iter_mut())
+                .find(|p| p.records.as_ref().is_some_and(|r| r.len() > 61))
+            else {
+                return false;
+            };
+            if !take(&self.damage_diverging_epochs) {
+                return false;
+            }
+            p.diverging_epoch.epoch = 17_462_833;
+            p.diverging_epoch.end_offset = 3_834_587_484_168_126_476;
+            self.diverging_epochs_damaged
+                .fetch_add(1, Ordering::Relaxed);
+            true
+        })
+    }
+
+    /// The Fetch answer with every listed aborted transaction's producer id altered, if it
+    /// lists one and a damage is due.
+    fn damage_aborted_list(&self, version: i16, body: Bytes) -> Bytes {
+        edit_response(ApiKey::Fetch, version, body, |resp: &mut FetchResponse| {
+            let lists = || {
+                resp.responses
+                    .iter()
+                    .flat_map(|t| t.partitions.iter())
+                    .any(|p| {
+                        p.aborted_transactions
+                            .as_ref()
+                            .is_some_and(|a| !a.is_empty())
+                    })
+            };
+            if !lists() || !take(&self.damage_aborted_lists) {
+                return false;
+            }
+            for a in resp
+                .responses
+                .iter_mut()
+                .flat_map(|t| t.partitions.iter_mut())
+                .filter_map(|p| p.aborted_transactions.as_mut())
+                .flatten()
+            {
+                a.producer_id.0 ^= 1;
+            }
+            self.aborted_lists_damaged.fetch_add(1, Ordering::Relaxed);
             true
         })
     }

@@ -51,6 +51,10 @@ struct Want {
     /// `fetch_offset` is where the whole entries of the last answer ended
     /// (`PartitionState::answer_end`).
     after_answer: bool,
+    /// The answer's aborted-transaction list is checked against its batches
+    /// (`aborted_list_borne_out`); off once answers at this offset failed checks
+    /// [`REFETCHES_OF_CORRUPT_DATA`] times in a row: the same answer again is the log.
+    check_aborted_list: bool,
 }
 
 impl Want {
@@ -260,6 +264,8 @@ impl Fetcher {
                 last_fetched_epoch: st.last_fetched_epoch,
                 topic_id,
                 after_answer: st.answer_end == Some(st.fetch_offset),
+                check_aborted_list: !matches!(st.corrupt_at,
+                    Some((at, n)) if at == st.fetch_offset && n >= REFETCHES_OF_CORRUPT_DATA),
             });
         }
         for (leader, list) in by_leader {
@@ -980,6 +986,7 @@ fn stopped_at_an_entry(e: &RecordError) -> bool {
             | RecordError::Decompress { .. }
             | RecordError::OffsetsOutOfPlace { .. }
             | RecordError::StartsBeforeTheLastAnswerEnded { .. }
+            | RecordError::AbortedListContradicted { .. }
             | RecordError::MalformedControlRecord { .. }
     )
 }
@@ -1147,6 +1154,12 @@ fn diverged(
     let d = &p.diverging_epoch;
     let mut parts = shared.lock();
     let st = release(parts.get_mut(&w.tp), id).filter(|st| st.epoch == w.epoch)?;
+    if !divergence_asked_for(w.last_fetched_epoch, d.epoch, d.end_offset) {
+        // Damaged on the way: fetched again as it was.
+        warn!(tp = %w.tp, last_fetched_epoch = w.last_fetched_epoch, epoch = d.epoch, end_offset = d.end_offset, "a diverging epoch this fetch cannot have been answered; fetching again");
+        st.backoff_until = Some(Instant::now() + shared.config.client.retry_backoff);
+        return None;
+    }
     let position = st.position.unwrap_or(w.fetch_offset);
     let action = on_diverging_epoch(
         position,
@@ -1261,17 +1274,30 @@ fn decode_partition(
     let mut error = None;
     let mut last_epoch = None;
     if let Some(bytes) = p.records.clone() {
-        let decoded = decode_into(
-            tp,
-            decode_entries(bytes).crc_check(crc),
-            fetch_offset,
-            w.after_answer,
-            p.high_watermark,
-            &mut aborted,
-            &mut records,
-            &mut next_offset,
-            &mut last_epoch,
-        );
+        let listed: Vec<(i64, i64)> = p
+            .aborted_transactions
+            .iter()
+            .flatten()
+            .map(|a| (a.producer_id.0, a.first_offset))
+            .collect();
+        let decoded = if w.check_aborted_list && !listed.is_empty() {
+            aborted_list_borne_out(&batch_heads(&bytes), &listed)
+        } else {
+            Ok(())
+        };
+        let decoded = decoded.and_then(|()| {
+            decode_into(
+                tp,
+                decode_entries(bytes).crc_check(crc),
+                fetch_offset,
+                w.after_answer,
+                p.high_watermark,
+                &mut aborted,
+                &mut records,
+                &mut next_offset,
+                &mut last_epoch,
+            )
+        });
         if let Err(source) = decoded {
             error = Some(Error::CorruptData {
                 topic: tp.topic.clone(),
@@ -1409,6 +1435,68 @@ fn first_entry_in_place(
     }
 }
 
+/// Whether a Fetch answer's diverging epoch can answer a fetch that sent `last_fetched_epoch`:
+/// the leader checks only what was sent (an epoch of ours, KIP-320), and names the largest
+/// epoch of its own at or below it, with where it ends (one it cannot name is an
+/// OFFSET_OUT_OF_RANGE, not a divergence). Pure.
+///
+/// A damaged answer named epoch 17462833 ending at offset 3834587484168126476; kept as the last
+/// fetched epoch, it made every later fetch of the partition OFFSET_OUT_OF_RANGE, for ever (the
+/// read_committed consumer under random flips: 220 values never read).
+fn divergence_asked_for(last_fetched_epoch: i32, epoch: i32, end_offset: i64) -> bool {
+    last_fetched_epoch >= 0 && (0..=last_fetched_epoch).contains(&epoch) && end_offset >= 0
+}
+
+/// The v2 batches of an answer as (base offset, producer id, transactional, next offset),
+/// framed without their CRC (the decoding pass checks it), up to the first that cannot be.
+fn batch_heads(bytes: &bytes::Bytes) -> Vec<(i64, i64, bool, i64)> {
+    decode_entries(bytes.clone())
+        .crc_check(CrcCheck::Skip)
+        .map_while(|e| e.ok())
+        .filter_map(|e| match e {
+            LogEntry::Batch(b) => Some((
+                b.base_offset,
+                b.producer_id,
+                b.is_transactional(),
+                b.next_offset(),
+            )),
+            LogEntry::Legacy(_) => None,
+        })
+        .collect()
+}
+
+/// Whether an answer's aborted-transaction list agrees with its batches (`heads`, from
+/// [`batch_heads`]): an aborted transaction listed from an offset inside the data must start
+/// at a transactional batch of its producer there — Kafka lists a transaction from its first
+/// batch. Pure.
+///
+/// The list is outside every CRC. One bit flipped in a listed producer id (or first offset)
+/// and the aborted transaction's batches were handed out as committed (the read_committed
+/// consumer under random flips: an aborted value delivered). Taken for damage, as a CRC
+/// failure is: fetched again. A listed transaction starting before the answer's data cannot
+/// be checked here.
+fn aborted_list_borne_out(
+    heads: &[(i64, i64, bool, i64)],
+    listed: &[(i64, i64)],
+) -> Result<(), RecordError> {
+    let (Some(first), Some(last)) = (heads.first(), heads.last()) else {
+        return Ok(());
+    };
+    let inside = |offset: i64| first.0 <= offset && offset < last.3;
+    for &(producer_id, first_offset) in listed {
+        let starts_there = heads
+            .iter()
+            .any(|h| h.0 == first_offset && h.1 == producer_id && h.2);
+        if inside(first_offset) && !starts_there {
+            return Err(RecordError::AbortedListContradicted {
+                producer_id,
+                first_offset,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Whether an entry's offsets can be where they are in a Fetch answer: ending at or before the
 /// partition's high watermark (`< 0`: not known, not checked), and after the entry before it
 /// (`previous_end`: where that one ended). Neither holds for an answer the broker wrote, so
@@ -1530,6 +1618,7 @@ mod tests {
             last_fetched_epoch: -1,
             topic_id: [0; 16],
             after_answer: false,
+            check_aborted_list: true,
         }
     }
 
@@ -1637,6 +1726,56 @@ mod tests {
         ));
     }
 
+    /// (what, listed (producer, first offset), borne out) against batches of producer 7:
+    /// transactional at 10 and 20, a plain one at 30, and producer 8's transactional at 40;
+    /// the data ends at 50.
+    #[test]
+    fn an_aborted_transaction_listed_inside_the_data_starts_at_a_batch_of_its_producer() {
+        let heads = [
+            (10, 7, true, 20),
+            (20, 7, true, 30),
+            (30, 7, false, 40),
+            (40, 8, true, 50),
+        ];
+        let cases: [(&str, Vec<(i64, i64)>, bool); 8] = [
+            ("nothing listed", vec![], true),
+            ("at a batch of its producer", vec![(7, 20)], true),
+            ("two, each at its own", vec![(7, 10), (8, 40)], true),
+            ("began before the data", vec![(9, 3)], true),
+            ("begins after the data", vec![(9, 50)], true),
+            ("producer id flipped", vec![(6, 20)], false),
+            ("first offset flipped", vec![(7, 24)], false),
+            ("at a batch outside any transaction", vec![(7, 30)], false),
+        ];
+        for (what, listed, ok) in cases {
+            assert_eq!(
+                aborted_list_borne_out(&heads, &listed).is_ok(),
+                ok,
+                "{what}"
+            );
+        }
+    }
+
+    /// (last fetched epoch sent, diverging epoch and end offset answered, can be an answer)
+    #[test]
+    fn a_diverging_epoch_answers_only_the_epoch_sent() {
+        let cases = [
+            (5, 5, 100, true),
+            (5, 3, 0, true),
+            (5, 17_462_833, 3_834_587_484_168_126_476, false),
+            (5, -1, i64::MAX, false), // the sign bit of "none" (-1) flipped
+            (5, 3, -1, false),
+            (-1, 3, 100, false), // nothing was sent to check
+        ];
+        for (sent, epoch, end, ok) in cases {
+            assert_eq!(
+                divergence_asked_for(sent, epoch, end),
+                ok,
+                "{sent} / {epoch} / {end}"
+            );
+        }
+    }
+
     /// Before: `Record(UnsupportedMagic { offset: 0, magic: 0 })` and the partition never
     /// moved (seen).
     #[test]
@@ -1725,6 +1864,7 @@ mod tests {
             last_fetched_epoch: 6,
             topic_id: id_of(topic),
             after_answer: false,
+            check_aborted_list: true,
         }
     }
 

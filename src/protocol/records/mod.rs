@@ -298,6 +298,17 @@ pub enum RecordError {
         /// Where the answer before ended.
         position: i64,
     },
+    /// A Fetch answer lists an aborted transaction of `producer_id` from `first_offset`, inside
+    /// the data it carries, but no transactional batch of that producer starts there: the
+    /// list (outside every CRC) was damaged on the way, and a batch it should drop would be
+    /// handed out.
+    #[error("the aborted transaction listed for producer {producer_id} from offset {first_offset} matches no batch of the answer")]
+    AbortedListContradicted {
+        /// The producer id listed.
+        producer_id: i64,
+        /// The first offset listed.
+        first_offset: i64,
+    },
     /// A control batch whose record is not a valid control record.
     #[error("batch at offset {offset}: malformed control record: {reason}")]
     MalformedControlRecord {

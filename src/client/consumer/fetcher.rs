@@ -1737,7 +1737,8 @@ mod tests {
             (30, 7, false, 40),
             (40, 8, true, 50),
         ];
-        let cases: [(&str, Vec<(i64, i64)>, bool); 8] = [
+        type Case = (&'static str, Vec<(i64, i64)>, bool);
+        let cases: [Case; 8] = [
             ("nothing listed", vec![], true),
             ("at a batch of its producer", vec![(7, 20)], true),
             ("two, each at its own", vec![(7, 10), (8, 40)], true),

@@ -1204,6 +1204,55 @@ async fn a_diverging_epoch_the_fetch_did_not_ask_about_is_not_believed() {
     );
 }
 
+/// A fetch session id with its sign bit flipped on the way: sent back, it made a Kafka 4.1
+/// broker fail every Fetch with UNKNOWN_SERVER_ERROR (its session cache shard is the id modulo
+/// a count: IndexOutOfBoundsException), and the consumer sent it again and again — nothing read
+/// for minutes (the group member under random flips). Kafka's session ids are positive: a
+/// negative one is not adopted, and after a failed request nothing of the session is reused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_negative_fetch_session_id_is_not_sent_back() {
+    let topic = TestTopic::create("hostile-session-id", 2).await;
+    let n = 200;
+    fill_committed(&topic, n, 0).await;
+    let proxy = hostile_proxy("negative_session_id").await;
+    let h = &proxy.faults.hostile;
+    h.damage_session_ids
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let mut c = Consumer::new(consumer_config(
+        &proxy.addr,
+        &consumer_props(&[
+            ("isolation.level", "read_committed"),
+            ("auto.offset.reset", "earliest"),
+            // Small answers: many requests after the damaged one.
+            ("max.partition.fetch.bytes", "1"),
+        ]),
+    ))
+    .await
+    .expect("consumer");
+    c.assign(topic.tps()).await.expect("assign");
+    let mut seen = BTreeSet::new();
+    let limit = Duration::from_secs(20);
+    let started = Instant::now();
+    while seen.len() < n && started.elapsed() < limit {
+        for r in c.poll(Duration::from_millis(200)).await.expect("poll") {
+            let i = index_of(r.value.as_deref().unwrap_or_default()).expect("a value");
+            assert!(seen.insert(i), "v{i} twice");
+        }
+    }
+    assert_eq!(
+        h.session_ids_damaged
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "no session id was damaged: the scenario proved nothing"
+    );
+    let missing: Vec<usize> = (0..n).filter(|i| !seen.contains(i)).take(20).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {n} values read in {limit:?}; never read: {missing:?}",
+        seen.len()
+    );
+}
+
 /// A batch's base offset is outside its CRC: one bit flipped high there (bit 40 here) put the
 /// batch past the end of the log. The consumer handed its records out under those offsets,
 /// its next fetch was out of range (confirmed: the position really was past the end), and

@@ -153,6 +153,9 @@ pub struct Hostile {
     /// with records, a diverging epoch (17462833, ending at 3834587484168126476) instead.
     pub damage_diverging_epochs: AtomicU32,
     pub diverging_epochs_damaged: AtomicU64,
+    /// The next this-many Fetch answers naming a fetch session get its id's sign bit flipped.
+    pub damage_session_ids: AtomicU32,
+    pub session_ids_damaged: AtomicU64,
     /// Base offsets moved so far.
     pub base_offset_shifts: AtomicU64,
     /// The next this-many JoinGroup answers that list members (the leader's) name another
@@ -233,6 +236,8 @@ impl Hostile {
             aborted_lists_damaged: AtomicU64::new(0),
             damage_diverging_epochs: AtomicU32::new(0),
             diverging_epochs_damaged: AtomicU64::new(0),
+            damage_session_ids: AtomicU32::new(0),
+            session_ids_damaged: AtomicU64::new(0),
             base_offset_shifts: AtomicU64::new(0),
             damage_leader_ids: AtomicU32::new(0),
             leader_ids_damaged: AtomicU64::new(0),
@@ -318,6 +323,9 @@ impl Hostile {
             && self.damage_diverging_epochs.load(Ordering::SeqCst) > 0
         {
             self.damage_diverging_epoch(version, body)
+        } else if api == ApiKey::Fetch as i16 && self.damage_session_ids.load(Ordering::SeqCst) > 0
+        {
+            self.damage_session_id(version, body)
         } else if api == ApiKey::JoinGroup as i16
             && (self.damage_leader_ids.load(Ordering::SeqCst) > 0
                 || self.damage_listed_ids.load(Ordering::SeqCst) > 0)
@@ -449,6 +457,19 @@ impl Hostile {
             r[7 - bit as usize / 8] ^= 1 << (bit % 8);
             *records = Bytes::from(r);
             self.base_offset_shifts.fetch_add(1, Ordering::Relaxed);
+            true
+        })
+    }
+
+    /// The Fetch answer with its session id's sign bit flipped, if it names one and a damage
+    /// is due.
+    fn damage_session_id(&self, version: i16, body: Bytes) -> Bytes {
+        edit_response(ApiKey::Fetch, version, body, |resp: &mut FetchResponse| {
+            if resp.session_id <= 0 || !take(&self.damage_session_ids) {
+                return false;
+            }
+            resp.session_id |= i32::MIN;
+            self.session_ids_damaged.fetch_add(1, Ordering::Relaxed);
             true
         })
     }

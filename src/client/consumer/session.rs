@@ -153,19 +153,31 @@ impl FetchSession {
         stranger: bool,
     ) -> Outcome {
         if error != ErrorCode(0) {
-            if error == ErrorCode::FETCH_SESSION_ID_NOT_FOUND {
-                // The broker has no such session: nothing to close.
-                self.id = INVALID_SESSION_ID;
-            }
             self.next_epoch = INITIAL_EPOCH;
             return match error {
-                ErrorCode::FETCH_SESSION_ID_NOT_FOUND
-                | ErrorCode::INVALID_FETCH_SESSION_EPOCH
+                ErrorCode::INVALID_FETCH_SESSION_EPOCH
                 | ErrorCode::FETCH_SESSION_TOPIC_ID_ERROR => Outcome::Restart(error),
-                _ => Outcome::Failed(error),
+                ErrorCode::FETCH_SESSION_ID_NOT_FOUND => {
+                    // The broker has no such session: nothing to close.
+                    self.id = INVALID_SESSION_ID;
+                    Outcome::Restart(error)
+                }
+                _ => {
+                    // The broker failed the request: nothing of the session is sent again (a
+                    // Kafka 4.1 broker fails every request naming a negative session id with
+                    // UNKNOWN_SERVER_ERROR, its cache shard being the id modulo a count). The
+                    // next request starts a new session; the old one expires at the broker.
+                    self.id = INVALID_SESSION_ID;
+                    Outcome::Failed(error)
+                }
             };
         }
-        if session_id == INVALID_SESSION_ID {
+        if session_id < 0 {
+            // Kafka draws session ids from the positive ints: damaged on the way (the sign bit
+            // of one made every later request fail at the broker). Not adopted.
+            self.id = INVALID_SESSION_ID;
+            self.next_epoch = INITIAL_EPOCH;
+        } else if session_id == INVALID_SESSION_ID {
             // No room for a session, or the broker closed it: full requests, asking again.
             self.id = INVALID_SESSION_ID;
             self.next_epoch = INITIAL_EPOCH;
@@ -377,12 +389,21 @@ mod tests {
                 0,
             ),
             (
-                "another top-level error",
+                "another top-level error: a new session next",
                 2,
                 0,
                 false,
                 Outcome::Failed(code(2)),
-                Some(77),
+                None,
+                0,
+            ),
+            (
+                "a negative session id (damaged): a new session next",
+                0,
+                -2_097_227_956,
+                false,
+                Outcome::Answered,
+                None,
                 0,
             ),
             (

@@ -713,9 +713,10 @@ async fn fill_committed(topic: &TestTopic, n: usize, aborted: usize) {
 /// failure then given its deterministic scenario and fix: 35/40 (damaged ListOffsets answers
 /// reset by auto.offset.reset; a base offset moved a few up), 37/40 (base offsets; a damaged
 /// topic id in the assignment's first metadata), 38/40 (an aborted-transaction list; a base
-/// offset moved across answers), 39/40 (a diverging epoch), 39/40 with all of those fixed: the
-/// one failure an aborted transaction listed from before the answer's data under a damaged
-/// producer id (DESIGN.md, "Answers damaged on the way", what is left). Run it with
+/// offset moved across answers), 39/40 (a diverging epoch), 39/40 (an aborted transaction
+/// listed from before the answer's data under a damaged producer id: not checked yet, see
+/// DESIGN.md, "Answers damaged on the way", what is left), then 40/40 with a fetch session id
+/// no longer adopted when negative. Into CI after a second 40/40 at TV1 too. Run it with
 /// `--ignored`; ONCEFLOW_HOSTILE_LOG=1 prints every flip.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "issue 16 open: 39 of 40 runs pass; the class left is in its doc comment"]

@@ -40,6 +40,10 @@ pub(crate) fn reaction(code: ErrorCode) -> Reaction {
     match code {
         ErrorCode(0) => Reaction::Proceed,
         ErrorCode::FENCED_MEMBER_EPOCH | ErrorCode::UNKNOWN_MEMBER_ID => Reaction::Rejoin,
+        // The group was deleted while the member was away: its only member dropped, an empty
+        // group without committed offsets is removed (a held heartbeat came back with it in CI,
+        // and poll failed). A heartbeat with epoch 0 creates it again.
+        ErrorCode::GROUP_ID_NOT_FOUND => Reaction::Rejoin,
         ErrorCode::NOT_COORDINATOR | ErrorCode::COORDINATOR_NOT_AVAILABLE => {
             Reaction::FindCoordinatorAndRetry
         }
@@ -116,6 +120,7 @@ mod tests {
             (ErrorCode(0), Reaction::Proceed),
             (ErrorCode::FENCED_MEMBER_EPOCH, Reaction::Rejoin),
             (ErrorCode::UNKNOWN_MEMBER_ID, Reaction::Rejoin),
+            (ErrorCode::GROUP_ID_NOT_FOUND, Reaction::Rejoin),
             (
                 ErrorCode::NOT_COORDINATOR,
                 Reaction::FindCoordinatorAndRetry,

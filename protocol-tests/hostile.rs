@@ -22,6 +22,7 @@ use onceflow::client::group::GroupConsumer;
 use onceflow::client::{Admin, Consumer, Error, Offset, Producer, ProducerRecord, TopicPartition};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
 /// Margin on top of a configured timeout before a call counts as hung: the machine is loaded.
@@ -835,47 +836,17 @@ async fn a_topic_id_damaged_in_one_metadata_answer_fails_no_record() {
 /// flips: nothing read). Only an id a Fetch answer bore out is compared against.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_id_damaged_in_the_first_metadata_answer_does_not_reset_the_position() {
-    let topic = TestTopic::create("hostile-first-topic-id", 2).await;
-    let n = 100;
-    fill_committed(&topic, n, 0).await;
-    let proxy = hostile_proxy("damaged_first_topic_id").await;
-    let h = &proxy.faults.hostile;
-    h.damage_topic_ids
-        .store(1, std::sync::atomic::Ordering::SeqCst);
-    let mut c = Consumer::new(consumer_config(
-        &proxy.addr,
-        &consumer_props(&[
-            ("isolation.level", "read_committed"),
-            ("auto.offset.reset", "latest"),
-        ]),
-    ))
-    .await
-    .expect("consumer");
-    c.assign(topic.tps()).await.expect("assign");
-    for tp in topic.tps() {
-        c.seek(&tp, Offset::Beginning).unwrap();
-    }
-    let mut seen = BTreeSet::new();
-    let limit = Duration::from_secs(20);
-    let started = Instant::now();
-    while seen.len() < n && started.elapsed() < limit {
-        for r in c.poll(Duration::from_millis(200)).await.expect("poll") {
-            let i = index_of(r.value.as_deref().unwrap_or_default()).expect("a value");
-            assert!(seen.insert(i), "v{i} twice");
-        }
-    }
-    assert_eq!(
-        h.topic_ids_damaged
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1,
-        "no Metadata answer was damaged: the scenario proved nothing"
-    );
-    let missing: Vec<usize> = (0..n).filter(|i| !seen.contains(i)).take(20).collect();
-    assert!(
-        missing.is_empty(),
-        "{} of {n} values read in {limit:?}; never read: {missing:?}",
-        seen.len()
-    );
+    reads_each_value_once_despite(
+        "first-topic-id",
+        2,
+        100,
+        0,
+        &[("auto.offset.reset", "latest")],
+        true,
+        |h| h.damage_topic_ids.store(1, SeqCst),
+        |h| h.topic_ids_damaged.load(SeqCst),
+    )
+    .await;
 }
 
 /// A topic id damaged in one Metadata answer made a read_committed consumer believe its topic
@@ -1007,49 +978,20 @@ async fn a_damaged_log_start_from_list_offsets_is_asked_again_not_skipped_to() {
 /// question asked again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_seek_to_the_beginning_answered_past_the_log_is_asked_again_not_reset_to_the_end() {
-    let topic = TestTopic::create("hostile-far-offset", 2).await;
-    let n = 100;
-    fill_committed(&topic, n, 0).await;
-    let proxy = hostile_proxy("seek_answered_past_the_log").await;
-    let h = &proxy.faults.hostile;
-    h.list_offsets_shift
-        .store(1 << 22, std::sync::atomic::Ordering::SeqCst);
-    h.shift_list_offsets
-        .store(1, std::sync::atomic::Ordering::SeqCst);
-    let mut c = Consumer::new(consumer_config(
-        &proxy.addr,
-        &consumer_props(&[
-            ("isolation.level", "read_committed"),
-            ("auto.offset.reset", "latest"),
-        ]),
-    ))
-    .await
-    .expect("consumer");
-    c.assign(topic.tps()).await.expect("assign");
-    for tp in topic.tps() {
-        c.seek(&tp, Offset::Beginning).unwrap();
-    }
-    let mut seen = BTreeSet::new();
-    let limit = Duration::from_secs(20);
-    let started = Instant::now();
-    while seen.len() < n && started.elapsed() < limit {
-        for r in c.poll(Duration::from_millis(200)).await.expect("poll") {
-            let i = index_of(r.value.as_deref().unwrap_or_default()).expect("a value");
-            assert!(seen.insert(i), "v{i} twice");
-        }
-    }
-    assert_eq!(
-        h.list_offsets_shifted
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1,
-        "no ListOffsets answer was damaged: the scenario proved nothing"
-    );
-    let missing: Vec<usize> = (0..n).filter(|i| !seen.contains(i)).take(20).collect();
-    assert!(
-        missing.is_empty(),
-        "{} of {n} values read in {limit:?}; never read: {missing:?}",
-        seen.len()
-    );
+    reads_each_value_once_despite(
+        "seek-answered-past-the-log",
+        2,
+        100,
+        0,
+        &[("auto.offset.reset", "latest")],
+        true,
+        |h| {
+            h.list_offsets_shift.store(1 << 22, SeqCst);
+            h.shift_list_offsets.store(1, SeqCst);
+        },
+        |h| h.list_offsets_shifted.load(SeqCst),
+    )
+    .await;
 }
 
 /// A low bit flipped in a batch's base offset (0 → 4) keeps the batch inside the log: its
@@ -1072,47 +1014,23 @@ async fn a_batch_moved_4_up_does_not_cost_the_batch_after_it_in_the_answer_its_f
 }
 
 async fn batch_moved_4_up(max_partition_fetch_bytes: &str) {
-    let topic = TestTopic::create("hostile-base-plus-4", 1).await;
-    let n = 200;
-    fill_committed(&topic, n, 0).await;
-    let proxy = hostile_proxy("batch_moved_4_up").await;
-    let h = &proxy.faults.hostile;
-    h.base_offset_bit
-        .store(2, std::sync::atomic::Ordering::SeqCst);
-    h.shift_base_offsets
-        .store(1, std::sync::atomic::Ordering::SeqCst);
-    let mut c = Consumer::new(consumer_config(
-        &proxy.addr,
-        &consumer_props(&[
-            ("isolation.level", "read_committed"),
+    reads_each_value_once_despite(
+        "base-plus-4",
+        1,
+        200,
+        0,
+        &[
             ("auto.offset.reset", "earliest"),
             ("max.partition.fetch.bytes", max_partition_fetch_bytes),
-        ]),
-    ))
-    .await
-    .expect("consumer");
-    c.assign(topic.tps()).await.expect("assign");
-    let mut seen = BTreeSet::new();
-    let limit = Duration::from_secs(20);
-    let started = Instant::now();
-    while seen.len() < n && started.elapsed() < limit {
-        for r in c.poll(Duration::from_millis(200)).await.expect("poll") {
-            let i = index_of(r.value.as_deref().unwrap_or_default()).expect("a value");
-            assert!(seen.insert(i), "v{i} twice");
-        }
-    }
-    assert_eq!(
-        h.base_offset_shifts
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1,
-        "no base offset was damaged: the scenario proved nothing"
-    );
-    let missing: Vec<usize> = (0..n).filter(|i| !seen.contains(i)).take(20).collect();
-    assert!(
-        missing.is_empty(),
-        "{} of {n} values read in {limit:?}; never read: {missing:?}",
-        seen.len()
-    );
+        ],
+        false,
+        |h| {
+            h.base_offset_bit.store(2, SeqCst);
+            h.shift_base_offsets.store(1, SeqCst);
+        },
+        |h| h.base_offset_shifts.load(SeqCst),
+    )
+    .await;
 }
 
 /// The aborted-transaction list of a Fetch answer is outside every CRC: one bit flipped in a
@@ -1122,23 +1040,93 @@ async fn batch_moved_4_up(max_partition_fetch_bytes: &str) {
 /// batch of its producer there; when not, the answer is fetched again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_aborted_transaction_list_does_not_expose_aborted_records() {
-    let topic = TestTopic::create("hostile-aborted-list", 1).await;
-    let n = 100;
-    fill_committed(&topic, n, 40).await;
-    let proxy = hostile_proxy("damaged_aborted_list").await;
-    let h = &proxy.faults.hostile;
-    h.damage_aborted_lists
-        .store(1, std::sync::atomic::Ordering::SeqCst);
-    let mut c = Consumer::new(consumer_config(
-        &proxy.addr,
-        &consumer_props(&[
-            ("isolation.level", "read_committed"),
+    reads_each_value_once_despite(
+        "aborted-list",
+        1,
+        100,
+        40,
+        &[("auto.offset.reset", "earliest")],
+        false,
+        |h| h.damage_aborted_lists.store(1, SeqCst),
+        |h| h.aborted_lists_damaged.load(SeqCst),
+    )
+    .await;
+}
+
+/// A damaged Fetch answer named a diverging epoch (KIP-320) the fetch never asked about: kept
+/// as the last fetched epoch, it made every later fetch of the partition OFFSET_OUT_OF_RANGE,
+/// for ever (the read_committed consumer under random flips: 220 values never read). A
+/// diverging epoch is believed only as an answer to the epoch sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_diverging_epoch_the_fetch_did_not_ask_about_is_not_believed() {
+    reads_each_value_once_despite(
+        "diverging",
+        1,
+        100,
+        0,
+        &[("auto.offset.reset", "earliest")],
+        false,
+        |h| h.damage_diverging_epochs.store(1, SeqCst),
+        |h| h.diverging_epochs_damaged.load(SeqCst),
+    )
+    .await;
+}
+
+/// A fetch session id with its sign bit flipped on the way: sent back, it made a Kafka 4.1
+/// broker fail every Fetch with UNKNOWN_SERVER_ERROR (its session cache shard is the id modulo
+/// a count: IndexOutOfBoundsException), and the consumer sent it again and again — nothing read
+/// for minutes (the group member under random flips). Kafka's session ids are positive: a
+/// negative one is not adopted, and after a failed request nothing of the session is reused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_negative_fetch_session_id_is_not_sent_back() {
+    // Small answers (one batch each): many requests after the damaged one.
+    reads_each_value_once_despite(
+        "session-id",
+        2,
+        200,
+        0,
+        &[
             ("auto.offset.reset", "earliest"),
-        ]),
-    ))
-    .await
-    .expect("consumer");
+            ("max.partition.fetch.bytes", "1"),
+        ],
+        false,
+        |h| h.damage_session_ids.store(1, SeqCst),
+        |h| h.session_ids_damaged.load(SeqCst),
+    )
+    .await;
+}
+
+/// A new topic of `partitions` holding values 0..n committed (and `aborted` more in an aborted
+/// transaction), read through a proxy armed by `arm` with a read_committed consumer of `props`
+/// (from the beginning by a seek when `seek`): every value once, no aborted one, within 20 s,
+/// and `damaged` says the armed damage happened once.
+#[allow(clippy::too_many_arguments)]
+async fn reads_each_value_once_despite(
+    test: &str,
+    partitions: i32,
+    n: usize,
+    aborted: usize,
+    props: &[(&str, &str)],
+    seek: bool,
+    arm: impl Fn(&crate::support::hostile::Hostile),
+    damaged: impl Fn(&crate::support::hostile::Hostile) -> u64,
+) {
+    let topic = TestTopic::create(&format!("hostile-{test}"), partitions).await;
+    fill_committed(&topic, n, aborted).await;
+    let proxy = hostile_proxy(test).await;
+    let h = &proxy.faults.hostile;
+    arm(h);
+    let mut all = vec![("isolation.level", "read_committed")];
+    all.extend_from_slice(props);
+    let mut c = Consumer::new(consumer_config(&proxy.addr, &consumer_props(&all)))
+        .await
+        .expect("consumer");
     c.assign(topic.tps()).await.expect("assign");
+    if seek {
+        for tp in topic.tps() {
+            c.seek(&tp, Offset::Beginning).unwrap();
+        }
+    }
     let mut seen = BTreeSet::new();
     let limit = Duration::from_secs(20);
     let started = Instant::now();
@@ -1150,101 +1138,9 @@ async fn a_damaged_aborted_transaction_list_does_not_expose_aborted_records() {
         }
     }
     assert_eq!(
-        h.aborted_lists_damaged
-            .load(std::sync::atomic::Ordering::Relaxed),
+        damaged(h),
         1,
-        "no aborted-transaction list was damaged: the scenario proved nothing"
-    );
-    let missing: Vec<usize> = (0..n).filter(|i| !seen.contains(i)).take(20).collect();
-    assert!(missing.is_empty(), "never read: {missing:?}");
-}
-
-/// A damaged Fetch answer named a diverging epoch (KIP-320) the fetch never asked about: kept
-/// as the last fetched epoch, it made every later fetch of the partition OFFSET_OUT_OF_RANGE,
-/// for ever (the read_committed consumer under random flips: 220 values never read). A
-/// diverging epoch is believed only as an answer to the epoch sent.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_diverging_epoch_the_fetch_did_not_ask_about_is_not_believed() {
-    let topic = TestTopic::create("hostile-diverging", 1).await;
-    let n = 100;
-    fill_committed(&topic, n, 0).await;
-    let proxy = hostile_proxy("diverging_epoch_not_asked").await;
-    let h = &proxy.faults.hostile;
-    h.damage_diverging_epochs
-        .store(1, std::sync::atomic::Ordering::SeqCst);
-    let mut c = Consumer::new(consumer_config(
-        &proxy.addr,
-        &consumer_props(&[
-            ("isolation.level", "read_committed"),
-            ("auto.offset.reset", "earliest"),
-        ]),
-    ))
-    .await
-    .expect("consumer");
-    c.assign(topic.tps()).await.expect("assign");
-    let mut seen = BTreeSet::new();
-    let limit = Duration::from_secs(20);
-    let started = Instant::now();
-    while seen.len() < n && started.elapsed() < limit {
-        for r in c.poll(Duration::from_millis(200)).await.expect("poll") {
-            let i = index_of(r.value.as_deref().unwrap_or_default()).expect("a value");
-            assert!(seen.insert(i), "v{i} twice");
-        }
-    }
-    assert_eq!(
-        h.diverging_epochs_damaged
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1,
-        "no diverging epoch was put in an answer: the scenario proved nothing"
-    );
-    let missing: Vec<usize> = (0..n).filter(|i| !seen.contains(i)).take(20).collect();
-    assert!(
-        missing.is_empty(),
-        "{} of {n} values read in {limit:?}; never read: {missing:?}",
-        seen.len()
-    );
-}
-
-/// A fetch session id with its sign bit flipped on the way: sent back, it made a Kafka 4.1
-/// broker fail every Fetch with UNKNOWN_SERVER_ERROR (its session cache shard is the id modulo
-/// a count: IndexOutOfBoundsException), and the consumer sent it again and again — nothing read
-/// for minutes (the group member under random flips). Kafka's session ids are positive: a
-/// negative one is not adopted, and after a failed request nothing of the session is reused.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_negative_fetch_session_id_is_not_sent_back() {
-    let topic = TestTopic::create("hostile-session-id", 2).await;
-    let n = 200;
-    fill_committed(&topic, n, 0).await;
-    let proxy = hostile_proxy("negative_session_id").await;
-    let h = &proxy.faults.hostile;
-    h.damage_session_ids
-        .store(1, std::sync::atomic::Ordering::SeqCst);
-    let mut c = Consumer::new(consumer_config(
-        &proxy.addr,
-        &consumer_props(&[
-            ("isolation.level", "read_committed"),
-            ("auto.offset.reset", "earliest"),
-            // Small answers: many requests after the damaged one.
-            ("max.partition.fetch.bytes", "1"),
-        ]),
-    ))
-    .await
-    .expect("consumer");
-    c.assign(topic.tps()).await.expect("assign");
-    let mut seen = BTreeSet::new();
-    let limit = Duration::from_secs(20);
-    let started = Instant::now();
-    while seen.len() < n && started.elapsed() < limit {
-        for r in c.poll(Duration::from_millis(200)).await.expect("poll") {
-            let i = index_of(r.value.as_deref().unwrap_or_default()).expect("a value");
-            assert!(seen.insert(i), "v{i} twice");
-        }
-    }
-    assert_eq!(
-        h.session_ids_damaged
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1,
-        "no session id was damaged: the scenario proved nothing"
+        "the damage did not happen: the scenario proved nothing"
     );
     let missing: Vec<usize> = (0..n).filter(|i| !seen.contains(i)).take(20).collect();
     assert!(

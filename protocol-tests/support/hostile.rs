@@ -148,6 +148,10 @@ pub struct Hostile {
     /// The next this-many Fetch answers that list an aborted transaction get bit 0 of every
     /// listed producer id flipped.
     pub damage_aborted_lists: AtomicU32,
+    /// With `damage_aborted_lists`: only answers whose listed transactions all began before
+    /// the answer's data (a transaction spanning answers, met again), which the answer's own
+    /// batches cannot bear out.
+    pub aborted_lists_begun_before: AtomicBool,
     pub aborted_lists_damaged: AtomicU64,
     /// The next this-many Fetch answers that carry records name, for their first partition
     /// with records, a diverging epoch (17462833, ending at 3834587484168126476) instead.
@@ -233,6 +237,7 @@ impl Hostile {
             shift_base_offsets: AtomicU32::new(0),
             base_offset_bit: AtomicU32::new(40),
             damage_aborted_lists: AtomicU32::new(0),
+            aborted_lists_begun_before: AtomicBool::new(false),
             aborted_lists_damaged: AtomicU64::new(0),
             damage_diverging_epochs: AtomicU32::new(0),
             diverging_epochs_damaged: AtomicU64::new(0),
@@ -511,7 +516,25 @@ impl Hostile {
                             .is_some_and(|a| !a.is_empty())
                     })
             };
-            if !lists() || !take(&self.damage_aborted_lists) {
+            // Every listed transaction began before its partition's data (the data's first
+            // batch: its base offset is the first 8 bytes).
+            let begun_before = || {
+                resp.responses
+                    .iter()
+                    .flat_map(|t| t.partitions.iter())
+                    .filter_map(|p| Some((p.aborted_transactions.as_ref()?, p.records.as_ref()?)))
+                    .all(|(list, records)| {
+                        let base = records
+                            .get(..8)
+                            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                            .map_or(i64::MIN, i64::from_be_bytes);
+                        list.iter().all(|a| a.first_offset < base)
+                    })
+            };
+            if !lists()
+                || (self.aborted_lists_begun_before.load(Ordering::SeqCst) && !begun_before())
+                || !take(&self.damage_aborted_lists)
+            {
                 return false;
             }
             for a in resp

@@ -55,6 +55,9 @@ struct Want {
     /// (`aborted_list_borne_out`); off once answers at this offset failed checks
     /// [`REFETCHES_OF_CORRUPT_DATA`] times in a row: the same answer again is the log.
     check_aborted_list: bool,
+    /// With `after_answer`: the aborted transactions still open where the last answer ended
+    /// (`PartitionState::open_aborted`), which this answer must list again.
+    open_aborted: Vec<(i64, i64)>,
 }
 
 impl Want {
@@ -256,6 +259,7 @@ impl Fetcher {
             if busy.contains(&leader) {
                 continue;
             }
+            let after_answer = st.answer_end == Some(st.fetch_offset);
             by_leader.entry(leader).or_default().push(Want {
                 tp: tp.clone(),
                 fetch_offset: st.fetch_offset,
@@ -263,7 +267,12 @@ impl Fetcher {
                 leader_epoch: meta.partition(tp).map_or(-1, |p| p.leader_epoch),
                 last_fetched_epoch: st.last_fetched_epoch,
                 topic_id,
-                after_answer: st.answer_end == Some(st.fetch_offset),
+                after_answer,
+                open_aborted: if after_answer {
+                    st.open_aborted.clone()
+                } else {
+                    Vec::new()
+                },
                 check_aborted_list: !matches!(st.corrupt_at,
                     Some((at, n)) if at == st.fetch_offset && n >= REFETCHES_OF_CORRUPT_DATA),
             });
@@ -801,6 +810,7 @@ fn recreated(
             new_id,
         }),
         last_epoch: None,
+        open_aborted: Vec::new(),
     })
 }
 
@@ -945,6 +955,7 @@ fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &mu
                 st.answer_end = None;
             } else if chunk.next_offset > w.fetch_offset {
                 st.answer_end = Some(chunk.next_offset);
+                st.open_aborted = std::mem::take(&mut chunk.open_aborted);
             }
             let (record, halt) = after_corrupt_data(st.corrupt_at, *offset);
             st.corrupt_at = record;
@@ -967,6 +978,7 @@ fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &mu
             }
             if chunk.next_offset > w.fetch_offset {
                 st.answer_end = Some(chunk.next_offset);
+                st.open_aborted = std::mem::take(&mut chunk.open_aborted);
             }
         }
     }
@@ -987,6 +999,7 @@ fn stopped_at_an_entry(e: &RecordError) -> bool {
             | RecordError::OffsetsOutOfPlace { .. }
             | RecordError::StartsBeforeTheLastAnswerEnded { .. }
             | RecordError::AbortedListContradicted { .. }
+            | RecordError::AbortedTransactionLeftOut { .. }
             | RecordError::MalformedControlRecord { .. }
     )
 }
@@ -1205,6 +1218,7 @@ fn diverged(
                     divergent_offset,
                 }),
                 last_epoch: None,
+                open_aborted: Vec::new(),
             })
         }
     }
@@ -1280,8 +1294,17 @@ fn decode_partition(
             .flatten()
             .map(|a| (a.producer_id.0, a.first_offset))
             .collect();
-        let decoded = if w.check_aborted_list && !listed.is_empty() {
-            aborted_list_borne_out(&batch_heads(&bytes), &listed)
+        let decoded = if w.check_aborted_list && (!listed.is_empty() || !w.open_aborted.is_empty())
+        {
+            let heads = batch_heads(&bytes);
+            aborted_list_borne_out(&heads, &listed).and_then(|()| {
+                if heads.is_empty() {
+                    // No data, no list: nothing to compare.
+                    Ok(())
+                } else {
+                    aborted_list_repeats(&w.open_aborted, &listed, w.fetch_offset)
+                }
+            })
         } else {
             Ok(())
         };
@@ -1316,6 +1339,7 @@ fn decode_partition(
         last_stable_offset: p.last_stable_offset,
         error,
         last_epoch,
+        open_aborted: aborted.open_before(next_offset),
     }
 }
 
@@ -1497,6 +1521,35 @@ fn aborted_list_borne_out(
     Ok(())
 }
 
+/// Whether an answer fetched from where the whole entries of the answer before ended lists
+/// again every aborted transaction that answer left open (`open`: listed, started, no abort
+/// marker yet): the broker lists each aborted transaction whose marker is at or after the
+/// fetch offset, and an open one's marker is past it. Call only for an answer with batches
+/// (an answer without data lists nothing). Pure.
+///
+/// A transaction that began in an earlier answer cannot be checked against this answer's
+/// batches ([`aborted_list_borne_out`]): one bit flipped in its listed producer id, and its
+/// batches here were handed out as committed (the read_committed consumer under random flips
+/// at transaction.version 1: an aborted value delivered). The answer before named it, and
+/// that is enough to catch the damage either way round: whichever list was damaged, the two
+/// disagree and the answer is fetched again, and one that keeps disagreeing is the log (the
+/// check is then off, as for [`aborted_list_borne_out`]; a marker removed by compaction
+/// between the two fetches looks the same).
+fn aborted_list_repeats(
+    open: &[(i64, i64)],
+    listed: &[(i64, i64)],
+    position: i64,
+) -> Result<(), RecordError> {
+    match open.iter().find(|o| !listed.contains(o)) {
+        Some(&(producer_id, first_offset)) => Err(RecordError::AbortedTransactionLeftOut {
+            producer_id,
+            first_offset,
+            position,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Whether an entry's offsets can be where they are in a Fetch answer: ending at or before the
 /// partition's high watermark (`< 0`: not known, not checked), and after the entry before it
 /// (`previous_end`: where that one ended). Neither holds for an answer the broker wrote, so
@@ -1619,6 +1672,7 @@ mod tests {
             topic_id: [0; 16],
             after_answer: false,
             check_aborted_list: true,
+            open_aborted: Vec::new(),
         }
     }
 
@@ -1866,6 +1920,7 @@ mod tests {
             topic_id: id_of(topic),
             after_answer: false,
             check_aborted_list: true,
+            open_aborted: Vec::new(),
         }
     }
 
@@ -2483,6 +2538,146 @@ mod tests {
         assert_eq!(parts[&tp()].position, Some(0));
     }
 
+    /// `n` records of producer `pid`'s transaction, from `base`.
+    fn txn_batch(pid: i64, base: i64, n: usize) -> Vec<u8> {
+        let mut b = BatchBuilder::new(Compression::None);
+        for _ in 0..n {
+            assert!(b.try_append(1, None, Some(&b"t"[..]), &[], usize::MAX));
+        }
+        let fields = ProducerFields {
+            producer_id: pid,
+            producer_epoch: 0,
+            base_sequence: 0,
+            transactional: true,
+        };
+        let mut out = BytesMut::from(&b.build(fields).unwrap()[..]);
+        crate::protocol::records::set_base_offset(&mut out, base).unwrap();
+        out.to_vec()
+    }
+
+    /// A Fetch answer's data with its aborted-transaction list.
+    fn with_aborted(bytes: Vec<u8>, listed: &[(i64, i64)]) -> PartitionData {
+        use kafka_protocol::messages::fetch_response::AbortedTransaction;
+        use kafka_protocol::messages::ProducerId;
+        data(bytes).with_aborted_transactions(Some(
+            listed
+                .iter()
+                .map(|&(pid, first)| {
+                    AbortedTransaction::default()
+                        .with_producer_id(ProducerId(pid))
+                        .with_first_offset(first)
+                })
+                .collect(),
+        ))
+    }
+
+    /// An aborted transaction open where one answer ended must be listed by the next: a
+    /// damaged producer id in the second list would expose the rest of the transaction.
+    #[test]
+    fn an_aborted_transaction_open_at_an_answer_end_must_be_listed_again() {
+        use crate::protocol::records::encode_raw_control_batch;
+        let pid = 77;
+        // The first answer: plain 0, 1, then the aborted transaction's first batch, 2..=4.
+        let mut first = v2_batch(0, 2);
+        first.extend(txn_batch(pid, 2, 3));
+        let chunk = decode_partition(
+            &at(0, 1),
+            &with_aborted(first, &[(pid, 2)]),
+            CrcCheck::Verify,
+        );
+        assert_eq!(
+            chunk.records.iter().map(|r| r.offset).collect::<Vec<_>>(),
+            [0, 1]
+        );
+        assert_eq!(
+            (chunk.next_offset, &chunk.open_aborted[..]),
+            (5, &[(pid, 2)][..])
+        );
+        // The next answer: the transaction's second batch, 5..=6, and its abort marker at 7.
+        let mut second = txn_batch(pid, 5, 2);
+        second.extend_from_slice(&encode_raw_control_batch(
+            7,
+            0,
+            1,
+            pid,
+            0,
+            &[0, 0, 0, 0],
+            Some(&[0, 0, 0, 0, 0, 0]),
+        ));
+        let mut w = at(5, 1);
+        w.after_answer = true;
+        w.open_aborted = chunk.open_aborted.clone();
+        // Listed again: nothing handed out, the transaction ended.
+        let ok = decode_partition(
+            &w,
+            &with_aborted(second.clone(), &[(pid, 2)]),
+            CrcCheck::Verify,
+        );
+        assert!(ok.error.is_none(), "{:?}", ok.error);
+        assert!(ok.records.is_empty());
+        assert_eq!((ok.next_offset, ok.open_aborted.len()), (8, 0));
+        // The producer id flipped in the second list: fetched again, nothing handed out.
+        let bad = decode_partition(
+            &w,
+            &with_aborted(second.clone(), &[(pid ^ 1024, 2)]),
+            CrcCheck::Verify,
+        );
+        assert!(bad.records.is_empty());
+        assert!(
+            matches!(
+                bad.error,
+                Some(Error::CorruptData {
+                    offset: 5,
+                    source: RecordError::AbortedTransactionLeftOut {
+                        producer_id: 77,
+                        first_offset: 2,
+                        position: 5
+                    },
+                    ..
+                })
+            ),
+            "{:?}",
+            bad.error
+        );
+        // Without the first answer (a seek to 5) it cannot be told: the check needs it.
+        let unchecked = decode_partition(
+            &at(5, 1),
+            &with_aborted(second, &[(pid ^ 1024, 2)]),
+            CrcCheck::Verify,
+        );
+        assert_eq!(
+            unchecked.records.len(),
+            2,
+            "the damage this check exists for"
+        );
+    }
+
+    /// (what, open where the last answer ended, listed now, consistent)
+    #[test]
+    fn an_answer_lists_again_the_aborted_transactions_left_open() {
+        type Case = (&'static str, Vec<(i64, i64)>, Vec<(i64, i64)>, bool);
+        let cases: [Case; 6] = [
+            ("nothing open", vec![], vec![(7, 40)], true),
+            ("listed again", vec![(7, 10)], vec![(7, 10)], true),
+            (
+                "listed again among others",
+                vec![(7, 10)],
+                vec![(8, 30), (7, 10)],
+                true,
+            ),
+            ("producer id flipped", vec![(7, 10)], vec![(6, 10)], false),
+            ("first offset flipped", vec![(7, 10)], vec![(7, 11)], false),
+            ("left out", vec![(7, 10), (8, 12)], vec![(8, 12)], false),
+        ];
+        for (what, open, listed, ok) in cases {
+            assert_eq!(
+                aborted_list_repeats(&open, &listed, 20).is_ok(),
+                ok,
+                "{what}"
+            );
+        }
+    }
+
     /// read_committed through the fetcher: a malformed marker ending an aborted transaction
     /// stops the partition with the records before it delivered.
     #[test]
@@ -2491,21 +2686,7 @@ mod tests {
         use kafka_protocol::messages::fetch_response::AbortedTransaction;
         use kafka_protocol::messages::ProducerId;
         let pid = 77;
-        let txn = |base: i64, n: usize| {
-            let mut b = BatchBuilder::new(Compression::None);
-            for _ in 0..n {
-                assert!(b.try_append(1, None, Some(&b"t"[..]), &[], usize::MAX));
-            }
-            let fields = ProducerFields {
-                producer_id: pid,
-                producer_epoch: 0,
-                base_sequence: 0,
-                transactional: true,
-            };
-            let mut out = BytesMut::from(&b.build(fields).unwrap()[..]);
-            crate::protocol::records::set_base_offset(&mut out, base).unwrap();
-            out.to_vec()
-        };
+        let txn = |base: i64, n: usize| txn_batch(pid, base, n);
         let mut bytes = v2_batch(0, 2); // plain records 0, 1
         bytes.extend(txn(2, 3)); // aborted 2..=4
         bytes.extend_from_slice(&encode_raw_control_batch(5, 0, 1, pid, 0, &[0, 0], None));

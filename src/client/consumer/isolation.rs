@@ -49,6 +49,26 @@ impl AbortedTransactions {
         }
     }
 
+    /// The listed transactions no abort marker has ended yet that start before `end`, as
+    /// (producer id, first offset), sorted: after a whole answer read to `end`, the aborted
+    /// transactions still open there, which the next answer from `end` must list again.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::consumer::isolation::AbortedTransactions;
+    /// let aborted = AbortedTransactions::new([(4000, 120), (4001, 95)]);
+    /// assert_eq!(aborted.open_before(100), vec![(4001, 95)]);
+    /// ```
+    pub fn open_before(&self, end: i64) -> Vec<(i64, i64)> {
+        let mut open: Vec<(i64, i64)> = self
+            .by_producer
+            .iter()
+            .flat_map(|(pid, q)| q.iter().filter(|f| **f < end).map(|f| (*pid, *f)))
+            .collect();
+        open.sort_unstable();
+        open
+    }
+
     /// Whether the records of `batch` are to be handed to the application. Call for every
     /// batch in log order, control batches included (they update the index).
     ///

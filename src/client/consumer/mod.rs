@@ -131,6 +131,10 @@ pub(crate) struct PartitionState {
     /// after an error), the next answer's first batch cannot start before it
     /// (`fetcher::decode_into`).
     pub answer_end: Option<i64>,
+    /// The aborted transactions still open where that answer ended, as (producer id, first
+    /// offset): the next answer from `answer_end` must list them again
+    /// (`fetcher::aborted_list_repeats`).
+    pub open_aborted: Vec<(i64, i64)>,
     /// Where the check of a position from ListOffsets stands (see
     /// `fetcher::earliest_borne_out` and `fetcher::on_error`); `None`: nothing to check.
     pub resolution: Option<Resolution>,
@@ -160,6 +164,7 @@ impl PartitionState {
             corrupt_at: None,
             resolution: None,
             answer_end: None,
+            open_aborted: Vec::new(),
             id_change: None,
         }
     }
@@ -189,6 +194,8 @@ pub(crate) struct Chunk {
     pub error: Option<Error>,
     /// Leader epoch of the last v2 batch read up to `next_offset`, if any.
     pub last_epoch: Option<i32>,
+    /// The listed aborted transactions still open at `next_offset` (read_committed).
+    pub open_aborted: Vec<(i64, i64)>,
 }
 
 pub(crate) enum Fetched {

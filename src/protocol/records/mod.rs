@@ -309,6 +309,20 @@ pub enum RecordError {
         /// The first offset listed.
         first_offset: i64,
     },
+    /// An aborted transaction of `producer_id` from `first_offset` was still open where the
+    /// whole entries of the answer before ended (`position`, this answer's fetch offset), yet
+    /// this answer, carrying data from there, does not list it: an honest broker lists every
+    /// aborted transaction whose abort marker is at or after the fetch offset. The list
+    /// (outside every CRC) of one of the two answers was damaged on the way.
+    #[error("the aborted transaction of producer {producer_id} from offset {first_offset}, open at {position} where the last answer ended, is missing from this answer's list")]
+    AbortedTransactionLeftOut {
+        /// The producer id of the open transaction.
+        producer_id: i64,
+        /// Its first offset, as the answer before listed it.
+        first_offset: i64,
+        /// Where the answer before ended.
+        position: i64,
+    },
     /// A control batch whose record is not a valid control record.
     #[error("batch at offset {offset}: malformed control record: {reason}")]
     MalformedControlRecord {

@@ -242,18 +242,21 @@ impl Admin {
                 let resp = conn.request(&req).await?;
                 for t in &resp.topics {
                     if t.error_code == ErrorCode::NOT_CONTROLLER.0 {
-                        return Err(Error::broker("create topics", ErrorCode(t.error_code)));
+                        return Err(Error::broker("create topics", ErrorCode(t.error_code))
+                            .at_broker("broker", conn.addr()));
                     }
                 }
-                Ok(resp)
+                Ok((resp, conn.addr().to_owned()))
             })
             .await?;
+        let (resp, at) = resp;
         for t in &resp.topics {
             check_result(
                 || format!("create topic '{}'", t.name.0.as_str()),
                 t.error_code,
                 t.error_message.as_ref(),
-            )?;
+            )
+            .map_err(|e| e.at_broker("broker", &at))?;
         }
         self.cluster
             .add_interest(topics.iter().map(|t| t.name.as_str()));
@@ -297,16 +300,18 @@ impl Admin {
         let resp = self
             .retrying("delete_topics", || async {
                 let conn = self.cluster.any_broker().await?;
-                conn.request(&req).await
+                Ok((conn.request(&req).await?, conn.addr().to_owned()))
             })
             .await?;
+        let (resp, at) = resp;
         for t in &resp.responses {
             if t.error_code != 0 {
                 let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
                 return Err(Error::broker(
                     format!("delete topic '{name}'"),
                     ErrorCode(t.error_code),
-                ));
+                )
+                .at_broker("broker", &at));
             }
         }
         Ok(())
@@ -339,15 +344,17 @@ impl Admin {
         let resp = self
             .retrying("create_partitions", || async {
                 let conn = self.cluster.any_broker().await?;
-                conn.request(&req).await
+                Ok((conn.request(&req).await?, conn.addr().to_owned()))
             })
             .await?;
+        let (resp, at) = resp;
         for r in &resp.results {
             check_result(
                 || format!("create partitions for '{topic}'"),
                 r.error_code,
                 r.error_message.as_ref(),
-            )?;
+            )
+            .map_err(|e| e.at_broker("broker", &at))?;
         }
         let want = count as usize;
         self.wait_for(
@@ -460,16 +467,18 @@ impl Admin {
                     Some(id) => self.cluster.broker(id).await?,
                     None => self.cluster.any_broker().await?,
                 };
-                conn.request(&req).await
+                Ok((conn.request(&req).await?, conn.addr().to_owned()))
             })
             .await?;
+        let (resp, at) = resp;
         let mut out = Vec::new();
         for r in &resp.results {
             if r.error_code != 0 {
                 return Err(Error::broker(
                     format!("describe configs of '{name}'"),
                     ErrorCode(r.error_code),
-                ));
+                )
+                .at_broker("broker", &at));
             }
             for c in &r.configs {
                 out.push(ConfigEntry {

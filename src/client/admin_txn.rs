@@ -326,6 +326,7 @@ impl Admin {
                             .map(|m| format!(" ({})", m.as_str()))
                             .unwrap_or_default();
                         Error::broker(format!("describe producers of {tp}{detail}"), c)
+                            .at_broker("leader", conn.addr())
                     })?;
                     out.extend(p.active_producers.iter().map(|s| ActiveProducer {
                         partition: tp.clone(),

@@ -87,6 +87,7 @@ impl Cluster {
         };
         ErrorCode::check(code).map_err(|code| {
             Error::broker(format!("find {kind:?} coordinator for '{key}'"), code)
+                .at_broker("broker", conn.addr())
         })?;
         if !self.metadata().brokers.contains_key(&node) {
             self.refresh_metadata().await?;

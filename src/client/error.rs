@@ -340,6 +340,20 @@ impl Error {
         }
     }
 
+    /// Names the broker that answered (`role` and address, e.g. "coordinator 10.0.0.7:9092")
+    /// in an [`Error::Broker`] whose context does not name it yet; other errors are returned
+    /// as they are (a connection error names its broker already). Used where the connection
+    /// is known, so that every error code reaching the application says which broker sent it.
+    pub(crate) fn at_broker(self, role: &str, addr: &str) -> Self {
+        match self {
+            Error::Broker { context, code } if !context.contains(addr) => Error::Broker {
+                context: format!("{context} ({role} {addr})"),
+                code,
+            },
+            e => e,
+        }
+    }
+
     /// How the client should react to this error outside a transaction; see [`classify`].
     ///
     /// # Examples
@@ -544,6 +558,40 @@ mod authorization_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// (what, error, its message once the coordinator at 10.0.0.7:9092 is named)
+    #[test]
+    fn an_error_code_names_the_broker_that_sent_it_once() {
+        let at = "10.0.0.7:9092";
+        let cases = [
+            (
+                "an error code",
+                Error::broker(
+                    "offset fetch for group 'g'",
+                    ErrorCode::GROUP_AUTHORIZATION_FAILED,
+                ),
+                "offset fetch for group 'g' (coordinator 10.0.0.7:9092): broker returned",
+            ),
+            (
+                "already named",
+                Error::broker(
+                    format!("heartbeat (coordinator {at})"),
+                    ErrorCode::UNKNOWN_SERVER_ERROR,
+                ),
+                "heartbeat (coordinator 10.0.0.7:9092): broker returned",
+            ),
+            (
+                "not an error code",
+                Error::Protocol("a damaged answer".into()),
+                "a damaged answer",
+            ),
+        ];
+        for (what, e, want) in cases {
+            let got = e.at_broker("coordinator", at).to_string();
+            assert!(got.starts_with(want) || got.contains(want), "{what}: {got}");
+            assert!(got.matches(at).count() <= 1, "{what}: named twice: {got}");
+        }
+    }
 
     #[test]
     fn unclassified_codes_are_fatal() {

@@ -114,13 +114,14 @@ pub(crate) async fn list_offsets(
             for (leader, tps) in by_leader {
                 let answer = async {
                     let conn = cluster.broker(leader).await?;
-                    conn.request(&request(&tps, ts, isolation)).await
+                    let resp = conn.request(&request(&tps, ts, isolation)).await?;
+                    Ok::<_, Error>((resp, conn.addr().to_owned()))
                 }
                 .await;
                 match answer {
-                    Ok(resp) => {
+                    Ok((resp, at)) => {
                         if let Some(e) = merge(&resp, &mut lock(&progress).0, &mut again) {
-                            last_err = Some(e);
+                            last_err = Some(e.at_broker("leader", &at));
                         }
                     }
                     Err(e) => {

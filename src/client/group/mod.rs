@@ -1201,7 +1201,9 @@ async fn join_and_sync_once(
         // KIP-394: join again with the id the coordinator chose.
         shared.lock().member_id = resp.member_id.to_string();
     }
-    if let Some(step) = step_for(shared, GroupApi::JoinGroup, code)? {
+    if let Some(step) = step_for(shared, GroupApi::JoinGroup, code)
+        .map_err(|e| e.at_broker("coordinator", conn.addr()))?
+    {
         return Ok(step);
     }
     let me = resp.member_id.to_string();
@@ -1251,7 +1253,9 @@ async fn join_and_sync_once(
         .with_assignments(assignments);
     // SyncGroup waits only for the leader's assignment: request.timeout.ms, as Java.
     let resp = conn.request(&sync).await?;
-    if let Some(step) = step_for(shared, GroupApi::SyncGroup, ErrorCode(resp.error_code))? {
+    if let Some(step) = step_for(shared, GroupApi::SyncGroup, ErrorCode(resp.error_code))
+        .map_err(|e| e.at_broker("coordinator", conn.addr()))?
+    {
         return Ok(step);
     }
     let assignment = codec::decode_assignment(resp.assignment.clone())?;
@@ -1402,11 +1406,12 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
                 .cluster
                 .coordinator(CoordinatorKind::Group, &shared.group_id)
                 .await?;
-            conn.request(&req).await
+            let at = conn.addr().to_owned();
+            conn.request(&req).await.map(|r| (r, at))
         }
         .await;
-        let code = match result {
-            Ok(r) => ErrorCode(r.error_code),
+        let (code, coordinator) = match result {
+            Ok((r, at)) => (ErrorCode(r.error_code), at),
             Err(e) => {
                 debug!(error = %e, "heartbeat failed");
                 shared
@@ -1446,7 +1451,8 @@ async fn heartbeat_loop(shared: Arc<Shared>) {
                 st.fail(e);
             }
             Reaction::Fatal => {
-                let e = Error::broker(format!("heartbeat for group '{}'", shared.group_id), code);
+                let e = Error::broker(format!("heartbeat for group '{}'", shared.group_id), code)
+                    .at_broker("coordinator", &coordinator);
                 warn!(error = %e, "the member cannot go on");
                 st.fail(e);
             }

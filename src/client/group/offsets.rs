@@ -49,7 +49,11 @@ where
     cluster
         .retrying(&what, policy, stale, move |_| async move {
             let conn = cluster.coordinator(CoordinatorKind::Group, group).await?;
-            Ok(Step::Done(call(conn).await?))
+            let at = conn.addr().to_owned();
+            let v = call(conn)
+                .await
+                .map_err(|e| e.at_broker("coordinator", &at))?;
+            Ok(Step::Done(v))
         })
         .await
 }

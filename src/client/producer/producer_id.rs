@@ -56,8 +56,9 @@ pub(crate) async fn init_producer_id(
                         .with_producer_epoch(c.epoch);
                 }
                 let resp = conn.request(&req).await?;
-                ErrorCode::check(resp.error_code)
-                    .map_err(|code| Error::broker("InitProducerId", code))?;
+                ErrorCode::check(resp.error_code).map_err(|code| {
+                    Error::broker("InitProducerId", code).at_broker("broker", conn.addr())
+                })?;
                 let id = Identity {
                     producer_id: resp.producer_id.0,
                     epoch: resp.producer_epoch,

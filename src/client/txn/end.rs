@@ -109,7 +109,8 @@ async fn send(
             epoch = p.producer_epoch
         ))
         .await?;
-    ErrorCode::check(r.error_code).map_err(|code| Error::broker(what, code))?;
+    ErrorCode::check(r.error_code)
+        .map_err(|code| Error::broker(what, code).at_broker("coordinator", conn.addr()))?;
     Ok(
         (v >= TV2_END_TXN_VERSION && r.producer_id.0 >= 0).then_some(Identity {
             producer_id: r.producer_id.0,

@@ -123,12 +123,14 @@ impl State {
 }
 
 /// What a heartbeat request carried, to apply its answer.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Sent {
     incarnation: u64,
     full: bool,
     /// The reconciliation whose owned partitions it acknowledged.
     ack_seq: Option<u64>,
+    /// The coordinator it went to (empty when none was found): an error it answers names it.
+    coordinator: String,
 }
 
 fn topic_partitions(owned: &Target) -> Vec<TopicPartitions> {
@@ -202,6 +204,7 @@ fn heartbeat_request(
         } else {
             None
         },
+        coordinator: String::new(),
     };
     Some((req, sent))
 }
@@ -261,7 +264,8 @@ fn apply_answer(
             backoff
         }
         Reaction::Fenced | Reaction::Unsupported | Reaction::Fatal => {
-            let e = member_error(shared, code, &message);
+            let e =
+                member_error(shared, code, &message).at_broker("coordinator", &sent.coordinator);
             warn!(error = %e, "the member cannot go on");
             st.fail(e);
             interval
@@ -385,7 +389,8 @@ async fn send(shared: &Shared) -> Option<(Sent, Result<ConsumerGroupHeartbeatRes
             return None;
         }
     };
-    let (req, sent) = heartbeat_request(shared, version)?;
+    let (req, mut sent) = heartbeat_request(shared, version)?;
+    sent.coordinator = conn.addr().to_owned();
     Some((sent, conn.request_at(&req, version).await))
 }
 

@@ -236,7 +236,7 @@ impl Admin {
                     })
                     .collect(),
             );
-        let resp = self
+        let (resp, at) = self
             .retrying("create_topics", || async {
                 let conn = self.cluster.any_broker().await?;
                 let resp = conn.request(&req).await?;
@@ -249,7 +249,6 @@ impl Admin {
                 Ok((resp, conn.addr().to_owned()))
             })
             .await?;
-        let (resp, at) = resp;
         for t in &resp.topics {
             check_result(
                 || format!("create topic '{}'", t.name.0.as_str()),
@@ -297,13 +296,12 @@ impl Admin {
                     })
                     .collect(),
             );
-        let resp = self
+        let (resp, at) = self
             .retrying("delete_topics", || async {
                 let conn = self.cluster.any_broker().await?;
                 Ok((conn.request(&req).await?, conn.addr().to_owned()))
             })
             .await?;
-        let (resp, at) = resp;
         for t in &resp.responses {
             if t.error_code != 0 {
                 let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
@@ -341,13 +339,12 @@ impl Admin {
                 .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
                 .with_count(count)
                 .with_assignments(None)]);
-        let resp = self
+        let (resp, at) = self
             .retrying("create_partitions", || async {
                 let conn = self.cluster.any_broker().await?;
                 Ok((conn.request(&req).await?, conn.addr().to_owned()))
             })
             .await?;
-        let (resp, at) = resp;
         for r in &resp.results {
             check_result(
                 || format!("create partitions for '{topic}'"),
@@ -461,7 +458,7 @@ impl Admin {
         } else {
             None
         };
-        let resp = self
+        let (resp, at) = self
             .retrying("describe_configs", || async {
                 let conn = match node {
                     Some(id) => self.cluster.broker(id).await?,
@@ -470,7 +467,6 @@ impl Admin {
                 Ok((conn.request(&req).await?, conn.addr().to_owned()))
             })
             .await?;
-        let (resp, at) = resp;
         let mut out = Vec::new();
         for r in &resp.results {
             if r.error_code != 0 {

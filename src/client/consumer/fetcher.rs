@@ -1279,21 +1279,16 @@ fn decode_partition(
     let mut next_offset = fetch_offset;
     // Under read_committed the broker sends the aborted transactions; under read_uncommitted
     // it sends none, and only control batches are skipped.
-    let mut aborted = AbortedTransactions::new(
-        p.aborted_transactions
-            .iter()
-            .flatten()
-            .map(|a| (a.producer_id.0, a.first_offset)),
-    );
+    let listed: Vec<(i64, i64)> = p
+        .aborted_transactions
+        .iter()
+        .flatten()
+        .map(|a| (a.producer_id.0, a.first_offset))
+        .collect();
+    let mut aborted = AbortedTransactions::new(listed.iter().copied());
     let mut error = None;
     let mut last_epoch = None;
     if let Some(bytes) = p.records.clone() {
-        let listed: Vec<(i64, i64)> = p
-            .aborted_transactions
-            .iter()
-            .flatten()
-            .map(|a| (a.producer_id.0, a.first_offset))
-            .collect();
         let decoded = if w.check_aborted_list && (!listed.is_empty() || !w.open_aborted.is_empty())
         {
             let heads = batch_heads(&bytes);

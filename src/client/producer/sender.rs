@@ -595,17 +595,39 @@ fn settle(acc: &mut Accumulator, tp: &TopicPartition) {
     }
 }
 
-/// The broker wrote the batch: resolve its records, move the acknowledged sequence and offset.
+/// The broker wrote the batch: move the acknowledged sequence and offset, then resolve its
+/// records.
 fn acknowledged(inner: &Inner, b: ProducerBatch, base_offset: i64, log_append_time: i64) {
-    let n = b.record_count();
-    let tp = b.tp.clone();
-    let seq = b.base_sequence;
-    let mem = b.complete(base_offset, log_append_time);
+    let mem = acknowledge(&inner.acc, b, base_offset, log_append_time);
     Counters::add(&inner.counters.batches_acknowledged, 1);
+    inner.release(mem);
+}
+
+/// The accumulator learns of the acknowledgement *before* the records are told (and the batch's
+/// flush tickets dropped). The other way round, a transaction's end raced it:
+///   1. this task resolves the last records of the transaction, which completes the flush a
+///      `commit_transaction()` is waiting in;
+///   2. the commit goes on: EndTxn bumps the epoch (KIP-890) and `reset_sequences` starts every
+///      partition again at sequence 0, acknowledged through -1;
+///   3. this task records the acknowledgement, too late: acknowledged through 4 again;
+///   4. the next transaction is empty and aborted: `rewind_sequences` takes the sequence after
+///      the acknowledged one, 5, and the transaction after it sends sequence 5 at the new epoch,
+///      which the broker refuses (OUT_OF_ORDER_SEQUENCE_NUMBER, "expected sequence 0").
+///
+/// Seen once in CI on a loaded machine (hostile.rs `fill_committed`, transaction.version 2).
+/// Returns the batch's buffer.memory permits.
+fn acknowledge(
+    acc: &Mutex<Accumulator>,
+    b: ProducerBatch,
+    base_offset: i64,
+    log_append_time: i64,
+) -> u32 {
+    let n = b.record_count();
+    let seq = b.base_sequence;
     {
-        let mut acc = inner.lock();
-        settle(&mut acc, &tp);
-        let q = acc.queue(&tp);
+        let mut acc = Inner::lock_of(acc);
+        settle(&mut acc, &b.tp);
+        let q = acc.queue(&b.tp);
         // Responses are handled in their own tasks, which may run out of order: only ever
         // move forward.
         if seq >= 0 {
@@ -618,7 +640,7 @@ fn acknowledged(inner: &Inner, b: ProducerBatch, base_offset: i64, log_append_ti
             q.last_acked_offset = q.last_acked_offset.max(base_offset + n as i64 - 1);
         }
     }
-    inner.release(mem);
+    b.complete(base_offset, log_append_time)
 }
 
 /// The batch goes back into its queue in creation order, after a backoff.
@@ -703,6 +725,41 @@ fn failed(inner: &Inner, b: ProducerBatch, error: Error) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// See `acknowledge`: whoever a record's outcome wakes (a flush, then a commit and its
+    /// sequence reset) must find the accumulator already past the batch. A callback runs as the
+    /// record is told, so it sees what the accumulator knew then.
+    #[test]
+    fn a_batch_is_settled_and_its_sequence_acknowledged_before_its_records_are_told() {
+        use super::super::accumulator::{Delivery, Reply};
+        let acc = Arc::new(Mutex::new(Accumulator::default()));
+        let tp = TopicPartition::new("t", 0);
+        Inner::lock_of(&acc).queue(&tp).in_flight = 1;
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let mut b = ProducerBatch::for_test(0, 0, 1);
+        for _ in 0..5 {
+            let (acc, seen) = (acc.clone(), seen.clone());
+            b.deliveries.push(Delivery {
+                tx: Reply::callback(Box::new(move |outcome| {
+                    let mut a = Inner::lock_of(&acc);
+                    let q = a.queue(&TopicPartition::new("t", 0));
+                    let state = (q.in_flight, q.acked_through, q.last_acked_offset);
+                    seen.lock().unwrap().push((outcome.is_ok(), state));
+                })),
+                timestamp: 0,
+            });
+        }
+        acknowledge(&acc, b, 100, -1);
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 5, "every record is told");
+        for s in seen.iter() {
+            assert_eq!(
+                *s,
+                (true, (0, 4, 104)),
+                "(told ok, (in flight, acknowledged through, last acknowledged offset)) as a record was told"
+            );
+        }
+    }
 
     #[test]
     fn leaders_that_are_not_ready_are_skipped_and_connected_to_once() {

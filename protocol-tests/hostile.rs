@@ -12,7 +12,7 @@
 //!
 //! Random damage is seeded; the seed is printed and ONCEFLOW_HOSTILE_SEED repeats it.
 
-use crate::support::hostile::{refusing_addr, seed, Damage, Rule};
+use crate::support::hostile::{refusing_addr, seed, Damage, Rule, Shift};
 use crate::support::proxy::{FakeLeader, Proxy};
 use crate::support::*;
 use bytes::Bytes;
@@ -1025,6 +1025,35 @@ async fn batch_moved_4_up(max_partition_fetch_bytes: &str) {
         false,
         |h| {
             h.base_offset_bit.store(2, SeqCst);
+            h.shift_base_offsets.store(1, SeqCst);
+        },
+        |h| h.base_offset_shifts.load(SeqCst),
+    )
+    .await;
+}
+
+/// A bit flipped in a base offset can move a batch by more than the batch after it is long
+/// (bit 5: 32, on batches of at most 20 records here; one batch per answer). Moved up, the
+/// position lands inside a batch further on; the answer from there starts before it, fetch
+/// after fetch, and reading went on from that batch's start: the batches in between were
+/// never read ("never read: [20, 21, …]"). Only the handed-out batch's CRC says where it
+/// really ends: the answer before is fetched again and walked to that batch. (Moved down, the
+/// damaged answer itself starts before the position: fetched again at once.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_moved_up_across_batches_is_found_by_its_crc_and_nothing_after_it_skipped() {
+    reads_each_value_once_despite(
+        "base-up-32",
+        1,
+        200,
+        0,
+        &[
+            ("auto.offset.reset", "earliest"),
+            ("max.partition.fetch.bytes", "1"),
+        ],
+        false,
+        |h| {
+            h.base_offset_bit.store(5, SeqCst);
+            *h.base_offset_direction.lock().unwrap() = Shift::Up;
             h.shift_base_offsets.store(1, SeqCst);
         },
         |h| h.base_offset_shifts.load(SeqCst),

@@ -125,6 +125,13 @@ pub enum Action {
     Silence,
 }
 
+/// Which batches `Hostile::shift_base_offsets` may move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shift {
+    Any,
+    Up,
+}
+
 /// The hostile settings of one proxy; lives in its `Faults`.
 pub struct Hostile {
     rng: Mutex<StdRng>,
@@ -145,6 +152,10 @@ pub struct Hostile {
     pub shift_base_offsets: AtomicU32,
     /// The bit of the base offset `shift_base_offsets` flips (40 unless set).
     pub base_offset_bit: AtomicU32,
+    /// With `shift_base_offsets`: `Up`, only a data batch (not a marker) whose base offset has
+    /// the bit clear (the flip moves it up), in an answer holding that one batch; `Any` (the
+    /// default): the first batch of any answer with records.
+    pub base_offset_direction: Mutex<Shift>,
     /// The next this-many Fetch answers that list an aborted transaction get bit 0 of every
     /// listed producer id flipped.
     pub damage_aborted_lists: AtomicU32,
@@ -236,6 +247,7 @@ impl Hostile {
             record_flips: AtomicU64::new(0),
             shift_base_offsets: AtomicU32::new(0),
             base_offset_bit: AtomicU32::new(40),
+            base_offset_direction: Mutex::new(Shift::Any),
             damage_aborted_lists: AtomicU32::new(0),
             aborted_lists_begun_before: AtomicBool::new(false),
             aborted_lists_damaged: AtomicU64::new(0),
@@ -453,12 +465,28 @@ impl Hostile {
             let Some(records) = first_records(resp) else {
                 return false;
             };
+            let bit = self.base_offset_bit.load(Ordering::SeqCst).min(63);
+            let direction = *self.base_offset_direction.lock().unwrap();
+            if direction != Shift::Any {
+                // v2 header: base offset (8), length (4), leader epoch (4), magic (1), CRC (4),
+                // attributes (2; bit 5: control).
+                let Some(head) = records.get(..23) else {
+                    return false;
+                };
+                let base = i64::from_be_bytes(head[..8].try_into().unwrap());
+                let length = i32::from_be_bytes(head[8..12].try_into().unwrap());
+                let control = head[22] & 0x20 != 0;
+                let set = base & (1 << bit) != 0;
+                let alone = records.len() == 12 + length as usize;
+                if control || !alone || set {
+                    return false;
+                }
+            }
             if !take(&self.shift_base_offsets) {
                 return false;
             }
             let mut r = records.to_vec();
             // Bytes 0..8: the base offset, big-endian (bit 40 is in byte 2).
-            let bit = self.base_offset_bit.load(Ordering::SeqCst).min(63);
             r[7 - bit as usize / 8] ^= 1 << (bit % 8);
             *records = Bytes::from(r);
             self.base_offset_shifts.fetch_add(1, Ordering::Relaxed);

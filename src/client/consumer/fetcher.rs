@@ -7,7 +7,8 @@ use super::order::next_order;
 use super::session::{FetchSession, Outcome, PartitionFetch, Plan, FINAL_EPOCH};
 use super::truncation::{on_diverging_epoch, Divergence};
 use super::{
-    list_offsets, Chunk, ConsumerRecord, Fetched, Offset, PartitionState, Resolution, Shared,
+    list_offsets, AnswerTrace, Chunk, ConsumerRecord, Fetched, LastAnswer, Offset, PartitionState,
+    Resolution, Resync, Shared, Skip,
 };
 use crate::client::config::{AutoOffsetReset, ConsumerConfig};
 use crate::client::connection::Connection;
@@ -58,6 +59,9 @@ struct Want {
     /// With `after_answer`: the aborted transactions still open where the last answer ended
     /// (`PartitionState::open_aborted`), which this answer must list again.
     open_aborted: Vec<(i64, i64)>,
+    /// A walk back under way (`PartitionState::resync`): entries of this answer already
+    /// handed out.
+    skip: Option<Skip>,
 }
 
 impl Want {
@@ -275,6 +279,10 @@ impl Fetcher {
                 },
                 check_aborted_list: !matches!(st.corrupt_at,
                     Some((at, n)) if at == st.fetch_offset && n >= REFETCHES_OF_CORRUPT_DATA),
+                skip: st
+                    .resync
+                    .filter(|r| r.epoch == st.epoch && r.at == st.fetch_offset)
+                    .map(|r| r.skip),
             });
         }
         for (leader, list) in by_leader {
@@ -811,6 +819,7 @@ fn recreated(
         }),
         last_epoch: None,
         open_aborted: Vec::new(),
+        trace: AnswerTrace::default(),
     })
 }
 
@@ -913,6 +922,15 @@ fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &mu
     st.resolution = None;
     st.topic_id_borne_out = st.topic_id.is_some();
     st.fetch_offset = chunk.next_offset;
+    // A walk back goes on from where this answer left it (or is over).
+    st.resync = chunk.trace.skip_left.map(|skip| Resync {
+        epoch: st.epoch,
+        at: chunk.next_offset,
+        skip,
+    });
+    if chunk.trace.skip_mismatch {
+        warn!(tp = %w.tp, "walking back: the entry where the batch handed out last should be is another (the log changed?); reading on from it");
+    }
     st.log_start_offset = log_start_offset;
     // A batch's partition leader epoch is not covered by its CRC: one flipped bit there, kept
     // and sent back as last_fetched_epoch, made every later Fetch of the partition fail at the
@@ -936,10 +954,15 @@ fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &mu
             st.corrupt_at = record;
             if again {
                 // The same answer, fetch after fetch: that is the log, and the answer before
-                // was the damaged one — its batch went out under offsets past its own, and the
-                // position is past records never handed out. Read from this batch's start.
-                warn!(tp = %w.tp, error = %e, "the last answer's batch was out of place; reading from this one's start");
-                st.fetch_offset = *base;
+                // was the damaged one — its last batch went out under offsets not its own.
+                let (from, resync) = after_out_of_place(st.last_answer, *offset, *base, st.epoch);
+                if resync.is_some() {
+                    warn!(tp = %w.tp, error = %e, from, "the last answer's batch was out of place; walking back to where it really ends");
+                } else {
+                    warn!(tp = %w.tp, error = %e, "the last answer's batch was out of place; reading from this one's start");
+                }
+                st.fetch_offset = from;
+                st.resync = resync;
                 st.answer_end = None;
                 st.corrupt_at = None;
             } else {
@@ -956,6 +979,11 @@ fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &mu
             } else if chunk.next_offset > w.fetch_offset {
                 st.answer_end = Some(chunk.next_offset);
                 st.open_aborted = std::mem::take(&mut chunk.open_aborted);
+                st.last_answer = Some(LastAnswer {
+                    from: w.fetch_offset,
+                    end: chunk.next_offset,
+                    trace: chunk.trace,
+                });
             }
             let (record, halt) = after_corrupt_data(st.corrupt_at, *offset);
             st.corrupt_at = record;
@@ -979,6 +1007,11 @@ fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &mu
             if chunk.next_offset > w.fetch_offset {
                 st.answer_end = Some(chunk.next_offset);
                 st.open_aborted = std::mem::take(&mut chunk.open_aborted);
+                st.last_answer = Some(LastAnswer {
+                    from: w.fetch_offset,
+                    end: chunk.next_offset,
+                    trace: chunk.trace,
+                });
             }
         }
     }
@@ -1219,6 +1252,7 @@ fn diverged(
                 }),
                 last_epoch: None,
                 open_aborted: Vec::new(),
+                trace: AnswerTrace::default(),
             })
         }
     }
@@ -1288,6 +1322,10 @@ fn decode_partition(
     let mut aborted = AbortedTransactions::new(listed.iter().copied());
     let mut error = None;
     let mut last_epoch = None;
+    let mut trace = AnswerTrace {
+        skip_left: w.skip,
+        ..AnswerTrace::default()
+    };
     if let Some(bytes) = p.records.clone() {
         let decoded = if w.check_aborted_list && (!listed.is_empty() || !w.open_aborted.is_empty())
         {
@@ -1314,6 +1352,7 @@ fn decode_partition(
                 &mut records,
                 &mut next_offset,
                 &mut last_epoch,
+                &mut trace,
             )
         });
         if let Err(source) = decoded {
@@ -1335,12 +1374,14 @@ fn decode_partition(
         error,
         last_epoch,
         open_aborted: aborted.open_before(next_offset),
+        trace,
     }
 }
 
 /// The decoding loop of [`decode_partition`]: appends records and advances `next_offset` past
 /// every entry read (and every record handed out, so an error inside a batch stops right
-/// after the last good record), noting the leader epoch of the last v2 batch read.
+/// after the last good record), noting the leader epoch of the last v2 batch read and, in
+/// `trace`, what a walk back needs (entries read, the last one's CRC, what is left to skip).
 #[allow(clippy::too_many_arguments)]
 fn decode_into(
     tp: &TopicPartition,
@@ -1352,11 +1393,12 @@ fn decode_into(
     records: &mut VecDeque<ConsumerRecord>,
     next_offset: &mut i64,
     last_epoch: &mut Option<i32>,
+    trace: &mut AnswerTrace,
 ) -> Result<(), RecordError> {
     let mut previous_end = None;
     let mut first = true;
-    // Where the chunk stood before the entry just read: (records, next offset).
-    let mut before_previous = (records.len(), *next_offset);
+    // Where the chunk stood before the entry just read: (records, next offset, trace).
+    let mut before_previous = (records.len(), *next_offset, *trace);
     for entry in entries {
         let entry = entry?;
         if std::mem::take(&mut first) {
@@ -1370,10 +1412,11 @@ fn decode_into(
                 // gone out under offsets past their own, and the position with them.
                 records.truncate(before_previous.0);
                 *next_offset = before_previous.1;
+                *trace = before_previous.2;
             }
             return Err(e);
         }
-        before_previous = (records.len(), *next_offset);
+        before_previous = (records.len(), *next_offset, *trace);
         previous_end = Some(entry.next_offset());
         // Markers and aborted batches before the fetch offset still update the index.
         let keep = match &entry {
@@ -1381,6 +1424,34 @@ fn decode_into(
             // v0/v1 messages predate transactions.
             LogEntry::Legacy(_) => true,
         };
+        trace.entries = trace.entries.saturating_add(1);
+        trace.last_crc = match &entry {
+            LogEntry::Batch(b) => Some(b.crc),
+            LogEntry::Legacy(_) => None,
+        };
+        if let Some(skip) = trace.skip_left.take() {
+            let handed_out = match skip.entries {
+                0 | 1 => {
+                    // The walk's last entry: the batch handed out last, unless the log changed
+                    // under the walk — then this entry is new, and goes out.
+                    let same = trace.last_crc == Some(skip.crc);
+                    trace.skip_mismatch = !same;
+                    same
+                }
+                n => {
+                    trace.skip_left = Some(Skip {
+                        entries: n - 1,
+                        ..skip
+                    });
+                    true
+                }
+            };
+            if handed_out {
+                *next_offset = (*next_offset).max(entry.next_offset());
+                note_epoch(&entry, last_epoch);
+                continue;
+            }
+        }
         if entry.next_offset() <= fetch_offset {
             continue;
         }
@@ -1404,13 +1475,18 @@ fn decode_into(
             }
         }
         *next_offset = (*next_offset).max(entry.next_offset());
-        if let LogEntry::Batch(b) = &entry {
-            if b.partition_leader_epoch >= 0 {
-                *last_epoch = Some(b.partition_leader_epoch);
-            }
-        }
+        note_epoch(&entry, last_epoch);
     }
     Ok(())
+}
+
+/// The leader epoch of a v2 batch read whole (sent back as last_fetched_epoch).
+fn note_epoch(entry: &LogEntry, last_epoch: &mut Option<i32>) {
+    if let LogEntry::Batch(b) = entry {
+        if b.partition_leader_epoch >= 0 {
+            *last_epoch = Some(b.partition_leader_epoch);
+        }
+    }
 }
 
 /// Whether a Fetch answer's log start offset bears out the position a ListOffsets answer gave
@@ -1451,6 +1527,47 @@ fn first_entry_in_place(
             })
         }
         _ => Ok(()),
+    }
+}
+
+/// Where reading goes on once an answer starting before the fetch offset (`base` <
+/// `position`, see [`first_entry_in_place`]) came fetch after fetch: that is the log, so the
+/// answer before, whose whole entries ended at `position`, was the damaged one — its last
+/// batch's base offset (outside the CRC) was moved on the way, and its records went out under
+/// offsets not their own. Where that batch really ends, reading goes on, and only its CRC
+/// names it: the answer before is fetched again from where it was (`last.from`), its entries
+/// skipped as handed out already, the last of them checked by its CRC (`decode_into`).
+/// Without what that takes (no record of the answer before, or a v0/v1 last entry) reading
+/// goes on from `base`, the start of the batch holding the position. Pure.
+///
+/// From `base` alone, a batch moved up across a batch boundary (one bit, +32, on batches of
+/// 20) lost the batches between its real end and `base`. (One moved down starts before the
+/// position itself and is fetched again at once, unless the position came from a seek.)
+fn after_out_of_place(
+    last: Option<LastAnswer>,
+    position: i64,
+    base: i64,
+    epoch: u64,
+) -> (i64, Option<Resync>) {
+    match last {
+        Some(LastAnswer {
+            from,
+            end,
+            trace:
+                AnswerTrace {
+                    entries,
+                    last_crc: Some(crc),
+                    ..
+                },
+        }) if end == position && entries > 0 => (
+            from,
+            Some(Resync {
+                epoch,
+                at: from,
+                skip: Skip { entries, crc },
+            }),
+        ),
+        _ => (base, None),
     }
 }
 
@@ -1668,6 +1785,7 @@ mod tests {
             after_answer: false,
             check_aborted_list: true,
             open_aborted: Vec::new(),
+            skip: None,
         }
     }
 
@@ -1773,6 +1891,166 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// A batch of `n` records whose values (`{tag}{i}`) make its CRC its own.
+    fn tagged_batch(base_offset: i64, n: usize, tag: &str) -> Vec<u8> {
+        let mut b = BatchBuilder::new(Compression::None);
+        for i in 0..n {
+            assert!(b.try_append(
+                1,
+                None,
+                Some(format!("{tag}{i}").as_bytes()),
+                &[],
+                usize::MAX
+            ));
+        }
+        let mut out = BytesMut::from(&b.build(ProducerFields::NONE).unwrap()[..]);
+        crate::protocol::records::set_base_offset(&mut out, base_offset).unwrap();
+        out.to_vec()
+    }
+
+    fn crc_of(batch: &[u8]) -> u32 {
+        match decode_entries(Bytes::from(batch.to_vec())).next() {
+            Some(Ok(LogEntry::Batch(b))) => b.crc,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A walk back reads the answer before again and hands out only what follows its last
+    /// batch: (fetch offset, entries to skip, the CRC the last must have: batch 0/1/2 or
+    /// another, offsets handed out, where the chunk ends, left of the walk, mismatch).
+    #[test]
+    fn a_walk_back_skips_the_entries_handed_out_and_checks_the_last_by_its_crc() {
+        let batches = [
+            tagged_batch(0, 5, "a"),
+            tagged_batch(5, 5, "b"),
+            tagged_batch(10, 5, "c"),
+        ];
+        let crcs: Vec<u32> = batches.iter().map(|b| crc_of(b)).collect();
+        let bytes: Vec<u8> = batches.concat();
+        type Case = (i64, u32, Option<usize>, Vec<i64>, i64, Option<u32>, bool);
+        let cases: [Case; 6] = [
+            // The second batch was handed out last: the third goes out.
+            (0, 2, Some(1), (10..15).collect(), 15, None, false),
+            // The answer before was fetched from inside the first batch: the same entries.
+            (3, 2, Some(1), (10..15).collect(), 15, None, false),
+            // The first only.
+            (0, 1, Some(0), (5..15).collect(), 15, None, false),
+            // The answer before reached further than this one: the walk goes on.
+            (0, 4, Some(1), vec![], 15, Some(1), false),
+            // Nothing is handed out twice, even where every entry was.
+            (0, 3, Some(2), vec![], 15, None, false),
+            // The last skipped entry is another batch (the log changed): it goes out, with
+            // everything after it — never lost.
+            (0, 2, None, (5..15).collect(), 15, None, true),
+        ];
+        for (fetch_offset, entries, last, offsets, end, left, mismatch) in cases {
+            let crc = last.map_or(crcs[1] ^ 1, |i| crcs[i]);
+            let w = Want {
+                skip: Some(Skip { entries, crc }),
+                ..at(fetch_offset, 1)
+            };
+            let chunk = decode_partition(&w, &data(bytes.clone()), CrcCheck::Verify);
+            let out: Vec<i64> = chunk.records.iter().map(|r| r.offset).collect();
+            let what = format!("from {fetch_offset}, skipping {entries}, last {last:?}");
+            assert!(chunk.error.is_none(), "{what}: {:?}", chunk.error);
+            assert_eq!(out, offsets, "{what}");
+            assert_eq!(chunk.next_offset, end, "{what}");
+            assert_eq!(chunk.trace.skip_left.map(|s| s.entries), left, "{what}");
+            assert_eq!(chunk.trace.skip_mismatch, mismatch, "{what}");
+        }
+        // Without a walk the answer is traced for one: three entries, the last one's CRC.
+        let chunk = decode_partition(&at(0, 1), &data(bytes), CrcCheck::Verify);
+        assert_eq!(chunk.records.len(), 15);
+        assert_eq!(
+            (chunk.trace.entries, chunk.trace.last_crc),
+            (3, Some(crcs[2]))
+        );
+    }
+
+    /// (what, the answer before as (from, end, entries, last CRC), position, base, where reading
+    /// goes on, a walk).
+    #[test]
+    fn a_batch_out_of_place_is_found_again_by_its_crc_not_by_the_next_answers_start() {
+        let last = |from, end, entries, crc| {
+            Some(LastAnswer {
+                from,
+                end,
+                trace: AnswerTrace {
+                    entries,
+                    last_crc: crc,
+                    ..AnswerTrace::default()
+                },
+            })
+        };
+        let walk = |at, entries| {
+            Some(Resync {
+                epoch: 9,
+                at,
+                skip: Skip { entries, crc: 77 },
+            })
+        };
+        type Case = (
+            &'static str,
+            Option<LastAnswer>,
+            i64,
+            i64,
+            i64,
+            Option<Resync>,
+        );
+        let cases: [Case; 6] = [
+            // One batch [20, 40) moved up 32: the position 72 lies in [60, 80).
+            (
+                "moved up across batches",
+                last(20, 72, 1, Some(77)),
+                72,
+                60,
+                20,
+                walk(20, 1),
+            ),
+            // [40, 60) moved down 32: the position 28 lies in [20, 40).
+            (
+                "moved down",
+                last(40, 28, 1, Some(77)),
+                28,
+                20,
+                40,
+                walk(40, 1),
+            ),
+            (
+                "an answer of three",
+                last(0, 72, 3, Some(77)),
+                72,
+                60,
+                0,
+                walk(0, 3),
+            ),
+            ("nothing known of the answer before", None, 72, 60, 60, None),
+            (
+                "its last entry a v0/v1 message",
+                last(20, 72, 1, None),
+                72,
+                60,
+                60,
+                None,
+            ),
+            (
+                "an answer that ended elsewhere",
+                last(20, 50, 1, Some(77)),
+                72,
+                60,
+                60,
+                None,
+            ),
+        ];
+        for (what, before, position, base, from, resync) in cases {
+            assert_eq!(
+                after_out_of_place(before, position, base, 9),
+                (from, resync),
+                "{what}"
+            );
+        }
     }
 
     /// (what, listed (producer, first offset), borne out) against batches of producer 7:
@@ -1916,6 +2194,7 @@ mod tests {
             after_answer: false,
             check_aborted_list: true,
             open_aborted: Vec::new(),
+            skip: None,
         }
     }
 

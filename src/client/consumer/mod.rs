@@ -135,6 +135,12 @@ pub(crate) struct PartitionState {
     /// offset): the next answer from `answer_end` must list them again
     /// (`fetcher::aborted_list_repeats`).
     pub open_aborted: Vec<(i64, i64)>,
+    /// The last Fetch answer with data that set `answer_end`: where it was fetched from and
+    /// what its entries were, for a walk back to its last batch (`fetcher::after_out_of_place`).
+    pub last_answer: Option<LastAnswer>,
+    /// A walk back under way: the next answer from its offset repeats entries already handed
+    /// out (`fetcher::decode_into`).
+    pub resync: Option<Resync>,
     /// Where the check of a position from ListOffsets stands (see
     /// `fetcher::earliest_borne_out` and `fetcher::on_error`); `None`: nothing to check.
     pub resolution: Option<Resolution>,
@@ -165,9 +171,56 @@ impl PartitionState {
             resolution: None,
             answer_end: None,
             open_aborted: Vec::new(),
+            last_answer: None,
+            resync: None,
             id_change: None,
         }
     }
+}
+
+/// The last Fetch answer with data, as a walk back needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LastAnswer {
+    /// The offset it was fetched from.
+    pub from: i64,
+    /// Where its whole entries ended (`PartitionState::answer_end`).
+    pub end: i64,
+    /// How it was read.
+    pub trace: AnswerTrace,
+}
+
+/// A walk back to the batch an answer handed out last (see `fetcher::after_out_of_place`):
+/// that answer is fetched again from where it was, its first `entries` entries are skipped as
+/// already handed out, and the last of them must be the batch with `crc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Resync {
+    /// The fetch epoch and fetch offset it belongs to: a seek or reset ends it.
+    pub epoch: u64,
+    pub at: i64,
+    /// Entries (from `at`) still to skip, and the CRC of the last.
+    pub skip: Skip,
+}
+
+/// Entries already handed out, to skip; the last must be the batch with this CRC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Skip {
+    pub entries: u32,
+    pub crc: u32,
+}
+
+/// How an answer's entries were read, for a walk back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct AnswerTrace {
+    /// Entries read whole, those before the fetch offset included (fetched again from the same
+    /// offset, an answer starts with the same entries).
+    pub entries: u32,
+    /// The CRC of the last of them, when it is a v2 batch.
+    pub last_crc: Option<u32>,
+    /// What is left of a walk back this answer did not finish.
+    pub skip_left: Option<Skip>,
+    /// The walk's last skipped entry was not the batch handed out (the log changed under it):
+    /// that entry was handed out after all.
+    pub skip_mismatch: bool,
 }
 
 /// A position taken from a ListOffsets answer (auto.offset.reset, a seek to the beginning,
@@ -196,6 +249,8 @@ pub(crate) struct Chunk {
     pub last_epoch: Option<i32>,
     /// The listed aborted transactions still open at `next_offset` (read_committed).
     pub open_aborted: Vec<(i64, i64)>,
+    /// How the answer's entries were read (for a walk back).
+    pub trace: AnswerTrace,
 }
 
 pub(crate) enum Fetched {
@@ -436,6 +491,7 @@ impl Consumer {
             st.corrupt_at = None;
             st.resolution = None;
             st.id_change = None;
+            st.resync = None;
             st.last_fetched_epoch = -1;
             // The application chose a position in the topic as it is now.
             st.topic_id = None;

@@ -48,6 +48,10 @@ pub struct RecordBatch {
     pub base_sequence: i32,
     /// Number of records the header declares.
     pub records_count: i32,
+    /// The CRC-32C the header states, over everything from the attributes on (checked against
+    /// the bytes unless the check was skipped). What names the batch's contents whatever its
+    /// base offset says: the base offset is outside it.
+    pub crc: u32,
     /// The records section, still compressed if the batch is.
     payload: Bytes,
     /// Whole encoded size including the 12-byte log overhead.
@@ -509,6 +513,7 @@ pub(super) fn parse_v2(frame: Frame, crc: CrcCheck) -> Result<RecordBatch, Recor
         producer_epoch: be_i16(&batch, PRODUCER_EPOCH),
         base_sequence: be_i32(&batch, BASE_SEQUENCE),
         records_count: be_i32(&batch, RECORDS_COUNT),
+        crc: be_i32(&batch, CRC) as u32,
         payload: batch.slice(BATCH_HEADER_LEN..),
         encoded_len: total,
     })

@@ -451,6 +451,8 @@ async fn a_user_without_a_topic_acl_gets_topic_authorization_failed_naming_the_t
         text.contains(&topic) && text.contains("needs Describe on the topic"),
         "{text}"
     );
+    // The refusal came in a Metadata answer: it names the broker that sent it.
+    assert!(text.contains("(broker 127.0.0.1:"), "{text}");
     assert_eq!(e.class(), ErrorClass::Fatal);
     let (ok, stderr) = java_as(&props, "produce", &topic, &["--idempotent", "false"]).await;
     assert!(

@@ -661,11 +661,14 @@ impl Cluster {
             || async {},
             |attempt: Attempt| async move {
                 let answer = self.lookup_once(topic, lookup.auto_create).await;
-                let step = lookup_step(answer.as_ref().map(|(a, _)| *a), lookup, attempt.last);
-                debug!(topic, answer = ?answer.as_ref().map(|(a, _)| a), ?step, "topic lookup");
+                let step = lookup_step(answer.as_ref().map(|l| l.answer), lookup, attempt.last);
+                debug!(topic, answer = ?answer.as_ref().map(|l| l.answer), ?step, "topic lookup");
                 Err(match step {
                     LookupStep::Found => {
-                        if let Ok((_, Some(found))) = answer {
+                        if let Ok(Looked {
+                            found: Some(found), ..
+                        }) = answer
+                        {
                             return Ok(Step::Done(found));
                         }
                         Error::Internal(format!("metadata for topic '{topic}' went missing"))
@@ -686,14 +689,18 @@ impl Cluster {
                         ),
                     },
                     LookupStep::Refused(code) => {
-                        Error::broker(format!("metadata for topic '{topic}'"), code)
+                        let e = Error::broker(format!("metadata for topic '{topic}'"), code);
+                        match &answer {
+                            Ok(l) => e.at_broker("broker", &l.broker),
+                            Err(_) => e,
+                        }
                     }
                     // The last attempt (`attempt.last`): what it got is final.
                     LookupStep::TimedOut => match answer {
                         Err(e) => e,
-                        Ok((answer, _)) => Error::Timeout {
+                        Ok(Looked { answer, broker, .. }) => Error::Timeout {
                             what: format!(
-                            "waiting for topic '{topic}' to be ready (last answer: {answer:?}; {})",
+                            "waiting for topic '{topic}' to be ready (last answer: {answer:?} from broker {broker}; {})",
                             lookup.deadline_name
                         ),
                             after: lookup.deadline,
@@ -728,12 +735,13 @@ impl Cluster {
     /// A refresh that started before our interest was added may overwrite the snapshot without
     /// this topic; the next lookup then finds it again at once. Harmless, and cheaper than
     /// holding the refresh lock across this request.
-    async fn lookup_once(
-        &self,
-        topic: &str,
-        auto_create: bool,
-    ) -> Result<(TopicAnswer, Option<TopicMetadata>)> {
+    async fn lookup_once(&self, topic: &str, auto_create: bool) -> Result<Looked> {
         let conn = self.any_broker().await?;
+        let looked = |answer, found| Looked {
+            answer,
+            found,
+            broker: conn.addr().to_owned(),
+        };
         let req = MetadataRequest::default()
             .with_allow_auto_topic_creation(auto_create)
             .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
@@ -748,11 +756,11 @@ impl Cluster {
             .iter()
             .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
         else {
-            return Ok((TopicAnswer::Unknown, None));
+            return Ok(looked(TopicAnswer::Unknown, None));
         };
         let answer = TopicAnswer::from_code(ErrorCode(t.error_code));
         if answer != TopicAnswer::Found {
-            return Ok((answer, None));
+            return Ok(looked(answer, None));
         }
         if !partitions_listed_once(t) {
             // Damaged on the way: asked again, as while the broker creates a topic.
@@ -760,7 +768,10 @@ impl Cluster {
                 topic,
                 "a Metadata answer lists the topic's partitions with gaps or twice; asking again"
             );
-            return Ok((TopicAnswer::Pending(ErrorCode::LEADER_NOT_AVAILABLE), None));
+            return Ok(looked(
+                TopicAnswer::Pending(ErrorCode::LEADER_NOT_AVAILABLE),
+                None,
+            ));
         }
         let found = topic_metadata(topic.to_owned(), t);
         let mut snap = (*self.metadata()).clone();
@@ -770,7 +781,7 @@ impl Cluster {
             snap.brokers = brokers;
         }
         self.publish(Arc::new(snap));
-        Ok((TopicAnswer::Found, Some(found)))
+        Ok(looked(TopicAnswer::Found, Some(found)))
     }
 
     /// The leader of a partition, refreshing metadata when it is unknown, until
@@ -1076,6 +1087,14 @@ pub(crate) enum LookupStep {
     Refused(ErrorCode),
     /// Still pending (or no broker answered) at the deadline.
     TimedOut,
+}
+
+/// One Metadata answer about a topic (`Cluster::lookup_once`), and the broker that gave it:
+/// a refusal names it.
+struct Looked {
+    answer: TopicAnswer,
+    found: Option<TopicMetadata>,
+    broker: String,
 }
 
 /// The topic lookup's decision after one attempt. `answer` is `Err(())` when no broker answered.

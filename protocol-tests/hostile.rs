@@ -371,6 +371,34 @@ async fn a_negative_producer_id_is_not_used_so_a_resend_is_still_deduplicated() 
     );
 }
 
+/// An error code is an answer from one broker: the error the application gets says which
+/// (issue 16: "an error message that names the broker and what went wrong"). Here an
+/// idempotent producer's InitProducerId is refused (CLUSTER_AUTHORIZATION_FAILED): before
+/// `Error::at_broker`, the message named the request and the code, not the broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_names_the_broker_that_answered_it() {
+    let proxy = hostile_proxy("unauthorized").await;
+    proxy
+        .faults
+        .hostile
+        .add(Rule::next(1, ApiKey::InitProducerId, Damage::Unauthorized));
+    let api = Duration::from_millis(API_TIMEOUT_MS);
+    let e = within(
+        "Producer::new",
+        api * 2,
+        Producer::new(producer_config(&proxy.addr, &producer_props(&[]))),
+    )
+    .await
+    .err()
+    .expect("the refusal reaches the application");
+    assert_eq!(proxy.faults.hostile.damaged(Damage::Unauthorized), 1);
+    assert!(
+        e.to_string().contains("CLUSTER_AUTHORIZATION_FAILED"),
+        "not the refusal: {e}"
+    );
+    assert_names_broker(&e, &proxy.addr, "a refused InitProducerId");
+}
+
 /// A Produce response cut in half (the broker wrote the batch) loses the connection; the resend
 /// of an idempotent producer is deduplicated by the broker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -74,6 +74,8 @@ pub enum Damage {
     /// A Metadata answer whose brokers' host names cannot be resolved ("127.0.0.!", a flipped
     /// bit in "127.0.0.1").
     BadBrokerHost,
+    /// An InitProducerId answer refusing: CLUSTER_AUTHORIZATION_FAILED.
+    Unauthorized,
 }
 
 /// Which responses a damage applies to: an API (or any), how often, how many times at most.
@@ -204,7 +206,7 @@ pub struct Hostile {
     pub partition_indexes_damaged: AtomicU64,
     /// Responses damaged so far, per damage (FlipBit, Mangle, ... in declaration order), and
     /// ApiVersions answers stripped.
-    damaged: [AtomicU64; 11],
+    damaged: [AtomicU64; 12],
     pub stripped: AtomicU64,
     pub closed_after_api_versions: AtomicU64,
 }
@@ -433,6 +435,7 @@ impl Hostile {
             Damage::NegativeProducerId => Action::Forward(negative_producer_id(version, body)),
             Damage::OutOfRange => Action::Forward(out_of_range(version, body)),
             Damage::BadBrokerHost => Action::Forward(bad_broker_host(version, body)),
+            Damage::Unauthorized => Action::Forward(unauthorized(version, body)),
         }
     }
 
@@ -825,6 +828,22 @@ fn negative_producer_id(version: i16, body: Bytes) -> Bytes {
         body,
         |resp: &mut InitProducerIdResponse| {
             resp.producer_id.0 |= i64::MIN;
+            true
+        },
+    )
+}
+
+/// An InitProducerId answer saying CLUSTER_AUTHORIZATION_FAILED (31), as a broker does to a
+/// principal without IdempotentWrite on the cluster.
+fn unauthorized(version: i16, body: Bytes) -> Bytes {
+    edit_response(
+        ApiKey::InitProducerId,
+        version,
+        body,
+        |resp: &mut InitProducerIdResponse| {
+            resp.error_code = 31;
+            resp.producer_id.0 = -1;
+            resp.producer_epoch = -1;
             true
         },
     )

@@ -955,7 +955,9 @@ fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &mu
             if again {
                 // The same answer, fetch after fetch: that is the log, and the answer before
                 // was the damaged one — its last batch went out under offsets not its own.
-                let (from, resync) = after_out_of_place(st.last_answer, *offset, *base, st.epoch);
+                // `last_answer` is the answer whose end the position is (an answer is checked
+                // so only while its fetch offset is `answer_end`, set with `last_answer`).
+                let (from, resync) = after_out_of_place(st.last_answer, *base, st.epoch);
                 if resync.is_some() {
                     warn!(tp = %w.tp, error = %e, from, "the last answer's batch was out of place; walking back to where it really ends");
                 } else {
@@ -981,7 +983,6 @@ fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &mu
                 st.open_aborted = std::mem::take(&mut chunk.open_aborted);
                 st.last_answer = Some(LastAnswer {
                     from: w.fetch_offset,
-                    end: chunk.next_offset,
                     trace: chunk.trace,
                 });
             }
@@ -1009,7 +1010,6 @@ fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &mu
                 st.open_aborted = std::mem::take(&mut chunk.open_aborted);
                 st.last_answer = Some(LastAnswer {
                     from: w.fetch_offset,
-                    end: chunk.next_offset,
                     trace: chunk.trace,
                 });
             }
@@ -1530,9 +1530,9 @@ fn first_entry_in_place(
     }
 }
 
-/// Where reading goes on once an answer starting before the fetch offset (`base` <
-/// `position`, see [`first_entry_in_place`]) came fetch after fetch: that is the log, so the
-/// answer before, whose whole entries ended at `position`, was the damaged one — its last
+/// Where reading goes on once an answer starting before the fetch offset (at `base`, see
+/// [`first_entry_in_place`]) came fetch after fetch: that is the log, so the answer before
+/// (`last`), whose whole entries ended at the fetch offset, was the damaged one — its last
 /// batch's base offset (outside the CRC) was moved on the way, and its records went out under
 /// offsets not their own. Where that batch really ends, reading goes on, and only its CRC
 /// names it: the answer before is fetched again from where it was (`last.from`), its entries
@@ -1543,23 +1543,17 @@ fn first_entry_in_place(
 /// From `base` alone, a batch moved up across a batch boundary (one bit, +32, on batches of
 /// 20) lost the batches between its real end and `base`. (One moved down starts before the
 /// position itself and is fetched again at once, unless the position came from a seek.)
-fn after_out_of_place(
-    last: Option<LastAnswer>,
-    position: i64,
-    base: i64,
-    epoch: u64,
-) -> (i64, Option<Resync>) {
+fn after_out_of_place(last: Option<LastAnswer>, base: i64, epoch: u64) -> (i64, Option<Resync>) {
     match last {
         Some(LastAnswer {
             from,
-            end,
             trace:
                 AnswerTrace {
                     entries,
                     last_crc: Some(crc),
                     ..
                 },
-        }) if end == position && entries > 0 => (
+        }) if entries > 0 => (
             from,
             Some(Resync {
                 epoch,
@@ -1969,14 +1963,13 @@ mod tests {
         );
     }
 
-    /// (what, the answer before as (from, end, entries, last CRC), position, base, where reading
-    /// goes on, a walk).
+    /// (what, the answer before as (from, entries, last CRC), base of the batch holding the
+    /// position, where reading goes on, a walk).
     #[test]
     fn a_batch_out_of_place_is_found_again_by_its_crc_not_by_the_next_answers_start() {
-        let last = |from, end, entries, crc| {
+        let last = |from, entries, crc| {
             Some(LastAnswer {
                 from,
-                end,
                 trace: AnswerTrace {
                     entries,
                     last_crc: crc,
@@ -1991,62 +1984,37 @@ mod tests {
                 skip: Skip { entries, crc: 77 },
             })
         };
-        type Case = (
-            &'static str,
-            Option<LastAnswer>,
-            i64,
-            i64,
-            i64,
-            Option<Resync>,
-        );
-        let cases: [Case; 6] = [
+        type Case = (&'static str, Option<LastAnswer>, i64, i64, Option<Resync>);
+        let cases: [Case; 5] = [
             // One batch [20, 40) moved up 32: the position 72 lies in [60, 80).
             (
                 "moved up across batches",
-                last(20, 72, 1, Some(77)),
-                72,
+                last(20, 1, Some(77)),
                 60,
                 20,
                 walk(20, 1),
             ),
             // [40, 60) moved down 32: the position 28 lies in [20, 40).
-            (
-                "moved down",
-                last(40, 28, 1, Some(77)),
-                28,
-                20,
-                40,
-                walk(40, 1),
-            ),
+            ("moved down", last(40, 1, Some(77)), 20, 40, walk(40, 1)),
             (
                 "an answer of three",
-                last(0, 72, 3, Some(77)),
-                72,
+                last(0, 3, Some(77)),
                 60,
                 0,
                 walk(0, 3),
             ),
-            ("nothing known of the answer before", None, 72, 60, 60, None),
+            ("nothing known of the answer before", None, 60, 60, None),
             (
                 "its last entry a v0/v1 message",
-                last(20, 72, 1, None),
-                72,
-                60,
-                60,
-                None,
-            ),
-            (
-                "an answer that ended elsewhere",
-                last(20, 50, 1, Some(77)),
-                72,
+                last(20, 1, None),
                 60,
                 60,
                 None,
             ),
         ];
-        for (what, before, position, base, from, resync) in cases {
+        for (what, before, base, from, resync) in cases {
             assert_eq!(
-                after_out_of_place(before, position, base, 9),
+                after_out_of_place(before, base, 9),
                 (from, resync),
                 "{what}"
             );

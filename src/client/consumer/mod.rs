@@ -178,13 +178,12 @@ impl PartitionState {
     }
 }
 
-/// The last Fetch answer with data, as a walk back needs it.
+/// The last Fetch answer with data, as a walk back needs it (set with
+/// `PartitionState::answer_end`, where its whole entries ended).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LastAnswer {
     /// The offset it was fetched from.
     pub from: i64,
-    /// Where its whole entries ended (`PartitionState::answer_end`).
-    pub end: i64,
     /// How it was read.
     pub trace: AnswerTrace,
 }

@@ -12,7 +12,7 @@
 //!
 //! Random damage is seeded; the seed is printed and ONCEFLOW_HOSTILE_SEED repeats it.
 
-use crate::support::hostile::{refusing_addr, seed, Damage, Rule, Shift};
+use crate::support::hostile::{refusing_addr, seed, Damage, Rule};
 use crate::support::proxy::{FakeLeader, Proxy};
 use crate::support::*;
 use bytes::Bytes;
@@ -1081,7 +1081,7 @@ async fn a_batch_moved_up_across_batches_is_found_by_its_crc_and_nothing_after_i
         false,
         |h| {
             h.base_offset_bit.store(5, SeqCst);
-            *h.base_offset_direction.lock().unwrap() = Shift::Up;
+            h.shift_up_only.store(true, SeqCst);
             h.shift_base_offsets.store(1, SeqCst);
         },
         |h| h.base_offset_shifts.load(SeqCst),

@@ -127,13 +127,6 @@ pub enum Action {
     Silence,
 }
 
-/// Which batches `Hostile::shift_base_offsets` may move.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shift {
-    Any,
-    Up,
-}
-
 /// The hostile settings of one proxy; lives in its `Faults`.
 pub struct Hostile {
     rng: Mutex<StdRng>,
@@ -154,10 +147,10 @@ pub struct Hostile {
     pub shift_base_offsets: AtomicU32,
     /// The bit of the base offset `shift_base_offsets` flips (40 unless set).
     pub base_offset_bit: AtomicU32,
-    /// With `shift_base_offsets`: `Up`, only a data batch (not a marker) whose base offset has
-    /// the bit clear (the flip moves it up), in an answer holding that one batch; `Any` (the
+    /// With `shift_base_offsets`: only a data batch (not a marker) whose base offset has the
+    /// bit clear (the flip moves it up), in an answer holding that one batch. Off (the
     /// default): the first batch of any answer with records.
-    pub base_offset_direction: Mutex<Shift>,
+    pub shift_up_only: AtomicBool,
     /// The next this-many Fetch answers that list an aborted transaction get bit 0 of every
     /// listed producer id flipped.
     pub damage_aborted_lists: AtomicU32,
@@ -249,7 +242,7 @@ impl Hostile {
             record_flips: AtomicU64::new(0),
             shift_base_offsets: AtomicU32::new(0),
             base_offset_bit: AtomicU32::new(40),
-            base_offset_direction: Mutex::new(Shift::Any),
+            shift_up_only: AtomicBool::new(false),
             damage_aborted_lists: AtomicU32::new(0),
             aborted_lists_begun_before: AtomicBool::new(false),
             aborted_lists_damaged: AtomicU64::new(0),
@@ -469,8 +462,7 @@ impl Hostile {
                 return false;
             };
             let bit = self.base_offset_bit.load(Ordering::SeqCst).min(63);
-            let direction = *self.base_offset_direction.lock().unwrap();
-            if direction != Shift::Any {
+            if self.shift_up_only.load(Ordering::SeqCst) {
                 // v2 header: base offset (8), length (4), leader epoch (4), magic (1), CRC (4),
                 // attributes (2; bit 5: control).
                 let Some(head) = records.get(..23) else {

@@ -20,7 +20,7 @@
 # bodies the consumer sent, counted by Consumer::metrics).
 #
 # Environment: BOOTSTRAP (default 127.0.0.1:9192), PARTITIONS (1000), N (1000000), SIZE (100),
-# REPS (3), PERF (benches/perf/target/release/onceflow-perf; built unless SKIP_BUILD=1).
+# REPS (3), PERF (target/release/onceflow-perf; built unless SKIP_BUILD=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BOOTSTRAP=${BOOTSTRAP:-127.0.0.1:9192}
@@ -30,7 +30,7 @@ SIZE=${SIZE:-100}
 REPS=${REPS:-3}
 MODE=${MODE:-catchup}
 MAX_OUTSTANDING=${MAX_OUTSTANDING:-1000}
-PERF=${PERF:-benches/perf/target/release/onceflow-perf}
+PERF=${PERF:-target/release/onceflow-perf}
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   cargo build --release --manifest-path benches/perf/Cargo.toml >&2
 fi

@@ -107,7 +107,7 @@
 #                  absent)
 #   OUT_DIR        where per-run logs and results.tsv go (default target/perf-comparison/<time>)
 #   SETTLE_SECS    pause between runs (default 2; SMOKE: 0)
-#   SKIP_BUILD=1   use the existing benches/perf/target/release/onceflow-perf,
+#   SKIP_BUILD=1   use the existing target/release/onceflow-perf,
 #                  target/franz-go-peer/franz-go-peer and target/librdkafka-peer/rdkafka-perf
 #   TIME_BIN       GNU time, for the peak RSS (default /usr/bin/time; apt-get install time)
 #   CALIBRATE=0    skip the 1000-record start-up cost run of each client
@@ -197,7 +197,7 @@ fi
 
 # PERF_BIN: an onceflow-perf built elsewhere (CI builds it beside the static binary, sharing
 # its compiled dependencies), used as it is.
-perf=${PERF_BIN:-$repo/benches/perf/target/release/onceflow-perf}
+perf=${PERF_BIN:-$repo/target/release/onceflow-perf}
 if [ "${SKIP_BUILD:-0}" != 1 ] && [ -z "${PERF_BIN:-}" ]; then
   echo "building onceflow-perf (release)..." >&2
   cargo build --release --quiet --manifest-path "$repo/benches/perf/Cargo.toml"

@@ -358,6 +358,7 @@ async fn setup(label: &str, shipped: &str) -> Setup {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_of_job_b_under_kills_pauses_joins_and_leaves_count_every_ride_once() {
+    let _heavy = crate::support::turns::heavy().await;
     let seed = chaos_seed();
     let mut rng = StdRng::seed_from_u64(seed);
     let Setup {
@@ -480,6 +481,7 @@ async fn paused_member_of_job_a(label: &'static str, skip_fencing: bool) -> (Str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_paused_past_its_session_is_fenced_and_its_open_transaction_never_lands() {
+    let _heavy = crate::support::turns::heavy().await;
     let (verdict, rejoined) = paused_member_of_job_a("job (a) zombie, fenced", false).await;
     assert!(verdict.starts_with("verify: OK"), "{verdict}");
     assert!(rejoined, "the paused member never found itself fenced");
@@ -487,6 +489,7 @@ async fn a_member_paused_past_its_session_is_fenced_and_its_open_transaction_nev
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_fencing_a_paused_member_commits_what_its_successor_also_wrote() {
+    let _heavy = crate::support::turns::heavy().await;
     // The zombie's open transaction holds records only if it was writing when paused; a
     // pause between two commits proves nothing, so up to three attempts.
     let mut verdicts = Vec::new();

@@ -104,6 +104,7 @@ async fn init_with_retries(p: &Producer) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_producers_a_thousand_transactions_and_a_broker_crash() {
+    let _heavy = crate::support::turns::heavy().await;
     let broker = PrivateBroker::start(19094);
     let topic = TestTopic::create_with(&broker.addr, "txn-stress", PARTITIONS, &[]).await;
     let done = Arc::new(AtomicUsize::new(0));

@@ -1,7 +1,8 @@
 //! Shared helpers: the broker address, unique topics, clients; and, in their own modules,
 //! private brokers (`broker`), the `onceflow` binary (`cli`), consumer-group members (`group`),
-//! the Java peer (`java`), the fault proxy (`proxy`) and the watchdog that fails a test past its
-//! deadline with what it waited in (`watchdog`).
+//! the Java peer (`java`), the fault proxy (`proxy`), the turns both protocol runs take
+//! (`turns`) and the watchdog that fails a test past its deadline with what it waited in
+//! (`watchdog`).
 
 pub mod broker;
 pub mod cli;
@@ -11,6 +12,7 @@ pub mod hostile;
 pub mod java;
 pub mod proxy;
 pub mod secured;
+pub mod turns;
 pub mod watchdog;
 
 use onceflow::client::admin::NewTopic;

@@ -43,6 +43,8 @@ pub const EXIT_CODE: i32 = 124;
 
 const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
 const ENV: &str = "ONCEFLOW_TEST_DEADLINE_SECS";
+/// Where each finished test's time goes ([`record_time`]).
+const TIMES_ENV: &str = "ONCEFLOW_TEST_TIMES";
 /// At most this many spans per section of a report: the tree matters, not a flood.
 const MAX_SPANS: usize = 150;
 
@@ -234,6 +236,34 @@ struct Registration(Arc<Test>);
 impl Drop for Registration {
     fn drop(&mut self) {
         state().tests.retain(|t| t.id != self.0.id);
+        record_time(&self.0);
+    }
+}
+
+/// With ONCEFLOW_TEST_TIMES=FILE, appends a line per finished test to FILE: the seconds it ran
+/// (its waits for a turn left out), the seconds it waited for turns, and its name, separated by
+/// tabs (scripts/test lists the slowest from it). One `write` per line on a file opened for
+/// appending, so the lines of tests finishing at once do not interleave.
+fn record_time(test: &Test) {
+    let Some(path) = std::env::var_os(TIMES_ENV) else {
+        return;
+    };
+    let line = format!(
+        "{:.1}\t{:.1}\t{}\n",
+        test.ran().as_secs_f64(),
+        test.paused().as_secs_f64(),
+        test.name
+    );
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(line.as_bytes()));
+    if let Err(e) = written {
+        eprintln!(
+            "watchdog: cannot append to {TIMES_ENV}={}: {e}",
+            path.display()
+        );
     }
 }
 

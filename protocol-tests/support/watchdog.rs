@@ -19,6 +19,8 @@
 //! - Then: it writes the report to stderr, kills the processes the test process started (a
 //!   child holding the output pipe would keep CI waiting), and exits with [`EXIT_CODE`]. Other
 //!   tests running at that moment die with it; the run has failed anyway.
+//! - Times: with ONCEFLOW_TEST_TIMES=FILE, each test's time (run, and waited for turns) is
+//!   appended to FILE when its thread ends; scripts/test lists the slowest of each run.
 //!
 //! Cost: spans are built only for the watchdog unless ONCEFLOW_LOG is set (events stay off), one
 //! short lock per span opened and closed, an atomic store per enter and exit.

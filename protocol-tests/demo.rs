@@ -54,7 +54,6 @@ fn lines_starting(o: &Output, prefix: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn the_demo_killed_twice_writes_every_hourly_result_exactly_once_and_exits_0() {
-    let _heavy = crate::support::turns::heavy().await;
     let o = demo(&[]).await;
     assert!(o.status.success(), "{}", shown(&o));
     assert_eq!(lines_starting(&o, "demo: kill ").len(), 2, "{}", shown(&o));
@@ -77,7 +76,6 @@ async fn the_demo_killed_twice_writes_every_hourly_result_exactly_once_and_exits
 /// kill sometimes saves the run, and the test could not fail reliably).
 #[tokio::test]
 async fn the_demo_at_least_once_reports_duplicates_and_exits_1() {
-    let _heavy = crate::support::turns::heavy().await;
     let o = demo(&[
         "--guarantee",
         "at-least-once",

@@ -281,7 +281,6 @@ async fn verify_copy(input: &Path, output: &str) -> Output {
 /// its reordering buffer held then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rides_file_to_kafka_killed_again_and_again_writes_every_ride_exactly_once() {
-    let _heavy = crate::support::turns::heavy().await;
     let (mut runs, input, output) = file_to_kafka("file-to-kafka", "exactly-once").await;
     runs.kill(&[Kill::Random { max_ms: 3000 }, Kill::Persisted], KILLS)
         .await;
@@ -303,7 +302,6 @@ async fn rides_file_to_kafka_killed_again_and_again_writes_every_ride_exactly_on
 /// some rides twice (the replay from the last checkpoint), and the verifier says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rides_file_to_kafka_at_least_once_under_kills_writes_duplicates() {
-    let _heavy = crate::support::turns::heavy().await;
     let (mut runs, input, output) = file_to_kafka("file-to-kafka-alo", "at-least-once").await;
     runs.kill(&[Kill::Random { max_ms: 3000 }], KILLS / 2).await;
     let verdict = runs
@@ -417,7 +415,6 @@ fn finished_files_are_whole(out: &Path) -> usize {
 /// driver; the in-progress files of checkpoints that never completed are gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rides_kafka_to_files_killed_again_and_again_writes_every_ride_exactly_once() {
-    let _heavy = crate::support::turns::heavy().await;
     let (mut runs, input, out, feeder) =
         kafka_to_files("kafka-to-files", "exactly-once", 64 << 10).await;
     runs.kill(&[Kill::Random { max_ms: 2000 }, Kill::Persisted], KILLS)
@@ -458,7 +455,6 @@ async fn rides_kafka_to_files_killed_again_and_again_writes_every_ride_exactly_o
 /// usually little.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rides_kafka_to_files_at_least_once_under_kills_writes_duplicates() {
-    let _heavy = crate::support::turns::heavy().await;
     let (mut runs, input, out, feeder) =
         kafka_to_files("kafka-to-files-alo", "at-least-once", 4 << 10).await;
     runs.kill(&[Kill::Random { max_ms: 2000 }], KILLS / 2).await;

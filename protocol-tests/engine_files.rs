@@ -349,10 +349,13 @@ async fn kafka_to_files(
             ),
         ],
     );
-    // 6000 rides at 1500 events/s: about eight seconds of input arriving while the job runs.
+    // Rides at 1500 events/s arriving while the job runs, for as long as the kills go on (the
+    // caller stops the feeder after them, `stop_feeding`): a run killed at the
+    // checkpoint-persisted pause needs input still coming (on a loaded machine eight kills
+    // outlast any small amount fed at a fixed rate). 300,000 rides would take 400 s.
     let feeder = Guarded(
         command()
-            .args(["taxi", "generate", "-t", &input.name, "--count", "6000"])
+            .args(["taxi", "generate", "-t", &input.name, "--count", "300000"])
             .args(["--produce-rate", "1500", "-b", &broker(), "-X", API_TIMEOUT])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -378,12 +381,21 @@ async fn verify_files(input: &str, out: &Path) -> Output {
     .await
 }
 
-/// Waits for the feeder to have produced everything.
-async fn fed(mut feeder: Guarded) {
-    let status = tokio::task::spawn_blocking(move || feeder.wait().unwrap())
-        .await
-        .unwrap();
-    assert!(status.success(), "taxi generate failed: {status}");
+/// Stops the feeder (SIGKILL): the input is what it had produced by then, which is what the
+/// verifier reads. It must still have been running: a feeder that ended early (its 300,000
+/// rides all sent, or a failure) would have left the last kills without input.
+async fn stop_feeding(mut feeder: Guarded) {
+    let early = feeder.try_wait().unwrap();
+    assert!(
+        early.is_none(),
+        "taxi generate ended before the kills did: {early:?}"
+    );
+    tokio::task::spawn_blocking(move || {
+        let _ = feeder.kill();
+        feeder.wait().unwrap()
+    })
+    .await
+    .unwrap();
 }
 
 /// Readers of the finished files never see a name starting with '.', and every finished
@@ -419,7 +431,7 @@ async fn rides_kafka_to_files_killed_again_and_again_writes_every_ride_exactly_o
         kafka_to_files("kafka-to-files", "exactly-once", 64 << 10).await;
     runs.kill(&[Kill::Random { max_ms: 2000 }, Kill::Persisted], KILLS)
         .await;
-    fed(feeder).await;
+    stop_feeding(feeder).await;
     // At least one restart found a durable checkpoint's part files still in progress (a kill
     // in the persisted pause) and renamed them: the path the kills are there to prove.
     let renamed_at_recovery = (1..=runs.runs).any(|n| {
@@ -458,7 +470,7 @@ async fn rides_kafka_to_files_at_least_once_under_kills_writes_duplicates() {
     let (mut runs, input, out, feeder) =
         kafka_to_files("kafka-to-files-alo", "at-least-once", 4 << 10).await;
     runs.kill(&[Kill::Random { max_ms: 2000 }], KILLS / 2).await;
-    fed(feeder).await;
+    stop_feeding(feeder).await;
     let verdict = runs
         .last_run(
             || verify_files(&input.name, &out),

@@ -13,7 +13,8 @@
 //! (`<group>-<instance>`); a restarted instance fences its predecessor, and the group metadata
 //! sent with the offsets fences a zombie from an older generation. With `--group-protocol
 //! consumer` the members use the KIP-848 protocol (Kafka 4.0+), whose member epoch fences the
-//! same way.
+//! same way. A fenced instance stops with exit status 3 (another instance took over its
+//! transactional id or its membership): a supervisor starts it again.
 //!
 //! Records are only consumed between transactions (poll, then one transaction for what it
 //! returned), so a rebalance — which runs inside poll — never happens while a transaction is
@@ -211,6 +212,10 @@ async fn main() -> ExitCode {
     };
     match run(a).await {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e @ Error::Fenced(_)) => {
+            eprintln!("consume_transform_produce: fenced, stopping: {e}");
+            ExitCode::from(3)
+        }
         Err(e) => {
             eprintln!("consume_transform_produce: error: {e}");
             ExitCode::FAILURE

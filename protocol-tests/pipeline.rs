@@ -39,16 +39,10 @@ struct Run<'a> {
 }
 
 fn start(r: Run<'_>, instance: usize) -> Child {
-    start_with(
-        &broker(),
-        r.input,
-        r.output,
-        r.group,
-        instance,
-        r.mode,
-        r.protocol,
-        Stdio::null(),
-    )
+    command(&broker(), r, instance)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 /// Instance `instance` of the example against `bootstrap` (classic group protocol).
@@ -61,45 +55,42 @@ pub(crate) fn start_on(
     mode: &str,
     stderr: Stdio,
 ) -> Child {
-    start_with(
-        bootstrap, input, output, group, instance, mode, "classic", stderr,
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-fn start_with(
-    bootstrap: &str,
-    input: &str,
-    output: &str,
-    group: &str,
-    instance: usize,
-    mode: &str,
-    protocol: &str,
-    stderr: Stdio,
-) -> Child {
-    Command::new(example())
-        .args([
-            "--bootstrap",
-            bootstrap,
-            "--input",
-            input,
-            "--output",
-            output,
-        ])
-        .args([
-            "--group",
-            group,
-            "--instance",
-            &instance.to_string(),
-            "--mode",
-            mode,
-            "--group-protocol",
-            protocol,
-        ])
-        .stdout(Stdio::null())
+    let r = Run {
+        input,
+        output,
+        group,
+        mode,
+        protocol: "classic",
+    };
+    command(bootstrap, r, instance)
         .stderr(stderr)
         .spawn()
         .unwrap()
+}
+
+/// The example's command line for instance `instance` of run `r` (standard output discarded).
+fn command(bootstrap: &str, r: Run<'_>, instance: usize) -> Command {
+    let mut c = Command::new(example());
+    c.args([
+        "--bootstrap",
+        bootstrap,
+        "--input",
+        r.input,
+        "--output",
+        r.output,
+    ])
+    .args([
+        "--group",
+        r.group,
+        "--instance",
+        &instance.to_string(),
+        "--mode",
+        r.mode,
+        "--group-protocol",
+        r.protocol,
+    ])
+    .stdout(Stdio::null());
+    c
 }
 
 /// Runs three instances over `n` input records, bouncing them with kill -9 while they work;
@@ -298,13 +289,14 @@ async fn chaos(mode: &str, n: usize) -> HashMap<String, usize> {
     let tps = input.tps();
     let by_partition = || async { admin.committed_offsets(&group, &tps).await.unwrap() };
     let committed = || async { by_partition().await.values().sum::<i64>() };
-    let mut members: Vec<Option<Child>> = (0..3).map(|i| Some(start(run, i))).collect();
+    let mut members = Members::start(run, seed);
     let mut blows = Vec::new();
     'rounds: for _ in 0..5 {
         let deadline = Instant::now() + Duration::from_secs(90);
         let before = committed().await;
         loop {
             tokio::time::sleep(Duration::from_millis(100)).await;
+            members.reap();
             let now = committed().await;
             if now >= n as i64 {
                 break 'rounds;
@@ -314,11 +306,13 @@ async fn chaos(mode: &str, n: usize) -> HashMap<String, usize> {
             }
             assert!(
                 Instant::now() < deadline,
-                "no progress within 90 s after {blows:?} (seed {seed})"
+                "no progress within 90 s after {blows:?} (seed {seed}){}",
+                members.logs()
             );
         }
-        let up: Vec<usize> = (0..3).filter(|i| members[*i].is_some()).collect();
-        let down: Vec<usize> = (0..3).filter(|i| members[*i].is_none()).collect();
+        members.reap();
+        let up = members.up();
+        let down = members.down();
         // The victim owns work in flight when one does (a random one otherwise): right after a
         // commit, a member picked blindly may have nothing uncommitted (CI once saw the
         // at-least-once run end without a duplicate).
@@ -341,17 +335,14 @@ async fn chaos(mode: &str, n: usize) -> HashMap<String, usize> {
         };
         match blow {
             Blow::KillAndRestart(i) | Blow::KillAndLeaveDown(i) => {
-                if let Some(mut m) = members[i].take() {
-                    m.kill().unwrap();
-                    m.wait().unwrap();
-                }
+                members.kill(i);
                 if matches!(blow, Blow::KillAndRestart(_)) {
-                    members[i] = Some(start(run, i));
+                    members.start_one(i);
                 }
             }
-            Blow::Start(i) => members[i] = Some(start(run, i)),
+            Blow::Start(i) => members.start_one(i),
             Blow::PauseUntilTakenOver(i) => {
-                let pid = members[i].as_ref().map(|m| m.id().to_string()).unwrap();
+                let pid = members.pid(i);
                 let signal = |sig: &str| {
                     let ok = Command::new("kill").args([sig, &pid]).status().unwrap();
                     assert!(ok.success(), "kill {sig} {pid}");
@@ -376,9 +367,13 @@ async fn chaos(mode: &str, n: usize) -> HashMap<String, usize> {
                     if taken_over {
                         break;
                     }
+                    // A member that ended is restarted (or fails the test) here too: the
+                    // others must be running to take the paused member's partitions over.
+                    members.reap();
                     assert!(
                         Instant::now() < deadline,
-                        "the paused member's partitions were not taken over within 90 s (seed {seed})"
+                        "the paused member's partitions were not taken over within 90 s after {blows:?} (seed {seed}){}",
+                        members.logs()
                     );
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
@@ -394,25 +389,155 @@ async fn chaos(mode: &str, n: usize) -> HashMap<String, usize> {
         !blows.is_empty(),
         "at least one blow mid-work (seed {seed})"
     );
-    for (i, m) in members.iter_mut().enumerate() {
-        if m.is_none() {
-            *m = Some(start(run, i));
-        }
+    for i in members.down() {
+        members.start_one(i);
     }
     let deadline = Instant::now() + Duration::from_secs(120);
     while committed().await < n as i64 {
+        members.reap();
         assert!(
             Instant::now() < deadline,
-            "input not fully consumed after {blows:?} (seed {seed})"
+            "input not fully consumed after {blows:?} (seed {seed}){}",
+            members.logs()
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    for m in members.iter_mut().flatten() {
-        let _ = m.kill();
-        let _ = m.wait();
-    }
-    eprintln!("pipeline chaos: {blows:?}");
+    eprintln!(
+        "pipeline chaos: {blows:?}; restarted after being fenced: {:?}",
+        members.fenced
+    );
+    drop(members);
     output_counts(&broker(), &output, n).await
+}
+
+/// The three members of a chaos run. Each one's standard error, with the client's log at info
+/// level, goes to a file of its own (appended to across restarts), so that a failure can show
+/// what the members did. The chaos only ends members it kills; a member that ends by itself
+/// is told apart: fenced (the example's exit status 3: a zombie whose transactional id or
+/// membership was taken over) is restarted at once, as a supervisor would; anything else fails
+/// the test with the end of its log.
+struct Members<'a> {
+    run: Run<'a>,
+    seed: u64,
+    children: Vec<Option<Child>>,
+    logs: Vec<PathBuf>,
+    /// The members restarted after ending fenced, in order.
+    fenced: Vec<usize>,
+}
+
+/// The example's exit status when it stops because it was fenced.
+const FENCED_EXIT: i32 = 3;
+
+impl<'a> Members<'a> {
+    fn start(run: Run<'a>, seed: u64) -> Self {
+        let dir = example()
+            .parent()
+            .and_then(|d| d.parent())
+            .unwrap()
+            .join("pipeline-chaos");
+        std::fs::create_dir_all(&dir).unwrap();
+        let logs = (0..3)
+            .map(|i| dir.join(format!("{}-{i}.log", run.group)))
+            .collect();
+        let mut m = Self {
+            run,
+            seed,
+            children: vec![None, None, None],
+            logs,
+            fenced: Vec::new(),
+        };
+        for i in 0..3 {
+            m.start_one(i);
+        }
+        m
+    }
+
+    fn start_one(&mut self, i: usize) {
+        assert!(self.children[i].is_none(), "member {i} is running");
+        let mut log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.logs[i])
+            .unwrap();
+        use std::io::Write;
+        writeln!(log, "== started").unwrap();
+        let child = command(&broker(), self.run, i)
+            .env("ONCEFLOW_LOG", "onceflow=info")
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.children[i] = Some(child);
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut m) = self.children[i].take() {
+            let _ = m.kill();
+            let _ = m.wait();
+        }
+    }
+
+    fn pid(&self, i: usize) -> String {
+        self.children[i].as_ref().unwrap().id().to_string()
+    }
+
+    fn up(&self) -> Vec<usize> {
+        (0..3).filter(|i| self.children[*i].is_some()).collect()
+    }
+
+    fn down(&self) -> Vec<usize> {
+        (0..3).filter(|i| self.children[*i].is_none()).collect()
+    }
+
+    /// Restarts the members that ended fenced; fails on one that ended otherwise.
+    fn reap(&mut self) {
+        for i in 0..3 {
+            let Some(child) = self.children[i].as_mut() else {
+                continue;
+            };
+            let Some(status) = child.try_wait().unwrap() else {
+                continue;
+            };
+            self.children[i] = None;
+            assert_eq!(
+                status.code(),
+                Some(FENCED_EXIT),
+                "member {i} ended by itself ({status}) (seed {}){}",
+                self.seed,
+                self.logs()
+            );
+            self.fenced.push(i);
+            self.start_one(i);
+        }
+    }
+
+    /// The last lines of every member's log, for a failure message.
+    fn logs(&self) -> String {
+        let mut out = String::new();
+        for (i, path) in self.logs.iter().enumerate() {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(15)..];
+            out.push_str(&format!(
+                "\n-- member {i} ({}), the end of {}:\n{}",
+                if self.children[i].is_some() {
+                    "running"
+                } else {
+                    "down"
+                },
+                path.display(),
+                tail.join("\n")
+            ));
+        }
+        out
+    }
+}
+
+impl Drop for Members<'_> {
+    fn drop(&mut self) {
+        for i in 0..3 {
+            self.kill(i);
+        }
+    }
 }
 
 /// The running instances (of `up`) that own an input partition whose output runs ahead of its

@@ -240,7 +240,7 @@ impl Producer {
         }
         .instrument(info_span!("send_offsets_to_transaction", group = %group.group_id))
         .await;
-        self.note_error(result, false)
+        self.note_error(result.map_err(|e| fenced(&txn.id, e)), false)
     }
 
     /// Flushes the transaction's records and returns its committable, without committing:
@@ -558,6 +558,20 @@ impl Producer {
     }
 }
 
+/// A coordinator's answer that this producer's epoch is over (PRODUCER_FENCED, or
+/// INVALID_PRODUCER_EPOCH from a coordinator call) as [`Error::Fenced`], the error every other
+/// fencing path returns and applications match on: another producer took the transactional id
+/// over, or (transaction.version 1) the coordinator aborted the open transaction after
+/// transaction.timeout.ms and bumped the epoch. Other errors are returned as they are.
+fn fenced(id: &str, e: Error) -> Error {
+    match e.code() {
+        Some(ErrorCode::PRODUCER_FENCED | ErrorCode::INVALID_PRODUCER_EPOCH) => Error::Fenced(format!(
+            "transactional id '{id}' was fenced ({e}): another producer with this transactional.id took over, or the coordinator aborted the open transaction after transaction.timeout.ms; create a new producer and call init_transactions()"
+        )),
+        _ => e,
+    }
+}
+
 /// The abortable error for a transaction the coordinator aborted (after
 /// transaction.timeout.ms, when `timed_out`): the abort re-initializes the producer id.
 fn coordinator_aborted(id: &str, reason: &str, timed_out: bool, timeout: Duration) -> Error {
@@ -643,11 +657,47 @@ pub(crate) async fn add_partitions(inner: Arc<Inner>, tps: Vec<TopicPartition>) 
                 }
                 Err(e) => {
                     warn!(error = %e, "AddPartitionsToTxn failed");
-                    t.fail(e, Op::TxnCoordinator, false);
+                    t.fail(fenced(&id, e), Op::TxnCoordinator, false);
                 }
             }
         }
     }
     inner.adds_done.notify_waiters();
     inner.wake.notify_one();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_coordinator_ending_this_producers_epoch_is_fenced_and_other_errors_pass() {
+        let cases = [
+            (
+                Error::broker("AddOffsetsToTxn for 't'", ErrorCode::PRODUCER_FENCED),
+                true,
+            ),
+            (
+                Error::broker("TxnOffsetCommit for 't'", ErrorCode::INVALID_PRODUCER_EPOCH),
+                true,
+            ),
+            (
+                Error::broker(
+                    "AddOffsetsToTxn for 't'",
+                    ErrorCode::CONCURRENT_TRANSACTIONS,
+                ),
+                false,
+            ),
+            (Error::Closed("producer"), false),
+        ];
+        for (e, want) in cases {
+            let got = fenced("t", e.clone());
+            assert_eq!(matches!(got, Error::Fenced(_)), want, "{e}");
+            if want {
+                let text = got.to_string();
+                assert!(text.contains("transactional id 't'"), "{text}");
+                assert!(text.contains(&e.to_string()), "{text}");
+            }
+        }
+    }
 }

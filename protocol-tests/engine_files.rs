@@ -12,16 +12,15 @@
 //! while rides are still being read; job (d)'s input topic is produced while it runs.
 //! Transactional: run at TV2 (9192) and TV1 (9196).
 
-use crate::engine_run::{chaos_seed, log_of, plain_log, sigterm, spawn_run, taxi, DEADLINE};
-use crate::support::cli::{command, shown, stdout, Guarded};
+use crate::engine_run::{chaos_seed, feed, log_of, plain_log, sigterm, spawn_run, taxi, DEADLINE};
+use crate::support::cli::{shown, stdout, Guarded};
 use crate::support::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Output, Stdio};
+use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
-use crate::engine_run::API_TIMEOUT;
 /// Kills per exactly-once test (half at random, half at the checkpoint-persisted pause).
 const KILLS: usize = 8;
 
@@ -63,6 +62,10 @@ enum Kill {
     /// In the pause the test hook makes once a checkpoint with committables is durable,
     /// before its commit (the Kafka transaction's, or the part files' rename).
     Persisted,
+    /// 0–`max_ms` after the run's output topic grew: the run has written records no
+    /// checkpoint covers yet, or does so within the next checkpoint interval (a kill timed
+    /// from the first log line alone may land before a loaded machine wrote anything).
+    Writing { max_ms: u64 },
 }
 
 /// The runs of one job on one state directory.
@@ -73,6 +76,8 @@ struct Runs {
     runs: usize,
     rng: StdRng,
     seed: u64,
+    /// The partitions of the job's output topic (a Kafka sink), for [`Kill::Writing`].
+    output: Vec<onceflow::client::TopicPartition>,
 }
 
 impl Runs {
@@ -85,7 +90,25 @@ impl Runs {
             runs: 0,
             rng: StdRng::seed_from_u64(seed),
             seed,
+            output: Vec::new(),
         }
+    }
+
+    /// The job's records and markers in its output topic, committed or not.
+    async fn output_end(&self) -> i64 {
+        let admin = onceflow::client::Admin::new(client_config(&broker()))
+            .await
+            .unwrap();
+        admin
+            .list_offsets(
+                &self.output,
+                onceflow::client::consumer::Offset::End,
+                onceflow::client::IsolationLevel::ReadUncommitted,
+            )
+            .await
+            .unwrap()
+            .values()
+            .sum()
     }
 
     fn spawn(&mut self, pause: Option<&str>) -> (Guarded, PathBuf) {
@@ -126,8 +149,35 @@ impl Runs {
     /// One run, killed (SIGKILL) where `kind` says.
     async fn kill_once(&mut self, kind: Kill) {
         let pause = (kind == Kill::Persisted).then_some("checkpoint-persisted");
+        let output_before = match kind {
+            Kill::Writing { .. } => self.output_end().await,
+            _ => 0,
+        };
         let (mut child, log) = self.spawn(pause);
         match kind {
+            Kill::Writing { max_ms } => {
+                let start = Instant::now();
+                while self.output_end().await <= output_before {
+                    if let Some(status) = child.try_wait().unwrap() {
+                        panic!(
+                            "onceflow run exited ({status}) before writing: {}",
+                            self.context(&log)
+                        );
+                    }
+                    assert!(
+                        start.elapsed() < DEADLINE,
+                        "no output within {DEADLINE:?}: {}",
+                        self.context(&log)
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                let until =
+                    Instant::now() + Duration::from_millis(self.rng.random_range(0..max_ms));
+                self.wait_for("random moment", &mut child, &log, || {
+                    Instant::now() >= until
+                })
+                .await;
+            }
             Kill::Random { max_ms } => {
                 self.wait_for("first log line", &mut child, &log, || {
                     !log_of(&log).is_empty()
@@ -257,7 +307,9 @@ async fn file_to_kafka(label: &'static str, guarantee: &str) -> (Runs, PathBuf, 
             ),
         ],
     );
-    (Runs::new(label, job, dir), input, output)
+    let mut runs = Runs::new(label, job, dir);
+    runs.output = output.tps();
+    (runs, input, output)
 }
 
 async fn verify_copy(input: &Path, output: &str) -> Output {
@@ -298,12 +350,13 @@ async fn rides_file_to_kafka_killed_again_and_again_writes_every_ride_exactly_on
     let _ = std::fs::remove_dir_all(&runs.dir);
 }
 
-/// The inverse: at-least-once, the same job killed at random moments while it reads writes
+/// The inverse: at-least-once, the same job killed at random moments while it writes writes
 /// some rides twice (the replay from the last checkpoint), and the verifier says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rides_file_to_kafka_at_least_once_under_kills_writes_duplicates() {
     let (mut runs, input, output) = file_to_kafka("file-to-kafka-alo", "at-least-once").await;
-    runs.kill(&[Kill::Random { max_ms: 3000 }], KILLS / 2).await;
+    runs.kill(&[Kill::Writing { max_ms: 1000 }], KILLS / 2)
+        .await;
     let verdict = runs
         .last_run(
             || verify_copy(&input, &output.name),
@@ -353,16 +406,7 @@ async fn kafka_to_files(
     // caller stops the feeder after them, `stop_feeding`): a run killed at the
     // checkpoint-persisted pause needs input still coming (on a loaded machine eight kills
     // outlast any small amount fed at a fixed rate). 300,000 rides would take 400 s.
-    let feeder = Guarded(
-        command()
-            .args(["taxi", "generate", "-t", &input.name, "--count", "300000"])
-            .args(["--produce-rate", "1500", "-b", &broker(), "-X", API_TIMEOUT])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start taxi generate"),
-    );
+    let feeder = feed(&input.name, 300_000, 1500);
     (Runs::new(label, job, dir), input, out, feeder)
 }
 

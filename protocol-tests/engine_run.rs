@@ -5,7 +5,7 @@
 //! expected record once (no loss, no duplicates, order kept per key). Transactional: run on
 //! TV2 (9192) and TV1 (9196).
 
-use crate::support::cli::{command, onceflow_async, shown, stdout};
+use crate::support::cli::{command, onceflow_async, shown, stdout, Guarded};
 use crate::support::proxy::Proxy;
 use crate::support::*;
 use bytes::Bytes;
@@ -87,6 +87,29 @@ pub(crate) fn start_job_with_env(
         .stderr(log)
         .spawn()
         .expect("start onceflow run")
+}
+
+/// `taxi generate` producing `count` rides to `topic` at `rate` events a second, in the
+/// background; the returned guard kills it when dropped.
+pub(crate) fn feed(topic: &str, count: u32, rate: u32) -> Guarded {
+    Guarded(
+        command()
+            .args([
+                "taxi",
+                "generate",
+                "-t",
+                topic,
+                "--count",
+                &count.to_string(),
+            ])
+            .args(["--produce-rate", &rate.to_string(), "-b", &broker()])
+            .args(["-X", API_TIMEOUT])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start taxi generate"),
+    )
 }
 
 pub(crate) async fn taxi(args: &[&str]) -> Output {

@@ -1,5 +1,6 @@
-//! `onceflow run JOB.toml`: runs a job file until SIGINT/SIGTERM (exit 0 after the checkpoint
-//! under way) or a fatal error (one line on stderr, exit 1). See `engine::runtime`.
+//! `onceflow run JOB.toml`: runs a job file until SIGINT/SIGTERM (a graceful stop: exit 0 once
+//! a final checkpoint is committed) or a fatal error (one line on stderr, exit 1). See
+//! `engine::runtime`.
 
 use super::error::{CliError, Result};
 use super::progress::Progress;
@@ -76,7 +77,13 @@ pub async fn run(a: Args) -> Result<ExitCode> {
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         wait_for_signal().await;
+        eprintln!(
+            "run: stopping: a final checkpoint, then its commit (SIGINT/SIGTERM again stops at once; the next start aborts what is open)"
+        );
         let _ = tx.send(true);
+        wait_for_signal().await;
+        eprintln!("run: stopped at once, before the final checkpoint was committed");
+        std::process::exit(130);
     });
     let metrics = Arc::new(Metrics::new());
     let _server = match a.metrics_addr {

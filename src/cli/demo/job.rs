@@ -134,7 +134,7 @@ impl ChildJob {
         Ok(())
     }
 
-    /// SIGTERM (a clean stop after the checkpoint under way), waited for up to `limit`, then
+    /// SIGTERM (a graceful stop: a final checkpoint, committed), waited for up to `limit`, then
     /// SIGKILL. Returns whether it stopped cleanly.
     pub async fn stop(&mut self, limit: Duration) -> bool {
         // std's Child::kill sends SIGKILL only; `kill -TERM` asks for the clean stop.

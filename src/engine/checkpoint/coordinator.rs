@@ -31,6 +31,25 @@ pub enum Phase {
     },
     /// The job failed; the coordinator decides nothing more.
     Failed(JobFailure),
+    /// A stop ended: the final checkpoint is durable, every committable it lists committed
+    /// and that recorded; nothing is open. The coordinator decides nothing more.
+    Stopped(CheckpointId),
+}
+
+/// Where a stop with a final checkpoint stands (Flink's stop-with-savepoint; DESIGN.md, "A
+/// stop's life"). Meanwhile no periodic checkpoint is triggered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopStep {
+    /// Asked for while a checkpoint was in flight or being written: the final checkpoint is
+    /// injected once that one ends.
+    Requested,
+    /// The final checkpoint is in flight or being written; the sources read nothing after its
+    /// barrier.
+    Final(CheckpointId),
+    /// The final checkpoint is durable; the commits of the committables it lists are under way.
+    Committing(CheckpointId),
+    /// Every committable is committed; that is being recorded in the final checkpoint's record.
+    Resolving(CheckpointId),
 }
 
 /// Where a recovery stands (DESIGN.md, "A recovery's life").
@@ -104,6 +123,10 @@ pub enum Event<C, D> {
     PoolAborted,
     /// Recovery: [`Decision::StartTasks`] is done; the checkpoint timer starts now.
     TasksStarted,
+    /// Stop the job gracefully: a final checkpoint, after whose barrier the sources read
+    /// nothing, then its commits, then their resolutions recorded
+    /// ([`Event::ResolutionsPersisted`]), then [`Decision::Stopped`].
+    StopRequested,
 }
 
 /// What a commit of one committable found (the client's `ResumeOutcome`, plus errors).
@@ -200,6 +223,9 @@ pub struct Batch<C, D> {
 pub enum Decision<C, D> {
     /// Sources record their positions and send Barrier(id).
     InjectBarrier(CheckpointId),
+    /// The final checkpoint of a stop: like [`Decision::InjectBarrier`], and the sources read
+    /// nothing after the barrier (a cancelled final checkpoint is injected again).
+    InjectFinalBarrier(CheckpointId),
     /// Abort checkpoint `id` in every task (it declined or timed out).
     Cancel(CheckpointId),
     /// Write this batch with SyncAll, then report [`Event::Persisted`].
@@ -245,7 +271,8 @@ pub enum Decision<C, D> {
     /// Recovery: resume these with commit, in this order, each reported by
     /// [`Event::CommitResult`].
     Resume(Vec<(Listed<C>, Millis)>),
-    /// Recovery: record durably (SyncAll) that record `checkpoint`'s committables are resolved.
+    /// Recovery, and a stop's end: record durably (SyncAll) that record `checkpoint`'s
+    /// committables are resolved; report [`Event::ResolutionsPersisted`].
     PersistResolutions {
         /// The record.
         checkpoint: CheckpointId,
@@ -261,6 +288,12 @@ pub enum Decision<C, D> {
         from: Option<CheckpointId>,
         /// Where the sources resume.
         positions: Positions,
+    },
+    /// The stop is done: checkpoint `final_checkpoint` is durable, its output committed and
+    /// its record lists nothing to resume. The tasks may be dropped: nothing they hold is open.
+    Stopped {
+        /// The final checkpoint (a restart resumes from it).
+        final_checkpoint: CheckpointId,
     },
 }
 
@@ -334,6 +367,8 @@ pub struct Coordinator<C, D> {
     pending: Vec<Pending<C>>,
     /// During recovery: the restored positions.
     restored: Option<(CheckpointId, Positions)>,
+    /// A stop under way.
+    stop: Option<StopStep>,
 }
 
 impl<C: Committable, D> Coordinator<C, D> {
@@ -355,6 +390,7 @@ impl<C: Committable, D> Coordinator<C, D> {
             collected: Collected::default(),
             pending: Vec::new(),
             restored: None,
+            stop: None,
         }
     }
 
@@ -366,6 +402,11 @@ impl<C: Committable, D> Coordinator<C, D> {
     /// The latest durable checkpoint.
     pub fn last_durable(&self) -> Option<CheckpointId> {
         self.last_durable
+    }
+
+    /// The stop under way, if one is.
+    pub fn stop_step(&self) -> Option<StopStep> {
+        self.stop
     }
 
     /// Checkpoints failed in a row.
@@ -386,7 +427,7 @@ impl<C: Committable, D> Coordinator<C, D> {
     /// never goes backwards here (the largest `now` seen counts).
     pub fn on(&mut self, now: Millis, event: Event<C, D>) -> Vec<Decision<C, D>> {
         self.now = self.now.max(now);
-        if matches!(self.phase, Phase::Failed(_)) {
+        if matches!(self.phase, Phase::Failed(_) | Phase::Stopped(_)) {
             return Vec::new();
         }
         match event {
@@ -425,8 +466,15 @@ impl<C: Committable, D> Coordinator<C, D> {
                 Phase::Recovering(RecoveryStep::Loading) => self.on_loaded(restored),
                 _ => ignored("a loaded record outside recovery", CheckpointId(0)),
             },
-            Event::ResolutionsPersisted => match self.phase {
-                Phase::Recovering(RecoveryStep::Resumed) => self.abort_pool(),
+            Event::ResolutionsPersisted => match (&self.phase, self.stop) {
+                (Phase::Recovering(RecoveryStep::Resumed), _) => self.abort_pool(),
+                (Phase::Idle, Some(StopStep::Resolving(id))) => {
+                    self.phase = Phase::Stopped(id);
+                    self.stop = None;
+                    vec![Decision::Stopped {
+                        final_checkpoint: id,
+                    }]
+                }
                 _ => ignored("resolutions persisted out of order", CheckpointId(0)),
             },
             Event::PoolAborted => match self.phase {
@@ -451,7 +499,65 @@ impl<C: Committable, D> Coordinator<C, D> {
                 }
                 _ => ignored("tasks started out of order", CheckpointId(0)),
             },
+            Event::StopRequested => self.on_stop_requested(),
         }
+    }
+
+    fn on_stop_requested(&mut self) -> Vec<Decision<C, D>> {
+        if self.stop.is_some() {
+            return ignored("a second stop request", CheckpointId(0));
+        }
+        match self.phase {
+            Phase::Idle => self.inject_final(),
+            Phase::InFlight { .. } | Phase::Persisting { .. } => {
+                self.stop = Some(StopStep::Requested);
+                Vec::new()
+            }
+            _ => ignored("a stop request outside a run", CheckpointId(0)),
+        }
+    }
+
+    /// Triggers checkpoint `next_id` now, as the stop's final one.
+    fn inject_final(&mut self) -> Vec<Decision<C, D>> {
+        let id = self.trigger();
+        self.stop = Some(StopStep::Final(id));
+        vec![Decision::InjectFinalBarrier(id)]
+    }
+
+    /// Starts checkpoint `next_id` (InFlight from now).
+    fn trigger(&mut self) -> CheckpointId {
+        let id = self.next_id;
+        self.next_id = id.next();
+        self.triggered.insert(id, self.now);
+        self.last_trigger = self.now;
+        self.phase = Phase::InFlight {
+            id,
+            acks: BTreeSet::new(),
+            deadline: self.now.saturating_add(self.settings.checkpoint_timeout_ms),
+        };
+        id
+    }
+
+    /// During a stop, once the final checkpoint `id` is durable: when every committable is
+    /// resolved, the resolutions are recorded (the stop's last step).
+    fn resolve_if_committed(&mut self, id: CheckpointId) -> Vec<Decision<C, D>> {
+        if !self
+            .pending
+            .iter()
+            .all(|p| matches!(p.standing, Standing::Resolved { .. }))
+        {
+            return Vec::new();
+        }
+        self.stop = Some(StopStep::Resolving(id));
+        let resolved = self
+            .pending
+            .iter()
+            .map(|p| p.listed.committable.clone())
+            .collect();
+        vec![Decision::PersistResolutions {
+            checkpoint: id,
+            resolved,
+        }]
     }
 
     fn on_tick(&mut self) -> Vec<Decision<C, D>> {
@@ -463,22 +569,17 @@ impl<C: Committable, D> Coordinator<C, D> {
                     self.settings.checkpoint_timeout_ms
                 ),
             ),
+            // A stop's final checkpoint goes at once (no interval, no pause), once nothing is
+            // in flight; a cancelled one goes again.
+            Phase::Idle if self.stop == Some(StopStep::Requested) => self.inject_final(),
             Phase::Idle
-                if self.now >= self.last_trigger.saturating_add(self.settings.interval_ms)
+                if self.stop.is_none()
+                    && self.now >= self.last_trigger.saturating_add(self.settings.interval_ms)
                     && self.last_end.is_none_or(|end| {
                         self.now >= end.saturating_add(self.settings.min_pause_ms)
                     }) =>
             {
-                let id = self.next_id;
-                self.next_id = id.next();
-                self.triggered.insert(id, self.now);
-                self.last_trigger = self.now;
-                self.phase = Phase::InFlight {
-                    id,
-                    acks: BTreeSet::new(),
-                    deadline: self.now.saturating_add(self.settings.checkpoint_timeout_ms),
-                };
-                vec![Decision::InjectBarrier(id)]
+                vec![Decision::InjectBarrier(self.trigger())]
             }
             _ => Vec::new(),
         }
@@ -634,6 +735,14 @@ impl<C: Committable, D> Coordinator<C, D> {
             still.push(p);
         }
         self.pending = still;
+        match self.stop {
+            Some(StopStep::Requested) => decisions.extend(self.inject_final()),
+            Some(StopStep::Final(n)) if n == id => {
+                self.stop = Some(StopStep::Committing(id));
+                decisions.extend(self.resolve_if_committed(id));
+            }
+            _ => {}
+        }
         decisions
     }
 
@@ -663,6 +772,9 @@ impl<C: Committable, D> Coordinator<C, D> {
                     checkpoint,
                     committable,
                 }];
+                if let Some(StopStep::Committing(id)) = self.stop {
+                    decisions.extend(self.resolve_if_committed(id));
+                }
                 if recovering
                     && self
                         .pending
@@ -741,6 +853,7 @@ impl<C: Committable, D> Coordinator<C, D> {
         // Everything in memory goes: recovery rebuilds it from the latest durable record,
         // whose unresolved committables it resumes, and the pool abort ends the rest.
         self.phase = Phase::Recovering(RecoveryStep::Loading);
+        self.stop = None;
         self.collected = Collected::default();
         self.pending.clear();
         self.triggered.clear();
@@ -816,6 +929,10 @@ impl<C: Committable, D> Coordinator<C, D> {
             failures = self.failures,
             "checkpoint cancelled: {reason}"
         );
+        if self.stop == Some(StopStep::Final(id)) {
+            // Injected again at the next tick: the stop still needs its final checkpoint.
+            self.stop = Some(StopStep::Requested);
+        }
         self.phase = Phase::Idle;
         self.last_end = Some(self.now);
         decisions

@@ -7,7 +7,8 @@
 //! every rule of the protocol is a unit test: no commit before the checkpoint is durable, no
 //! `AbortPool` before the recovered resolutions are durable, no slot released while a durable
 //! record lists it, strictly increasing ids, at most one checkpoint in flight, a deadline on
-//! every commit retry.
+//! every commit retry, and a graceful stop that ends only once its final checkpoint is durable,
+//! committed and recorded as resolved ([`Event::StopRequested`] … [`Decision::Stopped`]).
 //!
 //! [`check_budget`] is the start-up check of the transaction timeout against the checkpoint
 //! settings and the broker's `transaction.max.timeout.ms` (the seeds' pitfall: a transaction
@@ -43,7 +44,7 @@ use crate::engine::source::FilePosition;
 pub use budget::{check_budget, required_transaction_timeout, BudgetError};
 pub use coordinator::{
     Batch, CommitOutcome, Coordinator, Decision, Event, Listed, Phase, RecoveryStep, Restored,
-    TaskDelta,
+    StopStep, TaskDelta,
 };
 
 /// Milliseconds since the Unix epoch (see the module docs for why not `Instant`).

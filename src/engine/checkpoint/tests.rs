@@ -615,6 +615,168 @@ fn a_task_failure_cancels_the_checkpoint_in_flight_and_restarts() {
 }
 
 #[test]
+fn a_stop_takes_a_final_checkpoint_at_once_commits_it_records_the_resolutions_then_stops() {
+    let mut co = running(settings());
+    to_persist(&mut co, 100, 1, vec![txn("s-0")]);
+    assert_eq!(
+        commits(&co.on(110, E::Persisted(CheckpointId(1)))),
+        vec!["s-0"]
+    );
+    // Idle, long before the interval: the final checkpoint goes at once.
+    assert_eq!(
+        co.on(120, E::StopRequested),
+        vec![D::InjectFinalBarrier(CheckpointId(2))]
+    );
+    assert_eq!(co.stop_step(), Some(StopStep::Final(CheckpointId(2))));
+    assert_eq!(co.on(121, E::StopRequested), vec![], "asked twice");
+    co.on(130, source_ack(2, 20));
+    let b = batch(&co.on(131, sink_ack(2, vec![txn("s-1")]))).clone();
+    let listed: Vec<_> = b
+        .unresolved
+        .iter()
+        .map(|l| l.committable.name.as_str())
+        .collect();
+    assert_eq!(
+        listed,
+        vec!["s-0", "s-1"],
+        "s-0's commit is still unanswered"
+    );
+    let done = co.on(140, E::Persisted(CheckpointId(2)));
+    assert_eq!(done[0], D::Completed(CheckpointId(2)));
+    assert_eq!(commits(&done), vec!["s-1"]);
+    assert_eq!(co.stop_step(), Some(StopStep::Committing(CheckpointId(2))));
+    // No periodic checkpoint while stopping, even past the interval.
+    assert_eq!(co.on(500, E::Tick), vec![]);
+    let got = co.on(510, result(&txn("s-1"), CommitOutcome::Completed));
+    assert_eq!(got.len(), 1, "s-0 is unanswered yet: {got:?}");
+    let got = co.on(520, result(&txn("s-0"), CommitOutcome::AlreadyCommitted));
+    assert_eq!(
+        got.last(),
+        Some(&D::PersistResolutions {
+            checkpoint: CheckpointId(2),
+            resolved: vec![txn("s-0"), txn("s-1")],
+        })
+    );
+    assert_eq!(
+        co.on(530, E::ResolutionsPersisted),
+        vec![D::Stopped {
+            final_checkpoint: CheckpointId(2)
+        }]
+    );
+    assert_eq!(co.phase(), &Phase::Stopped(CheckpointId(2)));
+    assert_eq!(co.on(900, E::Tick), vec![], "nothing after the stop");
+}
+
+#[test]
+fn a_stop_asked_for_during_a_checkpoint_waits_for_it_then_takes_the_final_one() {
+    for while_persisting in [false, true] {
+        let mut co = running(settings());
+        assert_eq!(co.on(100, E::Tick), vec![D::InjectBarrier(CheckpointId(1))]);
+        co.on(101, source_ack(1, 10));
+        if while_persisting {
+            batch(&co.on(102, sink_ack(1, vec![txn("s-0")])));
+            assert_eq!(co.on(103, E::StopRequested), vec![]);
+        } else {
+            assert_eq!(co.on(102, E::StopRequested), vec![]);
+            batch(&co.on(103, sink_ack(1, vec![txn("s-0")])));
+        }
+        assert_eq!(co.stop_step(), Some(StopStep::Requested));
+        let done = co.on(110, E::Persisted(CheckpointId(1)));
+        assert_eq!(commits(&done), vec!["s-0"]);
+        assert_eq!(
+            done.last(),
+            Some(&D::InjectFinalBarrier(CheckpointId(2))),
+            "while persisting: {while_persisting}"
+        );
+    }
+}
+
+#[test]
+fn a_final_checkpoint_with_nothing_to_commit_records_that_and_stops() {
+    let mut co = running(settings());
+    assert_eq!(
+        co.on(10, E::StopRequested),
+        vec![D::InjectFinalBarrier(CheckpointId(1))]
+    );
+    co.on(11, source_ack(1, 10));
+    batch(&co.on(12, sink_ack(1, vec![empty("s-0")])));
+    let done = co.on(13, E::Persisted(CheckpointId(1)));
+    assert_eq!(
+        done,
+        vec![
+            D::Completed(CheckpointId(1)),
+            D::ReleaseSlot(empty("s-0")),
+            D::PersistResolutions {
+                checkpoint: CheckpointId(1),
+                resolved: vec![],
+            },
+        ]
+    );
+    assert_eq!(
+        co.on(14, E::ResolutionsPersisted),
+        vec![D::Stopped {
+            final_checkpoint: CheckpointId(1)
+        }]
+    );
+}
+
+#[test]
+fn a_cancelled_final_checkpoint_goes_again_and_too_many_cancels_fail_the_job() {
+    let mut co = running(settings());
+    assert_eq!(
+        co.on(10, E::StopRequested),
+        vec![D::InjectFinalBarrier(CheckpointId(1))]
+    );
+    co.on(11, source_ack(1, 10));
+    assert_eq!(co.on(61, E::Tick), vec![D::Cancel(CheckpointId(1))]);
+    assert_eq!(co.stop_step(), Some(StopStep::Requested));
+    assert_eq!(
+        co.on(62, E::Tick),
+        vec![D::InjectFinalBarrier(CheckpointId(2))],
+        "again at once, no interval"
+    );
+    let got = co.on(113, E::Tick);
+    assert_eq!(got[0], D::Cancel(CheckpointId(2)));
+    assert!(
+        matches!(got[1], D::FailJob(JobFailure::TooManyFailures { .. })),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn a_commit_lost_during_a_stop_fails_the_job_instead_of_stopping() {
+    let mut co = running(settings());
+    co.on(10, E::StopRequested);
+    co.on(11, source_ack(1, 10));
+    batch(&co.on(12, sink_ack(1, vec![txn("s-0")])));
+    co.on(13, E::Persisted(CheckpointId(1)));
+    let got = co.on(
+        14,
+        result(&txn("s-0"), CommitOutcome::NotCommitted("timed out".into())),
+    );
+    assert!(
+        matches!(got.as_slice(), [D::FailJob(JobFailure::DataLoss { .. })]),
+        "{got:?}"
+    );
+    assert_eq!(co.on(15, E::ResolutionsPersisted), vec![]);
+}
+
+#[test]
+fn a_task_failure_during_a_stop_restarts_and_drops_the_stop() {
+    let mut co = running(settings());
+    co.on(10, E::StopRequested);
+    let got = co.on(
+        11,
+        E::TaskFailed {
+            task: SINK,
+            reason: "x".into(),
+        },
+    );
+    assert!(matches!(got.last(), Some(D::Restart { .. })), "{got:?}");
+    assert_eq!(co.stop_step(), None);
+}
+
+#[test]
 fn a_failed_write_fails_the_job() {
     let mut co = running(settings());
     to_persist(&mut co, 100, 1, vec![txn("s-0")]);
@@ -921,11 +1083,15 @@ fn random_event_sequences_keep_every_invariant() {
         // Recovery's resolutions: 0 none needed, 1 resuming, 2 being written, 3 durable.
         let mut resolutions = 0;
         let mut failed = false;
+        // A stop asked for (until a restart drops it), and the stop's end decided.
+        let mut stopping = false;
+        let mut stopped = false;
         for step in 0..400 {
             now += rng.random_range(0..40);
             let top = last_inject.map_or(1, |n| n.0 + 1);
             let some_id = CheckpointId(rng.random_range(top.saturating_sub(3).max(1)..=top));
-            let event: E = match rng.random_range(0..100) {
+            let event: E = match rng.random_range(0..1000) / 10 {
+                _ if rng.random_bool(0.006) => E::StopRequested,
                 0..=29 => E::Tick,
                 30..=59 => {
                     let task = tasks[rng.random_range(0..tasks.len())];
@@ -998,9 +1164,17 @@ fn random_event_sequences_keep_every_invariant() {
                 E::ResolutionsPersisted if resolutions == 2 => resolutions = 3,
                 _ => {}
             }
+            let stop_asked = event == E::StopRequested;
             let decisions = co.on(now, event);
-            if failed {
-                assert_eq!(decisions, vec![], "{ctx}: decisions after FailJob");
+            if failed || stopped {
+                assert_eq!(
+                    decisions,
+                    vec![],
+                    "{ctx}: decisions after FailJob or Stopped"
+                );
+            }
+            if stop_asked && co.stop_step().is_some() {
+                stopping = true;
             }
             if just_durable
                 && decisions.first()
@@ -1018,6 +1192,8 @@ fn random_event_sequences_keep_every_invariant() {
             for d in decisions {
                 let kind = match &d {
                     D::InjectBarrier(_) => "inject",
+                    D::InjectFinalBarrier(_) => "inject-final",
+                    D::Stopped { .. } => "stopped",
                     D::Cancel(_) => "cancel",
                     D::Persist(_) => "persist",
                     D::Completed(_) => "completed",
@@ -1034,7 +1210,12 @@ fn random_event_sequences_keep_every_invariant() {
                 };
                 *seen.entry(kind).or_default() += 1;
                 match d {
-                    D::InjectBarrier(id) => {
+                    D::InjectBarrier(id) | D::InjectFinalBarrier(id) => {
+                        assert_eq!(
+                            stopping,
+                            matches!(d, D::InjectFinalBarrier(_)),
+                            "{ctx}: only final checkpoints once a stop is asked for, and only then"
+                        );
                         assert!(
                             last_inject.is_none_or(|l| id > l),
                             "{ctx}: id {id} after {last_inject:?}"
@@ -1125,6 +1306,32 @@ fn random_event_sequences_keep_every_invariant() {
                         open = None;
                         persisting = None;
                         in_commit.clear();
+                        stopping = false;
+                    }
+                    D::PersistResolutions { checkpoint, .. } if stopping => {
+                        assert!(
+                            in_commit.is_empty(),
+                            "{ctx}: a stop records its resolutions with commits unanswered"
+                        );
+                        assert_eq!(
+                            durable.as_ref().map(|b| b.id),
+                            Some(checkpoint),
+                            "{ctx}: a stop's resolutions are the latest durable record's"
+                        );
+                        assert_eq!(open, None, "{ctx}: resolutions with a checkpoint in flight");
+                    }
+                    D::Stopped { final_checkpoint } => {
+                        assert!(stopping, "{ctx}: stopped without a stop request");
+                        assert_eq!(
+                            durable.as_ref().map(|b| b.id),
+                            Some(final_checkpoint),
+                            "{ctx}: stopped at a checkpoint that is not the latest durable one"
+                        );
+                        assert!(
+                            open.is_none() && persisting.is_none() && in_commit.is_empty(),
+                            "{ctx}: stopped with a checkpoint or a commit under way"
+                        );
+                        stopped = true;
                     }
                     D::FailJob(_) => failed = true,
                     D::Completed(_) | D::MarkResolved { .. } | D::StartTasks { .. } => {}
@@ -1151,6 +1358,8 @@ fn random_event_sequences_keep_every_invariant() {
         "persist-resolutions",
         "abort-pool",
         "start",
+        "inject-final",
+        "stopped",
     ] {
         assert!(
             seen.get(kind).copied().unwrap_or(0) >= 20,

@@ -171,9 +171,9 @@ impl Dataflow {
         }
     }
 
-    /// Runs the job until `stop` turns true (then finishes the checkpoint under way, if quick,
-    /// and returns) or a fatal error; [`Self::run_with_metrics`] without a reader of the
-    /// metrics.
+    /// Runs the job until `stop` turns true (then stops gracefully: a final checkpoint,
+    /// committed, nothing left open) or a fatal error; [`Self::run_with_metrics`] without a
+    /// reader of the metrics.
     ///
     /// # Errors
     /// As [`crate::engine::runtime::run_with_metrics`], and [`RuntimeError::Function`] when a

@@ -33,8 +33,6 @@ use crate::engine::state::{CheckpointRecord, FrozenDelta, OperatorState, StateSt
 
 /// How often the coordinator hears the time.
 const TICK: Duration = Duration::from_millis(20);
-/// How long a stop waits for the checkpoint under way.
-const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// The sinks after the start-up's recovery of the restored committables.
 pub(crate) enum RecoveredSinks {
@@ -80,6 +78,11 @@ pub(crate) struct Master {
     counters: Arc<Counters>,
     last_checkpoint: u64,
     queue: VecDeque<Decision<C, D>>,
+    /// The coordinator decided `Stopped`: the stop's final checkpoint is committed and
+    /// recorded as resolved.
+    stopped: bool,
+    /// The run's stop signal (for the test pause that ends at a stop).
+    stop_signal: Option<watch::Receiver<bool>>,
 }
 
 impl Master {
@@ -117,6 +120,8 @@ impl Master {
             counters: Arc::new(Counters::default()),
             last_checkpoint: restored_id,
             queue: VecDeque::new(),
+            stopped: false,
+            stop_signal: None,
         }
     }
 
@@ -174,11 +179,20 @@ impl Master {
     async fn apply(&mut self, d: Decision<C, D>) -> Result<(), RuntimeError> {
         match d {
             Decision::InjectBarrier(id) => {
-                self.plan.metrics.barrier_injected(id.0);
-                let sources = self.launched.as_ref().map(|l| l.sources.clone());
-                for task in sources.unwrap_or_default() {
-                    self.send(task, Control::InjectBarrier(id));
-                }
+                self.inject(id, Control::InjectBarrier);
+                Ok(())
+            }
+            Decision::InjectFinalBarrier(id) => {
+                tracing::info!(checkpoint = id.0, "stopping: the final checkpoint");
+                self.inject(id, Control::InjectFinalBarrier);
+                Ok(())
+            }
+            Decision::Stopped { final_checkpoint } => {
+                tracing::info!(
+                    checkpoint = final_checkpoint.0,
+                    "stopped: the final checkpoint is committed; no transaction is open"
+                );
+                self.stopped = true;
                 Ok(())
             }
             Decision::Cancel(id) => {
@@ -244,6 +258,14 @@ impl Master {
             // lingering ids.
             Decision::AbortPool => self.start_sinks().await,
             Decision::StartTasks { positions, .. } => self.start_tasks(positions).await,
+        }
+    }
+
+    fn inject(&mut self, id: CheckpointId, control: fn(CheckpointId) -> Control) {
+        self.plan.metrics.barrier_injected(id.0);
+        let sources = self.launched.as_ref().map(|l| l.sources.clone());
+        for task in sources.unwrap_or_default() {
+            self.send(task, control(id));
         }
     }
 
@@ -393,7 +415,8 @@ impl Master {
             Ok(id) => {
                 // The chaos test's pause point: durable, with transactions not yet committed.
                 if self.persisted_committables == Some(id) {
-                    hook::reached(hook::Point::CheckpointPersisted, id.0).await;
+                    let stop = self.stop_signal.clone();
+                    hook::reached(hook::Point::CheckpointPersisted, id.0, stop).await;
                 }
                 self.event(Event::Persisted(id))
             }
@@ -474,7 +497,8 @@ impl Master {
         }
     }
 
-    /// The loop: reports, ticks, the persister, until `stop` or an error.
+    /// The loop: reports, ticks, the persister, until a stop asked for by `stop` has ended
+    /// (the coordinator's `Stopped`) or an error.
     pub(crate) async fn run(
         mut self,
         mut stop: watch::Receiver<bool>,
@@ -482,12 +506,24 @@ impl Master {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut stop_open = true;
-        loop {
-            if *stop.borrow_and_update() {
-                return self.finish().await;
+        let mut stop_asked = false;
+        self.stop_signal = Some(stop.clone());
+        while !self.stopped {
+            if !stop_asked && *stop.borrow_and_update() {
+                if hook::skipped(hook::Protection::FinalCheckpoint) {
+                    return self.finish().await;
+                }
+                // A graceful stop: the coordinator takes a final checkpoint (the sources read
+                // nothing after its barrier), commits it and records that; each step is
+                // bounded by its own timeout, and a failure fails the run as usual.
+                stop_asked = true;
+                tracing::info!("stop requested: taking a final checkpoint");
+                self.event(Event::StopRequested);
+                self.drain().await?;
+                continue;
             }
             tokio::select! {
-                changed = stop.changed(), if stop_open => stop_open = changed.is_ok(),
+                changed = stop.changed(), if stop_open && !stop_asked => stop_open = changed.is_ok(),
                 r = self.reports.recv() => match r {
                     Some(r) => self.on_report(r)?,
                     None => return Err(RuntimeError::Internal("the report channel closed".into())),
@@ -499,16 +535,12 @@ impl Master {
             }
             self.drain().await?;
         }
+        self.finish().await
     }
 
-    /// Stop: let the checkpoint under way finish if it does so quickly; the subtasks stop
-    /// when `Launched` is dropped.
+    /// After the stop: the group's offsets written; the subtasks stop when `Launched` is
+    /// dropped (they hold no open transaction: nothing was read after the final barrier).
     async fn finish(mut self) -> Result<RunSummary, RuntimeError> {
-        let deadline = tokio::time::Instant::now() + STOP_GRACE;
-        while self.persister.is_busy() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            self.check_persist().await?;
-        }
         self.group_offsets.flush().await;
         let summary = RunSummary {
             records_in: self.counters.records_in.load(Ordering::Relaxed),

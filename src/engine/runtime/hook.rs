@@ -14,6 +14,10 @@
 //!   store's SyncAll returned) and its transactions are not committed yet (the coordinator has
 //!   not heard `Persisted`, so no commit was sent).
 //!
+//! `ONCEFLOW_TEST_PAUSE_UNTIL=stop` ends the pause when the job is asked to stop (SIGTERM)
+//! instead: a stop that lands while checkpoint N is being written, at a moment the test has
+//! proven. The marker line then says "waiting to be asked to stop".
+//!
 //! `ONCEFLOW_TEST_SKIP=<protection>` switches one protection off, so that an inverse test
 //! can show the failure it prevents (the project's rule: every fault test keeps one). It logs
 //! a WARN line saying so each time the protection is skipped. Protections:
@@ -28,9 +32,14 @@
 //! - `fencing`: a cluster member adds its offsets to its transaction without its generation
 //!   and member id (`runtime::cluster`), so the group coordinator cannot refuse a zombie's,
 //!   and commits the work of tasks it finds lost instead of aborting it.
+//! - `final-checkpoint`: a stop returns at once instead of taking, committing and recording a
+//!   final checkpoint (`runtime::coordinate`): the subtasks are dropped with their
+//!   transactions open, and a checkpoint made durable just before may never be committed.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+
+use tokio::sync::watch;
 
 /// The environment variable that arms a pause.
 pub(crate) const ENV: &str = "ONCEFLOW_TEST_PAUSE";
@@ -84,6 +93,9 @@ fn armed() -> Option<Armed> {
     })
 }
 
+/// The environment variable that makes an armed pause end at the job's stop.
+pub(crate) const UNTIL_ENV: &str = "ONCEFLOW_TEST_PAUSE_UNTIL";
+
 /// The environment variable that switches a protection off.
 pub(crate) const SKIP_ENV: &str = "ONCEFLOW_TEST_SKIP";
 
@@ -98,6 +110,8 @@ pub(crate) enum Protection {
     Resumption,
     /// A cluster member's offsets carry its generation (KIP-447 zombie fencing).
     Fencing,
+    /// A stop takes, commits and records a final checkpoint before it returns.
+    FinalCheckpoint,
 }
 
 impl Protection {
@@ -107,6 +121,7 @@ impl Protection {
             Protection::Alignment => "alignment",
             Protection::Resumption => "resumption",
             Protection::Fencing => "fencing",
+            Protection::FinalCheckpoint => "final-checkpoint",
         }
     }
 }
@@ -117,6 +132,7 @@ fn skip_of(spec: &str) -> Option<Protection> {
         Protection::Alignment,
         Protection::Resumption,
         Protection::Fencing,
+        Protection::FinalCheckpoint,
     ]
     .into_iter()
     .find(|p| p.name() == spec.trim())
@@ -130,7 +146,7 @@ pub(crate) fn skipped(protection: Protection) -> bool {
         let spec = std::env::var(SKIP_ENV).ok()?;
         let p = skip_of(&spec);
         if p.is_none() {
-            tracing::warn!(value = %spec, "{SKIP_ENV} names no protection (retire, alignment, resumption, fencing); ignored");
+            tracing::warn!(value = %spec, "{SKIP_ENV} names no protection (retire, alignment, resumption, fencing, final-checkpoint); ignored");
         }
         p
     });
@@ -144,9 +160,10 @@ pub(crate) fn skipped(protection: Protection) -> bool {
     off
 }
 
-/// The runtime reached `point` at checkpoint `checkpoint`: pauses forever if this is the
-/// armed arrival, else returns at once.
-pub(crate) async fn reached(point: Point, checkpoint: u64) {
+/// The runtime reached `point` at checkpoint `checkpoint`: pauses if this is the armed
+/// arrival (until killed, or under `ONCEFLOW_TEST_PAUSE_UNTIL=stop` until `stop` turns true),
+/// else returns at once.
+pub(crate) async fn reached(point: Point, checkpoint: u64, stop: Option<watch::Receiver<bool>>) {
     static ARRIVALS: AtomicU64 = AtomicU64::new(0);
     let Some(armed) = armed().filter(|a| a.point == point) else {
         return;
@@ -154,12 +171,25 @@ pub(crate) async fn reached(point: Point, checkpoint: u64) {
     if ARRIVALS.fetch_add(1, Ordering::Relaxed) + 1 != armed.nth {
         return;
     }
-    tracing::warn!(
-        checkpoint,
-        "test pause at {}, checkpoint {checkpoint} ({ENV}); waiting to be killed",
-        point.name()
-    );
-    std::future::pending::<()>().await;
+    let until_stop = std::env::var(UNTIL_ENV).is_ok_and(|v| v.trim() == "stop");
+    match stop.filter(|_| until_stop) {
+        Some(mut stop) => {
+            tracing::warn!(
+                checkpoint,
+                "test pause at {}, checkpoint {checkpoint} ({ENV}); waiting to be asked to stop",
+                point.name()
+            );
+            let _ = stop.wait_for(|s| *s).await;
+        }
+        None => {
+            tracing::warn!(
+                checkpoint,
+                "test pause at {}, checkpoint {checkpoint} ({ENV}); waiting to be killed",
+                point.name()
+            );
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -193,6 +223,7 @@ mod tests {
             ("retire", Some(Protection::Retire)),
             (" retire ", Some(Protection::Retire)),
             ("alignment", Some(Protection::Alignment)),
+            ("final-checkpoint", Some(Protection::FinalCheckpoint)),
             ("watermarks", None),
             ("", None),
         ];

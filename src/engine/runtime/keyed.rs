@@ -118,7 +118,7 @@ impl KeyedSubtask {
                 });
             }
             Control::Release(c) => self.sink.release(&c),
-            Control::InjectBarrier(id) => {
+            Control::InjectBarrier(id) | Control::InjectFinalBarrier(id) => {
                 return Err(RuntimeError::Internal(format!(
                 "{}: barrier {id} injected into a keyed subtask (barriers come from the sources)",
                 self.task

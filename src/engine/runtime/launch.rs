@@ -184,6 +184,7 @@ pub(crate) async fn launch(
             patience: plan.patience,
             input: Default::default(),
             pending_barrier: None,
+            reading_stopped: false,
             discovery: Discovery::new(plan.job.source.partition_discovery_ms),
             idle: Default::default(),
             admin: Admin::with_cluster(cluster.clone()),

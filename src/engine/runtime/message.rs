@@ -42,6 +42,10 @@ pub(crate) enum Control {
     /// Sources only: record positions, send the barrier downstream (or snapshot the chained
     /// sink), ack.
     InjectBarrier(CheckpointId),
+    /// Sources only: the final checkpoint of a stop. Like `InjectBarrier`, then read no more
+    /// input (the subtask still answers the coordinator: commits, releases, another final
+    /// barrier when this one is cancelled).
+    InjectFinalBarrier(CheckpointId),
     /// The checkpoint was cancelled: its frozen state goes back into the active buffer.
     Cancel(CheckpointId),
     /// The checkpoint is durable: drop its frozen state.

@@ -63,8 +63,9 @@ use crate::engine::job::Job;
 use crate::engine::metrics::Metrics;
 use crate::engine::state::RestoreFrom;
 
-/// Runs `config.job` until `stop` turns true (then finishes the checkpoint under way, if
-/// quick, and returns) or a fatal error; [`run_with_metrics`] without a reader of the metrics.
+/// Runs `config.job` until `stop` turns true (then stops gracefully: a final checkpoint,
+/// committed, nothing left open) or a fatal error; [`run_with_metrics`] without a reader of
+/// the metrics.
 ///
 /// # Errors
 /// As [`run_with_metrics`].

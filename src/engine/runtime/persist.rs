@@ -50,6 +50,7 @@ impl Persister {
     }
 
     /// A write is under way (also one that timed out and still runs).
+    #[cfg(test)]
     pub(crate) fn is_busy(&self) -> bool {
         self.running.is_some()
     }

@@ -247,6 +247,9 @@ pub(crate) struct SourceSubtask {
     pub input: VecDeque<ConsumerRecord>,
     /// A barrier that came while outputs were held: it goes once they are written.
     pub pending_barrier: Option<CheckpointId>,
+    /// A stop's final barrier came: no more input is read (what was polled and not processed
+    /// is after the barrier's positions; a restart reads it again).
+    pub reading_stopped: bool,
     /// When to look for new input partitions (those of this subtask's share).
     pub discovery: Discovery,
     pub admin: Admin,
@@ -282,6 +285,13 @@ impl SourceSubtask {
                 }
             }
             if self.holding() || self.pending_barrier.is_some() {
+                continue;
+            }
+            if self.reading_stopped {
+                match self.control.recv().await {
+                    Some(c) => self.on_control(c).await?,
+                    None => return Ok(()),
+                }
                 continue;
             }
             match self.input.pop_front() {
@@ -337,6 +347,15 @@ impl SourceSubtask {
         match c {
             Control::InjectBarrier(id) if self.holding() => self.pending_barrier = Some(id),
             Control::InjectBarrier(id) => self.barrier(id).await?,
+            Control::InjectFinalBarrier(id) => {
+                self.reading_stopped = true;
+                tracing::info!(task = %self.task, checkpoint = id.0, "final barrier: reading stopped");
+                if self.holding() {
+                    self.pending_barrier = Some(id);
+                } else {
+                    self.barrier(id).await?;
+                }
+            }
             Control::Commit {
                 checkpoint,
                 committable,

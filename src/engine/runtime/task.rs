@@ -37,8 +37,9 @@ pub(crate) fn now_ms() -> Millis {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Runs `config.job` at its `settings.parallelism` until `stop` turns true (then finishes the
-/// checkpoint under way, if quick, and returns) or a fatal error.
+/// Runs `config.job` at its `settings.parallelism` until `stop` turns true or a fatal error.
+/// A stop is graceful: a final checkpoint (the sources read nothing after its barrier), its
+/// transactions committed and recorded as resolved, then the return: nothing is left open.
 ///
 /// A checkpoint restores at any parallelism: state moves with its key groups, positions with
 /// their partitions, and the open transactions of sink tasks that no longer exist are aborted

@@ -216,6 +216,10 @@ pub struct Batch<C, D> {
     /// Records up to this id (and their undo images) are deleted in the same batch
     /// (retention K: N−K+1..N stay).
     pub retire_through: Option<CheckpointId>,
+    /// When the batch must be durable: the checkpoint's deadline, its trigger +
+    /// `checkpoint.timeout.ms`. The acks and the write share that one timeout, which is what
+    /// the timeout budget counts per checkpoint ([`check_budget`](super::check_budget)).
+    pub deadline: Millis,
 }
 
 /// What the runtime must do.
@@ -648,7 +652,7 @@ impl<C: Committable, D> Coordinator<C, D> {
         let Phase::InFlight {
             id: current,
             ref mut acks,
-            ..
+            deadline,
         } = self.phase
         else {
             return Vec::new();
@@ -661,11 +665,12 @@ impl<C: Committable, D> Coordinator<C, D> {
             return Vec::new();
         }
         self.phase = Phase::Persisting { id };
-        vec![Decision::Persist(self.batch(id))]
+        vec![Decision::Persist(self.batch(id, deadline))]
     }
 
-    /// Builds batch `id` from what was collected and what is still unresolved.
-    fn batch(&mut self, id: CheckpointId) -> Batch<C, D> {
+    /// Builds batch `id`, due at `deadline`, from what was collected and what is still
+    /// unresolved.
+    fn batch(&mut self, id: CheckpointId, deadline: Millis) -> Batch<C, D> {
         let collected = std::mem::take(&mut self.collected);
         // The empties' slots are free once batch `id` is durable (no record lists them), and
         // the acks taken stay taken: a second ack while `id` is written must not count again.
@@ -696,6 +701,7 @@ impl<C: Committable, D> Coordinator<C, D> {
             positions: collected.positions,
             unresolved,
             retire_through,
+            deadline,
         }
     }
 

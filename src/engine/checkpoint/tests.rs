@@ -257,6 +257,17 @@ fn no_commit_before_the_checkpoint_is_persisted() {
 }
 
 #[test]
+fn a_batch_is_due_at_its_checkpoints_deadline_so_acks_and_write_share_one_timeout() {
+    // Triggered at 100 with checkpoint.timeout.ms = 50: acknowledged at 140, the write has
+    // the 10 ms left, not another 50 (the timeout budget counts one timeout per checkpoint).
+    let mut co = running(settings());
+    assert_eq!(co.on(100, E::Tick), vec![D::InjectBarrier(CheckpointId(1))]);
+    co.on(120, source_ack(1, 10));
+    let b = batch(&co.on(140, sink_ack(1, vec![txn("s-0")]))).clone();
+    assert_eq!(b.deadline, 150);
+}
+
+#[test]
 fn a_checkpoint_with_no_committables_commits_nothing() {
     for committables in [vec![], vec![empty("s-0")]] {
         let mut co = running(settings());

@@ -378,6 +378,7 @@ impl Master {
 
     fn persist(&mut self, batch: checkpoint::Batch<C, D>) -> Result<(), RuntimeError> {
         let id = batch.id;
+        let batch_deadline = batch.deadline;
         self.plan.metrics.barriers_aligned(id.0);
         // A cancelled checkpoint's delta went back into its operator (cancel), so its changes
         // are in this checkpoint's delta already. The keyed subtasks' deltas of one operator
@@ -399,7 +400,8 @@ impl Master {
         self.persisted_committables = (!committables.is_empty()).then_some(id);
         let store = self.store.clone();
         let metrics = self.plan.metrics.clone();
-        self.persister.start(id, move || {
+        let within = Duration::from_millis(batch_deadline.saturating_sub(now_ms()));
+        self.persister.start(id, within, move || {
             let mut store = store.lock().map_err(|e| e.to_string())?;
             let written = store.persist(id.0, &deltas, positions, committables);
             observe::persisted(&metrics, written)

@@ -1,6 +1,11 @@
 //! A test-only pause point, so the chaos test (protocol-tests/engine_chaos.rs) can SIGKILL
 //! the runtime at a moment it has proven to be at, not one it hopes to hit.
 //!
+//! The hooks exist in debug builds only (the test builds the protocol tests run): in a release
+//! build every point returns at once and every protection is on, whatever the environment
+//! says, and a hook variable that is set is reported once as ignored. CI checks that the
+//! release binary holds none of the hooks' text.
+//!
 //! `ONCEFLOW_TEST_PAUSE=<point>[:<nth>]` (read once, at the first point reached) arms the
 //! `nth` (default 1st) time the runtime reaches `<point>`: it logs the marker line
 //! `test pause at <point>, checkpoint N` (tracing, WARN) and then waits forever, until the
@@ -78,10 +83,26 @@ fn parse(spec: &str) -> Option<Armed> {
     Some(Armed { point, nth })
 }
 
+/// Whether this build has the hooks: debug builds only.
+const HOOKS: bool = cfg!(debug_assertions);
+
+/// `var`'s value when the hooks are built; in a release build `None`, saying once that a set
+/// variable is ignored.
+fn hook_var(var: &str) -> Option<String> {
+    let value = std::env::var(var).ok()?;
+    if HOOKS {
+        return Some(value);
+    }
+    tracing::warn!(
+        "{var} is set, but this is a release build: the test hooks exist in debug builds only; ignored"
+    );
+    None
+}
+
 fn armed() -> Option<Armed> {
     static ARMED: OnceLock<Option<Armed>> = OnceLock::new();
     *ARMED.get_or_init(|| {
-        let spec = std::env::var(ENV).ok()?;
+        let spec = hook_var(ENV)?;
         let armed = parse(&spec);
         if armed.is_none() {
             tracing::warn!(
@@ -142,6 +163,11 @@ fn skip_of(spec: &str) -> Option<Protection> {
 /// (every real run): false.
 pub(crate) fn skipped(protection: Protection) -> bool {
     static SKIP: OnceLock<Option<Protection>> = OnceLock::new();
+    if !HOOKS {
+        // Once, when a protection is first asked about: whether the variable was set.
+        SKIP.get_or_init(|| hook_var(SKIP_ENV).and(None));
+        return false;
+    }
     let skip = *SKIP.get_or_init(|| {
         let spec = std::env::var(SKIP_ENV).ok()?;
         let p = skip_of(&spec);
@@ -165,6 +191,10 @@ pub(crate) fn skipped(protection: Protection) -> bool {
 /// else returns at once.
 pub(crate) async fn reached(point: Point, checkpoint: u64, stop: Option<watch::Receiver<bool>>) {
     static ARRIVALS: AtomicU64 = AtomicU64::new(0);
+    if !HOOKS {
+        armed();
+        return;
+    }
     let Some(armed) = armed().filter(|a| a.point == point) else {
         return;
     };

@@ -2,9 +2,10 @@
 //!
 //! `StateStore::persist` is a synchronous fjall batch with SyncAll; a disk that stops
 //! answering would leave it (and so the checkpoint, the sink's pool and finally the task)
-//! waiting forever. [`Persister::poll`] reports a write still running after
-//! `checkpoint.timeout.ms` as failed, so the coordinator fails the job (PersistFailed) with a
-//! line saying so, and the restart recovers from the latest durable checkpoint.
+//! waiting forever. [`Persister::poll`] reports a write still running at its checkpoint's
+//! deadline (trigger + `checkpoint.timeout.ms`: the acks and the write share one timeout, as
+//! the timeout budget counts it) as failed, so the coordinator fails the job (PersistFailed)
+//! with a line saying so, and the restart recovers from the latest durable checkpoint.
 //!
 //! **Single writer.** A thread blocked in fsync cannot be cancelled: the timed-out write may
 //! still finish (or not) later. The store allows one writer at a time, so the handle of a
@@ -55,11 +56,17 @@ impl Persister {
         self.running.is_some()
     }
 
-    /// Starts writing checkpoint `id` with `write` on a blocking thread.
+    /// Starts writing checkpoint `id` with `write` on a blocking thread; it times out after
+    /// `within` (what is left of the checkpoint's timeout once every task acknowledged it).
     ///
     /// # Errors
     /// [`RuntimeError::Internal`] while another write still runs (the single-writer rule).
-    pub(crate) fn start<F>(&mut self, id: CheckpointId, write: F) -> Result<(), RuntimeError>
+    pub(crate) fn start<F>(
+        &mut self,
+        id: CheckpointId,
+        within: Duration,
+        write: F,
+    ) -> Result<(), RuntimeError>
     where
         F: FnOnce() -> Result<(), String> + Send + 'static,
     {
@@ -72,7 +79,7 @@ impl Persister {
         self.running = Some(Running {
             id,
             handle: tokio::task::spawn_blocking(write),
-            deadline: Instant::now() + self.timeout,
+            deadline: Instant::now() + within.min(self.timeout),
             timed_out: false,
         });
         Ok(())
@@ -101,7 +108,7 @@ impl Persister {
             "checkpoint write timed out"
         );
         Some(Err(format!(
-            "the write did not finish within checkpoint.timeout.ms = {} ms (is the state directory's disk answering?)",
+            "the checkpoint was not acknowledged and written within checkpoint.timeout.ms = {} ms of its trigger (is the state directory's disk answering?)",
             self.timeout.as_millis()
         )))
     }
@@ -140,7 +147,8 @@ mod tests {
     async fn a_write_in_time_is_reported_written() {
         let mut p = Persister::new(Duration::from_secs(600));
         let (go, write) = gated();
-        p.start(CheckpointId(1), write).unwrap();
+        p.start(CheckpointId(1), Duration::from_secs(600), write)
+            .unwrap();
         assert_eq!(p.poll().await, None, "not finished, not timed out");
         go.send(()).unwrap();
         assert_eq!(answer(&mut p).await, Ok(CheckpointId(1)));
@@ -148,23 +156,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_write_gets_only_what_the_acks_left_of_the_checkpoint_timeout() {
+        let mut p = Persister::new(Duration::from_secs(600));
+        let (_go, write) = gated();
+        p.start(CheckpointId(1), Duration::ZERO, write).unwrap();
+        let failed = answer(&mut p).await.unwrap_err();
+        assert!(failed.contains("of its trigger"), "{failed}");
+    }
+
+    #[tokio::test]
     async fn a_write_past_its_timeout_fails_once_and_blocks_the_next_until_it_returns() {
         let mut p = Persister::new(Duration::ZERO);
         let (go, write) = gated();
-        p.start(CheckpointId(1), write).unwrap();
+        p.start(CheckpointId(1), Duration::from_secs(600), write)
+            .unwrap();
         let failed = answer(&mut p).await.unwrap_err();
         assert!(failed.contains("checkpoint.timeout.ms = 0 ms"), "{failed}");
         assert_eq!(p.poll().await, None, "reported once");
         // Single writer: no second write while the first still runs.
         let (_go2, write2) = gated();
-        assert!(p.start(CheckpointId(2), write2).is_err());
+        assert!(p
+            .start(CheckpointId(2), Duration::from_secs(600), write2)
+            .is_err());
         go.send(()).unwrap();
         while p.is_busy() {
             assert_eq!(p.poll().await, None, "a late answer changes nothing");
             tokio::task::yield_now().await;
         }
         let (go3, write3) = gated();
-        p.start(CheckpointId(3), write3).unwrap();
+        p.start(CheckpointId(3), Duration::from_secs(600), write3)
+            .unwrap();
         drop(go3);
     }
 }

@@ -32,9 +32,9 @@
 //! verifier report duplicates. And once with the broker (a private one) killed and restarted
 //! mid-run. Transactional: run at TV2 (9192) and TV1 (9196).
 
-use crate::engine_run::{chaos_seed, job_file, log_of, spawn_run};
+use crate::engine_run::{chaos_seed, job_file, log_of, spawn_run, taxi_at};
 use crate::support::broker::PrivateBroker;
-use crate::support::cli::{onceflow_async, shown, stdout, Guarded};
+use crate::support::cli::{shown, stdout, Guarded};
 use crate::support::proxy::Proxy;
 use crate::support::*;
 use bytes::Bytes;
@@ -45,13 +45,12 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Output};
+use std::process::Child;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::engine_run::API_TIMEOUT;
 /// Input events per second the feeder produces at most.
 const FEED_EVENTS_PER_SECOND: u64 = 4000;
 /// Input events granted per run: a little over an hour of event time (7200 events at one
@@ -123,14 +122,6 @@ fn records_read(verdict: &str) -> u64 {
         .and_then(|head| head.rsplit(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
-}
-
-/// `onceflow taxi ARGS -b BROKER`.
-async fn taxi_at(broker: &str, args: &[&str]) -> Output {
-    let mut argv: Vec<String> = vec!["taxi".into()];
-    argv.extend(args.iter().map(|s| s.to_string()));
-    argv.extend(["-b".into(), broker.into(), "-X".into(), API_TIMEOUT.into()]);
-    onceflow_async(argv, "").await
 }
 
 /// Produces the generator's ride events to `topic`, at most FEED_EVENTS_PER_SECOND and at most

@@ -113,9 +113,14 @@ pub(crate) fn feed(topic: &str, count: u32, rate: u32) -> Guarded {
 }
 
 pub(crate) async fn taxi(args: &[&str]) -> Output {
+    taxi_at(&broker(), args).await
+}
+
+/// `onceflow taxi ARGS -b BROKER`.
+pub(crate) async fn taxi_at(broker: &str, args: &[&str]) -> Output {
     let mut argv: Vec<String> = vec!["taxi".into()];
     argv.extend(args.iter().map(|s| s.to_string()));
-    argv.extend(["-b".into(), broker(), "-X".into(), API_TIMEOUT.into()]);
+    argv.extend(["-b".into(), broker.into(), "-X".into(), API_TIMEOUT.into()]);
     onceflow_async(argv, "").await
 }
 

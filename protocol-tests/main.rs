@@ -28,6 +28,7 @@ mod engine_parallel;
 mod engine_restore;
 mod engine_run;
 mod engine_sink;
+mod engine_start;
 mod engine_stop;
 mod examples;
 mod faults;

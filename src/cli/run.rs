@@ -63,12 +63,19 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         (false, Some(n)) => RestoreFrom::Checkpoint(n),
         (false, None) => RestoreFrom::Latest,
     };
+    // The shared settings of -X (client.id, default.api.timeout.ms, ...) reach the run's own
+    // connection too, not only its producer and consumer.
+    let mut client = for_admin.client()?;
+    for p in &a.props {
+        let (k, v) = split_property(p)?;
+        client.set(&k, &v)?;
+    }
     let config = RunConfig {
         state_dir: a
             .state_dir
             .clone()
             .unwrap_or_else(|| job.settings.state_dir.clone()),
-        client: for_admin.client()?,
+        client,
         producer: conn.producer(&for_producer)?,
         consumer: conn.consumer(&for_consumer)?,
         restore,

@@ -38,6 +38,7 @@
 
 mod alignment;
 mod cluster;
+mod connect;
 mod coordinate;
 mod hook;
 mod keyed;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use super::connect::connect;
 use super::coordinate::{Master, RecoveredSinks};
 use super::launch::Plan;
 use super::message::C;
@@ -52,7 +53,7 @@ pub(crate) fn now_ms() -> Millis {
 pub(crate) async fn run(
     config: RunConfig,
     topology: Arc<dyn Topology>,
-    stop: watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
     metrics: Arc<Metrics>,
 ) -> Result<RunSummary, RuntimeError> {
     let job = &config.job;
@@ -70,9 +71,14 @@ pub(crate) async fn run(
     };
     let (store, record) =
         open_store(config.state_dir.clone(), layout, options, config.restore).await?;
-    let cluster = Cluster::connect(config.client.clone())
-        .await
-        .map_err(|e| RuntimeError::client("connecting to the brokers", e))?;
+    let allowance = Duration::from_millis(settings.restart_allowance_ms);
+    let Some(cluster) = connect(&config.client, allowance, &mut stop).await? else {
+        return Ok(RunSummary {
+            records_in: 0,
+            records_out: 0,
+            last_checkpoint: record.id,
+        });
+    };
     let delivery = delivery(job.sink.guarantee);
     if delivery == Delivery::ExactlyOnce && job.sink.file.is_none() {
         check_timeout_budget(&Admin::with_cluster(cluster.clone()), &settings).await?;

@@ -84,7 +84,7 @@ pub(super) struct Plan {
 pub(crate) async fn run(
     config: RunConfig,
     topology: Arc<dyn Topology>,
-    stop: watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
     metrics: Arc<Metrics>,
 ) -> Result<RunSummary, RuntimeError> {
     let job = config.job.clone();
@@ -97,9 +97,10 @@ pub(crate) async fn run(
     let key_groups = layout.key_groups;
     let store = open_store(&config, layout).await?;
     let member_id = member_id(&config.state_dir)?;
-    let cluster = Cluster::connect(config.client.clone())
-        .await
-        .map_err(|e| RuntimeError::client("connecting to the brokers", e))?;
+    let allowance = Duration::from_millis(job.settings.restart_allowance_ms);
+    let Some(cluster) = super::connect::connect(&config.client, allowance, &mut stop).await? else {
+        return Ok(RunSummary::default());
+    };
     let probe = Consumer::with_cluster(config.consumer.clone(), cluster.clone());
     let mut inputs = Vec::new();
     let mut widest = 0usize;

@@ -178,12 +178,24 @@ pub(crate) async fn poll_verify(
     what: &str,
     done: impl Fn(&Output) -> bool,
 ) -> Output {
+    poll_verify_at(&broker(), args, child, log, what, done).await
+}
+
+/// [`poll_verify`] against `broker`.
+pub(crate) async fn poll_verify_at(
+    broker: &str,
+    args: &[&str],
+    child: &mut Child,
+    log: &Path,
+    what: &str,
+    done: impl Fn(&Output) -> bool,
+) -> Output {
     let start = Instant::now();
     loop {
         assert_running(child, log);
         let mut argv = vec!["verify", "--read-timeout-ms", "60000"];
         argv.extend(args);
-        let o = taxi(&argv).await;
+        let o = taxi_at(broker, &argv).await;
         if done(&o) {
             return o;
         }

@@ -5,12 +5,14 @@
 //! data), so the shared one stays up for the other tests.
 
 use crate::engine_files::job_from;
-use crate::engine_run::{log_of, plain_log, sigterm, taxi_at, API_TIMEOUT, DEADLINE};
+use crate::engine_run::{
+    log_of, plain_log, poll_verify_at, sigterm, taxi_at, API_TIMEOUT, DEADLINE,
+};
 use crate::support::broker::PrivateBroker;
 use crate::support::cli::{command, shown, stdout, Guarded};
 use crate::support::*;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The private broker's port (port + 1000 in the TV1 run).
@@ -107,33 +109,15 @@ async fn a_run_started_while_its_broker_restarts_waits_for_it_and_then_runs_exac
     wait_for_line(&mut run, &log, "a broker answered").await;
 
     let args = [
-        "verify",
         "--job",
         "cleansing",
         "--input",
         &input.name,
         "--output",
         &output.name,
-        "--read-timeout-ms",
-        "60000",
     ];
-    let start = Instant::now();
-    loop {
-        let o = taxi_at(&broker.addr, &args).await;
-        if stdout(&o).starts_with("verify: OK") {
-            break;
-        }
-        if let Some(status) = run.try_wait().unwrap() {
-            panic!("onceflow run exited ({status}):\n{}", log_of(&log));
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "verify did not say OK within {DEADLINE:?}: {}\n{}",
-            shown(&o),
-            log_of(&log)
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let ok = |o: &Output| stdout(o).starts_with("verify: OK");
+    poll_verify_at(&broker.addr, &args, &mut run, &log, "say OK", ok).await;
     sigterm(&run);
     let status = tokio::task::block_in_place(|| run.wait().unwrap());
     assert!(status.success(), "{status}:\n{}", log_of(&log));

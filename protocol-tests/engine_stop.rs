@@ -255,6 +255,9 @@ async fn a_stop_while_a_checkpoint_is_written_commits_everything_read_and_leaves
     // commits) and, once the input stops growing, finishes it exactly once.
     let _ = s.feeder.kill();
     let _ = s.feeder.wait();
+    // Not a window for something to happen: the scenario's condition is the time itself (a
+    // transaction the stop had left open would be aborted by then, and nothing on the broker
+    // shows that one is merely still open), so it is waited for as a duration.
     let wait = TRANSACTION_TIMEOUT + Duration::from_secs(2);
     tokio::time::sleep(wait.saturating_sub(stopped.elapsed())).await;
     let log2 = s.dir.join("run2.log");

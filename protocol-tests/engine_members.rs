@@ -17,13 +17,13 @@
 //! Transactional: run at TV2 (9192) and TV1 (9196).
 
 use crate::engine_files::job_from;
-use crate::engine_run::{chaos_seed, log_of, sigterm, spawn_run_with, taxi, API_TIMEOUT, DEADLINE};
-use crate::support::cli::{command, shown, stdout, Guarded};
+use crate::engine_run::{chaos_seed, log_of, sigterm, spawn_run_with, taxi, DEADLINE};
+use crate::support::cli::{shown, stdout, Guarded};
 use crate::support::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 /// The members' session timeout: a pause longer than this loses the member its tasks.
@@ -278,31 +278,7 @@ fn cluster_job(dir: &Path, shipped: &str, input: &str, output: &str, name: &str)
 /// `taxi generate` of `rides` rides into `topic` at `rate` events/s, one ride per second of
 /// event time, in the background.
 fn feeder(topic: &str, rides: u32, rate: u32) -> Guarded {
-    Guarded(
-        command()
-            .args([
-                "taxi",
-                "generate",
-                "-t",
-                topic,
-                "--count",
-                &rides.to_string(),
-            ])
-            .args(["--rate", "1"])
-            .args([
-                "--produce-rate",
-                &rate.to_string(),
-                "-b",
-                &broker(),
-                "-X",
-                API_TIMEOUT,
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start taxi generate"),
-    )
+    crate::engine_run::feed_with(topic, rides, rate, &["--rate", "1"])
 }
 
 async fn fed(mut feeder: Guarded) {

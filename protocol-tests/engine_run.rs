@@ -92,6 +92,12 @@ pub(crate) fn start_job_with_env(
 /// `taxi generate` producing `count` rides to `topic` at `rate` events a second, in the
 /// background; the returned guard kills it when dropped.
 pub(crate) fn feed(topic: &str, count: u32, rate: u32) -> Guarded {
+    feed_with(topic, count, rate, &[])
+}
+
+/// [`feed`] with more `taxi generate` arguments (e.g. `--rate 1`: a ride per second of event
+/// time).
+pub(crate) fn feed_with(topic: &str, count: u32, rate: u32, extra: &[&str]) -> Guarded {
     Guarded(
         command()
             .args([
@@ -102,6 +108,7 @@ pub(crate) fn feed(topic: &str, count: u32, rate: u32) -> Guarded {
                 "--count",
                 &count.to_string(),
             ])
+            .args(extra)
             .args(["--produce-rate", &rate.to_string(), "-b", &broker()])
             .args(["-X", API_TIMEOUT])
             .stdin(Stdio::null())

@@ -426,7 +426,7 @@ struct Members<'a> {
 }
 
 /// The example's exit status when it stops because it was fenced.
-const FENCED_EXIT: i32 = 3;
+pub(crate) const FENCED_EXIT: i32 = 3;
 
 impl<'a> Members<'a> {
     fn start(run: Run<'a>, seed: u64) -> Self {

@@ -27,38 +27,41 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 /// The members' session timeout: a pause longer than this loses the member its tasks.
-const SESSION_MS: u64 = 6_000;
+pub(crate) const SESSION_MS: u64 = 6_000;
 /// How long a pause lasts: past the session timeout, short of the transaction timeout (so
 /// the broker has not aborted the zombie's transaction by itself when it resumes).
 const PAUSE: Duration = Duration::from_millis(SESSION_MS + 3_000);
-const TRANSACTION_MS: u64 = 20_000;
+pub(crate) const TRANSACTION_MS: u64 = 20_000;
 
 /// One member process and its own state directory.
-struct Member {
-    name: String,
+pub(crate) struct Member {
+    pub(crate) name: String,
     state: PathBuf,
-    runs: usize,
-    child: Option<Guarded>,
-    log: PathBuf,
+    pub(crate) runs: usize,
+    pub(crate) child: Option<Guarded>,
+    pub(crate) log: PathBuf,
 }
 
 /// The members of one job.
-struct Members {
-    label: &'static str,
+pub(crate) struct Members {
+    pub(crate) label: &'static str,
     job: PathBuf,
     dir: PathBuf,
+    /// The brokers the members are started against.
+    pub(crate) bootstrap: String,
     env: Vec<(&'static str, &'static str)>,
-    members: Vec<Member>,
+    pub(crate) members: Vec<Member>,
     seed: u64,
-    events: Vec<String>,
+    pub(crate) events: Vec<String>,
 }
 
 impl Members {
-    fn new(label: &'static str, job: PathBuf, dir: PathBuf, seed: u64) -> Members {
+    pub(crate) fn new(label: &'static str, job: PathBuf, dir: PathBuf, seed: u64) -> Members {
         Members {
             label,
             job,
             dir,
+            bootstrap: broker(),
             env: Vec::new(),
             members: Vec::new(),
             seed,
@@ -66,12 +69,12 @@ impl Members {
         }
     }
 
-    fn note(&mut self, what: String) {
+    pub(crate) fn note(&mut self, what: String) {
         self.events.push(what);
     }
 
     /// Starts member `i` (a new one when `i` is the next index) on its state directory.
-    fn start(&mut self, i: usize) {
+    pub(crate) fn start(&mut self, i: usize) {
         if i == self.members.len() {
             let name = format!("m{i}");
             self.members.push(Member {
@@ -96,7 +99,7 @@ impl Members {
         ];
         m.child = Some(spawn_run_with(
             &self.job,
-            &broker(),
+            &self.bootstrap,
             &m.log,
             false,
             None,
@@ -107,7 +110,7 @@ impl Members {
         self.note(what);
     }
 
-    fn context(&self) -> String {
+    pub(crate) fn context(&self) -> String {
         let mut s = format!(
             "{} (seed {}): events {:?}\n",
             self.label, self.seed, self.events
@@ -127,7 +130,7 @@ impl Members {
     }
 
     /// Fails with every member's log when a running member exited.
-    fn assert_alive(&mut self) {
+    pub(crate) fn assert_alive(&mut self) {
         let mut dead = None;
         for m in &mut self.members {
             if let Some(c) = m.child.as_mut() {
@@ -142,7 +145,7 @@ impl Members {
     }
 
     /// Waits until member `i`'s current run logged `needle`.
-    async fn wait_log(&mut self, i: usize, needle: &str) {
+    pub(crate) async fn wait_log(&mut self, i: usize, needle: &str) {
         let start = Instant::now();
         while !log_of(&self.members[i].log).contains(needle) {
             self.assert_alive();
@@ -160,7 +163,7 @@ impl Members {
         self.members[i].child.as_ref().unwrap().id().to_string()
     }
 
-    fn signal(&self, i: usize, sig: &str) {
+    pub(crate) fn signal(&self, i: usize, sig: &str) {
         let s = std::process::Command::new("kill")
             .args([sig, &self.pid(i)])
             .status()
@@ -169,7 +172,7 @@ impl Members {
     }
 
     /// SIGKILL, then a restart on the same state after `down`.
-    async fn kill_and_restart(&mut self, i: usize, down: Duration) {
+    pub(crate) async fn kill_and_restart(&mut self, i: usize, down: Duration) {
         let mut child = self.members[i].child.take().unwrap();
         child.kill().unwrap();
         child.wait().unwrap();
@@ -195,7 +198,7 @@ impl Members {
     }
 
     /// SIGTERM and wait for a clean exit: the member leaves the group for good.
-    async fn leave(&mut self, i: usize) {
+    pub(crate) async fn leave(&mut self, i: usize) {
         let mut child = self.members[i].child.take().unwrap();
         sigterm(&child);
         let status = tokio::task::spawn_blocking(move || child.0.wait().unwrap())
@@ -237,7 +240,7 @@ impl Members {
     }
 
     /// Whether member `i` logged (in any run) that it gave a membership up.
-    fn rejoined(&self, i: usize) -> bool {
+    pub(crate) fn rejoined(&self, i: usize) -> bool {
         let m = &self.members[i];
         (1..=m.runs).any(|r| {
             log_of(&self.dir.join(format!("{}-run{r}.log", m.name)))
@@ -247,32 +250,48 @@ impl Members {
 }
 
 /// A shipped job as a cluster job of this test: its own topics, group, prefix, interval.
-fn cluster_job(dir: &Path, shipped: &str, input: &str, output: &str, name: &str) -> PathBuf {
-    job_from(
-        dir,
-        shipped,
-        &[
-            ("topics = ", format!("topics = [\"{input}\"]")),
-            (
-                "start = ",
-                format!("start = \"earliest\"\ngroup.id = \"{name}\""),
-            ),
-            ("topic = ", format!("topic = \"{output}\"")),
-            (
-                "transactional.id.prefix = ",
-                format!("transactional.id.prefix = \"{name}\""),
-            ),
-            ("[settings]", "[settings]\nmode = \"cluster\"".into()),
-            (
-                "checkpoint.interval.ms = ",
-                "checkpoint.interval.ms = 200".into(),
-            ),
-            (
-                "transaction.timeout.ms = ",
-                format!("transaction.timeout.ms = {TRANSACTION_MS}"),
-            ),
-        ],
-    )
+pub(crate) fn cluster_job(
+    dir: &Path,
+    shipped: &str,
+    input: &str,
+    output: &str,
+    name: &str,
+) -> PathBuf {
+    cluster_job_with(dir, shipped, input, output, name, &[])
+}
+
+/// [`cluster_job`] with more `(prefix, line)` replacements.
+pub(crate) fn cluster_job_with(
+    dir: &Path,
+    shipped: &str,
+    input: &str,
+    output: &str,
+    name: &str,
+    more: &[(&str, String)],
+) -> PathBuf {
+    let mut replace = vec![
+        ("topics = ", format!("topics = [\"{input}\"]")),
+        (
+            "start = ",
+            format!("start = \"earliest\"\ngroup.id = \"{name}\""),
+        ),
+        ("topic = ", format!("topic = \"{output}\"")),
+        (
+            "transactional.id.prefix = ",
+            format!("transactional.id.prefix = \"{name}\""),
+        ),
+        ("[settings]", "[settings]\nmode = \"cluster\"".into()),
+        (
+            "checkpoint.interval.ms = ",
+            "checkpoint.interval.ms = 200".into(),
+        ),
+        (
+            "transaction.timeout.ms = ",
+            format!("transaction.timeout.ms = {TRANSACTION_MS}"),
+        ),
+    ];
+    replace.extend(more.iter().cloned());
+    job_from(dir, shipped, &replace)
 }
 
 /// `taxi generate` of `rides` rides into `topic` at `rate` events/s, one ride per second of

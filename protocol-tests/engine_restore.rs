@@ -191,5 +191,12 @@ async fn a_restart_from_an_older_retained_checkpoint_resumes_at_its_positions() 
         plain_log(&log2)
     );
     stop(second, &log2).await;
+    // It said before starting that the rollback replays, and counted what it read again.
+    let said = plain_log(&log2);
+    assert!(
+        said.contains(&format!("run: checkpoint {k} is older than the latest"))
+            && said.contains("input records read again after the rollback"),
+        "the restart did not say it replays:\n{said}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -351,45 +351,6 @@ async fn at_least_once_replay_after_a_crash_shows_duplicates() {
     assert_eq!(committed(&topic, 6).await, want, "each record twice");
 }
 
-/// With `continue_on_data_loss`, the lost transaction is counted and the job goes on: the lost
-/// transaction's slot is retired (the pool would refuse to take its id back: its epoch moved as
-/// if another producer had taken it) and the next checkpoint commits through another slot.
-#[tokio::test]
-async fn with_continue_on_data_loss_a_lost_transaction_is_counted_and_the_next_checkpoint_commits()
-{
-    let topic = TestTopic::create("sink-loss-go-on", 1).await;
-    let prefix = unique_topic("sink-loss-go-on");
-    let mut cfg = config(
-        &prefix,
-        Delivery::ExactlyOnce,
-        &[("transaction.timeout.ms", "2000")],
-    );
-    cfg.commit_margin = Duration::from_millis(500);
-    cfg.continue_on_data_loss = true;
-    let (mut sink, _) = start(cfg, &[]).await;
-    write_all(&mut sink, &topic.name, &values("lost", 3)).await;
-    let c = sink.on_barrier(1).await.unwrap().expect("a committable");
-    wait_until_the_coordinator_aborted(&c.transaction.transactional_id).await;
-    let done = sink.on_checkpoint_durable(1).await.unwrap();
-    assert_eq!(done[0].outcome, CommitOutcome::LostAndContinued);
-    assert_eq!(sink.metrics().data_loss_continued, 1);
-    sink.release(1);
-
-    let kept = values("kept", 2);
-    write_all(&mut sink, &topic.name, &kept).await;
-    let c2 = sink.on_barrier(2).await.unwrap().expect("a committable");
-    assert_eq!(
-        c2.transaction.transactional_id,
-        format!("{prefix}-0-1"),
-        "slot 0 is retired"
-    );
-    assert_eq!(
-        sink.on_checkpoint_durable(2).await.unwrap()[0].outcome,
-        CommitOutcome::Committed
-    );
-    assert_eq!(committed(&topic, 2).await, kept);
-}
-
 /// A restart that finds its restored committable aborted long before transaction.timeout.ms
 /// could expire (another job with the same prefix started and fenced our ids meanwhile) stops
 /// with a prefix-clash error at step 1, before its pool's init could fence the other job back.

@@ -30,7 +30,8 @@ pub struct Args {
     /// Start without state: wipe the state directory's checkpoints.
     #[arg(long, conflicts_with = "from_checkpoint")]
     fresh: bool,
-    /// Start from this retained checkpoint (later ones are rolled back).
+    /// Start from this retained checkpoint (later ones are rolled back: the input they read is
+    /// read again and their output written again).
     #[arg(long, value_name = "N")]
     from_checkpoint: Option<u64>,
     /// The state directory (default: the job file's state.dir).
@@ -101,12 +102,37 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         ),
         None => None,
     };
+    // The runtime counts what a restore of an older checkpoint reads again as soon as the state
+    // is open, before it connects: say so then, once.
+    let replay_notice = a.from_checkpoint.map(|n| {
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            loop {
+                let replayed = metrics.snapshot().replayed_records;
+                if replayed > 0 {
+                    eprintln!(
+                        "run: checkpoint {n} is older than the latest: the later ones are rolled back, {replayed} input records they read are read again and the output they committed is written again (read_committed readers see it twice)"
+                    );
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        })
+    });
     let progress = Progress::start(metrics.clone());
-    let result = runtime::run_with_metrics(config, rx, metrics).await;
+    let result = runtime::run_with_metrics(config, rx, metrics.clone()).await;
     drop(progress);
+    if let Some(task) = replay_notice {
+        task.abort();
+    }
     let summary = result.map_err(|e| CliError::Failed(e.to_string()))?;
+    let replayed = metrics.snapshot().replayed_records;
+    let replay = match replayed {
+        0 => String::new(),
+        n => format!(" ({n} input records read again after the rollback)"),
+    };
     eprintln!(
-        "run: stopped after checkpoint {}: {} records in, {} out",
+        "run: stopped after checkpoint {}: {} records in, {} out{replay}",
         summary.last_checkpoint, summary.records_in, summary.records_out
     );
     Ok(ExitCode::SUCCESS)

@@ -54,6 +54,7 @@ pub struct Metrics {
     /// Aborts and fencings that stopped the run (counted once, at the end).
     fatal_aborts: AtomicU64,
     fencings: AtomicU64,
+    replayed: AtomicU64,
     operators: Mutex<Vec<Arc<OperatorCounter>>>,
     lag: Mutex<BTreeMap<(String, i32), i64>>,
 }
@@ -90,7 +91,7 @@ impl OperatorCounter {
 pub struct SinkReport {
     /// Transactions committed (restored ones included).
     pub commits: u64,
-    /// Transactions aborted: lingering ones at recovery, lost ones the job went on without.
+    /// Transactions aborted: lingering ones at recovery.
     pub aborts: u64,
     /// When its oldest open or prepared transaction began (wall-clock ms), if any.
     pub oldest_open_ms: Option<i64>,
@@ -127,6 +128,7 @@ impl Metrics {
             sinks: Mutex::new(BTreeMap::new()),
             fatal_aborts: AtomicU64::new(0),
             fencings: AtomicU64::new(0),
+            replayed: AtomicU64::new(0),
             operators: Mutex::new(Vec::new()),
             lag: Mutex::new(BTreeMap::new()),
         }
@@ -207,6 +209,12 @@ impl Metrics {
     /// The run stopped because another producer fenced one of its transactional ids.
     pub fn fenced(&self) {
         self.fencings.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The run restored a checkpoint older than the latest: `records` input records the later
+    /// checkpoints had read are read again (their output is written again).
+    pub fn replaying(&self, records: u64) {
+        self.replayed.store(records, Ordering::Relaxed);
     }
 
     /// The run stopped because a transaction of a durable checkpoint was aborted (lost).
@@ -302,6 +310,7 @@ impl Metrics {
             commits: sinks.iter().map(|r| r.commits).sum(),
             aborts: sinks.iter().map(|r| r.aborts).sum::<u64>() + load(&self.fatal_aborts),
             fencings: load(&self.fencings),
+            replayed_records: load(&self.replayed),
             oldest_open_transaction_age_seconds: age_ms as f64 / 1e3,
             source_lag,
         }
@@ -361,10 +370,13 @@ pub struct Snapshot {
     pub persisted_bytes: u64,
     /// Transactions the sink committed.
     pub commits: u64,
-    /// Transactions aborted: lingering ones at recovery, lost ones.
+    /// Transactions aborted: lingering ones at recovery.
     pub aborts: u64,
     /// Fencings by another producer of this job's transactional ids.
     pub fencings: u64,
+    /// Input records read again because the run restored a checkpoint older than the latest
+    /// (`--from-checkpoint`): the output of the later checkpoints is written again.
+    pub replayed_records: u64,
     /// How long the oldest open or prepared transaction has been running (0: none).
     pub oldest_open_transaction_age_seconds: f64,
     /// Per source partition: records not read yet.

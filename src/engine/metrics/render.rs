@@ -58,13 +58,14 @@ fn records(s: &Snapshot) -> [One; 3] {
     ]
 }
 
-fn checkpoints(s: &Snapshot) -> [One; 6] {
+fn checkpoints(s: &Snapshot) -> [One; 7] {
     let completed = "Checkpoints completed (durable in the state store).";
     let failed = "Checkpoints cancelled (declined, timed out) or whose write failed.";
     let last_id = "The id of the latest checkpoint completed by this run (0: none yet).";
     let last_duration = "The duration of the latest completed checkpoint.";
     let last_size = "Bytes the latest checkpoint wrote to the state store.";
     let persisted = "Bytes written to the state store by checkpoints.";
+    let replayed = "Input records this run reads again because it restored a checkpoint older than the latest (--from-checkpoint): the output the later checkpoints committed is written again.";
     [
         (
             "checkpoints_completed_total",
@@ -102,12 +103,18 @@ fn checkpoints(s: &Snapshot) -> [One; 6] {
             persisted,
             Num::U(s.persisted_bytes),
         ),
+        (
+            "checkpoint_restore_replayed_records",
+            "gauge",
+            replayed,
+            Num::U(s.replayed_records),
+        ),
     ]
 }
 
 fn transactions(s: &Snapshot) -> [One; 4] {
     let commits = "Sink transactions committed (restored ones included).";
-    let aborts = "Sink transactions aborted: lingering ones at recovery and lost ones.";
+    let aborts = "Sink transactions aborted: lingering ones at recovery.";
     let fencings = "Times another producer fenced one of this job's transactional ids.";
     let age = "Age of the oldest open or prepared sink transaction (0: none); alert well before transaction.timeout.ms.";
     [

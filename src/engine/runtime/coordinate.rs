@@ -21,7 +21,7 @@ use super::output::TaskSink;
 use super::persist::Persister;
 use super::retire::abort_retired;
 use super::routing::key_group_range;
-use super::task::{now_ms, restored, to_store};
+use super::task::{now_ms, record_positions, restored, start_recorded, to_store};
 use super::{RunSummary, RuntimeError};
 use crate::client::Admin;
 use crate::engine::checkpoint::{
@@ -83,6 +83,21 @@ pub(crate) struct Master {
     stopped: bool,
     /// The run's stop signal (for the test pause that ends at a stop).
     stop_signal: Option<watch::Receiver<bool>>,
+    /// Where the sources start when no checkpoint above 0 is restored.
+    start: Start,
+}
+
+/// Where the sources of a run start.
+#[derive(Debug, Clone, PartialEq)]
+enum Start {
+    /// At the restored checkpoint's positions (the coordinator's StartTasks).
+    Restored,
+    /// At the positions checkpoint 0 recorded: a run that crashed before its first checkpoint
+    /// starts where it started, not at a `source.start = "latest"` resolved again.
+    Recorded(Positions),
+    /// As `source.start` says, resolved now and recorded in checkpoint 0 before any source
+    /// reads.
+    Unrecorded,
 }
 
 impl Master {
@@ -122,6 +137,7 @@ impl Master {
             queue: VecDeque::new(),
             stopped: false,
             stop_signal: None,
+            start: Start::Restored,
         }
     }
 
@@ -144,6 +160,11 @@ impl Master {
     /// restart with the same committable unresolved, and resuming it then finds its id's epoch
     /// bumped by the init: a committed transaction reported as lost or as a prefix clash.
     pub(crate) async fn recover(&mut self, record: &CheckpointRecord) -> Result<(), RuntimeError> {
+        self.start = match (record.id, start_recorded(record)) {
+            (0, true) => Start::Recorded(record_positions(record)),
+            (0, false) => Start::Unrecorded,
+            _ => Start::Restored,
+        };
         self.event(Event::Loaded(restored(record)));
         let mut outcomes: Vec<(String, CommitOutcome)> = self
             .resumed
@@ -360,6 +381,15 @@ impl Master {
             }
             false => Vec::new(),
         };
+        // The coordinator's positions are those of the latest complete checkpoint: none
+        // before the first one.
+        let positions = match &self.start {
+            Start::Recorded(recorded) if positions.is_empty() => recorded.clone(),
+            _ => positions,
+        };
+        let record =
+            self.start == Start::Unrecorded && !hook::skipped(hook::Protection::StartRecord);
+        let store = self.store.clone();
         let launched = launch(
             &self.plan,
             states,
@@ -367,8 +397,23 @@ impl Master {
             &positions,
             &self.counters,
             &self.reports_tx,
+            |resolved| {
+                if !record {
+                    return Ok(());
+                }
+                let mut store = store
+                    .lock()
+                    .map_err(|e| RuntimeError::Internal(format!("the state store's lock: {e}")))?;
+                store.record_start(to_store(resolved))?;
+                Ok(())
+            },
         )
         .await?;
+        if record {
+            self.start = Start::Recorded(launched.positions.clone());
+            // A partition the recorded start does not list is new from now on.
+            self.plan.from_checkpoint = true;
+        }
         tracing::info!(positions = ?launched.positions, "source positioned");
         tracing::info!(parallelism = self.plan.parallelism, "subtasks started");
         self.launched = Some(launched);

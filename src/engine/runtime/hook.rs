@@ -40,6 +40,9 @@
 //! - `final-checkpoint`: a stop returns at once instead of taking, committing and recording a
 //!   final checkpoint (`runtime::coordinate`): the subtasks are dropped with their
 //!   transactions open, and a checkpoint made durable just before may never be committed.
+//! - `start-record`: a run without checkpoints does not record where its sources start in
+//!   checkpoint 0 (`runtime::coordinate`), so a restart before the first checkpoint resolves
+//!   `source.start = "latest"` again and skips what arrived in between.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -133,6 +136,8 @@ pub(crate) enum Protection {
     Fencing,
     /// A stop takes, commits and records a final checkpoint before it returns.
     FinalCheckpoint,
+    /// A run without checkpoints records where its sources start in checkpoint 0.
+    StartRecord,
 }
 
 impl Protection {
@@ -143,6 +148,7 @@ impl Protection {
             Protection::Resumption => "resumption",
             Protection::Fencing => "fencing",
             Protection::FinalCheckpoint => "final-checkpoint",
+            Protection::StartRecord => "start-record",
         }
     }
 }
@@ -154,6 +160,7 @@ fn skip_of(spec: &str) -> Option<Protection> {
         Protection::Resumption,
         Protection::Fencing,
         Protection::FinalCheckpoint,
+        Protection::StartRecord,
     ]
     .into_iter()
     .find(|p| p.name() == spec.trim())
@@ -172,7 +179,7 @@ pub(crate) fn skipped(protection: Protection) -> bool {
         let spec = std::env::var(SKIP_ENV).ok()?;
         let p = skip_of(&spec);
         if p.is_none() {
-            tracing::warn!(value = %spec, "{SKIP_ENV} names no protection (retire, alignment, resumption, fencing, final-checkpoint); ignored");
+            tracing::warn!(value = %spec, "{SKIP_ENV} names no protection (retire, alignment, resumption, fencing, final-checkpoint, start-record); ignored");
         }
         p
     });
@@ -254,6 +261,7 @@ mod tests {
             (" retire ", Some(Protection::Retire)),
             ("alignment", Some(Protection::Alignment)),
             ("final-checkpoint", Some(Protection::FinalCheckpoint)),
+            ("start-record", Some(Protection::StartRecord)),
             ("watermarks", None),
             ("", None),
         ];

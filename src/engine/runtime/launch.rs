@@ -107,7 +107,8 @@ where
 }
 
 /// Starts every subtask from `positions`, with sink task i's started `sinks[i]` and keyed
-/// subtask i's window state `states[i]` (restricted to its key groups).
+/// subtask i's window state `states[i]` (restricted to its key groups). `positioned` is
+/// given every source partition's start once all are resolved, before any source reads.
 pub(crate) async fn launch(
     plan: &Plan,
     states: Vec<OperatorState>,
@@ -115,6 +116,7 @@ pub(crate) async fn launch(
     positions: &Positions,
     counters: &Arc<Counters>,
     reports: &UnboundedSender<Report>,
+    positioned: impl FnOnce(&Positions) -> Result<(), RuntimeError>,
 ) -> Result<Launched, RuntimeError> {
     let p = plan.parallelism;
     let mut launched = Launched {
@@ -134,6 +136,7 @@ pub(crate) async fn launch(
     let keyed = plan.has_window();
     let out_of_orderness = plan.topology.out_of_orderness();
     let (senders, receivers) = channels(p, keyed);
+    let mut sources = Vec::new();
     for (i, channels) in senders.into_iter().enumerate() {
         let task = TaskId(u32::try_from(i).unwrap_or(u32::MAX));
         let (control_tx, control) = mpsc::unbounded_channel();
@@ -192,7 +195,11 @@ pub(crate) async fn launch(
             index: i,
             parallelism: p,
         };
-        tracing::info!(task = i, partitions = ?partitions, "source subtask starting");
+        sources.push((task, source, control_tx, partitions));
+    }
+    positioned(&launched.positions)?;
+    for (task, source, control_tx, partitions) in sources {
+        tracing::info!(task = task.0, partitions = ?partitions, "source subtask starting");
         launched.handles.push(spawn(task, reports, source.run()));
         launched.controls.insert(task, control_tx);
         launched.sources.push(task);

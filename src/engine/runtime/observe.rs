@@ -103,7 +103,7 @@ pub(crate) fn sink(metrics: &Metrics, sink: Option<&KafkaSink>) {
         let m = s.metrics();
         let report = SinkReport {
             commits: m.commits,
-            aborts: m.lingering_aborted + m.data_loss_continued,
+            aborts: m.lingering_aborted,
             oldest_open_ms: s.oldest_open_transaction_start_ms(),
         };
         metrics.sink(s.config().task, report);

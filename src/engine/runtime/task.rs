@@ -25,8 +25,8 @@ use crate::engine::sink::{
     SinkConfig,
 };
 use crate::engine::state::{
-    CheckpointRecord, Layout, OperatorLayout, RecordPositions, RestoreFrom, SourcePosition,
-    StateStore, StoreOptions,
+    CheckpointRecord, Layout, OperatorLayout, RecordPositions, RestoreFrom, Rollback,
+    SourcePosition, StateStore, StoreOptions,
 };
 
 /// Transactional ids per sink task: the open, the prepared and the just-committed one.
@@ -71,6 +71,17 @@ pub(crate) async fn run(
     };
     let (store, record) =
         open_store(config.state_dir.clone(), layout, options, config.restore).await?;
+    if let Some(rollback) = store.rollback() {
+        let replayed = replayed_records(&record.positions, rollback);
+        metrics.replaying(replayed);
+        tracing::warn!(
+            restored = rollback.to,
+            latest = rollback.from,
+            replayed,
+            committed_since = rollback.committed_since,
+            "restoring a checkpoint older than the latest: the input read after it is read again and the output the later checkpoints committed is written again (read_committed readers see it twice)"
+        );
+    }
     let allowance = Duration::from_millis(settings.restart_allowance_ms);
     let Some(cluster) = connect(&config.client, allowance, &mut stop).await? else {
         return Ok(RunSummary {
@@ -125,7 +136,7 @@ pub(crate) async fn run(
         patience: Duration::from_millis(settings.checkpoint_timeout_ms),
         transaction_timeout: Duration::from_millis(settings.transaction_timeout_ms),
         metrics,
-        from_checkpoint: record.id > 0,
+        from_checkpoint: record.id > 0 || start_recorded(&record),
         client: config.client.clone(),
     };
     let mut master = Master::new(settings, plan, store, recovered, record.id);
@@ -329,16 +340,44 @@ pub(crate) fn from_store(positions: &[SourcePosition]) -> Positions {
         .collect()
 }
 
+/// How many input records a restore of `positions` reads again that the rolled-back latest
+/// checkpoint had read already (a partition the restored record does not list counts from 0;
+/// unknown when the latest record could not be read: 0).
+pub(crate) fn replayed_records(positions: &[SourcePosition], rollback: &Rollback) -> u64 {
+    let Some(latest) = &rollback.from_positions else {
+        return 0;
+    };
+    latest
+        .iter()
+        .map(|l| {
+            let restored = positions
+                .iter()
+                .find(|p| p.topic == l.topic && p.partition == l.partition)
+                .map_or(0, |p| p.next_offset);
+            u64::try_from(l.next_offset.saturating_sub(restored)).unwrap_or(0)
+        })
+        .sum()
+}
+
+/// A record's source positions (partitions and file).
+pub(crate) fn record_positions(record: &CheckpointRecord) -> Positions {
+    let mut p = from_store(&record.positions);
+    p.file = record.file_position.clone();
+    p
+}
+
+/// Whether checkpoint 0's record holds where the sources started (a run that crashed before
+/// its first checkpoint starts there again).
+pub(crate) fn start_recorded(record: &CheckpointRecord) -> bool {
+    record.id == 0 && (!record.positions.is_empty() || record.file_position.is_some())
+}
+
 /// The record as the coordinator's recovery reads it; checkpoint 0 (a fresh start, or a crash
 /// before the first checkpoint) is no record.
 pub(crate) fn restored(record: &CheckpointRecord) -> Option<Restored<C>> {
     (record.id > 0).then(|| Restored {
         id: CheckpointId(record.id),
-        positions: {
-            let mut p = from_store(&record.positions);
-            p.file = record.file_position.clone();
-            p
-        },
+        positions: record_positions(record),
         unresolved: record
             .committables
             .iter()
@@ -365,6 +404,38 @@ mod tests {
             41,
         );
         assert_eq!(from_store(&to_store(&p).partitions), p);
+    }
+
+    #[test]
+    fn a_rollback_replays_what_the_latest_checkpoint_had_read_past_the_restored_one() {
+        let at = |topic: &str, partition, next_offset| SourcePosition {
+            topic: topic.into(),
+            partition,
+            next_offset,
+        };
+        let rollback = |from: Option<Vec<SourcePosition>>| Rollback {
+            from: 9,
+            to: 7,
+            from_positions: from,
+            committed_since: 0,
+        };
+        let restored = [at("a", 0, 100), at("a", 1, 50)];
+        // (the latest's positions) → records read again
+        for (latest, want) in [
+            (Some(vec![at("a", 0, 130), at("a", 1, 50)]), 30),
+            (
+                Some(vec![at("a", 0, 130), at("a", 1, 70), at("a", 2, 5)]),
+                55,
+            ),
+            (Some(vec![at("a", 0, 90)]), 0), // never negative
+            (None, 0),                       // the latest record unreadable
+        ] {
+            assert_eq!(
+                replayed_records(&restored, &rollback(latest.clone())),
+                want,
+                "{latest:?}"
+            );
+        }
     }
 
     #[test]

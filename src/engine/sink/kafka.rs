@@ -31,8 +31,6 @@ pub enum CommitOutcome {
     Committed,
     /// It had been committed already (an earlier attempt's answer was lost).
     AlreadyCommitted,
-    /// It was aborted before the commit (data loss) and `continue_on_data_loss` let the job go on.
-    LostAndContinued,
 }
 
 /// One transaction [`KafkaSink::on_checkpoint_durable`] resolved.
@@ -53,8 +51,7 @@ pub struct RecoveredCommittable {
     pub checkpoint: u64,
     /// Its transactional id.
     pub transactional_id: String,
-    /// What `resume_transaction` found and did (NotCommitted only with
-    /// `continue_on_data_loss`).
+    /// What `resume_transaction` found and did.
     pub outcome: ResumeOutcome,
 }
 
@@ -78,8 +75,6 @@ pub struct SinkMetrics {
     pub already_committed: u64,
     /// Checkpoints with no records (nothing committed).
     pub empty_checkpoints: u64,
-    /// Lost transactions the job went on without (`continue_on_data_loss`).
-    pub data_loss_continued: u64,
     /// `write` calls answered with back-pressure.
     pub backpressure: u64,
     /// Lingering transactions aborted at recovery.
@@ -121,10 +116,6 @@ struct ExactlyOnce {
     prepared: BTreeMap<u64, Prepared>,
     /// Checkpoint → its ended slot, until the resolution is durable (`release`).
     ended: BTreeMap<u64, EndedSlot>,
-    /// Slots whose transaction was lost and the job went on: the pool refuses to take such an
-    /// id back (its epoch moved as if another producer had taken it), so the slot stays busy
-    /// until the next restart's init.
-    retired: Vec<EndedSlot>,
 }
 
 enum Mode {
@@ -236,7 +227,6 @@ impl Resumed {
                     open: None,
                     prepared: BTreeMap::new(),
                     ended: BTreeMap::new(),
-                    retired: Vec::new(),
                 }))
             }
             delivery => {
@@ -292,7 +282,7 @@ impl KafkaSink {
     /// With a fresh start `restored` is empty.
     ///
     /// # Errors
-    /// [`SinkError::DataLoss`] (unless `continue_on_data_loss`), [`SinkError::PrefixClash`],
+    /// [`SinkError::DataLoss`], [`SinkError::PrefixClash`],
     /// [`SinkError::CommitDeadline`], [`SinkError::Config`], [`SinkError::Client`].
     pub async fn resume(
         config: SinkConfig,
@@ -378,12 +368,11 @@ impl KafkaSink {
                             return Ok(Written::Backpressure {
                                 record: Box::new(record),
                                 reason: format!(
-                                    "all {} transactional ids of '{prefix}' are busy ({} open, {} prepared, {} ended and not released, {} retired)",
+                                    "all {} transactional ids of '{prefix}' are busy ({} open, {} prepared, {} ended and not released)",
                                     eo.pool.transactional_ids().len(),
                                     c.open,
                                     c.prepared,
                                     c.ended,
-                                    eo.retired.len()
                                 ),
                             });
                         }
@@ -533,8 +522,8 @@ impl KafkaSink {
     /// never given up after a number of tries.
     ///
     /// # Errors
-    /// [`SinkError::DataLoss`] when the transaction was aborted before the commit (unless
-    /// `continue_on_data_loss`); [`SinkError::PrefixClash`] when a later transaction of the id
+    /// [`SinkError::DataLoss`] when the transaction was aborted before the commit;
+    /// [`SinkError::PrefixClash`] when a later transaction of the id
     /// exists, or the abort came before a timeout could have fired; [`SinkError::CommitDeadline`];
     /// [`SinkError::Client`] for errors retrying cannot help. Transactions of later checkpoints
     /// stay prepared.
@@ -554,12 +543,7 @@ impl KafkaSink {
             let id = p.slot.committable().transactional_id.clone();
             let (outcome, ended) =
                 commit_prepared(&self.config, ckpt, p, &mut self.metrics).await?;
-            match outcome {
-                CommitOutcome::LostAndContinued => eo.retired.push(ended),
-                _ => {
-                    eo.ended.insert(ckpt, ended);
-                }
-            }
+            eo.ended.insert(ckpt, ended);
             done.push(CheckpointCommit {
                 checkpoint: ckpt,
                 transactional_id: id,
@@ -786,8 +770,7 @@ async fn commit_prepared(
 /// What a resumed (or retried) commit's outcome means for the sink, the one rule for a
 /// checkpoint's commit and a recovery's: committed (counted); lost — a prefix clash when the
 /// coordinator aborted it before `transaction.timeout.ms` could expire from `start` (so another
-/// producer did), else data loss, or counted and carried on with `continue_on_data_loss`;
-/// superseded — a prefix clash.
+/// producer did), else data loss; superseded — a prefix clash.
 fn settle(
     config: &SinkConfig,
     ckpt: u64,
@@ -821,13 +804,7 @@ fn settle(
                     ),
                 });
             }
-            let error = data_loss(config, ckpt, id, reason);
-            if !config.continue_on_data_loss {
-                return Err(error);
-            }
-            warn!(error = %error, "continuing without the lost records (continue_on_data_loss)");
-            metrics.data_loss_continued += 1;
-            Ok(CommitOutcome::LostAndContinued)
+            Err(data_loss(config, ckpt, id, reason))
         }
         Resolution::Clash(reason) => Err(SinkError::PrefixClash {
             prefix: config.pool_prefix(),

@@ -72,10 +72,6 @@ pub struct SinkConfig {
     pub restart_allowance: Duration,
     /// Commits stop being retried this long before transaction start + transaction.timeout.ms.
     pub commit_margin: Duration,
-    /// A commit that finds its transaction aborted (data loss) is counted
-    /// ([`SinkMetrics::data_loss_continued`]) and the job goes on, instead of failing. The
-    /// slot of the lost transaction stays retired until the next restart.
-    pub continue_on_data_loss: bool,
 }
 
 impl SinkConfig {
@@ -97,7 +93,6 @@ impl SinkConfig {
             checkpoint_timeout: Duration::from_secs(60),
             restart_allowance: Duration::from_secs(60),
             commit_margin: Duration::from_secs(5),
-            continue_on_data_loss: false,
         }
     }
 
@@ -170,7 +165,7 @@ pub struct SinkCommittable {
 pub enum SinkError {
     /// A durable checkpoint's transaction was aborted before it was committed: its records are
     /// lost.
-    #[error("DATA LOSS: checkpoint {checkpoint}'s transaction '{transactional_id}' was aborted before it could be committed ({reason}); its records are lost. transaction.timeout.ms={transaction_timeout_ms} must outlast checkpoint.interval.ms={interval_ms} + checkpoint.timeout.ms={checkpoint_timeout_ms} + the restart time: raise transaction.timeout.ms (up to the brokers' transaction.max.timeout.ms) or shorten the checkpoint interval/timeout; continue_on_data_loss=true would go on without these records")]
+    #[error("DATA LOSS: checkpoint {checkpoint}'s transaction '{transactional_id}' was aborted before it could be committed ({reason}); its records are lost. transaction.timeout.ms={transaction_timeout_ms} must outlast checkpoint.interval.ms={interval_ms} + checkpoint.timeout.ms={checkpoint_timeout_ms} + the restart time: raise transaction.timeout.ms (up to the brokers' transaction.max.timeout.ms) or shorten the checkpoint interval/timeout")]
     DataLoss {
         /// The checkpoint.
         checkpoint: u64,

@@ -122,6 +122,25 @@ pub struct StateStore {
     retain: u32,
     generation: u64,
     latest: u64,
+    /// What the restore of a checkpoint older than the latest undid (`--from-checkpoint`).
+    rollback: Option<Rollback>,
+}
+
+/// A restore of checkpoint `to` when `from` was the latest: the input read after `to` is read
+/// again, and the output its checkpoints committed is written again (read_committed readers
+/// see it twice), as when Flink restores an older checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Rollback {
+    /// The latest checkpoint before the restore.
+    pub from: u64,
+    /// The checkpoint restored.
+    pub to: u64,
+    /// `from`'s source positions (`None` when its record could not be read).
+    pub from_positions: Option<Vec<SourcePosition>>,
+    /// Committables of `to` that were committed after it (left out of its record: never
+    /// resumed again).
+    pub committed_since: usize,
 }
 
 impl std::fmt::Debug for StateStore {
@@ -193,6 +212,7 @@ impl StateStore {
             retain: options.retain,
             generation: 0,
             latest: 0,
+            rollback: None,
         };
         store.generation = store.read_u64(GENERATION_KEY)?.unwrap_or(0) + 1;
 
@@ -221,9 +241,10 @@ impl StateStore {
                     return Err(StateError::LayoutMismatch { difference });
                 }
                 if target < latest {
-                    store.rollback_to(target)?;
+                    store.rollback_to(target)?
+                } else {
+                    record
                 }
-                record
             }
         };
         // The generation tells incarnations apart (in records and logs); durable before use.
@@ -260,6 +281,12 @@ impl StateStore {
             self.layout.key_groups,
             self.dir.clone(),
         ))
+    }
+
+    /// What opening this store rolled back, when it restored a checkpoint older than the
+    /// latest.
+    pub fn rollback(&self) -> Option<&Rollback> {
+        self.rollback.as_ref()
     }
 
     /// The latest complete checkpoint.
@@ -318,6 +345,32 @@ impl StateStore {
         if record.id != n {
             return Err(corrupt(format!("it says it is checkpoint {}", record.id)));
         }
+        Ok(record)
+    }
+
+    /// Writes where the sources of a job without checkpoints start into checkpoint 0's record
+    /// (fsynced), so that a restart before the first checkpoint starts there too instead of
+    /// resolving `source.start = "latest"` again and skipping what arrived in between.
+    /// Returns the record as written.
+    ///
+    /// # Errors
+    /// [`StateError::Misuse`] once a checkpoint above 0 is complete (its positions are the
+    /// start then); storage errors.
+    pub fn record_start(&mut self, positions: RecordPositions) -> Result<CheckpointRecord> {
+        if self.latest != 0 {
+            return Err(StateError::Misuse(format!(
+                "recording the sources' start, but checkpoint {} is complete already",
+                self.latest
+            )));
+        }
+        let mut record = self.record(0)?;
+        record.positions = positions.partitions;
+        record.file_position = positions.file;
+        record.generation = self.generation;
+        let mut batch = self.batch();
+        batch.insert(&self.meta, checkpoint_key(0), self.encode_record(&record)?);
+        self.commit(batch)?;
+        tracing::info!(dir = %self.dir.display(), partitions = record.positions.len(), "the sources' start recorded in checkpoint 0");
         Ok(record)
     }
 
@@ -445,8 +498,30 @@ impl StateStore {
         if n + 1 < floor || !self.list()?.contains(&n) {
             return Err(self.not_retained(n)?);
         }
-        let record = self.record(n)?;
+        let mut record = self.record(n)?;
+        // The latest record lists every committable not known to be committed when it was
+        // written: one of n's it no longer lists was committed after n. It must not be resumed
+        // again: its transactional id may carry a later checkpoint's transaction by now (the
+        // resume would see a prefix clash, or data loss, where there is none). Kept out of n's
+        // record in the same batch, so a crash after the rollback cannot bring it back.
+        let latest = match self.record(self.latest) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), latest = self.latest, error = %e,
+                    "the latest checkpoint record cannot be read: checkpoint {n}'s committables are resumed as it lists them");
+                None
+            }
+        };
+        let mut committed_since = 0;
+        if let Some(latest) = &latest {
+            let listed = record.committables.len();
+            record
+                .committables
+                .retain(|c| latest.committables.contains(c));
+            committed_since = listed - record.committables.len();
+        }
         let mut batch = self.batch();
+        batch.insert(&self.meta, checkpoint_key(n), self.encode_record(&record)?);
         // The images of n+1, n+2, ... in key order (checkpoint first): the first image of a key
         // is its value at n. A batch must carry each key once, hence the map.
         let mut images: BTreeMap<(u32, Vec<u8>), Option<Vec<u8>>> = BTreeMap::new();
@@ -481,7 +556,13 @@ impl StateStore {
         let from = self.latest;
         self.commit(batch)?;
         self.latest = n;
-        tracing::info!(dir = %self.dir.display(), from, to = n, "state rolled back");
+        tracing::info!(dir = %self.dir.display(), from, to = n, committed_since, "state rolled back");
+        self.rollback = Some(Rollback {
+            from,
+            to: n,
+            from_positions: latest.map(|r| r.positions),
+            committed_since,
+        });
         Ok(record)
     }
 

@@ -95,6 +95,31 @@ fn crash_before_persist_restores_exactly_the_last_checkpoint() {
 }
 
 #[test]
+fn the_sources_start_recorded_in_checkpoint_zero_is_what_a_restart_before_checkpoint_one_finds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let (mut store, record) = open(dir.path(), 2, RestoreFrom::Fresh).expect("fresh");
+        assert!(record.positions.is_empty());
+        let written = store
+            .record_start(RecordPositions::from(position(41)))
+            .expect("record the start");
+        assert_eq!((written.id, written.positions.clone()), (0, position(41)));
+    }
+    let (mut store, record) = open(dir.path(), 2, RestoreFrom::Latest).expect("reopen");
+    assert_eq!((record.id, record.positions), (0, position(41)));
+    // Once a checkpoint is complete, its positions are where a restart starts.
+    let mut op = store.operator("counts").expect("op");
+    checkpoint(&mut store, &mut op, 1);
+    let refused = store
+        .record_start(RecordPositions::from(position(7)))
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("checkpoint 1 is complete"),
+        "{refused}"
+    );
+}
+
+#[test]
 fn a_persisted_checkpoint_is_what_restores() {
     let dir = tempfile::tempdir().expect("tempdir");
     {
@@ -119,6 +144,52 @@ fn a_persisted_checkpoint_is_what_restores() {
     assert_eq!(count(&op, "a").as_deref(), Some("2"));
     assert_eq!(count(&op, "b").as_deref(), Some("2"));
     assert_eq!(store.generation(), 2, "every open bumps the generation");
+}
+
+/// Checkpoint 1's committable was committed after it (checkpoint 3's record no longer lists
+/// it); checkpoint 2's was not (3 still lists it). Restoring 1 must not resume the first again
+/// (its id may carry a later transaction by now), and a restore of 2 keeps the second.
+#[test]
+fn a_restore_of_an_older_checkpoint_drops_the_committables_committed_since() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |dir: &Path| {
+        let (mut store, _) = open(dir, 3, RestoreFrom::Fresh).expect("fresh");
+        let mut op = store.operator("counts").expect("op");
+        checkpoint(&mut store, &mut op, 1);
+        for (n, listed) in [
+            (2, vec![committable(2)]),
+            (3, vec![committable(2), committable(3)]),
+        ] {
+            let delta = op.snapshot(n).expect("snapshot");
+            store
+                .persist(n, &[delta], position(n as i64 * 10), listed)
+                .expect("persist");
+            op.complete(n).expect("complete");
+        }
+    };
+    write(dir.path());
+    let (store, record) = open(dir.path(), 3, RestoreFrom::Checkpoint(1)).expect("restore 1");
+    assert_eq!((record.id, record.committables.len()), (1, 0), "{record:?}");
+    let rollback = store.rollback().expect("a rollback");
+    assert_eq!(
+        (rollback.from, rollback.to, rollback.committed_since),
+        (3, 1, 1)
+    );
+    assert_eq!(rollback.from_positions, Some(position(30)));
+    drop(store);
+    // Durable: a crash after the rollback finds checkpoint 1 as restored.
+    let (store, record) = open(dir.path(), 3, RestoreFrom::Latest).expect("reopen");
+    assert!(record.committables.is_empty() && store.rollback().is_none());
+    drop(store);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path());
+    let (_, record) = open(dir.path(), 3, RestoreFrom::Checkpoint(2)).expect("restore 2");
+    assert_eq!(
+        record.committables,
+        vec![committable(2)],
+        "still unresolved at 3"
+    );
 }
 
 #[test]

@@ -370,7 +370,7 @@ pub struct Snapshot {
     pub persisted_bytes: u64,
     /// Transactions the sink committed.
     pub commits: u64,
-    /// Transactions aborted: lingering ones at recovery.
+    /// Transactions aborted: lingering ones at recovery, and a lost one that stopped the run.
     pub aborts: u64,
     /// Fencings by another producer of this job's transactional ids.
     pub fencings: u64,

@@ -114,7 +114,7 @@ fn checkpoints(s: &Snapshot) -> [One; 7] {
 
 fn transactions(s: &Snapshot) -> [One; 4] {
     let commits = "Sink transactions committed (restored ones included).";
-    let aborts = "Sink transactions aborted: lingering ones at recovery.";
+    let aborts = "Sink transactions aborted: lingering ones at recovery, and a lost one that stopped the run.";
     let fencings = "Times another producer fenced one of this job's transactional ids.";
     let age = "Age of the oldest open or prepared sink transaction (0: none); alert well before transaction.timeout.ms.";
     [

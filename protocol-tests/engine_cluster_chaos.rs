@@ -28,7 +28,8 @@
 //! ONCEFLOW_CHAOS_SEED replays a run; ONCEFLOW_CHAOS_KILLS (default 8 actions),
 //! ONCEFLOW_CHAOS_EVENTS (default 8,000) and ONCEFLOW_CHAOS_RATE (events/s, default 250) size
 //! it; ONCEFLOW_CHAOS_STEP_MS (1,080) and ONCEFLOW_CHAOS_DISORDER_MS (50,000) shape the event
-//! times. `scripts/long-scenarios` runs the long form (the 40,000 events and 25 actions).
+//! times; ONCEFLOW_CHAOS_INTERVAL_MS (200) and ONCEFLOW_CHAOS_HEARTBEAT_MS (500) are the
+//! members' checkpoint interval and heartbeat. `scripts/long-scenarios` runs the long form (the 40,000 events and 25 actions).
 //! Transactional: run at TV2 and TV1, on a private broker (19562, or 20562 at TV1).
 
 use crate::engine_members::{cluster_job_with, Members, SESSION_MS};
@@ -412,10 +413,19 @@ async fn three_members_started_together_under_kills_pauses_and_a_broker_kill_cou
         &input.name,
         &output.name,
         &name,
-        &[(
-            "# window.late_topic",
-            format!("window.late_topic = \"{}\"", late.name),
-        )],
+        &[
+            (
+                "# window.late_topic",
+                format!("window.late_topic = \"{}\"", late.name),
+            ),
+            (
+                "checkpoint.interval.ms = ",
+                format!(
+                    "checkpoint.interval.ms = {}",
+                    env_or("ONCEFLOW_CHAOS_INTERVAL_MS", 200)
+                ),
+            ),
+        ],
     );
     let step = env_or("ONCEFLOW_CHAOS_STEP_MS", 1_080) as i64;
     let disorder = (env_or("ONCEFLOW_CHAOS_DISORDER_MS", 50_000) as i64).min(59_000);
@@ -423,6 +433,7 @@ async fn three_members_started_together_under_kills_pauses_and_a_broker_kill_cou
     let want = expected(&input_events);
     let mut ms = Members::new(label, job, dir.clone(), seed);
     ms.bootstrap = addr.clone();
+    ms.heartbeat_ms = env_or("ONCEFLOW_CHAOS_HEARTBEAT_MS", 500);
     let started = Instant::now();
     // Input arrives while the three members first join.
     let quiet = env_or("ONCEFLOW_CHAOS_QUIET", 0) == 1;

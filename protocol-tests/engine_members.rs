@@ -49,6 +49,8 @@ pub(crate) struct Members {
     dir: PathBuf,
     /// The brokers the members are started against.
     pub(crate) bootstrap: String,
+    /// The members' heartbeat.interval.ms.
+    pub(crate) heartbeat_ms: u64,
     env: Vec<(&'static str, &'static str)>,
     pub(crate) members: Vec<Member>,
     seed: u64,
@@ -62,6 +64,7 @@ impl Members {
             job,
             dir,
             bootstrap: broker(),
+            heartbeat_ms: 500,
             env: Vec::new(),
             members: Vec::new(),
             seed,
@@ -89,13 +92,14 @@ impl Members {
         m.runs += 1;
         m.log = self.dir.join(format!("{}-run{}.log", m.name, m.runs));
         let session = format!("session.timeout.ms={SESSION_MS}");
+        let heartbeat = format!("heartbeat.interval.ms={}", self.heartbeat_ms);
         let extra = [
             "--state-dir",
             m.state.to_str().unwrap(),
             "-X",
             &session,
             "-X",
-            "heartbeat.interval.ms=500",
+            &heartbeat,
         ];
         m.child = Some(spawn_run_with(
             &self.job,
@@ -260,7 +264,7 @@ pub(crate) fn cluster_job(
     cluster_job_with(dir, shipped, input, output, name, &[])
 }
 
-/// [`cluster_job`] with more `(prefix, line)` replacements.
+/// [`cluster_job`] with more `(prefix, line)` replacements (they win over its own).
 pub(crate) fn cluster_job_with(
     dir: &Path,
     shipped: &str,
@@ -290,8 +294,9 @@ pub(crate) fn cluster_job_with(
             format!("transaction.timeout.ms = {TRANSACTION_MS}"),
         ),
     ];
-    replace.extend(more.iter().cloned());
-    job_from(dir, shipped, &replace)
+    let mut all = more.to_vec();
+    all.append(&mut replace);
+    job_from(dir, shipped, &all)
 }
 
 /// `taxi generate` of `rides` rides into `topic` at `rate` events/s, one ride per second of

@@ -12,9 +12,10 @@ use super::state::{
     ListStateDescriptor, ListStateHandle, MapStateDescriptor, MapStateHandle, ValueStateDescriptor,
     ValueStateHandle,
 };
-use super::timers::{restore_watermark, store_watermark, TimerService};
+use super::timers::TimerService;
 use super::FunctionError;
 use crate::engine::metrics::OperatorCounter;
+use crate::engine::runtime::stored_watermark::StoredWatermark;
 use crate::engine::runtime::topology::{downcast, Element, KeyedStage, Output};
 use crate::engine::runtime::RuntimeError;
 use crate::engine::state::{OperatorState, TimerState, ValueState};
@@ -145,6 +146,8 @@ pub(crate) struct ProcessStage<K, I, O, F> {
     pub(crate) state: OperatorState,
     pub(crate) timers: TimerService,
     pub(crate) watermark: Option<i64>,
+    /// What checkpoints keep of the watermark (per key group).
+    pub(crate) stored: StoredWatermark,
     pub(crate) next: Downstream<O>,
     pub(crate) counters: Vec<Arc<OperatorCounter>>,
     /// The operator's index among the job's operators.
@@ -174,7 +177,7 @@ where
         name: String,
     ) -> Result<Self, RuntimeError> {
         let timers = TimerService::restore(&state, TIMERS)?;
-        let watermark = restore_watermark(&state, WATERMARK)?;
+        let (watermark, stored) = StoredWatermark::restore(&state, WATERMARK)?;
         tracing::info!(
             operator = %name,
             key_groups = ?state.key_groups(),
@@ -186,6 +189,7 @@ where
             f,
             timers,
             watermark,
+            stored,
             state,
             next,
             counters,
@@ -267,12 +271,16 @@ where
             return Ok(());
         }
         self.watermark = Some(watermark);
-        store_watermark(&mut self.state, WATERMARK, watermark);
+        self.stored.advanced(watermark);
         self.fire_timers(watermark, out)
     }
 
     fn state_mut(&mut self) -> &mut OperatorState {
         &mut self.state
+    }
+
+    fn before_snapshot(&mut self) {
+        self.stored.store(&mut self.state, self.watermark);
     }
 
     fn watermark(&self) -> Option<i64> {

@@ -93,7 +93,7 @@ impl Harness {
 
     /// Checkpoint `n` made durable.
     fn checkpoint(&mut self, n: u64) {
-        let delta = self.stage.state_mut().snapshot(n).unwrap();
+        let delta = self.stage.snapshot(n).unwrap();
         self.store
             .persist(n, &[delta], Vec::new(), Vec::new())
             .unwrap();

@@ -1,4 +1,4 @@
-//! Event-time timers of a keyed process function, and a keyed subtask's stored watermark.
+//! Event-time timers of a keyed process function.
 //!
 //! Timers live twice: in the checkpointed [`TimerState`] (so they survive a restart) and in
 //! an in-memory queue ordered by (time, key) (Flink's heap timer service), loaded from the
@@ -8,40 +8,7 @@
 use std::collections::BTreeSet;
 
 use crate::engine::runtime::RuntimeError;
-use crate::engine::state::{OperatorState, TimerState, ValueState};
-
-/// Where a watermark is stored: under this key in the first key group of the subtask's range
-/// (with a rescale, a subtask takes the smallest of those in its new range: no record that was
-/// on time becomes late).
-const WATERMARK_KEY: &[u8] = b"watermark";
-
-/// The subtask's watermark stored in `at`, the smallest over its key groups.
-///
-/// # Errors
-/// The store failed, or the stored watermark is not a number.
-pub(crate) fn restore_watermark(
-    state: &OperatorState,
-    at: ValueState,
-) -> Result<Option<i64>, RuntimeError> {
-    let mut watermark: Option<i64> = None;
-    for kg in state.key_groups() {
-        if let Some(bytes) = at.get_in_group(state, kg, WATERMARK_KEY)? {
-            let w: i64 = serde_json::from_slice(&bytes)
-                .map_err(|e| RuntimeError::Internal(format!("stored watermark: {e}")))?;
-            watermark = Some(watermark.map_or(w, |m| m.min(w)));
-        }
-    }
-    Ok(watermark)
-}
-
-/// Stores the subtask's watermark `w` in `at` (see [`restore_watermark`]).
-pub(crate) fn store_watermark(state: &mut OperatorState, at: ValueState, w: i64) {
-    let groups = state.key_groups();
-    if !groups.is_empty() {
-        let bytes = w.to_string().into_bytes();
-        at.set_in_group(state, groups.start, WATERMARK_KEY, &bytes);
-    }
-}
+use crate::engine::state::{OperatorState, TimerState};
 
 /// A keyed subtask's event-time timers (module docs).
 #[derive(Debug, Default)]

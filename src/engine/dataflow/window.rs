@@ -15,10 +15,10 @@ use super::chain::{count_in, count_out, Downstream};
 use super::sink::KafkaSink;
 use super::state::{decode, encode};
 use super::stream::{KeyedStream, ResultStream};
-use super::timers::{restore_watermark, store_watermark};
 use crate::engine::job::window::{route, start_key, Admission, Window, WindowKind};
 use crate::engine::metrics::{Metrics, OperatorCounter};
 use crate::engine::runtime::pipeline::timers_may_be_due;
+use crate::engine::runtime::stored_watermark::StoredWatermark;
 use crate::engine::runtime::topology::{downcast, Element, KeyedStage, Output};
 use crate::engine::runtime::RuntimeError;
 use crate::engine::state::{MapState, OperatorState, TimerState, ValueState};
@@ -197,6 +197,7 @@ where
                 spec: spec.clone(),
                 state: env.state,
                 watermark: None,
+                stored: None,
                 scanned_to: None,
                 next: env.next,
                 counters: env.counters,
@@ -244,6 +245,8 @@ pub(crate) struct WindowStage<K, T, Acc, R, O, A, F> {
     spec: WindowSpec<T>,
     state: OperatorState,
     watermark: Option<i64>,
+    /// The key groups' restored watermarks and what checkpoints keep (set by `restored`).
+    stored: Option<StoredWatermark>,
     /// The watermark up to which timers were last looked for (as the job file's window).
     scanned_to: Option<i64>,
     next: Downstream<O>,
@@ -265,7 +268,9 @@ where
     F: Fn(&K, Window, R) -> O + Send + Sync + 'static,
 {
     fn restored(mut self) -> Result<Self, RuntimeError> {
-        self.watermark = restore_watermark(&self.state, WATERMARK)?;
+        let (watermark, stored) = StoredWatermark::restore(&self.state, WATERMARK)?;
+        self.watermark = watermark;
+        self.stored = Some(stored);
         tracing::info!(
             operator = %self.name,
             key_groups = ?self.state.key_groups(),
@@ -324,7 +329,11 @@ where
         out: &mut Vec<Output>,
     ) -> Result<(), RuntimeError> {
         let lateness = self.spec.lateness;
-        let routed = route(self.spec.kind, t, self.watermark, lateness);
+        let judged_by = match &self.stored {
+            Some(s) => s.for_key(&self.state, key_bytes, self.watermark),
+            None => self.watermark,
+        };
+        let routed = route(self.spec.kind, t, judged_by, lateness);
         if routed.is_late() {
             self.late(value, out)?;
         }
@@ -380,7 +389,9 @@ where
             return Ok(());
         }
         self.watermark = Some(w);
-        store_watermark(&mut self.state, WATERMARK, w);
+        if let Some(s) = &mut self.stored {
+            s.advanced(w);
+        }
         let (size, slide) = self.spec.kind.size_and_slide();
         let lateness = self.spec.lateness;
         if !timers_may_be_due(self.scanned_to, w, size, slide, lateness) {
@@ -407,6 +418,12 @@ where
 
     fn state_mut(&mut self) -> &mut OperatorState {
         &mut self.state
+    }
+
+    fn before_snapshot(&mut self) {
+        if let Some(s) = &mut self.stored {
+            s.store(&mut self.state, self.watermark);
+        }
     }
 
     fn watermark(&self) -> Option<i64> {

@@ -201,7 +201,7 @@ impl KeyedSubtask {
                 state.cancel(m)?;
             }
         }
-        let delta = state.snapshot(id.0)?;
+        let delta = self.stage.snapshot(id.0)?;
         let committables = self.sink.barrier(id).await?;
         tracing::debug!(task = %self.task, checkpoint = id.0, watermark = ?self.stage.watermark(), "aligned and snapshotted");
         let _ = self.reports.send(Report::Ack {

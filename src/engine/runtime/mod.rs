@@ -53,6 +53,7 @@ pub(crate) mod pipeline;
 mod retire;
 mod routing;
 mod source;
+pub(crate) mod stored_watermark;
 mod task;
 pub(crate) mod topology;
 

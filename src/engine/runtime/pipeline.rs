@@ -9,6 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::Value;
 
+use super::stored_watermark::StoredWatermark;
 use super::topology::{
     downcast, Element, Emitted, InputRecord, KeyedLayout, KeyedStage, SourceChain, Topology,
 };
@@ -32,11 +33,9 @@ const ACCUMULATORS: MapState = MapState::new(0);
 const FIRE: TimerState = TimerState::new(1);
 /// (window end + allowed lateness, record key): drop the window's state.
 const CLEANUP: TimerState = TimerState::new(2);
-/// A keyed subtask's watermark (JSON i64), under [`WATERMARK_KEY`] in the first key group of
-/// its range, so a restart does not re-open fired windows; with a rescale, a subtask takes the
-/// smallest of those in its new range (no record that was on time becomes late).
+/// A keyed subtask's watermark, in every key group of its range (`stored_watermark`), so a
+/// restart, at any parallelism, does not re-open fired windows.
 const WATERMARK: ValueState = ValueState::new(3);
-const WATERMARK_KEY: &[u8] = b"watermark";
 
 /// A record on its way to the sink: its topic (`None`: the sink's), Kafka key and value.
 #[derive(Debug, Clone, PartialEq)]
@@ -189,6 +188,8 @@ struct WindowOp {
     state: OperatorState,
     /// The subtask's watermark: the smallest of its inputs' (never back).
     watermark: Option<i64>,
+    /// The key groups' restored watermarks above it, and what the checkpoints keep.
+    stored: StoredWatermark,
     /// The watermark up to which timers were last looked for (timers are scanned only when
     /// the watermark crosses a window boundary: a scan visits every key group of the range).
     scanned_to: Option<i64>,
@@ -229,19 +230,13 @@ impl WindowStage {
         else {
             return Err(RuntimeError::Internal("window operator not found".into()));
         };
-        let mut watermark: Option<i64> = None;
-        for kg in state.key_groups() {
-            if let Some(bytes) = WATERMARK.get_in_group(&state, kg, WATERMARK_KEY)? {
-                let w: i64 = serde_json::from_slice(&bytes)
-                    .map_err(|e| RuntimeError::Internal(format!("stored watermark: {e}")))?;
-                watermark = Some(watermark.map_or(w, |m| m.min(w)));
-            }
-        }
+        let (watermark, stored) = StoredWatermark::restore(&state, WATERMARK)?;
         Ok(WindowStage {
             window: WindowOp {
                 spec: spec.clone(),
                 state,
                 watermark,
+                stored,
                 // None: the first advance after a restore scans the restored timers.
                 scanned_to: None,
                 firing: None,
@@ -277,7 +272,8 @@ impl WindowStage {
     ) -> Result<Vec<Output>, RuntimeError> {
         let w = &self.window;
         let mut out = Vec::new();
-        if route(w.spec.kind, t, w.watermark, w.spec.allowed_lateness).is_late() {
+        let judged_by = w.stored.for_key(&w.state, key.as_bytes(), w.watermark);
+        if route(w.spec.kind, t, judged_by, w.spec.allowed_lateness).is_late() {
             // Counted either way; written to the side topic, in the same transaction as the
             // main output, when the job has one.
             self.late += 1;
@@ -377,7 +373,10 @@ impl WindowOp {
     /// Adds a record at event time `t` to its windows; a late update fires its window again.
     fn add(&mut self, key: &Key, t: i64, value: &Value) -> Result<Vec<(Key, Value)>, RuntimeError> {
         let lateness = self.spec.allowed_lateness;
-        let routed = route(self.spec.kind, t, self.watermark, lateness);
+        let judged_by = self
+            .stored
+            .for_key(&self.state, key.as_bytes(), self.watermark);
+        let routed = route(self.spec.kind, t, judged_by, lateness);
         let mut fired = Vec::new();
         for (window, admission) in routed.windows {
             if admission == Admission::Late {
@@ -422,12 +421,8 @@ impl WindowOp {
             return Ok(Vec::new());
         }
         self.watermark = Some(w);
-        let bytes = serde_json::to_vec(&w)
-            .map_err(|e| RuntimeError::Internal(format!("watermark: {e}")))?;
+        self.stored.advanced(w);
         let groups = self.state.key_groups();
-        if !groups.is_empty() {
-            WATERMARK.set_in_group(&mut self.state, groups.start, WATERMARK_KEY, &bytes);
-        }
         let (size, slide) = self.spec.kind.size_and_slide();
         let lateness = self.spec.allowed_lateness;
         if !timers_may_be_due(self.scanned_to, w, size, slide, lateness) {
@@ -675,6 +670,11 @@ impl KeyedStage for WindowStage {
         &mut self.window.state
     }
 
+    fn before_snapshot(&mut self) {
+        let w = &mut self.window;
+        w.stored.store(&mut w.state, w.watermark);
+    }
+
     fn watermark(&self) -> Option<i64> {
         self.window.watermark
     }
@@ -814,17 +814,7 @@ mod tests {
     /// A counting hourly window with 1 s out-of-orderness, `late_topic` as given: the source
     /// subtask's prefix and one keyed subtask's stage over all key groups.
     fn stages(dir: &std::path::Path, late: &str) -> (StateStore, Prefix, WindowStage) {
-        let job = Job::parse(
-            "l.toml",
-            &format!(
-                "name = \"l\"\n[source]\nbrokers = \"b:1\"\ntopics = [\"in\"]\n\
-                 [[pipeline]]\nkey_by = \"k\"\n\
-                 [[pipeline]]\nwindow = {{ tumbling = \"1h\", time = \"t\", out_of_orderness = \"1s\" {late} }}\n\
-                 [[pipeline]]\naggregate.n = \"count\"\n\
-                 [sink]\ntopic = \"o\"\ndelivery.guarantee = \"none\"\n"
-            ),
-        )
-        .unwrap();
+        let job = window_job(late);
         let layout = Layout {
             key_groups: 4,
             operators: vec![OperatorLayout::new(WINDOW_UID, WINDOW_KIND)],
@@ -836,6 +826,105 @@ mod tests {
         let state = store.operator(WINDOW_UID).unwrap();
         let stage = WindowStage::new(&job.pipeline, state).unwrap();
         (store, Prefix::new(&job.pipeline), stage)
+    }
+
+    /// The job of [`stages`].
+    fn window_job(late: &str) -> Job {
+        Job::parse(
+            "l.toml",
+            &format!(
+                "name = \"l\"\n[source]\nbrokers = \"b:1\"\ntopics = [\"in\"]\n\
+                 [[pipeline]]\nkey_by = \"k\"\n\
+                 [[pipeline]]\nwindow = {{ tumbling = \"1h\", time = \"t\", out_of_orderness = \"1s\" {late} }}\n\
+                 [[pipeline]]\naggregate.n = \"count\"\n\
+                 [sink]\ntopic = \"o\"\ndelivery.guarantee = \"none\"\n"
+            ),
+        )
+        .unwrap()
+    }
+
+    /// The stage of key groups `groups` on what `store` holds.
+    fn stage_of(store: &StateStore, groups: std::ops::Range<u16>) -> WindowStage {
+        let state = store.operator(WINDOW_UID).unwrap().for_key_groups(groups);
+        WindowStage::new(&window_job("").pipeline, state).unwrap()
+    }
+
+    /// Checkpoint `n` of `stages` (their deltas as one).
+    fn checkpoint(store: &mut StateStore, stages: &mut [&mut WindowStage], n: u64) {
+        let mut deltas = Vec::new();
+        for s in stages.iter_mut() {
+            deltas.push(KeyedStage::snapshot(*s, n).unwrap());
+        }
+        let merged = crate::engine::state::FrozenDelta::merge(deltas);
+        store.persist(n, &merged, Vec::new(), Vec::new()).unwrap();
+        for s in stages.iter_mut() {
+            s.state_mut().complete(n).unwrap();
+        }
+    }
+
+    /// A key (as the prefix makes it) in key group range `groups` of 4.
+    fn key_in(p: &mut Prefix, groups: std::ops::Range<u16>) -> String {
+        (0..100)
+            .map(|i| format!("k{i}"))
+            .find(|k| {
+                let raw = Bytes::from(format!("{{\"k\": \"{k}\", \"t\": 0}}"));
+                let Prefixed::Keyed { key, .. } = p.prefixed(Some(k.as_bytes().to_vec()), &raw)
+                else {
+                    return false;
+                };
+                groups.contains(&crate::engine::state::key_group(key.as_bytes(), 4))
+            })
+            .unwrap()
+    }
+
+    /// One record through the prefix and the stage, the watermark left where it is.
+    fn add(p: &mut Prefix, stage: &mut WindowStage, key: &str, t: i64) -> Vec<Output> {
+        let raw = Bytes::from(format!("{{\"k\": \"{key}\", \"t\": {t}}}"));
+        let Prefixed::Keyed {
+            key, time, value, ..
+        } = p.prefixed(Some(key.as_bytes().to_vec()), &raw)
+        else {
+            panic!("not keyed");
+        };
+        stage.add(&key, time, &value, None).unwrap()
+    }
+
+    /// A rescale from 2 subtasks to 1 and back: each key group keeps the watermark its windows
+    /// fired at. Before, the restore took the smallest watermark stored in the range for every
+    /// key group (and a subtask whose range held none started with none), so a record late for
+    /// the subtask that had fired and purged its window was admitted after the restore and
+    /// fired a second, partial result.
+    #[test]
+    fn after_a_rescale_each_key_group_keeps_the_watermark_its_windows_fired_at() {
+        let h = 3_600_000;
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, mut p, _) = stages(dir.path(), "");
+        let (lo_key, hi_key) = (key_in(&mut p, 0..2), key_in(&mut p, 2..4));
+        let (mut lo, mut hi) = (stage_of(&store, 0..2), stage_of(&store, 2..4));
+        // The high subtask fires and purges hour 0; the low one is still in it.
+        assert!(feed(&mut p, &mut hi, &hi_key, 10).is_empty());
+        assert_eq!(feed(&mut p, &mut hi, &hi_key, 2 * h).len(), 1);
+        assert!(feed(&mut p, &mut lo, &lo_key, 10).is_empty());
+        checkpoint(&mut store, &mut [&mut lo, &mut hi], 1);
+
+        // One subtask for all four key groups: it starts at the low watermark...
+        let mut all = stage_of(&store, 0..4);
+        assert_eq!(KeyedStage::watermark(&all), Some(10 - 1_000));
+        // ...but hour 0 of a high key group is closed: late, not a second result.
+        assert!(add(&mut p, &mut all, &hi_key, 20).is_empty());
+        assert_eq!(all.late, 1, "a record of a purged window was admitted");
+        // Hour 0 of a low key group is open: on time.
+        assert!(add(&mut p, &mut all, &lo_key, 30).is_empty());
+        assert_eq!(all.late, 1);
+        let fired = all.advance_to(2 * h - 1_000).unwrap();
+        assert_eq!(fired.len(), 1, "only the low key's hour 0 fires: {fired:?}");
+        checkpoint(&mut store, &mut [&mut all], 2);
+
+        // Back to two: the high subtask's range holds the watermark too.
+        let mut hi = stage_of(&store, 2..4);
+        assert_eq!(KeyedStage::watermark(&hi), Some(2 * h - 1_000));
+        assert!(add(&mut p, &mut hi, &hi_key, 40).is_empty());
+        assert_eq!(hi.late, 1);
     }
 
     /// One record through the prefix and the stage, the watermark following it (1 s behind).

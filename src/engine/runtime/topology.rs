@@ -26,7 +26,7 @@ use bytes::Bytes;
 pub(crate) use super::pipeline::Output;
 use super::RuntimeError;
 use crate::engine::metrics::Metrics;
-use crate::engine::state::OperatorState;
+use crate::engine::state::{FrozenDelta, OperatorState, StateError};
 
 /// A keyed element on its way from a source subtask to a keyed subtask.
 pub(crate) type Element = Box<dyn Any + Send>;
@@ -103,6 +103,19 @@ pub(crate) trait KeyedStage: Send {
 
     /// The stage's state, for snapshots.
     fn state_mut(&mut self) -> &mut OperatorState;
+
+    /// Writes what the stage keeps in memory but a checkpoint must hold (its watermark per key
+    /// group); [`KeyedStage::snapshot`] calls it.
+    fn before_snapshot(&mut self) {}
+
+    /// Freezes the stage's state changes as checkpoint `n` (what every snapshot goes through).
+    ///
+    /// # Errors
+    /// A checkpoint is in flight already.
+    fn snapshot(&mut self, n: u64) -> Result<FrozenDelta, StateError> {
+        self.before_snapshot();
+        self.state_mut().snapshot(n)
+    }
 
     /// The stage's watermark, for logs.
     fn watermark(&self) -> Option<i64>;

@@ -498,7 +498,7 @@ impl Worker {
             let Some(task) = self.keyed.get_mut(&r) else {
                 continue;
             };
-            let delta = task.stage.state_mut().snapshot(n)?;
+            let delta = task.stage.snapshot(n)?;
             for (k, v) in delta.entries().iter() {
                 let rec = changelog::record(&self.plan.topics.changelog, r, k, v.as_deref());
                 last.insert(r, self.send(rec).await?);

@@ -102,7 +102,7 @@ fn events(seed: u64, n: u64, step_ms: i64, disorder_ms: i64) -> Vec<Event> {
 type Windows = BTreeMap<(u64, i64), (u64, u64)>;
 
 /// One output record: (driver, window start) and (rides, passengers).
-type Written = ((u64, i64), (u64, u64));
+pub(crate) type Written = ((u64, i64), (u64, u64));
 
 fn expected(events: &[Event]) -> Windows {
     let mut w = Windows::new();
@@ -211,13 +211,13 @@ fn feed(
 }
 
 /// The output's windows as read `read_committed` so far: every record, in read order.
-struct OutputReader {
+pub(crate) struct OutputReader {
     consumer: Consumer,
-    read: Vec<Written>,
+    pub(crate) read: Vec<Written>,
 }
 
 impl OutputReader {
-    async fn new(broker: &str, topic: &TestTopic) -> OutputReader {
+    pub(crate) async fn new(broker: &str, topic: &TestTopic) -> OutputReader {
         let mut consumer = Consumer::new(consumer_config(
             broker,
             &[("isolation.level", "read_committed")],
@@ -235,7 +235,7 @@ impl OutputReader {
     }
 
     /// Reads what is there now (errors while the broker is away are tried again later).
-    async fn poll(&mut self) {
+    pub(crate) async fn poll(&mut self) {
         let Ok(records) = self.consumer.poll(Duration::from_millis(300)).await else {
             return;
         };
@@ -264,7 +264,7 @@ impl OutputReader {
     }
 
     /// Reads to the end of every partition.
-    async fn read_to_end(&mut self) {
+    pub(crate) async fn read_to_end(&mut self) {
         let start = Instant::now();
         while !self.consumer.at_end() {
             assert!(start.elapsed() < DEADLINE, "the output's end not reached");

@@ -51,7 +51,7 @@ pub(crate) struct Members {
     pub(crate) bootstrap: String,
     /// The members' heartbeat.interval.ms.
     pub(crate) heartbeat_ms: u64,
-    env: Vec<(&'static str, &'static str)>,
+    pub(crate) env: Vec<(&'static str, &'static str)>,
     pub(crate) members: Vec<Member>,
     seed: u64,
     pub(crate) events: Vec<String>,

@@ -17,6 +17,7 @@ mod consumer_fetch_order;
 mod consumer_positions;
 mod consumer_truncation;
 mod demo;
+mod engine_changelog;
 mod engine_chaos;
 mod engine_cluster_chaos;
 mod engine_dataflow;

@@ -43,6 +43,9 @@
 //! - `start-record`: a run without checkpoints does not record where its sources start in
 //!   checkpoint 0 (`runtime::coordinate`), so a restart before the first checkpoint resolves
 //!   `source.start = "latest"` again and skips what arrived in between.
+//! - `copy-age`: a cluster member reads its local copy of a task's changelog forward however
+//!   old it is (`runtime::cluster::changelog::trusted`), so tombstones the cleaner removed
+//!   meanwhile never reach it and fired windows come back.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -138,6 +141,9 @@ pub(crate) enum Protection {
     FinalCheckpoint,
     /// A run without checkpoints records where its sources start in checkpoint 0.
     StartRecord,
+    /// A cluster member reads a local changelog copy forward only while it is younger than
+    /// the changelog's `delete.retention.ms`.
+    CopyAge,
 }
 
 impl Protection {
@@ -149,6 +155,7 @@ impl Protection {
             Protection::Fencing => "fencing",
             Protection::FinalCheckpoint => "final-checkpoint",
             Protection::StartRecord => "start-record",
+            Protection::CopyAge => "copy-age",
         }
     }
 }
@@ -161,6 +168,7 @@ fn skip_of(spec: &str) -> Option<Protection> {
         Protection::Fencing,
         Protection::FinalCheckpoint,
         Protection::StartRecord,
+        Protection::CopyAge,
     ]
     .into_iter()
     .find(|p| p.name() == spec.trim())
@@ -179,7 +187,7 @@ pub(crate) fn skipped(protection: Protection) -> bool {
         let spec = std::env::var(SKIP_ENV).ok()?;
         let p = skip_of(&spec);
         if p.is_none() {
-            tracing::warn!(value = %spec, "{SKIP_ENV} names no protection (retire, alignment, resumption, fencing, final-checkpoint, start-record); ignored");
+            tracing::warn!(value = %spec, "{SKIP_ENV} names no protection (retire, alignment, resumption, fencing, final-checkpoint, start-record, copy-age); ignored");
         }
         p
     });

@@ -324,6 +324,7 @@ pub(crate) fn to_store(positions: &Positions) -> RecordPositions {
             })
             .collect(),
         file: positions.file.clone(),
+        changelog: None,
     }
 }
 
@@ -452,6 +453,7 @@ mod tests {
             positions: Vec::new(),
             file_position: None,
             committables: Vec::new(),
+            changelog: None,
         };
         assert!(restored(&record).is_none());
         let r = restored(&CheckpointRecord { id: 3, ..record }).unwrap();

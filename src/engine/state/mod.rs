@@ -31,6 +31,6 @@ pub use keys::key_group;
 pub use layout::{Layout, OperatorLayout};
 pub use operator::{FrozenDelta, ListState, MapState, OperatorState, TimerState, ValueState};
 pub use store::{
-    CheckpointRecord, RecordPositions, RestoreFrom, Rollback, SourcePosition, StateStore,
-    StoreOptions,
+    ChangelogCopy, CheckpointRecord, RecordPositions, RestoreFrom, Rollback, SourcePosition,
+    StateStore, StoreOptions,
 };

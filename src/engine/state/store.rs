@@ -89,6 +89,22 @@ pub struct CheckpointRecord {
     pub file_position: Option<FilePosition>,
     /// Every committable not yet known to be committed, in checkpoint order.
     pub committables: Vec<PreparedOutput>,
+    /// A cluster member's local copy of its changelog (absent in records of other jobs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changelog: Option<ChangelogCopy>,
+}
+
+/// What a cluster member's store copies of the job's changelog topic, besides the offsets
+/// it is current to (the record's positions): which topic, by id, and when the copy of each
+/// partition was last known current. A copy older than the topic's `delete.retention.ms`
+/// may have missed tombstones the cleaner removed since; one of another topic id (the topic
+/// was deleted and created again) is not a prefix of the log at all.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangelogCopy {
+    /// The changelog topic's id (KIP-516), in hex.
+    pub topic_id: String,
+    /// Changelog partition → when (wall-clock ms) the copy was last current.
+    pub current_at_ms: BTreeMap<i32, u64>,
 }
 
 /// What a checkpoint's record says about its sources: the partitions' next offsets and,
@@ -99,6 +115,8 @@ pub struct RecordPositions {
     pub partitions: Vec<SourcePosition>,
     /// The file source's position.
     pub file: Option<FilePosition>,
+    /// A cluster member's changelog copy.
+    pub changelog: Option<ChangelogCopy>,
 }
 
 impl From<Vec<SourcePosition>> for RecordPositions {
@@ -106,6 +124,7 @@ impl From<Vec<SourcePosition>> for RecordPositions {
         RecordPositions {
             partitions,
             file: None,
+            changelog: None,
         }
     }
 }
@@ -437,6 +456,7 @@ impl StateStore {
             positions: positions.partitions,
             file_position: positions.file,
             committables,
+            changelog: positions.changelog,
         };
         let encoded = self.encode_record(&record)?;
         bytes += encoded.len();
@@ -609,6 +629,7 @@ impl StateStore {
             positions: Vec::new(),
             file_position: None,
             committables: Vec::new(),
+            changelog: None,
         };
         let mut batch = self.batch();
         batch.insert(&self.meta, checkpoint_key(0), self.encode_record(&record)?);

@@ -78,6 +78,17 @@ pub(crate) fn span(local: Option<i64>, log_start: i64, end: i64) -> Span {
     }
 }
 
+/// Whether a local copy last current at `current_at_ms` (`None`: never, or of another topic)
+/// may be read forward from its offset at `now_ms`. The cleaner removes a tombstone no sooner
+/// than `delete.retention.ms` after it was written (KIP-534's delete horizon starts at the
+/// first cleaning, after the write); a tombstone written after the copy was current is
+/// therefore still in the log while less than that has passed. A tenth of it is kept back for
+/// the clocks of this machine and the brokers'. A pure function (table-tested).
+pub(crate) fn trusted(current_at_ms: Option<u64>, now_ms: u64, delete_retention: Duration) -> bool {
+    let retention = u64::try_from(delete_retention.as_millis()).unwrap_or(u64::MAX);
+    current_at_ms.is_some_and(|at| now_ms.saturating_sub(at) < retention - retention / 10)
+}
+
 /// The changelog partition's start and end once no transaction is open on it, waiting at most
 /// `patience` (the previous owner's transaction timeout and some).
 ///
@@ -177,6 +188,24 @@ mod tests {
         ] {
             assert_eq!(span(local, start, end), want, "{local:?} {start} {end}");
         }
+    }
+
+    #[test]
+    fn a_local_copy_is_read_forward_only_while_no_tombstone_written_since_can_be_gone() {
+        let day = Duration::from_secs(86_400);
+        // (last current at, now) → trusted, with delete.retention.ms of a day
+        for (at, now, want) in [
+            (None, 1_000, false),
+            (Some(1_000), 1_000, true),
+            (Some(1_000), 1_000 + 3_600_000, true),
+            (Some(1_000), 1_000 + 86_400_000 * 9 / 10 - 1, true),
+            (Some(1_000), 1_000 + 86_400_000 * 9 / 10, false),
+            (Some(1_000), 1_000 + 2 * 86_400_000, false),
+            (Some(5_000), 1_000, true), // a clock that went back
+        ] {
+            assert_eq!(trusted(at, now, day), want, "{at:?} {now}");
+        }
+        assert!(!trusted(Some(0), 1_000, Duration::from_millis(1_000)));
     }
 
     #[test]

@@ -50,10 +50,13 @@ use crate::client::{
     ProducerRecord, TopicPartition,
 };
 use crate::engine::job::window::{InputWatermarks, Watermark};
-use crate::engine::state::{key_group, FrozenDelta, SourcePosition, StateStore};
+use crate::engine::state::{
+    key_group, ChangelogCopy, FrozenDelta, RecordPositions, SourcePosition, StateStore,
+};
 
 use super::super::pipeline::Output;
 use super::super::source::{IdleTimer, IDLE_AFTER};
+use super::super::task::now_ms;
 use super::super::topology::{Emitted, InputRecord, KeyedStage, SourceChain};
 use super::super::RuntimeError;
 use super::changelog;
@@ -144,7 +147,7 @@ pub(super) async fn run(
     }
     group.subscribe(&topics);
     let meta = group.metadata_handle();
-    let through = changelog_offsets(store, plan)?;
+    let (through, copy) = changelog_copy(store, plan)?;
     let worker = Arc::new(Mutex::new(Worker {
         plan: plan.clone(),
         store: store.clone(),
@@ -156,6 +159,7 @@ pub(super) async fn run(
         idle: IdleTimer::default(),
         in_txn: false,
         through,
+        copy,
         failure: None,
         counts: Counts::default(),
         fencing: !super::super::hook::skipped(super::super::hook::Protection::Fencing),
@@ -210,25 +214,36 @@ pub(super) async fn run(
     result
 }
 
-/// The local copy's changelog offsets, from the latest local checkpoint record.
-fn changelog_offsets(
+/// The local copy's changelog offsets and what else it knows of them (`ChangelogCopy`), from
+/// the latest local checkpoint record. A copy of another topic id (the changelog was deleted
+/// and created again) knows nothing of this one: its partitions count as never copied.
+fn changelog_copy(
     store: &Arc<StdMutex<StateStore>>,
     plan: &Plan,
-) -> Result<BTreeMap<i32, i64>, Exit> {
+) -> Result<(BTreeMap<i32, i64>, ChangelogCopy), Exit> {
     let s = store
         .lock()
         .map_err(|_| Exit::fatal(RuntimeError::Internal("the state store's lock".into())))?;
+    let fresh = ChangelogCopy {
+        topic_id: plan.changelog_id.clone(),
+        current_at_ms: BTreeMap::new(),
+    };
     let latest = s.latest();
     if latest == 0 {
-        return Ok(BTreeMap::new());
+        return Ok((BTreeMap::new(), fresh));
     }
     let record = s.record(latest)?;
-    Ok(record
+    let through = record
         .positions
         .iter()
         .filter(|p| p.topic == plan.topics.changelog)
         .map(|p| (p.partition, p.next_offset))
-        .collect())
+        .collect();
+    let copy = record
+        .changelog
+        .filter(|c| c.topic_id == plan.changelog_id)
+        .unwrap_or(fresh);
+    Ok((through, copy))
 }
 
 /// A source partition's task: the stateless chain and the partition's watermark.
@@ -261,6 +276,8 @@ struct Worker {
     in_txn: bool,
     /// Changelog partition → the offset the local store is current to.
     through: BTreeMap<i32, i64>,
+    /// When each partition's local copy was last current, and of which topic id.
+    copy: ChangelogCopy,
     /// Set by a callback that cannot return it (lost partitions, a failed commit).
     failure: Option<Exit>,
     counts: Counts,
@@ -444,6 +461,12 @@ impl Worker {
         let deltas: Vec<FrozenDelta> =
             FrozenDelta::merge(deltas.into_iter().filter(|d| !d.is_empty()));
         if changed || !deltas.is_empty() {
+            // Committed: the copy of every owned task's changelog is current (this member is
+            // its only writer).
+            let now = now_ms();
+            for r in self.keyed.keys() {
+                self.copy.current_at_ms.insert(*r, now);
+            }
             self.persist(n, deltas).await?;
         }
         for task in self.keyed.values_mut() {
@@ -584,7 +607,7 @@ impl Worker {
         n: u64,
         deltas: Vec<FrozenDelta>,
     ) -> impl std::future::Future<Output = Result<(), Exit>> + Send + 'static {
-        let positions: Vec<SourcePosition> = self
+        let partitions: Vec<SourcePosition> = self
             .through
             .iter()
             .map(|(r, o)| SourcePosition {
@@ -593,6 +616,11 @@ impl Worker {
                 next_offset: *o,
             })
             .collect();
+        let positions = RecordPositions {
+            partitions,
+            file: None,
+            changelog: Some(self.copy.clone()),
+        };
         let store = self.store.clone();
         async move {
             tokio::task::spawn_blocking(move || {
@@ -655,7 +683,18 @@ impl Worker {
         let (start, end) = changelog::stable_bounds(&admin, &tp, patience)
             .await
             .map_err(|e| rejoin("restoring", e))?;
-        let span = changelog::span(self.through.get(&r).copied(), start, end);
+        let now = now_ms();
+        let trusted = changelog::trusted(
+            self.copy.current_at_ms.get(&r).copied(),
+            now,
+            self.plan.delete_retention,
+        ) || (self.through.contains_key(&r)
+            && super::super::hook::skipped(super::super::hook::Protection::CopyAge));
+        if !trusted && self.through.contains_key(&r) {
+            info!(task = r, "the local copy of this task's state is too old to read forward (the cleaner may have removed tombstones since): reading its changelog from the start");
+        }
+        let local = self.through.get(&r).copied().filter(|_| trusted);
+        let span = changelog::span(local, start, end);
         let groups = key_groups_of(r, self.plan.key_groups, self.plan.tasks);
         let mut entries = changelog::Entries::new();
         let uid = self.plan.keyed_uid.clone();
@@ -666,7 +705,8 @@ impl Worker {
             }
         }
         entries.extend(changelog::read(&self.plan.cluster, &self.plan.consumer, &tp, span).await?);
-        if !entries.is_empty() || self.through.get(&r) != Some(&end) {
+        self.copy.current_at_ms.insert(r, now);
+        if !entries.is_empty() || self.through.get(&r) != Some(&end) || !trusted {
             self.through.insert(r, end);
             let (n, index) = {
                 let s = self.store_lock()?;

@@ -73,6 +73,10 @@ pub(super) struct Plan {
     inputs: Vec<u32>,
     interval: Duration,
     transaction_timeout: Duration,
+    /// The changelog topic's id (hex): a local copy of another id is not read forward.
+    changelog_id: String,
+    /// The changelog topic's `delete.retention.ms`: how long a local copy may be read forward.
+    delete_retention: Duration,
 }
 
 /// Runs this process's share of `config.job` until `stop`, joining the job's group.
@@ -118,8 +122,11 @@ pub(crate) async fn run(
     let group = job.source.group.clone();
     let topics = Topics::of(&group);
     let keyed = topology.keyed();
+    let (mut changelog_id, mut delete_retention) = (String::new(), DEFAULT_DELETE_RETENTION);
     if keyed.is_some() {
-        ensure_topics(&Admin::with_cluster(cluster.clone()), &topics, tasks).await?;
+        let admin = Admin::with_cluster(cluster.clone());
+        ensure_topics(&admin, &topics, tasks).await?;
+        (changelog_id, delete_retention) = changelog_identity(&admin, &topics.changelog).await?;
     }
     let plan = Plan {
         topology,
@@ -136,6 +143,8 @@ pub(crate) async fn run(
         inputs,
         interval: Duration::from_millis(job.settings.checkpoint_interval_ms.max(1)),
         transaction_timeout: Duration::from_millis(job.settings.transaction_timeout_ms),
+        changelog_id,
+        delete_retention,
         group,
         job,
     };
@@ -236,6 +245,30 @@ fn member_id(dir: &Path) -> Result<String, RuntimeError> {
     std::fs::write(&tmp, &id).map_err(fail)?;
     std::fs::rename(&tmp, &path).map_err(fail)?;
     Ok(id)
+}
+
+/// Kafka's default `delete.retention.ms` (a day), when the topic does not say.
+const DEFAULT_DELETE_RETENTION: Duration = Duration::from_secs(86_400);
+
+/// The changelog topic's id (hex) and its `delete.retention.ms`.
+async fn changelog_identity(
+    admin: &Admin,
+    changelog: &str,
+) -> Result<(String, Duration), RuntimeError> {
+    let fail = |e| RuntimeError::client(format!("describing {changelog}"), e);
+    let id = admin.cluster().topic(changelog).await.map_err(fail)?.id;
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let configs = admin
+        .describe_topic_configs(changelog)
+        .await
+        .map_err(fail)?;
+    let retention = configs
+        .iter()
+        .find(|e| e.name == "delete.retention.ms")
+        .and_then(|e| e.value.as_deref())
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(DEFAULT_DELETE_RETENTION, Duration::from_millis);
+    Ok((hex, retention))
 }
 
 /// Creates the repartition and changelog topics with `tasks` partitions, or checks the ones

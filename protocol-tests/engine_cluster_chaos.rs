@@ -30,7 +30,8 @@
 //! it; ONCEFLOW_CHAOS_STEP_MS (1,080) and ONCEFLOW_CHAOS_DISORDER_MS (50,000) shape the event
 //! times; ONCEFLOW_CHAOS_INTERVAL_MS (200) and ONCEFLOW_CHAOS_HEARTBEAT_MS (500) are the
 //! members' checkpoint interval and heartbeat. `scripts/long-scenarios` runs the long form (the 40,000 events and 25 actions).
-//! Transactional: run at TV2 and TV1, on a private broker (19562, or 20562 at TV1).
+//! Transactional: run at TV2 and TV1, on a private broker (19562, or 20562 at TV1;
+//! ONCEFLOW_CHAOS_PORT moves it, for runs side by side).
 
 use crate::engine_members::{cluster_job_with, Members, SESSION_MS};
 use crate::engine_run::{chaos_seed, log_of, DEADLINE};
@@ -398,7 +399,8 @@ async fn three_members_started_together_under_kills_pauses_and_a_broker_kill_cou
     let actions = env_or("ONCEFLOW_CHAOS_KILLS", 8).max(3);
     let n = env_or("ONCEFLOW_CHAOS_EVENTS", 8_000);
     let rate = env_or("ONCEFLOW_CHAOS_RATE", 250);
-    let broker = tokio::task::block_in_place(|| PrivateBroker::start(PORT));
+    let port = u16::try_from(env_or("ONCEFLOW_CHAOS_PORT", u64::from(PORT))).unwrap_or(PORT);
+    let broker = tokio::task::block_in_place(|| PrivateBroker::start(port));
     let addr = broker.addr.clone();
     let label = "cluster-chaos";
     let dir = std::env::temp_dir().join(unique_topic(&format!("onceflow-{label}")));

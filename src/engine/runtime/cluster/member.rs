@@ -428,10 +428,19 @@ impl Worker {
         if self.fencing {
             membership(group).map_err(Exit::Rejoin)?;
         }
-        // 1. Markers (only from the main loop, which knows which partitions are caught up and
-        //    adds every owned partition's offset, so a transaction of markers is fenced too).
-        if let (true, Some(consumer)) = (self.plan.keyed, consumer) {
-            for marker in self.due_markers(consumer) {
+        // 1. Markers. From the main loop every due one (it knows which partitions are caught
+        //    up, and adds every owned partition's offset, so a transaction of markers is
+        //    fenced too). From a rebalance callback the watermarks that moved since they were
+        //    last sent: the offsets this commit adds go past the records that moved them, and a
+        //    partition's next owner starts after those records with no watermark of its own —
+        //    at the end of the input it would never report one, and the windows the moved
+        //    watermark closes would never fire.
+        if self.plan.keyed {
+            let markers = match consumer {
+                Some(c) => self.due_markers(c),
+                None => self.moved_markers(),
+            };
+            for marker in markers {
                 for task in 0..i32::from(self.plan.tasks) {
                     let mut rec =
                         ProducerRecord::new(self.plan.topics.repartition.clone(), Bytes::new())
@@ -473,6 +482,27 @@ impl Worker {
             task.stage.state_mut().complete(n)?;
         }
         Ok(())
+    }
+
+    /// The watermarks of source tasks that moved since their last marker, as markers (a
+    /// rebalance callback's commit: no idleness is judged there).
+    fn moved_markers(&mut self) -> Vec<Marker> {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        for task in self.sources.values_mut() {
+            let Some(w) = task.watermark.current() else {
+                continue;
+            };
+            let marker = Marker::At {
+                input: task.input,
+                watermark: w,
+            };
+            if task.sent.is_none_or(|(m, _)| m != marker) {
+                task.sent = Some((marker, now));
+                due.push(marker);
+            }
+        }
+        due
     }
 
     /// The source tasks' markers to send now: a changed one, or an unchanged one a second

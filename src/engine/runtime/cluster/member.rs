@@ -246,6 +246,15 @@ fn changelog_copy(
     Ok((through, copy))
 }
 
+/// Partitions as a log line names them: `topic-partition`, comma-separated.
+fn names(partitions: &[TopicPartition]) -> String {
+    partitions
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// A source partition's task: the stateless chain and the partition's watermark.
 struct SourceTask {
     chain: Box<dyn SourceChain>,
@@ -701,6 +710,7 @@ impl Worker {
         info!(
             sources = self.sources.len(),
             keyed = self.keyed.len(),
+            added = %names(partitions),
             "tasks assigned"
         );
         Ok(())
@@ -770,6 +780,7 @@ impl Worker {
         info!(
             sources = self.sources.len(),
             keyed = self.keyed.len(),
+            removed = %names(partitions),
             "tasks revoked"
         );
     }

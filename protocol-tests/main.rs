@@ -23,6 +23,7 @@ mod engine_cluster_chaos;
 mod engine_dataflow;
 mod engine_features;
 mod engine_files;
+mod engine_handover;
 mod engine_idleness;
 mod engine_members;
 mod engine_metrics;

@@ -46,6 +46,9 @@
 //! - `copy-age`: a cluster member reads its local copy of a task's changelog forward however
 //!   old it is (`runtime::cluster::changelog::trusted`), so tombstones the cleaner removed
 //!   meanwhile never reach it and fired windows come back.
+//! - `revoke-markers`: a cluster member's commit inside a rebalance callback sends no watermark
+//!   markers (`runtime::cluster::member`), so offsets can pass the records that moved a
+//!   watermark that nobody reports.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -144,6 +147,8 @@ pub(crate) enum Protection {
     /// A cluster member reads a local changelog copy forward only while it is younger than
     /// the changelog's `delete.retention.ms`.
     CopyAge,
+    /// A cluster member's commit in a rebalance callback sends the watermarks that moved.
+    RevokeMarkers,
 }
 
 impl Protection {
@@ -156,6 +161,7 @@ impl Protection {
             Protection::FinalCheckpoint => "final-checkpoint",
             Protection::StartRecord => "start-record",
             Protection::CopyAge => "copy-age",
+            Protection::RevokeMarkers => "revoke-markers",
         }
     }
 }
@@ -169,6 +175,7 @@ fn skip_of(spec: &str) -> Option<Protection> {
         Protection::FinalCheckpoint,
         Protection::StartRecord,
         Protection::CopyAge,
+        Protection::RevokeMarkers,
     ]
     .into_iter()
     .find(|p| p.name() == spec.trim())
@@ -187,7 +194,7 @@ pub(crate) fn skipped(protection: Protection) -> bool {
         let spec = std::env::var(SKIP_ENV).ok()?;
         let p = skip_of(&spec);
         if p.is_none() {
-            tracing::warn!(value = %spec, "{SKIP_ENV} names no protection (retire, alignment, resumption, fencing, final-checkpoint, start-record, copy-age); ignored");
+            tracing::warn!(value = %spec, "{SKIP_ENV} names no protection (retire, alignment, resumption, fencing, final-checkpoint, start-record, copy-age, revoke-markers); ignored");
         }
         p
     });

@@ -54,6 +54,7 @@ use crate::engine::state::{
     key_group, ChangelogCopy, FrozenDelta, RecordPositions, SourcePosition, StateStore,
 };
 
+use super::super::hook;
 use super::super::pipeline::Output;
 use super::super::source::{IdleTimer, IDLE_AFTER};
 use super::super::task::now_ms;
@@ -162,7 +163,7 @@ pub(super) async fn run(
         copy,
         failure: None,
         counts: Counts::default(),
-        fencing: !super::super::hook::skipped(super::super::hook::Protection::Fencing),
+        fencing: !hook::skipped(hook::Protection::Fencing),
     }));
     group.set_listener(Arc::new(Listener {
         worker: worker.clone(),
@@ -447,6 +448,7 @@ impl Worker {
         if self.plan.keyed {
             let markers = match consumer {
                 Some(c) => self.due_markers(c),
+                None if hook::skipped(hook::Protection::RevokeMarkers) => Vec::new(),
                 None => self.moved_markers(),
             };
             for marker in markers {
@@ -729,7 +731,7 @@ impl Worker {
             now,
             self.plan.delete_retention,
         ) || (self.through.contains_key(&r)
-            && super::super::hook::skipped(super::super::hook::Protection::CopyAge));
+            && hook::skipped(hook::Protection::CopyAge));
         if !trusted && self.through.contains_key(&r) {
             info!(task = r, "the local copy of this task's state is too old to read forward (the cleaner may have removed tombstones since): reading its changelog from the start");
         }

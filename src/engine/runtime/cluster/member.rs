@@ -4,7 +4,8 @@
 //! **A commit's life.** Every `checkpoint.interval.ms` (and before giving tasks up in a
 //! rebalance, and at a stop) the worker, holding its lock so no record is processed meanwhile:
 //! 1. sends each source task's watermark marker to every repartition partition (when it
-//!    changed, or a second passed: a keyed task's new owner needs every input's marker);
+//!    changed, or a second passed: a keyed task's new owner needs every input's marker; in a
+//!    rebalance callback, the watermarks that moved);
 //! 2. freezes each keyed task's state changes (`OperatorState::snapshot`) and sends them to
 //!    the task's changelog partition;
 //! 3. adds the next offsets of every partition it processed to the transaction

@@ -29,7 +29,9 @@
 //! ONCEFLOW_CHAOS_EVENTS (default 8,000) and ONCEFLOW_CHAOS_RATE (events/s, default 250) size
 //! it; ONCEFLOW_CHAOS_STEP_MS (1,080) and ONCEFLOW_CHAOS_DISORDER_MS (50,000) shape the event
 //! times; ONCEFLOW_CHAOS_INTERVAL_MS (200) and ONCEFLOW_CHAOS_HEARTBEAT_MS (500) are the
-//! members' checkpoint interval and heartbeat. `scripts/long-scenarios` runs the long form (the 40,000 events and 25 actions).
+//! members' checkpoint interval and heartbeat. ONCEFLOW_CHAOS_KEEP_BROKER=1 leaves the broker
+//! running on its data when the output is wrong (with ONCEFLOW_CHAOS_LOG=onceflow=debug the
+//! members log every commit's offsets). `scripts/long-scenarios` runs the long form (the 40,000 events and 25 actions).
 //! Transactional: run at TV2 and TV1, on a private broker (19562, or 20562 at TV1;
 //! ONCEFLOW_CHAOS_PORT moves it, for runs side by side).
 
@@ -537,6 +539,16 @@ async fn three_members_started_together_under_kills_pauses_and_a_broker_kill_cou
         ms.events
     );
     eprintln!("{summary}");
+    if (!diff.is_empty() || late_records > 0) && env_or("ONCEFLOW_CHAOS_KEEP_BROKER", 0) == 1 {
+        // For the post-mortem: the broker keeps running on its data (repartition topic,
+        // changelog, the group's offsets) and the members' logs stay.
+        eprintln!(
+            "{label}: broker left running at {addr}, logs in {}",
+            dir.display()
+        );
+        std::mem::forget(broker);
+        std::mem::forget((input, output, late));
+    }
     assert!(
         panicked.is_empty(),
         "members panicked: {panicked:?}\n{}",

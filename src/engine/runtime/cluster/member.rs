@@ -630,7 +630,11 @@ impl Worker {
         self.moved = false;
         self.counts.commits += 1;
         debug!(
-            offsets = offsets.len(),
+            offsets = %offsets
+                .iter()
+                .map(|(tp, o)| format!("{tp}@{o}"))
+                .collect::<Vec<_>>()
+                .join(","),
             generation = group.generation_id,
             "committed"
         );

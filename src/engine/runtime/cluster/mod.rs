@@ -272,11 +272,15 @@ async fn changelog_identity(
 }
 
 /// Creates the repartition and changelog topics with `tasks` partitions, or checks the ones
-/// there.
+/// there. The repartition topic keeps its records for ever (`retention.ms=-1`, as Kafka
+/// Streams' repartition topics): they carry their event time as their timestamp, and a broker
+/// deletes by timestamp — records of an input older than `retention.ms` (a replay, a backfill,
+/// yesterday's file) went at its next retention check, and those a keyed task had not read yet
+/// were lost (its position fell below the new log start and was reset past them).
 async fn ensure_topics(admin: &Admin, topics: &Topics, tasks: u16) -> Result<(), RuntimeError> {
     let n = i32::from(tasks);
     let wanted = [
-        NewTopic::new(topics.repartition.clone(), n),
+        NewTopic::new(topics.repartition.clone(), n).with_config("retention.ms", "-1"),
         NewTopic::new(topics.changelog.clone(), n).with_config("cleanup.policy", "compact"),
     ];
     for t in wanted {
@@ -300,6 +304,21 @@ async fn ensure_topics(admin: &Admin, topics: &Topics, tasks: u16) -> Result<(),
                 "{name} has {have} partitions but this job needs {tasks} (its keyed tasks): delete the job's internal topics and its group's offsets to start over, or set settings.parallelism to {have}"
             )));
         }
+    }
+    let name = &topics.repartition;
+    let configs = admin
+        .describe_topic_configs(name)
+        .await
+        .map_err(|e| RuntimeError::client(format!("describing {name}"), e))?;
+    let retention = configs
+        .iter()
+        .find(|e| e.name == "retention.ms")
+        .and_then(|e| e.value.clone());
+    if retention.as_deref().is_some_and(|v| v != "-1") {
+        return Err(RuntimeError::Unsupported(format!(
+            "{name} has retention.ms={}: the broker would delete repartition records by their timestamps (event times) before the keyed tasks read them; set retention.ms=-1 on it (kafka-configs.sh --alter --entity-type topics --entity-name {name} --add-config retention.ms=-1) or delete the job's internal topics and its group's offsets to start over",
+            retention.unwrap_or_default()
+        )));
     }
     Ok(())
 }

@@ -19,7 +19,7 @@ use crate::engine_run::{plain_log, DEADLINE};
 use crate::support::broker::PrivateBroker;
 use crate::support::*;
 use bytes::Bytes;
-use onceflow::client::{Admin, Consumer, Offset, Producer, ProducerRecord};
+use onceflow::client::{Admin, Producer, ProducerRecord};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -63,16 +63,7 @@ where
 
 /// The tombstones (records without a value) the changelog holds now, read_committed.
 async fn tombstones(addr: &str, changelog: &TestTopic) -> usize {
-    let mut c = Consumer::new(consumer_config(
-        addr,
-        &[("isolation.level", "read_committed")],
-    ))
-    .await
-    .unwrap();
-    c.assign(changelog.tps()).await.unwrap();
-    for tp in changelog.tps() {
-        c.seek(&tp, Offset::Beginning).unwrap();
-    }
+    let mut c = committed_reader(addr, &changelog.tps()).await;
     let mut n = 0;
     let start = Instant::now();
     while !c.at_end() && start.elapsed() < DEADLINE {

@@ -40,7 +40,7 @@ use crate::engine_run::{chaos_seed, log_of, DEADLINE};
 use crate::support::broker::PrivateBroker;
 use crate::support::*;
 use bytes::Bytes;
-use onceflow::client::{Consumer, Offset, Producer, ProducerRecord};
+use onceflow::client::{Consumer, Producer, ProducerRecord};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -221,16 +221,7 @@ pub(crate) struct OutputReader {
 
 impl OutputReader {
     pub(crate) async fn new(broker: &str, topic: &TestTopic) -> OutputReader {
-        let mut consumer = Consumer::new(consumer_config(
-            broker,
-            &[("isolation.level", "read_committed")],
-        ))
-        .await
-        .unwrap();
-        consumer.assign(topic.tps()).await.unwrap();
-        for tp in topic.tps() {
-            consumer.seek(&tp, Offset::Beginning).unwrap();
-        }
+        let consumer = committed_reader(broker, &topic.tps()).await;
         OutputReader {
             consumer,
             read: Vec::new(),
@@ -324,16 +315,7 @@ fn differences(want: &Windows, read: &[Written]) -> Vec<String> {
 
 /// How many records the late topic holds (read_committed).
 async fn late_count(broker: &str, topic: &TestTopic) -> usize {
-    let mut c = Consumer::new(consumer_config(
-        broker,
-        &[("isolation.level", "read_committed")],
-    ))
-    .await
-    .unwrap();
-    c.assign(topic.tps()).await.unwrap();
-    for tp in topic.tps() {
-        c.seek(&tp, Offset::Beginning).unwrap();
-    }
+    let mut c = committed_reader(broker, &topic.tps()).await;
     let start = Instant::now();
     let mut n = 0;
     while !c.at_end() && start.elapsed() < DEADLINE {

@@ -20,7 +20,7 @@ use crate::engine_run::{plain_log, DEADLINE};
 use crate::support::broker::PrivateBroker;
 use crate::support::*;
 use bytes::Bytes;
-use onceflow::client::{Admin, Consumer, Offset, Producer, ProducerRecord};
+use onceflow::client::{Admin, Producer, ProducerRecord};
 use std::time::{Duration, Instant};
 
 const PORT: u16 = 19592;
@@ -34,15 +34,8 @@ type Marker = (u32, Option<i64>);
 
 /// The markers of the repartition topic's partition 0, in log order, read_committed.
 async fn markers(addr: &str, repartition: &str) -> Vec<Marker> {
-    let mut c = Consumer::new(consumer_config(
-        addr,
-        &[("isolation.level", "read_committed")],
-    ))
-    .await
-    .unwrap();
     let tp = onceflow::client::TopicPartition::new(repartition, 0);
-    c.assign([tp.clone()]).await.unwrap();
-    c.seek(&tp, Offset::Beginning).unwrap();
+    let mut c = committed_reader(addr, &[tp]).await;
     let mut out = Vec::new();
     let start = Instant::now();
     while !c.at_end() && start.elapsed() < DEADLINE {

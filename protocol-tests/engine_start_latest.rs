@@ -10,7 +10,7 @@ use crate::engine_files::job_from;
 use crate::engine_run::{log_of, start_job_with_env, stop, DEADLINE};
 use crate::support::*;
 use bytes::Bytes;
-use onceflow::client::{Consumer, Offset, ProducerRecord};
+use onceflow::client::ProducerRecord;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -35,16 +35,7 @@ async fn produce(topic: &TestTopic, range: std::ops::Range<u64>) {
 
 /// The ride ids the output holds (read_committed), in order, once it holds `last`.
 async fn output_until(topic: &TestTopic, last: u64) -> Vec<u64> {
-    let mut c = Consumer::new(consumer_config(
-        &broker(),
-        &[("isolation.level", "read_committed")],
-    ))
-    .await
-    .unwrap();
-    c.assign(topic.tps()).await.unwrap();
-    for tp in topic.tps() {
-        c.seek(&tp, Offset::Beginning).unwrap();
-    }
+    let mut c = committed_reader(&broker(), &topic.tps()).await;
     let mut ids = Vec::new();
     let start = Instant::now();
     while !ids.contains(&last) {

@@ -175,6 +175,21 @@ pub async fn producer(props: &[(&str, &str)]) -> Producer {
         .expect("producer")
 }
 
+/// A read_committed consumer on `broker` assigned `tps`, each at its beginning.
+pub async fn committed_reader(broker: &str, tps: &[TopicPartition]) -> Consumer {
+    let mut c = Consumer::new(consumer_config(
+        broker,
+        &[("isolation.level", "read_committed")],
+    ))
+    .await
+    .expect("consumer");
+    c.assign(tps.iter().cloned()).await.unwrap();
+    for tp in tps {
+        c.seek(tp, Offset::Beginning).unwrap();
+    }
+    c
+}
+
 /// Reads `expected` records from every partition of `topic` from the beginning.
 pub async fn consume_all(
     broker: &str,

@@ -113,15 +113,8 @@ async fn a_task_back_after_the_cleaner_removed_its_tombstones(
         &name,
         &[],
     );
-    let mut ms = Members::new(label, job, dir.clone(), 0);
-    ms.bootstrap = addr.clone();
-    ms.env.extend_from_slice(env);
-    let producer = Producer::new(producer_config(
-        &addr,
-        &[("enable.idempotence", "true"), ("acks", "all")],
-    ))
-    .await
-    .unwrap();
+    let mut ms = Members::on(label, (job, dir.clone()), &addr, 0, env);
+    let producer = idempotent_producer(&addr).await;
     let mut id = 0;
 
     // A alone: hour 0 of every driver, in both keyed tasks' state.

@@ -418,8 +418,7 @@ async fn three_members_started_together_under_kills_pauses_and_a_broker_kill_cou
     let disorder = (env_or("ONCEFLOW_CHAOS_DISORDER_MS", 50_000) as i64).min(59_000);
     let input_events = events(seed, n, step, disorder);
     let want = expected(&input_events);
-    let mut ms = Members::new(label, job, dir.clone(), seed);
-    ms.bootstrap = addr.clone();
+    let mut ms = Members::on(label, (job, dir.clone()), &addr, seed, &[]);
     ms.heartbeat_ms = env_or("ONCEFLOW_CHAOS_HEARTBEAT_MS", 500);
     let started = Instant::now();
     // Input arrives while the three members first join.

@@ -20,7 +20,7 @@ use crate::engine_run::{plain_log, DEADLINE};
 use crate::support::broker::PrivateBroker;
 use crate::support::*;
 use bytes::Bytes;
-use onceflow::client::{Admin, Producer, ProducerRecord};
+use onceflow::client::{Admin, ProducerRecord};
 use std::time::{Duration, Instant};
 
 const PORT: u16 = 19592;
@@ -85,15 +85,8 @@ async fn handed_over(
             ),
         ],
     );
-    let mut ms = Members::new(label, job, dir.clone(), 0);
-    ms.bootstrap = addr.clone();
-    ms.env.extend_from_slice(env);
-    let producer = Producer::new(producer_config(
-        &addr,
-        &[("enable.idempotence", "true"), ("acks", "all")],
-    ))
-    .await
-    .unwrap();
+    let mut ms = Members::on(label, (job, dir.clone()), &addr, 0, env);
+    let producer = idempotent_producer(&addr).await;
     let send = |t: i64, d: u64, id: u64| {
         let v = format!(
             "{{\"ride_id\":{id},\"is_start\":false,\"driver_id\":{d},\"event_time\":{t},\"passengers\":1}}"

@@ -72,6 +72,20 @@ impl Members {
         }
     }
 
+    /// Members of `job` against `bootstrap` (a private broker), with test hooks `env`.
+    pub(crate) fn on(
+        label: &'static str,
+        (job, dir): (PathBuf, PathBuf),
+        bootstrap: &str,
+        seed: u64,
+        env: &[(&'static str, &'static str)],
+    ) -> Members {
+        let mut ms = Members::new(label, job, dir, seed);
+        ms.bootstrap = bootstrap.to_owned();
+        ms.env.extend_from_slice(env);
+        ms
+    }
+
     pub(crate) fn note(&mut self, what: String) {
         self.events.push(what);
     }

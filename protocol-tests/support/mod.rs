@@ -175,6 +175,16 @@ pub async fn producer(props: &[(&str, &str)]) -> Producer {
         .expect("producer")
 }
 
+/// An idempotent producer on `broker` (acks=all).
+pub async fn idempotent_producer(broker: &str) -> Producer {
+    Producer::new(producer_config(
+        broker,
+        &[("enable.idempotence", "true"), ("acks", "all")],
+    ))
+    .await
+    .expect("producer")
+}
+
 /// A read_committed consumer on `broker` assigned `tps`, each at its beginning.
 pub async fn committed_reader(broker: &str, tps: &[TopicPartition]) -> Consumer {
     let mut c = Consumer::new(consumer_config(

@@ -400,6 +400,18 @@ impl Admin {
         i32::try_from(ms).unwrap_or(i32::MAX)
     }
 
+    /// Waits, up to default.api.timeout.ms, until every topic of `names` is in the metadata
+    /// of the broker asked: a topic another client just created may not be yet (its creator
+    /// has seen it; this one's TOPIC_ALREADY_EXISTS says nothing of the metadata).
+    pub(crate) async fn wait_for_topics(&self, names: &[&str]) -> Result<()> {
+        self.cluster.add_interest(names.iter().copied());
+        self.wait_for(
+            |listed| names.iter().all(|n| listed.contains_key(*n)),
+            "topics to appear in metadata",
+        )
+        .await
+    }
+
     async fn wait_for(
         &self,
         done: impl Fn(&BTreeMap<String, usize>) -> bool,

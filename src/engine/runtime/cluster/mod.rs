@@ -290,6 +290,12 @@ async fn ensure_topics(admin: &Admin, topics: &Topics, tasks: u16) -> Result<(),
             }
         }
     }
+    // Members started together: one creates the topics, the others may get
+    // TOPIC_ALREADY_EXISTS from a broker whose metadata does not show them yet.
+    admin
+        .wait_for_topics(&[&topics.repartition, &topics.changelog])
+        .await
+        .map_err(|e| RuntimeError::client("waiting for the job's internal topics", e))?;
     let listed = admin
         .list_topics()
         .await

@@ -20,6 +20,9 @@ use crate::engine_files::job_from;
 use crate::engine_run::{chaos_seed, log_of, sigterm, spawn_run_with, taxi, DEADLINE};
 use crate::support::cli::{shown, stdout, Guarded};
 use crate::support::*;
+use onceflow::client::admin_txn::{ListTransactionsFilter, TxnState};
+use onceflow::client::consumer::Offset;
+use onceflow::client::{Admin, IsolationLevel, TopicPartition};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::path::{Path, PathBuf};
@@ -219,9 +222,21 @@ impl Members {
     pub(crate) async fn leave(&mut self, i: usize) {
         let mut child = self.members[i].child.take().unwrap();
         sigterm(&child);
-        let status = tokio::task::spawn_blocking(move || child.0.wait().unwrap())
-            .await
-            .unwrap();
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > DEADLINE {
+                drop(child);
+                panic!(
+                    "{} did not stop within {DEADLINE:?}: {}",
+                    self.members[i].name,
+                    self.context()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
         assert!(
             status.success(),
             "{} did not stop cleanly ({status}): {}",
@@ -348,6 +363,8 @@ struct Setup {
     input: TestTopic,
     output: TestTopic,
     job: PathBuf,
+    /// The job's group id and transactional id prefix.
+    name: String,
     _internal: Vec<TestTopic>,
 }
 
@@ -367,6 +384,7 @@ async fn setup(label: &str, shipped: &str) -> Setup {
         input,
         output,
         job,
+        name,
     }
 }
 
@@ -381,6 +399,7 @@ async fn three_members_of_job_b_under_kills_pauses_joins_and_leaves_count_every_
         output,
         job,
         _internal,
+        ..
     } = setup("members-b", "rides-per-driver-hourly.toml").await;
     // 15000 rides at 1500 events/s: ~20 s of input arriving while members come and go; at one
     // ride per event-time second that closes four hours for 200 drivers.
@@ -457,6 +476,7 @@ async fn paused_member_of_job_a(label: &'static str, skip_fencing: bool) -> (Str
         output,
         job,
         _internal,
+        ..
     } = setup("zombie", "rides-cleansing.toml").await;
     let feed = feeder(&input.name, 10_000, 1_500);
     let mut ms = Members::new(label, job, dir.clone(), seed);
@@ -515,4 +535,193 @@ async fn without_fencing_a_paused_member_commits_what_its_successor_also_wrote()
         verdicts.push(verdict);
     }
     panic!("with the fencing off, no attempt wrote duplicates: {verdicts:?}");
+}
+
+/// What a graceful stop of every member left on the broker.
+struct Stopped {
+    /// The job's transactional ids in state Ongoing right after the last member exited.
+    ongoing: Vec<String>,
+    /// The topics the members write (output, repartition, changelog) whose last stable offset
+    /// stayed behind their end for 30 s after it.
+    held: Vec<String>,
+    context: String,
+}
+
+/// Job (b) by two members, rides arriving at 1,000 a second: each member in turn is
+/// SIGTERMed once it has written, the second after it took the first one's tasks over.
+/// `held` is looked for only with `check_held`.
+async fn members_of_job_b_stopped(
+    label: &'static str,
+    env: &[(&'static str, &'static str)],
+    check_held: bool,
+) -> Stopped {
+    let Setup {
+        dir,
+        input,
+        output,
+        job,
+        name,
+        _internal,
+    } = setup(label, "rides-per-driver-hourly.toml").await;
+    // Outlasts the scenario (100 s of input); stopped when dropped.
+    let _feed = feeder(&input.name, 100_000, 1_000);
+    let mut ms = Members::new(label, job, dir.clone(), chaos_seed());
+    ms.env.extend_from_slice(env);
+    ms.start(0);
+    ms.start(1);
+    ms.wait_log(0, "tasks assigned").await;
+    ms.wait_log(1, "tasks assigned").await;
+    // Both are writing: the first hour of event time (3,600 rides) has closed and fired.
+    let topics = [
+        output.name.clone(),
+        format!("{name}-repartition"),
+        format!("{name}-window-changelog"),
+    ];
+    let written = || async { end_sum(&output.name, IsolationLevel::ReadUncommitted).await };
+    let start = Instant::now();
+    while written().await == 0 {
+        ms.assert_alive();
+        assert!(
+            start.elapsed() < DEADLINE,
+            "no output within {DEADLINE:?}: {}",
+            ms.context()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    ms.leave(1).await;
+    // The other member goes on writing (with the first one's tasks once the group moved them).
+    let at_leave = written().await;
+    while written().await < at_leave + 20 {
+        ms.assert_alive();
+        assert!(
+            start.elapsed() < DEADLINE,
+            "no output after the leave: {}",
+            ms.context()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    ms.leave(0).await;
+    let ongoing = ongoing_of(&name).await;
+    let mut held = Vec::new();
+    for t in topics.iter().filter(|_| check_held) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while end_sum(t, IsolationLevel::ReadCommitted).await
+            < end_sum(t, IsolationLevel::ReadUncommitted).await
+        {
+            if Instant::now() > deadline {
+                held.push(t.clone());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let context = ms.context();
+    drop(ms);
+    let _ = std::fs::remove_dir_all(&dir);
+    Stopped {
+        ongoing,
+        held,
+        context,
+    }
+}
+
+/// The sum of `topic`'s end offsets (its last stable offsets at read_committed).
+async fn end_sum(topic: &str, isolation: IsolationLevel) -> i64 {
+    let admin = Admin::new(client_config(&broker())).await.unwrap();
+    let partitions = admin
+        .list_topics()
+        .await
+        .unwrap()
+        .get(topic)
+        .copied()
+        .unwrap_or(0);
+    let tps: Vec<_> = (0..partitions as i32)
+        .map(|p| TopicPartition::new(topic.to_owned(), p))
+        .collect();
+    admin
+        .list_offsets(&tps, Offset::End, isolation)
+        .await
+        .unwrap()
+        .values()
+        .sum()
+}
+
+/// The transactional ids of prefix `name` in state Ongoing now.
+async fn ongoing_of(name: &str) -> Vec<String> {
+    let admin = Admin::new(client_config(&broker())).await.unwrap();
+    let filter = ListTransactionsFilter {
+        states: vec![TxnState::Ongoing.as_str().to_owned()],
+        ..Default::default()
+    };
+    let mine = format!("{name}-");
+    admin
+        .list_transactions(&filter)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.transactional_id)
+        .filter(|id| id.starts_with(&mine))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_stopped_while_rides_arrive_commit_what_they_did_and_leave_no_transaction_open() {
+    let s = members_of_job_b_stopped("members-stop", &[], true).await;
+    assert!(
+        s.ongoing.is_empty(),
+        "Ongoing after both stops: {:?}\n{}",
+        s.ongoing,
+        s.context
+    );
+    assert!(
+        s.held.is_empty(),
+        "last stable offset held after the stops: {:?}\n{}",
+        s.held,
+        s.context
+    );
+}
+
+/// The inverse: members that leave at a stop without committing (`final-checkpoint` off)
+/// leave their transactions open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_stopped_without_a_final_commit_leave_their_transactions_open() {
+    let s = members_of_job_b_stopped(
+        "members-stop-nofinal",
+        &[("ONCEFLOW_TEST_SKIP", "final-checkpoint")],
+        false,
+    )
+    .await;
+    assert!(
+        !s.ongoing.is_empty(),
+        "expected a transaction of the job left Ongoing\n{}",
+        s.context
+    );
+}
+
+/// Members started at the same moment on a job whose internal topics do not exist yet: one
+/// creates them, the others find them there — possibly before the broker they ask has them
+/// in its metadata — and every member must wait for them and start, not stop on "0
+/// partitions".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_started_at_once_all_start_while_one_of_them_creates_the_internal_topics() {
+    for attempt in 0..5 {
+        let Setup {
+            dir,
+            input,
+            job,
+            _internal,
+            ..
+        } = setup("members-at-once", "rides-per-driver-hourly.toml").await;
+        let _feed = feeder(&input.name, 2_000, 1_000);
+        let mut ms = Members::new("members at once", job, dir.clone(), chaos_seed());
+        for i in 0..3 {
+            ms.start(i);
+        }
+        for i in 0..3 {
+            ms.wait_log(i, "tasks assigned").await;
+        }
+        eprintln!("attempt {attempt}: every member started");
+        drop(ms);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -39,7 +39,9 @@
 //!   and commits the work of tasks it finds lost instead of aborting it.
 //! - `final-checkpoint`: a stop returns at once instead of taking, committing and recording a
 //!   final checkpoint (`runtime::coordinate`): the subtasks are dropped with their
-//!   transactions open, and a checkpoint made durable just before may never be committed.
+//!   transactions open, and a checkpoint made durable just before may never be committed; a
+//!   cluster member (`runtime::cluster::member`) leaves at a stop with its transaction open,
+//!   without committing it or leaving the group.
 //! - `start-record`: a run without checkpoints does not record where its sources start in
 //!   checkpoint 0 (`runtime::coordinate`), so a restart before the first checkpoint resolves
 //!   `source.start = "latest"` again and skips what arrived in between.

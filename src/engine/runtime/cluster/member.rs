@@ -171,13 +171,23 @@ pub(super) async fn run(
         meta: meta.clone(),
     }));
     info!(group = %plan.group, transactional_id = %plan.transactional_id, "member joining");
+    let final_commit = !hook::skipped(hook::Protection::FinalCheckpoint);
     let mut last_commit = Instant::now();
     let wait = plan.interval.min(Duration::from_millis(100));
     let result = loop {
-        if *stop.borrow_and_update() {
+        let stopping = *stop.borrow_and_update();
+        if stopping {
             let mut w = worker.lock().await;
-            let r = w.commit(&meta.get(), Some(group.consumer())).await;
-            break r;
+            if final_commit {
+                let r = w.commit(&meta.get(), Some(group.consumer())).await;
+                break r;
+            }
+            // The inverse test's member: it commits no more and leaves as soon as it holds
+            // an open transaction, without leaving the group.
+            if w.in_txn {
+                *counts = w.counts;
+                return Ok(());
+            }
         }
         let records = match group.poll(wait).await {
             Ok(r) => r,
@@ -190,7 +200,7 @@ pub(super) async fn run(
         if let Err(e) = w.process(records).await {
             break Err(e);
         }
-        if last_commit.elapsed() >= plan.interval {
+        if !stopping && last_commit.elapsed() >= plan.interval {
             last_commit = Instant::now();
             if let Err(e) = w.commit(&meta.get(), Some(group.consumer())).await {
                 break Err(e);

@@ -55,6 +55,8 @@ pub(crate) struct Members {
     /// The members' heartbeat.interval.ms.
     pub(crate) heartbeat_ms: u64,
     pub(crate) env: Vec<(&'static str, &'static str)>,
+    /// The test pause (`ONCEFLOW_TEST_PAUSE`) members started from now on arm.
+    pub(crate) test_pause: Option<&'static str>,
     pub(crate) members: Vec<Member>,
     seed: u64,
     pub(crate) events: Vec<String>,
@@ -69,6 +71,7 @@ impl Members {
             bootstrap: broker(),
             heartbeat_ms: 500,
             env: Vec::new(),
+            test_pause: None,
             members: Vec::new(),
             seed,
             events: Vec::new(),
@@ -123,7 +126,7 @@ impl Members {
             &self.bootstrap,
             &m.log,
             false,
-            None,
+            self.test_pause,
             &extra,
             &self.env,
         ));

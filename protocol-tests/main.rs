@@ -28,6 +28,7 @@ mod engine_idleness;
 mod engine_members;
 mod engine_metrics;
 mod engine_parallel;
+mod engine_repartition;
 mod engine_restore;
 mod engine_run;
 mod engine_sink;

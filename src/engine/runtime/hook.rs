@@ -18,6 +18,9 @@
 //! - `checkpoint-persisted`: checkpoint N, which has committables, is durable (the state
 //!   store's SyncAll returned) and its transactions are not committed yet (the coordinator has
 //!   not heard `Persisted`, so no commit was sent).
+//! - `keyed-record`: a cluster member is about to process a record (or marker) of its keyed
+//!   tasks' repartition partitions; it holds its worker, so nothing more is read, written or
+//!   committed (`runtime::cluster::member`). The checkpoint it logs is 0.
 //!
 //! `ONCEFLOW_TEST_PAUSE_UNTIL=stop` ends the pause when the job is asked to stop (SIGTERM)
 //! instead: a stop that lands while checkpoint N is being written, at a moment the test has
@@ -51,6 +54,9 @@
 //! - `revoke-markers`: a cluster member's commit inside a rebalance callback sends no watermark
 //!   markers (`runtime::cluster::member`), so offsets can pass the records that moved a
 //!   watermark that nobody reports.
+//! - `repartition-retention`: a cluster job creates its repartition topic with the broker's
+//!   default retention and accepts a finite one (`runtime::cluster::ensure_topics`), so the
+//!   broker deletes repartition records by their event-time stamps, read or not.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -65,12 +71,15 @@ pub(crate) const ENV: &str = "ONCEFLOW_TEST_PAUSE";
 pub(crate) enum Point {
     /// A checkpoint with committables is durable; its commits are not sent.
     CheckpointPersisted,
+    /// A cluster member is about to process a keyed task's record.
+    KeyedRecord,
 }
 
 impl Point {
     fn name(self) -> &'static str {
         match self {
             Point::CheckpointPersisted => "checkpoint-persisted",
+            Point::KeyedRecord => "keyed-record",
         }
     }
 }
@@ -88,7 +97,7 @@ fn parse(spec: &str) -> Option<Armed> {
         Some((name, n)) => (name, n.trim().parse::<u64>().ok().filter(|n| *n >= 1)?),
         None => (spec, 1),
     };
-    let point = [Point::CheckpointPersisted]
+    let point = [Point::CheckpointPersisted, Point::KeyedRecord]
         .into_iter()
         .find(|p| p.name() == name.trim())?;
     Some(Armed { point, nth })
@@ -118,7 +127,7 @@ fn armed() -> Option<Armed> {
         if armed.is_none() {
             tracing::warn!(
                 value = %spec,
-                "{ENV} is not <point>[:<nth>] with point checkpoint-persisted and nth >= 1; ignored"
+                "{ENV} is not <point>[:<nth>] with point checkpoint-persisted or keyed-record and nth >= 1; ignored"
             );
         }
         armed
@@ -151,6 +160,8 @@ pub(crate) enum Protection {
     CopyAge,
     /// A cluster member's commit in a rebalance callback sends the watermarks that moved.
     RevokeMarkers,
+    /// A cluster job's repartition topic keeps its records for ever (`retention.ms=-1`).
+    RepartitionRetention,
 }
 
 impl Protection {
@@ -164,6 +175,7 @@ impl Protection {
             Protection::StartRecord => "start-record",
             Protection::CopyAge => "copy-age",
             Protection::RevokeMarkers => "revoke-markers",
+            Protection::RepartitionRetention => "repartition-retention",
         }
     }
 }
@@ -178,6 +190,7 @@ fn skip_of(spec: &str) -> Option<Protection> {
         Protection::StartRecord,
         Protection::CopyAge,
         Protection::RevokeMarkers,
+        Protection::RepartitionRetention,
     ]
     .into_iter()
     .find(|p| p.name() == spec.trim())
@@ -196,7 +209,7 @@ pub(crate) fn skipped(protection: Protection) -> bool {
         let spec = std::env::var(SKIP_ENV).ok()?;
         let p = skip_of(&spec);
         if p.is_none() {
-            tracing::warn!(value = %spec, "{SKIP_ENV} names no protection (retire, alignment, resumption, fencing, final-checkpoint, start-record, copy-age, revoke-markers); ignored");
+            tracing::warn!(value = %spec, "{SKIP_ENV} names no protection (retire, alignment, resumption, fencing, final-checkpoint, start-record, copy-age, revoke-markers, repartition-retention); ignored");
         }
         p
     });
@@ -263,6 +276,13 @@ mod tests {
             ("checkpoint-persisted:3", at(3)),
             ("checkpoint-persisted:0", None),
             ("checkpoint-persisted:x", None),
+            (
+                "keyed-record",
+                Some(Armed {
+                    point: Point::KeyedRecord,
+                    nth: 1,
+                }),
+            ),
             ("commit-sent", None),
             ("", None),
         ];
@@ -279,6 +299,10 @@ mod tests {
             ("alignment", Some(Protection::Alignment)),
             ("final-checkpoint", Some(Protection::FinalCheckpoint)),
             ("start-record", Some(Protection::StartRecord)),
+            (
+                "repartition-retention",
+                Some(Protection::RepartitionRetention),
+            ),
             ("watermarks", None),
             ("", None),
         ];

@@ -392,6 +392,10 @@ impl Worker {
     }
 
     async fn keyed_record(&mut self, r: &ConsumerRecord) -> Result<bool, Exit> {
+        if !self.keyed.contains_key(&r.partition) {
+            return Ok(false);
+        }
+        hook::reached(hook::Point::KeyedRecord, 0, None).await;
         let Some(task) = self.keyed.get_mut(&r.partition) else {
             return Ok(false);
         };

@@ -44,6 +44,7 @@ use crate::engine::metrics::Metrics;
 use crate::engine::state::{RestoreFrom, StateError, StateStore, StoreOptions};
 use crate::protocol::ErrorCode;
 
+use super::hook;
 use super::topology::Topology;
 use super::{RunConfig, RunSummary, RuntimeError};
 use exchange::Topics;
@@ -279,8 +280,14 @@ async fn changelog_identity(
 /// were lost (its position fell below the new log start and was reset past them).
 async fn ensure_topics(admin: &Admin, topics: &Topics, tasks: u16) -> Result<(), RuntimeError> {
     let n = i32::from(tasks);
+    let keep = !hook::skipped(hook::Protection::RepartitionRetention);
+    let repartition = NewTopic::new(topics.repartition.clone(), n);
     let wanted = [
-        NewTopic::new(topics.repartition.clone(), n).with_config("retention.ms", "-1"),
+        if keep {
+            repartition.with_config("retention.ms", "-1")
+        } else {
+            repartition
+        },
         NewTopic::new(topics.changelog.clone(), n).with_config("cleanup.policy", "compact"),
     ];
     for t in wanted {
@@ -320,7 +327,7 @@ async fn ensure_topics(admin: &Admin, topics: &Topics, tasks: u16) -> Result<(),
         .iter()
         .find(|e| e.name == "retention.ms")
         .and_then(|e| e.value.clone());
-    if retention.as_deref().is_some_and(|v| v != "-1") {
+    if keep && retention.as_deref().is_some_and(|v| v != "-1") {
         return Err(RuntimeError::Unsupported(format!(
             "{name} has retention.ms={}: the broker would delete repartition records by their timestamps (event times) before the keyed tasks read them; set retention.ms=-1 on it (kafka-configs.sh --alter --entity-type topics --entity-name {name} --add-config retention.ms=-1) or delete the job's internal topics and its group's offsets to start over",
             retention.unwrap_or_default()

@@ -403,6 +403,7 @@ impl Admin {
     /// Waits, up to default.api.timeout.ms, until every topic of `names` is in the metadata
     /// of the broker asked: a topic another client just created may not be yet (its creator
     /// has seen it; this one's TOPIC_ALREADY_EXISTS says nothing of the metadata).
+    #[cfg(feature = "engine")]
     pub(crate) async fn wait_for_topics(&self, names: &[&str]) -> Result<()> {
         self.cluster.add_interest(names.iter().copied());
         self.wait_for(

@@ -20,7 +20,6 @@ use crate::engine_files::job_from;
 use crate::engine_run::{chaos_seed, log_of, sigterm, spawn_run_with, taxi, DEADLINE};
 use crate::support::cli::{shown, stdout, Guarded};
 use crate::support::*;
-use onceflow::client::admin_txn::{ListTransactionsFilter, TxnState};
 use onceflow::client::consumer::Offset;
 use onceflow::client::{Admin, IsolationLevel, TopicPartition};
 use rand::rngs::StdRng;
@@ -604,7 +603,7 @@ async fn members_of_job_b_stopped(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     ms.leave(0).await;
-    let ongoing = ongoing_of(&name).await;
+    let ongoing = ongoing_transactions(&broker(), &format!("{name}-")).await;
     let mut held = Vec::new();
     for t in topics.iter().filter(|_| check_held) {
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -647,24 +646,6 @@ async fn end_sum(topic: &str, isolation: IsolationLevel) -> i64 {
         .unwrap()
         .values()
         .sum()
-}
-
-/// The transactional ids of prefix `name` in state Ongoing now.
-async fn ongoing_of(name: &str) -> Vec<String> {
-    let admin = Admin::new(client_config(&broker())).await.unwrap();
-    let filter = ListTransactionsFilter {
-        states: vec![TxnState::Ongoing.as_str().to_owned()],
-        ..Default::default()
-    };
-    let mine = format!("{name}-");
-    admin
-        .list_transactions(&filter)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.transactional_id)
-        .filter(|id| id.starts_with(&mine))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,7 +13,6 @@ use crate::engine_run::{
 };
 use crate::support::cli::{shown, stdout, Guarded};
 use crate::support::*;
-use onceflow::client::admin_txn::{ListTransactionsFilter, TxnState};
 use onceflow::client::consumer::Offset;
 use onceflow::client::{Admin, IsolationLevel};
 use std::path::{Path, PathBuf};
@@ -138,20 +137,7 @@ impl Scenario {
 
     /// The job's transactional ids in state Ongoing now.
     async fn ongoing(&self) -> Vec<String> {
-        let admin = Admin::new(client_config(&broker())).await.unwrap();
-        let filter = ListTransactionsFilter {
-            states: vec![TxnState::Ongoing.as_str().to_owned()],
-            ..Default::default()
-        };
-        let mine = format!("{}-", self.prefix);
-        admin
-            .list_transactions(&filter)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|t| t.transactional_id)
-            .filter(|id| id.starts_with(&mine))
-            .collect()
+        ongoing_transactions(&broker(), &format!("{}-", self.prefix)).await
     }
 }
 

@@ -185,6 +185,24 @@ pub async fn idempotent_producer(broker: &str) -> Producer {
     .expect("producer")
 }
 
+/// The transactional ids starting with `prefix` that `broker` lists in state Ongoing now
+/// (what `onceflow txn list --state Ongoing` shows).
+pub async fn ongoing_transactions(broker: &str, prefix: &str) -> Vec<String> {
+    let admin = Admin::new(client_config(broker)).await.unwrap();
+    let filter = onceflow::client::admin_txn::ListTransactionsFilter {
+        states: vec![TxnState::Ongoing.as_str().to_owned()],
+        ..Default::default()
+    };
+    admin
+        .list_transactions(&filter)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.transactional_id)
+        .filter(|id| id.starts_with(prefix))
+        .collect()
+}
+
 /// A read_committed consumer on `broker` assigned `tps`, each at its beginning.
 pub async fn committed_reader(broker: &str, tps: &[TopicPartition]) -> Consumer {
     let mut c = Consumer::new(consumer_config(

@@ -201,12 +201,7 @@ async fn a_task_back_after_the_cleaner_removed_its_tombstones(
     }
     ms.leave(0).await;
     out.read_to_end().await;
-    let mut hour0: BTreeMap<u64, usize> = BTreeMap::new();
-    for ((d, s), _) in &out.read {
-        if *s == EPOCH_MS {
-            *hour0.entry(*d).or_default() += 1;
-        }
-    }
+    let hour0 = out.per_driver(EPOCH_MS);
     eprintln!(
         "{label}: hour 0 per driver {hour0:?}; events {:?}",
         ms.events

@@ -220,6 +220,17 @@ pub(crate) struct OutputReader {
 }
 
 impl OutputReader {
+    /// How many times each driver's window starting at `window_start` was read.
+    pub(crate) fn per_driver(&self, window_start: i64) -> std::collections::BTreeMap<u64, usize> {
+        let mut n = std::collections::BTreeMap::new();
+        for ((d, s), _) in &self.read {
+            if *s == window_start {
+                *n.entry(*d).or_default() += 1;
+            }
+        }
+        n
+    }
+
     pub(crate) async fn new(broker: &str, topic: &TestTopic) -> OutputReader {
         let consumer = committed_reader(broker, &topic.tps()).await;
         OutputReader {

@@ -178,12 +178,7 @@ async fn keyed_tasks_restarted_after_a_retention_check(
         );
     }
     out.read_to_end().await;
-    let mut hour0: BTreeMap<u64, usize> = BTreeMap::new();
-    for ((d, s), _) in &out.read {
-        if *s == EPOCH_MS {
-            *hour0.entry(*d).or_default() += 1;
-        }
-    }
+    let hour0 = out.per_driver(EPOCH_MS);
     eprintln!(
         "{label}: repartition log start {log_start} before the restart; hour 0 per driver {hour0:?}; events {:?}",
         ms.events

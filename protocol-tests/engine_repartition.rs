@@ -125,11 +125,16 @@ async fn keyed_tasks_restarted_after_a_retention_check(
     let producer = idempotent_producer(&addr).await;
     let mut id = 0;
 
-    // Hour 0 in; the source tasks commit it to the repartition topic, and the member pauses
-    // before its keyed tasks read any of it.
-    ms.start(0);
-    ms.wait_log(0, "tasks assigned").await;
+    // Hour 0 in before the member starts; its source tasks commit it to the repartition
+    // topic, and the member pauses before its keyed tasks read any of it. (Written first, the
+    // old-stamped records and watermark markers open the repartition partitions' first log
+    // segments; the broker rolls a segment when a record stamped later than its first by
+    // segment.ms arrives, so the commit's transaction marker starts a new one, and the first
+    // holds old-stamped records only: the retention can delete it. An idle source's marker,
+    // stamped now, written first — had the member waited a second for input — would share the
+    // old records' segment and keep it from the retention.)
     rides(&producer, &input.name, 0, EPOCH_MS + 10_000, &mut id).await;
+    ms.start(0);
     ms.wait_log(0, "test pause at keyed-record").await;
     two_retention_checks(&mut ms, &admin, &producer, &canary).await;
     let repartition: Vec<TopicPartition> = (0..2)

@@ -80,6 +80,19 @@ impl Marker {
         }
     }
 
+    /// The marker record's timestamp: a watermark's own event time. The repartition topic is
+    /// an event-time log (elements carry their event time); a marker stamped with the wall
+    /// clock would mix two clocks in it, and decide by where it lands which old elements a
+    /// time retention could delete. An idle marker, and a watermark before 1970 or past `now`
+    /// (the end of a bounded input is `i64::MAX`; a broker refuses timestamps far ahead of its
+    /// clock), take the producer's clock: `None`.
+    pub(crate) fn timestamp(self, now: i64) -> Option<i64> {
+        match self {
+            Marker::At { watermark, .. } if (0..=now).contains(&watermark) => Some(watermark),
+            _ => None,
+        }
+    }
+
     /// The marker a repartition record carries: `None` for an element; `Some(Err)` for a
     /// marker header that is not one of ours.
     pub(crate) fn of(headers: &[Header]) -> Option<Result<Marker, String>> {
@@ -164,6 +177,26 @@ mod tests {
             value: Some(Bytes::from_static(b"12345")),
         };
         assert!(Marker::of(&[bad]).unwrap().unwrap_err().contains("5 bytes"));
+    }
+
+    #[test]
+    fn a_marker_is_stamped_with_its_watermark_when_a_timestamp_can_hold_it() {
+        let now = 1_800_000_000_000;
+        let at = |watermark| Marker::At {
+            input: 0,
+            watermark,
+        };
+        for (marker, stamp) in [
+            (at(1_767_225_600_000), Some(1_767_225_600_000)),
+            (at(0), Some(0)),
+            (at(now), Some(now)),
+            (at(-1), None),
+            (at(now + 1), None),
+            (at(i64::MAX), None),
+            (Marker::Idle { input: 0 }, None),
+        ] {
+            assert_eq!(marker.timestamp(now), stamp, "{marker:?}");
+        }
     }
 
     #[test]

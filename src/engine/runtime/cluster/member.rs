@@ -471,6 +471,9 @@ impl Worker {
                     let mut rec =
                         ProducerRecord::new(self.plan.topics.repartition.clone(), Bytes::new())
                             .with_partition(task);
+                    if let Some(t) = marker.timestamp(i64::try_from(now_ms()).unwrap_or(i64::MAX)) {
+                        rec = rec.with_timestamp(t);
+                    }
                     rec.headers.push(marker.header());
                     self.send(rec).await?;
                 }

@@ -198,6 +198,16 @@ async fn a_producer_whose_transaction_timed_out_aborts_and_carries_on() {
     carry_on_after_the_coordinator_aborted(p, &id, &topic).await;
 }
 
+/// KIP-588, learnt by the abort itself: an application that aborts (say, after a failed
+/// TxnOffsetCommit) a transaction the coordinator has already aborted gets from EndTxn that the
+/// epoch is over; the same abort_transaction() call re-initializes (and at transaction.version
+/// 1 reports the fencing), never an error asking for another abort.
+#[tokio::test]
+async fn an_abort_of_a_transaction_the_coordinator_aborted_finishes_in_one_call() {
+    let (topic, id, p) = a_transaction_the_coordinator_aborted("txn-timeout-abort").await;
+    carry_on_after_the_coordinator_aborted(p, &id, &topic).await;
+}
+
 /// KIP-588, the other way the producer learns it: a record sent into the transaction after the
 /// coordinator aborted it is refused (INVALID_PRODUCER_EPOCH); that dooms the transaction but
 /// not the producer.

@@ -376,11 +376,13 @@ impl Producer {
             self.drop_unsent();
         }
         self.settle_in_flight().await?;
-        let ending = self.ending()?;
+        let mut ending = self.ending()?;
         // After INVALID_PRODUCER_EPOCH / UNKNOWN_PRODUCER_ID the coordinator would refuse
         // EndTxn at our epoch; the re-initialization below ends the transaction instead.
         if ending.started && (end.is_commit() || !ending.reinit) {
-            self.end_on_coordinator(&ending, end).await?;
+            if let Ended::ByCoordinator = self.end_on_coordinator(&ending, end).await? {
+                ending.reinit = true;
+            }
         }
         if end == TxnEnd::Abort {
             self.after_abort(&ending).await?;
@@ -449,8 +451,10 @@ impl Producer {
     }
 
     /// EndTxn, on the path `resume_transaction` uses too, so an answer that is lost is
-    /// resolved the same way. A refusal is explained: timed out, aborted, or fenced.
-    async fn end_on_coordinator(&self, ending: &Ending, end: TxnEnd) -> Result<()> {
+    /// resolved the same way. A refusal is explained: timed out, aborted, or fenced. An abort
+    /// refused because the coordinator aborted the transaction itself (and bumped the epoch)
+    /// got what it asked for: [`Ended::ByCoordinator`], and the abort re-initializes.
+    async fn end_on_coordinator(&self, ending: &Ending, end: TxnEnd) -> Result<Ended> {
         let inner = &self.inner;
         let id = ending.id.as_str();
         let prepared = PreparedTransaction {
@@ -476,6 +480,7 @@ impl Producer {
                     Some(t) if end == TxnEnd::Abort => t.step(TxnEvent::EndTxnDone),
                     _ => Ok(()),
                 }
+                .map(|()| Ended::Here)
             }
             Ok(EndOutcome::Not { reason, aborted }) if aborted && end.is_commit() => {
                 // KIP-588: the coordinator aborted it (and bumped the epoch); the abort
@@ -501,10 +506,13 @@ impl Producer {
                 });
                 self.note_error(Err(e), false)
             }
-            Err(e) => {
-                let (e, reinit) = explain_end_failure(inner, &prepared, e, ending.began).await;
-                self.note_error(Err(e), reinit)
-            }
+            Err(e) => match explain_end_failure(inner, &prepared, e, ending.began).await {
+                (Error::TransactionAbortable(reason), true) if end == TxnEnd::Abort => {
+                    info!(transactional_id = %id, %reason, "the coordinator aborted the transaction already; re-initializing");
+                    Ok(Ended::ByCoordinator)
+                }
+                (e, reinit) => self.note_error(Err(e), reinit),
+            },
         }
     }
 
@@ -556,6 +564,15 @@ impl Producer {
             }
         }
     }
+}
+
+/// Who ended a transaction whose EndTxn was sent.
+enum Ended {
+    /// The coordinator, at this EndTxn.
+    Here,
+    /// The coordinator, earlier and by itself (an abort after transaction.timeout.ms): the
+    /// epoch it was sent with is over.
+    ByCoordinator,
 }
 
 /// A coordinator's answer that this producer's epoch is over (PRODUCER_FENCED, or

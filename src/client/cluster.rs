@@ -6,7 +6,7 @@
 //! requests fail with NOT_LEADER_OR_FOLLOWER at once, one Metadata request goes out and the
 //! others wait for its result.
 
-use super::config::ClientConfig;
+use super::config::{ClientConfig, TopicLookup};
 use super::connection::Connection;
 use super::error::{Error, Op, Result};
 use super::metadata::{
@@ -1010,37 +1010,6 @@ fn topic_metadata(name: String, t: &MetadataResponseTopic) -> TopicMetadata {
         id: *t.topic_id.as_bytes(),
         partitions,
         internal: t.is_internal,
-    }
-}
-
-/// How a client role looks a topic up when the cache does not have it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TopicLookup {
-    /// Ask the broker to create the topic (Metadata allow_auto_topic_creation; the broker's
-    /// auto.create.topics.enable decides), and keep asking while it does not know the topic.
-    /// Without it an unknown topic is an error at once.
-    pub auto_create: bool,
-    /// How long to keep asking.
-    pub deadline: Duration,
-    /// The setting `deadline` comes from, for error messages.
-    pub deadline_name: &'static str,
-}
-
-impl TopicLookup {
-    /// The admin client's lookup: never creates, never waits for an unknown topic.
-    ///
-    /// # Examples
-    /// ```
-    /// use onceflow::client::{config::TopicLookup, ClientConfig};
-    /// let lookup = TopicLookup::admin(&ClientConfig::default());
-    /// assert!(!lookup.auto_create);
-    /// ```
-    pub fn admin(config: &ClientConfig) -> TopicLookup {
-        TopicLookup {
-            auto_create: false,
-            deadline: config.api_timeout,
-            deadline_name: "default.api.timeout.ms",
-        }
     }
 }
 

@@ -6,52 +6,15 @@
 //! misspelt `isolation.level` is how exactly-once pipelines end up reading aborted data.
 
 mod builder;
+pub(crate) mod validate;
 pub use builder::{FromProperties, PropertiesBuilder};
+pub use validate::ConfigError;
+use validate::{invalid, non_empty, parse_bool, parse_i32, parse_ms, parse_usize};
 
 use crate::protocol::records::Compression;
 use std::time::Duration;
 
-pub use super::cluster::TopicLookup;
 pub use super::security::SecurityConfig;
-
-/// A configuration problem, naming the property and what is accepted.
-///
-/// # Examples
-/// ```
-/// use onceflow::client::{ConfigError, ConsumerConfig};
-/// match ConsumerConfig::from_properties([("isolation.levl", "read_committed")]) {
-///     Err(ConfigError::Unknown { name, .. }) => assert_eq!(name, "isolation.levl"),
-///     other => panic!("a misspelt property must not be ignored: {other:?}"),
-/// }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// The property is not one this client knows.
-    #[error("unknown property '{name}' for a {role}; see the configuration table in README.md")]
-    Unknown {
-        /// The name given.
-        name: String,
-        /// producer / consumer / admin client.
-        role: &'static str,
-    },
-    /// The value does not parse or is out of range.
-    #[error("invalid value '{value}' for property '{name}': expected {expected}")]
-    Invalid {
-        /// The property.
-        name: String,
-        /// The value given.
-        value: String,
-        /// What is accepted.
-        expected: &'static str,
-    },
-    /// Two settings contradict each other.
-    #[error("{0}")]
-    Conflict(String),
-    /// A required setting is missing.
-    #[error("missing required property '{0}'")]
-    Missing(&'static str),
-}
 
 /// Where a consumer starts when it has no valid position.
 ///
@@ -389,54 +352,6 @@ impl Default for ConsumerConfig {
             fetch_sessions_enable: true,
         }
     }
-}
-
-pub(crate) fn invalid(name: &str, value: &str, expected: &'static str) -> ConfigError {
-    ConfigError::Invalid {
-        name: name.to_owned(),
-        value: value.to_owned(),
-        expected,
-    }
-}
-
-fn parse_ms(name: &str, value: &str) -> Result<Duration, ConfigError> {
-    value
-        .trim()
-        .parse::<u64>()
-        .map(Duration::from_millis)
-        .map_err(|_| invalid(name, value, "a non-negative number of milliseconds"))
-}
-
-fn parse_usize(name: &str, value: &str) -> Result<usize, ConfigError> {
-    value
-        .trim()
-        .parse::<usize>()
-        .map_err(|_| invalid(name, value, "a non-negative integer"))
-}
-
-fn parse_i32(name: &str, value: &str) -> Result<i32, ConfigError> {
-    value
-        .trim()
-        .parse::<i32>()
-        .ok()
-        .filter(|v| *v >= 0)
-        .ok_or_else(|| invalid(name, value, "a non-negative 32-bit integer"))
-}
-
-fn parse_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        _ => Err(invalid(name, value, "true or false")),
-    }
-}
-
-pub(crate) fn non_empty(name: &str, value: &str) -> Result<String, ConfigError> {
-    let v = value.trim();
-    if v.is_empty() {
-        return Err(invalid(name, value, "a non-empty string"));
-    }
-    Ok(v.to_owned())
 }
 
 /// librdkafka spellings accepted for their Java equivalents.
@@ -864,6 +779,37 @@ pub fn split_property(kv: &str) -> Result<(String, String), ConfigError> {
     match kv.split_once('=') {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
         _ => Err(invalid(kv, kv, "key=value")),
+    }
+}
+
+/// How a client role looks a topic up when the cache does not have it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicLookup {
+    /// Ask the broker to create the topic (Metadata allow_auto_topic_creation; the broker's
+    /// auto.create.topics.enable decides), and keep asking while it does not know the topic.
+    /// Without it an unknown topic is an error at once.
+    pub auto_create: bool,
+    /// How long to keep asking.
+    pub deadline: Duration,
+    /// The setting `deadline` comes from, for error messages.
+    pub deadline_name: &'static str,
+}
+
+impl TopicLookup {
+    /// The admin client's lookup: never creates, never waits for an unknown topic.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::client::{config::TopicLookup, ClientConfig};
+    /// let lookup = TopicLookup::admin(&ClientConfig::default());
+    /// assert!(!lookup.auto_create);
+    /// ```
+    pub fn admin(config: &ClientConfig) -> TopicLookup {
+        TopicLookup {
+            auto_create: false,
+            deadline: config.api_timeout,
+            deadline_name: "default.api.timeout.ms",
+        }
     }
 }
 

@@ -4,9 +4,8 @@
 
 use super::cluster::{Cluster, Stale};
 use super::config::IsolationLevel;
-use super::consumer::Offset;
 use super::error::{Error, Op, Result};
-use super::metadata::TopicPartition;
+use super::metadata::{Offset, TopicPartition};
 use super::retry::Step;
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};

@@ -2,6 +2,30 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+/// Where to start reading a partition.
+///
+/// # Examples
+/// ```no_run
+/// # fn demo(consumer: &mut onceflow::client::Consumer) -> onceflow::client::Result<()> {
+/// use onceflow::client::{Offset, TopicPartition};
+/// use std::time::{SystemTime, UNIX_EPOCH};
+/// // Replay the last hour of partition 0.
+/// let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_millis() as i64;
+/// consumer.seek(&TopicPartition::new("rides", 0), Offset::Timestamp(now_ms - 3_600_000))?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Offset {
+    /// The log start offset.
+    Beginning,
+    /// The end of the log (the LSO under read_committed).
+    End,
+    /// An absolute offset.
+    At(i64),
+    /// The first offset whose timestamp is at or after this one (ms since the epoch).
+    Timestamp(i64),
+}
+
 /// A topic and partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TopicPartition {

@@ -20,6 +20,7 @@ pub use metrics::ConsumerMetrics;
 use super::cluster::Cluster;
 use super::config::{AutoOffsetReset, ConsumerConfig, IsolationLevel};
 use super::error::{Error, Result};
+pub use super::metadata::Offset;
 use super::metadata::TopicPartition;
 use crate::protocol::records::Header;
 use bytes::Bytes;
@@ -28,30 +29,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Notify};
-
-/// Where to start reading a partition.
-///
-/// # Examples
-/// ```no_run
-/// # fn demo(consumer: &mut onceflow::client::Consumer) -> onceflow::client::Result<()> {
-/// use onceflow::client::{Offset, TopicPartition};
-/// use std::time::{SystemTime, UNIX_EPOCH};
-/// // Replay the last hour of partition 0.
-/// let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_millis() as i64;
-/// consumer.seek(&TopicPartition::new("rides", 0), Offset::Timestamp(now_ms - 3_600_000))?;
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Offset {
-    /// The log start offset.
-    Beginning,
-    /// The end of the log (the LSO under read_committed).
-    End,
-    /// An absolute offset.
-    At(i64),
-    /// The first offset whose timestamp is at or after this one (ms since the epoch).
-    Timestamp(i64),
-}
 
 /// One record read from Kafka.
 ///

@@ -17,7 +17,7 @@ pub(crate) mod sasl;
 pub(crate) mod scram;
 pub(crate) mod tls;
 
-use super::config::{invalid, non_empty, ConfigError};
+use super::config::validate::{invalid, non_empty, ConfigError};
 use std::path::PathBuf;
 
 pub(crate) use tls::TlsConnector;

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
 
+use super::clock::now_ms;
 use super::hook;
 use super::launch::{launch, Launched, Plan};
 use super::message::{Control, Counters, Report, C, D};
@@ -19,9 +20,9 @@ use super::observe;
 use super::offsets::GroupOffsets;
 use super::output::TaskSink;
 use super::persist::Persister;
+use super::positions::{record_positions, restored, start_recorded, to_store};
 use super::retire::abort_retired;
 use super::routing::key_group_range;
-use super::task::{now_ms, record_positions, restored, start_recorded, to_store};
 use super::{RunSummary, RuntimeError};
 use crate::client::Admin;
 use crate::engine::checkpoint::{

@@ -15,6 +15,7 @@ use super::keyed::KeyedSubtask;
 use super::message::{Control, Counters, Data, Report};
 use super::output::{SinkTask, TaskSink};
 use super::partitions::{resolve, start_offset, Discovery};
+use super::positions::checkpoint_tp;
 use super::routing::key_group_range;
 use super::source::{Downstream, FileReader, Input, PartitionWatermarks, SourceSubtask};
 use super::topology::Topology;
@@ -22,7 +23,7 @@ use super::RuntimeError;
 use crate::client::{
     Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, Offset, TopicPartition,
 };
-use crate::engine::checkpoint::{self, Positions, TaskId};
+use crate::engine::checkpoint::{Positions, TaskId};
 use crate::engine::job::{FileLineFormat, FileSourceSpec, Job};
 use crate::engine::metrics::Metrics;
 use crate::engine::source::{FileSource, FileSourceConfig, LineFormat, ParsedLine};
@@ -346,12 +347,4 @@ async fn source_consumer(
         own.insert(checkpoint_tp(&tp), o);
     }
     Ok((consumer, own))
-}
-
-/// A client partition as the coordinator's positions name it.
-pub(crate) fn checkpoint_tp(tp: &TopicPartition) -> checkpoint::TopicPartition {
-    checkpoint::TopicPartition {
-        topic: tp.topic.clone(),
-        partition: tp.partition,
-    }
 }

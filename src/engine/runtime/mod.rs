@@ -37,6 +37,7 @@
 //! landing after its barrier.
 
 mod alignment;
+mod clock;
 mod cluster;
 mod connect;
 mod coordinate;
@@ -50,6 +51,7 @@ mod output;
 mod partitions;
 mod persist;
 pub(crate) mod pipeline;
+mod positions;
 mod retire;
 mod routing;
 mod source;

@@ -12,7 +12,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::message::{Control, Counters, C};
 use super::observe;
-use super::pipeline::Output;
+use super::topology::Output;
 use super::RuntimeError;
 use crate::client::ProducerRecord;
 use crate::engine::checkpoint::{self, CheckpointId, CommitOutcome};

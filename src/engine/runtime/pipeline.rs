@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::stored_watermark::StoredWatermark;
 use super::topology::{
-    downcast, Element, Emitted, InputRecord, KeyedLayout, KeyedStage, SourceChain, Topology,
+    downcast, Element, Emitted, InputRecord, KeyedLayout, KeyedStage, Output, SourceChain, Topology,
 };
 use super::RuntimeError;
 use crate::engine::job::aggregate::{Accumulator, WindowAggregate};
@@ -36,24 +36,6 @@ const CLEANUP: TimerState = TimerState::new(2);
 /// A keyed subtask's watermark, in every key group of its range (`stored_watermark`), so a
 /// restart, at any parallelism, does not re-open fired windows.
 const WATERMARK: ValueState = ValueState::new(3);
-
-/// A record on its way to the sink: its topic (`None`: the sink's), Kafka key and value.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Output {
-    pub topic: Option<String>,
-    pub key: Option<Vec<u8>>,
-    pub value: Bytes,
-}
-
-impl Output {
-    /// The Kafka record of this output: to its own topic (a late topic) or the sink's.
-    pub(crate) fn into_record(self, sink_topic: &str) -> crate::client::ProducerRecord {
-        let topic = self.topic.unwrap_or_else(|| sink_topic.to_owned());
-        let mut r = crate::client::ProducerRecord::new(topic, self.value);
-        r.key = self.key.map(Into::into);
-        r
-    }
-}
 
 /// An input record as it came (Kafka key and bytes): what `window.late_topic` receives when
 /// the record is late, so a reader can tell which input records the aggregate left out.

@@ -15,13 +15,12 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::mpsc::{Sender, UnboundedReceiver, UnboundedSender};
 
 use super::hook::{self, Protection};
-use super::launch::checkpoint_tp;
 use super::message::{Control, Counters, Data, Report};
 use super::observe;
 use super::output::SinkTask;
 use super::partitions::{discover, Discovery};
+use super::positions::{checkpoint_tp, file_input, FILE_INPUT};
 use super::routing::{owner_of, subtask_of};
-use super::task::{file_input, FILE_INPUT};
 use super::topology::{Emitted, InputRecord, SourceChain};
 use super::RuntimeError;
 use crate::client::{Admin, Consumer, ConsumerRecord, Offset, TopicPartition};
@@ -693,7 +692,8 @@ mod tests {
     /// records dropped them).
     #[test]
     fn a_partition_read_ahead_does_not_make_anothers_events_late() {
-        use crate::engine::runtime::pipeline::{Output, Prefix, Prefixed, WindowStage, WINDOW_UID};
+        use crate::engine::runtime::pipeline::{Prefix, Prefixed, WindowStage, WINDOW_UID};
+        use crate::engine::runtime::topology::Output;
         use crate::engine::state::{RestoreFrom, StateStore, StoreOptions};
         let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("jobs")

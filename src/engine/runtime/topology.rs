@@ -23,10 +23,27 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-pub(crate) use super::pipeline::Output;
 use super::RuntimeError;
 use crate::engine::metrics::Metrics;
 use crate::engine::state::{FrozenDelta, OperatorState, StateError};
+
+/// A record on its way to the sink: its topic (`None`: the sink's), Kafka key and value.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Output {
+    pub topic: Option<String>,
+    pub key: Option<Vec<u8>>,
+    pub value: Bytes,
+}
+
+impl Output {
+    /// The Kafka record of this output: to its own topic (a late topic) or the sink's.
+    pub(crate) fn into_record(self, sink_topic: &str) -> crate::client::ProducerRecord {
+        let topic = self.topic.unwrap_or_else(|| sink_topic.to_owned());
+        let mut r = crate::client::ProducerRecord::new(topic, self.value);
+        r.key = self.key.map(Into::into);
+        r
+    }
+}
 
 /// A keyed element on its way from a source subtask to a keyed subtask.
 pub(crate) type Element = Box<dyn Any + Send>;

@@ -55,10 +55,10 @@ use crate::engine::state::{
     key_group, ChangelogCopy, FrozenDelta, RecordPositions, SourcePosition, StateStore,
 };
 
+use super::super::clock::now_ms;
 use super::super::hook;
-use super::super::pipeline::Output;
 use super::super::source::{IdleTimer, IDLE_AFTER};
-use super::super::task::now_ms;
+use super::super::topology::Output;
 use super::super::topology::{Emitted, InputRecord, KeyedStage, SourceChain};
 use super::super::RuntimeError;
 use super::changelog;

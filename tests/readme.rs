@@ -1,18 +1,22 @@
-//! README "Using the library" and examples/ stay in step: every ```rust block of that section
-//! opens with `// examples/NAME.rs`, and its lines are in that file verbatim (up to a common
-//! indentation; a `// ...` line stands for lines left out). The examples compile with
-//! `cargo build --examples` and run against a broker in protocol-tests/examples.rs (the
-//! consume-transform-produce example in protocol-tests/pipeline.rs), so every snippet in the
-//! README compiles and runs in CI.
+//! The client guide's "Using the library" section (docs/guide/client.md) and examples/ stay in
+//! step: every ```rust block of that section opens with `// examples/NAME.rs`, and its lines are
+//! in that file verbatim (up to a common indentation; a `// ...` line stands for lines left
+//! out). The examples compile with `cargo build --examples` and run against a broker in
+//! protocol-tests/examples.rs (the consume-transform-produce example in
+//! protocol-tests/pipeline.rs), so every snippet in the guide compiles and runs in CI. The
+//! README's quick-start snippet is held to the same rule.
 
 use std::path::Path;
 
+/// Where the snippets live.
+const GUIDE: &str = "docs/guide/client.md";
+
 /// The section's text, up to the next `## ` heading.
-fn section<'a>(readme: &'a str, heading: &str) -> &'a str {
-    let start = readme
+fn section<'a>(doc: &'a str, heading: &str) -> &'a str {
+    let start = doc
         .find(&format!("\n{heading}\n"))
-        .unwrap_or_else(|| panic!("README.md has no '{heading}' section"));
-    let rest = &readme[start + 1 + heading.len()..];
+        .unwrap_or_else(|| panic!("{GUIDE} has no '{heading}' section"));
+    let rest = &doc[start + 1 + heading.len()..];
     let end = rest.find("\n## ").unwrap_or(rest.len());
     &rest[..end]
 }
@@ -49,14 +53,15 @@ fn find_segment(file: &[&str], segment: &[&str], from: usize) -> Option<usize> {
     })
 }
 
-#[test]
-fn every_snippet_of_using_the_library_is_in_its_example_verbatim_and_runs_in_ci() {
+/// A file of the repository, read.
+fn read(p: &str) -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let read =
-        |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_else(|e| panic!("read {p}: {e}"));
-    let readme = read("README.md");
-    let blocks = rust_blocks(section(&readme, "## Using the library"));
-    assert!(blocks.len() >= 10, "only {} rust blocks", blocks.len());
+    std::fs::read_to_string(root.join(p)).unwrap_or_else(|e| panic!("read {p}: {e}"))
+}
+
+/// Checks each block against the example its first line names, and that a protocol test runs
+/// that example; `doc` names the document in messages.
+fn check_blocks(doc: &str, blocks: Vec<Vec<&str>>) {
     let runners = read("protocol-tests/examples.rs") + &read("protocol-tests/pipeline.rs");
     for block in blocks {
         let (head, body) = block.split_first().expect("an empty rust block");
@@ -74,7 +79,7 @@ fn every_snippet_of_using_the_library_is_in_its_example_verbatim_and_runs_in_ci(
             }
             at = find_segment(&file, &segment, at).unwrap_or_else(|| {
                 panic!(
-                    "README's block for {path} is not in {path} verbatim (in this order); \
+                    "{doc}'s block for {path} is not in {path} verbatim (in this order); \
                      this part differs:\n{}",
                     segment.join("\n")
                 )
@@ -84,9 +89,23 @@ fn every_snippet_of_using_the_library_is_in_its_example_verbatim_and_runs_in_ci(
         assert!(
             runners.contains(&format!("\"{name}\""))
                 || runners.contains(&format!("examples/{name}\"")),
-            "{path} is in the README but no protocol test runs it"
+            "{path} is in {doc} but no protocol test runs it"
         );
     }
+}
+
+#[test]
+fn every_snippet_of_using_the_library_is_in_its_example_verbatim_and_runs_in_ci() {
+    let guide = read(GUIDE);
+    let blocks = rust_blocks(section(&guide, "## Using the library"));
+    assert!(blocks.len() >= 10, "only {} rust blocks", blocks.len());
+    check_blocks(GUIDE, blocks);
+}
+
+#[test]
+fn the_readme_quick_start_snippets_are_in_their_examples_verbatim_and_run_in_ci() {
+    let readme = read("README.md");
+    check_blocks("README.md", rust_blocks(&readme));
 }
 
 #[test]

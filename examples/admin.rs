@@ -7,7 +7,7 @@
 //! ```
 //!
 //! Works on a new topic `example-admin-…` and deletes it at the end; exit 1 if the broker does
-//! not show what was asked. README "Using the library" shows the core of it.
+//! not show what was asked. docs/guide/client.md "Using the library" shows the core of it.
 
 use onceflow::client::admin::NewTopic;
 use onceflow::client::{Admin, ClientConfig};

@@ -11,7 +11,7 @@
 //! Provokes one error of each kind against the broker and checks its class: an unreachable
 //! broker, a transaction whose record the broker refuses (aborted, then the producer goes on
 //! with the next transaction), a fenced producer, a misspelled setting. Exit 1 when a class is
-//! not the expected one. README "Using the library" shows the core of it.
+//! not the expected one. docs/guide/client.md "Using the library" shows the core of it.
 
 use onceflow::client::admin::NewTopic;
 use onceflow::client::{

@@ -9,7 +9,7 @@
 //!
 //! Writes 10 records to a new 2-partition topic, reads them as the only member of a new group,
 //! committing after each poll, leaves the group, then checks the group's committed offsets
-//! cover all 10 records (exit 1 otherwise). README "Using the library" shows the core of it.
+//! cover all 10 records (exit 1 otherwise). docs/guide/client.md "Using the library" shows the core of it.
 
 use onceflow::client::admin::NewTopic;
 use onceflow::client::group::GroupConsumer;

@@ -10,7 +10,7 @@
 //!
 //! Writes one idempotent record, a committed transaction of 3 records and an aborted one to a
 //! new topic, then reads the topic read_committed and checks that exactly the 4 committed
-//! records are there (exit 1 otherwise). README "Using the library" shows the core of it.
+//! records are there (exit 1 otherwise). docs/guide/client.md "Using the library" shows the core of it.
 
 use onceflow::client::{Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -11,7 +11,7 @@
 //! Reads the properties from the file given (default: a small built-in one pointing at
 //! ONCEFLOW_BROKER, or 127.0.0.1:9092), prints the typed settings, shows an alias and an
 //! error, then writes a record with that producer and reads it back with a consumer configured
-//! from a map. Exit 1 on failure. README "Using the library" shows the core of it.
+//! from a map. Exit 1 on failure. docs/guide/client.md "Using the library" shows the core of it.
 
 use onceflow::client::{
     Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord, TopicPartition,

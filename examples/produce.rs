@@ -8,7 +8,7 @@
 //!
 //! Writes 10 keyed records to a new topic `example-produce-…` (created on first use by the
 //! broker's auto.create.topics.enable), prints where each landed and exits; non-zero on failure.
-//! README "Using the library" shows the core of it.
+//! docs/guide/client.md "Using the library" shows the core of it.
 
 use onceflow::client::{Producer, ProducerConfig, ProducerRecord};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

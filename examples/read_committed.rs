@@ -10,7 +10,7 @@
 //!
 //! Writes an aborted transaction, then a committed one of 3 records, to a new topic; reads it
 //! both ways and checks each read returns exactly the 3 committed records (exit 1 otherwise).
-//! README "Using the library" shows the core of it.
+//! docs/guide/client.md "Using the library" shows the core of it.
 
 use futures::{StreamExt, TryStreamExt};
 use onceflow::client::{

@@ -10,7 +10,7 @@
 //!
 //! Writes and reads back 100 records on a new topic with the logs on stderr, then prints the
 //! producer's and consumer's counters. Exit 1 on failure. ONCEFLOW_BROKER=host:port for
-//! another broker. README "Using the library" shows the core of it.
+//! another broker. docs/guide/client.md "Using the library" shows the core of it.
 
 use onceflow::client::{
     Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord, TopicPartition,

@@ -14,7 +14,7 @@
 //! (read_committed readers of TOPIC wait at it: the broker aborts it after
 //! transaction.timeout.ms, 60 s here, if nobody commits it). `resume FILE` commits it and prints
 //! `committed` (or `already committed`); exit 1 if it could not be committed.
-//! ONCEFLOW_BROKER=host:port for another broker. README "Using the library" shows the core of it.
+//! ONCEFLOW_BROKER=host:port for another broker. docs/guide/client.md "Using the library" shows the core of it.
 
 use onceflow::client::txn::{resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd};
 use onceflow::client::{ClientConfig, Cluster, Producer, ProducerConfig, ProducerRecord};

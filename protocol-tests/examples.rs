@@ -1,4 +1,4 @@
-//! The README's "Using the library" examples (examples/*.rs), run as the programs a user runs:
+//! The client guide's "Using the library" examples (docs/guide/client.md; examples/*.rs), run as the programs a user runs:
 //! each against the test broker (ONCEFLOW_BROKER), each must exit 0 and print its last line.
 //! Each example checks its own outcome (what read_committed reads, what the group committed,
 //! the class of each error) and exits non-zero otherwise; the two-phase commit is checked here

@@ -1750,7 +1750,7 @@ async fn a_leader_whose_address_refuses_connections_fails_its_records_within_del
 /// Each stall class it found has its deterministic scenario and fix (a damaged broker host,
 /// leader id, member list, assigned topic or partition, a batch past the high watermark, a
 /// damaged log start, a negative fetch session id); what it could still hit are the fields no
-/// client can check (DESIGN.md, "Answers damaged on the way"). Measured: 29/30 at TV1 before
+/// client can check (docs/design/damaged-answers.md). Measured: 29/30 at TV1 before
 /// the session-id fix, then 20/20 at TV1 and at TV2 (2026-12-02) and again 20/20 at both on
 /// 2026-12-03. ONCEFLOW_HOSTILE_LOG=1 prints every flip.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,8 +2,8 @@
 //!
 //! # Map of the crate
 //!
-//! Layers, each using only the one below it (DESIGN.md follows a connection, a batch, a fetch,
-//! a transaction and a group member through them):
+//! Layers, each using only the one below it (docs/design/ follows a connection, a batch, a
+//! fetch, a transaction and a group member through them):
 //! - [`protocol`]: bytes, no I/O. Framing, API version negotiation, the record batch codec (v2
 //!   batches, and reading old v0/v1 message sets), compression, the broker error codes.
 //! - [`client`]: everything that talks to brokers. [`client::connection`] (one pipelined,

@@ -155,7 +155,7 @@ fn route_props(props: &[String]) -> Result<(Vec<String>, Vec<String>)> {
         let by_consumer = known(ConsumerConfig::default().set(&k, &v))?;
         if !by_producer && !by_consumer {
             return Err(CliError::Usage(format!(
-                "-X {k}: unknown property for the job's producer (sink) and consumer (source); see the configuration table in README.md"
+                "-X {k}: unknown property for the job's producer (sink) and consumer (source); see the configuration table in docs/guide/configuration.md"
             )));
         }
         if by_producer {

@@ -1,5 +1,5 @@
-//! The engine: checkpointed jobs from Kafka to Kafka, exactly once (DESIGN.md, "A checkpoint's
-//! life" and "A recovery's life"). It uses only the client's public API.
+//! The engine: checkpointed jobs from Kafka to Kafka, exactly once (docs/design/checkpoint.md
+//! and docs/design/recovery.md). It uses only the client's public API.
 //!
 //! - [`checkpoint`]: the checkpoint coordinator — when to inject a barrier, when a checkpoint
 //!   is complete, what to commit, what to restore — as a pure state machine fed events.

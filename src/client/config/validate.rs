@@ -16,7 +16,7 @@ use std::time::Duration;
 #[non_exhaustive]
 pub enum ConfigError {
     /// The property is not one this client knows.
-    #[error("unknown property '{name}' for a {role}; see the configuration table in README.md")]
+    #[error("unknown property '{name}' for a {role}; see the configuration table in docs/guide/configuration.md")]
     Unknown {
         /// The name given.
         name: String,

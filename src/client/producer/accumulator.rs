@@ -1,7 +1,7 @@
 //! Per-partition record buffers: the open batch being filled, and closed batches waiting for
 //! the sender; and, for the idempotent producer, each partition's sequence numbers.
 //!
-//! A batch's life (see DESIGN.md): records are appended to the partition's *open* batch until it
+//! A batch's life (see docs/design/batch.md): records are appended to the partition's *open* batch until it
 //! reaches batch.size or linger.ms passes (or flush/close asks); then it is *closed*: given its
 //! base sequence and encoded once into the bytes that go on the wire, and queued as *ready*. The
 //! sender takes ready batches (at most max.in.flight per partition). A batch that fails with a

@@ -8,7 +8,7 @@
 //!   abort); `txn_phase`: the transaction state enum and its checked transitions;
 //!   `txn_requests`: the coordinator requests they send.
 //!
-//! See DESIGN.md, "A batch's life", for the path a record takes.
+//! See docs/design/batch.md for the path a record takes.
 
 mod accumulator;
 mod flush;
@@ -241,7 +241,7 @@ impl Inner {
 /// Why not just its record: a saturated producer's buffer frees a batch at a time, so waiting for
 /// one record's room woke the sending thread once per freed batch to append one batch's worth
 /// and block again (a context switch each way; at 1 KiB records these were a fifth of the
-/// producer's switches, BENCHMARKS.md). Waiting for an eighth lets it append many batches per
+/// producer's switches, docs/benchmarks.md, "onceflow against franz-go, librdkafka and the Java client"). Waiting for an eighth lets it append many batches per
 /// wake, while the buffer stays at least seven eighths full, so the sender never starves.
 /// The extra is given back at once: only the record's cost stays taken.
 fn memory_to_wait_for(permits: u32, buffer_memory: usize) -> u32 {
@@ -576,7 +576,7 @@ impl Producer {
         let size = check_record_size(&inner.config, record)?;
         // buffer.memory counts what a buffered record costs: its bytes in the batch, and its
         // delivery (who to tell), so that the producer's memory stays within buffer.memory and
-        // a fixed overhead whatever the record size (BENCHMARKS.md, "Memory").
+        // a fixed overhead whatever the record size (docs/benchmarks.md, "Producer memory").
         // (Never more than the whole buffer: a record of exactly buffer.memory must still fit.)
         let cost = size
             .saturating_add(std::mem::size_of::<Delivery>())

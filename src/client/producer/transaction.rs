@@ -1,6 +1,6 @@
 //! The producer's transaction methods: init, begin, send offsets, prepare, commit, abort.
 //!
-//! A transaction's life (see DESIGN.md, "A transaction's life"), in phases of
+//! A transaction's life (see docs/design/transaction.md), in phases of
 //! [`TxnPhase`] (`txn_phase`): `init_transactions` (InitProducerId with the transactional id:
 //! fences older instances and aborts whatever they left open) → Ready → `begin_transaction`
 //! (local; fixes the protocol version for this transaction) → InTransaction: records are sent;

@@ -1,5 +1,5 @@
 //! EndTxn, whose outcome is never guessed: an answer that does not come is resolved with
-//! DescribeTransactions (DESIGN.md, "A transaction's life", step 7).
+//! DescribeTransactions (docs/design/transaction.md, step 7).
 
 use super::judge::{judge, Judgement};
 use super::{describe, PreparedTransaction, TxnEnd};

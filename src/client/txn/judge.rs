@@ -1,6 +1,6 @@
 //! Judging a transaction by what its coordinator reports: a pure function of the saved
 //! committable and the DescribeTransactions answer, table-tested for every state × producer id
-//! × epoch × protocol version (DESIGN.md, "Resuming a prepared transaction").
+//! × epoch × protocol version (docs/design/resume.md).
 
 use super::{PreparedTransaction, TransactionDescription, TxnState};
 use crate::client::producer::Identity;

@@ -7,8 +7,7 @@
 //! `<prefix>-<slot>`, so checkpoint N stays prepared while N+1 is written.
 //!
 //! The producer's own commit and abort use the same EndTxn path (`end`), so an EndTxn whose
-//! answer is lost is resolved the same way whoever sent it. See DESIGN.md, "Resuming a
-//! prepared transaction".
+//! answer is lost is resolved the same way whoever sent it. See docs/design/resume.md.
 
 mod describe;
 mod end;

@@ -18,7 +18,7 @@
 //! record can never be sent into a prepared transaction, and a slot is never reused before the
 //! caller releases it. `begin()` takes the lowest free slot (Flink's POOLING rule), so a
 //! steady pipeline cycles through the same few ids and a restart has a bounded set to clean up.
-//! See DESIGN.md, "The producer per checkpoint: a pool of transactional ids".
+//! See docs/design/producer-pool.md.
 
 use super::{describe, resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd};
 use crate::client::cluster::Cluster;

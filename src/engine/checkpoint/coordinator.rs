@@ -36,8 +36,8 @@ pub enum Phase {
     Stopped(CheckpointId),
 }
 
-/// Where a stop with a final checkpoint stands (Flink's stop-with-savepoint; DESIGN.md, "A
-/// stop's life"). Meanwhile no periodic checkpoint is triggered.
+/// Where a stop with a final checkpoint stands (Flink's stop-with-savepoint; docs/design/stop.md).
+/// Meanwhile no periodic checkpoint is triggered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopStep {
     /// Asked for while a checkpoint was in flight or being written: the final checkpoint is
@@ -52,7 +52,7 @@ pub enum StopStep {
     Resolving(CheckpointId),
 }
 
-/// Where a recovery stands (DESIGN.md, "A recovery's life").
+/// Where a recovery stands (docs/design/recovery.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecoveryStep {
     /// Waiting for the latest durable record ([`Event::Loaded`]).

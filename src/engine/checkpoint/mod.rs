@@ -1,5 +1,5 @@
-//! The checkpoint coordinator: a pure state machine fed events (DESIGN.md, "A checkpoint's
-//! life" and "A recovery's life").
+//! The checkpoint coordinator: a pure state machine fed events (docs/design/checkpoint.md
+//! and docs/design/recovery.md).
 //!
 //! [`Coordinator::on`] takes the time and one [`Event`] and returns the [`Decision`]s the
 //! runtime carries out: inject a barrier, persist a batch, commit a transaction, release a pool

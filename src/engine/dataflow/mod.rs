@@ -1,6 +1,5 @@
 //! Typed jobs: a Rust builder in the vocabulary of Flink's DataStream API, run by the same
-//! parallel, checkpointed, exactly-once runtime as job files (DESIGN.md, "Typed jobs (the
-//! Rust builder)").
+//! parallel, checkpointed, exactly-once runtime as job files (docs/design/typed-jobs.md).
 //!
 //! ```no_run
 //! use std::time::Duration;

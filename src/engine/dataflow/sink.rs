@@ -130,8 +130,8 @@ impl<T> Sink<T> {
 }
 
 /// Part files in a directory (the job file's `[sink] type = "file"`): one element per line,
-/// made final when the checkpoint that covers them is durable (README, "Files at either
-/// end"). Its delivery guarantee is the job's.
+/// made final when the checkpoint that covers them is durable (docs/guide/engine.md, "Files at
+/// either end"). Its delivery guarantee is the job's.
 ///
 /// ```
 /// use onceflow::engine::dataflow::FileSink;

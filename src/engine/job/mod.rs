@@ -1,7 +1,7 @@
 //! Job files (TOML) and the built-in operators, as pure code: no Kafka, no runtime.
 //!
-//! A job file names a source, a pipeline of built-in operators and a sink (README and
-//! DESIGN.md, "Job files", walk through one; `jobs/` ships two). [`Job::parse`] turns it into a
+//! A job file names a source, a pipeline of built-in operators and a sink (docs/guide/engine.md
+//! and docs/design/job-files.md walk through one; `jobs/` ships four). [`Job::parse`] turns it into a
 //! checked [`Job`], or one [`JobError`] line naming the file, the line and the field:
 //!
 //! ```text

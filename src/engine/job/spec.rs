@@ -180,7 +180,7 @@ pub enum Mode {
     /// (`source.group.id`): the group deals the tasks (input partitions, and the partitions of
     /// the job's repartition topic) among the members; each member commits its tasks' output,
     /// state changes (changelog topic) and input offsets in one transaction per
-    /// `checkpoint.interval.ms` (DESIGN.md, "The engine on several machines").
+    /// `checkpoint.interval.ms` (docs/design/cluster-mode.md).
     Cluster,
 }
 

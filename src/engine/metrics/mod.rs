@@ -1,4 +1,4 @@
-//! Engine observability (DESIGN.md, "Metrics"): one [`Metrics`] registry per job run, updated
+//! Engine observability (docs/design/metrics.md): one [`Metrics`] registry per job run, updated
 //! by the runtime at its events and read by a scrape.
 //!
 //! - [`Metrics`]: the registry. The runtime's per-record and per-checkpoint updates are relaxed
@@ -10,7 +10,7 @@
 //! - [`render`]: a snapshot in the Prometheus text exposition format (pure).
 //! - [`http`]: a small HTTP/1.1 listener serving `GET /metrics`.
 //!
-//! Names and meanings are listed in README.md, "Metrics".
+//! Names and meanings are listed in docs/guide/metrics.md.
 
 mod histogram;
 pub mod http;

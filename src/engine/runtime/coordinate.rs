@@ -154,7 +154,7 @@ impl Master {
         Ok(())
     }
 
-    /// Recovery in the DESIGN order: the sinks' `resume` already resolved the restored
+    /// Recovery in the order of docs/design/recovery.md: the sinks' `resume` already resolved the restored
     /// committables, so the coordinator is told their outcomes; it then decides
     /// PersistResolutions (fsynced) and only after `ResolutionsPersisted` AbortPool, which
     /// starts the sinks (the pools' init). The other order would let a crash after the init

@@ -144,7 +144,7 @@ pub(crate) async fn launch(
         let partitions = plan.assignment.get(i).cloned().unwrap_or_default();
         // The source has connections of its own: a broker answers a connection's requests one
         // at a time, so a Fetch long-poll on a shared connection holds the sinks' Produce
-        // requests behind it (BENCHMARKS.md, "Engine"). Its metadata is also the one partition
+        // requests behind it (docs/benchmarks.md, "The source has its own connection"). Its metadata is also the one partition
         // discovery refreshes, so the consumer sees a new partition.
         let (input_kind, own, cluster) = match &plan.job.source.file {
             Some(spec) => {

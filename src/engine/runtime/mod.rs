@@ -1,5 +1,5 @@
 //! The engine runtime: P source subtasks → P keyed subtasks → P sink tasks, exactly once
-//! (DESIGN.md, "The runtime (parallel)").
+//! (docs/design/runtime.md).
 //!
 //! [`run`] carries out a job file at its `settings.parallelism` P: it opens the state (latest
 //! checkpoint, a chosen one, or fresh), checks the transaction timeout budget against the

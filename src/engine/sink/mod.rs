@@ -1,7 +1,6 @@
 //! The exactly-once Kafka sink: one transaction per sink task per checkpoint, from a bounded
 //! pool of transactional ids (`<prefix>-<task>-<slot>`, [`TransactionalPool`]), committed
-//! once the checkpoint is durable; and the recovery order (DESIGN.md, "The exactly-once
-//! sink").
+//! once the checkpoint is durable; and the recovery order (docs/design/sink.md).
 //!
 //! A library piece the runtime drives, one [`KafkaSink`] per sink task:
 //!

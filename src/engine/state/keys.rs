@@ -1,4 +1,4 @@
-//! Key groups and the byte layout of keys and values in fjall (DESIGN.md, "State on fjall").
+//! Key groups and the byte layout of keys and values in fjall (docs/design/state.md).
 //! All pure.
 
 use crate::client::producer::partitioner::partition_for_key;

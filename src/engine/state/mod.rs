@@ -1,4 +1,4 @@
-//! Operator state on fjall (DESIGN.md, "State on fjall").
+//! Operator state on fjall (docs/design/state.md).
 //!
 //! Keyed value / map / list state per operator, split by key group
 //! (kg = murmur2(serialized key) mod G). Writes go to an in-memory delta buffer; at a

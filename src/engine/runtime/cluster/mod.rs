@@ -1,6 +1,6 @@
 //! A job run by several processes (`settings.mode = "cluster"`): every `onceflow run` of the
 //! job file is a member of the job's consumer group, and Kafka is the coordination and the
-//! durability (DESIGN.md, "The engine on several machines").
+//! durability (docs/design/cluster-mode.md).
 //!
 //! - **Tasks are partitions.** A source task per input partition runs the stateless chain; a
 //!   job with a key_by has a keyed task per partition of its repartition topic

@@ -3,7 +3,7 @@
 //! partitions 0 and 2, subtask 1 partition 1). Every partition gets a ride, then nothing, so
 //! every partition and both source subtasks go idle; then partition 0 gets a ride hours
 //! ahead and, at about the same time, partitions 1 and 2 each get a second ride of the first
-//! hour. A stopped stream resumes as a whole (`job::window::InputWatermarks`): partition 0,
+//! hour. A stopped stream resumes as a whole (`time::InputWatermarks`): partition 0,
 //! back first, must not close the first hour alone, in its source subtask (partition 2) or in
 //! the keyed subtasks (source subtask 1). The broker-kill chaos test found this: 124 of 400
 //! hourly counts short after the producers resumed. Transactional: run on TV2 (9192) and TV1

@@ -26,3 +26,4 @@ pub mod sink;
 pub mod source;
 pub mod state;
 pub mod taxi;
+pub mod time;

@@ -15,12 +15,13 @@ mod jaas;
 pub(crate) mod oauth;
 pub(crate) mod sasl;
 pub(crate) mod scram;
+mod secured;
 pub(crate) mod tls;
 
 use super::config::validate::{invalid, non_empty, ConfigError};
 use std::path::PathBuf;
 
-pub(crate) use tls::TlsConnector;
+pub(crate) use secured::Secured;
 
 /// A password, token or key: shown as `[redacted]` everywhere (`Debug`, `Display`), so a
 /// configuration printed or logged never carries it.
@@ -447,35 +448,6 @@ impl SecurityConfig {
             (_, Some(u), _) => format!("user '{u}'"),
             (_, None, _) => "no user".into(),
         }
-    }
-}
-
-/// What every connection of a cluster needs to be secured: the settings, and the TLS client
-/// built from them once.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Secured {
-    pub(crate) config: SecurityConfig,
-    pub(crate) tls: Option<TlsConnector>,
-}
-
-impl Secured {
-    /// Checks the settings and reads the TLS files.
-    ///
-    /// # Errors
-    /// [`Error::Config`](crate::client::Error::Config) naming the property to change.
-    pub(crate) fn new(config: &SecurityConfig) -> crate::client::Result<Secured> {
-        config.validate()?;
-        let tls = match config.protocol.tls() {
-            true => Some(
-                TlsConnector::new(config)
-                    .map_err(|m| crate::client::Error::Config(ConfigError::Conflict(m)))?,
-            ),
-            false => None,
-        };
-        Ok(Secured {
-            config: config.clone(),
-            tls,
-        })
     }
 }
 

@@ -58,7 +58,6 @@ mod sink;
 mod source;
 mod state;
 mod stream;
-mod timers;
 mod topology;
 mod window;
 
@@ -76,9 +75,9 @@ pub use window::{
     WindowedStream,
 };
 
-/// A window, `[start, end)` in epoch milliseconds (what a window function is given).
-pub use crate::engine::job::window::Window;
 pub use crate::engine::job::{DeliveryGuarantee, StartPosition};
+/// A window, `[start, end)` in epoch milliseconds (what a window function is given).
+pub use crate::engine::time::Window;
 
 use std::path::PathBuf;
 use std::sync::Arc;

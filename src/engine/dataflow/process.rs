@@ -12,13 +12,13 @@ use super::state::{
     ListStateDescriptor, ListStateHandle, MapStateDescriptor, MapStateHandle, ValueStateDescriptor,
     ValueStateHandle,
 };
-use super::timers::TimerService;
 use super::FunctionError;
 use crate::engine::metrics::OperatorCounter;
-use crate::engine::runtime::stored_watermark::StoredWatermark;
 use crate::engine::runtime::topology::{downcast, Element, KeyedStage, Output};
 use crate::engine::runtime::RuntimeError;
 use crate::engine::state::{OperatorState, TimerState, ValueState};
+use crate::engine::time::StoredWatermark;
+use crate::engine::time::TimerService;
 
 /// The stage's timers (ids above [`super::MAX_STATE_ID`] are the operator's own).
 const TIMERS: TimerState = TimerState::new(255);

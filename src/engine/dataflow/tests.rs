@@ -648,7 +648,7 @@ fn uid_table() {
 
 #[test]
 fn window_assigner_table() {
-    use crate::engine::job::window::WindowKind;
+    use crate::engine::time::WindowKind;
     let ms = Duration::from_millis;
     // (assigner's kind, expected kind or None for a refusal)
     let cases: Vec<(Result<WindowKind, String>, Option<WindowKind>)> = vec![

@@ -1,6 +1,6 @@
 //! Event-time windows on a keyed stream: assigners, allowed lateness, the late side output,
 //! [`AggregateFunction`], and the keyed stage that runs them. The window rules are the job
-//! file's ([`crate::engine::job::window`]: assignment, admission, lateness), and so is the
+//! file's ([`crate::engine::time`]: assignment, admission, lateness), and so is the
 //! state's shape: accumulators in a map state per key, `FIRE` and `CLEANUP` timers, the
 //! subtask's watermark stored so a restart does not re-open fired windows.
 
@@ -15,22 +15,12 @@ use super::chain::{count_in, count_out, Downstream};
 use super::sink::KafkaSink;
 use super::state::{decode, encode};
 use super::stream::{KeyedStream, ResultStream};
-use crate::engine::job::window::{route, start_key, Admission, Window, WindowKind};
 use crate::engine::metrics::{Metrics, OperatorCounter};
-use crate::engine::runtime::pipeline::timers_may_be_due;
-use crate::engine::runtime::stored_watermark::StoredWatermark;
 use crate::engine::runtime::topology::{downcast, Element, KeyedStage, Output};
 use crate::engine::runtime::RuntimeError;
-use crate::engine::state::{MapState, OperatorState, TimerState, ValueState};
-
-/// Per key: window start (u64 BE, sign flipped) → accumulator (JSON).
-const ACCUMULATORS: MapState = MapState::new(0);
-/// (window end, key): fire the window.
-const FIRE: TimerState = TimerState::new(1);
-/// (window end + allowed lateness, key): drop the window's accumulator.
-const CLEANUP: TimerState = TimerState::new(2);
-/// The keyed subtask's watermark.
-const WATERMARK: ValueState = ValueState::new(3);
+use crate::engine::state::OperatorState;
+use crate::engine::time::window_operator::{Fired, WindowFunction, WindowOperator};
+use crate::engine::time::{Window, WindowKind};
 
 /// Incremental aggregation of a window's elements (Flink's `AggregateFunction<IN, ACC, OUT>`):
 /// the accumulator is checkpointed (serde JSON), the result computed when the window fires.
@@ -192,21 +182,7 @@ where
         );
         let funcs = Arc::new((agg, f));
         keyed.stage("window_aggregate", "window", kind, move |env| {
-            let stage = WindowStage {
-                funcs: funcs.clone(),
-                spec: spec.clone(),
-                state: env.state,
-                watermark: None,
-                stored: None,
-                scanned_to: None,
-                next: env.next,
-                counters: env.counters,
-                index: env.index,
-                name: env.name,
-                metrics: env.metrics,
-                _types: PhantomData::<fn(K, T, Acc) -> R>,
-            };
-            stage.restored()
+            WindowStage::restore(funcs.clone(), spec.clone(), env)
         })
     }
 }
@@ -239,22 +215,44 @@ pub(crate) struct StageEnv<O> {
     pub(crate) metrics: Arc<Metrics>,
 }
 
+/// A typed aggregate as the window operator computes it (accumulators as serde JSON).
+struct TypedAggregate<A, F, T, Acc, R> {
+    funcs: Arc<(A, F)>,
+    _types: PhantomData<fn(T, Acc) -> R>,
+}
+
+impl<A, F, T, Acc, R> WindowFunction for TypedAggregate<A, F, T, Acc, R>
+where
+    A: AggregateFunction<T, Acc, R>,
+    Acc: Serialize + DeserializeOwned,
+{
+    type Input = T;
+    type Acc = Acc;
+    fn create(&self) -> Acc {
+        self.funcs.0.create_accumulator()
+    }
+    fn add(&self, acc: &mut Acc, input: &T) {
+        self.funcs.0.add(input, acc);
+    }
+    fn encode(&self, acc: &Acc) -> Result<Vec<u8>, String> {
+        encode("accumulator", acc).map_err(|e| e.to_string())
+    }
+    fn decode(&self, bytes: &[u8]) -> Result<Acc, String> {
+        decode("accumulator", bytes).map_err(|e| e.to_string())
+    }
+}
+
 /// The keyed stage of a window aggregate and the operators after it.
 pub(crate) struct WindowStage<K, T, Acc, R, O, A, F> {
+    window: WindowOperator<TypedAggregate<A, F, T, Acc, R>>,
     funcs: Arc<(A, F)>,
-    spec: WindowSpec<T>,
-    state: OperatorState,
-    watermark: Option<i64>,
-    /// The key groups' restored watermarks and what checkpoints keep (set by `restored`).
-    stored: Option<StoredWatermark>,
-    /// The watermark up to which timers were last looked for (as the job file's window).
-    scanned_to: Option<i64>,
+    late: Option<KafkaSink<T>>,
     next: Downstream<O>,
     counters: Vec<Arc<OperatorCounter>>,
     index: usize,
     name: String,
     metrics: Arc<Metrics>,
-    _types: PhantomData<fn(K, T, Acc) -> R>,
+    _types: PhantomData<fn(K) -> O>,
 }
 
 impl<K, T, Acc, R, O, A, F> WindowStage<K, T, Acc, R, O, A, F>
@@ -267,47 +265,59 @@ where
     A: AggregateFunction<T, Acc, R>,
     F: Fn(&K, Window, R) -> O + Send + Sync + 'static,
 {
-    fn restored(mut self) -> Result<Self, RuntimeError> {
-        let (watermark, stored) = StoredWatermark::restore(&self.state, WATERMARK)?;
-        self.watermark = watermark;
-        self.stored = Some(stored);
+    fn restore(
+        funcs: Arc<(A, F)>,
+        spec: WindowSpec<T>,
+        env: StageEnv<O>,
+    ) -> Result<Self, RuntimeError> {
+        let aggregate = TypedAggregate {
+            funcs: funcs.clone(),
+            _types: PhantomData,
+        };
+        let window = WindowOperator::restore(
+            aggregate,
+            spec.kind,
+            spec.lateness,
+            env.name.clone(),
+            env.state,
+        )?;
         tracing::info!(
-            operator = %self.name,
-            key_groups = ?self.state.key_groups(),
-            watermark = ?self.watermark,
+            operator = %env.name,
+            watermark = ?window.watermark(),
             "window stage started"
         );
-        Ok(self)
+        Ok(WindowStage {
+            window,
+            funcs,
+            late: spec.late,
+            next: env.next,
+            counters: env.counters,
+            index: env.index,
+            name: env.name,
+            metrics: env.metrics,
+            _types: PhantomData,
+        })
     }
 
-    fn internal(&self, what: impl std::fmt::Display) -> RuntimeError {
-        RuntimeError::Internal(format!("{}: {what}", self.name))
-    }
-
-    fn accumulator(&self, key: &[u8], window: Window) -> Result<Acc, RuntimeError> {
-        match ACCUMULATORS.get(&self.state, key, &start_key(window.start))? {
-            Some(bytes) => decode("accumulator", &bytes).map_err(|e| self.internal(e)),
-            None => Ok(self.funcs.0.create_accumulator()),
-        }
-    }
-
-    /// The window's result through the window function, then the operators after it.
-    fn fire(
-        &self,
-        key: &K,
-        window: Window,
-        acc: &Acc,
-        out: &mut Vec<Output>,
-    ) -> Result<(), RuntimeError> {
+    /// The fired windows' results through the operators after the window.
+    fn fire(&self, fired: Vec<Fired<Acc>>, out: &mut Vec<Output>) -> Result<(), RuntimeError> {
         let (agg, f) = &*self.funcs;
-        count_out(&self.counters, self.index, 1);
-        (self.next)(f(key, window, agg.get_result(acc)), &self.counters, out)
+        for w in fired {
+            let key: K = decode("key", &w.key)
+                .map_err(|e| RuntimeError::Internal(format!("{}: {e}", self.name)))?;
+            count_out(&self.counters, self.index, 1);
+            (self.next)(
+                f(&key, w.window, agg.get_result(&w.acc)),
+                &self.counters,
+                out,
+            )?;
+        }
+        Ok(())
     }
 
-    /// A late element: counted, and written to the late output when there is one.
     fn late(&self, value: &T, out: &mut Vec<Output>) -> Result<(), RuntimeError> {
         self.metrics.late_record();
-        let Some(sink) = &self.spec.late else {
+        let Some(sink) = &self.late else {
             return Ok(());
         };
         let record = sink
@@ -317,45 +327,6 @@ where
                 message,
             })?;
         out.push(record);
-        Ok(())
-    }
-
-    fn add(
-        &mut self,
-        key_bytes: &[u8],
-        key: &K,
-        t: i64,
-        value: &T,
-        out: &mut Vec<Output>,
-    ) -> Result<(), RuntimeError> {
-        let lateness = self.spec.lateness;
-        let judged_by = match &self.stored {
-            Some(s) => s.for_key(&self.state, key_bytes, self.watermark),
-            None => self.watermark,
-        };
-        let routed = route(self.spec.kind, t, judged_by, lateness);
-        if routed.is_late() {
-            self.late(value, out)?;
-        }
-        for (window, admission) in routed.windows {
-            if admission == Admission::Late {
-                continue;
-            }
-            let mut acc = self.accumulator(key_bytes, window)?;
-            self.funcs.0.add(value, &mut acc);
-            let bytes = encode("accumulator", &acc).map_err(|e| self.internal(e))?;
-            ACCUMULATORS.insert(&mut self.state, key_bytes, &start_key(window.start), &bytes);
-            if admission == Admission::LateUpdate {
-                self.fire(key, window, &acc, out)?;
-            } else {
-                FIRE.register(&mut self.state, key_bytes, window.end);
-                CLEANUP.register(
-                    &mut self.state,
-                    key_bytes,
-                    window.end.saturating_add(lateness),
-                );
-            }
-        }
         Ok(())
     }
 }
@@ -377,56 +348,41 @@ where
         element: Element,
         out: &mut Vec<Output>,
     ) -> Result<(), RuntimeError> {
-        let (k, value): (K, T) = downcast(element, &self.name)?;
+        let (_, value): (K, T) = downcast(element, &self.name)?;
         count_in(&self.counters, self.index);
-        self.add(key, &k, time, &value, out)
+        let mut fired = Vec::new();
+        if self.window.add(key, time, &value, &mut fired)? {
+            self.late(&value, out)?;
+        }
+        self.fire(fired, out)
     }
 
-    /// Mirrors the job file's window: fires the due windows (by end, then key) and drops the
-    /// expired ones, scanning the timers only when the watermark crosses a window boundary.
     fn advance_to(&mut self, w: i64, out: &mut Vec<Output>) -> Result<(), RuntimeError> {
-        if self.watermark.is_some_and(|c| c >= w) {
-            return Ok(());
-        }
-        self.watermark = Some(w);
-        if let Some(s) = &mut self.stored {
-            s.advanced(w);
-        }
-        let (size, slide) = self.spec.kind.size_and_slide();
-        let lateness = self.spec.lateness;
-        if !timers_may_be_due(self.scanned_to, w, size, slide, lateness) {
-            return Ok(());
-        }
-        self.scanned_to = Some(w);
-        for (end, k) in FIRE.due(&self.state, w)? {
-            FIRE.delete(&mut self.state, &k, end);
-            let window = Window {
-                start: end - size,
-                end,
-            };
-            let key: K = decode("key", &k).map_err(|e| self.internal(e))?;
-            let acc = self.accumulator(&k, window)?;
-            self.fire(&key, window, &acc, out)?;
-        }
-        for (at, k) in CLEANUP.due(&self.state, w)? {
-            CLEANUP.delete(&mut self.state, &k, at);
-            let start = at - lateness - size;
-            ACCUMULATORS.remove(&mut self.state, &k, &start_key(start));
-        }
-        Ok(())
+        let mut fired = Vec::new();
+        self.window.advance_to(w, &mut fired)?;
+        self.fire(fired, out)
+    }
+
+    fn firing(&self) -> bool {
+        self.window.firing()
+    }
+
+    fn fire_more(&mut self, out: &mut Vec<Output>) -> Result<bool, RuntimeError> {
+        let mut fired = Vec::new();
+        self.window.fire_more(&mut fired)?;
+        self.fire(fired, out)?;
+        Ok(self.window.firing())
     }
 
     fn state_mut(&mut self) -> &mut OperatorState {
-        &mut self.state
+        self.window.state_mut()
     }
 
     fn before_snapshot(&mut self) {
-        if let Some(s) = &mut self.stored {
-            s.store(&mut self.state, self.watermark);
-        }
+        self.window.before_snapshot();
     }
 
     fn watermark(&self) -> Option<i64> {
-        self.watermark
+        self.window.watermark()
     }
 }

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::num::Num;
 use super::path::FieldPath;
-use super::window::{Window, WindowKind};
+use crate::engine::time::{Window, WindowKind};
 
 /// One aggregate function.
 #[derive(Debug, Clone, PartialEq)]
@@ -174,7 +174,7 @@ fn slot_result(slot: &Slot) -> Value {
 }
 
 /// The `window` + `aggregate` pair of a job, compiled: one keyed, event-time windowed
-/// aggregate (rules in [`super::window`]).
+/// aggregate (rules in [`crate::engine::time`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WindowAggregate {
     /// Tumbling or sliding, in ms.

@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::aggregate::Accumulator;
 use super::project::Key;
 use super::spec::Operator;
-use super::window::Window;
+use crate::engine::time::Window;
 
 /// The records a pipeline emits, and what it dropped.
 #[derive(Debug, Clone, PartialEq, Default)]

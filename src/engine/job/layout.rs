@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use super::aggregate::AggFn;
 use super::spec::{Job, Operator};
-use super::window::WindowKind;
+use crate::engine::time::WindowKind;
 
 /// The state layout: name → canonical value.
 pub type Layout = BTreeMap<String, String>;

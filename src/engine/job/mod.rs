@@ -13,7 +13,7 @@
 //! - [`project::Projection`]: keep and rename fields;
 //! - [`project::KeyBy`]: the record's key, as stable bytes;
 //! - [`aggregate::WindowAggregate`]: keyed count / sum / min / max / avg per event-time window,
-//!   with the window assignment, watermark and lateness rules of [`window`];
+//!   with the window assignment, watermark and lateness rules of [`crate::engine::time`];
 //! - [`batch::run_batch`]: a whole pipeline over a finite input, in memory: the expected output
 //!   a streaming run is verified against;
 //! - [`layout`]: what a checkpoint's state depends on, to refuse a changed job naming what
@@ -27,7 +27,7 @@ pub mod num;
 pub mod path;
 pub mod project;
 mod spec;
-pub mod window;
+pub(crate) mod topology;
 
 pub use spec::{
     DeliveryGuarantee, FileFormat as FileLineFormat, FileSink as FileSinkSpec,

@@ -22,8 +22,8 @@ use super::filter::{BoundingBox, CmpOp, Literal, Predicate};
 use super::num::Num;
 use super::path::FieldPath;
 use super::project::{KeyBy, Projection};
-use super::window::WindowKind;
 use super::JobError;
+use crate::engine::time::WindowKind;
 
 // ---------------------------------------------------------------------------------------------
 // The checked job.

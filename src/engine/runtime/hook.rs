@@ -35,7 +35,7 @@
 //!   aligning them (`runtime::alignment`): records of the other inputs still before their
 //!   barrier N are left out of N's state although N's positions are past them.
 //! - `resumption`: when every input of a watermark was idle and one reports again, only that
-//!   one counts again (`job::window::InputWatermarks`): the first partition back moves the
+//!   one counts again (`time::InputWatermarks`): the first partition back moves the
 //!   watermark alone, past records the others are still delivering.
 //! - `fencing`: a cluster member adds its offsets to its transaction without its generation
 //!   and member id (`runtime::cluster`), so the group coordinator cannot refuse a zombie's,

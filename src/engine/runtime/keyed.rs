@@ -15,7 +15,7 @@ use super::output::SinkTask;
 use super::topology::KeyedStage;
 use super::RuntimeError;
 use crate::engine::checkpoint::{CheckpointId, Positions, TaskId};
-use crate::engine::job::window::InputWatermarks;
+use crate::engine::time::InputWatermarks;
 
 /// One keyed subtask.
 pub(crate) struct KeyedSubtask {

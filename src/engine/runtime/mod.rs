@@ -41,6 +41,7 @@ mod clock;
 mod cluster;
 mod connect;
 mod coordinate;
+mod error;
 mod hook;
 mod keyed;
 mod launch;
@@ -50,12 +51,10 @@ mod offsets;
 mod output;
 mod partitions;
 mod persist;
-pub(crate) mod pipeline;
 mod positions;
 mod retire;
 mod routing;
 mod source;
-pub(crate) mod stored_watermark;
 mod task;
 pub(crate) mod topology;
 
@@ -63,9 +62,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::client::{ClientConfig, ConsumerConfig, ProducerConfig};
+use crate::engine::job::topology::JsonTopology;
 use crate::engine::job::Job;
 use crate::engine::metrics::Metrics;
 use crate::engine::state::RestoreFrom;
+pub use error::RuntimeError;
 
 /// Runs `config.job` until `stop` turns true (then stops gracefully: a final checkpoint,
 /// committed, nothing left open) or a fatal error; [`run_with_metrics`] without a reader of
@@ -92,7 +93,7 @@ pub async fn run_with_metrics(
     stop: tokio::sync::watch::Receiver<bool>,
     metrics: Arc<Metrics>,
 ) -> Result<RunSummary, RuntimeError> {
-    let topology = Arc::new(pipeline::JsonTopology::new(&config.job.pipeline));
+    let topology = Arc::new(JsonTopology::new(&config.job.pipeline));
     run_topology(config, topology, stop, metrics).await
 }
 
@@ -142,58 +143,4 @@ pub struct RunSummary {
     pub records_out: u64,
     /// The latest durable checkpoint.
     pub last_checkpoint: u64,
-}
-
-/// Why a run stopped. Each is one line naming what is wrong and what to change.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RuntimeError {
-    /// The job asks for something this runtime does not do.
-    #[error("{0}")]
-    Unsupported(String),
-    /// The state store failed or refused the restore.
-    #[error(transparent)]
-    State(#[from] crate::engine::state::StateError),
-    /// The sink failed (data loss, prefix clash, budget, a client error).
-    #[error(transparent)]
-    Sink(#[from] crate::engine::sink::SinkError),
-    /// The file sink could not write, close or commit a part file.
-    #[error(transparent)]
-    FileSink(#[from] crate::engine::sink::file::FileSinkError),
-    /// The file source could not read its input.
-    #[error(transparent)]
-    FileSource(#[from] crate::engine::source::FileSourceError),
-    /// The coordinator failed the job.
-    #[error(transparent)]
-    Checkpoint(#[from] crate::engine::checkpoint::JobFailure),
-    /// A client call of the source failed.
-    #[error("{what}: {source}")]
-    Client {
-        /// What the runtime was doing.
-        what: String,
-        /// The client's error.
-        #[source]
-        source: crate::client::Error,
-    },
-    /// A user function of a typed job (`engine::dataflow`) failed: the job stops, naming
-    /// the operator.
-    #[error("operator {operator}: {message}; fix the function (or the input it cannot handle) and restart from the latest checkpoint")]
-    Function {
-        /// The operator's uid and kind, e.g. `long-rides (process)`.
-        operator: String,
-        /// The function's error.
-        message: String,
-    },
-    /// An invariant of the runtime broke (a bug): the message says which.
-    #[error("internal error: {0}")]
-    Internal(String),
-}
-
-impl RuntimeError {
-    fn client(what: impl Into<String>, source: crate::client::Error) -> RuntimeError {
-        RuntimeError::Client {
-            what: what.into(),
-            source,
-        }
-    }
 }

@@ -25,10 +25,10 @@ use super::topology::{Emitted, InputRecord, SourceChain};
 use super::RuntimeError;
 use crate::client::{Admin, Consumer, ConsumerRecord, Offset, TopicPartition};
 use crate::engine::checkpoint::{self, CheckpointId, Positions, TaskId};
-use crate::engine::job::window::{InputWatermarks, Watermark};
 use crate::engine::metrics::Metrics;
 use crate::engine::source::{FileSource, Next, SourceRecord};
 use crate::engine::state::key_group;
+use crate::engine::time::{InputWatermarks, Watermark};
 
 /// How long one poll waits for records (the subtask reads its control messages in between).
 const POLL: Duration = Duration::from_millis(100);
@@ -692,7 +692,7 @@ mod tests {
     /// records dropped them).
     #[test]
     fn a_partition_read_ahead_does_not_make_anothers_events_late() {
-        use crate::engine::runtime::pipeline::{Prefix, Prefixed, WindowStage, WINDOW_UID};
+        use crate::engine::job::topology::{Prefix, Prefixed, WindowStage, WINDOW_UID};
         use crate::engine::runtime::topology::Output;
         use crate::engine::state::{RestoreFrom, StateStore, StoreOptions};
         let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -702,7 +702,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let layout = super::super::task::state_layout(
             &job,
-            &super::super::pipeline::JsonTopology::new(&job.pipeline),
+            &crate::engine::job::topology::JsonTopology::new(&job.pipeline),
         );
         let (store, _) = StateStore::open(
             dir.path(),

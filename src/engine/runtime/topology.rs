@@ -1,7 +1,7 @@
 //! The seam between the runtime and what a job computes: the runtime moves records, barriers
 //! and watermarks between subtasks and owns checkpoints, positions and sinks; a [`Topology`]
 //! says what happens to a record on the way. Two implement it: the job file's built-in
-//! operators (`pipeline::JsonTopology`) and the typed Rust builder
+//! operators (`job::topology::JsonTopology`) and the typed Rust builder
 //! ([`crate::engine::dataflow`]).
 //!
 //! A topology has at most one key exchange, so a job is:

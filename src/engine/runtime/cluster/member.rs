@@ -50,10 +50,10 @@ use crate::client::{
     Admin, AutoOffsetReset, Consumer, ConsumerRecord, DeliveryFuture, IsolationLevel, Producer,
     ProducerRecord, TopicPartition,
 };
-use crate::engine::job::window::{InputWatermarks, Watermark};
 use crate::engine::state::{
     key_group, ChangelogCopy, FrozenDelta, RecordPositions, SourcePosition, StateStore,
 };
+use crate::engine::time::{InputWatermarks, Watermark};
 
 use super::super::clock::now_ms;
 use super::super::hook;

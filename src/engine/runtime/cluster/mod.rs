@@ -29,6 +29,7 @@
 mod changelog;
 mod exchange;
 mod member;
+mod plan;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -39,7 +40,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::client::admin::NewTopic;
-use crate::client::{Admin, Cluster, Consumer, ConsumerConfig, ProducerConfig};
+use crate::client::{Admin, Consumer};
 use crate::engine::metrics::Metrics;
 use crate::engine::state::{RestoreFrom, StateError, StateStore, StoreOptions};
 use crate::protocol::ErrorCode;
@@ -49,36 +50,10 @@ use super::topology::Topology;
 use super::{RunConfig, RunSummary, RuntimeError};
 use exchange::Topics;
 use member::{Counts, Exit};
+use plan::Plan;
 
 /// Memberships in a row that may fail without a commit between them before the job stops.
 pub(crate) const MAX_REJOINS: u32 = 10;
-
-/// What every membership of this process shares.
-#[derive(Clone)]
-pub(super) struct Plan {
-    job: crate::engine::job::Job,
-    topology: Arc<dyn Topology>,
-    cluster: Arc<Cluster>,
-    producer: ProducerConfig,
-    consumer: ConsumerConfig,
-    metrics: Arc<Metrics>,
-    group: String,
-    transactional_id: String,
-    topics: Topics,
-    keyed: bool,
-    keyed_uid: String,
-    key_groups: u16,
-    /// Keyed tasks: the repartition and changelog topics' partitions.
-    tasks: u16,
-    /// Every source partition, as a keyed task's watermark inputs.
-    inputs: Vec<u32>,
-    interval: Duration,
-    transaction_timeout: Duration,
-    /// The changelog topic's id (hex): a local copy of another id is not read forward.
-    changelog_id: String,
-    /// The changelog topic's `delete.retention.ms`: how long a local copy may be read forward.
-    delete_retention: Duration,
-}
 
 /// Runs this process's share of `config.job` until `stop`, joining the job's group.
 ///

@@ -9,33 +9,22 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::stored_watermark::StoredWatermark;
-use super::topology::{
+use super::aggregate::{Accumulator, WindowAggregate};
+use super::batch::{stateless, Carried};
+use super::project::Key;
+use super::Operator;
+use crate::engine::metrics::{Metrics, OperatorCounter};
+use crate::engine::runtime::topology::{
     downcast, Element, Emitted, InputRecord, KeyedLayout, KeyedStage, Output, SourceChain, Topology,
 };
-use super::RuntimeError;
-use crate::engine::job::aggregate::{Accumulator, WindowAggregate};
-use crate::engine::job::batch::{stateless, Carried};
-use crate::engine::job::project::Key;
-use crate::engine::job::window::{route, start_key, Admission, Window};
-use crate::engine::job::Operator;
-use crate::engine::metrics::{Metrics, OperatorCounter};
-use crate::engine::state::{MapState, OperatorState, TimerState, ValueState};
+use crate::engine::runtime::RuntimeError;
+use crate::engine::state::OperatorState;
+use crate::engine::time::window_operator::{Fired, WindowFunction, WindowOperator};
 
 /// The uid (keyspace `op-window`) of the one window operator a job may have.
 pub(crate) const WINDOW_UID: &str = "window";
 /// Its kind in the state layout.
 pub(crate) const WINDOW_KIND: &str = "window-aggregate";
-
-/// Per record key: window start (u64 BE, sign flipped) → accumulator (JSON).
-const ACCUMULATORS: MapState = MapState::new(0);
-/// (window end, record key): fire the window.
-const FIRE: TimerState = TimerState::new(1);
-/// (window end + allowed lateness, record key): drop the window's state.
-const CLEANUP: TimerState = TimerState::new(2);
-/// A keyed subtask's watermark, in every key group of its range (`stored_watermark`), so a
-/// restart, at any parallelism, does not re-open fired windows.
-const WATERMARK: ValueState = ValueState::new(3);
 
 /// An input record as it came (Kafka key and bytes): what `window.late_topic` receives when
 /// the record is late, so a reader can tell which input records the aggregate left out.
@@ -164,27 +153,31 @@ impl Prefix {
     }
 }
 
-/// The window operator with its state.
-struct WindowOp {
-    spec: WindowAggregate,
-    state: OperatorState,
-    /// The subtask's watermark: the smallest of its inputs' (never back).
-    watermark: Option<i64>,
-    /// The key groups' restored watermarks above it, and what the checkpoints keep.
-    stored: StoredWatermark,
-    /// The watermark up to which timers were last looked for (timers are scanned only when
-    /// the watermark crosses a window boundary: a scan visits every key group of the range).
-    scanned_to: Option<i64>,
-    /// A firing under way: its watermark and the key groups not fired yet.
-    firing: Option<(i64, std::ops::Range<u16>)>,
-}
+/// A job file's window aggregate as the window operator computes it: JSON records into an
+/// [`Accumulator`], stored as JSON.
+struct JsonAggregate(WindowAggregate);
 
-/// Results a window fires before they go to the sink (a firing of more is split, by key group).
-const FIRE_CHUNK: usize = 1024;
+impl WindowFunction for JsonAggregate {
+    type Input = Value;
+    type Acc = Accumulator;
+    fn create(&self) -> Accumulator {
+        self.0.aggregate.accumulator()
+    }
+    fn add(&self, acc: &mut Accumulator, input: &Value) {
+        self.0.aggregate.add(acc, input);
+    }
+    fn encode(&self, acc: &Accumulator) -> Result<Vec<u8>, String> {
+        serde_json::to_vec(acc).map_err(|e| e.to_string())
+    }
+    fn decode(&self, bytes: &[u8]) -> Result<Accumulator, String> {
+        serde_json::from_slice(bytes).map_err(|e| e.to_string())
+    }
+}
 
 /// The window aggregate and the operators after it, in one keyed subtask.
 pub(crate) struct WindowStage {
-    window: WindowOp,
+    window: WindowOperator<JsonAggregate>,
+    spec: WindowAggregate,
     after: Vec<Operator>,
     /// The window's index among the job's operators.
     at: usize,
@@ -212,17 +205,16 @@ impl WindowStage {
         else {
             return Err(RuntimeError::Internal("window operator not found".into()));
         };
-        let (watermark, stored) = StoredWatermark::restore(&state, WATERMARK)?;
+        let window = WindowOperator::restore(
+            JsonAggregate(spec.clone()),
+            spec.kind,
+            spec.allowed_lateness,
+            "the window",
+            state,
+        )?;
         Ok(WindowStage {
-            window: WindowOp {
-                spec: spec.clone(),
-                state,
-                watermark,
-                stored,
-                // None: the first advance after a restore scans the restored timers.
-                scanned_to: None,
-                firing: None,
-            },
+            window,
+            spec: spec.clone(),
             after: operators[at + 1..].to_vec(),
             at,
             operators: operators.len(),
@@ -252,17 +244,17 @@ impl WindowStage {
         value: &Value,
         input: Option<Input>,
     ) -> Result<Vec<Output>, RuntimeError> {
-        let w = &self.window;
+        let mut fired = Vec::new();
+        let late = self.window.add(key.as_bytes(), t, value, &mut fired)?;
         let mut out = Vec::new();
-        let judged_by = w.stored.for_key(&w.state, key.as_bytes(), w.watermark);
-        if route(w.spec.kind, t, judged_by, w.spec.allowed_lateness).is_late() {
+        if late {
             // Counted either way; written to the side topic, in the same transaction as the
             // main output, when the job has one.
             self.late += 1;
             if let Some(m) = &self.metrics {
                 m.late_record();
             }
-            if let (Some(topic), Some((k, raw))) = (w.spec.late_topic.as_ref(), input) {
+            if let (Some(topic), Some((k, raw))) = (self.spec.late_topic.as_ref(), input) {
                 out.push(Output {
                     topic: Some(topic.clone()),
                     key: k,
@@ -270,24 +262,36 @@ impl WindowStage {
                 });
             }
         }
-        let results = self.window.add(key, t, value)?;
-        out.extend(self.finish(results));
+        out.extend(self.finish(fired));
         Ok(out)
     }
 
     /// The inputs' watermark is now `w`: fires the windows it closes.
     pub(crate) fn advance_to(&mut self, w: i64) -> Result<Vec<Output>, RuntimeError> {
-        let results = self.window.advance_to(w)?;
-        Ok(self.finish(results))
+        let mut fired = Vec::new();
+        self.window.advance_to(w, &mut fired)?;
+        Ok(self.finish(fired))
     }
 
     /// The next chunk of a firing under way (empty: none).
     fn fire_more(&mut self) -> Result<Vec<Output>, RuntimeError> {
-        let results = self.window.fire_some()?;
-        Ok(self.finish(results))
+        let mut fired = Vec::new();
+        self.window.fire_more(&mut fired)?;
+        Ok(self.finish(fired))
     }
 
-    fn finish(&self, results: Vec<(Key, Value)>) -> Vec<Output> {
+    /// The result records of the fired windows (a key that is not a JSON value is skipped),
+    /// through the operators after the window.
+    fn finish(&self, fired: Vec<Fired<Accumulator>>) -> Vec<Output> {
+        let results: Vec<(Key, Value)> = fired
+            .into_iter()
+            .filter_map(|f| {
+                let key = Key::from_bytes(f.key);
+                let key_value = key.to_value()?;
+                let result = self.spec.result_record(&key_value, f.window, &f.acc);
+                Some((key, result))
+            })
+            .collect();
         if results.is_empty() {
             return Vec::new();
         }
@@ -329,142 +333,6 @@ fn counted(
         (carried, value, changed) = (c, v, changed || projected);
     }
     Some((carried, value, changed))
-}
-
-/// Whether a timer may have become due as the watermark went from `scanned` to `w`. Window
-/// ends are ≡ size (mod slide) and cleanups ≡ size + lateness (mod slide), so a timer in
-/// (scanned, w] means `w` crossed one of those residues. Pure, so the scan (which visits
-/// every key group) runs once per window boundary, not once per record.
-pub(crate) fn timers_may_be_due(
-    scanned: Option<i64>,
-    w: i64,
-    size: i64,
-    slide: i64,
-    lateness: i64,
-) -> bool {
-    let Some(s) = scanned else {
-        return true;
-    };
-    let phase = |x: i64, offset: i64| x.saturating_sub(offset).div_euclid(slide.max(1));
-    [size, size.saturating_add(lateness)]
-        .iter()
-        .any(|&off| phase(w, off) != phase(s, off))
-}
-
-impl WindowOp {
-    /// Adds a record at event time `t` to its windows; a late update fires its window again.
-    fn add(&mut self, key: &Key, t: i64, value: &Value) -> Result<Vec<(Key, Value)>, RuntimeError> {
-        let lateness = self.spec.allowed_lateness;
-        let judged_by = self
-            .stored
-            .for_key(&self.state, key.as_bytes(), self.watermark);
-        let routed = route(self.spec.kind, t, judged_by, lateness);
-        let mut fired = Vec::new();
-        for (window, admission) in routed.windows {
-            if admission == Admission::Late {
-                continue;
-            }
-            let k = key.as_bytes();
-            let mut acc = self.accumulator(k, window)?;
-            self.spec.aggregate.add(&mut acc, value);
-            let bytes = serde_json::to_vec(&acc)
-                .map_err(|e| RuntimeError::Internal(format!("accumulator: {e}")))?;
-            ACCUMULATORS.insert(&mut self.state, k, &start_key(window.start), &bytes);
-            if admission == Admission::LateUpdate {
-                fired.extend(self.result(key, window, &acc));
-            } else {
-                FIRE.register(&mut self.state, k, window.end);
-                CLEANUP.register(&mut self.state, k, window.end.saturating_add(lateness));
-            }
-        }
-        Ok(fired)
-    }
-
-    fn accumulator(&self, key: &[u8], window: Window) -> Result<Accumulator, RuntimeError> {
-        match ACCUMULATORS.get(&self.state, key, &start_key(window.start))? {
-            Some(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| RuntimeError::Internal(format!("stored accumulator: {e}"))),
-            None => Ok(self.spec.aggregate.accumulator()),
-        }
-    }
-
-    fn result(&self, key: &Key, window: Window, acc: &Accumulator) -> Option<(Key, Value)> {
-        let key_value = key.to_value()?;
-        Some((
-            key.clone(),
-            self.spec.result_record(&key_value, window, acc),
-        ))
-    }
-
-    /// Moves the watermark to `w` (never back); when it crosses a window boundary, fires
-    /// the due windows (by end, then key) and drops the expired ones.
-    fn advance_to(&mut self, w: i64) -> Result<Vec<(Key, Value)>, RuntimeError> {
-        if self.watermark.is_some_and(|c| c >= w) {
-            return Ok(Vec::new());
-        }
-        self.watermark = Some(w);
-        self.stored.advanced(w);
-        let groups = self.state.key_groups();
-        let (size, slide) = self.spec.kind.size_and_slide();
-        let lateness = self.spec.allowed_lateness;
-        if !timers_may_be_due(self.scanned_to, w, size, slide, lateness) {
-            return Ok(Vec::new());
-        }
-        self.scanned_to = Some(w);
-        self.firing = Some((w, groups));
-        self.fire_some()
-    }
-
-    /// Fires the due timers of the next key groups of the firing under way, until at least
-    /// [`FIRE_CHUNK`] results are out or every key group is done: a watermark that closes an
-    /// hour for a million keys fires it a chunk at a time, each chunk written to the sink
-    /// before the next is read, instead of one Vec of every result.
-    ///
-    /// Per key the order is kept: a key lives in one key group, whose timers come by time.
-    fn fire_some(&mut self) -> Result<Vec<(Key, Value)>, RuntimeError> {
-        let Some((w, mut groups)) = self.firing.take() else {
-            return Ok(Vec::new());
-        };
-        let mut out = Vec::new();
-        while out.len() < FIRE_CHUNK {
-            let Some(kg) = groups.next() else {
-                break;
-            };
-            self.fire_group(kg, w, &mut out)?;
-        }
-        if !groups.is_empty() {
-            self.firing = Some((w, groups));
-        }
-        Ok(out)
-    }
-
-    /// Key group `kg`'s due windows at watermark `w` (by end, then key), then its expired
-    /// windows dropped.
-    fn fire_group(
-        &mut self,
-        kg: u16,
-        w: i64,
-        out: &mut Vec<(Key, Value)>,
-    ) -> Result<(), RuntimeError> {
-        let (size, _) = self.spec.kind.size_and_slide();
-        let lateness = self.spec.allowed_lateness;
-        for (end, k) in FIRE.due_in_group(&self.state, kg, w)? {
-            FIRE.delete(&mut self.state, &k, end);
-            let window = Window {
-                start: end - size,
-                end,
-            };
-            let key = Key::from_bytes(k);
-            let acc = self.accumulator(key.as_bytes(), window)?;
-            out.extend(self.result(&key, window, &acc));
-        }
-        for (at, k) in CLEANUP.due_in_group(&self.state, kg, w)? {
-            CLEANUP.delete(&mut self.state, &k, at);
-            let start = at - lateness - size;
-            ACCUMULATORS.remove(&mut self.state, &k, &start_key(start));
-        }
-        Ok(())
-    }
 }
 
 /// The job file's operators as the runtime runs them: the stateless prefix in each source
@@ -641,32 +509,31 @@ impl KeyedStage for WindowStage {
 
     fn fire_more(&mut self, out: &mut Vec<Output>) -> Result<bool, RuntimeError> {
         out.extend(WindowStage::fire_more(self)?);
-        Ok(self.window.firing.is_some())
+        Ok(self.window.firing())
     }
 
     fn firing(&self) -> bool {
-        self.window.firing.is_some()
+        self.window.firing()
     }
 
     fn state_mut(&mut self) -> &mut OperatorState {
-        &mut self.window.state
+        self.window.state_mut()
     }
 
     fn before_snapshot(&mut self) {
-        let w = &mut self.window;
-        w.stored.store(&mut w.state, w.watermark);
+        self.window.before_snapshot();
     }
 
     fn watermark(&self) -> Option<i64> {
-        self.window.watermark
+        self.window.watermark()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::timers_may_be_due;
     use super::*;
     use crate::engine::metrics::Metrics;
+    use crate::engine::time::window_operator::FIRE_CHUNK;
 
     #[test]
     fn a_keyed_element_survives_the_repartition_topic_and_garbage_is_refused() {
@@ -730,16 +597,18 @@ mod tests {
 
     #[test]
     fn the_window_counts_the_records_it_took_and_the_results_it_fired() {
-        use crate::engine::state::{RestoreFrom, StateStore, StoreOptions};
+        use crate::engine::state::{Layout, OperatorLayout, RestoreFrom, StateStore, StoreOptions};
         let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("jobs")
             .join("rides-per-driver-hourly.toml");
         let job = crate::engine::job::Job::load(&file).expect("the shipped job (b)");
         let dir = tempfile::tempdir().expect("tempdir");
-        let layout = super::super::task::state_layout(
-            &job,
-            &super::super::pipeline::JsonTopology::new(&job.pipeline),
-        );
+        let layout = Layout {
+            key_groups: 4,
+            operators: vec![OperatorLayout::new(WINDOW_UID, WINDOW_KIND)],
+            sink_prefix: None,
+            sink_ids: 0,
+        };
         let (store, _) = StateStore::open(
             dir.path(),
             layout,
@@ -993,28 +862,5 @@ mod tests {
             .collect();
         assert_eq!(all.len(), keys, "each window fired once");
         assert_eq!(fired.len(), keys);
-    }
-
-    #[test]
-    fn timers_are_scanned_only_when_the_watermark_crosses_a_window_end_or_cleanup() {
-        let h = 3_600_000;
-        // (scanned, w, size, slide, lateness, expected)
-        let cases = [
-            (None, 5, h, h, 0, true),              // first advance after a restore
-            (Some(10), 20, h, h, 0, false),        // inside one hour
-            (Some(h - 1), h, h, h, 0, true),       // reaches the end at h
-            (Some(h), h + 5, h, h, 0, false),      // already scanned at h
-            (Some(h + 1), h + 9, h, h, 10, false), // the cleanup at h + 10 is not reached yet
-            (Some(4), 6, 10, 5, 0, true),          // sliding: ends at 5, 10, 15 …
-            (Some(6), 9, 10, 5, 0, false),
-        ];
-        for (scanned, w, size, slide, lateness, want) in cases {
-            let got = timers_may_be_due(scanned, w, size, slide, lateness);
-            assert_eq!(
-                got, want,
-                "{scanned:?} → {w}, size {size}, slide {slide}, L {lateness}"
-            );
-        }
-        assert!(timers_may_be_due(Some(h + 9), h + 10, h, h, 10));
     }
 }

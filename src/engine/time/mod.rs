@@ -1,0 +1,21 @@
+//! Event time, in one home for job files and typed jobs:
+//!
+//! - `rules`: windows, the watermark, lateness and admission as pure functions (each rule
+//!   pinned by a table test). [`Window`] is what a typed job's window function is given.
+//! - `stored_watermark`: a keyed subtask's watermark kept under each of its key groups, so a
+//!   restart at any parallelism does not re-open windows that fired.
+//! - `window_operator`: the one keyed window operator (accumulators per key and window, fire
+//!   and cleanup timers, firing in bounded chunks), over the aggregate a front end gives it.
+//! - `timers`: the event-time timer service of keyed process functions (an in-memory queue
+//!   over the checkpointed timers, for timers at arbitrary times).
+
+mod rules;
+pub(crate) mod stored_watermark;
+pub(crate) mod timers;
+pub(crate) mod window_operator;
+
+pub use rules::{
+    admit, route, start_key, Admission, InputWatermarks, Route, Watermark, Window, WindowKind,
+};
+pub(crate) use stored_watermark::StoredWatermark;
+pub(crate) use timers::TimerService;

@@ -774,31 +774,7 @@ impl<C: Committable, D> Coordinator<C, D> {
             | CommitOutcome::AlreadyCommitted
             | CommitOutcome::NothingToCommit => {
                 p.standing = Standing::Resolved { unlisted_by: None };
-                let mut decisions = vec![Decision::MarkResolved {
-                    checkpoint,
-                    committable,
-                }];
-                if let Some(StopStep::Committing(id)) = self.stop {
-                    decisions.extend(self.resolve_if_committed(id));
-                }
-                if recovering
-                    && self
-                        .pending
-                        .iter()
-                        .all(|p| matches!(p.standing, Standing::Resolved { .. }))
-                {
-                    self.phase = Phase::Recovering(RecoveryStep::Resumed);
-                    let resolved = self
-                        .pending
-                        .iter()
-                        .map(|p| p.listed.committable.clone())
-                        .collect();
-                    decisions.push(Decision::PersistResolutions {
-                        checkpoint: self.last_durable.unwrap_or(CheckpointId(0)),
-                        resolved,
-                    });
-                }
-                decisions
+                self.on_resolved(checkpoint, committable, recovering)
             }
             CommitOutcome::Retriable(error) => {
                 let deadline = p.deadline;
@@ -842,6 +818,42 @@ impl<C: Committable, D> Coordinator<C, D> {
                 error,
             }),
         }
+    }
+
+    /// A committable resolved (committed, or found committed): marked so; a stop waiting for
+    /// its checkpoint's commits may go on; a recovery whose committables are all resolved
+    /// persists the resolutions.
+    fn on_resolved(
+        &mut self,
+        checkpoint: CheckpointId,
+        committable: C,
+        recovering: bool,
+    ) -> Vec<Decision<C, D>> {
+        let mut decisions = vec![Decision::MarkResolved {
+            checkpoint,
+            committable,
+        }];
+        if let Some(StopStep::Committing(id)) = self.stop {
+            decisions.extend(self.resolve_if_committed(id));
+        }
+        if recovering
+            && self
+                .pending
+                .iter()
+                .all(|p| matches!(p.standing, Standing::Resolved { .. }))
+        {
+            self.phase = Phase::Recovering(RecoveryStep::Resumed);
+            let resolved = self
+                .pending
+                .iter()
+                .map(|p| p.listed.committable.clone())
+                .collect();
+            decisions.push(Decision::PersistResolutions {
+                checkpoint: self.last_durable.unwrap_or(CheckpointId(0)),
+                resolved,
+            });
+        }
+        decisions
     }
 
     fn on_task_failed(&mut self, task: TaskId, reason: String) -> Vec<Decision<C, D>> {

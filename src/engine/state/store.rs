@@ -193,7 +193,35 @@ impl StateStore {
     ) -> Result<(Self, CheckpointRecord)> {
         let dir = dir.as_ref().to_path_buf();
         validate(&layout, options)?;
-        // fjall creates a missing directory on open: a restore must not silently start fresh.
+        let mut store = Self::open_database(dir, layout, options, from)?;
+        store.generation = store.read_u64(GENERATION_KEY)?.unwrap_or(0) + 1;
+        let record = match from {
+            RestoreFrom::Fresh => store.start_fresh()?,
+            RestoreFrom::Latest => store.restore(None)?,
+            RestoreFrom::Checkpoint(n) => store.restore(Some(n))?,
+        };
+        // The generation tells incarnations apart (in records and logs); durable before use.
+        let mut batch = store.batch();
+        batch.insert(&store.meta, GENERATION_KEY, store.generation.to_be_bytes());
+        store.commit(batch)?;
+        tracing::info!(
+            dir = %store.dir.display(),
+            checkpoint = record.id,
+            generation = store.generation,
+            "state restored"
+        );
+        Ok((store, record))
+    }
+
+    /// The fjall database in `dir` with the store's keyspaces (created when missing), before
+    /// anything is read. A restore needs the directory to exist: fjall would create it and
+    /// the restore would silently start fresh.
+    fn open_database(
+        dir: PathBuf,
+        layout: Layout,
+        options: StoreOptions,
+        from: RestoreFrom,
+    ) -> Result<Self> {
         let exists = dir
             .join("version")
             .try_exists()
@@ -221,7 +249,7 @@ impl StateStore {
             .iter()
             .map(|op| ks(&format!("op-{}", op.uid)))
             .collect::<Result<Vec<_>>>()?;
-        let mut store = Self {
+        Ok(Self {
             dir,
             db,
             meta,
@@ -232,51 +260,37 @@ impl StateStore {
             generation: 0,
             latest: 0,
             rollback: None,
-        };
-        store.generation = store.read_u64(GENERATION_KEY)?.unwrap_or(0) + 1;
+        })
+    }
 
-        let record = match from {
-            RestoreFrom::Fresh => store.start_fresh()?,
-            RestoreFrom::Latest | RestoreFrom::Checkpoint(_) => {
-                let Some(latest) = store.last_checkpoint()? else {
-                    return Err(StateError::NoCheckpoint { dir: store.dir });
-                };
-                store.latest = latest;
-                let target = match from {
-                    RestoreFrom::Checkpoint(n) => n,
-                    _ => latest,
-                };
-                if target > latest {
-                    return Err(StateError::CheckpointNotFound {
-                        dir: store.dir,
-                        requested: target,
-                        latest,
-                    });
-                }
-                // Only the target's record is decoded: a damaged newer record must not stop
-                // `--from-checkpoint` from going back past it.
-                let record = store.record(target)?;
-                if let Some(difference) = store.layout.difference(&record.layout) {
-                    return Err(StateError::LayoutMismatch { difference });
-                }
-                if target < latest {
-                    store.rollback_to(target)?
-                } else {
-                    record
-                }
-            }
+    /// The record a restore resumes from: checkpoint `requested`, or the latest when `None`;
+    /// an older one than the latest rolls the store back to it.
+    fn restore(&mut self, requested: Option<u64>) -> Result<CheckpointRecord> {
+        let Some(latest) = self.last_checkpoint()? else {
+            return Err(StateError::NoCheckpoint {
+                dir: self.dir.clone(),
+            });
         };
-        // The generation tells incarnations apart (in records and logs); durable before use.
-        let mut batch = store.batch();
-        batch.insert(&store.meta, GENERATION_KEY, store.generation.to_be_bytes());
-        store.commit(batch)?;
-        tracing::info!(
-            dir = %store.dir.display(),
-            checkpoint = record.id,
-            generation = store.generation,
-            "state restored"
-        );
-        Ok((store, record))
+        self.latest = latest;
+        let target = requested.unwrap_or(latest);
+        if target > latest {
+            return Err(StateError::CheckpointNotFound {
+                dir: self.dir.clone(),
+                requested: target,
+                latest,
+            });
+        }
+        // Only the target's record is decoded: a damaged newer record must not stop
+        // `--from-checkpoint` from going back past it.
+        let record = self.record(target)?;
+        if let Some(difference) = self.layout.difference(&record.layout) {
+            return Err(StateError::LayoutMismatch { difference });
+        }
+        if target < latest {
+            self.rollback_to(target)
+        } else {
+            Ok(record)
+        }
     }
 
     /// A handle on operator `uid`'s state, for its task. Take handles after restore and any
@@ -542,6 +556,28 @@ impl StateStore {
         }
         let mut batch = self.batch();
         batch.insert(&self.meta, checkpoint_key(n), self.encode_record(&record)?);
+        self.undo_after(n, &mut batch)?;
+        for id in self.list()? {
+            if id > n {
+                batch.remove(&self.meta, checkpoint_key(id));
+            }
+        }
+        let from = self.latest;
+        self.commit(batch)?;
+        self.latest = n;
+        tracing::info!(dir = %self.dir.display(), from, to = n, committed_since, "state rolled back");
+        self.rollback = Some(Rollback {
+            from,
+            to: n,
+            from_positions: latest.map(|r| r.positions),
+            committed_since,
+        });
+        Ok(record)
+    }
+
+    /// Puts into `batch` what undoes the checkpoints after `n`: every key they changed back
+    /// to its value at `n`, and their undo images removed.
+    fn undo_after(&self, n: u64, batch: &mut fjall::OwnedWriteBatch) -> Result<()> {
         // The images of n+1, n+2, ... in key order (checkpoint first): the first image of a key
         // is its value at n. A batch must carry each key once, hence the map.
         let mut images: BTreeMap<(u32, Vec<u8>), Option<Vec<u8>>> = BTreeMap::new();
@@ -568,22 +604,7 @@ impl StateStore {
                 None => batch.remove(ks, key),
             }
         }
-        for id in self.list()? {
-            if id > n {
-                batch.remove(&self.meta, checkpoint_key(id));
-            }
-        }
-        let from = self.latest;
-        self.commit(batch)?;
-        self.latest = n;
-        tracing::info!(dir = %self.dir.display(), from, to = n, committed_since, "state rolled back");
-        self.rollback = Some(Rollback {
-            from,
-            to: n,
-            from_positions: latest.map(|r| r.positions),
-            committed_since,
-        });
-        Ok(record)
+        Ok(())
     }
 
     /// `--fresh`: wipes whatever the directory holds and writes checkpoint 0 (empty).

@@ -466,12 +466,9 @@ fn zstd_frame_sizes(frame: &[u8]) -> Result<ZstdFrameSizes, CompressionError> {
     Ok(ZstdFrameSizes { window, content })
 }
 
+/// Zstandard frames one after another (skippable frames skipped), into at most `limit` bytes.
 fn zstd_decompress(input: &[u8], limit: usize) -> Result<Vec<u8>, CompressionError> {
-    use ruzstd::decoding::{BlockDecodingStrategy, FrameDecoder};
-
     let codec = Compression::Zstd;
-    let limit64 = u64::try_from(limit).unwrap_or(u64::MAX);
-    let too_large = || CompressionError::TooLarge { codec, limit };
     let mut out = Vec::new();
     let mut rest = input;
     while !rest.is_empty() {
@@ -495,67 +492,79 @@ fn zstd_decompress(input: &[u8], limit: usize) -> Result<Vec<u8>, CompressionErr
                 format_args!("bad frame magic {magic:#010x}"),
             ));
         }
-        // ruzstd holds a whole window of output before releasing any of it, and does not cap
-        // the window of the first frame it decodes; checking the header first bounds that
-        // buffer by the limit too.
-        let sizes = zstd_frame_sizes(rest)?;
-        let produced = out.len() as u64;
-        if sizes.window > limit64
-            || sizes
-                .content
-                .is_some_and(|c| c > limit64.saturating_sub(produced))
-        {
-            return Err(too_large());
-        }
+        zstd_frame(&mut rest, &mut out, limit)?;
+    }
+    Ok(out)
+}
 
-        let mut decoder = FrameDecoder::new();
-        decoder.init(&mut rest).map_err(|e| corrupt(codec, e))?;
-        loop {
-            // One block (at most 128 KiB of output) at a time, so the limit check below runs
-            // before the buffered output can run away.
-            decoder
-                .decode_blocks(&mut rest, BlockDecodingStrategy::UptoBlocks(1))
-                .map_err(|e| corrupt(codec, e))?;
-            decoder
-                .collect_to_writer(&mut out)
-                .map_err(|e| corrupt(codec, e))?;
-            if out.len() > limit {
-                return Err(too_large());
-            }
-            if decoder.is_finished() {
-                break;
-            }
-        }
-        // Drain what is left once the frame is finished (collect_to_writer keeps a window's
-        // worth while the frame is still in progress).
+/// One Zstandard frame at the start of `rest` (consumed) appended to `out`, which must stay
+/// within `limit` bytes; its checksum and declared size, when it has them, checked.
+fn zstd_frame(rest: &mut &[u8], out: &mut Vec<u8>, limit: usize) -> Result<(), CompressionError> {
+    use ruzstd::decoding::{BlockDecodingStrategy, FrameDecoder};
+
+    let codec = Compression::Zstd;
+    let limit64 = u64::try_from(limit).unwrap_or(u64::MAX);
+    let too_large = || CompressionError::TooLarge { codec, limit };
+    // ruzstd holds a whole window of output before releasing any of it, and does not cap
+    // the window of the first frame it decodes; checking the header first bounds that
+    // buffer by the limit too.
+    let sizes = zstd_frame_sizes(rest)?;
+    let produced = out.len() as u64;
+    if sizes.window > limit64
+        || sizes
+            .content
+            .is_some_and(|c| c > limit64.saturating_sub(produced))
+    {
+        return Err(too_large());
+    }
+
+    let mut decoder = FrameDecoder::new();
+    decoder.init(&mut *rest).map_err(|e| corrupt(codec, e))?;
+    loop {
+        // One block (at most 128 KiB of output) at a time, so the limit check below runs
+        // before the buffered output can run away.
         decoder
-            .collect_to_writer(&mut out)
+            .decode_blocks(&mut *rest, BlockDecodingStrategy::UptoBlocks(1))
+            .map_err(|e| corrupt(codec, e))?;
+        decoder
+            .collect_to_writer(&mut *out)
             .map_err(|e| corrupt(codec, e))?;
         if out.len() > limit {
             return Err(too_large());
         }
-        if let (Some(expected), Some(actual)) = (
-            decoder.get_checksum_from_data(),
-            decoder.get_calculated_checksum(),
-        ) {
-            if expected != actual {
-                return Err(corrupt(
-                    codec,
-                    format_args!("content checksum mismatch (frame says {expected:#010x}, data hashes to {actual:#010x})"),
-                ));
-            }
-        }
-        if let Some(content) = sizes.content {
-            let got = out.len() as u64 - produced;
-            if got != content {
-                return Err(corrupt(
-                    codec,
-                    format_args!("frame declares {content} bytes but decodes to {got}"),
-                ));
-            }
+        if decoder.is_finished() {
+            break;
         }
     }
-    Ok(out)
+    // Drain what is left once the frame is finished (collect_to_writer keeps a window's
+    // worth while the frame is still in progress).
+    decoder
+        .collect_to_writer(&mut *out)
+        .map_err(|e| corrupt(codec, e))?;
+    if out.len() > limit {
+        return Err(too_large());
+    }
+    if let (Some(expected), Some(actual)) = (
+        decoder.get_checksum_from_data(),
+        decoder.get_calculated_checksum(),
+    ) {
+        if expected != actual {
+            return Err(corrupt(
+                codec,
+                format_args!("content checksum mismatch (frame says {expected:#010x}, data hashes to {actual:#010x})"),
+            ));
+        }
+    }
+    if let Some(content) = sizes.content {
+        let got = out.len() as u64 - produced;
+        if got != content {
+            return Err(corrupt(
+                codec,
+                format_args!("frame declares {content} bytes but decodes to {got}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

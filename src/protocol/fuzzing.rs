@@ -89,6 +89,7 @@ pub fn fuzz_input(api: ApiKey, version: i16, frame: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// Long: one arm per API the client decodes; a table.
 fn decode_and_inspect(api: ApiKey, version: i16, frame: Bytes) {
     fn check<R: Request>(frame: Bytes, version: i16) -> Option<R::Response> {
         decode_response::<R>(frame, version)
@@ -214,6 +215,8 @@ pub fn seed_inputs() -> Vec<Vec<u8>> {
 
 /// A response frame (header with correlation id 1, body) for `api` at `version`: a few
 /// elements in the responses that carry lists, defaults elsewhere.
+///
+/// Long: one arm per API the client decodes, each a sample response body; a table.
 fn sample_frame(api: ApiKey, version: i16) -> Option<Vec<u8>> {
     fn encode<B: Encodable>(api: ApiKey, version: i16, body: &B) -> Option<Vec<u8>> {
         let mut out = BytesMut::new();

@@ -231,6 +231,8 @@ impl SecurityConfig {
 
     /// Applies one security property. `Ok(false)` when `name` is not one.
     ///
+    /// Long: one match arm per security property (name, parse, field), read as a table.
+    ///
     /// # Errors
     /// [`ConfigError::Invalid`] naming the property and what it accepts.
     ///

@@ -193,43 +193,48 @@ fn print_group(d: &ConsumerGroupDescription, members: bool) {
         &rows,
     );
     if members {
-        let rows: Vec<Vec<String>> = d
-            .members
-            .iter()
-            .map(|m| {
-                vec![
-                    m.member_id.clone(),
-                    m.instance_id
-                        .as_deref()
-                        .map_or_else(|| "-".to_owned(), or_dash),
-                    or_dash(&m.client_id),
-                    or_dash(&m.client_host),
-                    m.assignment.len().to_string(),
-                    if m.assignment.is_empty() {
-                        "-".to_owned()
-                    } else {
-                        m.assignment
-                            .iter()
-                            .map(|tp| tp.to_string())
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    },
-                ]
-            })
-            .collect();
-        println!();
-        print_table(
-            &[
-                "MEMBER-ID",
-                "INSTANCE-ID",
-                "CLIENT-ID",
-                "HOST",
-                "#PARTITIONS",
-                "ASSIGNMENT",
-            ],
-            &rows,
-        );
+        print_members(d);
     }
+}
+
+/// The `--members` table: one row per member with its assignment.
+fn print_members(d: &ConsumerGroupDescription) {
+    let rows: Vec<Vec<String>> = d
+        .members
+        .iter()
+        .map(|m| {
+            vec![
+                m.member_id.clone(),
+                m.instance_id
+                    .as_deref()
+                    .map_or_else(|| "-".to_owned(), or_dash),
+                or_dash(&m.client_id),
+                or_dash(&m.client_host),
+                m.assignment.len().to_string(),
+                if m.assignment.is_empty() {
+                    "-".to_owned()
+                } else {
+                    m.assignment
+                        .iter()
+                        .map(|tp| tp.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                },
+            ]
+        })
+        .collect();
+    println!();
+    print_table(
+        &[
+            "MEMBER-ID",
+            "INSTANCE-ID",
+            "CLIENT-ID",
+            "HOST",
+            "#PARTITIONS",
+            "ASSIGNMENT",
+        ],
+        &rows,
+    );
 }
 
 async fn describe(

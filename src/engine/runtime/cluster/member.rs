@@ -124,30 +124,8 @@ pub(super) async fn run(
     counts: &mut Counts,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), Exit> {
-    let mut pc = plan.producer.clone();
-    pc.transactional_id = Some(plan.transactional_id.clone());
-    pc.transaction_timeout = plan.transaction_timeout;
-    let producer = Producer::with_cluster(pc, plan.cluster.clone())
-        .await
-        .map_err(|e| rejoin("starting the producer", e))?;
-    // Fences this process's previous incarnation and aborts what it left open.
-    producer
-        .init_transactions()
-        .await
-        .map_err(|e| rejoin("InitProducerId", e))?;
-    let mut cc = plan.consumer.clone();
-    cc.group_id = Some(plan.group.clone());
-    cc.isolation_level = IsolationLevel::ReadCommitted;
-    cc.enable_auto_commit = false;
-    cc.auto_offset_reset = AutoOffsetReset::Earliest;
-    let mut group = GroupConsumer::with_cluster(cc, plan.cluster.clone())
-        .map_err(|e| Exit::fatal(RuntimeError::client("joining the job's group", e)))?;
-    group.set_strategies(&[Strategy::CooperativeSticky]);
-    let mut topics: Vec<&str> = plan.job.source.topics.iter().map(String::as_str).collect();
-    if plan.keyed {
-        topics.push(&plan.topics.repartition);
-    }
-    group.subscribe(&topics);
+    let producer = start_producer(plan).await?;
+    let mut group = group_consumer(plan)?;
     let meta = group.metadata_handle();
     let (through, copy) = changelog_copy(store, plan)?;
     let worker = Arc::new(Mutex::new(Worker {
@@ -207,23 +185,75 @@ pub(super) async fn run(
             }
         }
     };
+    leave(
+        group,
+        &worker,
+        result.is_err(),
+        plan.transaction_timeout,
+        counts,
+    )
+    .await;
+    result
+}
+
+/// Leaves the group (a dynamic member's tasks move at once instead of after
+/// session.timeout.ms); on_revoked commits what is left, unless the membership `failed`: then
+/// the worker is poisoned first and commits nothing more. `counts` gets what it did.
+async fn leave(
+    group: GroupConsumer,
+    worker: &Arc<Mutex<Worker>>,
+    failed: bool,
+    timeout: Duration,
+    counts: &mut Counts,
+) {
     {
         let mut w = worker.lock().await;
-        if result.is_err() {
+        if failed {
             w.poison().await;
         }
         *counts = w.counts;
     }
-    // Leave the group (a dynamic member's tasks move at once instead of after
-    // session.timeout.ms); on_revoked commits what is left, unless the worker is poisoned.
-    match tokio::time::timeout(plan.transaction_timeout, group.close()).await {
+    match tokio::time::timeout(timeout, group.close()).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => debug!(error = %e, "leaving the group"),
         Err(_) => debug!("leaving the group timed out"),
     }
-    let w = worker.lock().await;
-    *counts = w.counts;
-    result
+    *counts = worker.lock().await.counts;
+}
+
+/// The membership's transactional producer, its id's previous incarnation fenced and what
+/// it left open aborted.
+async fn start_producer(plan: &Plan) -> Result<Producer, Exit> {
+    let mut pc = plan.producer.clone();
+    pc.transactional_id = Some(plan.transactional_id.clone());
+    pc.transaction_timeout = plan.transaction_timeout;
+    let producer = Producer::with_cluster(pc, plan.cluster.clone())
+        .await
+        .map_err(|e| rejoin("starting the producer", e))?;
+    producer
+        .init_transactions()
+        .await
+        .map_err(|e| rejoin("InitProducerId", e))?;
+    Ok(producer)
+}
+
+/// The job's group consumer (read_committed, no automatic commits, cooperative-sticky),
+/// subscribed to the sources and, for a keyed job, the repartition topic.
+fn group_consumer(plan: &Plan) -> Result<GroupConsumer, Exit> {
+    let mut cc = plan.consumer.clone();
+    cc.group_id = Some(plan.group.clone());
+    cc.isolation_level = IsolationLevel::ReadCommitted;
+    cc.enable_auto_commit = false;
+    cc.auto_offset_reset = AutoOffsetReset::Earliest;
+    let mut group = GroupConsumer::with_cluster(cc, plan.cluster.clone())
+        .map_err(|e| Exit::fatal(RuntimeError::client("joining the job's group", e)))?;
+    group.set_strategies(&[Strategy::CooperativeSticky]);
+    let mut topics: Vec<&str> = plan.job.source.topics.iter().map(String::as_str).collect();
+    if plan.keyed {
+        topics.push(&plan.topics.repartition);
+    }
+    group.subscribe(&topics);
+    Ok(group)
 }
 
 /// The local copy's changelog offsets and what else it knows of them (`ChangelogCopy`), from

@@ -82,16 +82,7 @@ pub(crate) async fn run(
         return Ok(RunSummary::default());
     };
     let probe = Consumer::with_cluster(config.consumer.clone(), cluster.clone());
-    let mut inputs = Vec::new();
-    let mut widest = 0usize;
-    for (i, t) in job.source.topics.iter().enumerate() {
-        let parts = probe
-            .partitions_for(t)
-            .await
-            .map_err(|e| RuntimeError::client(format!("looking up source topic {t}"), e))?;
-        widest = widest.max(parts.len());
-        inputs.extend(parts.iter().map(|tp| exchange::input_id(i, tp.partition)));
-    }
+    let (inputs, widest) = source_inputs(&probe, &job.source.topics).await?;
     let tasks = u16::try_from(widest.max(job.settings.parallelism as usize))
         .unwrap_or(u16::MAX)
         .clamp(1, key_groups.max(1));
@@ -125,12 +116,40 @@ pub(crate) async fn run(
         job,
     };
     info!(group = %plan.group, member = %member_id, keyed_tasks = tasks, "cluster member starting");
-    let store = Arc::new(Mutex::new(store));
+    memberships(&plan, Arc::new(Mutex::new(store)), stop).await
+}
+
+/// Every source partition as a keyed task's watermark input, and the most partitions a source
+/// topic has.
+async fn source_inputs(
+    probe: &Consumer,
+    topics: &[String],
+) -> Result<(Vec<u32>, usize), RuntimeError> {
+    let mut inputs = Vec::new();
+    let mut widest = 0usize;
+    for (i, t) in topics.iter().enumerate() {
+        let parts = probe
+            .partitions_for(t)
+            .await
+            .map_err(|e| RuntimeError::client(format!("looking up source topic {t}"), e))?;
+        widest = widest.max(parts.len());
+        inputs.extend(parts.iter().map(|tp| exchange::input_id(i, tp.partition)));
+    }
+    Ok((inputs, widest))
+}
+
+/// One membership after another until `stop`, a fatal error, or [`MAX_REJOINS`] memberships
+/// in a row without a commit.
+async fn memberships(
+    plan: &Plan,
+    store: Arc<Mutex<StateStore>>,
+    stop: watch::Receiver<bool>,
+) -> Result<RunSummary, RuntimeError> {
     let mut summary = RunSummary::default();
     let mut failures = 0u32;
     loop {
         let mut counts = Counts::default();
-        let result = member::run(&plan, &store, &mut counts, stop.clone()).await;
+        let result = member::run(plan, &store, &mut counts, stop.clone()).await;
         summary.records_in += counts.records_in;
         summary.records_out += counts.records_out;
         summary.last_checkpoint += counts.commits;

@@ -198,6 +198,7 @@ impl Master {
         }
     }
 
+    /// Carries out one of the coordinator's decisions (one arm per decision).
     async fn apply(&mut self, d: Decision<C, D>) -> Result<(), RuntimeError> {
         match d {
             Decision::InjectBarrier(id) => {
@@ -224,20 +225,7 @@ impl Master {
             }
             Decision::Persist(batch) => self.persist(batch),
             Decision::Completed(id) => {
-                self.last_checkpoint = id.0;
-                if let Some((n, positions)) = self.persisted_positions.take() {
-                    if n == id {
-                        self.group_offsets.checkpoint_completed(id, positions);
-                    }
-                }
-                let t = self.plan.metrics.checkpoint_completed(id.0);
-                tracing::info!(
-                    checkpoint = id.0,
-                    duration_ms = t.duration.as_millis() as u64,
-                    size_bytes = t.size_bytes,
-                    "checkpoint durable"
-                );
-                self.broadcast(|| Control::Completed(id));
+                self.completed(id);
                 Ok(())
             }
             Decision::Commit {
@@ -281,6 +269,25 @@ impl Master {
             Decision::AbortPool => self.start_sinks().await,
             Decision::StartTasks { positions, .. } => self.start_tasks(positions).await,
         }
+    }
+
+    /// Checkpoint `id` is durable: its positions go to the group's offsets (for monitoring),
+    /// the metrics and the log note it, and every task learns it (the sinks commit).
+    fn completed(&mut self, id: CheckpointId) {
+        self.last_checkpoint = id.0;
+        if let Some((n, positions)) = self.persisted_positions.take() {
+            if n == id {
+                self.group_offsets.checkpoint_completed(id, positions);
+            }
+        }
+        let t = self.plan.metrics.checkpoint_completed(id.0);
+        tracing::info!(
+            checkpoint = id.0,
+            duration_ms = t.duration.as_millis() as u64,
+            size_bytes = t.size_bytes,
+            "checkpoint durable"
+        );
+        self.broadcast(|| Control::Completed(id));
     }
 
     fn inject(&mut self, id: CheckpointId, control: fn(CheckpointId) -> Control) {

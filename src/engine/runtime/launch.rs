@@ -142,29 +142,7 @@ pub(crate) async fn launch(
         let task = TaskId(u32::try_from(i).unwrap_or(u32::MAX));
         let (control_tx, control) = mpsc::unbounded_channel();
         let partitions = plan.assignment.get(i).cloned().unwrap_or_default();
-        // The source has connections of its own: a broker answers a connection's requests one
-        // at a time, so a Fetch long-poll on a shared connection holds the sinks' Produce
-        // requests behind it (docs/benchmarks.md, "The source has its own connection"). Its metadata is also the one partition
-        // discovery refreshes, so the consumer sees a new partition.
-        let (input_kind, own, cluster) = match &plan.job.source.file {
-            Some(spec) => {
-                let reader = match i {
-                    0 => Some(file_reader(spec, positions)?),
-                    _ => None,
-                };
-                let mut own = Positions::new();
-                own.file = reader.as_ref().map(|r| r.source.position());
-                (Input::File(reader), own, plan.cluster.clone())
-            }
-            None => {
-                let cluster = Cluster::connect(plan.client.clone())
-                    .await
-                    .map_err(|e| RuntimeError::client("connecting the source to the brokers", e))?;
-                let (consumer, own) =
-                    source_consumer(plan, &cluster, &partitions, positions).await?;
-                (Input::Kafka(consumer), own, cluster)
-            }
-        };
+        let (input_kind, own, cluster) = source_input(plan, i, &partitions, positions).await?;
         launched.positions.extend(own.clone());
         let downstream = match keyed {
             true => Downstream::Keyed {
@@ -210,6 +188,39 @@ pub(crate) async fn launch(
     }
     launch_keyed(plan, receivers, states, &mut sinks, reports, &mut launched)?;
     Ok(launched)
+}
+
+/// Source subtask `i`'s input (the file reader for subtask 0 of a file source; a consumer of
+/// `partitions` otherwise), the positions it starts from, and its cluster.
+///
+/// The source has connections of its own: a broker answers a connection's requests one at a
+/// time, so a Fetch long-poll on a shared connection holds the sinks' Produce requests behind
+/// it (docs/benchmarks.md, "The source has its own connection"). Its metadata is also the one
+/// partition discovery refreshes, so the consumer sees a new partition.
+async fn source_input(
+    plan: &Plan,
+    i: usize,
+    partitions: &[TopicPartition],
+    positions: &Positions,
+) -> Result<(Input, Positions, Arc<Cluster>), RuntimeError> {
+    match &plan.job.source.file {
+        Some(spec) => {
+            let reader = match i {
+                0 => Some(file_reader(spec, positions)?),
+                _ => None,
+            };
+            let mut own = Positions::new();
+            own.file = reader.as_ref().map(|r| r.source.position());
+            Ok((Input::File(reader), own, plan.cluster.clone()))
+        }
+        None => {
+            let cluster = Cluster::connect(plan.client.clone())
+                .await
+                .map_err(|e| RuntimeError::client("connecting the source to the brokers", e))?;
+            let (consumer, own) = source_consumer(plan, &cluster, partitions, positions).await?;
+            Ok((Input::Kafka(consumer), own, cluster))
+        }
+    }
 }
 
 /// The bounded channels of a job with a window: `senders[source][keyed]` and

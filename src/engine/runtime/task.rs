@@ -15,7 +15,7 @@ use super::positions::{file_input, replayed_records, start_recorded};
 use super::routing::assign_partitions;
 use super::topology::Topology;
 use super::{RunConfig, RunSummary, RuntimeError};
-use crate::client::{Admin, Cluster, Consumer, IsolationLevel};
+use crate::client::{Admin, Cluster, Consumer, ConsumerConfig, IsolationLevel, TopicPartition};
 use crate::engine::checkpoint;
 use crate::engine::job::{DeliveryGuarantee, Job, OutputFormat};
 use crate::engine::metrics::Metrics;
@@ -25,7 +25,7 @@ use crate::engine::sink::{
     SinkConfig,
 };
 use crate::engine::state::{
-    CheckpointRecord, Layout, OperatorLayout, RestoreFrom, StateStore, StoreOptions,
+    CheckpointRecord, Layout, OperatorLayout, RestoreFrom, Rollback, StateStore, StoreOptions,
 };
 
 /// Transactional ids per sink task: the open, the prepared and the just-committed one.
@@ -65,15 +65,7 @@ pub(crate) async fn run(
     let (store, record) =
         open_store(config.state_dir.clone(), layout, options, config.restore).await?;
     if let Some(rollback) = store.rollback() {
-        let replayed = replayed_records(&record.positions, rollback);
-        metrics.replaying(replayed);
-        tracing::warn!(
-            restored = rollback.to,
-            latest = rollback.from,
-            replayed,
-            committed_since = rollback.committed_since,
-            "restoring a checkpoint older than the latest: the input read after it is read again and the output the later checkpoints committed is written again (read_committed readers see it twice)"
-        );
+        report_replay(&record, rollback, &metrics);
     }
     let allowance = Duration::from_millis(settings.restart_allowance_ms);
     let Some(cluster) = connect(&config.client, allowance, &mut stop).await? else {
@@ -95,29 +87,7 @@ pub(crate) async fn run(
     };
     let mut consumer = config.consumer.clone();
     consumer.isolation_level = IsolationLevel::ReadCommitted;
-    let assignment = match &job.source.file {
-        // One reader: the files are one ordered stream (source subtask 0 reads it; the others
-        // only forward barriers).
-        Some(_) => {
-            let mut a = vec![Vec::new(); parallelism];
-            if let Some(first) = a.first_mut() {
-                first.push(file_input());
-            }
-            a
-        }
-        None => {
-            let probe = Consumer::with_cluster(consumer.clone(), cluster.clone());
-            let mut partitions = Vec::new();
-            for t in &job.source.topics {
-                let found = probe
-                    .partitions_for(t)
-                    .await
-                    .map_err(|e| RuntimeError::client(format!("looking up source topic {t}"), e))?;
-                partitions.extend(found);
-            }
-            assign_partitions(&partitions, parallelism)
-        }
-    };
+    let assignment = source_assignment(job, &consumer, &cluster, parallelism).await?;
     let plan = Plan {
         job: job.clone(),
         topology,
@@ -135,6 +105,48 @@ pub(crate) async fn run(
     let mut master = Master::new(settings, plan, store, recovered, record.id);
     master.recover(&record).await?;
     master.run(stop).await
+}
+
+/// A restore of a checkpoint older than the latest reads input again and writes output
+/// again: counted in the metrics and said in the log.
+fn report_replay(record: &CheckpointRecord, rollback: &Rollback, metrics: &Metrics) {
+    let replayed = replayed_records(&record.positions, rollback);
+    metrics.replaying(replayed);
+    tracing::warn!(
+        restored = rollback.to,
+        latest = rollback.from,
+        replayed,
+        committed_since = rollback.committed_since,
+        "restoring a checkpoint older than the latest: the input read after it is read again and the output the later checkpoints committed is written again (read_committed readers see it twice)"
+    );
+}
+
+/// Which source subtask reads what: the source topics' partitions spread over the
+/// subtasks, or, for a file source, the one ordered stream of files to subtask 0 (the others
+/// only forward barriers).
+async fn source_assignment(
+    job: &Job,
+    consumer: &ConsumerConfig,
+    cluster: &Arc<Cluster>,
+    parallelism: usize,
+) -> Result<Vec<Vec<TopicPartition>>, RuntimeError> {
+    if job.source.file.is_some() {
+        let mut a = vec![Vec::new(); parallelism];
+        if let Some(first) = a.first_mut() {
+            first.push(file_input());
+        }
+        return Ok(a);
+    }
+    let probe = Consumer::with_cluster(consumer.clone(), cluster.clone());
+    let mut partitions = Vec::new();
+    for t in &job.source.topics {
+        let found = probe
+            .partitions_for(t)
+            .await
+            .map_err(|e| RuntimeError::client(format!("looking up source topic {t}"), e))?;
+        partitions.extend(found);
+    }
+    Ok(assign_partitions(&partitions, parallelism))
 }
 
 /// Step 1 only of the Kafka sinks' recovery: the pools' init waits until the resolutions are

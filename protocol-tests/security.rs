@@ -804,7 +804,7 @@ async fn an_idempotent_producer_sends_through_re_authentications_every_record_on
 /// as a token file or command would hand out.
 fn jwt(subject: &str, secs: u64) -> String {
     let url = |b: &[u8]| {
-        onceflow::base64::encode(b)
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, b)
             .trim_end_matches('=')
             .replace('+', "-")
             .replace('/', "_")

@@ -50,7 +50,7 @@ edition = "2021"
 publish = false
 
 [dependencies]
-onceflow = { version = "=$version", default-features = false, features = ["client"] }
+onceflow = { version = "=$version", default-features = false }
 
 # The packaged crates in place of crates.io's (onceflow's fork is not published from here).
 [patch.crates-io]

@@ -16,7 +16,6 @@
 //!   sink, the taxi rides workload.
 //! - The `onceflow` binary (`src/cli/`, not part of the library): produce, consume, topics and
 //!   transaction commands, built on [`client`] alone.
-//! - [`base64`]: the one small codec the CLI and the tests write bytes as JSON with.
 //!
 //! # Where exactly-once lives
 //!
@@ -32,15 +31,14 @@
 //!
 //! # Features
 //!
-//! - `client`: the Kafka client alone ([`protocol`] and [`client`]); build with
-//!   `--no-default-features --features client` for a service that only produces and consumes
-//!   (no fjall, TOML or clap in the dependency tree).
+//! - None (`default-features = false`): the Kafka client alone ([`protocol`] and [`client`]),
+//!   for a service that only produces and consumes (no fjall, TOML or clap in the dependency
+//!   tree).
 //! - `engine`: adds the `engine` module.
 //! - `cli` (default): adds the `onceflow` binary (and the engine).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod base64;
 pub mod client;
 #[cfg(feature = "engine")]
 pub mod engine;

@@ -25,7 +25,10 @@ pub struct Rec {
 
 impl Rec {
     pub fn to_json(&self) -> String {
-        let b64 = |b: &Option<Vec<u8>>| b.as_deref().map(onceflow::base64::encode);
+        let b64 = |b: &Option<Vec<u8>>| {
+            b.as_deref()
+                .map(|b| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, b))
+        };
         let headers: Vec<Value> = self
             .headers
             .iter()
@@ -64,7 +67,9 @@ impl Rec {
         );
         let bytes = |v: &Value| match v {
             Value::Null => None,
-            Value::String(s) => Some(onceflow::base64::decode(s).unwrap()),
+            Value::String(s) => {
+                Some(base64::Engine::decode(&base64::engine::general_purpose::STANDARD, s).unwrap())
+            }
             other => panic!("expected base64 or null, got {other} in {line}"),
         };
         Rec {

@@ -208,7 +208,9 @@ fn bytes_json(b: &Option<Bytes>) -> serde_json::Value {
         None => serde_json::Value::Null,
         Some(b) => match std::str::from_utf8(b) {
             Ok(s) => serde_json::Value::String(s.to_owned()),
-            Err(_) => serde_json::json!({ "base64": onceflow::base64::encode(b) }),
+            Err(_) => {
+                serde_json::json!({ "base64": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, b) })
+            }
         },
     }
 }

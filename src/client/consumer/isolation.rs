@@ -367,7 +367,10 @@ mod tests {
 
     /// A kept record in the Java interop consumer's JSON-lines shape (partition 0).
     fn as_json(r: &Record) -> Value {
-        let bytes = |b: &Option<Bytes>| b.as_ref().map(|b| crate::base64::encode(b));
+        let bytes = |b: &Option<Bytes>| {
+            b.as_ref()
+                .map(|b| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, b))
+        };
         let headers: Vec<Value> = r
             .headers
             .iter()

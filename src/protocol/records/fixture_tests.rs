@@ -76,9 +76,10 @@ impl Line {
 fn nullable_b64(v: &Value, what: &str) -> Option<Vec<u8>> {
     match v {
         Value::Null => None,
-        Value::String(s) => {
-            Some(crate::base64::decode(s).unwrap_or_else(|e| panic!("{e} in {s:?}")))
-        }
+        Value::String(s) => Some(
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, s)
+                .unwrap_or_else(|e| panic!("{e} in {s:?}")),
+        ),
         other => panic!("{what} must be base64 or null, got {other}"),
     }
 }

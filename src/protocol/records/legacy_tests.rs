@@ -505,7 +505,8 @@ fn fixture(file: &str) -> Vec<u8> {
 }
 
 fn b64(v: &Value) -> Option<Vec<u8>> {
-    v.as_str().map(|s| crate::base64::decode(s).unwrap())
+    v.as_str()
+        .map(|s| base64::Engine::decode(&base64::engine::general_purpose::STANDARD, s).unwrap())
 }
 
 #[test]

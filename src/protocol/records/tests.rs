@@ -955,8 +955,11 @@ fn fixture(name: &str) -> Vec<u8> {
 fn expected_records(name: &str) -> Vec<Record> {
     let text = String::from_utf8(fixture(name)).unwrap();
     let bytes = |v: &serde_json::Value| {
-        v.as_str()
-            .map(|s| Bytes::from(crate::base64::decode(s).unwrap()))
+        v.as_str().map(|s| {
+            Bytes::from(
+                base64::Engine::decode(&base64::engine::general_purpose::STANDARD, s).unwrap(),
+            )
+        })
     };
     text.lines()
         .filter(|l| !l.trim().is_empty())

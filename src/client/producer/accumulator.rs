@@ -10,6 +10,7 @@
 //! unsent batches, renumbering them from 0 under the new epoch.
 
 use super::flush::{FlushTicket, FlushTracker};
+use super::identity::Identity;
 use super::txn_phase::{TxnEvent, TxnPhase};
 use super::{RecordMetadata, Result};
 use crate::client::error::{ErrorClass, Op};
@@ -23,13 +24,6 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-
-/// The producer id and epoch every batch carries when idempotence is on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Identity {
-    pub producer_id: i64,
-    pub epoch: i16,
-}
 
 /// Who is told a record's outcome: the future `send` returned, or the callback given to
 /// `send_with_callback`. Told exactly once: a reply dropped untold (the producer's task gone

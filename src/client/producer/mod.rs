@@ -2,6 +2,7 @@
 //!
 //! - [`partitioner`]: the Java client's default partitioner (murmur2, sticky for keyless).
 //! - `accumulator`: per-partition open and ready batches, bounded by buffer.memory.
+//! - `identity`: the producer id and epoch every batch and transaction request carries.
 //! - `sender`: one task that closes batches on linger/size, groups ready batches by leader and
 //!   sends one Produce request per broker, keeping at most max.in.flight batches per partition.
 //! - `transaction`: the transaction methods (init, begin, send offsets, prepare, commit,
@@ -12,6 +13,7 @@
 
 mod accumulator;
 mod flush;
+mod identity;
 mod metrics;
 pub mod partitioner;
 mod producer_id;
@@ -26,7 +28,7 @@ pub use metrics::ProducerMetrics;
 pub use crate::client::group::GroupMetadata;
 // The two-phase-commit API lives in `client::txn`; re-exported here where it used to be.
 pub use crate::client::txn::{resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd};
-pub(crate) use accumulator::Identity;
+pub(crate) use identity::Identity;
 
 use super::cluster::Cluster;
 use super::config::ProducerConfig;

@@ -330,9 +330,9 @@ fn send_round(
 /// A non-transactional producer owns its producer id outright, so, as KIP-360 allows and the
 /// Java client does, it bumps the epoch itself: the broker accepts a higher epoch starting again
 /// at sequence 0. Only when the epoch is exhausted does it ask InitProducerId for a new id.
-async fn bump_epoch(inner: &Arc<Inner>, current: super::accumulator::Identity) {
+async fn bump_epoch(inner: &Arc<Inner>, current: super::identity::Identity) {
     let next = if current.epoch < i16::MAX - 1 {
-        Ok(super::accumulator::Identity {
+        Ok(super::identity::Identity {
             producer_id: current.producer_id,
             epoch: current.epoch + 1,
         })

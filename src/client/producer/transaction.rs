@@ -15,7 +15,7 @@
 //! doom the transaction (AbortableError: commit refuses, abort works), fatal ones (fencing)
 //! doom the producer (FatalError).
 
-use super::accumulator::Identity;
+use super::identity::Identity;
 use super::txn_phase::{TxnEvent, TxnPhase};
 use super::txn_requests::{
     add_offsets_to_txn, add_partitions_to_txn, init_transactional_id, txn_offset_commit,

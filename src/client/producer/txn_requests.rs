@@ -10,7 +10,7 @@
 //!
 //! EndTxn lives in `client::txn`: the producer's commit and `resume_transaction` share it.
 
-use super::accumulator::Identity;
+use super::identity::Identity;
 use crate::client::cluster::Cluster;
 use crate::client::coordinator::{coordinator_call_on, CoordinatorKind};
 use crate::client::error::{Error, Result};
@@ -88,7 +88,7 @@ pub(crate) async fn init_transactional_id(
                     epoch: r.producer_epoch,
                 };
                 if r.error_code == 0 {
-                    super::producer_id::check_assigned(conn.addr(), id)?;
+                    super::identity::check_assigned(conn.addr(), id)?;
                 }
                 Ok((r.error_code, id))
             }

@@ -14,6 +14,8 @@
 //!   [`classify`].
 //! - [`txn`]: the two-phase-commit API (the committable, resuming it from any process, the
 //!   pure `judge` of what the coordinator reports).
+//! - [`pool`]: [`TransactionalPool`], a producer per checkpoint over the transactional ids
+//!   `<prefix>-<slot>`, so checkpoint N stays prepared while N+1 is written.
 //! - [`group`]: consumer groups (classic protocol).
 //! - [`error`]: the error type and [`classify`], the one place that decides whether a broker
 //!   error is retried, needs a metadata refresh, aborts a transaction or is fatal.
@@ -32,12 +34,13 @@ pub mod error;
 pub mod group;
 mod list_offsets;
 pub mod metadata;
+pub mod pool;
 pub mod producer;
 pub(crate) mod retry;
 pub mod security;
 pub mod txn;
 
-pub use txn::TransactionalPool;
+pub use pool::TransactionalPool;
 
 pub use admin::Admin;
 pub use cluster::Cluster;

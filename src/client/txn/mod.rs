@@ -3,25 +3,18 @@
 //! which decides from what the coordinator reports ([`TransactionDescription`], one
 //! DescribeTransactions implementation for the whole crate) with a pure, table-tested `judge`.
 //!
-//! [`TransactionalPool`] gives a checkpointing sink a producer per checkpoint over the ids
-//! `<prefix>-<slot>`, so checkpoint N stays prepared while N+1 is written.
-//!
 //! The producer's own commit and abort use the same EndTxn path (`end`), so an EndTxn whose
 //! answer is lost is resolved the same way whoever sent it. See docs/design/resume.md.
 
 mod describe;
 mod end;
 mod judge;
-mod pool;
 mod state;
 
 pub(crate) use describe::describe;
 pub use describe::TransactionDescription;
 pub(crate) use end::{end_txn, EndOutcome};
 pub(crate) use judge::{judge, Judgement};
-pub use pool::{
-    EndFailed, EndedSlot, OpenTransaction, PoolCounts, PreparedSlot, SlotState, TransactionalPool,
-};
 pub use state::TxnState;
 
 use crate::client::cluster::Cluster;

@@ -6,10 +6,10 @@ use super::decide::{
 };
 use super::{Delivery, SinkCommittable, SinkConfig, SinkError};
 use crate::client::admin_txn::ListTransactionsFilter;
-use crate::client::txn::{
-    resume_transaction, EndFailed, EndedSlot, OpenTransaction, PoolCounts, PreparedSlot,
-    ResumeOutcome, TransactionalPool, TxnEnd, TxnState,
+use crate::client::pool::{
+    EndFailed, EndedSlot, OpenTransaction, PoolCounts, PreparedSlot, TransactionalPool,
 };
+use crate::client::txn::{resume_transaction, ResumeOutcome, TxnEnd, TxnState};
 use crate::client::{Admin, Cluster, DeliveryFuture, Error, Op, Producer, ProducerRecord};
 use crate::protocol::ErrorCode;
 use std::collections::BTreeMap;

@@ -20,12 +20,14 @@
 //! steady pipeline cycles through the same few ids and a restart has a bounded set to clean up.
 //! See docs/design/producer-pool.md.
 
-use super::{describe, resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd};
 use crate::client::cluster::Cluster;
 use crate::client::config::{ConfigError, ProducerConfig};
 use crate::client::error::{Error, Result};
 use crate::client::metadata::TopicPartition;
 use crate::client::producer::{DeliveryFuture, GroupMetadata, Producer, ProducerRecord};
+use crate::client::txn::{
+    describe, resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd,
+};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tracing::{info, warn};
 
@@ -289,7 +291,7 @@ fn slot_id(prefix: &str, slot: usize) -> String {
 /// ```no_run
 /// # async fn demo() -> onceflow::client::Result<()> {
 /// use onceflow::client::{Cluster, ClientConfig, ProducerConfig, ProducerRecord};
-/// use onceflow::client::txn::TransactionalPool;
+/// use onceflow::client::pool::TransactionalPool;
 /// let cluster = Cluster::connect(ClientConfig::default()).await?;
 /// // (After a crash: resume every saved committable with resume_transaction FIRST.)
 /// let pool = TransactionalPool::init(cluster, ProducerConfig::default(), "rides-sink-0", 3).await?;
@@ -338,7 +340,8 @@ impl TransactionalPool {
     /// ```no_run
     /// # async fn demo(saved: Vec<onceflow::client::txn::PreparedTransaction>) -> onceflow::client::Result<()> {
     /// use onceflow::client::{ClientConfig, Cluster, ProducerConfig};
-    /// use onceflow::client::txn::{resume_transaction, TransactionalPool, TxnEnd};
+    /// use onceflow::client::pool::TransactionalPool;
+    /// use onceflow::client::txn::{resume_transaction, TxnEnd};
     /// let cluster = Cluster::connect(ClientConfig::default()).await?;
     /// // Recovery: first finish the transactions the last durable checkpoint saved ...
     /// for committable in &saved {
@@ -408,7 +411,7 @@ impl TransactionalPool {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(pool: onceflow::client::txn::TransactionalPool) -> onceflow::client::Result<()> {
+    /// # async fn demo(pool: onceflow::client::pool::TransactionalPool) -> onceflow::client::Result<()> {
     /// use onceflow::client::{Error, ProducerRecord};
     /// match pool.begin().await {
     ///     Ok(txn) => {
@@ -462,7 +465,7 @@ impl TransactionalPool {
     ///
     /// # Examples
     /// ```no_run
-    /// # fn demo(pool: &onceflow::client::txn::TransactionalPool) {
+    /// # fn demo(pool: &onceflow::client::pool::TransactionalPool) {
     /// let c = pool.counts();
     /// println!("{} free, {} open, {} prepared, {} ended", c.free, c.open, c.prepared, c.ended);
     /// # }
@@ -475,8 +478,8 @@ impl TransactionalPool {
     ///
     /// # Examples
     /// ```no_run
-    /// # fn demo(pool: &onceflow::client::txn::TransactionalPool) {
-    /// use onceflow::client::txn::SlotState;
+    /// # fn demo(pool: &onceflow::client::pool::TransactionalPool) {
+    /// use onceflow::client::pool::SlotState;
     /// let prepared: Vec<usize> = (0..).zip(pool.states()).filter(|(_, s)| *s == SlotState::Prepared).map(|(i, _)| i).collect();
     /// println!("slots holding a prepared transaction: {prepared:?}");
     /// # }
@@ -490,7 +493,7 @@ impl TransactionalPool {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(pool: onceflow::client::txn::TransactionalPool) -> onceflow::client::Result<()> {
+    /// # async fn demo(pool: onceflow::client::pool::TransactionalPool) -> onceflow::client::Result<()> {
     /// use onceflow::client::Admin;
     /// let admin = Admin::with_cluster(pool.cluster().clone());
     /// for id in pool.transactional_ids() {
@@ -510,7 +513,7 @@ impl TransactionalPool {
     ///
     /// # Examples
     /// ```no_run
-    /// # fn demo(pool: &onceflow::client::txn::TransactionalPool) {
+    /// # fn demo(pool: &onceflow::client::pool::TransactionalPool) {
     /// assert_eq!(pool.transactional_ids()[0], format!("{}-0", pool.prefix()));
     /// # }
     /// ```
@@ -522,7 +525,7 @@ impl TransactionalPool {
     ///
     /// # Examples
     /// ```no_run
-    /// # fn demo(pool: &onceflow::client::txn::TransactionalPool) {
+    /// # fn demo(pool: &onceflow::client::pool::TransactionalPool) {
     /// use onceflow::client::Admin;
     /// let admin = Admin::with_cluster(pool.cluster().clone());
     /// # }
@@ -566,7 +569,7 @@ impl OpenTransaction {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(txn: onceflow::client::txn::OpenTransaction) -> onceflow::client::Result<()> {
+    /// # async fn demo(txn: onceflow::client::pool::OpenTransaction) -> onceflow::client::Result<()> {
     /// println!("checkpoint 7 writes in slot {} ({})", txn.slot(), txn.transactional_id());
     /// # Ok(()) }
     /// ```
@@ -578,7 +581,7 @@ impl OpenTransaction {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(pool: onceflow::client::txn::TransactionalPool) -> onceflow::client::Result<()> {
+    /// # async fn demo(pool: onceflow::client::pool::TransactionalPool) -> onceflow::client::Result<()> {
     /// let txn = pool.begin().await?;
     /// assert_eq!(txn.transactional_id(), format!("{}-{}", pool.prefix(), txn.slot()));
     /// # Ok(()) }
@@ -594,7 +597,7 @@ impl OpenTransaction {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(pool: onceflow::client::txn::TransactionalPool) -> onceflow::client::Result<()> {
+    /// # async fn demo(pool: onceflow::client::pool::TransactionalPool) -> onceflow::client::Result<()> {
     /// use onceflow::client::ProducerRecord;
     /// let txn = pool.begin().await?;
     /// txn.send(ProducerRecord::new("clean-rides", "ride 1").with_key("driver-42")).await?;
@@ -612,7 +615,7 @@ impl OpenTransaction {
     /// # Examples
     /// ```no_run
     /// # async fn demo(
-    /// #     txn: onceflow::client::txn::OpenTransaction,
+    /// #     txn: onceflow::client::pool::OpenTransaction,
     /// #     consumer: onceflow::client::group::GroupConsumer,
     /// # ) -> onceflow::client::Result<()> {
     /// // The input's offsets commit if and only if this checkpoint's transaction does.
@@ -636,7 +639,7 @@ impl OpenTransaction {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(txn: onceflow::client::txn::OpenTransaction) -> onceflow::client::Result<()> {
+    /// # async fn demo(txn: onceflow::client::pool::OpenTransaction) -> onceflow::client::Result<()> {
     /// txn.flush().await?; // every record sent is acknowledged; the transaction stays open
     /// # Ok(()) }
     /// ```
@@ -654,7 +657,7 @@ impl OpenTransaction {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(txn: onceflow::client::txn::OpenTransaction) -> onceflow::client::Result<()> {
+    /// # async fn demo(txn: onceflow::client::pool::OpenTransaction) -> onceflow::client::Result<()> {
     /// let prepared = txn.prepare().await?;
     /// // Checkpoint N holds the committable, durably, before anything commits.
     /// let saved = serde_json::to_vec(prepared.committable()).expect("serializable");
@@ -684,7 +687,7 @@ impl OpenTransaction {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(pool: onceflow::client::txn::TransactionalPool) -> onceflow::client::Result<()> {
+    /// # async fn demo(pool: onceflow::client::pool::TransactionalPool) -> onceflow::client::Result<()> {
     /// use onceflow::client::ProducerRecord;
     /// let txn = pool.begin().await?;
     /// if let Err(e) = txn.send(ProducerRecord::new("clean-rides", "ride")).await {
@@ -766,7 +769,7 @@ impl EndFailed {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// # async fn demo(prepared: onceflow::client::pool::PreparedSlot) -> onceflow::client::Result<()> {
     /// if let Err(failed) = prepared.commit().await {
     ///     eprintln!("commit failed: {}", failed.error());
     /// }
@@ -780,7 +783,7 @@ impl EndFailed {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// # async fn demo(prepared: onceflow::client::pool::PreparedSlot) -> onceflow::client::Result<()> {
     /// let ended = match prepared.commit().await {
     ///     Ok(ended) => ended,
     ///     // Once more: the second commit resolves through resume_transaction.
@@ -796,7 +799,7 @@ impl EndFailed {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// # async fn demo(prepared: onceflow::client::pool::PreparedSlot) -> onceflow::client::Result<()> {
     /// use onceflow::client::txn::TxnEnd;
     /// if let Err(failed) = prepared.commit().await {
     ///     let (error, slot) = failed.into_parts();
@@ -823,7 +826,7 @@ impl PreparedSlot {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// # async fn demo(prepared: onceflow::client::pool::PreparedSlot) -> onceflow::client::Result<()> {
     /// let c = prepared.committable();
     /// println!("{} producer {} epoch {}", c.transactional_id, c.producer_id, c.producer_epoch);
     /// let saved = serde_json::to_string(c).expect("serializable"); // into the checkpoint
@@ -837,7 +840,7 @@ impl PreparedSlot {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// # async fn demo(prepared: onceflow::client::pool::PreparedSlot) -> onceflow::client::Result<()> {
     /// println!("slot {} stays busy until its transaction ends", prepared.slot());
     /// # Ok(()) }
     /// ```
@@ -855,7 +858,7 @@ impl PreparedSlot {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// # async fn demo(prepared: onceflow::client::pool::PreparedSlot) -> onceflow::client::Result<()> {
     /// // Checkpoint N, which lists this committable, is durable now.
     /// let ended = prepared.commit().await?;
     /// ended.release(); // once no durable checkpoint lists it as unresolved
@@ -872,7 +875,7 @@ impl PreparedSlot {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// # async fn demo(prepared: onceflow::client::pool::PreparedSlot) -> onceflow::client::Result<()> {
     /// // Checkpoint N failed before it became durable: its output must not appear.
     /// prepared.abort().await?.release();
     /// # Ok(()) }
@@ -928,7 +931,7 @@ impl PreparedSlot {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// # async fn demo(prepared: onceflow::client::pool::PreparedSlot) -> onceflow::client::Result<()> {
     /// use onceflow::client::txn::{ResumeOutcome, TxnEnd};
     /// let (outcome, ended) = prepared.resume(TxnEnd::Commit).await?;
     /// match outcome {
@@ -1004,7 +1007,7 @@ impl EndedSlot {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(ended: onceflow::client::txn::EndedSlot) -> onceflow::client::Result<()> {
+    /// # async fn demo(ended: onceflow::client::pool::EndedSlot) -> onceflow::client::Result<()> {
     /// println!("ended {}", ended.committable().transactional_id);
     /// # Ok(()) }
     /// ```
@@ -1016,7 +1019,7 @@ impl EndedSlot {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(ended: onceflow::client::txn::EndedSlot) -> onceflow::client::Result<()> {
+    /// # async fn demo(ended: onceflow::client::pool::EndedSlot) -> onceflow::client::Result<()> {
     /// println!("slot {} ended, not released yet", ended.slot());
     /// # Ok(()) }
     /// ```
@@ -1029,8 +1032,8 @@ impl EndedSlot {
     /// # Examples
     /// ```no_run
     /// # async fn demo(
-    /// #     pool: onceflow::client::txn::TransactionalPool,
-    /// #     prepared: onceflow::client::txn::PreparedSlot,
+    /// #     pool: onceflow::client::pool::TransactionalPool,
+    /// #     prepared: onceflow::client::pool::PreparedSlot,
     /// # ) -> onceflow::client::Result<()> {
     /// let ended = prepared.commit().await?;
     /// // ... after the checkpoint that records the commit is durable:

@@ -5,7 +5,7 @@ use crate::support::java::java_values;
 use crate::support::*;
 use bytes::Bytes;
 use onceflow::client::producer::{GroupMetadata, ResumeOutcome};
-use onceflow::client::txn::TxnEnd;
+use onceflow::client::transactions::TxnEnd;
 use onceflow::client::{Producer, ProducerRecord, TopicPartition};
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
 use crate::support::*;
 use bytes::Bytes;
 use onceflow::client::pool::{OpenTransaction, PoolCounts, SlotState, TransactionalPool};
-use onceflow::client::txn::{resume_transaction, ResumeOutcome, TxnEnd, TxnState};
+use onceflow::client::transactions::{resume_transaction, ResumeOutcome, TxnEnd, TxnState};
 use onceflow::client::{Admin, Cluster, Error, Producer, ProducerRecord};
 use std::collections::BTreeMap;
 

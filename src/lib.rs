@@ -24,7 +24,7 @@
 //!   [`client::producer`], its accumulator, sender and the pure per-response verdict.
 //! - Transactions: the producer's transaction methods and their phase enum in
 //!   [`client::producer`]; the two-phase commit (the committable an engine checkpoints,
-//!   resuming it from any process, DescribeTransactions, EndTxn) in [`client::txn`]; listing,
+//!   resuming it from any process, DescribeTransactions, EndTxn) in [`client::transactions`]; listing,
 //!   describing and fencing other producers' transactions in [`client::admin_txn`].
 //! - Reading only committed data: [`client::consumer::isolation`] (read_committed).
 //! - Committing consumed offsets inside a transaction (KIP-447): the group's metadata from

@@ -16,7 +16,7 @@ pub mod turns;
 pub mod watchdog;
 
 use onceflow::client::admin::NewTopic;
-use onceflow::client::txn::TxnState;
+use onceflow::client::transactions::TxnState;
 use onceflow::client::{
     Admin, ClientConfig, Consumer, ConsumerConfig, ConsumerRecord, Offset, Producer,
     ProducerConfig, TopicPartition,

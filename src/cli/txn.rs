@@ -5,7 +5,7 @@ use super::props::Conn;
 use onceflow::client::admin_txn::{
     ActiveProducer, ListTransactionsFilter, TransactionDescription, TRANSACTION_STATES,
 };
-use onceflow::client::txn::{
+use onceflow::client::transactions::{
     resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd, TxnState,
 };
 use onceflow::client::{Admin, IsolationLevel, Offset, TopicPartition};

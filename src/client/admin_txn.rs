@@ -72,7 +72,7 @@ pub struct TransactionListing {
     pub coordinator: i32,
 }
 
-pub use super::txn::{TransactionDescription, TxnState};
+pub use super::transactions::{TransactionDescription, TxnState};
 
 /// A producer with state on a partition, as its leader reports it ([`Admin::describe_producers`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -251,7 +251,7 @@ impl Admin {
         &self,
         transactional_id: &str,
     ) -> Result<Option<TransactionDescription>> {
-        super::txn::describe(self.cluster(), transactional_id).await
+        super::transactions::describe(self.cluster(), transactional_id).await
     }
 
     /// The producers with state on each partition, from the partitions' leaders; those with

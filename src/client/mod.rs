@@ -12,7 +12,7 @@
 //! - `retry`: the one retry executor every retried request goes through (what is retried,
 //!   backoff, deadline, metadata refresh and coordinator re-discovery), deciding with
 //!   [`classify`].
-//! - [`txn`]: the two-phase-commit API (the committable, resuming it from any process, the
+//! - [`transactions`]: the two-phase-commit API (the committable, resuming it from any process, the
 //!   pure `judge` of what the coordinator reports).
 //! - [`pool`]: [`TransactionalPool`], a producer per checkpoint over the transactional ids
 //!   `<prefix>-<slot>`, so checkpoint N stays prepared while N+1 is written.
@@ -38,7 +38,7 @@ pub mod pool;
 pub mod producer;
 pub(crate) mod retry;
 pub mod security;
-pub mod txn;
+pub mod transactions;
 
 pub use pool::TransactionalPool;
 

@@ -25,7 +25,7 @@ use crate::client::config::{ConfigError, ProducerConfig};
 use crate::client::error::{Error, Result};
 use crate::client::metadata::TopicPartition;
 use crate::client::producer::{DeliveryFuture, GroupMetadata, Producer, ProducerRecord};
-use crate::client::txn::{
+use crate::client::transactions::{
     describe, resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd,
 };
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -338,10 +338,10 @@ impl TransactionalPool {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(saved: Vec<onceflow::client::txn::PreparedTransaction>) -> onceflow::client::Result<()> {
+    /// # async fn demo(saved: Vec<onceflow::client::transactions::PreparedTransaction>) -> onceflow::client::Result<()> {
     /// use onceflow::client::{ClientConfig, Cluster, ProducerConfig};
     /// use onceflow::client::pool::TransactionalPool;
-    /// use onceflow::client::txn::{resume_transaction, TxnEnd};
+    /// use onceflow::client::transactions::{resume_transaction, TxnEnd};
     /// let cluster = Cluster::connect(ClientConfig::default()).await?;
     /// // Recovery: first finish the transactions the last durable checkpoint saved ...
     /// for committable in &saved {
@@ -800,7 +800,7 @@ impl EndFailed {
     /// # Examples
     /// ```no_run
     /// # async fn demo(prepared: onceflow::client::pool::PreparedSlot) -> onceflow::client::Result<()> {
-    /// use onceflow::client::txn::TxnEnd;
+    /// use onceflow::client::transactions::TxnEnd;
     /// if let Err(failed) = prepared.commit().await {
     ///     let (error, slot) = failed.into_parts();
     ///     eprintln!("commit failed ({error}); resolving from the coordinator's view");
@@ -932,7 +932,7 @@ impl PreparedSlot {
     /// # Examples
     /// ```no_run
     /// # async fn demo(prepared: onceflow::client::pool::PreparedSlot) -> onceflow::client::Result<()> {
-    /// use onceflow::client::txn::{ResumeOutcome, TxnEnd};
+    /// use onceflow::client::transactions::{ResumeOutcome, TxnEnd};
     /// let (outcome, ended) = prepared.resume(TxnEnd::Commit).await?;
     /// match outcome {
     ///     ResumeOutcome::Completed | ResumeOutcome::AlreadyCommitted => ended.release(),

@@ -26,8 +26,10 @@ mod verdict;
 pub use metrics::ProducerMetrics;
 // GroupMetadata belongs to the group module; re-exported here, where it used to be.
 pub use crate::client::group::GroupMetadata;
-// The two-phase-commit API lives in `client::txn`; re-exported here where it used to be.
-pub use crate::client::txn::{resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd};
+// The two-phase-commit API lives in `client::transactions`; re-exported here where it used to be.
+pub use crate::client::transactions::{
+    resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd,
+};
 pub(crate) use identity::Identity;
 
 use super::cluster::Cluster;

@@ -8,7 +8,7 @@
 //! KIP-890 (transaction.version 2) the produce itself adds it → `commit_transaction` /
 //! `abort_transaction`: flush, then EndTxn. Under transaction.version 2 EndTxn returns the
 //! epoch for the next transaction. The requests themselves are in `txn_requests`; EndTxn and
-//! what the coordinator reports are in `client::txn`.
+//! what the coordinator reports are in `client::transactions`.
 //!
 //! Errors are classified by [`crate::client::classify`] with [`Op::TxnCoordinator`] /
 //! [`Op::TxnProduce`]: retriable ones are retried within transaction.timeout.ms, abortable ones
@@ -23,7 +23,7 @@ use super::txn_requests::{
 use super::{GroupMetadata, Inner, Producer};
 use crate::client::error::{Error, ErrorClass, Op, Result};
 use crate::client::metadata::TopicPartition;
-use crate::client::txn::{
+use crate::client::transactions::{
     describe, end_txn, judge, EndOutcome, Judgement, PreparedTransaction, TxnEnd, TxnState,
 };
 use crate::protocol::ErrorCode;
@@ -246,7 +246,7 @@ impl Producer {
     /// Flushes the transaction's records and returns its committable, without committing:
     /// the first phase of a two-phase commit. Save the result durably, then commit with
     /// [`Producer::commit_transaction`] or, from any process,
-    /// [`resume_transaction`](crate::client::txn::resume_transaction).
+    /// [`resume_transaction`](crate::client::transactions::resume_transaction).
     ///
     /// # Errors
     /// The transaction's abortable error if any record failed.

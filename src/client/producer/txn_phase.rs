@@ -23,7 +23,7 @@
 
 use crate::client::error::Error;
 use crate::client::metadata::TopicPartition;
-use crate::client::txn::TxnEnd;
+use crate::client::transactions::TxnEnd;
 use std::collections::HashSet;
 use std::time::Instant;
 

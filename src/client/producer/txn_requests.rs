@@ -8,7 +8,7 @@
 //! - AddOffsetsToTxn (classic protocol: the group joins before its offsets are sent);
 //! - TxnOffsetCommit (to the group coordinator, KIP-447).
 //!
-//! EndTxn lives in `client::txn`: the producer's commit and `resume_transaction` share it.
+//! EndTxn lives in `client::transactions`: the producer's commit and `resume_transaction` share it.
 
 use super::identity::Identity;
 use crate::client::cluster::Cluster;

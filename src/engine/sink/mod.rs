@@ -30,7 +30,7 @@ pub use kafka::{
     SinkMetrics, Written,
 };
 
-use crate::client::txn::PreparedTransaction;
+use crate::client::transactions::PreparedTransaction;
 use crate::client::ProducerConfig;
 use std::time::Duration;
 

@@ -11,10 +11,10 @@
 
 use super::flush::{FlushTicket, FlushTracker};
 use super::identity::Identity;
-use super::txn_phase::{TxnEvent, TxnPhase};
 use super::{RecordMetadata, Result};
 use crate::client::error::{ErrorClass, Op};
 use crate::client::metadata::TopicPartition;
+use crate::client::transactions::phase::{self, TxnEvent, TxnPhase};
 use crate::protocol::records::{
     rewrite_producer_fields, BatchBuilder, Compression, Header, ProducerFields, RecordError,
 };
@@ -231,7 +231,7 @@ impl PartitionQueue {
 pub(crate) struct TxnSend {
     pub transactional_id: String,
     /// Where the producer is in its transactional life, with the open transaction's data and
-    /// the error that dooms it; moved only through [`super::txn_phase::next`].
+    /// the error that dooms it; moved only through [`phase::next`].
     pub phase: TxnPhase,
     /// An AddPartitionsToTxn request is in flight (classic protocol). Not a phase: it comes
     /// and goes many times within one transaction, in any phase that has one open, and is
@@ -243,7 +243,7 @@ impl TxnSend {
     /// Moves the phase by `event`, or says why it cannot (the phase then stays).
     pub fn step(&mut self, event: TxnEvent) -> super::Result<()> {
         let phase = std::mem::replace(&mut self.phase, TxnPhase::Uninitialized);
-        let (phase, result) = super::txn_phase::next(phase, event);
+        let (phase, result) = phase::next(phase, event);
         self.phase = phase;
         result
     }

@@ -6,8 +6,8 @@
 //! - `sender`: one task that closes batches on linger/size, groups ready batches by leader and
 //!   sends one Produce request per broker, keeping at most max.in.flight batches per partition.
 //! - `transaction`: the transaction methods (init, begin, send offsets, prepare, commit,
-//!   abort); `txn_phase`: the transaction state enum and its checked transitions;
-//!   `txn_requests`: the coordinator requests they send.
+//!   abort); the phase enum they move and the coordinator requests they send are in
+//!   [`crate::client::transactions`].
 //!
 //! See docs/design/batch.md for the path a record takes.
 
@@ -19,8 +19,6 @@ pub mod partitioner;
 mod producer_id;
 mod sender;
 mod transaction;
-mod txn_phase;
-mod txn_requests;
 mod verdict;
 
 pub use metrics::ProducerMetrics;
@@ -30,7 +28,7 @@ pub use crate::client::group::GroupMetadata;
 pub use crate::client::transactions::{
     resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd,
 };
-pub(crate) use identity::Identity;
+pub(crate) use identity::{check_assigned, Identity};
 
 use super::cluster::Cluster;
 use super::config::ProducerConfig;

@@ -22,7 +22,6 @@
 
 use super::accumulator::{Accumulator, DrainConfig, Drained, EpochBump, ProducerBatch};
 use super::metrics::Counters;
-use super::txn_phase::TxnPhase;
 use super::verdict::{verdict, PartitionResult, PartitionView, Verdict};
 use super::{producer_id, Inner};
 use crate::client::cluster::NodeState;
@@ -32,6 +31,7 @@ use crate::client::error::{Error, Op};
 use crate::client::metadata::MetadataSnapshot;
 use crate::client::metadata::TopicPartition;
 use crate::client::retry::backoff;
+use crate::client::transactions::phase::TxnPhase;
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ProduceRequest, TopicName};

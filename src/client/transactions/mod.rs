@@ -11,17 +11,28 @@
 //! - `describe`: DescribeTransactions ([`TransactionDescription`]), the one implementation behind
 //!   the admin call, the producer's checks and resume.
 //! - `state`: [`TxnState`], the states a coordinator reports for a transactional id.
+//! - `phase`: where a transactional producer is in its life (`TxnPhase`: Uninitialized,
+//!   Ready, InTransaction, Committing, Aborting, AbortableError, FatalError), one enum moved
+//!   only by the pure, table-tested `phase::next`.
+//! - `requests`: what the producer sends its coordinators within a transaction: InitProducerId
+//!   with the transactional id, AddPartitionsToTxn and AddOffsetsToTxn (classic protocol),
+//!   TxnOffsetCommit (KIP-447).
 //!
 //! See docs/design/resume.md.
 
 mod committable;
 mod describe;
+pub(crate) mod phase;
+mod requests;
 mod resume;
 mod state;
 
 pub use committable::{PreparedTransaction, TxnEnd};
 pub(crate) use describe::describe;
 pub use describe::TransactionDescription;
+pub(crate) use requests::{
+    add_offsets_to_txn, add_partitions_to_txn, init_transactional_id, txn_offset_commit,
+};
 pub(crate) use resume::{end_txn, judge, EndOutcome, Judgement};
 pub use resume::{resume_transaction, ResumeOutcome};
 pub use state::TxnState;

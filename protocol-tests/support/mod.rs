@@ -189,7 +189,7 @@ pub async fn idempotent_producer(broker: &str) -> Producer {
 /// (what `onceflow txn list --state Ongoing` shows).
 pub async fn ongoing_transactions(broker: &str, prefix: &str) -> Vec<String> {
     let admin = Admin::new(client_config(broker)).await.unwrap();
-    let filter = onceflow::client::admin_txn::ListTransactionsFilter {
+    let filter = onceflow::client::transactions::ListTransactionsFilter {
         states: vec![TxnState::Ongoing.as_str().to_owned()],
         ..Default::default()
     };

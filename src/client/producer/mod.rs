@@ -24,10 +24,6 @@ mod verdict;
 pub use metrics::ProducerMetrics;
 // GroupMetadata belongs to the group module; re-exported here, where it used to be.
 pub use crate::client::group::GroupMetadata;
-// The two-phase-commit API lives in `client::transactions`; re-exported here where it used to be.
-pub use crate::client::transactions::{
-    resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd,
-};
 pub(crate) use identity::{check_assigned, Identity};
 
 use super::cluster::Cluster;

@@ -1,5 +1,6 @@
 //! The producer per checkpoint: a pool of transactional producers over the ids
-//! `<prefix>-<slot>`, sharing one [`Cluster`].
+//! `<prefix>-<slot>`, sharing one [`Cluster`]. It sits above the producer: each slot is a
+//! [`Producer`], and committables are resumed with [`resume_transaction`].
 //!
 //! A transactional id has one open transaction at a time, and InitProducerId on it aborts that
 //! transaction. A checkpointing sink must keep checkpoint N's transaction *prepared* (flushed,

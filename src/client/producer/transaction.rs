@@ -1,7 +1,7 @@
 //! The producer's transaction methods: init, begin, send offsets, prepare, commit, abort.
 //!
-//! A transaction's life (see docs/design/transaction.md), in phases of
-//! [`TxnPhase`] (`transactions::phase`): `init_transactions` (InitProducerId with the transactional id:
+//! A transaction's life (see docs/design/transaction.md), in phases of [`TxnPhase`]
+//! (`transactions::phase`): `init_transactions` (InitProducerId with the transactional id:
 //! fences older instances and aborts whatever they left open) → Ready → `begin_transaction`
 //! (local; fixes the protocol version for this transaction) → InTransaction: records are sent;
 //! under the classic protocol each new partition first joins with AddPartitionsToTxn, under

@@ -16,7 +16,9 @@
 //! `committed` (or `already committed`); exit 1 if it could not be committed.
 //! ONCEFLOW_BROKER=host:port for another broker. docs/guide/client.md "Using the library" shows the core of it.
 
-use onceflow::client::txn::{resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd};
+use onceflow::client::transactions::{
+    resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd,
+};
 use onceflow::client::{ClientConfig, Cluster, Producer, ProducerConfig, ProducerRecord};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

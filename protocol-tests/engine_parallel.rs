@@ -11,8 +11,7 @@ use crate::engine_run::{
 };
 use crate::support::cli::{shown, stdout};
 use crate::support::*;
-use onceflow::client::admin_txn::ListTransactionsFilter;
-use onceflow::client::txn::TxnState;
+use onceflow::client::transactions::{ListTransactionsFilter, TxnState};
 use onceflow::client::{Admin, IsolationLevel, Offset, TopicPartition};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

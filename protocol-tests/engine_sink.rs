@@ -8,7 +8,7 @@
 
 use crate::support::*;
 use bytes::Bytes;
-use onceflow::client::txn::{ResumeOutcome, TxnState};
+use onceflow::client::transactions::{ResumeOutcome, TxnState};
 use onceflow::client::{Admin, Cluster, IsolationLevel, Offset, Producer, ProducerRecord};
 use onceflow::engine::checkpoint::Settings;
 use onceflow::engine::sink::{
@@ -157,7 +157,7 @@ async fn recovery_commits_the_restored_committable_first_then_aborts_the_next_ch
     assert_eq!(report.resumed.len(), 1);
     assert_eq!(
         report.resumed[0].outcome,
-        onceflow::client::txn::ResumeOutcome::Completed,
+        onceflow::client::transactions::ResumeOutcome::Completed,
         "resumed before the pool's init could abort it"
     );
     assert_eq!(committed(&topic, 3).await, vn);
@@ -193,7 +193,7 @@ async fn resuming_an_already_committed_committable_at_recovery_is_fine() {
     let (_new, report) = start(config(&prefix, Delivery::ExactlyOnce, &[]), &[c]).await;
     assert_eq!(
         report.resumed[0].outcome,
-        onceflow::client::txn::ResumeOutcome::AlreadyCommitted
+        onceflow::client::transactions::ResumeOutcome::AlreadyCommitted
     );
     assert_eq!(committed(&topic, 4).await, v);
 }

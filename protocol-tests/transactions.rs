@@ -4,8 +4,8 @@
 use crate::support::java::java_values;
 use crate::support::*;
 use bytes::Bytes;
-use onceflow::client::producer::{GroupMetadata, ResumeOutcome};
-use onceflow::client::txn::TxnEnd;
+use onceflow::client::producer::GroupMetadata;
+use onceflow::client::transactions::{ResumeOutcome, TxnEnd};
 use onceflow::client::{Producer, ProducerRecord, TopicPartition};
 use std::time::Duration;
 
@@ -259,12 +259,13 @@ async fn a_prepared_transaction_is_committed_once_by_another_producer() {
     let cluster = onceflow::client::Cluster::connect(client_config(&broker()))
         .await
         .unwrap();
-    let first = onceflow::client::producer::resume_transaction(&cluster, &prepared, TxnEnd::Commit)
-        .await
-        .unwrap();
+    let first =
+        onceflow::client::transactions::resume_transaction(&cluster, &prepared, TxnEnd::Commit)
+            .await
+            .unwrap();
     assert_eq!(first, ResumeOutcome::Completed);
     let second =
-        onceflow::client::producer::resume_transaction(&cluster, &prepared, TxnEnd::Commit)
+        onceflow::client::transactions::resume_transaction(&cluster, &prepared, TxnEnd::Commit)
             .await
             .unwrap();
     assert_eq!(second, ResumeOutcome::AlreadyCommitted);
@@ -329,7 +330,7 @@ async fn resuming_an_old_committable_never_commits_a_later_transaction() {
     let cluster = onceflow::client::Cluster::connect(client_config(&broker()))
         .await
         .unwrap();
-    let outcome = onceflow::client::producer::resume_transaction(&cluster, &a, TxnEnd::Commit)
+    let outcome = onceflow::client::transactions::resume_transaction(&cluster, &a, TxnEnd::Commit)
         .await
         .unwrap();
     assert!(
@@ -445,9 +446,10 @@ async fn resuming_an_empty_committable_commits_nothing() {
     let cluster = onceflow::client::Cluster::connect(client_config(&broker()))
         .await
         .unwrap();
-    let outcome = onceflow::client::producer::resume_transaction(&cluster, &empty, TxnEnd::Commit)
-        .await
-        .unwrap();
+    let outcome =
+        onceflow::client::transactions::resume_transaction(&cluster, &empty, TxnEnd::Commit)
+            .await
+            .unwrap();
     assert!(empty.empty);
     assert_eq!(
         outcome,
@@ -556,9 +558,10 @@ async fn a_commit_at_the_last_epoch_moves_to_a_new_producer_id_and_resumes_as_co
     let cluster = onceflow::client::Cluster::connect(client_config(&broker()))
         .await
         .unwrap();
-    let outcome = onceflow::client::producer::resume_transaction(&cluster, &saved, TxnEnd::Commit)
-        .await
-        .unwrap();
+    let outcome =
+        onceflow::client::transactions::resume_transaction(&cluster, &saved, TxnEnd::Commit)
+            .await
+            .unwrap();
     assert_eq!(outcome, ResumeOutcome::AlreadyCommitted);
     // The next transaction runs under the new identity.
     p.begin_transaction().unwrap();

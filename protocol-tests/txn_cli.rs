@@ -335,7 +335,7 @@ async fn txn_abort_unblocks_a_stalled_read_committed_consumer() {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let d = admin.describe_transaction(&live_id).await.unwrap().unwrap();
-        if d.state == onceflow::client::txn::TxnState::CompleteCommit {
+        if d.state == onceflow::client::transactions::TxnState::CompleteCommit {
             break;
         }
         assert!(Instant::now() < deadline, "{live_id} stays in {}", d.state);

@@ -1,4 +1,4 @@
-//! The producer per checkpoint (`client::txn::TransactionalPool`) against the real broker, at
+//! The producer per checkpoint (`client::pool::TransactionalPool`) against the real broker, at
 //! whatever transaction.version it was formatted with (run at 2 on 9192 and at 1 on 9196).
 //!
 //! Each test is one step of a checkpointing sink's life: checkpoint N stays prepared in one
@@ -6,10 +6,8 @@
 
 use crate::support::*;
 use bytes::Bytes;
-use onceflow::client::txn::{
-    resume_transaction, OpenTransaction, PoolCounts, ResumeOutcome, SlotState, TransactionalPool,
-    TxnEnd, TxnState,
-};
+use onceflow::client::pool::{OpenTransaction, PoolCounts, SlotState, TransactionalPool};
+use onceflow::client::transactions::{resume_transaction, ResumeOutcome, TxnEnd, TxnState};
 use onceflow::client::{Admin, Cluster, Error, Producer, ProducerRecord};
 use std::collections::BTreeMap;
 

@@ -21,10 +21,11 @@
 //!
 //! - Idempotent produce (sequence numbers, epoch bumps, no duplicates on retry):
 //!   [`client::producer`], its accumulator, sender and the pure per-response verdict.
-//! - Transactions: the producer's transaction methods and their phase enum in
-//!   [`client::producer`]; the two-phase commit (the committable an engine checkpoints,
-//!   resuming it from any process, DescribeTransactions, EndTxn) in [`client::txn`]; listing,
-//!   describing and fencing other producers' transactions in [`client::admin_txn`].
+//! - Transactions: the producer's transaction methods in [`client::producer`]; their phase
+//!   enum and coordinator requests, the two-phase commit (the committable an engine
+//!   checkpoints, resuming it from any process, DescribeTransactions, EndTxn), and listing,
+//!   describing and fencing other producers' transactions in [`client::transactions`]; a
+//!   producer per checkpoint in [`client::pool`].
 //! - Reading only committed data: [`client::consumer::isolation`] (read_committed).
 //! - Committing consumed offsets inside a transaction (KIP-447): the group's metadata from
 //!   [`client::group`], handed to `Producer::send_offsets_to_transaction`.

@@ -16,7 +16,7 @@ pub mod turns;
 pub mod watchdog;
 
 use onceflow::client::admin::NewTopic;
-use onceflow::client::txn::TxnState;
+use onceflow::client::transactions::TxnState;
 use onceflow::client::{
     Admin, ClientConfig, Consumer, ConsumerConfig, ConsumerRecord, Offset, Producer,
     ProducerConfig, TopicPartition,
@@ -189,7 +189,7 @@ pub async fn idempotent_producer(broker: &str) -> Producer {
 /// (what `onceflow txn list --state Ongoing` shows).
 pub async fn ongoing_transactions(broker: &str, prefix: &str) -> Vec<String> {
     let admin = Admin::new(client_config(broker)).await.unwrap();
-    let filter = onceflow::client::admin_txn::ListTransactionsFilter {
+    let filter = onceflow::client::transactions::ListTransactionsFilter {
         states: vec![TxnState::Ongoing.as_str().to_owned()],
         ..Default::default()
     };

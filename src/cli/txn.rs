@@ -2,11 +2,9 @@
 
 use super::error::{CliError, Result};
 use super::props::Conn;
-use onceflow::client::admin_txn::{
-    ActiveProducer, ListTransactionsFilter, TransactionDescription, TRANSACTION_STATES,
-};
-use onceflow::client::txn::{
-    resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd, TxnState,
+use onceflow::client::transactions::{
+    resume_transaction, ActiveProducer, ListTransactionsFilter, PreparedTransaction, ResumeOutcome,
+    TransactionDescription, TxnEnd, TxnState, TRANSACTION_STATES,
 };
 use onceflow::client::{Admin, IsolationLevel, Offset, TopicPartition};
 use onceflow::protocol::ErrorCode;

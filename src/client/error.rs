@@ -195,7 +195,7 @@ pub enum Error {
         /// Partitions the topic has.
         count: usize,
     },
-    /// Every slot of a [`crate::client::txn::TransactionalPool`] is busy; the pool never grows.
+    /// Every slot of a [`crate::client::pool::TransactionalPool`] is busy; the pool never grows.
     #[error("all {size} transactional ids of pool '{prefix}' are busy ({open} open, {prepared} prepared, {ended} ended and not released); release an ended slot once no durable checkpoint lists its committable (back-pressure until then), or create the pool with more slots")]
     PoolExhausted {
         /// The pool's transactional id prefix.

@@ -2,18 +2,22 @@
 //!
 //! - [`connection`]: one pipelined, cancel-safe connection, poisoned on failure.
 //! - [`cluster`]: the broker pool and metadata cache shared by everything above it.
-//! - [`producer`]: accumulator, per-broker sender, partitioner.
+//! - [`producer`]: accumulator, per-broker sender, partitioner, the producer id and epoch, and
+//!   the transaction methods (init, begin, send offsets, prepare, commit, abort).
+//! - [`transactions`]: the transaction protocol below and beside the producer: the producer's
+//!   transaction phases and coordinator requests; the committable and resuming it from any
+//!   process (EndTxn, and the pure `judge` of what the coordinator reports); DescribeTransactions
+//!   and the coordinator's states; the admin calls listing, describing and fencing transactions.
+//! - [`pool`]: [`TransactionalPool`], above the producer: a producer per checkpoint over the
+//!   transactional ids `<prefix>-<slot>`, so checkpoint N stays prepared while N+1 is written.
 //! - [`consumer`]: assignment, positions, the fetcher.
 //! - `list_offsets`: ListOffsets at each leader (earliest, end, by timestamp), for the consumer
 //!   and [`Admin::list_offsets`].
-//! - [`admin`]: topics and configs; [`admin_txn`]: listing, describing and fencing
-//!   transactions.
+//! - [`admin`]: topics and configs (its transaction calls are in [`transactions`]).
 //! - [`coordinator`]: finding group and transaction coordinators, and calls to them.
 //! - `retry`: the one retry executor every retried request goes through (what is retried,
 //!   backoff, deadline, metadata refresh and coordinator re-discovery), deciding with
 //!   [`classify`].
-//! - [`txn`]: the two-phase-commit API (the committable, resuming it from any process, the
-//!   pure `judge` of what the coordinator reports).
 //! - [`group`]: consumer groups (classic protocol).
 //! - [`error`]: the error type and [`classify`], the one place that decides whether a broker
 //!   error is retried, needs a metadata refresh, aborts a transaction or is fatal.
@@ -22,7 +26,6 @@
 //! - [`metadata`]: topics, partitions and leaders as the cluster reports them.
 
 pub mod admin;
-pub mod admin_txn;
 pub mod cluster;
 pub mod config;
 pub mod connection;
@@ -32,12 +35,13 @@ pub mod error;
 pub mod group;
 mod list_offsets;
 pub mod metadata;
+pub mod pool;
 pub mod producer;
 pub(crate) mod retry;
 pub mod security;
-pub mod txn;
+pub mod transactions;
 
-pub use txn::TransactionalPool;
+pub use pool::TransactionalPool;
 
 pub use admin::Admin;
 pub use cluster::Cluster;

@@ -10,10 +10,11 @@
 //! unsent batches, renumbering them from 0 under the new epoch.
 
 use super::flush::{FlushTicket, FlushTracker};
-use super::txn_phase::{TxnEvent, TxnPhase};
+use super::identity::Identity;
 use super::{RecordMetadata, Result};
 use crate::client::error::{ErrorClass, Op};
 use crate::client::metadata::TopicPartition;
+use crate::client::transactions::phase::{self, TxnEvent, TxnPhase};
 use crate::protocol::records::{
     rewrite_producer_fields, BatchBuilder, Compression, Header, ProducerFields, RecordError,
 };
@@ -23,13 +24,6 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-
-/// The producer id and epoch every batch carries when idempotence is on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Identity {
-    pub producer_id: i64,
-    pub epoch: i16,
-}
 
 /// Who is told a record's outcome: the future `send` returned, or the callback given to
 /// `send_with_callback`. Told exactly once: a reply dropped untold (the producer's task gone
@@ -237,7 +231,7 @@ impl PartitionQueue {
 pub(crate) struct TxnSend {
     pub transactional_id: String,
     /// Where the producer is in its transactional life, with the open transaction's data and
-    /// the error that dooms it; moved only through [`super::txn_phase::next`].
+    /// the error that dooms it; moved only through [`phase::next`].
     pub phase: TxnPhase,
     /// An AddPartitionsToTxn request is in flight (classic protocol). Not a phase: it comes
     /// and goes many times within one transaction, in any phase that has one open, and is
@@ -249,7 +243,7 @@ impl TxnSend {
     /// Moves the phase by `event`, or says why it cannot (the phase then stays).
     pub fn step(&mut self, event: TxnEvent) -> super::Result<()> {
         let phase = std::mem::replace(&mut self.phase, TxnPhase::Uninitialized);
-        let (phase, result) = super::txn_phase::next(phase, event);
+        let (phase, result) = phase::next(phase, event);
         self.phase = phase;
         result
     }

@@ -2,31 +2,29 @@
 //!
 //! - [`partitioner`]: the Java client's default partitioner (murmur2, sticky for keyless).
 //! - `accumulator`: per-partition open and ready batches, bounded by buffer.memory.
+//! - `identity`: the producer id and epoch every batch and transaction request carries.
 //! - `sender`: one task that closes batches on linger/size, groups ready batches by leader and
 //!   sends one Produce request per broker, keeping at most max.in.flight batches per partition.
 //! - `transaction`: the transaction methods (init, begin, send offsets, prepare, commit,
-//!   abort); `txn_phase`: the transaction state enum and its checked transitions;
-//!   `txn_requests`: the coordinator requests they send.
+//!   abort); the phase enum they move and the coordinator requests they send are in
+//!   [`crate::client::transactions`].
 //!
 //! See docs/design/batch.md for the path a record takes.
 
 mod accumulator;
 mod flush;
+mod identity;
 mod metrics;
 pub mod partitioner;
 mod producer_id;
 mod sender;
 mod transaction;
-mod txn_phase;
-mod txn_requests;
 mod verdict;
 
 pub use metrics::ProducerMetrics;
 // GroupMetadata belongs to the group module; re-exported here, where it used to be.
 pub use crate::client::group::GroupMetadata;
-// The two-phase-commit API lives in `client::txn`; re-exported here where it used to be.
-pub use crate::client::txn::{resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd};
-pub(crate) use accumulator::Identity;
+pub(crate) use identity::{check_assigned, Identity};
 
 use super::cluster::Cluster;
 use super::config::ProducerConfig;

@@ -6,7 +6,7 @@
 //! current id and epoch; the broker may answer with a new producer id when the epoch is
 //! exhausted. Either way every partition starts again at sequence 0.
 
-use super::accumulator::Identity;
+use super::identity::{check_assigned, Identity};
 use crate::client::cluster::{Cluster, Stale};
 use crate::client::error::{Error, Op, Result};
 use crate::client::retry::Step;
@@ -75,22 +75,4 @@ pub(crate) async fn init_producer_id(
         "producer id assigned"
     );
     Ok(id)
-}
-
-/// A producer id or epoch below 0 is none a broker hands out: the answer was damaged on the
-/// way. Used, it would be fatal to exactly-once in silence: a broker does not deduplicate
-/// batches whose producer id is negative (they count as not idempotent), so every resend after
-/// a lost answer would be written again (issue 16, found with the hostile-broker harness).
-/// Treated as a lost answer: the call is retried.
-pub(crate) fn check_assigned(broker: &str, id: Identity) -> Result<()> {
-    if id.producer_id < 0 || id.epoch < 0 {
-        return Err(Error::Io {
-            broker: broker.to_owned(),
-            message: format!(
-                "InitProducerId answered producer id {} epoch {}, which no broker hands out (a damaged answer); asking again",
-                id.producer_id, id.epoch
-            ),
-        });
-    }
-    Ok(())
 }

@@ -22,7 +22,6 @@
 
 use super::accumulator::{Accumulator, DrainConfig, Drained, EpochBump, ProducerBatch};
 use super::metrics::Counters;
-use super::txn_phase::TxnPhase;
 use super::verdict::{verdict, PartitionResult, PartitionView, Verdict};
 use super::{producer_id, Inner};
 use crate::client::cluster::NodeState;
@@ -32,6 +31,7 @@ use crate::client::error::{Error, Op};
 use crate::client::metadata::MetadataSnapshot;
 use crate::client::metadata::TopicPartition;
 use crate::client::retry::backoff;
+use crate::client::transactions::phase::TxnPhase;
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ProduceRequest, TopicName};
@@ -330,9 +330,9 @@ fn send_round(
 /// A non-transactional producer owns its producer id outright, so, as KIP-360 allows and the
 /// Java client does, it bumps the epoch itself: the broker accepts a higher epoch starting again
 /// at sequence 0. Only when the epoch is exhausted does it ask InitProducerId for a new id.
-async fn bump_epoch(inner: &Arc<Inner>, current: super::accumulator::Identity) {
+async fn bump_epoch(inner: &Arc<Inner>, current: super::identity::Identity) {
     let next = if current.epoch < i16::MAX - 1 {
-        Ok(super::accumulator::Identity {
+        Ok(super::identity::Identity {
             producer_id: current.producer_id,
             epoch: current.epoch + 1,
         })

@@ -1,30 +1,29 @@
 //! The producer's transaction methods: init, begin, send offsets, prepare, commit, abort.
 //!
-//! A transaction's life (see docs/design/transaction.md), in phases of
-//! [`TxnPhase`] (`txn_phase`): `init_transactions` (InitProducerId with the transactional id:
+//! A transaction's life (see docs/design/transaction.md), in phases of [`TxnPhase`]
+//! (`transactions::phase`): `init_transactions` (InitProducerId with the transactional id:
 //! fences older instances and aborts whatever they left open) → Ready → `begin_transaction`
 //! (local; fixes the protocol version for this transaction) → InTransaction: records are sent;
 //! under the classic protocol each new partition first joins with AddPartitionsToTxn, under
 //! KIP-890 (transaction.version 2) the produce itself adds it → `commit_transaction` /
 //! `abort_transaction`: flush, then EndTxn. Under transaction.version 2 EndTxn returns the
-//! epoch for the next transaction. The requests themselves are in `txn_requests`; EndTxn and
-//! what the coordinator reports are in `client::txn`.
+//! epoch for the next transaction. The requests themselves are in `transactions::requests`;
+//! EndTxn and what the coordinator reports are in `transactions::resume` and
+//! `transactions::describe`.
 //!
 //! Errors are classified by [`crate::client::classify`] with [`Op::TxnCoordinator`] /
 //! [`Op::TxnProduce`]: retriable ones are retried within transaction.timeout.ms, abortable ones
 //! doom the transaction (AbortableError: commit refuses, abort works), fatal ones (fencing)
 //! doom the producer (FatalError).
 
-use super::accumulator::Identity;
-use super::txn_phase::{TxnEvent, TxnPhase};
-use super::txn_requests::{
-    add_offsets_to_txn, add_partitions_to_txn, init_transactional_id, txn_offset_commit,
-};
+use super::identity::Identity;
 use super::{GroupMetadata, Inner, Producer};
 use crate::client::error::{Error, ErrorClass, Op, Result};
 use crate::client::metadata::TopicPartition;
-use crate::client::txn::{
-    describe, end_txn, judge, EndOutcome, Judgement, PreparedTransaction, TxnEnd, TxnState,
+use crate::client::transactions::phase::{TxnEvent, TxnPhase};
+use crate::client::transactions::{
+    add_offsets_to_txn, add_partitions_to_txn, describe, end_txn, init_transactional_id, judge,
+    txn_offset_commit, EndOutcome, Judgement, PreparedTransaction, TxnEnd, TxnState,
 };
 use crate::protocol::ErrorCode;
 use std::sync::Arc;
@@ -69,7 +68,7 @@ impl Producer {
             .ok_or_else(no_transactional_id)
     }
 
-    /// Moves the transaction phase (see `txn_phase`), or says what to call instead.
+    /// Moves the transaction phase (see `transactions::phase`), or says what to call instead.
     fn step(&self, event: TxnEvent) -> Result<()> {
         self.inner
             .lock()
@@ -246,7 +245,7 @@ impl Producer {
     /// Flushes the transaction's records and returns its committable, without committing:
     /// the first phase of a two-phase commit. Save the result durably, then commit with
     /// [`Producer::commit_transaction`] or, from any process,
-    /// [`resume_transaction`](crate::client::txn::resume_transaction).
+    /// [`resume_transaction`](crate::client::transactions::resume_transaction).
     ///
     /// # Errors
     /// The transaction's abortable error if any record failed.

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{CheckpointId, Committable, JobFailure, Millis, Positions, Settings, TaskId};
 use crate::client::error::Op;
-use crate::client::txn::ResumeOutcome;
+use crate::client::transactions::ResumeOutcome;
 use crate::client::ErrorClass;
 
 /// The coordinator's state. Every transition goes through [`Coordinator::on`].

@@ -37,7 +37,7 @@ mod tests;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::client::txn::PreparedTransaction;
+use crate::client::transactions::PreparedTransaction;
 use crate::engine::sink::PreparedOutput;
 use crate::engine::source::FilePosition;
 

@@ -1,7 +1,7 @@
 //! The coordinator's invariants, one test each, and a seeded random-sequence test.
 
 use super::*;
-use crate::client::txn::PreparedTransaction;
+use crate::client::transactions::PreparedTransaction;
 
 /// A committable small enough for tables.
 #[derive(Debug, Clone, PartialEq)]
@@ -953,7 +953,7 @@ fn recovery_fails_on_a_transaction_it_cannot_commit() {
 
 #[test]
 fn the_client_resume_answer_maps_to_an_outcome() {
-    use crate::client::txn::ResumeOutcome as R;
+    use crate::client::transactions::ResumeOutcome as R;
     use crate::client::Error;
     use crate::protocol::ErrorCode;
     let broker = |code| Err(Error::broker("EndTxn", code));

@@ -11,8 +11,7 @@
 use std::time::Duration;
 
 use super::RuntimeError;
-use crate::client::admin_txn::ListTransactionsFilter;
-use crate::client::txn::TxnState;
+use crate::client::transactions::{ListTransactionsFilter, TxnState};
 use crate::client::{Admin, Cluster};
 
 /// The task of `id` when it is a sink id `<prefix>-<task>-<slot>` of a task ≥ `parallelism`

@@ -2,7 +2,7 @@
 //! a resume outcome means for the job, whether to retry a failed commit, and which
 //! transactional ids under the prefix are lingering leftovers.
 
-use crate::client::txn::ResumeOutcome;
+use crate::client::transactions::ResumeOutcome;
 use crate::client::ErrorClass;
 use std::time::Duration;
 

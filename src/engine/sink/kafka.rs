@@ -5,10 +5,11 @@ use super::decide::{
     AfterFailure, Resolution,
 };
 use super::{Delivery, SinkCommittable, SinkConfig, SinkError};
-use crate::client::admin_txn::ListTransactionsFilter;
-use crate::client::txn::{
-    resume_transaction, EndFailed, EndedSlot, OpenTransaction, PoolCounts, PreparedSlot,
-    ResumeOutcome, TransactionalPool, TxnEnd, TxnState,
+use crate::client::pool::{
+    EndFailed, EndedSlot, OpenTransaction, PoolCounts, PreparedSlot, TransactionalPool,
+};
+use crate::client::transactions::{
+    resume_transaction, ListTransactionsFilter, ResumeOutcome, TxnEnd, TxnState,
 };
 use crate::client::{Admin, Cluster, DeliveryFuture, Error, Op, Producer, ProducerRecord};
 use crate::protocol::ErrorCode;

@@ -17,7 +17,7 @@
 //! The pure decisions (deadlines, retries, outcomes, lingering ids, the timeout budget) are in
 //! `decide` and [`budget`], table-tested.
 //!
-//! [`TransactionalPool`]: crate::client::txn::TransactionalPool
+//! [`TransactionalPool`]: crate::client::pool::TransactionalPool
 
 pub mod budget;
 mod decide;
@@ -30,7 +30,7 @@ pub use kafka::{
     SinkMetrics, Written,
 };
 
-use crate::client::txn::PreparedTransaction;
+use crate::client::transactions::PreparedTransaction;
 use crate::client::ProducerConfig;
 use std::time::Duration;
 

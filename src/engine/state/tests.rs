@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use super::*;
-use crate::client::txn::PreparedTransaction;
+use crate::client::transactions::PreparedTransaction;
 use crate::engine::sink::PreparedOutput;
 
 const COUNT: ValueState = ValueState::new(0);

@@ -21,9 +21,9 @@
 //! that names the phase and says what to call instead, rather than writing records outside any
 //! transaction or leaving the sender waiting for a partition that will never be added.
 
+use super::committable::TxnEnd;
 use crate::client::error::Error;
 use crate::client::metadata::TopicPartition;
-use crate::client::txn::TxnEnd;
 use std::collections::HashSet;
 use std::time::Instant;
 

@@ -1,86 +1,30 @@
-//! Two-phase commit without reflection: the *committable* a transactional producer prepares
-//! ([`PreparedTransaction`]), and finishing it from any process ([`resume_transaction`]),
-//! which decides from what the coordinator reports ([`TransactionDescription`], one
-//! DescribeTransactions implementation for the whole crate) with a pure, table-tested `judge`.
+//! Resuming a prepared transaction: [`resume_transaction`] commits or aborts a committable from
+//! any process without InitProducerId (which would abort it), and says what it found
+//! ([`ResumeOutcome`]). It asks the coordinator first (DescribeTransactions), judges the answer,
+//! and sends EndTxn only to a transaction still open at the committable's epoch.
 //!
-//! [`TransactionalPool`] gives a checkpointing sink a producer per checkpoint over the ids
-//! `<prefix>-<slot>`, so checkpoint N stays prepared while N+1 is written.
+//! - `judge`: what the coordinator reports means for a committable (open, committed, aborted,
+//!   gone, superseded), under the epoch rules of both protocol versions.
+//! - `end`: EndTxn through the retry executor; an answer that does not come is resolved with
+//!   DescribeTransactions and `judge`, never by sending the EndTxn again blindly.
 //!
-//! The producer's own commit and abort use the same EndTxn path (`end`), so an EndTxn whose
-//! answer is lost is resolved the same way whoever sent it. See docs/design/resume.md.
+//! Two files rather than one: `judge` is a pure function whose table test lists every state ×
+//! producer id × epoch × protocol version, and reads best without I/O around it; `end` is the
+//! I/O that uses it. The producer's own commit and abort use both without going through
+//! [`resume_transaction`], so an EndTxn whose answer is lost is resolved the same way whoever
+//! sent it. See docs/design/resume.md.
 
-mod describe;
 mod end;
 mod judge;
-mod pool;
-mod state;
 
-pub(crate) use describe::describe;
-pub use describe::TransactionDescription;
 pub(crate) use end::{end_txn, EndOutcome};
 pub(crate) use judge::{judge, Judgement};
-pub use pool::{
-    EndFailed, EndedSlot, OpenTransaction, PoolCounts, PreparedSlot, SlotState, TransactionalPool,
-};
-pub use state::TxnState;
 
+use super::committable::{PreparedTransaction, TxnEnd};
+use super::describe::describe;
 use crate::client::cluster::Cluster;
 use crate::client::error::Result;
 use crate::protocol::ErrorCode;
-
-/// How to end a transaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TxnEnd {
-    /// Make its records and offsets visible.
-    Commit,
-    /// Discard them.
-    Abort,
-}
-
-impl TxnEnd {
-    /// EndTxn's `committed` field.
-    ///
-    /// # Examples
-    /// ```
-    /// use onceflow::client::txn::TxnEnd;
-    /// assert!(TxnEnd::Commit.is_commit());
-    /// assert!(!TxnEnd::Abort.is_commit());
-    /// ```
-    pub fn is_commit(self) -> bool {
-        self == TxnEnd::Commit
-    }
-}
-
-/// Everything needed to finish a transaction from another process: the *committable*.
-///
-/// Save it durably after [`crate::client::Producer::prepare_commit`]; any process can then commit (or abort)
-/// the transaction with [`resume_transaction`] without InitProducerId, which would abort it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PreparedTransaction<S = String> {
-    /// The transactional id.
-    pub transactional_id: S,
-    /// Producer id.
-    pub producer_id: i64,
-    /// Producer epoch the transaction was written with.
-    pub producer_epoch: i16,
-    /// The transaction protocol version it was written with (1 classic, 2 KIP-890).
-    pub transaction_version: i16,
-    /// When the coordinator started this transaction (ms since the epoch; -1 unknown). It
-    /// tells this transaction from a later one of the same transactional id: under the classic
-    /// protocol both can have the same producer id and epoch.
-    #[serde(default = "unknown_start")]
-    pub transaction_start_ms: i64,
-    /// Nothing reached the broker in this transaction: there is nothing to commit, and
-    /// [`resume_transaction`] answers [`ResumeOutcome::NothingToCommit`] without a request.
-    /// (The producer's next transaction has the same producer id and epoch, so an EndTxn sent
-    /// for an empty committable would end that later transaction instead.)
-    #[serde(default)]
-    pub empty: bool,
-}
-
-fn unknown_start() -> i64 {
-    -1
-}
 
 /// What [`resume_transaction`] found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,9 +63,9 @@ pub enum ResumeOutcome {
 ///
 /// # Examples
 /// ```no_run
-/// # async fn demo(saved: onceflow::client::txn::PreparedTransaction) -> onceflow::client::Result<()> {
+/// # async fn demo(saved: onceflow::client::transactions::PreparedTransaction) -> onceflow::client::Result<()> {
 /// use onceflow::client::{Cluster, ClientConfig};
-/// use onceflow::client::txn::{resume_transaction, ResumeOutcome, TxnEnd};
+/// use onceflow::client::transactions::{resume_transaction, ResumeOutcome, TxnEnd};
 /// let cluster = Cluster::connect(ClientConfig::default()).await?;
 /// match resume_transaction(&cluster, &saved, TxnEnd::Commit).await? {
 ///     ResumeOutcome::Completed | ResumeOutcome::AlreadyCommitted => println!("committed once"),

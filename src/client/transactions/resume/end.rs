@@ -2,12 +2,13 @@
 //! DescribeTransactions (docs/design/transaction.md, step 7).
 
 use super::judge::{judge, Judgement};
-use super::{describe, PreparedTransaction, TxnEnd};
 use crate::client::cluster::{Cluster, Stale};
 use crate::client::coordinator::CoordinatorKind;
 use crate::client::error::{Error, ErrorClass, Op, Result};
 use crate::client::producer::Identity;
 use crate::client::retry::Step;
+use crate::client::transactions::committable::{PreparedTransaction, TxnEnd};
+use crate::client::transactions::describe::describe;
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse, ProducerId, TransactionalId};
 use kafka_protocol::protocol::StrBytes;

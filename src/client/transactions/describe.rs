@@ -2,7 +2,7 @@
 //! implementation behind [`crate::client::Admin::describe_transaction`], the producer's
 //! prepare and EndTxn checks, and [`super::resume_transaction`].
 
-use super::TxnState;
+use super::state::TxnState;
 use crate::client::cluster::Cluster;
 use crate::client::coordinator::{coordinator_call_on, CoordinatorKind};
 use crate::client::error::{Error, Result};

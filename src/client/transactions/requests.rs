@@ -8,14 +8,14 @@
 //! - AddOffsetsToTxn (classic protocol: the group joins before its offsets are sent);
 //! - TxnOffsetCommit (to the group coordinator, KIP-447).
 //!
-//! EndTxn lives in `client::txn`: the producer's commit and `resume_transaction` share it.
+//! EndTxn is in `resume/end.rs`: the producer's commit and `resume_transaction` share it.
 
-use super::accumulator::Identity;
 use crate::client::cluster::Cluster;
 use crate::client::coordinator::{coordinator_call_on, CoordinatorKind};
 use crate::client::error::{Error, Result};
 use crate::client::group::GroupMetadata;
 use crate::client::metadata::TopicPartition;
+use crate::client::producer::{check_assigned, Identity};
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::txn_offset_commit_request::{
@@ -88,7 +88,7 @@ pub(crate) async fn init_transactional_id(
                     epoch: r.producer_epoch,
                 };
                 if r.error_code == 0 {
-                    super::producer_id::check_assigned(conn.addr(), id)?;
+                    check_assigned(conn.addr(), id)?;
                 }
                 Ok((r.error_code, id))
             }

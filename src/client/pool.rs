@@ -1,5 +1,6 @@
 //! The producer per checkpoint: a pool of transactional producers over the ids
-//! `<prefix>-<slot>`, sharing one [`Cluster`].
+//! `<prefix>-<slot>`, sharing one [`Cluster`]. It sits above the producer: each slot is a
+//! [`Producer`], and committables are resumed with [`resume_transaction`].
 //!
 //! A transactional id has one open transaction at a time, and InitProducerId on it aborts that
 //! transaction. A checkpointing sink must keep checkpoint N's transaction *prepared* (flushed,
@@ -20,12 +21,14 @@
 //! steady pipeline cycles through the same few ids and a restart has a bounded set to clean up.
 //! See docs/design/producer-pool.md.
 
-use super::{describe, resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd};
 use crate::client::cluster::Cluster;
 use crate::client::config::{ConfigError, ProducerConfig};
 use crate::client::error::{Error, Result};
 use crate::client::metadata::TopicPartition;
 use crate::client::producer::{DeliveryFuture, GroupMetadata, Producer, ProducerRecord};
+use crate::client::transactions::{
+    describe, resume_transaction, PreparedTransaction, ResumeOutcome, TxnEnd,
+};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tracing::{info, warn};
 
@@ -289,7 +292,7 @@ fn slot_id(prefix: &str, slot: usize) -> String {
 /// ```no_run
 /// # async fn demo() -> onceflow::client::Result<()> {
 /// use onceflow::client::{Cluster, ClientConfig, ProducerConfig, ProducerRecord};
-/// use onceflow::client::txn::TransactionalPool;
+/// use onceflow::client::pool::TransactionalPool;
 /// let cluster = Cluster::connect(ClientConfig::default()).await?;
 /// // (After a crash: resume every saved committable with resume_transaction FIRST.)
 /// let pool = TransactionalPool::init(cluster, ProducerConfig::default(), "rides-sink-0", 3).await?;
@@ -336,9 +339,10 @@ impl TransactionalPool {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(saved: Vec<onceflow::client::txn::PreparedTransaction>) -> onceflow::client::Result<()> {
+    /// # async fn demo(saved: Vec<onceflow::client::transactions::PreparedTransaction>) -> onceflow::client::Result<()> {
     /// use onceflow::client::{ClientConfig, Cluster, ProducerConfig};
-    /// use onceflow::client::txn::{resume_transaction, TransactionalPool, TxnEnd};
+    /// use onceflow::client::pool::TransactionalPool;
+    /// use onceflow::client::transactions::{resume_transaction, TxnEnd};
     /// let cluster = Cluster::connect(ClientConfig::default()).await?;
     /// // Recovery: first finish the transactions the last durable checkpoint saved ...
     /// for committable in &saved {
@@ -408,7 +412,7 @@ impl TransactionalPool {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(pool: onceflow::client::txn::TransactionalPool) -> onceflow::client::Result<()> {
+    /// # async fn demo(pool: onceflow::client::pool::TransactionalPool) -> onceflow::client::Result<()> {
     /// use onceflow::client::{Error, ProducerRecord};
     /// match pool.begin().await {
     ///     Ok(txn) => {
@@ -462,7 +466,7 @@ impl TransactionalPool {
     ///
     /// # Examples
     /// ```no_run
-    /// # fn demo(pool: &onceflow::client::txn::TransactionalPool) {
+    /// # fn demo(pool: &onceflow::client::pool::TransactionalPool) {
     /// let c = pool.counts();
     /// println!("{} free, {} open, {} prepared, {} ended", c.free, c.open, c.prepared, c.ended);
     /// # }
@@ -475,8 +479,8 @@ impl TransactionalPool {
     ///
     /// # Examples
     /// ```no_run
-    /// # fn demo(pool: &onceflow::client::txn::TransactionalPool) {
-    /// use onceflow::client::txn::SlotState;
+    /// # fn demo(pool: &onceflow::client::pool::TransactionalPool) {
+    /// use onceflow::client::pool::SlotState;
     /// let prepared: Vec<usize> = (0..).zip(pool.states()).filter(|(_, s)| *s == SlotState::Prepared).map(|(i, _)| i).collect();
     /// println!("slots holding a prepared transaction: {prepared:?}");
     /// # }
@@ -490,7 +494,7 @@ impl TransactionalPool {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(pool: onceflow::client::txn::TransactionalPool) -> onceflow::client::Result<()> {
+    /// # async fn demo(pool: onceflow::client::pool::TransactionalPool) -> onceflow::client::Result<()> {
     /// use onceflow::client::Admin;
     /// let admin = Admin::with_cluster(pool.cluster().clone());
     /// for id in pool.transactional_ids() {
@@ -510,7 +514,7 @@ impl TransactionalPool {
     ///
     /// # Examples
     /// ```no_run
-    /// # fn demo(pool: &onceflow::client::txn::TransactionalPool) {
+    /// # fn demo(pool: &onceflow::client::pool::TransactionalPool) {
     /// assert_eq!(pool.transactional_ids()[0], format!("{}-0", pool.prefix()));
     /// # }
     /// ```
@@ -522,7 +526,7 @@ impl TransactionalPool {
     ///
     /// # Examples
     /// ```no_run
-    /// # fn demo(pool: &onceflow::client::txn::TransactionalPool) {
+    /// # fn demo(pool: &onceflow::client::pool::TransactionalPool) {
     /// use onceflow::client::Admin;
     /// let admin = Admin::with_cluster(pool.cluster().clone());
     /// # }
@@ -566,7 +570,7 @@ impl OpenTransaction {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(txn: onceflow::client::txn::OpenTransaction) -> onceflow::client::Result<()> {
+    /// # async fn demo(txn: onceflow::client::pool::OpenTransaction) -> onceflow::client::Result<()> {
     /// println!("checkpoint 7 writes in slot {} ({})", txn.slot(), txn.transactional_id());
     /// # Ok(()) }
     /// ```
@@ -578,7 +582,7 @@ impl OpenTransaction {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(pool: onceflow::client::txn::TransactionalPool) -> onceflow::client::Result<()> {
+    /// # async fn demo(pool: onceflow::client::pool::TransactionalPool) -> onceflow::client::Result<()> {
     /// let txn = pool.begin().await?;
     /// assert_eq!(txn.transactional_id(), format!("{}-{}", pool.prefix(), txn.slot()));
     /// # Ok(()) }
@@ -594,7 +598,7 @@ impl OpenTransaction {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(pool: onceflow::client::txn::TransactionalPool) -> onceflow::client::Result<()> {
+    /// # async fn demo(pool: onceflow::client::pool::TransactionalPool) -> onceflow::client::Result<()> {
     /// use onceflow::client::ProducerRecord;
     /// let txn = pool.begin().await?;
     /// txn.send(ProducerRecord::new("clean-rides", "ride 1").with_key("driver-42")).await?;
@@ -612,7 +616,7 @@ impl OpenTransaction {
     /// # Examples
     /// ```no_run
     /// # async fn demo(
-    /// #     txn: onceflow::client::txn::OpenTransaction,
+    /// #     txn: onceflow::client::pool::OpenTransaction,
     /// #     consumer: onceflow::client::group::GroupConsumer,
     /// # ) -> onceflow::client::Result<()> {
     /// // The input's offsets commit if and only if this checkpoint's transaction does.
@@ -636,7 +640,7 @@ impl OpenTransaction {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(txn: onceflow::client::txn::OpenTransaction) -> onceflow::client::Result<()> {
+    /// # async fn demo(txn: onceflow::client::pool::OpenTransaction) -> onceflow::client::Result<()> {
     /// txn.flush().await?; // every record sent is acknowledged; the transaction stays open
     /// # Ok(()) }
     /// ```
@@ -654,7 +658,7 @@ impl OpenTransaction {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(txn: onceflow::client::txn::OpenTransaction) -> onceflow::client::Result<()> {
+    /// # async fn demo(txn: onceflow::client::pool::OpenTransaction) -> onceflow::client::Result<()> {
     /// let prepared = txn.prepare().await?;
     /// // Checkpoint N holds the committable, durably, before anything commits.
     /// let saved = serde_json::to_vec(prepared.committable()).expect("serializable");
@@ -684,7 +688,7 @@ impl OpenTransaction {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(pool: onceflow::client::txn::TransactionalPool) -> onceflow::client::Result<()> {
+    /// # async fn demo(pool: onceflow::client::pool::TransactionalPool) -> onceflow::client::Result<()> {
     /// use onceflow::client::ProducerRecord;
     /// let txn = pool.begin().await?;
     /// if let Err(e) = txn.send(ProducerRecord::new("clean-rides", "ride")).await {
@@ -766,7 +770,7 @@ impl EndFailed {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// # async fn demo(prepared: onceflow::client::pool::PreparedSlot) -> onceflow::client::Result<()> {
     /// if let Err(failed) = prepared.commit().await {
     ///     eprintln!("commit failed: {}", failed.error());
     /// }
@@ -780,7 +784,7 @@ impl EndFailed {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// # async fn demo(prepared: onceflow::client::pool::PreparedSlot) -> onceflow::client::Result<()> {
     /// let ended = match prepared.commit().await {
     ///     Ok(ended) => ended,
     ///     // Once more: the second commit resolves through resume_transaction.
@@ -796,8 +800,8 @@ impl EndFailed {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
-    /// use onceflow::client::txn::TxnEnd;
+    /// # async fn demo(prepared: onceflow::client::pool::PreparedSlot) -> onceflow::client::Result<()> {
+    /// use onceflow::client::transactions::TxnEnd;
     /// if let Err(failed) = prepared.commit().await {
     ///     let (error, slot) = failed.into_parts();
     ///     eprintln!("commit failed ({error}); resolving from the coordinator's view");
@@ -823,7 +827,7 @@ impl PreparedSlot {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// # async fn demo(prepared: onceflow::client::pool::PreparedSlot) -> onceflow::client::Result<()> {
     /// let c = prepared.committable();
     /// println!("{} producer {} epoch {}", c.transactional_id, c.producer_id, c.producer_epoch);
     /// let saved = serde_json::to_string(c).expect("serializable"); // into the checkpoint
@@ -837,7 +841,7 @@ impl PreparedSlot {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// # async fn demo(prepared: onceflow::client::pool::PreparedSlot) -> onceflow::client::Result<()> {
     /// println!("slot {} stays busy until its transaction ends", prepared.slot());
     /// # Ok(()) }
     /// ```
@@ -855,7 +859,7 @@ impl PreparedSlot {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// # async fn demo(prepared: onceflow::client::pool::PreparedSlot) -> onceflow::client::Result<()> {
     /// // Checkpoint N, which lists this committable, is durable now.
     /// let ended = prepared.commit().await?;
     /// ended.release(); // once no durable checkpoint lists it as unresolved
@@ -872,7 +876,7 @@ impl PreparedSlot {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
+    /// # async fn demo(prepared: onceflow::client::pool::PreparedSlot) -> onceflow::client::Result<()> {
     /// // Checkpoint N failed before it became durable: its output must not appear.
     /// prepared.abort().await?.release();
     /// # Ok(()) }
@@ -928,8 +932,8 @@ impl PreparedSlot {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(prepared: onceflow::client::txn::PreparedSlot) -> onceflow::client::Result<()> {
-    /// use onceflow::client::txn::{ResumeOutcome, TxnEnd};
+    /// # async fn demo(prepared: onceflow::client::pool::PreparedSlot) -> onceflow::client::Result<()> {
+    /// use onceflow::client::transactions::{ResumeOutcome, TxnEnd};
     /// let (outcome, ended) = prepared.resume(TxnEnd::Commit).await?;
     /// match outcome {
     ///     ResumeOutcome::Completed | ResumeOutcome::AlreadyCommitted => ended.release(),
@@ -1004,7 +1008,7 @@ impl EndedSlot {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(ended: onceflow::client::txn::EndedSlot) -> onceflow::client::Result<()> {
+    /// # async fn demo(ended: onceflow::client::pool::EndedSlot) -> onceflow::client::Result<()> {
     /// println!("ended {}", ended.committable().transactional_id);
     /// # Ok(()) }
     /// ```
@@ -1016,7 +1020,7 @@ impl EndedSlot {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn demo(ended: onceflow::client::txn::EndedSlot) -> onceflow::client::Result<()> {
+    /// # async fn demo(ended: onceflow::client::pool::EndedSlot) -> onceflow::client::Result<()> {
     /// println!("slot {} ended, not released yet", ended.slot());
     /// # Ok(()) }
     /// ```
@@ -1029,8 +1033,8 @@ impl EndedSlot {
     /// # Examples
     /// ```no_run
     /// # async fn demo(
-    /// #     pool: onceflow::client::txn::TransactionalPool,
-    /// #     prepared: onceflow::client::txn::PreparedSlot,
+    /// #     pool: onceflow::client::pool::TransactionalPool,
+    /// #     prepared: onceflow::client::pool::PreparedSlot,
     /// # ) -> onceflow::client::Result<()> {
     /// let ended = prepared.commit().await?;
     /// // ... after the checkpoint that records the commit is durable:

@@ -15,12 +15,13 @@
 //!   it: the coordinator aborts the open transaction and bumps the epoch, so the old instance
 //!   can neither commit nor write again.
 
-use super::admin::{retrying, Admin};
-
-use super::config::ProducerConfig;
-use super::error::{Error, Result};
-use super::metadata::{by_topic, TopicPartition};
-use super::producer::Producer;
+use super::describe::{describe, TransactionDescription};
+use super::state::TxnState;
+use crate::client::admin::{retrying, Admin};
+use crate::client::config::ProducerConfig;
+use crate::client::error::{Error, Result};
+use crate::client::metadata::{by_topic, TopicPartition};
+use crate::client::producer::Producer;
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::describe_producers_request::TopicRequest;
 use kafka_protocol::messages::{
@@ -37,7 +38,7 @@ pub const TRANSACTION_STATES: [TxnState; 8] = TxnState::KNOWN;
 ///
 /// # Examples
 /// ```
-/// use onceflow::client::admin_txn::ListTransactionsFilter;
+/// use onceflow::client::transactions::ListTransactionsFilter;
 /// // The transactions of producer 4000 still waiting to be committed or aborted.
 /// let filter = ListTransactionsFilter {
 ///     states: vec!["Ongoing".into(), "PrepareCommit".into(), "PrepareAbort".into()],
@@ -71,8 +72,6 @@ pub struct TransactionListing {
     /// The coordinator (node id) that reported it.
     pub coordinator: i32,
 }
-
-pub use super::txn::{TransactionDescription, TxnState};
 
 /// A producer with state on a partition, as its leader reports it ([`Admin::describe_producers`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,7 +124,7 @@ impl Admin {
     /// ```no_run
     /// # async fn demo() -> onceflow::client::Result<()> {
     /// use onceflow::client::{Admin, ClientConfig};
-    /// use onceflow::client::admin_txn::ListTransactionsFilter;
+    /// use onceflow::client::transactions::ListTransactionsFilter;
     /// let admin = Admin::new(ClientConfig::default()).await?;
     /// let filter = ListTransactionsFilter {
     ///     states: vec!["Ongoing".into()],
@@ -251,7 +250,7 @@ impl Admin {
         &self,
         transactional_id: &str,
     ) -> Result<Option<TransactionDescription>> {
-        super::txn::describe(self.cluster(), transactional_id).await
+        describe(self.cluster(), transactional_id).await
     }
 
     /// The producers with state on each partition, from the partitions' leaders; those with

@@ -2,8 +2,10 @@
 //! committable and the DescribeTransactions answer, table-tested for every state × producer id
 //! × epoch × protocol version (docs/design/resume.md).
 
-use super::{PreparedTransaction, TransactionDescription, TxnState};
 use crate::client::producer::Identity;
+use crate::client::transactions::committable::PreparedTransaction;
+use crate::client::transactions::describe::TransactionDescription;
+use crate::client::transactions::state::TxnState;
 
 /// The highest epoch a producer may use (Short.MaxValue - 1): the coordinator keeps
 /// Short.MaxValue to fence with. A transaction ended at this epoch under KIP-890 moves the

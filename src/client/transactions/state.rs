@@ -43,7 +43,7 @@ impl TxnState {
     ///
     /// # Examples
     /// ```
-    /// use onceflow::client::txn::TxnState;
+    /// use onceflow::client::transactions::TxnState;
     /// assert_eq!(TxnState::parse("CompleteCommit"), TxnState::CompleteCommit);
     /// assert_eq!(TxnState::parse("Frozen"), TxnState::Other("Frozen".into()));
     /// ```
@@ -59,7 +59,7 @@ impl TxnState {
     ///
     /// # Examples
     /// ```
-    /// use onceflow::client::txn::TxnState;
+    /// use onceflow::client::transactions::TxnState;
     /// assert_eq!(TxnState::PrepareCommit.as_str(), "PrepareCommit");
     /// ```
     pub fn as_str(&self) -> &str {
@@ -80,7 +80,7 @@ impl TxnState {
     ///
     /// # Examples
     /// ```
-    /// use onceflow::client::txn::TxnState;
+    /// use onceflow::client::transactions::TxnState;
     /// assert!(TxnState::Ongoing.is_open() && TxnState::PrepareAbort.is_open());
     /// assert!(!TxnState::CompleteCommit.is_open());
     /// ```
@@ -98,7 +98,7 @@ impl TxnState {
     ///
     /// # Examples
     /// ```
-    /// use onceflow::client::txn::TxnState;
+    /// use onceflow::client::transactions::TxnState;
     /// assert!(TxnState::PrepareCommit.is_commit() && TxnState::CompleteCommit.is_commit());
     /// assert!(!TxnState::Ongoing.is_commit());
     /// ```
@@ -110,7 +110,7 @@ impl TxnState {
     ///
     /// # Examples
     /// ```
-    /// use onceflow::client::txn::TxnState;
+    /// use onceflow::client::transactions::TxnState;
     /// assert!(TxnState::PrepareAbort.is_abort() && TxnState::CompleteAbort.is_abort());
     /// assert!(!TxnState::PrepareCommit.is_abort());
     /// ```
@@ -122,7 +122,7 @@ impl TxnState {
     ///
     /// # Examples
     /// ```
-    /// use onceflow::client::txn::TxnState;
+    /// use onceflow::client::transactions::TxnState;
     /// assert!(TxnState::CompleteAbort.is_complete());
     /// assert!(!TxnState::PrepareCommit.is_complete()); // markers still being written
     /// ```

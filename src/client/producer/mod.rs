@@ -12,6 +12,7 @@
 //! See docs/design/batch.md for the path a record takes.
 
 mod accumulator;
+mod delivery;
 mod flush;
 mod identity;
 mod metrics;
@@ -21,6 +22,8 @@ mod sender;
 mod transaction;
 mod verdict;
 
+pub(crate) use delivery::{run_or_defer, Callback};
+pub use delivery::{DeliveryFuture, RecordMetadata};
 pub use metrics::ProducerMetrics;
 // GroupMetadata belongs to the group module; re-exported here, where it used to be.
 pub use crate::client::group::GroupMetadata;
@@ -33,12 +36,8 @@ use super::metadata::TopicPartition;
 use crate::protocol::records::{BatchBuilder, Header};
 use accumulator::{Accumulator, Delivery, NewRecord, Reply};
 use bytes::Bytes;
-use std::cell::{Cell, RefCell};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{oneshot, Notify, Semaphore};
 
@@ -138,61 +137,6 @@ impl ProducerRecord {
     }
 }
 
-/// Where a record was written: what a [`DeliveryFuture`] (or a `send_with_callback` callback)
-/// resolves to.
-///
-/// # Examples
-/// ```no_run
-/// # async fn demo(producer: onceflow::client::Producer) -> onceflow::client::Result<()> {
-/// use onceflow::client::ProducerRecord;
-/// let meta = producer.send(ProducerRecord::new("rides", "hello")).await?.await?;
-/// println!("{}-{} at offset {} ({} ms)", meta.topic, meta.partition, meta.offset, meta.timestamp);
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordMetadata {
-    /// Topic.
-    pub topic: String,
-    /// Partition.
-    pub partition: i32,
-    /// Offset, or -1 with acks=0.
-    pub offset: i64,
-    /// The record's timestamp (the broker's, for LogAppendTime topics).
-    pub timestamp: i64,
-}
-
-/// Resolves when the record is acknowledged (or has failed for good).
-///
-/// Returned by [`Producer::send`] once the record is queued: keep the futures and await them
-/// later to have many records in flight. Dropping one does not take its record back.
-///
-/// # Examples
-/// ```no_run
-/// # async fn demo(producer: onceflow::client::Producer) -> onceflow::client::Result<()> {
-/// use onceflow::client::ProducerRecord;
-/// let mut deliveries = Vec::new();
-/// for i in 0..100 {
-///     deliveries.push(producer.send(ProducerRecord::new("rides", format!("ride {i}"))).await?);
-/// }
-/// for delivery in deliveries {
-///     let meta = delivery.await?; // Err: the record was not written
-///     println!("offset {}", meta.offset);
-/// }
-/// # Ok(()) }
-/// ```
-pub struct DeliveryFuture {
-    rx: oneshot::Receiver<Result<RecordMetadata>>,
-}
-
-impl Future for DeliveryFuture {
-    type Output = Result<RecordMetadata>;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.rx)
-            .poll(cx)
-            .map(|r| r.unwrap_or(Err(Error::Closed("producer"))))
-    }
-}
-
 pub(crate) struct Inner {
     pub config: ProducerConfig,
     pub cluster: Arc<Cluster>,
@@ -217,7 +161,7 @@ impl Inner {
 
     fn lock_of(acc: &Mutex<Accumulator>) -> AccGuard<'_> {
         let guard = acc.lock().unwrap_or_else(|p| p.into_inner());
-        LOCKS_HELD.with(|n| n.set(n.get() + 1));
+        delivery::lock_taken();
         AccGuard(Some(guard))
     }
 
@@ -255,29 +199,6 @@ fn memory_to_wait_for(permits: u32, buffer_memory: usize) -> u32 {
 /// sends through its free rest.
 const EIGHTH_PATIENCE: std::time::Duration = std::time::Duration::from_millis(50);
 
-thread_local! {
-    /// How many accumulator locks this thread holds (of any producer).
-    static LOCKS_HELD: Cell<usize> = const { Cell::new(0) };
-    /// `send_with_callback` callbacks whose record was resolved while this thread held an
-    /// accumulator lock: they run once it holds none.
-    static DEFERRED: RefCell<Vec<DeferredCallback>> = const { RefCell::new(Vec::new()) };
-}
-
-pub(crate) type Callback = Box<dyn FnOnce(Result<RecordMetadata>) + Send>;
-type DeferredCallback = (Callback, Result<RecordMetadata>);
-
-/// Runs a record's callback now, or, while this thread holds an accumulator lock, as soon as
-/// it releases it. Records are failed under the lock in several places (an abort, a batch that
-/// cannot be encoded); running the callback there would deadlock a callback that calls the
-/// producer (e.g. `metrics`, `producer_id_and_epoch`, `begin_transaction`).
-pub(crate) fn run_or_defer(callback: Callback, outcome: Result<RecordMetadata>) {
-    if LOCKS_HELD.with(Cell::get) == 0 {
-        callback(outcome);
-    } else {
-        DEFERRED.with(|d| d.borrow_mut().push((callback, outcome)));
-    }
-}
-
 /// The accumulator, locked. Releasing it runs the callbacks deferred while it was held.
 pub(crate) struct AccGuard<'a>(Option<std::sync::MutexGuard<'a, Accumulator>>);
 
@@ -303,23 +224,7 @@ impl std::ops::DerefMut for AccGuard<'_> {
 impl Drop for AccGuard<'_> {
     fn drop(&mut self) {
         drop(self.0.take());
-        let held = LOCKS_HELD.with(|n| {
-            let held = n.get().saturating_sub(1);
-            n.set(held);
-            held
-        });
-        if held == 0 {
-            // Taken out first: a callback may lock the accumulator (and defer more).
-            loop {
-                let due = DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut()));
-                if due.is_empty() {
-                    break;
-                }
-                for (callback, outcome) in due {
-                    callback(outcome);
-                }
-            }
-        }
+        delivery::lock_released();
     }
 }
 
@@ -503,7 +408,7 @@ impl Producer {
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
         let (tx, rx) = oneshot::channel();
         self.append(record, Reply::future(tx)).await?;
-        Ok(DeliveryFuture { rx })
+        Ok(DeliveryFuture::new(rx))
     }
 
     /// Queues a record like [`Self::send`], and calls `callback` with its outcome instead of

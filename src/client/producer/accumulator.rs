@@ -674,36 +674,18 @@ impl Accumulator {
             if bumping || closed_txn {
                 continue;
             }
-            let current = cluster.topic_id(&tp.topic);
-            let generation = cluster.generation();
-            match incarnation(q.topic_id, current, q.in_flight, q.id_change, generation) {
-                Incarnation::Same => q.id_change = None,
-                Incarnation::Adopt(id) => q.topic_id = Some(id),
-                Incarnation::Suspect(id) => {
-                    if q.id_change.map(|(seen, _)| seen) != Some(id) {
-                        q.id_change = Some((id, generation));
-                    }
-                    // Metadata refreshed; the partition waits for it.
+            match follow_incarnation(tp, q, cluster, identity, transactional, &mut out) {
+                Incarnated::Go => {}
+                Incarnated::Hold => continue,
+                Incarnated::AwaitMetadata => {
                     out.missing_leader = true;
                     next_wake = min_instant(next_wake, now + config.retry_backoff);
                     continue;
                 }
-                Incarnation::Settle => continue,
-                Incarnation::Recreated { old, new } => {
-                    start_over_in_new_topic(tp, q, (old, new), identity, transactional, &mut out)
-                }
             }
-            match head_gate(tp, q, now, config, needs_add) {
-                HeadGate::Go => {}
-                HeadGate::Hold => continue,
-                HeadGate::Until(at) => {
-                    next_wake = min_instant(next_wake, at);
-                    continue;
-                }
-                HeadGate::AddFirst => {
-                    wanted_add.insert(tp.clone());
-                    continue;
-                }
+            let gate = head_gate(tp, q, now, config, needs_add);
+            if !gate.opens(tp, &mut next_wake, &mut wanted_add) {
+                continue;
             }
             let Some(leader) = cluster.leader(tp) else {
                 out.missing_leader = true;
@@ -781,6 +763,46 @@ pub(crate) fn seq_after(a: i32, b: i32) -> bool {
     diff > 0 && diff < (1 << 30)
 }
 
+/// What a partition's topic incarnation lets it do this round.
+enum Incarnated {
+    /// Same topic (or a recreated one, started over): it may send.
+    Go,
+    /// A topic id change is settling (its in-flight requests first): it waits.
+    Hold,
+    /// The metadata names another topic id than its batches: refreshed, it waits for it.
+    AwaitMetadata,
+}
+
+/// Follows the partition's topic through deletions and re-creations (`incarnation`): adopts
+/// the first id seen, holds while a change settles, and starts the partition over in a new
+/// topic of the same name.
+fn follow_incarnation(
+    tp: &TopicPartition,
+    q: &mut PartitionQueue,
+    cluster: &impl ClusterView,
+    identity: Option<Identity>,
+    transactional: bool,
+    out: &mut Drained,
+) -> Incarnated {
+    let current = cluster.topic_id(&tp.topic);
+    let generation = cluster.generation();
+    match incarnation(q.topic_id, current, q.in_flight, q.id_change, generation) {
+        Incarnation::Same => q.id_change = None,
+        Incarnation::Adopt(id) => q.topic_id = Some(id),
+        Incarnation::Suspect(id) => {
+            if q.id_change.map(|(seen, _)| seen) != Some(id) {
+                q.id_change = Some((id, generation));
+            }
+            return Incarnated::AwaitMetadata;
+        }
+        Incarnation::Settle => return Incarnated::Hold,
+        Incarnation::Recreated { old, new } => {
+            start_over_in_new_topic(tp, q, (old, new), identity, transactional, out)
+        }
+    }
+    Incarnated::Go
+}
+
 /// A partition's own part of a round: closes its open batch when linger.ms passed (or on
 /// flush), takes out ready batches past delivery.timeout.ms (never ones in flight: their fate
 /// is decided by the response). Returns when the partition needs looking at again.
@@ -831,6 +853,30 @@ enum HeadGate {
     Until(Instant),
     /// Classic protocol: the partition must join the transaction first.
     AddFirst,
+}
+
+impl HeadGate {
+    /// Whether the head batch may go; a closed gate notes when to look again, or that the
+    /// partition must join the transaction first.
+    fn opens(
+        self,
+        tp: &TopicPartition,
+        next_wake: &mut Option<Instant>,
+        wanted_add: &mut HashSet<TopicPartition>,
+    ) -> bool {
+        match self {
+            HeadGate::Go => true,
+            HeadGate::Hold => false,
+            HeadGate::Until(at) => {
+                *next_wake = min_instant(*next_wake, at);
+                false
+            }
+            HeadGate::AddFirst => {
+                wanted_add.insert(tp.clone());
+                false
+            }
+        }
+    }
 }
 
 fn head_gate(

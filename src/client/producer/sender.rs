@@ -176,11 +176,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
             start_connect(&inner, &connecting, leader);
         }
         if missing_leader {
-            let cluster = inner.cluster.clone();
-            let g = meta.generation;
-            tokio::spawn(async move {
-                let _ = cluster.refresh_if_older(g).await;
-            });
+            refresh_in_background(&inner, meta.generation);
         }
         let sent_any = !to_send.is_empty();
         send_round(&inner, &leaders.conns, to_send);
@@ -193,13 +189,28 @@ pub(crate) async fn run(inner: Arc<Inner>) {
             tokio::task::yield_now().await;
             continue;
         }
-        let notified = inner.wake.notified();
-        match next_wake {
-            Some(at) => {
-                let _ = tokio::time::timeout_at(at.into(), notified).await;
-            }
-            None => notified.await,
+        wait_for_wake(&inner, next_wake).await;
+    }
+}
+
+/// Refreshes metadata older than `generation` without holding the round up (a partition
+/// without a known leader waits for it).
+fn refresh_in_background(inner: &Inner, generation: u64) {
+    let cluster = inner.cluster.clone();
+    tokio::spawn(async move {
+        let _ = cluster.refresh_if_older(generation).await;
+    });
+}
+
+/// Until something wakes the sender (a batch is ready, a response came back, flush or close)
+/// or the round's next deadline passes.
+async fn wait_for_wake(inner: &Inner, next_wake: Option<Instant>) {
+    let notified = inner.wake.notified();
+    match next_wake {
+        Some(at) => {
+            let _ = tokio::time::timeout_at(at.into(), notified).await;
         }
+        None => notified.await,
     }
 }
 

@@ -1505,7 +1505,7 @@ fn check_settings(
     loc: &Locator<'_>,
     name: &str,
     guarantee: DeliveryGuarantee,
-    raw: RawSettings,
+    mut raw: RawSettings,
 ) -> Result<Settings, JobError> {
     let (parallelism, key_groups) = check_scale(loc, &raw)?;
     let ms = |m: Option<&RawMs>, default: u64| m.map_or(default, |m| *m.ms.get_ref());
@@ -1529,18 +1529,9 @@ fn check_settings(
         }
     }
     let tuning = check_tuning(loc, ckpt, raw.restart.as_ref())?;
-    let (state_dir, state_cache_bytes, state_memtable_bytes) = check_state(loc, name, raw.state)?;
-    let mode = match raw.mode.as_ref().map(|m| (m.get_ref().as_str(), m.span())) {
-        None | Some(("local", _)) => Mode::Local,
-        Some(("cluster", _)) => Mode::Cluster,
-        Some((other, span)) => {
-            return Err(loc.at(
-                &span,
-                Some("settings.mode"),
-                format!("unknown mode {other:?}: use \"local\" (one process) or \"cluster\" (several processes in one consumer group)"),
-            ))
-        }
-    };
+    let (state_dir, state_cache_bytes, state_memtable_bytes) =
+        check_state(loc, name, raw.state.take())?;
+    let mode = check_mode(loc, &raw)?;
     let settings = Settings {
         mode,
         parallelism,
@@ -1557,7 +1548,34 @@ fn check_settings(
         state_cache_bytes,
         state_memtable_bytes,
     };
-    if mode == Mode::Cluster {
+    check_transaction_timeout(loc, &raw, &settings, guarantee)?;
+    Ok(settings)
+}
+
+/// `settings.mode`: `local` (the default) or `cluster`.
+fn check_mode(loc: &Locator<'_>, raw: &RawSettings) -> Result<Mode, JobError> {
+    match raw.mode.as_ref().map(|m| (m.get_ref().as_str(), m.span())) {
+        None | Some(("local", _)) => Ok(Mode::Local),
+        Some(("cluster", _)) => Ok(Mode::Cluster),
+        Some((other, span)) => Err(loc.at(
+            &span,
+            Some("settings.mode"),
+            format!("unknown mode {other:?}: use \"local\" (one process) or \"cluster\" (several processes in one consumer group)"),
+        )),
+    }
+}
+
+/// `transaction.timeout.ms` against what the job needs: in cluster mode (exactly-once only)
+/// an interval and its commit; in local mode with exactly-once the one budget rule.
+fn check_transaction_timeout(
+    loc: &Locator<'_>,
+    raw: &RawSettings,
+    settings: &Settings,
+    guarantee: DeliveryGuarantee,
+) -> Result<(), JobError> {
+    let interval = settings.checkpoint_interval_ms;
+    let ckpt = raw.checkpoint.as_ref();
+    if settings.mode == Mode::Cluster {
         // A member's transaction spans one commit interval; a member that dies holds its
         // tasks' new owner back until the broker aborts its transaction, so this timeout is
         // short (Kafka Streams: 10 s) and only has to outlast an interval and its commit.
@@ -1576,7 +1594,7 @@ fn check_settings(
                 format!("{txn} is too short for mode = \"cluster\": a member's transaction spans one checkpoint.interval.ms ({interval}) and its commit; set it to at least {} (10000 is a good value: a member that dies holds its tasks back that long)", interval.saturating_mul(2).max(1_000)),
             ));
         }
-        return Ok(settings);
+        return Ok(());
     }
     if guarantee == DeliveryGuarantee::ExactlyOnce {
         // The part of the one budget rule known from the file; `run` also checks the brokers'
@@ -1603,7 +1621,7 @@ fn check_settings(
             ));
         }
     }
-    Ok(settings)
+    Ok(())
 }
 
 /// `parallelism` and `key.groups`: at least one key group per task.

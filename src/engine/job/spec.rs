@@ -1182,7 +1182,38 @@ fn check_window(
     agg: Spanned<BTreeMap<String, Spanned<RawAgg>>>,
     key_name: String,
 ) -> Result<WindowAggregate, JobError> {
-    let kind = match (w.tumbling, w.sliding) {
+    let kind = check_window_kind(loc, wspan, w.tumbling, w.sliding)?;
+    let late_topic = match w.late_topic {
+        Some(t) if t.get_ref().trim().is_empty() => {
+            return Err(loc.at(
+                &t.span(),
+                Some("window.late_topic"),
+                "the topic name is empty",
+            ));
+        }
+        t => t.map(Spanned::into_inner),
+    };
+    let outputs = check_aggregate(loc, agg, &key_name)?;
+    Ok(WindowAggregate {
+        kind,
+        time: w.time,
+        out_of_orderness: w.out_of_orderness.map_or(0, |d| d.0),
+        allowed_lateness: w.allowed_lateness.map_or(0, |d| d.0),
+        late_topic,
+        key_name,
+        aggregate: AggregateSpec { outputs },
+    })
+}
+
+/// `window.tumbling` or `window.sliding`: exactly one, with sizes above 0 and a slide of at
+/// most the size.
+fn check_window_kind(
+    loc: &Locator<'_>,
+    wspan: Range<usize>,
+    tumbling: Option<Spanned<Duration>>,
+    sliding: Option<Spanned<RawSliding>>,
+) -> Result<WindowKind, JobError> {
+    Ok(match (tumbling, sliding) {
         (Some(size), None) => {
             if size.get_ref().0 <= 0 {
                 return Err(loc.at(
@@ -1221,17 +1252,16 @@ fn check_window(
                 "give exactly one of tumbling = \"1h\" or sliding = { size = \"1h\", slide = \"5m\" }",
             ));
         }
-    };
-    let late_topic = match w.late_topic {
-        Some(t) if t.get_ref().trim().is_empty() => {
-            return Err(loc.at(
-                &t.span(),
-                Some("window.late_topic"),
-                "the topic name is empty",
-            ));
-        }
-        t => t.map(Spanned::into_inner),
-    };
+    })
+}
+
+/// `aggregate.<name> = <function>`: at least one, none named as the key or the window's
+/// bounds in the output record.
+fn check_aggregate(
+    loc: &Locator<'_>,
+    agg: Spanned<BTreeMap<String, Spanned<RawAgg>>>,
+    key_name: &str,
+) -> Result<Vec<(String, AggFn)>, JobError> {
     let aspan = agg.span();
     let agg = agg.into_inner();
     if agg.is_empty() {
@@ -1262,15 +1292,7 @@ fn check_window(
         };
         outputs.push((name, f));
     }
-    Ok(WindowAggregate {
-        kind,
-        time: w.time,
-        out_of_orderness: w.out_of_orderness.map_or(0, |d| d.0),
-        allowed_lateness: w.allowed_lateness.map_or(0, |d| d.0),
-        late_topic,
-        key_name,
-        aggregate: AggregateSpec { outputs },
-    })
+    Ok(outputs)
 }
 
 fn check_sink(loc: &Locator<'_>, raw: Spanned<RawSink>) -> Result<Sink, JobError> {

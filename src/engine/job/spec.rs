@@ -1301,24 +1301,7 @@ fn check_sink(loc: &Locator<'_>, raw: Spanned<RawSink>) -> Result<Sink, JobError
     let file = match raw.kind {
         EndKind::File => Some(check_file_sink(loc, &span, &mut raw)?),
         EndKind::Kafka => {
-            let only_files = [
-                (raw.path.as_ref().map(|p| p.span()), "sink.path"),
-                (raw.format.as_ref().map(|p| p.span()), "sink.format"),
-                (raw.columns.as_ref().map(|p| p.span()), "sink.columns"),
-                (
-                    raw.part.as_ref().map(|p| p.prefix.span()),
-                    "sink.part.prefix",
-                ),
-            ];
-            for (given, field) in only_files {
-                if let Some(at) = given {
-                    return Err(loc.at(
-                        &at,
-                        Some(field),
-                        "only a file sink has it: add type = \"file\" to [sink], or remove it",
-                    ));
-                }
-            }
+            refuse_file_fields(loc, &raw)?;
             None
         }
     };
@@ -1345,23 +1328,7 @@ fn check_sink(loc: &Locator<'_>, raw: Spanned<RawSink>) -> Result<Sink, JobError
     };
     let guarantee = raw.delivery.map(|d| d.guarantee).unwrap_or_default();
     let prefix_span = raw.transactional.as_ref().map(|t| t.id.prefix.span());
-    let prefix = match raw.transactional {
-        Some(t) => {
-            let p = t.id.prefix;
-            let text = p.get_ref();
-            if text.is_empty() || text.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                return Err(loc.at(
-                    &p.span(),
-                    Some("sink.transactional.id.prefix"),
-                    format!(
-                        "{text:?} is not a usable prefix: give a non-empty name without spaces"
-                    ),
-                ));
-            }
-            Some(p.into_inner())
-        }
-        None => None,
-    };
+    let prefix = check_prefix(loc, raw.transactional)?;
     if file.is_some() {
         if let Some(at) = &prefix_span {
             return Err(loc.at(
@@ -1386,6 +1353,53 @@ fn check_sink(loc: &Locator<'_>, raw: Spanned<RawSink>) -> Result<Sink, JobError
     })
 }
 
+/// A Kafka sink given what only a file sink has.
+fn refuse_file_fields(loc: &Locator<'_>, raw: &RawSink) -> Result<(), JobError> {
+    let only_files = [
+        (raw.path.as_ref().map(|p| p.span()), "sink.path"),
+        (raw.format.as_ref().map(|p| p.span()), "sink.format"),
+        (raw.columns.as_ref().map(|p| p.span()), "sink.columns"),
+        (
+            raw.part.as_ref().map(|p| p.prefix.span()),
+            "sink.part.prefix",
+        ),
+    ];
+    for (given, field) in only_files {
+        if let Some(at) = given {
+            return Err(loc.at(
+                &at,
+                Some(field),
+                "only a file sink has it: add type = \"file\" to [sink], or remove it",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `sink.transactional.id.prefix`: a non-empty name without spaces, when given.
+fn check_prefix(
+    loc: &Locator<'_>,
+    transactional: Option<RawTransactional>,
+) -> Result<Option<String>, JobError> {
+    Ok(match transactional {
+        Some(t) => {
+            let p = t.id.prefix;
+            let text = p.get_ref();
+            if text.is_empty() || text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(loc.at(
+                    &p.span(),
+                    Some("sink.transactional.id.prefix"),
+                    format!(
+                        "{text:?} is not a usable prefix: give a non-empty name without spaces"
+                    ),
+                ));
+            }
+            Some(p.into_inner())
+        }
+        None => None,
+    })
+}
+
 /// `[sink] type = "file"`: path (required), the format, the part prefix and the rolling.
 fn check_file_sink(
     loc: &Locator<'_>,
@@ -1402,27 +1416,12 @@ fn check_file_sink(
     if path.get_ref().trim().is_empty() {
         return Err(loc.at(&path.span(), Some("sink.path"), "the path is empty"));
     }
-    let format = match (
+    let format = check_output_format(
+        loc,
+        span,
         raw.format.as_ref().map(|f| *f.get_ref()),
         raw.columns.take(),
-    ) {
-        (None | Some(RawOutputFormat::Json), None) => OutputFormat::JsonLines,
-        (None | Some(RawOutputFormat::Json), Some(c)) => {
-            return Err(loc.at(
-                &c.span(),
-                Some("sink.columns"),
-                "columns are for format = \"csv\": set the format, or remove columns",
-            ))
-        }
-        (Some(RawOutputFormat::Csv), Some(c)) if !c.get_ref().is_empty() => OutputFormat::Csv {
-            columns: c.into_inner(),
-        },
-        (Some(RawOutputFormat::Csv), _) => return Err(loc.at(
-            span,
-            Some("sink.columns"),
-            "format = \"csv\" needs the fields to write: columns = [\"ride_id\", \"event_time\"]",
-        )),
-    };
+    )?;
     let prefix = match raw.part.as_ref() {
         Some(p) => {
             let text = p.prefix.get_ref();
@@ -1443,7 +1442,49 @@ fn check_file_sink(
         }
         None => "part".to_owned(),
     };
-    let rolling = raw.rolling.as_ref();
+    let (roll_size_bytes, roll_interval_ms) = check_rolling(loc, span, raw.rolling.as_ref())?;
+    Ok(FileSink {
+        path: PathBuf::from(path.get_ref()),
+        format,
+        prefix,
+        roll_size_bytes,
+        roll_interval_ms,
+    })
+}
+
+/// `sink.format` (JSON lines by default) and, for CSV, its `columns`.
+fn check_output_format(
+    loc: &Locator<'_>,
+    span: &Range<usize>,
+    format: Option<RawOutputFormat>,
+    columns: Option<Spanned<Vec<String>>>,
+) -> Result<OutputFormat, JobError> {
+    Ok(match (format, columns) {
+        (None | Some(RawOutputFormat::Json), None) => OutputFormat::JsonLines,
+        (None | Some(RawOutputFormat::Json), Some(c)) => {
+            return Err(loc.at(
+                &c.span(),
+                Some("sink.columns"),
+                "columns are for format = \"csv\": set the format, or remove columns",
+            ))
+        }
+        (Some(RawOutputFormat::Csv), Some(c)) if !c.get_ref().is_empty() => OutputFormat::Csv {
+            columns: c.into_inner(),
+        },
+        (Some(RawOutputFormat::Csv), _) => return Err(loc.at(
+            span,
+            Some("sink.columns"),
+            "format = \"csv\" needs the fields to write: columns = [\"ride_id\", \"event_time\"]",
+        )),
+    })
+}
+
+/// `sink.rolling.size.bytes` (128 MiB) and `sink.rolling.interval.ms` (60 s): positive.
+fn check_rolling(
+    loc: &Locator<'_>,
+    span: &Range<usize>,
+    rolling: Option<&RawRolling>,
+) -> Result<(u64, u64), JobError> {
     let roll_size_bytes = rolling
         .and_then(|r| r.size.as_ref())
         .map_or(128 << 20, |s| *s.bytes.get_ref());
@@ -1474,13 +1515,7 @@ fn check_file_sink(
             ));
         }
     }
-    Ok(FileSink {
-        path: PathBuf::from(path.get_ref()),
-        format,
-        prefix,
-        roll_size_bytes,
-        roll_interval_ms,
-    })
+    Ok((roll_size_bytes, roll_interval_ms))
 }
 
 /// What the two ends allow together: Kafka at one end at least (a file source's job writes

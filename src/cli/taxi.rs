@@ -13,6 +13,7 @@ use super::feed;
 use super::props::Conn;
 use onceflow::client::admin::NewTopic;
 use onceflow::client::{Admin, Consumer, ConsumerRecord, IsolationLevel, Offset, TopicPartition};
+use onceflow::engine::source::{LineFormat, LineFormats, ParsedLine};
 use onceflow::engine::taxi::files::Files;
 use onceflow::engine::taxi::generate::{self, Config};
 use onceflow::engine::taxi::latency::{Appended, Causes, Probe, Summary};
@@ -22,7 +23,32 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The name a job file's `[source] format` gives [`TaxiCsv`].
+pub const TAXI_CSV: &str = "taxi-csv";
+
+/// The line formats `onceflow run` offers a job's file source: [`TAXI_CSV`].
+pub fn line_formats() -> LineFormats {
+    LineFormats::new().with(TAXI_CSV, Arc::new(TaxiCsv))
+}
+
+/// The TaxiRide CSV of Flink's training exercises: each line becomes the ride event `taxi
+/// generate` writes (JSON, keyed by driver id, event time the line's `time1`), so the same
+/// jobs run on a file and on a topic.
+pub struct TaxiCsv;
+
+impl LineFormat for TaxiCsv {
+    fn parse(&self, line: &str) -> std::result::Result<ParsedLine, String> {
+        let ride = csv::parse_line(line).map_err(|e| e.to_string())?;
+        Ok(ParsedLine {
+            key: Some(ride.key()),
+            value: ride.to_json().into_bytes(),
+            event_time: ride.event_time,
+        })
+    }
+}
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -65,6 +65,7 @@ use std::sync::Arc;
 use crate::client::{ClientConfig, ConsumerConfig, ProducerConfig};
 use crate::engine::job::Job;
 use crate::engine::metrics::Metrics;
+use crate::engine::source::LineFormats;
 use crate::engine::state::RestoreFrom;
 
 /// Runs `config.job` until `stop` turns true (then stops gracefully: a final checkpoint,
@@ -131,6 +132,8 @@ pub struct RunConfig {
     pub restore: RestoreFrom,
     /// The state directory (the job's `state.dir` unless overridden).
     pub state_dir: PathBuf,
+    /// The line formats a file source's `format` may name (a job reading Kafka needs none).
+    pub formats: LineFormats,
 }
 
 /// What a run did, when it stopped cleanly.
@@ -163,6 +166,9 @@ pub enum RuntimeError {
     /// The file source could not read its input.
     #[error(transparent)]
     FileSource(#[from] crate::engine::source::FileSourceError),
+    /// The file source's `format` names no format of [`RunConfig::formats`].
+    #[error(transparent)]
+    LineFormat(#[from] crate::engine::source::UnknownLineFormat),
     /// The coordinator failed the job.
     #[error(transparent)]
     Checkpoint(#[from] crate::engine::checkpoint::JobFailure),

@@ -40,7 +40,7 @@ use crate::support::*;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use onceflow::client::{Admin, DeliveryFuture, IsolationLevel, Offset, Producer, ProducerRecord};
-use onceflow::engine::taxi::generate::{self, Config};
+use onceflow_taxi::generate::{self, Config};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;

@@ -23,8 +23,8 @@
 //! The record key is not kept: [`TopicRecord`] has none, and the verifier keys a record by its
 //! value's `driver_id` field, for records from files as for records from topics.
 
-use super::csv::{self, CsvError};
-use super::verify::TopicRecord;
+use crate::csv::{self, CsvError};
+use crate::verify::TopicRecord;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
@@ -301,11 +301,11 @@ fn for_each_line(
 
 #[cfg(test)]
 mod tests {
-    use super::super::csv::{format_line, HEADER};
-    use super::super::generate::{self, Config};
-    use super::super::verify::{compare_located, expected, Job};
-    use super::super::Ride;
     use super::*;
+    use crate::csv::{format_line, HEADER};
+    use crate::generate::{self, Config};
+    use crate::verify::{compare_located, expected, Job};
+    use crate::Ride;
     use std::io::Write;
 
     fn gzip(text: &str) -> Vec<u8> {
@@ -571,10 +571,7 @@ mod tests {
     /// The fixture reads back as what the generator gives in event-time order.
     #[test]
     fn the_csv_fixture_reads_as_the_generated_rides() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures")
-            .join("taxi")
-            .join("rides-sample.csv");
+        let path = crate::fixture("rides-sample.csv");
         let mut got = Vec::new();
         Files::input(&path)
             .unwrap()

@@ -14,32 +14,16 @@
 //!   window before reading one of them, and with the job keeping up it reads them in about
 //!   append order; the approximation can only make a latency longer, never hide one.
 //!
-//! The computation is pure ([`Causes`], [`Summary`]); [`Probe`] is the tailing reader that
-//! stamps each output record with the wall-clock time a poll handed it over.
+//! The computation is pure: [`Causes`] from the input's [`Appended`] records, [`Summary`] of
+//! the output's [`Visible`] records. The reader that tails the output topic and stamps each
+//! record with the wall-clock time ([`now_ms`]) a poll handed it over is the `onceflow`
+//! binary's (`onceflow taxi latency`, the demo).
 
-use super::verify::{Job, TopicRecord, VerifyError, WindowCount};
-use super::Ride;
-use crate::client::{Consumer, ConsumerConfig, IsolationLevel, Offset};
+use crate::verify::{Job, TopicRecord, VerifyError, WindowCount};
+use crate::Ride;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// Why the latency could not be measured.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum LatencyError {
-    /// An input record is not a ride event.
-    #[error(transparent)]
-    Input(#[from] VerifyError),
-    /// Reading the output topic failed; the message says what was being done.
-    #[error("{doing}: {source}")]
-    Client {
-        /// What the probe was doing.
-        doing: String,
-        /// The client's error.
-        source: crate::client::Error,
-    },
-}
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// An input record with its append time.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -229,111 +213,10 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// A read_committed reader tailing every partition of a topic from the beginning, stamping
-/// each record with the time a poll handed it over.
-pub struct Probe {
-    consumer: Consumer,
-    topic: String,
-    seen: Vec<Visible>,
-}
-
-impl Probe {
-    /// Assigns every partition of `topic` (isolation.level forced to read_committed) at the
-    /// beginning.
-    ///
-    /// # Errors
-    /// [`LatencyError::Client`] when the brokers cannot be reached or the topic is unknown.
-    pub async fn start(config: ConsumerConfig, topic: &str) -> Result<Probe, LatencyError> {
-        Probe::start_with(config, topic, IsolationLevel::ReadCommitted).await
-    }
-
-    /// As [`Probe::start`] at `isolation`: read_uncommitted also sees what sits in open (and
-    /// aborted) transactions, which the latency never counts but a demo may show.
-    ///
-    /// # Errors
-    /// As [`Probe::start`].
-    pub async fn start_with(
-        mut config: ConsumerConfig,
-        topic: &str,
-        isolation: IsolationLevel,
-    ) -> Result<Probe, LatencyError> {
-        config.isolation_level = isolation;
-        let client = |doing: &str| {
-            let doing = format!("{doing} {topic}");
-            move |source| LatencyError::Client { doing, source }
-        };
-        let mut consumer = Consumer::new(config)
-            .await
-            .map_err(client("connecting to read"))?;
-        let tps = consumer
-            .assign_topics(&[topic])
-            .await
-            .map_err(client("assigning the partitions of"))?;
-        for tp in &tps {
-            consumer
-                .seek(tp, Offset::Beginning)
-                .map_err(client("seeking to the beginning of"))?;
-        }
-        tracing::debug!(topic, partitions = tps.len(), "latency probe started");
-        Ok(Probe {
-            consumer,
-            topic: topic.to_owned(),
-            seen: Vec::new(),
-        })
-    }
-
-    /// One poll of at most `max_wait`; returns how many records it brought.
-    ///
-    /// # Errors
-    /// [`LatencyError::Client`] when the read fails.
-    pub async fn poll(&mut self, max_wait: Duration) -> Result<usize, LatencyError> {
-        let records =
-            self.consumer
-                .poll(max_wait)
-                .await
-                .map_err(|source| LatencyError::Client {
-                    doing: format!("reading {}", self.topic),
-                    source,
-                })?;
-        let at = now_ms();
-        let n = records.len();
-        self.seen.extend(records.into_iter().map(|r| Visible {
-            record: TopicRecord {
-                partition: r.partition,
-                offset: r.offset,
-                value: r.value.map(|v| v.to_vec()),
-            },
-            visible_at: at,
-        }));
-        Ok(n)
-    }
-
-    /// Polls until at least `count` records were seen or `deadline`; returns whether the
-    /// count was reached.
-    ///
-    /// # Errors
-    /// [`LatencyError::Client`] when a read fails.
-    pub async fn until(&mut self, count: usize, deadline: Instant) -> Result<bool, LatencyError> {
-        while self.seen.len() < count {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(false);
-            }
-            self.poll(left.min(Duration::from_millis(200))).await?;
-        }
-        Ok(true)
-    }
-
-    /// The records seen so far, in the order seen.
-    pub fn seen(&self) -> &[Visible] {
-        &self.seen
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::taxi::verify::HOUR_MS;
+    use crate::verify::HOUR_MS;
 
     fn ride(ride_id: u64, is_start: bool, t: i64) -> Ride {
         Ride {

@@ -6,7 +6,7 @@
 //! algorithm may change between its releases, which would silently change a data set that
 //! tests, fixtures and benchmarks name by seed. Every value is drawn with integer arithmetic
 //! (coordinates as whole micro-degrees, divided by 10⁶ only at the end), so no floating-point
-//! rounding differs between machines. `fixtures/taxi/rides-sample.jsonl` pins the output: a
+//! rounding differs between machines. `fixtures/rides-sample.jsonl` (of this crate) pins the output: a
 //! unit test fails if the generator stops reproducing it. Changing the order or number of
 //! draws below changes every data set: do it only on purpose, and regenerate the fixture.
 //!
@@ -35,7 +35,7 @@
 //! order with a heap of bounded size: by the bound above, an event can go out once the newest
 //! event seen is `max_disorder_ms` past it, as no later event can be older.
 
-use super::Ride;
+use crate::Ride;
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
@@ -451,8 +451,8 @@ impl Iterator for ByEventTime {
 
 #[cfg(test)]
 mod tests {
-    use super::super::NYC;
     use super::*;
+    use crate::NYC;
     use std::collections::HashMap;
 
     fn all(config: Config) -> Vec<Ride> {
@@ -698,7 +698,7 @@ mod tests {
             .contains("resolution"));
     }
 
-    /// fixtures/taxi/rides-sample.jsonl is 200 events (100 rides) from seed 1 with the default
+    /// fixtures/rides-sample.jsonl is 200 events (100 rides) from seed 1 with the default
     /// settings. Regenerate it with ONCEFLOW_UPDATE_FIXTURES=1 after a deliberate change.
     #[test]
     fn the_sample_fixture_is_what_seed_1_generates() {
@@ -707,6 +707,6 @@ mod tests {
             .map(|e| e.to_json() + "\n")
             .collect();
         assert_eq!(text.lines().count(), 200);
-        crate::engine::taxi::assert_fixture("rides-sample.jsonl", &text);
+        crate::assert_fixture("rides-sample.jsonl", &text);
     }
 }

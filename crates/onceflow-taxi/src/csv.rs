@@ -20,7 +20,7 @@
 //! Gregorian calendar counted in days from 1970-01-01, integers only, so no time crate is
 //! needed for one fixed format.
 
-use super::Ride;
+use crate::Ride;
 use std::collections::HashMap;
 
 /// How many columns a line has.
@@ -318,8 +318,8 @@ impl<I: Iterator<Item = Ride>> Iterator for Lines<I> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::generate::{self, Config};
     use super::*;
+    use crate::generate::{self, Config};
 
     const START: &str = "7,START,2013-01-01 00:00:00,1970-01-01 00:00:00,-73.86617,40.77109,-73.98219,40.69932,1,2013000185,2013000186";
     const END: &str = "7,END,2013-01-01 00:16:00,2013-01-01 00:00:00,-73.86617,40.77109,-73.98219,40.69932,1,2013000185,2013000186";
@@ -576,8 +576,8 @@ mod tests {
         );
     }
 
-    /// fixtures/taxi/rides-sample.csv is `onceflow taxi generate --format csv --count 100
-    /// --output fixtures/taxi/rides-sample.csv` (seed 1, the defaults otherwise). Regenerate it
+    /// fixtures/rides-sample.csv is `onceflow taxi generate --format csv --count 100 --output
+    /// crates/onceflow-taxi/fixtures/rides-sample.csv` (seed 1, the defaults otherwise). Regenerate it
     /// with ONCEFLOW_UPDATE_FIXTURES=1 after a deliberate change.
     #[test]
     fn the_csv_sample_fixture_is_what_seed_1_generates_in_event_time_order() {
@@ -588,7 +588,7 @@ mod tests {
         let sorted = generate::rides_by_event_time(config, 1000).unwrap();
         let text: String = lines(sorted).map(|l| l + "\n").collect();
         assert_eq!(text.lines().count(), 200);
-        crate::engine::taxi::assert_fixture("rides-sample.csv", &text);
+        crate::assert_fixture("rides-sample.csv", &text);
         let mut previous = i64::MIN;
         for line in text.lines() {
             let r = parse_line(line).unwrap();

@@ -30,7 +30,7 @@
 //! (a job that parses and re-prints a coordinate may differ in the last bit), and a field
 //! added or dropped is a difference.
 
-use super::{Ride, NYC};
+use crate::{Ride, NYC};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -661,7 +661,7 @@ pub fn compare_located(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::taxi::generate::{self, Config};
+    use crate::generate::{self, Config};
 
     fn ride(ride_id: u64, driver: u64, is_start: bool, inside: bool, t: i64, p: u32) -> Ride {
         Ride {

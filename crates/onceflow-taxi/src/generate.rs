@@ -50,6 +50,14 @@ const FIRST_TAXI_ID: u64 = 1_000_000_000;
 
 /// What to generate.
 #[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// ```
+/// use onceflow_taxi::generate::{rides, Config};
+/// let config = Config { seed: 7, rides: 100, drivers: 10, ..Config::default() };
+/// let drivers: std::collections::BTreeSet<u64> = rides(config)?.map(|r| r.driver_id).collect();
+/// assert!(drivers.len() <= 10);
+/// # Ok::<(), onceflow_taxi::generate::GenerateError>(())
+/// ```
 pub struct Config {
     /// The PRNG seed: same seed (and other settings), same events.
     pub seed: u64,
@@ -101,6 +109,13 @@ impl Config {
     ///
     /// # Errors
     /// [`GenerateError::Setting`] naming the setting out of range.
+    ///
+    /// ```
+    /// use onceflow_taxi::generate::Config;
+    /// assert!(Config::default().check().is_ok());
+    /// let e = Config { drivers: 0, ..Config::default() }.check().unwrap_err();
+    /// assert_eq!(e.to_string(), "the number of drivers must be at least 1");
+    /// ```
     pub fn check(&self) -> Result<(), GenerateError> {
         let bad = |s: String| Err(GenerateError::Setting(s));
         if self.rides_per_second == 0 {
@@ -141,17 +156,36 @@ impl Config {
 /// SplitMix64 (Steele, Lea, Flood 2014; Vigna's public-domain reference): a tiny PRNG whose
 /// output is fixed by its definition, so data sets stay the same across versions.
 #[derive(Debug, Clone)]
+///
+/// ```
+/// use onceflow_taxi::generate::SplitMix64;
+/// let mut a = SplitMix64::new(1234567);
+/// assert_eq!(a.next_u64(), 6457827717110365317); // the published reference output
+/// assert!(a.below(6) < 6);
+/// ```
 pub struct SplitMix64 {
     state: u64,
 }
 
 impl SplitMix64 {
     /// A generator seeded with `seed`.
+    ///
+    /// ```
+    /// use onceflow_taxi::generate::SplitMix64;
+    /// let (mut a, mut b) = (SplitMix64::new(1), SplitMix64::new(1));
+    /// assert_eq!(a.next_u64(), b.next_u64());
+    /// ```
     pub fn new(seed: u64) -> Self {
         SplitMix64 { state: seed }
     }
 
     /// The next 64 random bits.
+    ///
+    /// ```
+    /// use onceflow_taxi::generate::SplitMix64;
+    /// let mut r = SplitMix64::new(1234567);
+    /// assert_eq!([r.next_u64(), r.next_u64()], [6457827717110365317, 3203168211198807973]);
+    /// ```
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.state;
@@ -162,6 +196,13 @@ impl SplitMix64 {
 
     /// A number in `0..n` (0 when `n` is 0), by multiply-high: the bias is below n/2⁶⁴,
     /// irrelevant here, and there is no rejection loop whose draw count could vary.
+    ///
+    /// ```
+    /// use onceflow_taxi::generate::SplitMix64;
+    /// let mut r = SplitMix64::new(1);
+    /// assert!((0..1000).all(|_| r.below(10) < 10));
+    /// assert_eq!(r.below(0), 0);
+    /// ```
     pub fn below(&mut self, n: u64) -> u64 {
         ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
     }
@@ -218,6 +259,16 @@ pub struct Rides {
 ///
 /// # Errors
 /// [`GenerateError::Setting`] when [`Config::check`] refuses the settings.
+///
+/// ```
+/// use onceflow_taxi::generate::{rides, Config};
+/// let config = Config { rides: 50, ..Config::default() };
+/// let events: Vec<_> = rides(config.clone())?.collect();
+/// assert_eq!(events.len(), 100);
+/// assert_eq!(events, rides(config)?.collect::<Vec<_>>()); // deterministic
+/// assert!(rides(Config { rides_per_second: 0, ..Config::default() }).is_err());
+/// # Ok::<(), onceflow_taxi::generate::GenerateError>(())
+/// ```
 pub fn rides(config: Config) -> Result<Rides, GenerateError> {
     config.check()?;
     Ok(Rides {
@@ -347,6 +398,15 @@ impl Iterator for Rides {
 /// # Errors
 /// [`GenerateError::Setting`] when [`Config::check`] refuses the settings or `resolution_ms`
 /// is below 1.
+///
+/// ```
+/// use onceflow_taxi::generate::{rides_by_event_time, Config};
+/// let config = Config { rides: 50, ..Config::default() };
+/// let events: Vec<_> = rides_by_event_time(config, 1000)?.collect();
+/// assert!(events.windows(2).all(|w| w[0].event_time <= w[1].event_time));
+/// assert!(events.iter().all(|r| r.event_time % 1000 == 0));
+/// # Ok::<(), onceflow_taxi::generate::GenerateError>(())
+/// ```
 pub fn rides_by_event_time(
     config: Config,
     resolution_ms: i64,

@@ -62,6 +62,22 @@ impl History {
 /// The causes of a job's output records, built from its input (each partition in offset
 /// order; partitions may interleave).
 #[derive(Debug)]
+///
+/// ```
+/// use onceflow_taxi::latency::{Appended, Causes, Summary, Visible};
+/// use onceflow_taxi::verify::{Job, TopicRecord};
+/// let ride = onceflow_taxi::generate::rides(Default::default())?.next().expect("an event");
+/// let record = TopicRecord { partition: 0, offset: 0, value: Some(ride.to_json().into_bytes()) };
+/// let mut causes = Causes::new(Job::Copy, 60_000);
+/// causes.push(&Appended { record: record.clone(), timestamp: 1_000 })?;
+/// assert_eq!(causes.cause(ride.to_json().as_bytes()), Some(1_000));
+/// let seen = [Visible { record, visible_at: 1_250 }];
+/// assert_eq!(
+///     Summary::of(&causes, &seen).to_string(),
+///     "latency: 1 results, p50 250 ms, p99 250 ms, max 250 ms"
+/// );
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Causes {
     job: Job,
     out_of_orderness_ms: i64,
@@ -74,6 +90,13 @@ pub struct Causes {
 impl Causes {
     /// Causes for `job`, whose watermark trails the newest event time by
     /// `out_of_orderness_ms`.
+    ///
+    /// ```
+    /// use onceflow_taxi::latency::Causes;
+    /// use onceflow_taxi::verify::Job;
+    /// let causes = Causes::new(Job::PerDriverHourly, 60_000);
+    /// assert_eq!(causes.cause(b"not a window"), None);
+    /// ```
     pub fn new(job: Job, out_of_orderness_ms: i64) -> Self {
         Causes {
             job,
@@ -87,6 +110,15 @@ impl Causes {
     ///
     /// # Errors
     /// [`VerifyError::Input`] when the value is missing or not a ride event's JSON.
+    ///
+    /// ```
+    /// use onceflow_taxi::latency::{Appended, Causes};
+    /// use onceflow_taxi::verify::{Job, TopicRecord};
+    /// let mut causes = Causes::new(Job::Cleansing, 60_000);
+    /// let record = TopicRecord { partition: 3, offset: 4, value: Some(b"{}".to_vec()) };
+    /// let e = causes.push(&Appended { record, timestamp: 0 }).unwrap_err();
+    /// assert!(e.to_string().starts_with("input partition 3 offset 4 is not a ride event"));
+    /// ```
     pub fn push(&mut self, input: &Appended) -> Result<(), VerifyError> {
         let r = &input.record;
         let bad = |reason: String| VerifyError::Input {
@@ -120,6 +152,19 @@ impl Causes {
 
     /// The append time of the input record that caused the output `value`; `None` when the
     /// value is not the job's output or nothing in the input explains it.
+    ///
+    /// ```
+    /// use onceflow_taxi::latency::{Appended, Causes};
+    /// use onceflow_taxi::verify::{Job, TopicRecord};
+    /// let ride = onceflow_taxi::generate::rides(Default::default())?.next().expect("an event");
+    /// let mut causes = Causes::new(Job::Cleansing, 60_000);
+    /// let value = Some(ride.to_json().into_bytes());
+    /// let record = TopicRecord { partition: 0, offset: 0, value };
+    /// causes.push(&Appended { record, timestamp: 5 })?;
+    /// assert_eq!(causes.cause(ride.to_json().as_bytes()), Some(5));
+    /// assert_eq!(causes.cause(b"{}"), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn cause(&self, value: &[u8]) -> Option<i64> {
         match self.job {
             Job::Cleansing | Job::Copy => {
@@ -156,6 +201,18 @@ pub struct Summary {
 
 impl Summary {
     /// The latencies of `outputs` given their `causes`.
+    ///
+    /// ```
+    /// use onceflow_taxi::latency::{Causes, Summary, Visible};
+    /// use onceflow_taxi::verify::{Job, TopicRecord};
+    /// let causes = Causes::new(Job::Cleansing, 60_000);
+    /// let unexplained = Visible {
+    ///     record: TopicRecord { partition: 0, offset: 0, value: Some(b"{}".to_vec()) },
+    ///     visible_at: 0,
+    /// };
+    /// let summary = Summary::of(&causes, &[unexplained]);
+    /// assert_eq!((summary.results, summary.unexplained, summary.p50), (0, 1, None));
+    /// ```
     pub fn of(causes: &Causes, outputs: &[Visible]) -> Summary {
         let mut unexplained = 0;
         let mut ms: Vec<i64> = Vec::with_capacity(outputs.len());
@@ -198,6 +255,13 @@ impl fmt::Display for Summary {
 
 /// The nearest-rank percentile of `sorted` (ascending): the smallest value with at least `p`
 /// percent of the values at or below it. `None` when empty.
+///
+/// ```
+/// use onceflow_taxi::latency::percentile;
+/// assert_eq!(percentile(&[10, 20, 30, 40], 50), Some(20));
+/// assert_eq!(percentile(&[10, 20, 30, 40], 99), Some(40));
+/// assert_eq!(percentile(&[], 50), None);
+/// ```
 pub fn percentile(sorted: &[i64], p: u32) -> Option<i64> {
     if sorted.is_empty() {
         return None;
@@ -207,6 +271,11 @@ pub fn percentile(sorted: &[i64], p: u32) -> Option<i64> {
 }
 
 /// Wall-clock now, ms since the epoch (the clock record timestamps use).
+///
+/// ```
+/// let now = onceflow_taxi::latency::now_ms();
+/// assert!(now > 1_700_000_000_000); // after November 2023
+/// ```
 pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -1,7 +1,7 @@
 //! `onceflow demo`: exactly-once, shown to a newcomer in a couple of minutes against a local
 //! broker.
 //!
-//! 1. Fresh input and output topics; rides from the library's generator are produced at a
+//! 1. Fresh input and output topics; rides from `onceflow-taxi`'s generator are produced at a
 //!    steady rate (`feed`) while the job runs, so latency means something.
 //! 2. The shipped per-driver-hourly job (`job`: embedded, its names and state dir rewritten
 //!    into a temp dir, a short checkpoint interval) runs exactly-once as a child process
@@ -10,7 +10,7 @@
 //!    feed sends the record that closes the k-th hour, when that hour's results may sit in
 //!    the job's open transaction; a read_uncommitted tail beside the committed one lets each
 //!    kill line say how many results it caught there.
-//! 3. Once every window the input closes is committed, the library's verifier (the code of
+//! 3. Once every window the input closes is committed, `onceflow-taxi`'s verifier (the code of
 //!    `onceflow taxi verify`) gives the verdict; throughput, end-to-end latency
 //!    (`onceflow_taxi::latency`) and the kill count follow. Exit 0 only on a verdict OK.
 //!

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# What a crate that depends on onceflow builds: packages onceflow, the taxi workload crate its
-# binary depends on (crates/onceflow-taxi, an optional dependency: the lock file names it all
-# the same) and its kafka-protocol fork (vendor/kafka-protocol) with `cargo package`, unpacks
-# the .crate files into a scratch project that depends on onceflow as a user would (the
-# packaged crates stand in for crates.io through the scratch project's own [patch.crates-io];
-# nothing of this repository's manifests applies there), and runs scripts/downstream/guard.rs in
-# it: a 10-byte response declaring 2^31-1 elements must be a decode error. With the guard only
-# in a [patch] of onceflow's own workspace, the packaged onceflow named the unguarded
-# kafka-protocol of crates.io and this test aborted.
+# What a crate that depends on onceflow builds: packages onceflow and its kafka-protocol fork
+# (vendor/kafka-protocol) with `cargo package`, unpacks the .crate files into a scratch
+# project that depends on onceflow as a user would (the packaged crates stand in for crates.io
+# through the scratch project's own [patch.crates-io]; nothing of this repository's manifests
+# applies there), and runs scripts/downstream/guard.rs in it: a 10-byte response declaring
+# 2^31-1 elements must be a decode error. With the guard only in a [patch] of onceflow's own
+# workspace, the packaged onceflow named the unguarded kafka-protocol of crates.io and this test
+# aborted.
+#
+# onceflow's binary depends on the taxi workload crate (crates/onceflow-taxi, not on crates.io):
+# packaging onceflow resolves it (its packaged lock file names every optional dependency), so
+# it is packaged in the same run. The scratch project builds the client alone and never
+# resolves that optional dependency, so it needs no patch for it.
 #
 #   scripts/check-downstream.sh        # the scratch project is target/downstream
 set -euo pipefail
@@ -23,7 +27,7 @@ fork=$(sed -n '/^\[package\]/,/^\[/s/^name = "\(.*\)"/\1/p' vendor/kafka-protoco
 # manifest keeps its registry name).
 config=()
 [ "$fork" = kafka-protocol ] || config=(--config "patch.crates-io.$fork.path=\"$root/vendor/kafka-protocol\"")
-# onceflow-taxi is not on crates.io either: packaged in the same run, it stands in for it.
+# onceflow-taxi, packaged in the same run, stands in for crates.io's (see the top).
 cargo package --quiet --no-verify --allow-dirty -p onceflow -p onceflow-taxi \
   --target-dir "$work/pkg" "${config[@]}"
 cargo package --quiet --no-verify --allow-dirty --manifest-path vendor/kafka-protocol/Cargo.toml \
@@ -39,9 +43,7 @@ version=${onceflow_dir#onceflow-}
 kp=$(sed -n '/^\[dependencies.kafka-protocol\]/,/^\[/p' "$work/crates/$onceflow_dir/Cargo.toml" |
   sed -n 's/^package = "\(.*\)"/\1/p')
 echo "check-downstream: onceflow $version depends on ${kp:-kafka-protocol of crates.io (upstream)}"
-taxi_dir=$(cd "$work/crates" && ls -d onceflow-taxi-[0-9]*)
 patch="onceflow = { path = \"$work/crates/$onceflow_dir\" }"$'\n'
-patch+="onceflow-taxi = { path = \"$work/crates/$taxi_dir\" }"$'\n'
 if [ -n "$kp" ]; then
   dir=$(cd "$work/crates" && ls -d "$kp"-[0-9]*)
   patch+="$kp = { path = \"$work/crates/$dir\" }"$'\n'
@@ -57,8 +59,7 @@ publish = false
 [dependencies]
 onceflow = { version = "=$version", default-features = false, features = ["client"] }
 
-# The packaged crates in place of crates.io's (onceflow, its taxi crate and its fork are not
-# published from here).
+# The packaged crates in place of crates.io's (onceflow's fork is not published from here).
 [patch.crates-io]
 $patch
 [workspace]

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+/// `--job`: the shipped job whose output is checked (or timed).
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum JobName {
     /// Rides that start and end in the NYC box, events unchanged.
@@ -284,7 +285,7 @@ async fn exclude_late(
 }
 
 /// The verifier's view of a consumed record.
-pub fn topic_record(r: &ConsumerRecord) -> TopicRecord {
+fn topic_record(r: &ConsumerRecord) -> TopicRecord {
     TopicRecord {
         partition: r.partition,
         offset: r.offset,
@@ -298,7 +299,7 @@ pub fn topic_record(r: &ConsumerRecord) -> TopicRecord {
 ///
 /// Records appended after that end are left out, so the read is one snapshot even while a
 /// job still writes.
-pub async fn read_committed(
+async fn read_committed(
     conn: &Conn,
     admin: &Admin,
     topic: &str,

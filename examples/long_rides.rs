@@ -24,7 +24,7 @@ use onceflow::engine::dataflow::{
     KeyedProcessFunction, ListStateDescriptor, ValueStateDescriptor,
 };
 use onceflow::engine::state::RestoreFrom;
-use onceflow::engine::taxi::Ride;
+use onceflow_taxi::Ride;
 use serde::{Deserialize, Serialize};
 
 /// Two hours, ms: a ride longer than that is alerted.

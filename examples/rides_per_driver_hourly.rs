@@ -25,8 +25,8 @@ use onceflow::engine::dataflow::{
     Window,
 };
 use onceflow::engine::state::RestoreFrom;
-use onceflow::engine::taxi::verify::WindowCount;
-use onceflow::engine::taxi::Ride;
+use onceflow_taxi::verify::WindowCount;
+use onceflow_taxi::Ride;
 
 /// The command line.
 #[derive(Debug, Clone, Parser)]

@@ -9,9 +9,9 @@ use crate::support::cli::{onceflow_async, shown, stderr, stdout};
 use crate::support::*;
 use bytes::Bytes;
 use onceflow::client::{Producer, ProducerRecord};
-use onceflow::engine::taxi::generate::{self, Config};
-use onceflow::engine::taxi::latency::now_ms;
-use onceflow::engine::taxi::NYC;
+use onceflow_taxi::generate::{self, Config};
+use onceflow_taxi::latency::now_ms;
+use onceflow_taxi::NYC;
 use std::process::Output;
 
 const API_TIMEOUT: &str = "default.api.timeout.ms=60000";
@@ -110,7 +110,7 @@ async fn the_demo_without_a_broker_names_the_command_that_starts_one() {
 }
 
 /// Produces `rides` generated rides to `topic` (keyed by driver); returns the events.
-async fn produce_rides(topic: &str, rides: u64) -> Vec<onceflow::engine::taxi::Ride> {
+async fn produce_rides(topic: &str, rides: u64) -> Vec<onceflow_taxi::Ride> {
     let events: Vec<_> = generate::rides(Config {
         rides,
         ..Config::default()

@@ -21,7 +21,7 @@
 //! the test requires); `scripts/long-scenarios` runs the long form (25, or what it is given).
 //! Each run prints one summary line to stderr: kills by kind, rides, seed, elapsed.
 //!
-//! The rides: the `onceflow taxi generate` generator (the library iterator, same data as
+//! The rides: the `onceflow taxi generate` generator (`onceflow_taxi`'s iterator, same data as
 //! `taxi generate --rate 1 --seed S`), produced by the test while the kills go on: each run is
 //! granted a little over an hour of event time, so it sees about one window firing (job (b)
 //! writes, and so commits, only then) and the backlog stays bounded however slow the machine
@@ -40,7 +40,7 @@ use crate::support::*;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use onceflow::client::{Admin, DeliveryFuture, IsolationLevel, Offset, Producer, ProducerRecord};
-use onceflow::engine::taxi::generate::{self, Config};
+use onceflow_taxi::generate::{self, Config};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;

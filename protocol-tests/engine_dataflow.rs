@@ -21,7 +21,7 @@ use onceflow::engine::dataflow::{
 use onceflow::engine::metrics::Metrics;
 use onceflow::engine::runtime::{RunSummary, RuntimeError};
 use onceflow::engine::state::RestoreFrom;
-use onceflow::engine::taxi::Ride;
+use onceflow_taxi::Ride;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

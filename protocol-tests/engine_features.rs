@@ -9,7 +9,7 @@ use crate::support::cli::shown;
 use crate::support::*;
 use bytes::Bytes;
 use onceflow::client::ProducerRecord;
-use onceflow::engine::taxi::Ride;
+use onceflow_taxi::Ride;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output};
 use std::time::Instant;

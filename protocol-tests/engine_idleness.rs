@@ -19,7 +19,7 @@ use crate::support::cli::stdout;
 use crate::support::*;
 use bytes::Bytes;
 use onceflow::client::ProducerRecord;
-use onceflow::engine::taxi::Ride;
+use onceflow_taxi::Ride;
 use std::path::Path;
 use std::process::Child;
 use std::time::{Duration, Instant};

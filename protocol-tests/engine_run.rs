@@ -14,6 +14,7 @@ use onceflow::client::{Cluster, Consumer, Offset, ProducerRecord};
 use onceflow::engine::job::Job;
 use onceflow::engine::runtime::{run, RunConfig};
 use onceflow::engine::sink::{Delivery, KafkaSink, SinkConfig, Written};
+use onceflow::engine::source::LineFormats;
 use onceflow::engine::state::{
     CheckpointRecord, Layout, RestoreFrom, StateError, StateStore, StoreOptions,
 };
@@ -401,6 +402,7 @@ async fn the_runtime_persists_the_resolutions_before_the_sinks_pool_init() {
         consumer: consumer_config(&proxy.addr, &[]),
         restore: RestoreFrom::Latest,
         state_dir: state_dir.clone(),
+        formats: LineFormats::new(),
     };
     let (_stop_tx, stop) = tokio::sync::watch::channel(false);
     let held = async {

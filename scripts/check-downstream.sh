@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # What a crate that depends on onceflow builds: packages onceflow and its kafka-protocol fork
-# (vendor/kafka-protocol) with `cargo package`, unpacks both .crate files into a scratch
+# (vendor/kafka-protocol) with `cargo package`, unpacks the .crate files into a scratch
 # project that depends on onceflow as a user would (the packaged crates stand in for crates.io
 # through the scratch project's own [patch.crates-io]; nothing of this repository's manifests
 # applies there), and runs scripts/downstream/guard.rs in it: a 10-byte response declaring
 # 2^31-1 elements must be a decode error. With the guard only in a [patch] of onceflow's own
 # workspace, the packaged onceflow named the unguarded kafka-protocol of crates.io and this test
 # aborted.
+#
+# onceflow's binary depends on the taxi workload crate (crates/onceflow-taxi, not on crates.io):
+# packaging onceflow resolves it (its packaged lock file names every optional dependency), so
+# it is packaged in the same run. The scratch project builds the client alone and never
+# resolves that optional dependency, so it needs no patch for it.
 #
 #   scripts/check-downstream.sh        # the scratch project is target/downstream
 set -euo pipefail
@@ -22,7 +27,9 @@ fork=$(sed -n '/^\[package\]/,/^\[/s/^name = "\(.*\)"/\1/p' vendor/kafka-protoco
 # manifest keeps its registry name).
 config=()
 [ "$fork" = kafka-protocol ] || config=(--config "patch.crates-io.$fork.path=\"$root/vendor/kafka-protocol\"")
-cargo package --quiet --no-verify --allow-dirty -p onceflow --target-dir "$work/pkg" "${config[@]}"
+# onceflow-taxi, packaged in the same run, stands in for crates.io's (see the top).
+cargo package --quiet --no-verify --allow-dirty -p onceflow -p onceflow-taxi \
+  --target-dir "$work/pkg" "${config[@]}"
 cargo package --quiet --no-verify --allow-dirty --manifest-path vendor/kafka-protocol/Cargo.toml \
   --target-dir "$work/pkg"
 for c in "$work"/pkg/package/*.crate; do

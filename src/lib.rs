@@ -11,11 +11,14 @@
 //!   [`client::producer`], [`client::consumer`] (manual assignment and the fetcher),
 //!   [`client::group`] (consumer groups), [`client::admin`]; [`client::error`] decides what every
 //!   broker error means ([`client::classify`]). Its own module list says more.
-//! - `engine` (feature `engine`, on by default): checkpointed Kafka-to-Kafka jobs on top of
-//!   [`client`] alone: the checkpoint coordinator, state on fjall, job files, the exactly-once
-//!   sink, the taxi rides workload.
-//! - The `onceflow` binary (`src/cli/`, not part of the library): produce, consume, topics and
-//!   transaction commands, built on [`client`] alone.
+//! - `engine` (feature `engine`, on by default): checkpointed jobs on top of [`client`] alone,
+//!   Kafka to Kafka (or a file at one end): the checkpoint coordinator, state on fjall, job
+//!   files and typed jobs, the file source and its registry of line formats, the exactly-once
+//!   sinks.
+//! - The `onceflow` binary (`src/cli/`, not part of the library): produce, consume, topics,
+//!   groups and transaction commands built on [`client`] alone; `run` (a job file, on the
+//!   engine); the taxi rides workload's commands and the demo (`src/cli/taxi/`, over the
+//!   `onceflow-taxi` crate of `crates/onceflow-taxi`, which the library does not use).
 //!
 //! # Where exactly-once lives
 //!
@@ -36,7 +39,8 @@
 //!   for a service that only produces and consumes (no fjall, TOML or clap in the dependency
 //!   tree).
 //! - `engine`: adds the `engine` module.
-//! - `cli` (default): adds the `onceflow` binary (and the engine).
+//! - `cli` (default): adds the `onceflow` binary (and the engine; the binary alone uses the
+//!   `onceflow-taxi` crate).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

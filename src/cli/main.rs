@@ -9,9 +9,7 @@
 //! `error::CliError`: usage errors it finds itself, client errors passed through.
 
 mod consume;
-mod demo;
 mod error;
-mod feed;
 mod groups;
 mod produce;
 mod progress;
@@ -49,7 +47,7 @@ enum Command {
     Groups(groups::Args),
     /// Run the demo against a local broker: the per-driver-hourly job, SIGKILLed and restarted
     /// while rides stream in, writes every result exactly once (verdict, throughput, latency).
-    Demo(demo::Args),
+    Demo(taxi::demo::Args),
     /// Run a job file (source → operators → sink, exactly once) until SIGINT/SIGTERM.
     Run(run::Args),
     /// The NYC taxi rides workload: generate ride events, verify a job's output.
@@ -82,7 +80,7 @@ fn main() -> ExitCode {
             Command::Topics(a) => topics::run(a).await,
             Command::Txn(a) => txn::run(a).await,
             Command::Groups(a) => groups::run(a).await,
-            Command::Demo(a) => demo::run(a).await,
+            Command::Demo(a) => taxi::demo::run(a).await,
             Command::Taxi(a) => taxi::run(a).await,
             Command::Run(a) => run::run(a).await,
         }

@@ -81,6 +81,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         consumer: conn.consumer(&for_consumer)?,
         restore,
         job,
+        formats: super::taxi::line_formats(),
     };
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {

@@ -9,11 +9,14 @@
 //!   window aggregates), checked with errors naming the line and the field.
 //! - [`dataflow`]: typed jobs, a Rust builder in Flink's DataStream vocabulary, run by the
 //!   same runtime.
+//! - [`source`]: the checkpointed file source (a file, or a directory of files, of events one a
+//!   line), the [`LineFormat`](source::LineFormat) that makes a line a record, and the
+//!   registry of named formats a job file chooses from ([`LineFormats`](source::LineFormats)).
 //! - [`sink`]: the exactly-once Kafka sink: a transaction per checkpoint from a pool of
-//!   transactional ids, committed once the checkpoint is durable; the recovery order.
+//!   transactional ids, committed once the checkpoint is durable; the recovery order. The
+//!   file sink: part files made final when their checkpoint is durable.
 //! - [`runtime`]: `onceflow run`: one task drives source → operators → sink with the
 //!   coordinator's checkpoints, exactly once.
-//! - [`taxi`]: the NYC taxi rides workload: a deterministic generator and the verifier.
 //! - [`metrics`]: the job's metrics (checkpoints, transactions, records, lag), their
 //!   Prometheus text format and the `/metrics` listener.
 
@@ -25,5 +28,4 @@ pub mod runtime;
 pub mod sink;
 pub mod source;
 pub mod state;
-pub mod taxi;
 pub mod time;

@@ -30,6 +30,7 @@ const SETTERS: &[(&str, &str)] = &[
     ("source.partition.discovery.ms", "partition_discovery"),
     ("source.type", "file_source"),
     ("source.path", "file_source"),
+    ("source.format", "file_source"),
     ("source.serving_speed_factor", "serving_speed_factor"),
     ("source.max_delay_s", "max_delay"),
     ("sink.topic", "KafkaSink"),

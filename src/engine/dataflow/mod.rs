@@ -6,7 +6,15 @@
 //! use onceflow::engine::dataflow::{
 //!     AggregateFunction, Json, JobBuilder, KafkaSink, TumblingEventTimeWindows, Window,
 //! };
-//! use onceflow::engine::taxi::Ride;
+//! use serde::Deserialize;
+//!
+//! /// A ride event, as JSON in the topic.
+//! #[derive(Deserialize)]
+//! struct Ride {
+//!     driver_id: u64,
+//!     is_start: bool,
+//!     event_time: i64,
+//! }
 //!
 //! struct CountRides;
 //! impl AggregateFunction<Ride, u64, u64> for CountRides {
@@ -86,6 +94,7 @@ use crate::client::{ClientConfig, ConsumerConfig, ProducerConfig};
 use crate::engine::job::Job;
 use crate::engine::metrics::Metrics;
 use crate::engine::runtime::{self, RunConfig, RunSummary, RuntimeError};
+use crate::engine::source::LineFormats;
 use crate::engine::state::RestoreFrom;
 
 /// What a user function returns when it fails: any error; the job stops with
@@ -123,6 +132,8 @@ pub enum BuildError {
 pub struct Dataflow {
     job: Job,
     topology: Arc<topology::TypedTopology>,
+    /// A file source's line format.
+    formats: LineFormats,
 }
 
 /// How to run a [`Dataflow`]: the clients' settings, where to restore from, the state directory.
@@ -207,6 +218,7 @@ impl Dataflow {
             consumer: options.consumer,
             restore: options.restore,
             state_dir,
+            formats: self.formats,
         };
         runtime::run_topology(config, self.topology, stop, metrics).await
     }

@@ -20,6 +20,7 @@ use super::{BuildError, Dataflow};
 use crate::engine::metrics::Metrics;
 use crate::engine::runtime::topology::{Emitted, KeyedStage};
 use crate::engine::runtime::RuntimeError;
+use crate::engine::source::{LineFormat, LineFormats};
 
 /// What the job's streams have said so far: the settings, the operators' kinds (for the
 /// metrics, by index) and what a build must refuse.
@@ -32,6 +33,8 @@ pub(crate) struct Plan {
     uid: Option<String>,
     default_uid: &'static str,
     problems: Vec<String>,
+    /// The file source's line format, under the name its `source.format` gives.
+    formats: LineFormats,
 }
 
 impl Plan {
@@ -64,6 +67,7 @@ impl JobBuilder {
             uid: None,
             default_uid: "keyed",
             problems: Vec::new(),
+            formats: LineFormats::new(),
         };
         SourceStream {
             plan,
@@ -71,35 +75,66 @@ impl JobBuilder {
         }
     }
 
-    /// The job's source: the taxi rides of a file, or of a directory of files read in name
-    /// order (`.gz` decompressed), in the TaxiRide CSV of Flink's training exercises; each
-    /// line reaches `deserializer` as the ride event `onceflow taxi generate` writes (JSON,
-    /// keyed by driver id). The reader's position is in every checkpoint (the job file's
-    /// `[source] type = "file"`; see [`Self::serving_speed_factor`] and
-    /// [`Self::max_delay`]). One reader: with parallelism above 1 the other source subtasks
-    /// read nothing. The job's Kafka sink uses [`Self::brokers`].
+    /// The job's source: the events of a file, or of a directory of files read in name order
+    /// (`.gz` decompressed), one a line, each made a record (key, value, event time) by
+    /// `format` and an element by `deserializer` (as Flink's `FileSource` with a
+    /// `StreamFormat`). The reader's position is in every checkpoint (the job file's
+    /// `[source] type = "file"`; see [`Self::serving_speed_factor`] and [`Self::max_delay`]).
+    /// One reader: with parallelism above 1 the other source subtasks read nothing. The job's
+    /// Kafka sink uses [`Self::brokers`]. The job's `source.format` is the format's type name.
     ///
     /// ```no_run
     /// use onceflow::engine::dataflow::{JobBuilder, Json, KafkaSink};
-    /// use onceflow::engine::taxi::Ride;
-    /// let job = JobBuilder::new("rides-file-to-kafka")
+    /// use onceflow::engine::source::ParsedLine;
+    /// use serde::{Deserialize, Serialize};
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Reading {
+    ///     sensor: u64,
+    ///     time: i64,
+    ///     celsius: f64,
+    /// }
+    ///
+    /// /// `sensor,time,celsius` lines, keyed by sensor.
+    /// fn reading_line(line: &str) -> Result<ParsedLine, String> {
+    ///     let bad = |what: &str| format!("{what} in {line:?}: expected sensor,time,celsius");
+    ///     let mut columns = line.split(',');
+    ///     let mut next = |what: &str| columns.next().ok_or_else(|| bad(what));
+    ///     let reading = Reading {
+    ///         sensor: next("sensor")?.parse().map_err(|_| bad("sensor"))?,
+    ///         time: next("time")?.parse().map_err(|_| bad("time"))?,
+    ///         celsius: next("celsius")?.parse().map_err(|_| bad("celsius"))?,
+    ///     };
+    ///     Ok(ParsedLine {
+    ///         key: Some(reading.sensor.to_string().into_bytes()),
+    ///         value: serde_json::to_vec(&reading).map_err(|e| e.to_string())?,
+    ///         event_time: reading.time,
+    ///     })
+    /// }
+    ///
+    /// let job = JobBuilder::new("readings-file-to-kafka")
     ///     .brokers("localhost:9092")
-    ///     .transactional_id_prefix("rides-file-to-kafka")
+    ///     .transactional_id_prefix("readings-file-to-kafka")
     ///     .max_delay(std::time::Duration::from_secs(60))
-    ///     .file_source("rides.csv.gz", Json::<Ride>::new())
-    ///     .sink(KafkaSink::json("rides"))
+    ///     .file_source("readings.csv.gz", reading_line, Json::<Reading>::new())
+    ///     .sink(KafkaSink::json("readings"))
     ///     .build();
     /// ```
-    pub fn file_source<T: 'static>(
+    pub fn file_source<T: 'static, F: LineFormat + 'static>(
         self,
         path: impl AsRef<std::path::Path>,
+        format: F,
         deserializer: impl Deserializer<T>,
     ) -> SourceStream<T> {
         let path = path.as_ref().to_string_lossy().into_owned();
-        self.set("source.type", toml::Value::String("file".into()))
+        let name = std::any::type_name::<F>();
+        let mut stream = self
+            .set("source.type", toml::Value::String("file".into()))
             .set("source.path", toml::Value::String(path))
-            .set("source.format", toml::Value::String("taxi-csv".into()))
-            .source(Vec::<String>::new(), deserializer)
+            .set("source.format", toml::Value::String(name.into()))
+            .source(Vec::<String>::new(), deserializer);
+        stream.plan.formats.register(name, Arc::new(format));
+        stream
     }
 }
 
@@ -484,6 +519,7 @@ impl JobGraph {
         Ok(Dataflow {
             job,
             topology: Arc::new(topology),
+            formats: plan.formats,
         })
     }
 }

@@ -690,13 +690,43 @@ fn window_assigner_table() {
 #[test]
 fn file_sources_and_file_sinks_build_the_job_files_ends() {
     use crate::engine::job::OutputFormat;
-    use crate::engine::taxi::Ride;
+    use crate::engine::source::{LineFormat, ParsedLine};
+
+    /// A ride event (JSON), the fields these jobs use.
+    #[derive(Serialize, Deserialize)]
+    struct Ride {
+        ride_id: u64,
+        is_start: bool,
+        event_time: i64,
+    }
+
+    /// `ride_id,START|END,event_time`.
+    struct RideLine;
+    impl LineFormat for RideLine {
+        fn parse(&self, line: &str) -> Result<ParsedLine, String> {
+            let c: Vec<&str> = line.split(',').collect();
+            let &[id, kind, time] = c.as_slice() else {
+                return Err(format!("not ride_id,START|END,event_time: {line:?}"));
+            };
+            let ride = Ride {
+                ride_id: id.parse().map_err(|e| format!("{e}"))?,
+                is_start: kind == "START",
+                event_time: time.parse().map_err(|e| format!("{e}"))?,
+            };
+            Ok(ParsedLine {
+                key: Some(id.as_bytes().to_vec()),
+                value: serde_json::to_vec(&ride).map_err(|e| e.to_string())?,
+                event_time: ride.event_time,
+            })
+        }
+    }
+
     let flow = JobBuilder::new("c")
         .brokers("b:1")
         .transactional_id_prefix("c")
         .serving_speed_factor(600.0)
         .max_delay(Duration::from_secs(60))
-        .file_source("rides.csv.gz", Json::<Ride>::new())
+        .file_source("rides.csv.gz", RideLine, Json::<Ride>::new())
         .sink(KafkaSink::json("rides"))
         .build()
         .unwrap();
@@ -705,6 +735,11 @@ fn file_sources_and_file_sinks_build_the_job_files_ends() {
     assert_eq!((file.serving_speed_factor, file.max_delay_s), (600.0, 60));
     assert!(flow.job().source.topics.is_empty());
     assert_eq!(flow.job().sink.topic, "rides");
+    // The job names the format by its type; the dataflow holds it under that name.
+    assert!(file.format.ends_with("RideLine"), "{}", file.format);
+    let format = flow.formats.resolve(&file.format).unwrap();
+    let parsed = format.parse("7,END,1000").unwrap();
+    assert_eq!((parsed.key, parsed.event_time), (Some(b"7".to_vec()), 1000));
 
     let flow = JobBuilder::new("d")
         .brokers("b:1")

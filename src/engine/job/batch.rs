@@ -1,5 +1,5 @@
 //! A job's pipeline run over a finite list of records, in memory: the reference a streaming run
-//! is compared with (the taxi verifier's "expected output").
+//! is compared with (a verifier's "expected output").
 //!
 //! Same operators, same rules, except time: every record counts as on time, and every window
 //! fires at the end. That is what a streaming run produces when no record is late, i.e. when
@@ -172,7 +172,7 @@ mod tests {
 
     fn ride(ride_id: u64, driver: u64, is_start: bool, lon: f64, passengers: u32, t: i64) -> Value {
         json!({
-            "ride_id": ride_id, "driver_id": driver, "taxi_id": 1, "is_start": is_start,
+            "ride_id": ride_id, "driver_id": driver, "is_start": is_start,
             "start_lon": lon, "start_lat": 40.75, "end_lon": -73.95, "end_lat": 40.78,
             "passengers": passengers, "event_time": t
         })

@@ -30,9 +30,8 @@ mod spec;
 pub(crate) mod topology;
 
 pub use spec::{
-    DeliveryGuarantee, FileFormat as FileLineFormat, FileSink as FileSinkSpec,
-    FileSource as FileSourceSpec, Job, Mode, Operator, OutputFormat, Settings, Sink, Source,
-    StartPosition,
+    DeliveryGuarantee, FileSink as FileSinkSpec, FileSource as FileSourceSpec, Job, Mode, Operator,
+    OutputFormat, Settings, Sink, Source, StartPosition,
 };
 
 /// A job file that cannot be used. Every variant is one line for the user.

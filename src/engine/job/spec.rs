@@ -63,29 +63,23 @@ pub struct Source {
     pub start: StartPosition,
 }
 
-/// `[source] type = "file"`: a checkpointed reader of ride files (as Flink's taxi training
-/// source): events emitted up to `max_delay_s` late, at `serving_speed_factor`.
+/// `[source] type = "file"`: a checkpointed reader of files of events, one a line (as the
+/// replaying source of Flink's training exercises): events emitted up to `max_delay_s` late,
+/// at `serving_speed_factor`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FileSource {
     /// `path`: a file, or a directory whose files are read in name order (`.gz` decompressed).
     pub path: PathBuf,
-    /// `format`: how a line becomes a record (`taxi-csv`, the TaxiRide CSV of Flink's
-    /// training exercises).
-    pub format: FileFormat,
+    /// `format`: the name of the line format that makes a line a record, one of those the
+    /// program running the job registers
+    /// ([`LineFormats`](crate::engine::source::LineFormats)); a name not registered stops the
+    /// job at start.
+    pub format: String,
     /// `serving_speed_factor`: event time runs this many times faster than wall time (600 =
     /// ten minutes per second); 0 (the default) = as fast as possible.
     pub serving_speed_factor: f64,
     /// `max_delay_s`: each event is emitted up to this many seconds late (default 0).
     pub max_delay_s: u64,
-}
-
-/// A file's line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum FileFormat {
-    /// The TaxiRide CSV of Flink's training exercises (`nycTaxiRides.gz`); each line becomes
-    /// the ride event `onceflow taxi generate` writes (JSON, keyed by driver id).
-    TaxiCsv,
 }
 
 /// `[sink] type = "file"`: part files made final when the checkpoint that covers them is
@@ -271,7 +265,7 @@ struct RawSource {
     brokers: Option<Spanned<Brokers>>,
     topics: Option<Spanned<Vec<Spanned<String>>>>,
     path: Option<Spanned<String>>,
-    format: Option<Spanned<FileFormat>>,
+    format: Option<Spanned<String>>,
     serving_speed_factor: Option<Spanned<f64>>,
     max_delay_s: Option<Spanned<u64>>,
     group: Option<RawGroup>,
@@ -925,8 +919,8 @@ fn check_source(
     })
 }
 
-/// `[source] type = "file"`: path (required), format (default taxi-csv), the serving speed
-/// and the delay.
+/// `[source] type = "file"`: path and format (both required; whether the format's name is
+/// registered is checked at start, by the runtime), the serving speed and the delay.
 fn check_file_source(
     loc: &Locator<'_>,
     span: &Range<usize>,
@@ -941,6 +935,22 @@ fn check_file_source(
     };
     if path.get_ref().trim().is_empty() {
         return Err(loc.at(&path.span(), Some("source.path"), "the path is empty"));
+    }
+    let Some(format) = raw.format.as_ref() else {
+        return Err(loc.at(
+            span,
+            Some("source.format"),
+            "a file source needs format = \"<name>\": the line format of its files, as the \
+             program that runs the job registers it (an unknown name is refused at start, with \
+             the registered ones listed)",
+        ));
+    };
+    if format.get_ref().trim().is_empty() {
+        return Err(loc.at(
+            &format.span(),
+            Some("source.format"),
+            "the format is empty: name the line format of the files",
+        ));
     }
     let factor = raw
         .serving_speed_factor
@@ -959,10 +969,7 @@ fn check_file_source(
     }
     Ok(FileSource {
         path: PathBuf::from(path.get_ref()),
-        format: raw
-            .format
-            .as_ref()
-            .map_or(FileFormat::TaxiCsv, |f| *f.get_ref()),
+        format: format.get_ref().clone(),
         serving_speed_factor: factor,
         max_delay_s: raw.max_delay_s.as_ref().map_or(0, |d| *d.get_ref()),
     })

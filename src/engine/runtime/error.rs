@@ -19,6 +19,9 @@ pub enum RuntimeError {
     /// The file source could not read its input.
     #[error(transparent)]
     FileSource(#[from] crate::engine::source::FileSourceError),
+    /// The file source's `format` names no format of [`RunConfig::formats`](super::RunConfig::formats).
+    #[error(transparent)]
+    LineFormat(#[from] crate::engine::source::UnknownLineFormat),
     /// The coordinator failed the job.
     #[error(transparent)]
     Checkpoint(#[from] crate::engine::checkpoint::JobFailure),

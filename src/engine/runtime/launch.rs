@@ -24,9 +24,9 @@ use crate::client::{
     Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, Offset, TopicPartition,
 };
 use crate::engine::checkpoint::{Positions, TaskId};
-use crate::engine::job::{FileLineFormat, FileSourceSpec, Job};
+use crate::engine::job::{FileSourceSpec, Job};
 use crate::engine::metrics::Metrics;
-use crate::engine::source::{FileSource, FileSourceConfig, LineFormat, ParsedLine};
+use crate::engine::source::{FileSource, FileSourceConfig, LineFormat};
 use crate::engine::state::OperatorState;
 
 /// Records (and watermarks, barriers) a channel from a source subtask to a keyed subtask
@@ -55,6 +55,8 @@ pub(crate) struct Plan {
     pub from_checkpoint: bool,
     /// The broker connection settings: each source subtask connects on its own.
     pub client: ClientConfig,
+    /// The file source's line format (resolved from the job's `source.format`).
+    pub line_format: Option<Arc<dyn LineFormat>>,
 }
 
 impl Plan {
@@ -206,7 +208,7 @@ async fn source_input(
     match &plan.job.source.file {
         Some(spec) => {
             let reader = match i {
-                0 => Some(file_reader(spec, positions)?),
+                0 => Some(file_reader(spec, plan.line_format.clone(), positions)?),
                 _ => None,
             };
             let mut own = Positions::new();
@@ -294,37 +296,30 @@ fn missing_sink(i: usize) -> RuntimeError {
     RuntimeError::Internal(format!("no sink was started for subtask {i}"))
 }
 
-/// Source subtask 0's reader of the job's files, at the restored position (or the start).
-fn file_reader(spec: &FileSourceSpec, positions: &Positions) -> Result<FileReader, RuntimeError> {
+/// Source subtask 0's reader of the job's files in `format`, at the restored position (or the
+/// start).
+fn file_reader(
+    spec: &FileSourceSpec,
+    format: Option<Arc<dyn LineFormat>>,
+    positions: &Positions,
+) -> Result<FileReader, RuntimeError> {
     let config = FileSourceConfig {
         path: spec.path.clone(),
         serving_speed_factor: spec.serving_speed_factor,
         max_delay: Duration::from_secs(spec.max_delay_s),
         skip_header: true,
     };
-    let format: Arc<dyn LineFormat> = match spec.format {
-        FileLineFormat::TaxiCsv => Arc::new(TaxiCsv),
-    };
+    let format = format.ok_or_else(|| {
+        RuntimeError::Internal(format!(
+            "the line format {:?} of the file source was not resolved before the start",
+            spec.format
+        ))
+    })?;
     let source = FileSource::open(config, format, positions.file.clone())?;
     Ok(FileReader {
         source,
         ended: false,
     })
-}
-
-/// The TaxiRide CSV of Flink's training exercises: each line becomes the ride event of
-/// `onceflow taxi generate` (JSON, keyed by driver id), so the same jobs run on both.
-struct TaxiCsv;
-
-impl LineFormat for TaxiCsv {
-    fn parse(&self, line: &str) -> Result<ParsedLine, String> {
-        let ride = crate::engine::taxi::csv::parse_line(line).map_err(|e| e.to_string())?;
-        Ok(ParsedLine {
-            key: Some(ride.key()),
-            value: ride.to_json().into_bytes(),
-            event_time: ride.event_time,
-        })
-    }
 }
 
 /// A read_committed consumer on `partitions`, each sought to its restored position (else

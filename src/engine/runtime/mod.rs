@@ -65,6 +65,7 @@ use crate::client::{ClientConfig, ConsumerConfig, ProducerConfig};
 use crate::engine::job::topology::JsonTopology;
 use crate::engine::job::Job;
 use crate::engine::metrics::Metrics;
+use crate::engine::source::LineFormats;
 use crate::engine::state::RestoreFrom;
 pub use error::RuntimeError;
 
@@ -132,6 +133,8 @@ pub struct RunConfig {
     pub restore: RestoreFrom,
     /// The state directory (the job's `state.dir` unless overridden).
     pub state_dir: PathBuf,
+    /// The line formats a file source's `format` may name (a job reading Kafka needs none).
+    pub formats: LineFormats,
 }
 
 /// What a run did, when it stopped cleanly.

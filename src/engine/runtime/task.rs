@@ -51,6 +51,12 @@ pub(crate) async fn run(
 ) -> Result<RunSummary, RuntimeError> {
     let job = &config.job;
     check_supported(job)?;
+    // Before anything is opened: a format name the program does not know is a mistake in the
+    // job file.
+    let line_format = match &job.source.file {
+        Some(file) => Some(config.formats.resolve(&file.format)?),
+        None => None,
+    };
     let parallelism = usize::try_from(job.settings.parallelism)
         .unwrap_or(1)
         .max(1);
@@ -101,6 +107,7 @@ pub(crate) async fn run(
         metrics,
         from_checkpoint: record.id > 0 || start_recorded(&record),
         client: config.client.clone(),
+        line_format,
     };
     let mut master = Master::new(settings, plan, store, recovered, record.id);
     master.recover(&record).await?;
@@ -307,4 +314,50 @@ async fn open_store(
         .await
         .map_err(|e| RuntimeError::Internal(format!("the state store's thread: {e}")))?
         .map_err(RuntimeError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{ClientConfig, ConsumerConfig, ProducerConfig};
+    use crate::engine::source::{LineFormats, ParsedLine};
+
+    /// A file source whose `format` the registry does not hold stops the run before anything
+    /// is opened (no state directory, no connection), naming the format and the registered
+    /// ones.
+    #[tokio::test]
+    async fn a_format_not_registered_stops_the_job_at_start_naming_the_registered_ones() {
+        let text = "name = \"j\"\n[source]\ntype = \"file\"\npath = \"in.csv\"\nformat = \"x\"\n\
+                    [sink]\nbrokers = \"127.0.0.1:1\"\ntopic = \"o\"\n\
+                    delivery.guarantee = \"at-least-once\"\n";
+        let job = Job::parse("j.toml", text).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let state_dir = dir.path().join("state");
+        let line = |l: &str| -> Result<ParsedLine, String> {
+            Ok(ParsedLine {
+                key: None,
+                value: l.as_bytes().to_vec(),
+                event_time: 0,
+            })
+        };
+        let config = RunConfig {
+            job,
+            client: ClientConfig::default(),
+            producer: ProducerConfig::default(),
+            consumer: ConsumerConfig::default(),
+            restore: RestoreFrom::Latest,
+            state_dir: state_dir.clone(),
+            formats: LineFormats::new()
+                .with("lines", Arc::new(line))
+                .with("json", Arc::new(line)),
+        };
+        let (_stop_tx, stop) = watch::channel(false);
+        let e = super::super::run(config, stop).await.unwrap_err();
+        assert!(matches!(e, RuntimeError::LineFormat(_)), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "source.format = \"x\": no such line format; registered: json, lines"
+        );
+        assert!(!state_dir.exists());
+    }
 }

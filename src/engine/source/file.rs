@@ -294,7 +294,7 @@ fn is_gzip(name: &str) -> bool {
 ///
 /// A plain file seeks. A gzip stream cannot: it is decompressed from the start and `offset`
 /// bytes are discarded, so restoring deep into a large gzip file costs the time to decompress
-/// that far (hundreds of MB/s; a few seconds for the taxi rides file).
+/// that far (hundreds of MB/s; a few seconds for a file of a few hundred MB).
 ///
 /// # Errors
 /// [`FileSourceError::CheckpointBeyondEnd`], [`FileSourceError::NotLineBoundary`], or
@@ -690,7 +690,7 @@ mod tests {
     }
 
     /// `n` lines 10 ms apart; with `disorder`, some are up to 12 ms early (a file that is
-    /// itself out of order, as the taxi file's END events are).
+    /// itself out of order, as many real files of events are).
     fn lines(n: u64, disorder: bool) -> Vec<String> {
         lines_early_by(n, if disorder { 3 } else { 0 })
     }

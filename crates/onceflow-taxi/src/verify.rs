@@ -30,7 +30,7 @@
 //! (a job that parses and re-prints a coordinate may differ in the last bit), and a field
 //! added or dropped is a difference.
 
-use super::{Ride, NYC};
+use crate::{Ride, NYC};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -56,6 +56,11 @@ pub enum Job {
 
 impl Job {
     /// The job's name on the command line.
+    ///
+    /// ```
+    /// use onceflow_taxi::verify::Job;
+    /// assert_eq!(Job::PerDriverHourly.name(), "per-driver-hourly");
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             Job::Cleansing => "cleansing",
@@ -66,6 +71,12 @@ impl Job {
 
     /// Whether the order of the job's output per driver is checked (not for [`Job::Copy`]:
     /// its file source reorders events by design).
+    ///
+    /// ```
+    /// use onceflow_taxi::verify::Job;
+    /// assert!(Job::Cleansing.checks_order());
+    /// assert!(!Job::Copy.checks_order());
+    /// ```
     pub fn checks_order(self) -> bool {
         self != Job::Copy
     }
@@ -183,6 +194,17 @@ pub struct Expected {
 /// Builds [`Expected`] from the input read record by record (each partition in offset order;
 /// partitions may interleave), keeping only what the expectation needs.
 #[derive(Debug)]
+///
+/// ```
+/// use onceflow_taxi::verify::{ExpectationBuilder, Job, TopicRecord};
+/// let mut builder = ExpectationBuilder::new(Job::Copy, 60_000);
+/// for (offset, ride) in onceflow_taxi::generate::rides(Default::default())?.take(10).enumerate() {
+///     let value = Some(ride.to_json().into_bytes());
+///     builder.push(&TopicRecord { partition: 0, offset: offset as i64, value })?;
+/// }
+/// assert_eq!(builder.finish().records.len(), 10);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct ExpectationBuilder {
     job: Job,
     out_of_orderness_ms: i64,
@@ -199,6 +221,12 @@ pub struct ExpectationBuilder {
 impl ExpectationBuilder {
     /// A builder for `job`, whose watermark trails the newest event time by
     /// `out_of_orderness_ms`.
+    ///
+    /// ```
+    /// use onceflow_taxi::verify::{ExpectationBuilder, Job};
+    /// let expected = ExpectationBuilder::new(Job::Cleansing, 60_000).finish();
+    /// assert!(expected.records.is_empty());
+    /// ```
     pub fn new(job: Job, out_of_orderness_ms: i64) -> Self {
         ExpectationBuilder {
             job,
@@ -214,6 +242,17 @@ impl ExpectationBuilder {
     ///
     /// # Errors
     /// [`VerifyError::Input`] when the value is missing or not a ride event's JSON.
+    ///
+    /// ```
+    /// use onceflow_taxi::verify::{ExpectationBuilder, Job, TopicRecord};
+    /// let mut builder = ExpectationBuilder::new(Job::Cleansing, 60_000);
+    /// let tombstone = TopicRecord { partition: 1, offset: 2, value: None };
+    /// let e = builder.push(&tombstone).unwrap_err();
+    /// assert_eq!(
+    ///     e.to_string(),
+    ///     "input partition 1 offset 2 is not a ride event: it has no value"
+    /// );
+    /// ```
     pub fn push(&mut self, record: &TopicRecord) -> Result<(), VerifyError> {
         let bad = |reason: String| VerifyError::Input {
             partition: record.partition,
@@ -254,6 +293,17 @@ impl ExpectationBuilder {
     /// [`VerifyError::Late`] when it is not a ride END event, when the job has no window, or
     /// when the input holds no such END event for its driver and hour (a late record the job
     /// made up, or one written twice).
+    ///
+    /// ```
+    /// use onceflow_taxi::verify::{ExpectationBuilder, Job, TopicRecord};
+    /// let ride = onceflow_taxi::generate::rides(Default::default())?.next().expect("an event");
+    /// let value = Some(ride.to_json().into_bytes());
+    /// let record = TopicRecord { partition: 0, offset: 0, value };
+    /// let mut builder = ExpectationBuilder::new(Job::Copy, 60_000);
+    /// builder.push(&record)?;
+    /// assert!(builder.exclude_late(&record).is_err()); // a copy has no windows: nothing is late
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn exclude_late(&mut self, record: &TopicRecord) -> Result<(), VerifyError> {
         let bad = |reason: String| VerifyError::Late {
             partition: record.partition,
@@ -288,6 +338,11 @@ impl ExpectationBuilder {
     }
 
     /// The expectation.
+    ///
+    /// ```
+    /// use onceflow_taxi::verify::{ExpectationBuilder, Job};
+    /// assert_eq!(ExpectationBuilder::new(Job::Copy, 0).finish().job, Job::Copy);
+    /// ```
     pub fn finish(mut self) -> Expected {
         let records = match self.job {
             Job::Cleansing | Job::Copy => {
@@ -346,6 +401,22 @@ impl ExpectationBuilder {
 ///
 /// # Errors
 /// [`VerifyError::Input`] for the first input record that is not a ride event.
+///
+/// ```
+/// use onceflow_taxi::verify::{compare, expected, Job, TopicRecord};
+/// let input: Vec<TopicRecord> = onceflow_taxi::generate::rides(Default::default())?
+///     .take(100)
+///     .enumerate()
+///     .map(|(i, r)| {
+///         let value = Some(r.to_json().into_bytes());
+///         TopicRecord { partition: 0, offset: i as i64, value }
+///     })
+///     .collect();
+/// let want = expected(Job::Copy, 60_000, &input)?;
+/// assert_eq!(want.records.len(), 100);
+/// assert!(compare(&want, &input).is_ok()); // a copy job that wrote its input back
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn expected<'a>(
     job: Job,
     out_of_orderness_ms: i64,
@@ -404,6 +475,13 @@ pub struct Comparison {
 
 impl Comparison {
     /// No fault of any kind.
+    ///
+    /// ```
+    /// use onceflow_taxi::verify::{compare, expected, Job};
+    /// let nothing = expected(Job::Cleansing, 0, &[])?;
+    /// assert!(compare(&nothing, &[]).is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn is_ok(&self) -> bool {
         self.missing.count == 0
             && self.duplicated.count == 0
@@ -417,6 +495,22 @@ impl Comparison {
     /// ride 4 START); 19731 records read, 19734 expected`. Without the order checked, the OK
     /// line ends `order not checked (the file source reorders events by design)` and the
     /// FAILED line `; order not checked`.
+    ///
+    /// ```
+    /// use onceflow_taxi::verify::{compare, expected, Job, TopicRecord};
+    /// let input: Vec<TopicRecord> = onceflow_taxi::generate::rides(Default::default())?
+    ///     .take(4)
+    ///     .enumerate()
+    ///     .map(|(i, r)| {
+    ///         let value = Some(r.to_json().into_bytes());
+    ///         TopicRecord { partition: 0, offset: i as i64, value }
+    ///     })
+    ///     .collect();
+    /// let want = expected(Job::Copy, 60_000, &input)?;
+    /// let verdict = compare(&want, &input[1..]).verdict();
+    /// assert!(verdict.starts_with("verify: FAILED — 1 missing"), "{verdict}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn verdict(&self) -> String {
         if self.is_ok() {
             let order = if self.order_not_checked {
@@ -545,6 +639,14 @@ fn differences(expected: &Value, actual: &Value) -> Vec<String> {
 
 /// Compares the job's output (`actual`, in any order: it is sorted by partition and offset)
 /// with `expected`; the verdict names an output record by its partition and offset.
+///
+/// ```
+/// use onceflow_taxi::verify::{compare, expected, Job, TopicRecord};
+/// let want = expected(Job::Cleansing, 0, &[])?;
+/// let stray = TopicRecord { partition: 0, offset: 0, value: Some(b"not json".to_vec()) };
+/// assert_eq!(compare(&want, &[stray]).unexpected.count, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn compare(expected: &Expected, actual: &[TopicRecord]) -> Comparison {
     compare_located(expected, actual, |partition, offset| {
         format!("partition {partition} offset {offset}")
@@ -553,6 +655,15 @@ pub fn compare(expected: &Expected, actual: &[TopicRecord]) -> Comparison {
 
 /// [`compare`], the verdict naming an output record by `locate(partition, offset)` (e.g. a
 /// file and line, for records read from files).
+///
+/// ```
+/// use onceflow_taxi::verify::{compare_located, expected, Job, TopicRecord};
+/// let want = expected(Job::Cleansing, 0, &[])?;
+/// let stray = TopicRecord { partition: 2, offset: 9, value: Some(b"not json".to_vec()) };
+/// let cmp = compare_located(&want, &[stray], |p, o| format!("part-{p}.jsonl line {}", o + 1));
+/// assert!(cmp.verdict().contains("part-2.jsonl line 10"), "{}", cmp.verdict());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn compare_located(
     expected: &Expected,
     actual: &[TopicRecord],
@@ -661,7 +772,7 @@ pub fn compare_located(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::taxi::generate::{self, Config};
+    use crate::generate::{self, Config};
 
     fn ride(ride_id: u64, driver: u64, is_start: bool, inside: bool, t: i64, p: u32) -> Ride {
         Ride {

@@ -6,7 +6,7 @@
 //! algorithm may change between its releases, which would silently change a data set that
 //! tests, fixtures and benchmarks name by seed. Every value is drawn with integer arithmetic
 //! (coordinates as whole micro-degrees, divided by 10⁶ only at the end), so no floating-point
-//! rounding differs between machines. `fixtures/taxi/rides-sample.jsonl` pins the output: a
+//! rounding differs between machines. `fixtures/rides-sample.jsonl` (of this crate) pins the output: a
 //! unit test fails if the generator stops reproducing it. Changing the order or number of
 //! draws below changes every data set: do it only on purpose, and regenerate the fixture.
 //!
@@ -35,7 +35,7 @@
 //! order with a heap of bounded size: by the bound above, an event can go out once the newest
 //! event seen is `max_disorder_ms` past it, as no later event can be older.
 
-use super::Ride;
+use crate::Ride;
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
@@ -50,6 +50,14 @@ const FIRST_TAXI_ID: u64 = 1_000_000_000;
 
 /// What to generate.
 #[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// ```
+/// use onceflow_taxi::generate::{rides, Config};
+/// let config = Config { seed: 7, rides: 100, drivers: 10, ..Config::default() };
+/// let drivers: std::collections::BTreeSet<u64> = rides(config)?.map(|r| r.driver_id).collect();
+/// assert!(drivers.len() <= 10);
+/// # Ok::<(), onceflow_taxi::generate::GenerateError>(())
+/// ```
 pub struct Config {
     /// The PRNG seed: same seed (and other settings), same events.
     pub seed: u64,
@@ -101,6 +109,13 @@ impl Config {
     ///
     /// # Errors
     /// [`GenerateError::Setting`] naming the setting out of range.
+    ///
+    /// ```
+    /// use onceflow_taxi::generate::Config;
+    /// assert!(Config::default().check().is_ok());
+    /// let e = Config { drivers: 0, ..Config::default() }.check().unwrap_err();
+    /// assert_eq!(e.to_string(), "the number of drivers must be at least 1");
+    /// ```
     pub fn check(&self) -> Result<(), GenerateError> {
         let bad = |s: String| Err(GenerateError::Setting(s));
         if self.rides_per_second == 0 {
@@ -141,17 +156,36 @@ impl Config {
 /// SplitMix64 (Steele, Lea, Flood 2014; Vigna's public-domain reference): a tiny PRNG whose
 /// output is fixed by its definition, so data sets stay the same across versions.
 #[derive(Debug, Clone)]
+///
+/// ```
+/// use onceflow_taxi::generate::SplitMix64;
+/// let mut a = SplitMix64::new(1234567);
+/// assert_eq!(a.next_u64(), 6457827717110365317); // the published reference output
+/// assert!(a.below(6) < 6);
+/// ```
 pub struct SplitMix64 {
     state: u64,
 }
 
 impl SplitMix64 {
     /// A generator seeded with `seed`.
+    ///
+    /// ```
+    /// use onceflow_taxi::generate::SplitMix64;
+    /// let (mut a, mut b) = (SplitMix64::new(1), SplitMix64::new(1));
+    /// assert_eq!(a.next_u64(), b.next_u64());
+    /// ```
     pub fn new(seed: u64) -> Self {
         SplitMix64 { state: seed }
     }
 
     /// The next 64 random bits.
+    ///
+    /// ```
+    /// use onceflow_taxi::generate::SplitMix64;
+    /// let mut r = SplitMix64::new(1234567);
+    /// assert_eq!([r.next_u64(), r.next_u64()], [6457827717110365317, 3203168211198807973]);
+    /// ```
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.state;
@@ -162,6 +196,13 @@ impl SplitMix64 {
 
     /// A number in `0..n` (0 when `n` is 0), by multiply-high: the bias is below n/2⁶⁴,
     /// irrelevant here, and there is no rejection loop whose draw count could vary.
+    ///
+    /// ```
+    /// use onceflow_taxi::generate::SplitMix64;
+    /// let mut r = SplitMix64::new(1);
+    /// assert!((0..1000).all(|_| r.below(10) < 10));
+    /// assert_eq!(r.below(0), 0);
+    /// ```
     pub fn below(&mut self, n: u64) -> u64 {
         ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
     }
@@ -218,6 +259,16 @@ pub struct Rides {
 ///
 /// # Errors
 /// [`GenerateError::Setting`] when [`Config::check`] refuses the settings.
+///
+/// ```
+/// use onceflow_taxi::generate::{rides, Config};
+/// let config = Config { rides: 50, ..Config::default() };
+/// let events: Vec<_> = rides(config.clone())?.collect();
+/// assert_eq!(events.len(), 100);
+/// assert_eq!(events, rides(config)?.collect::<Vec<_>>()); // deterministic
+/// assert!(rides(Config { rides_per_second: 0, ..Config::default() }).is_err());
+/// # Ok::<(), onceflow_taxi::generate::GenerateError>(())
+/// ```
 pub fn rides(config: Config) -> Result<Rides, GenerateError> {
     config.check()?;
     Ok(Rides {
@@ -347,6 +398,15 @@ impl Iterator for Rides {
 /// # Errors
 /// [`GenerateError::Setting`] when [`Config::check`] refuses the settings or `resolution_ms`
 /// is below 1.
+///
+/// ```
+/// use onceflow_taxi::generate::{rides_by_event_time, Config};
+/// let config = Config { rides: 50, ..Config::default() };
+/// let events: Vec<_> = rides_by_event_time(config, 1000)?.collect();
+/// assert!(events.windows(2).all(|w| w[0].event_time <= w[1].event_time));
+/// assert!(events.iter().all(|r| r.event_time % 1000 == 0));
+/// # Ok::<(), onceflow_taxi::generate::GenerateError>(())
+/// ```
 pub fn rides_by_event_time(
     config: Config,
     resolution_ms: i64,
@@ -451,8 +511,8 @@ impl Iterator for ByEventTime {
 
 #[cfg(test)]
 mod tests {
-    use super::super::NYC;
     use super::*;
+    use crate::NYC;
     use std::collections::HashMap;
 
     fn all(config: Config) -> Vec<Ride> {
@@ -698,7 +758,7 @@ mod tests {
             .contains("resolution"));
     }
 
-    /// fixtures/taxi/rides-sample.jsonl is 200 events (100 rides) from seed 1 with the default
+    /// fixtures/rides-sample.jsonl is 200 events (100 rides) from seed 1 with the default
     /// settings. Regenerate it with ONCEFLOW_UPDATE_FIXTURES=1 after a deliberate change.
     #[test]
     fn the_sample_fixture_is_what_seed_1_generates() {
@@ -707,6 +767,6 @@ mod tests {
             .map(|e| e.to_json() + "\n")
             .collect();
         assert_eq!(text.lines().count(), 200);
-        crate::engine::taxi::assert_fixture("rides-sample.jsonl", &text);
+        crate::assert_fixture("rides-sample.jsonl", &text);
     }
 }

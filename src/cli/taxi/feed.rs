@@ -6,7 +6,7 @@ use crate::error::Result;
 use crate::props::Conn;
 use bytes::Bytes;
 use onceflow::client::{DeliveryFuture, Producer, ProducerRecord};
-use onceflow::engine::taxi::Ride;
+use onceflow_taxi::Ride;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 

@@ -14,32 +14,16 @@
 //!   window before reading one of them, and with the job keeping up it reads them in about
 //!   append order; the approximation can only make a latency longer, never hide one.
 //!
-//! The computation is pure ([`Causes`], [`Summary`]); [`Probe`] is the tailing reader that
-//! stamps each output record with the wall-clock time a poll handed it over.
+//! The computation is pure: [`Causes`] from the input's [`Appended`] records, [`Summary`] of
+//! the output's [`Visible`] records. The reader that tails the output topic and stamps each
+//! record with the wall-clock time ([`now_ms`]) a poll handed it over is the `onceflow`
+//! binary's (`onceflow taxi latency`, the demo).
 
-use super::verify::{Job, TopicRecord, VerifyError, WindowCount};
-use super::Ride;
-use crate::client::{Consumer, ConsumerConfig, IsolationLevel, Offset};
+use crate::verify::{Job, TopicRecord, VerifyError, WindowCount};
+use crate::Ride;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// Why the latency could not be measured.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum LatencyError {
-    /// An input record is not a ride event.
-    #[error(transparent)]
-    Input(#[from] VerifyError),
-    /// Reading the output topic failed; the message says what was being done.
-    #[error("{doing}: {source}")]
-    Client {
-        /// What the probe was doing.
-        doing: String,
-        /// The client's error.
-        source: crate::client::Error,
-    },
-}
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// An input record with its append time.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +62,22 @@ impl History {
 /// The causes of a job's output records, built from its input (each partition in offset
 /// order; partitions may interleave).
 #[derive(Debug)]
+///
+/// ```
+/// use onceflow_taxi::latency::{Appended, Causes, Summary, Visible};
+/// use onceflow_taxi::verify::{Job, TopicRecord};
+/// let ride = onceflow_taxi::generate::rides(Default::default())?.next().expect("an event");
+/// let record = TopicRecord { partition: 0, offset: 0, value: Some(ride.to_json().into_bytes()) };
+/// let mut causes = Causes::new(Job::Copy, 60_000);
+/// causes.push(&Appended { record: record.clone(), timestamp: 1_000 })?;
+/// assert_eq!(causes.cause(ride.to_json().as_bytes()), Some(1_000));
+/// let seen = [Visible { record, visible_at: 1_250 }];
+/// assert_eq!(
+///     Summary::of(&causes, &seen).to_string(),
+///     "latency: 1 results, p50 250 ms, p99 250 ms, max 250 ms"
+/// );
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Causes {
     job: Job,
     out_of_orderness_ms: i64,
@@ -90,6 +90,13 @@ pub struct Causes {
 impl Causes {
     /// Causes for `job`, whose watermark trails the newest event time by
     /// `out_of_orderness_ms`.
+    ///
+    /// ```
+    /// use onceflow_taxi::latency::Causes;
+    /// use onceflow_taxi::verify::Job;
+    /// let causes = Causes::new(Job::PerDriverHourly, 60_000);
+    /// assert_eq!(causes.cause(b"not a window"), None);
+    /// ```
     pub fn new(job: Job, out_of_orderness_ms: i64) -> Self {
         Causes {
             job,
@@ -103,6 +110,15 @@ impl Causes {
     ///
     /// # Errors
     /// [`VerifyError::Input`] when the value is missing or not a ride event's JSON.
+    ///
+    /// ```
+    /// use onceflow_taxi::latency::{Appended, Causes};
+    /// use onceflow_taxi::verify::{Job, TopicRecord};
+    /// let mut causes = Causes::new(Job::Cleansing, 60_000);
+    /// let record = TopicRecord { partition: 3, offset: 4, value: Some(b"{}".to_vec()) };
+    /// let e = causes.push(&Appended { record, timestamp: 0 }).unwrap_err();
+    /// assert!(e.to_string().starts_with("input partition 3 offset 4 is not a ride event"));
+    /// ```
     pub fn push(&mut self, input: &Appended) -> Result<(), VerifyError> {
         let r = &input.record;
         let bad = |reason: String| VerifyError::Input {
@@ -136,6 +152,19 @@ impl Causes {
 
     /// The append time of the input record that caused the output `value`; `None` when the
     /// value is not the job's output or nothing in the input explains it.
+    ///
+    /// ```
+    /// use onceflow_taxi::latency::{Appended, Causes};
+    /// use onceflow_taxi::verify::{Job, TopicRecord};
+    /// let ride = onceflow_taxi::generate::rides(Default::default())?.next().expect("an event");
+    /// let mut causes = Causes::new(Job::Cleansing, 60_000);
+    /// let value = Some(ride.to_json().into_bytes());
+    /// let record = TopicRecord { partition: 0, offset: 0, value };
+    /// causes.push(&Appended { record, timestamp: 5 })?;
+    /// assert_eq!(causes.cause(ride.to_json().as_bytes()), Some(5));
+    /// assert_eq!(causes.cause(b"{}"), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn cause(&self, value: &[u8]) -> Option<i64> {
         match self.job {
             Job::Cleansing | Job::Copy => {
@@ -172,6 +201,18 @@ pub struct Summary {
 
 impl Summary {
     /// The latencies of `outputs` given their `causes`.
+    ///
+    /// ```
+    /// use onceflow_taxi::latency::{Causes, Summary, Visible};
+    /// use onceflow_taxi::verify::{Job, TopicRecord};
+    /// let causes = Causes::new(Job::Cleansing, 60_000);
+    /// let unexplained = Visible {
+    ///     record: TopicRecord { partition: 0, offset: 0, value: Some(b"{}".to_vec()) },
+    ///     visible_at: 0,
+    /// };
+    /// let summary = Summary::of(&causes, &[unexplained]);
+    /// assert_eq!((summary.results, summary.unexplained, summary.p50), (0, 1, None));
+    /// ```
     pub fn of(causes: &Causes, outputs: &[Visible]) -> Summary {
         let mut unexplained = 0;
         let mut ms: Vec<i64> = Vec::with_capacity(outputs.len());
@@ -214,6 +255,13 @@ impl fmt::Display for Summary {
 
 /// The nearest-rank percentile of `sorted` (ascending): the smallest value with at least `p`
 /// percent of the values at or below it. `None` when empty.
+///
+/// ```
+/// use onceflow_taxi::latency::percentile;
+/// assert_eq!(percentile(&[10, 20, 30, 40], 50), Some(20));
+/// assert_eq!(percentile(&[10, 20, 30, 40], 99), Some(40));
+/// assert_eq!(percentile(&[], 50), None);
+/// ```
 pub fn percentile(sorted: &[i64], p: u32) -> Option<i64> {
     if sorted.is_empty() {
         return None;
@@ -223,117 +271,21 @@ pub fn percentile(sorted: &[i64], p: u32) -> Option<i64> {
 }
 
 /// Wall-clock now, ms since the epoch (the clock record timestamps use).
+///
+/// ```
+/// let now = onceflow_taxi::latency::now_ms();
+/// assert!(now > 1_700_000_000_000); // after November 2023
+/// ```
 pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// A read_committed reader tailing every partition of a topic from the beginning, stamping
-/// each record with the time a poll handed it over.
-pub struct Probe {
-    consumer: Consumer,
-    topic: String,
-    seen: Vec<Visible>,
-}
-
-impl Probe {
-    /// Assigns every partition of `topic` (isolation.level forced to read_committed) at the
-    /// beginning.
-    ///
-    /// # Errors
-    /// [`LatencyError::Client`] when the brokers cannot be reached or the topic is unknown.
-    pub async fn start(config: ConsumerConfig, topic: &str) -> Result<Probe, LatencyError> {
-        Probe::start_with(config, topic, IsolationLevel::ReadCommitted).await
-    }
-
-    /// As [`Probe::start`] at `isolation`: read_uncommitted also sees what sits in open (and
-    /// aborted) transactions, which the latency never counts but a demo may show.
-    ///
-    /// # Errors
-    /// As [`Probe::start`].
-    pub async fn start_with(
-        mut config: ConsumerConfig,
-        topic: &str,
-        isolation: IsolationLevel,
-    ) -> Result<Probe, LatencyError> {
-        config.isolation_level = isolation;
-        let client = |doing: &str| {
-            let doing = format!("{doing} {topic}");
-            move |source| LatencyError::Client { doing, source }
-        };
-        let mut consumer = Consumer::new(config)
-            .await
-            .map_err(client("connecting to read"))?;
-        let tps = consumer
-            .assign_topics(&[topic])
-            .await
-            .map_err(client("assigning the partitions of"))?;
-        for tp in &tps {
-            consumer
-                .seek(tp, Offset::Beginning)
-                .map_err(client("seeking to the beginning of"))?;
-        }
-        tracing::debug!(topic, partitions = tps.len(), "latency probe started");
-        Ok(Probe {
-            consumer,
-            topic: topic.to_owned(),
-            seen: Vec::new(),
-        })
-    }
-
-    /// One poll of at most `max_wait`; returns how many records it brought.
-    ///
-    /// # Errors
-    /// [`LatencyError::Client`] when the read fails.
-    pub async fn poll(&mut self, max_wait: Duration) -> Result<usize, LatencyError> {
-        let records =
-            self.consumer
-                .poll(max_wait)
-                .await
-                .map_err(|source| LatencyError::Client {
-                    doing: format!("reading {}", self.topic),
-                    source,
-                })?;
-        let at = now_ms();
-        let n = records.len();
-        self.seen.extend(records.into_iter().map(|r| Visible {
-            record: TopicRecord {
-                partition: r.partition,
-                offset: r.offset,
-                value: r.value.map(|v| v.to_vec()),
-            },
-            visible_at: at,
-        }));
-        Ok(n)
-    }
-
-    /// Polls until at least `count` records were seen or `deadline`; returns whether the
-    /// count was reached.
-    ///
-    /// # Errors
-    /// [`LatencyError::Client`] when a read fails.
-    pub async fn until(&mut self, count: usize, deadline: Instant) -> Result<bool, LatencyError> {
-        while self.seen.len() < count {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(false);
-            }
-            self.poll(left.min(Duration::from_millis(200))).await?;
-        }
-        Ok(true)
-    }
-
-    /// The records seen so far, in the order seen.
-    pub fn seen(&self) -> &[Visible] {
-        &self.seen
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::taxi::verify::HOUR_MS;
+    use crate::verify::HOUR_MS;
 
     fn ride(ride_id: u64, is_start: bool, t: i64) -> Ride {
         Ride {

@@ -1,7 +1,7 @@
 //! `onceflow demo`: exactly-once, shown to a newcomer in a couple of minutes against a local
 //! broker.
 //!
-//! 1. Fresh input and output topics; rides from the library's generator are produced at a
+//! 1. Fresh input and output topics; rides from `onceflow-taxi`'s generator are produced at a
 //!    steady rate (`feed`) while the job runs, so latency means something.
 //! 2. The shipped per-driver-hourly job (`job`: embedded, its names and state dir rewritten
 //!    into a temp dir, a short checkpoint interval) runs exactly-once as a child process
@@ -10,9 +10,9 @@
 //!    feed sends the record that closes the k-th hour, when that hour's results may sit in
 //!    the job's open transaction; a read_uncommitted tail beside the committed one lets each
 //!    kill line say how many results it caught there.
-//! 3. Once every window the input closes is committed, the library's verifier (the code of
+//! 3. Once every window the input closes is committed, `onceflow-taxi`'s verifier (the code of
 //!    `onceflow taxi verify`) gives the verdict; throughput, end-to-end latency
-//!    (`engine::taxi::latency`) and the kill count follow. Exit 0 only on a verdict OK.
+//!    (`onceflow_taxi::latency`) and the kill count follow. Exit 0 only on a verdict OK.
 //!
 //! The hidden `--guarantee at-least-once` is the inverse: the same run without transactions
 //! must show duplicates (and exit 1). There a kill also waits until the incarnation's output
@@ -20,17 +20,18 @@
 
 mod job;
 
+use super::feed;
+use super::probe::Probe;
+use super::verify::JobTopics;
 use crate::error::{CliError, Result};
-use crate::feed;
 use crate::props::Conn;
-use crate::taxi::JobTopics;
 use job::ChildJob;
 use onceflow::client::admin::NewTopic;
 use onceflow::client::{Admin, IsolationLevel};
-use onceflow::engine::taxi::generate::{self, Config};
-use onceflow::engine::taxi::latency::{Probe, Summary};
-use onceflow::engine::taxi::verify::{Comparison, Job, HOUR_MS};
-use onceflow::engine::taxi::Ride;
+use onceflow_taxi::generate::{self, Config};
+use onceflow_taxi::latency::{now_ms, Summary};
+use onceflow_taxi::verify::{Comparison, Job, HOUR_MS};
+use onceflow_taxi::Ride;
 use rand::{Rng, SeedableRng};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -105,9 +106,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             "--rate, --partitions and --drivers must be at least 1".into(),
         ));
     }
-    let seed = args
-        .seed
-        .unwrap_or_else(|| onceflow::engine::taxi::latency::now_ms() as u64);
+    let seed = args.seed.unwrap_or_else(|| now_ms() as u64);
     // Checked before anything is created.
     let plan = plan(&args, seed)?;
     let setup = set_up(&args, seed).await?;
@@ -134,7 +133,7 @@ async fn set_up(args: &Args, seed: u64) -> Result<Setup> {
         .await
         .map_err(no_broker)?;
     admin.list_topics().await.map_err(no_broker)?;
-    let millis = onceflow::engine::taxi::latency::now_ms();
+    let millis = now_ms();
     let name = format!("onceflow-demo-{millis}");
     let (input, output) = (format!("{name}-rides"), format!("{name}-per-driver-hourly"));
     admin
@@ -236,9 +235,7 @@ async fn demo(args: &Args, setup: &Setup, (events, kills): Plan) -> Result<ExitC
         args.kills,
         setup.seed
     );
-    let mut probe = Probe::start(args.conn.consumer(&[])?, &setup.output)
-        .await
-        .map_err(|e| CliError::Failed(e.to_string()))?;
+    let mut probe = Probe::start(args.conn.consumer(&[])?, &setup.output).await?;
     // Beside the committed view, everything written: the difference at a kill is what the
     // kill caught in the job's open transaction.
     let mut written = Probe::start_with(
@@ -246,8 +243,7 @@ async fn demo(args: &Args, setup: &Setup, (events, kills): Plan) -> Result<ExitC
         &setup.output,
         IsolationLevel::ReadUncommitted,
     )
-    .await
-    .map_err(|e| CliError::Failed(e.to_string()))?;
+    .await?;
     let mut job = start_job(args, setup)?;
     let producer = feed::producer(&args.conn).await?;
     let start = Instant::now();
@@ -392,9 +388,7 @@ impl Watch<'_> {
     /// One slice of waiting: a poll of the probe, then the job and the deadline checked.
     async fn step(&mut self, waiting_for: &str) -> Result<()> {
         for p in [&mut *self.probe, &mut *self.written] {
-            p.poll(Duration::from_millis(50))
-                .await
-                .map_err(|e| CliError::Failed(e.to_string()))?;
+            p.poll(Duration::from_millis(50)).await?;
         }
         self.job.check_running()?;
         if Instant::now() >= self.deadline {

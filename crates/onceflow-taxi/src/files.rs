@@ -23,8 +23,8 @@
 //! The record key is not kept: [`TopicRecord`] has none, and the verifier keys a record by its
 //! value's `driver_id` field, for records from files as for records from topics.
 
-use super::csv::{self, CsvError};
-use super::verify::TopicRecord;
+use crate::csv::{self, CsvError};
+use crate::verify::TopicRecord;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
@@ -86,6 +86,13 @@ pub enum FilesError {
 }
 
 /// Whether a file of that name is finished (and read): its name does not start with `.`.
+///
+/// ```
+/// use onceflow_taxi::files::is_finished_name;
+/// use std::ffi::OsStr;
+/// assert!(is_finished_name(OsStr::new("part-0-0-0.jsonl")));
+/// assert!(!is_finished_name(OsStr::new(".part-0-0-1.jsonl.inprogress")));
+/// ```
 pub fn is_finished_name(name: &std::ffi::OsStr) -> bool {
     name.as_encoded_bytes().first() != Some(&b'.')
 }
@@ -96,6 +103,21 @@ pub fn is_finished_name(name: &std::ffi::OsStr) -> bool {
 /// # Errors
 /// [`CsvError`] when the line is not a TaxiRide CSV line (a header after the first line
 /// included).
+///
+/// ```
+/// use onceflow_taxi::csv::HEADER;
+/// use onceflow_taxi::files::csv_record;
+/// assert_eq!(csv_record(0, 0, HEADER)?, None); // our header, as a file's first line
+/// const START: &str = concat!(
+///     "7,START,2013-01-01 00:00:00,1970-01-01 00:00:00,",
+///     "-73.86617,40.77109,-73.98219,40.69932,1,2013000185,2013000186",
+/// );
+/// let record = csv_record(2, 5, START)?;
+/// let record = record.expect("a ride event");
+/// assert_eq!((record.partition, record.offset), (2, 5));
+/// assert!(record.value.is_some_and(|v| v.starts_with(b"{\"ride_id\":7,")));
+/// # Ok::<(), onceflow_taxi::csv::CsvError>(())
+/// ```
 pub fn csv_record(
     partition: i32,
     offset: i64,
@@ -114,6 +136,13 @@ pub fn csv_record(
 
 /// The record of line `offset` (from 0) of output file number `partition`: the line as it is
 /// (the comparison says what is wrong with it, if anything).
+///
+/// ```
+/// use onceflow_taxi::files::json_record;
+/// let record = json_record(1, 3, "{\"ride_id\":7}");
+/// assert_eq!((record.partition, record.offset), (1, 3));
+/// assert_eq!(record.value.as_deref(), Some(&b"{\"ride_id\":7}"[..]));
+/// ```
 pub fn json_record(partition: i32, offset: i64, line: &str) -> TopicRecord {
     TopicRecord {
         partition,
@@ -124,6 +153,24 @@ pub fn json_record(partition: i32, offset: i64, line: &str) -> TopicRecord {
 
 /// The files to read, in name order; file n is partition n.
 #[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// ```
+/// use onceflow_taxi::files::Files;
+/// let dir = tempfile::tempdir()?;
+/// use onceflow_taxi::csv;
+/// use onceflow_taxi::generate::{rides_by_event_time, Config};
+/// let rides = rides_by_event_time(Config { rides: 1, ..Config::default() }, 1000)?;
+/// let text: String = csv::lines(rides).map(|line| line + "\n").collect();
+/// std::fs::write(dir.path().join("b.csv"), text)?;
+/// std::fs::write(dir.path().join(".a.csv"), "unfinished: not read\n")?;
+/// let files = Files::input(dir.path())?;
+/// assert_eq!(files.paths(), [dir.path().join("b.csv")]);
+/// let mut events = Vec::new();
+/// assert_eq!(files.for_each_csv_record(|r| events.push(r.offset))?, 2);
+/// assert_eq!(events, [0, 1]);
+/// assert!(files.locate(0, 1).ends_with("b.csv line 2"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Files {
     paths: Vec<PathBuf>,
 }
@@ -135,6 +182,20 @@ impl Files {
     /// # Errors
     /// [`FilesError::Read`] when `path` cannot be read, [`FilesError::NoFiles`] for a directory
     /// without a file to read.
+    ///
+    /// ```
+    /// use onceflow_taxi::files::Files;
+    /// let dir = tempfile::tempdir()?;
+    /// let file = dir.path().join("rides.csv");
+    /// const START: &str = concat!(
+    ///     "7,START,2013-01-01 00:00:00,1970-01-01 00:00:00,",
+    ///     "-73.86617,40.77109,-73.98219,40.69932,1,2013000185,2013000186",
+    /// );
+    /// std::fs::write(&file, format!("{START}\n"))?;
+    /// assert_eq!(Files::input(&file)?.paths(), [file.clone()]);
+    /// assert!(Files::input(&dir.path().join("absent")).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn input(path: &Path) -> Result<Files, FilesError> {
         let meta = std::fs::metadata(path).map_err(|source| FilesError::Read {
             path: path.to_owned(),
@@ -160,6 +221,15 @@ impl Files {
     /// # Errors
     /// [`FilesError::Read`] when `dir` cannot be listed, [`FilesError::NotADirectory`] when it
     /// is a file.
+    ///
+    /// ```
+    /// use onceflow_taxi::files::Files;
+    /// let dir = tempfile::tempdir()?;
+    /// assert!(Files::output(dir.path())?.paths().is_empty()); // no output yet: not an error
+    /// std::fs::write(dir.path().join("part-0-0-0.jsonl"), "{\"ride_id\":7}\n")?;
+    /// assert_eq!(Files::output(dir.path())?.json_records()?.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn output(dir: &Path) -> Result<Files, FilesError> {
         let meta = std::fs::metadata(dir).map_err(|source| FilesError::Read {
             path: dir.to_owned(),
@@ -193,11 +263,34 @@ impl Files {
     }
 
     /// The files, in name order.
+    ///
+    /// ```
+    /// use onceflow_taxi::files::Files;
+    /// let dir = tempfile::tempdir()?;
+    /// for name in ["part-1.jsonl", "part-0.jsonl", ".part-2.jsonl.inprogress"] {
+    ///     std::fs::write(dir.path().join(name), "")?;
+    /// }
+    /// let files = Files::output(dir.path())?;
+    /// let names: Vec<_> = files.paths().iter().filter_map(|p| p.file_name()).collect();
+    /// assert_eq!(names, ["part-0.jsonl", "part-1.jsonl"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn paths(&self) -> &[PathBuf] {
         &self.paths
     }
 
     /// Where the record at (`partition`, `offset`) came from: `FILE line N`.
+    ///
+    /// ```
+    /// use onceflow_taxi::files::Files;
+    /// let dir = tempfile::tempdir()?;
+    /// std::fs::write(dir.path().join("part-0.jsonl"), "")?;
+    /// let files = Files::output(dir.path())?;
+    /// let part = dir.path().join("part-0.jsonl");
+    /// assert_eq!(files.locate(0, 9), format!("{} line 10", part.display()));
+    /// assert_eq!(files.locate(7, 0), "file 7 line 1");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn locate(&self, partition: i32, offset: i64) -> String {
         let file = usize::try_from(partition)
             .ok()
@@ -211,6 +304,20 @@ impl Files {
     ///
     /// # Errors
     /// The first file or line that cannot be read, or is not a TaxiRide CSV line.
+    ///
+    /// ```
+    /// use onceflow_taxi::files::Files;
+    /// let dir = tempfile::tempdir()?;
+    /// let file = dir.path().join("rides.csv");
+    /// const START: &str = concat!(
+    ///     "7,START,2013-01-01 00:00:00,1970-01-01 00:00:00,",
+    ///     "-73.86617,40.77109,-73.98219,40.69932,1,2013000185,2013000186",
+    /// );
+    /// std::fs::write(&file, format!("{START}\nnot a ride\n"))?;
+    /// let e = Files::input(&file)?.for_each_csv_record(|_| {}).unwrap_err();
+    /// assert!(e.to_string().contains("rides.csv line 2: expected 11 comma-separated columns"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn for_each_csv_record(
         &self,
         mut each: impl FnMut(&TopicRecord),
@@ -238,6 +345,16 @@ impl Files {
     ///
     /// # Errors
     /// The first file or line that cannot be read.
+    ///
+    /// ```
+    /// use onceflow_taxi::files::Files;
+    /// let dir = tempfile::tempdir()?;
+    /// std::fs::write(dir.path().join("part-0.jsonl"), "{\"a\":1}\n{\"a\":2}\n")?;
+    /// let records = Files::output(dir.path())?.json_records()?;
+    /// let offsets: Vec<_> = records.iter().map(|r| (r.partition, r.offset)).collect();
+    /// assert_eq!(offsets, [(0, 0), (0, 1)]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn json_records(&self) -> Result<Vec<TopicRecord>, FilesError> {
         let mut records = Vec::new();
         for (partition, path) in self.numbered() {
@@ -301,11 +418,11 @@ fn for_each_line(
 
 #[cfg(test)]
 mod tests {
-    use super::super::csv::{format_line, HEADER};
-    use super::super::generate::{self, Config};
-    use super::super::verify::{compare_located, expected, Job};
-    use super::super::Ride;
     use super::*;
+    use crate::csv::{format_line, HEADER};
+    use crate::generate::{self, Config};
+    use crate::verify::{compare_located, expected, Job};
+    use crate::Ride;
     use std::io::Write;
 
     fn gzip(text: &str) -> Vec<u8> {
@@ -571,10 +688,7 @@ mod tests {
     /// The fixture reads back as what the generator gives in event-time order.
     #[test]
     fn the_csv_fixture_reads_as_the_generated_rides() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures")
-            .join("taxi")
-            .join("rides-sample.csv");
+        let path = crate::fixture("rides-sample.csv");
         let mut got = Vec::new();
         Files::input(&path)
             .unwrap()

@@ -20,7 +20,7 @@
 //! Gregorian calendar counted in days from 1970-01-01, integers only, so no time crate is
 //! needed for one fixed format.
 
-use super::Ride;
+use crate::Ride;
 use std::collections::HashMap;
 
 /// How many columns a line has.
@@ -80,6 +80,16 @@ pub enum CsvError {
 
 /// Whether `line` is our header line ([`HEADER`]): its first column is `rideId`. A data line's
 /// first column is a number, so no ride is taken for a header.
+///
+/// ```
+/// use onceflow_taxi::csv::{is_header, HEADER};
+/// assert!(is_header(HEADER));
+/// const START: &str = concat!(
+///     "7,START,2013-01-01 00:00:00,1970-01-01 00:00:00,",
+///     "-73.86617,40.77109,-73.98219,40.69932,1,2013000185,2013000186",
+/// );
+/// assert!(!is_header(START));
+/// ```
 pub fn is_header(line: &str) -> bool {
     line.split(',').next().map(str::trim) == Some(NAMES[0])
 }
@@ -88,6 +98,20 @@ pub fn is_header(line: &str) -> bool {
 ///
 /// # Errors
 /// [`CsvError`] naming the first column that cannot be read (or the column count).
+///
+/// ```
+/// use onceflow_taxi::csv::parse_line;
+/// const START: &str = concat!(
+///     "7,START,2013-01-01 00:00:00,1970-01-01 00:00:00,",
+///     "-73.86617,40.77109,-73.98219,40.69932,1,2013000185,2013000186",
+/// );
+/// let ride = parse_line(START)?;
+/// assert_eq!((ride.ride_id, ride.is_start, ride.driver_id), (7, true, 2013000186));
+/// assert_eq!(ride.event_time, 1_356_998_400_000); // 2013-01-01 00:00:00 UTC
+/// let e = parse_line("7,START").unwrap_err();
+/// assert!(e.to_string().starts_with("expected 11 comma-separated columns"));
+/// # Ok::<(), onceflow_taxi::csv::CsvError>(())
+/// ```
 pub fn parse_line(line: &str) -> Result<Ride, CsvError> {
     parse_line_with_other_time(line).map(|(ride, _)| ride)
 }
@@ -97,6 +121,17 @@ pub fn parse_line(line: &str) -> Result<Ride, CsvError> {
 ///
 /// # Errors
 /// [`CsvError`] naming the first column that cannot be read (or the column count).
+///
+/// ```
+/// use onceflow_taxi::csv::parse_line_with_other_time;
+/// const END: &str = concat!(
+///     "7,END,2013-01-01 00:16:00,2013-01-01 00:00:00,",
+///     "-73.86617,40.77109,-73.98219,40.69932,1,2013000185,2013000186",
+/// );
+/// let (end, started) = parse_line_with_other_time(END)?;
+/// assert_eq!(end.event_time - started, 16 * 60_000); // a 16-minute ride
+/// # Ok::<(), onceflow_taxi::csv::CsvError>(())
+/// ```
 pub fn parse_line_with_other_time(line: &str) -> Result<(Ride, i64), CsvError> {
     // A file written on Windows ends its lines with \r\n; BufRead::lines leaves the \r to us
     // when the caller split on \n itself.
@@ -166,6 +201,17 @@ pub fn parse_line_with_other_time(line: &str) -> Result<(Ride, i64), CsvError> {
 /// down to whole seconds (the format has no more), so a ride round-trips exactly when its times
 /// are whole seconds in the years 0000–9999; a coordinate is written in the fewest digits that
 /// read back to the same number.
+///
+/// ```
+/// use onceflow_taxi::csv::{format_line, parse_line_with_other_time};
+/// const END: &str = concat!(
+///     "7,END,2013-01-01 00:16:00,2013-01-01 00:00:00,",
+///     "-73.86617,40.77109,-73.98219,40.69932,1,2013000185,2013000186",
+/// );
+/// let (ride, started) = parse_line_with_other_time(END)?;
+/// assert_eq!(format_line(&ride, started), END);
+/// # Ok::<(), onceflow_taxi::csv::CsvError>(())
+/// ```
 pub fn format_line(ride: &Ride, other_time_ms: i64) -> String {
     // Debug, not Display, prints an integral coordinate as -74.0 rather than -74, as Java's
     // Float.toString does in the data set.
@@ -187,6 +233,13 @@ pub fn format_line(ride: &Ride, other_time_ms: i64) -> String {
 
 /// `yyyy-MM-dd HH:mm:ss` (UTC) as ms since the epoch; `None` when it is not that format or not
 /// a real time (month 13, 30 February, hour 24, a leap second).
+///
+/// ```
+/// use onceflow_taxi::csv::parse_time;
+/// assert_eq!(parse_time("2013-01-01 00:00:01"), Some(1_356_998_401_000));
+/// assert_eq!(parse_time("2013-02-30 00:00:00"), None);
+/// assert_eq!(parse_time("2013-01-01T00:00:00"), None);
+/// ```
 pub fn parse_time(text: &str) -> Option<i64> {
     let b = text.as_bytes();
     let separators = [(4, b'-'), (7, b'-'), (10, b' '), (13, b':'), (16, b':')];
@@ -214,6 +267,12 @@ pub fn parse_time(text: &str) -> Option<i64> {
 
 /// ms since the epoch as `yyyy-MM-dd HH:mm:ss` (UTC), rounded down to the second. Years
 /// outside 0000–9999 do not fit the format (they print with more digits or a sign).
+///
+/// ```
+/// use onceflow_taxi::csv::format_time;
+/// assert_eq!(format_time(1_356_998_401_999), "2013-01-01 00:00:01");
+/// assert_eq!(format_time(-1), "1969-12-31 23:59:59");
+/// ```
 pub fn format_time(ms: i64) -> String {
     let days = ms.div_euclid(MS_PER_DAY);
     let seconds = ms.rem_euclid(MS_PER_DAY) / 1000;
@@ -245,6 +304,12 @@ fn days_in_month(year: i64, month: i64) -> i64 {
 /// first day is a linear function of the month: `(153·m + 2) / 5` for m = 0 (March) … 11
 /// (February). 400 years are exactly 146 097 days, so a date is its 400-year era plus the day
 /// within the era.
+///
+/// ```
+/// use onceflow_taxi::csv::days_from_civil;
+/// assert_eq!(days_from_civil(1970, 1, 1), 0);
+/// assert_eq!(days_from_civil(2000, 3, 1), 11_017); // after 2000-02-29
+/// ```
 pub fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     let year = if month <= 2 { year - 1 } else { year };
     let era = year.div_euclid(400);
@@ -258,6 +323,12 @@ pub fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 
 /// The date (year, month 1–12, day 1–31) of a day counted from 1970-01-01: the inverse of
 /// [`days_from_civil`].
+///
+/// ```
+/// use onceflow_taxi::csv::{civil_from_days, days_from_civil};
+/// assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+/// assert_eq!(civil_from_days(days_from_civil(1600, 3, 1)), (1600, 3, 1));
+/// ```
 pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let days = days + 719_468;
     let era = days.div_euclid(146_097);
@@ -281,6 +352,20 @@ pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
 /// The CSV lines of ride events as the data set writes them: START with `time2`
 /// [`UNKNOWN_TIME_MS`], END with `time2` its ride's START event time (an END whose START came
 /// before it in `rides`; else [`UNKNOWN_TIME_MS`]). Holds only the rides in progress.
+///
+/// ```
+/// use onceflow_taxi::csv::{lines, parse_line_with_other_time, UNKNOWN_TIME_MS};
+/// use onceflow_taxi::generate::{rides_by_event_time, Config};
+/// let rides = rides_by_event_time(Config { rides: 10, ..Config::default() }, 1000)?;
+/// let text: Vec<String> = lines(rides).collect();
+/// assert_eq!(text.len(), 20);
+/// for line in &text {
+///     let (ride, other) = parse_line_with_other_time(line)?;
+///     // An END names the time of its START; a START, the unknown time.
+///     assert_eq!(ride.is_start, other == UNKNOWN_TIME_MS);
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn lines<I: Iterator<Item = Ride>>(rides: I) -> Lines<I> {
     Lines {
         rides,
@@ -318,8 +403,8 @@ impl<I: Iterator<Item = Ride>> Iterator for Lines<I> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::generate::{self, Config};
     use super::*;
+    use crate::generate::{self, Config};
 
     const START: &str = "7,START,2013-01-01 00:00:00,1970-01-01 00:00:00,-73.86617,40.77109,-73.98219,40.69932,1,2013000185,2013000186";
     const END: &str = "7,END,2013-01-01 00:16:00,2013-01-01 00:00:00,-73.86617,40.77109,-73.98219,40.69932,1,2013000185,2013000186";
@@ -576,9 +661,9 @@ mod tests {
         );
     }
 
-    /// fixtures/taxi/rides-sample.csv is `onceflow taxi generate --format csv --count 100
-    /// --output fixtures/taxi/rides-sample.csv` (seed 1, the defaults otherwise). Regenerate it
-    /// with ONCEFLOW_UPDATE_FIXTURES=1 after a deliberate change.
+    /// fixtures/rides-sample.csv is `onceflow taxi generate --format csv --count 100 --output
+    /// crates/onceflow-taxi/fixtures/rides-sample.csv` (seed 1, the defaults otherwise).
+    /// Regenerate it with ONCEFLOW_UPDATE_FIXTURES=1 after a deliberate change.
     #[test]
     fn the_csv_sample_fixture_is_what_seed_1_generates_in_event_time_order() {
         let config = Config {
@@ -588,7 +673,7 @@ mod tests {
         let sorted = generate::rides_by_event_time(config, 1000).unwrap();
         let text: String = lines(sorted).map(|l| l + "\n").collect();
         assert_eq!(text.lines().count(), 200);
-        crate::engine::taxi::assert_fixture("rides-sample.csv", &text);
+        crate::assert_fixture("rides-sample.csv", &text);
         let mut previous = i64::MIN;
         for line in text.lines() {
             let r = parse_line(line).unwrap();

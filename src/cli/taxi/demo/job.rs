@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Job (b), as shipped.
-pub const SHIPPED: &str = include_str!("../../../jobs/rides-per-driver-hourly.toml");
+pub const SHIPPED: &str = include_str!("../../../../jobs/rides-per-driver-hourly.toml");
 
 /// What the demo changes in the shipped job file.
 #[derive(Debug, Clone, PartialEq, Eq)]

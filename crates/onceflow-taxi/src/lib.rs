@@ -1,12 +1,40 @@
-//! The NYC taxi rides workload: a deterministic generator of ride events ([`generate`]) and
-//! the verifier of the shipped jobs' output ([`verify`]), and their end-to-end latency
-//! ([`latency`]). The rides also come as files: the TaxiRide CSV lines of the Flink training
-//! exercises ([`csv`]), and the files a job's file source reads and its file sink writes
-//! ([`files`]). `onceflow taxi generate|verify|latency` is the command line over them.
+//! The NYC taxi rides workload of onceflow's jobs, demo and tests, as pure code: no Kafka, no
+//! I/O but reading files.
+//!
+//! # Map of the crate
+//!
+//! - [`Ride`]: one ride event, the record value of every shipped job (JSON, keyed by driver
+//!   id); [`BoundingBox`] and [`NYC`], the box the cleansing job keeps.
+//! - [`generate`]: a deterministic generator of ride events (the same settings give the same
+//!   events on every platform), in arrival order or in event-time order.
+//! - [`csv`]: the TaxiRide CSV line of Flink's training exercises, to and from a [`Ride`].
+//! - [`files`]: rides in files read as the records a topic would hold: a job's CSV input and a
+//!   file sink's finished output files.
+//! - [`verify`]: the verifier's pure core: a shipped job's expected output computed from its
+//!   input, compared with what the job wrote, in a one-line verdict.
+//! - [`latency`]: the end-to-end latency arithmetic: which input record caused an output
+//!   record, and the percentiles.
+//!
+//! The `onceflow` binary's `taxi generate|verify|latency` and `demo` commands do the Kafka
+//! reads and writes around these, and register [`csv`] as the `taxi-csv` line format of a job
+//! file's file source.
 //!
 //! A ride is two events, START then END, each carrying the whole ride (both coordinates and
 //! the passenger count, as in Flink's taxi training exercises), so a filter on one event can
 //! see where the ride starts and ends. The record key is the driver id as a decimal string.
+//!
+//! ```
+//! use onceflow_taxi::generate::{self, Config};
+//! use onceflow_taxi::NYC;
+//!
+//! let rides: Vec<_> = generate::rides(Config { rides: 100, ..Config::default() })?.collect();
+//! assert_eq!(rides.len(), 200); // a START and an END per ride
+//! let kept = rides.iter().filter(|r| r.inside(&NYC)).count();
+//! assert!(kept > 150 && kept < 200); // 10 % start or end outside the box
+//! # Ok::<(), onceflow_taxi::generate::GenerateError>(())
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod csv;
 pub mod files;
@@ -44,11 +72,25 @@ pub struct Ride {
 
 impl Ride {
     /// The record key: the driver id as decimal digits.
+    ///
+    /// ```
+    /// # let ride = onceflow_taxi::generate::rides(Default::default())?.next().unwrap();
+    /// assert_eq!(ride.key(), ride.driver_id.to_string().into_bytes());
+    /// # Ok::<(), onceflow_taxi::generate::GenerateError>(())
+    /// ```
     pub fn key(&self) -> Vec<u8> {
         self.driver_id.to_string().into_bytes()
     }
 
     /// The record value: the JSON object, fields in declaration order.
+    ///
+    /// ```
+    /// # let ride = onceflow_taxi::generate::rides(Default::default())?.next().unwrap();
+    /// assert!(ride.to_json().starts_with(&format!("{{\"ride_id\":{},", ride.ride_id)));
+    /// let back: onceflow_taxi::Ride = serde_json::from_str(&ride.to_json()).unwrap();
+    /// assert_eq!(back, ride);
+    /// # Ok::<(), onceflow_taxi::generate::GenerateError>(())
+    /// ```
     pub fn to_json(&self) -> String {
         // Serializing a struct of numbers and booleans cannot fail; the fallback is never
         // taken but keeps this path free of a panic.
@@ -56,11 +98,28 @@ impl Ride {
     }
 
     /// Whether the ride both starts and ends inside `area` (what the cleansing job keeps).
+    ///
+    /// ```
+    /// use onceflow_taxi::{BoundingBox, NYC};
+    /// # let ride = onceflow_taxi::generate::rides(Default::default())?.next().unwrap();
+    /// let nowhere = BoundingBox { min_lon: 0.0, max_lon: 0.0, min_lat: 0.0, max_lat: 0.0 };
+    /// assert!(!ride.inside(&nowhere));
+    /// assert_eq!(ride.inside(&NYC), NYC.contains(ride.start_lon, ride.start_lat)
+    ///     && NYC.contains(ride.end_lon, ride.end_lat));
+    /// # Ok::<(), onceflow_taxi::generate::GenerateError>(())
+    /// ```
     pub fn inside(&self, area: &BoundingBox) -> bool {
         area.contains(self.start_lon, self.start_lat) && area.contains(self.end_lon, self.end_lat)
     }
 
     /// "ride 17 START": how verdicts name the event.
+    ///
+    /// ```
+    /// # let ride = onceflow_taxi::generate::rides(Default::default())?.next().unwrap();
+    /// let kind = if ride.is_start { "START" } else { "END" };
+    /// assert_eq!(ride.describe(), format!("ride {} {kind}", ride.ride_id));
+    /// # Ok::<(), onceflow_taxi::generate::GenerateError>(())
+    /// ```
     pub fn describe(&self) -> String {
         format!(
             "ride {} {}",
@@ -88,6 +147,13 @@ impl BoundingBox {
     /// least 0.01° away from the edges (see [`generate`]), so whether a job's filter counts the
     /// edges as inside, and a last-bit difference in parsing a coordinate, never change the
     /// verdict on generated data.
+    ///
+    /// ```
+    /// use onceflow_taxi::NYC;
+    /// assert!(NYC.contains(-73.9857, 40.7484)); // the Empire State Building
+    /// assert!(NYC.contains(NYC.min_lon, NYC.max_lat)); // a corner
+    /// assert!(!NYC.contains(-0.1276, 51.5072)); // London
+    /// ```
     pub fn contains(&self, lon: f64, lat: f64) -> bool {
         (self.min_lon..=self.max_lon).contains(&lon) && (self.min_lat..=self.max_lat).contains(&lat)
     }
@@ -101,14 +167,11 @@ pub const NYC: BoundingBox = BoundingBox {
     max_lat: 41.00,
 };
 
-/// Asserts that `fixtures/taxi/<name>` holds `text` (what the generator makes of seed 1);
-/// with ONCEFLOW_UPDATE_FIXTURES=1 it writes `text` there first, after a deliberate change.
+/// Asserts that `fixtures/<name>` holds `text` (what the generator makes of seed 1); with
+/// ONCEFLOW_UPDATE_FIXTURES=1 it writes `text` there first, after a deliberate change.
 #[cfg(test)]
 pub(crate) fn assert_fixture(name: &str, text: &str) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join("taxi")
-        .join(name);
+    let path = fixture(name);
     if std::env::var_os("ONCEFLOW_UPDATE_FIXTURES").is_some() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, text).unwrap();
@@ -120,6 +183,14 @@ pub(crate) fn assert_fixture(name: &str, text: &str) {
          ONCEFLOW_UPDATE_FIXTURES=1 if on purpose)",
         path.display()
     );
+}
+
+/// The path of `fixtures/<name>` of this crate.
+#[cfg(test)]
+pub(crate) fn fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
 }
 
 #[cfg(test)]

@@ -1,0 +1,373 @@
+//! `onceflow taxi verify`: a shipped job's expected output ([`onceflow_taxi::verify`]) from a
+//! read_committed snapshot of its input topic (or its CSV input files,
+//! [`onceflow_taxi::files`]), compared with a read_committed snapshot of its output topic (or a
+//! file sink's finished files); a one-line verdict (exit 0 on OK, 1 on FAILED). [`JobTopics`]
+//! is the same reading for the latency command and the demo.
+
+use crate::error::{CliError, Result};
+use crate::props::Conn;
+use onceflow::client::{Admin, Consumer, ConsumerRecord, IsolationLevel, Offset, TopicPartition};
+use onceflow_taxi::files::Files;
+use onceflow_taxi::latency::{Appended, Causes};
+use onceflow_taxi::verify::{self, ExpectationBuilder, Job, TopicRecord};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// `--job`: the shipped job whose output is checked (or timed).
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum JobName {
+    /// Rides that start and end in the NYC box, events unchanged.
+    Cleansing,
+    /// Rides ended and passengers per driver per event-time hour.
+    PerDriverHourly,
+    /// Every input event unchanged, exactly once, in any order (e.g. a file source to a file
+    /// sink: the source reorders events by design, so the order is not checked).
+    Copy,
+}
+
+impl From<JobName> for Job {
+    fn from(j: JobName) -> Job {
+        match j {
+            JobName::Cleansing => Job::Cleansing,
+            JobName::PerDriverHourly => Job::PerDriverHourly,
+            JobName::Copy => Job::Copy,
+        }
+    }
+}
+
+#[derive(clap::Args)]
+pub struct VerifyArgs {
+    // -X properties apply to the consumers; the admin client gets the brokers.
+    #[command(flatten)]
+    conn: Conn,
+    /// The job whose output to check.
+    #[arg(long, value_enum)]
+    job: JobName,
+    /// The job's input topic (ride events); or --input-file.
+    #[arg(
+        long,
+        required_unless_present = "input_file",
+        conflicts_with = "input_file"
+    )]
+    input: Option<String>,
+    /// The job's input as TaxiRide CSV instead of a topic: a file, or a directory whose files
+    /// (names starting with '.' skipped) are read in name order; a name ending .gz is gzip.
+    /// Each file stands for one input partition.
+    #[arg(long, value_name = "PATH")]
+    input_file: Option<PathBuf>,
+    /// The job's output topic, read with isolation.level=read_committed; or --output-dir.
+    #[arg(
+        long,
+        required_unless_present = "output_dir",
+        conflicts_with = "output_dir"
+    )]
+    output: Option<String>,
+    /// The job's output as a file sink's directory instead of a topic: its finished files
+    /// (names not starting with '.'; subdirectories not entered) in name order, one JSON
+    /// record per line. Without a topic on either side no broker is contacted.
+    #[arg(long, value_name = "DIR")]
+    output_dir: Option<PathBuf>,
+    /// The job's window.late_topic: its records were late and left out of the windows, so
+    /// the expectation leaves them out too (each must be an END event of the input, once).
+    #[arg(long)]
+    late: Option<String>,
+    /// The job's bounded out-of-orderness, ms: windows its watermark cannot have closed yet
+    /// may be absent.
+    #[arg(long, default_value_t = 60_000)]
+    out_of_orderness_ms: i64,
+    /// How long reading the topics to their ends may take, ms.
+    #[arg(long, default_value_t = 300_000)]
+    read_timeout_ms: u64,
+}
+
+/// Runs `onceflow taxi verify`.
+pub async fn run(a: VerifyArgs) -> Result<ExitCode> {
+    let job = Job::from(a.job);
+    let deadline = Instant::now() + Duration::from_millis(a.read_timeout_ms);
+    // A broker only for a topic: files alone are verified without one.
+    let admin = if a.input.is_some() || a.output.is_some() || a.late.is_some() {
+        Some(Admin::new(a.conn.brokers_only()?.client()?).await?)
+    } else {
+        None
+    };
+    let mut expectation = ExpectationBuilder::new(job, a.out_of_orderness_ms);
+    match (&a.input, &a.input_file, &admin) {
+        (Some(topic), _, Some(admin)) => {
+            expect_from_topic(&a.conn, admin, topic, deadline, &mut expectation).await?
+        }
+        (None, Some(path), _) => expect_from_files(path, &mut expectation)?,
+        _ => {
+            return Err(CliError::Usage(
+                "give the job's input: --input TOPIC or --input-file PATH".into(),
+            ))
+        }
+    }
+    if let (Some(late), Some(admin)) = (&a.late, &admin) {
+        exclude_late(&a.conn, admin, late, deadline, &mut expectation).await?;
+    }
+    let expected = expectation.finish();
+    let cmp = match (&a.output, &a.output_dir, &admin) {
+        (Some(topic), _, Some(admin)) => verify::compare(
+            &expected,
+            &read_output(&a.conn, admin, topic, deadline).await?,
+        ),
+        (None, Some(dir), _) => {
+            let bad = |e| CliError::Input(format!("--output-dir: {e}"));
+            let files = Files::output(dir).map_err(bad)?;
+            let actual = files.json_records().map_err(bad)?;
+            verify::compare_located(&expected, &actual, |p, o| files.locate(p, o))
+        }
+        _ => {
+            return Err(CliError::Usage(
+                "give the job's output: --output TOPIC or --output-dir DIR".into(),
+            ))
+        }
+    };
+    tracing::debug!(output = cmp.read, job = job.name(), "verified");
+    println!("{}", cmp.verdict());
+    Ok(if cmp.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// A shipped job's topics, as the verifier and the latency probe read them.
+pub struct JobTopics<'a> {
+    pub job: Job,
+    pub input: &'a str,
+    pub output: &'a str,
+    pub out_of_orderness_ms: i64,
+    /// The job's `window.late_topic`: its records are taken out of the expectation.
+    pub late: Option<&'a str>,
+}
+
+impl JobTopics<'_> {
+    /// The job's expected output, from a read_committed snapshot of its input.
+    pub async fn expectation(
+        &self,
+        conn: &Conn,
+        admin: &Admin,
+        deadline: Instant,
+    ) -> Result<verify::Expected> {
+        let mut expectation = ExpectationBuilder::new(self.job, self.out_of_orderness_ms);
+        expect_from_topic(conn, admin, self.input, deadline, &mut expectation).await?;
+        if let Some(late) = self.late {
+            exclude_late(conn, admin, late, deadline, &mut expectation).await?;
+        }
+        Ok(expectation.finish())
+    }
+
+    /// The verifier's comparison of the job's output (a read_committed snapshot) with the
+    /// expectation.
+    pub async fn compare(
+        &self,
+        conn: &Conn,
+        admin: &Admin,
+        deadline: Instant,
+    ) -> Result<verify::Comparison> {
+        let expected = self.expectation(conn, admin, deadline).await?;
+        let actual = read_output(conn, admin, self.output, deadline).await?;
+        tracing::debug!(output = actual.len(), job = self.job.name(), "verified");
+        Ok(verify::compare(&expected, &actual))
+    }
+
+    /// The causes of the job's output records, from a read_committed snapshot of its input.
+    pub async fn causes(&self, conn: &Conn, admin: &Admin, deadline: Instant) -> Result<Causes> {
+        let mut causes = Causes::new(self.job, self.out_of_orderness_ms);
+        let mut input_error = None;
+        read_committed(conn, admin, self.input, "--input", deadline, |r| {
+            if input_error.is_none() {
+                let appended = Appended {
+                    timestamp: r.timestamp,
+                    record: topic_record(r),
+                };
+                input_error = causes.push(&appended).err();
+            }
+        })
+        .await?;
+        match input_error {
+            Some(e) => Err(bad_input(self.input, e)),
+            None => Ok(causes),
+        }
+    }
+}
+
+fn bad_input(input: &str, e: verify::VerifyError) -> CliError {
+    CliError::Input(format!(
+        "{input}: {e}; the job's input must be the ride events of `onceflow taxi generate` (--input)"
+    ))
+}
+
+/// A read_committed snapshot of the job's output topic.
+async fn read_output(
+    conn: &Conn,
+    admin: &Admin,
+    output: &str,
+    deadline: Instant,
+) -> Result<Vec<TopicRecord>> {
+    let mut actual = Vec::new();
+    read_committed(conn, admin, output, "--output", deadline, |r| {
+        actual.push(topic_record(r))
+    })
+    .await?;
+    Ok(actual)
+}
+
+/// Pushes a read_committed snapshot of the input topic into `expectation`.
+async fn expect_from_topic(
+    conn: &Conn,
+    admin: &Admin,
+    input: &str,
+    deadline: Instant,
+    expectation: &mut ExpectationBuilder,
+) -> Result<()> {
+    let mut input_error = None;
+    read_committed(conn, admin, input, "--input", deadline, |r| {
+        if input_error.is_none() {
+            input_error = expectation.push(&topic_record(r)).err();
+        }
+    })
+    .await?;
+    match input_error {
+        Some(e) => Err(bad_input(input, e)),
+        None => Ok(()),
+    }
+}
+
+/// Pushes the ride events of the CSV file(s) at `path` into `expectation`: each file is one
+/// input partition, its events the records a topic keyed by driver would hold.
+fn expect_from_files(path: &Path, expectation: &mut ExpectationBuilder) -> Result<()> {
+    let bad = |e| CliError::Input(format!("--input-file: {e}"));
+    let files = Files::input(path).map_err(bad)?;
+    let mut input_error = None;
+    files
+        .for_each_csv_record(|r| {
+            if input_error.is_none() {
+                input_error = expectation.push(r).err();
+            }
+        })
+        .map_err(bad)?;
+    match input_error {
+        // The records are the JSON of rides just parsed: pushing them cannot fail, but a
+        // failure is still reported, not ignored.
+        Some(e) => Err(CliError::Failed(format!(
+            "--input-file {}: {e}",
+            path.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Takes the records of the job's `window.late_topic` out of `expectation`.
+async fn exclude_late(
+    conn: &Conn,
+    admin: &Admin,
+    late: &str,
+    deadline: Instant,
+    expectation: &mut ExpectationBuilder,
+) -> Result<()> {
+    let mut late_error = None;
+    read_committed(conn, admin, late, "--late", deadline, |r| {
+        if late_error.is_none() {
+            late_error = expectation.exclude_late(&topic_record(r)).err();
+        }
+    })
+    .await?;
+    match late_error {
+        Some(e) => Err(CliError::Failed(format!(
+            "{late}: {e}; --late is the job's window.late_topic"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The verifier's view of a consumed record.
+fn topic_record(r: &ConsumerRecord) -> TopicRecord {
+    TopicRecord {
+        partition: r.partition,
+        offset: r.offset,
+        value: r.value.as_ref().map(|v| v.to_vec()),
+    }
+}
+
+/// Reads every partition of `topic` from the beginning up to the read_committed end
+/// (the last stable offset) taken before reading starts, handing each record to `each`
+/// (each partition in offset order). Returns how many were read.
+///
+/// Records appended after that end are left out, so the read is one snapshot even while a
+/// job still writes.
+async fn read_committed(
+    conn: &Conn,
+    admin: &Admin,
+    topic: &str,
+    flag: &str,
+    deadline: Instant,
+    mut each: impl FnMut(&ConsumerRecord),
+) -> Result<usize> {
+    let partitions = match admin.list_topics().await?.get(topic) {
+        Some(&n) => n,
+        None => {
+            return Err(CliError::Usage(format!(
+                "topic {topic} ({flag}) does not exist: give an existing topic"
+            )))
+        }
+    };
+    let tps: Vec<TopicPartition> = (0..partitions)
+        .map(|p| TopicPartition::new(topic, p as i32))
+        .collect();
+    let ends = admin
+        .list_offsets(&tps, Offset::End, IsolationLevel::ReadCommitted)
+        .await?;
+    let starts = admin
+        .list_offsets(&tps, Offset::Beginning, IsolationLevel::ReadCommitted)
+        .await?;
+    let wanted: BTreeMap<&TopicPartition, i64> = tps
+        .iter()
+        .filter_map(|tp| {
+            let end = ends.get(tp).copied().unwrap_or(0);
+            (end > starts.get(tp).copied().unwrap_or(0)).then_some((tp, end))
+        })
+        .collect();
+    let total: i64 = wanted
+        .iter()
+        .map(|(tp, end)| end - starts.get(*tp).copied().unwrap_or(0))
+        .sum();
+    let mut n = 0usize;
+    if wanted.is_empty() {
+        return Ok(n);
+    }
+    let mut consumer =
+        Consumer::new(conn.consumer(&["isolation.level=read_committed".into()])?).await?;
+    consumer
+        .assign(wanted.keys().map(|tp| (*tp).clone()))
+        .await?;
+    for tp in wanted.keys() {
+        consumer.seek(tp, Offset::Beginning)?;
+    }
+    let done = |c: &Consumer| {
+        wanted
+            .iter()
+            .all(|(tp, end)| c.position(tp).is_some_and(|p| p >= *end))
+    };
+    while !done(&consumer) {
+        if Instant::now() >= deadline {
+            return Err(CliError::Failed(format!(
+                "read {n} records of about {total} of {topic} ({flag}) before --read-timeout-ms ran out; give it more time"
+            )));
+        }
+        for r in consumer.poll(Duration::from_millis(500)).await? {
+            let end = wanted
+                .get(&TopicPartition::new(topic, r.partition))
+                .copied()
+                .unwrap_or(0);
+            if r.offset < end {
+                n += 1;
+                each(&r);
+            }
+        }
+    }
+    Ok(n)
+}

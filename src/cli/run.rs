@@ -83,17 +83,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         job,
         formats: super::taxi::line_formats(),
     };
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        wait_for_signal().await;
-        eprintln!(
-            "run: stopping: a final checkpoint, then its commit (SIGINT/SIGTERM again stops at once; the next start aborts what is open)"
-        );
-        let _ = tx.send(true);
-        wait_for_signal().await;
-        eprintln!("run: stopped at once, before the final checkpoint was committed");
-        std::process::exit(130);
-    });
+    let rx = stop_on_signals();
     let metrics = Arc::new(Metrics::new());
     let _server = match a.metrics_addr {
         Some(addr) => Some(
@@ -103,23 +93,7 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         ),
         None => None,
     };
-    // The runtime counts what a restore of an older checkpoint reads again as soon as the state
-    // is open, before it connects: say so then, once.
-    let replay_notice = a.from_checkpoint.map(|n| {
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            loop {
-                let replayed = metrics.snapshot().replayed_records;
-                if replayed > 0 {
-                    eprintln!(
-                        "run: checkpoint {n} is older than the latest: the later ones are rolled back, {replayed} input records they read are read again and the output they committed is written again (read_committed readers see it twice)"
-                    );
-                    return;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-        })
-    });
+    let replay_notice = a.from_checkpoint.map(|n| replay_notice(n, metrics.clone()));
     let progress = Progress::start(metrics.clone());
     let result = runtime::run_with_metrics(config, rx, metrics.clone()).await;
     drop(progress);
@@ -137,6 +111,40 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         summary.last_checkpoint, summary.records_in, summary.records_out
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The run's stop switch: the first SIGINT/SIGTERM asks for a graceful stop (a final
+/// checkpoint, then its commit); a second one exits at once (130).
+fn stop_on_signals() -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        eprintln!(
+            "run: stopping: a final checkpoint, then its commit (SIGINT/SIGTERM again stops at once; the next start aborts what is open)"
+        );
+        let _ = tx.send(true);
+        wait_for_signal().await;
+        eprintln!("run: stopped at once, before the final checkpoint was committed");
+        std::process::exit(130);
+    });
+    rx
+}
+
+/// The runtime counts what a restore of an older checkpoint (`n`) reads again as soon as the
+/// state is open, before it connects: say so then, once.
+fn replay_notice(n: u64, metrics: Arc<Metrics>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let replayed = metrics.snapshot().replayed_records;
+            if replayed > 0 {
+                eprintln!(
+                    "run: checkpoint {n} is older than the latest: the later ones are rolled back, {replayed} input records they read are read again and the output they committed is written again (read_committed readers see it twice)"
+                );
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
 }
 
 /// Deals the `-X` properties to the sink's producer and the source's consumer: each goes to

@@ -817,26 +817,7 @@ fn check_source(
     let file = match raw.kind {
         EndKind::File => Some(check_file_source(loc, &span, &raw)?),
         EndKind::Kafka => {
-            for (given, field) in [
-                (raw.path.as_ref().map(|p| p.span()), "source.path"),
-                (raw.format.as_ref().map(|p| p.span()), "source.format"),
-                (
-                    raw.serving_speed_factor.as_ref().map(|p| p.span()),
-                    "source.serving_speed_factor",
-                ),
-                (
-                    raw.max_delay_s.as_ref().map(|p| p.span()),
-                    "source.max_delay_s",
-                ),
-            ] {
-                if let Some(at) = given {
-                    return Err(loc.at(
-                        &at,
-                        Some(field),
-                        "only a file source has it: add type = \"file\" to [source], or remove it",
-                    ));
-                }
-            }
+            refuse_file_source_fields(loc, &raw)?;
             None
         }
     };
@@ -865,38 +846,7 @@ fn check_source(
             "no broker given; write e.g. brokers = \"localhost:9092\"",
         ));
     }
-    let mut topics = Vec::new();
-    match (raw.topics, &file) {
-        (Some(given), Some(_)) => return Err(loc.at(
-            &given.span(),
-            Some("source.topics"),
-            "a file source reads source.path, not topics: remove topics (or the type = \"file\")",
-        )),
-        (None, Some(_)) => {}
-        (None, None) => {
-            return Err(loc.at(
-                &span,
-                Some("source.topics"),
-                "no topic given; write e.g. topics = [\"rides\"]",
-            ))
-        }
-        (Some(given), None) => {
-            let topics_span = given.span();
-            for t in given.into_inner() {
-                if t.get_ref().trim().is_empty() {
-                    return Err(loc.at(&t.span(), Some("source.topics"), "a topic name is empty"));
-                }
-                topics.push(t.into_inner());
-            }
-            if topics.is_empty() {
-                return Err(loc.at(
-                    &topics_span,
-                    Some("source.topics"),
-                    "no topic given; write e.g. topics = [\"rides\"]",
-                ));
-            }
-        }
-    }
+    let topics = check_topics(loc, &span, raw.topics, file.is_some())?;
     let group = match raw.group.map(|g| g.id) {
         Some(g) if g.get_ref().trim().is_empty() => {
             return Err(loc.at(
@@ -917,6 +867,73 @@ fn check_source(
         partition_discovery_ms: raw.partition.map_or(10_000, |p| *p.discovery.ms.get_ref()),
         start: raw.start,
     })
+}
+
+/// A Kafka source given what only a file source has.
+fn refuse_file_source_fields(loc: &Locator<'_>, raw: &RawSource) -> Result<(), JobError> {
+    for (given, field) in [
+        (raw.path.as_ref().map(|p| p.span()), "source.path"),
+        (raw.format.as_ref().map(|p| p.span()), "source.format"),
+        (
+            raw.serving_speed_factor.as_ref().map(|p| p.span()),
+            "source.serving_speed_factor",
+        ),
+        (
+            raw.max_delay_s.as_ref().map(|p| p.span()),
+            "source.max_delay_s",
+        ),
+    ] {
+        if let Some(at) = given {
+            return Err(loc.at(
+                &at,
+                Some(field),
+                "only a file source has it: add type = \"file\" to [source], or remove it",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `source.topics`: at least one, none empty, for a Kafka source; none for a file source.
+fn check_topics(
+    loc: &Locator<'_>,
+    span: &Range<usize>,
+    given: Option<Spanned<Vec<Spanned<String>>>>,
+    file: bool,
+) -> Result<Vec<String>, JobError> {
+    let mut topics = Vec::new();
+    match (given, file) {
+        (Some(given), true) => return Err(loc.at(
+            &given.span(),
+            Some("source.topics"),
+            "a file source reads source.path, not topics: remove topics (or the type = \"file\")",
+        )),
+        (None, true) => {}
+        (None, false) => {
+            return Err(loc.at(
+                span,
+                Some("source.topics"),
+                "no topic given; write e.g. topics = [\"rides\"]",
+            ))
+        }
+        (Some(given), false) => {
+            let topics_span = given.span();
+            for t in given.into_inner() {
+                if t.get_ref().trim().is_empty() {
+                    return Err(loc.at(&t.span(), Some("source.topics"), "a topic name is empty"));
+                }
+                topics.push(t.into_inner());
+            }
+            if topics.is_empty() {
+                return Err(loc.at(
+                    &topics_span,
+                    Some("source.topics"),
+                    "no topic given; write e.g. topics = [\"rides\"]",
+                ));
+            }
+        }
+    }
+    Ok(topics)
 }
 
 /// `[source] type = "file"`: path and format (both required; whether the format's name is

@@ -78,22 +78,75 @@ fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &mu
     let Some(st) = release(parts.get_mut(&w.tp), id).filter(|st| st.epoch == w.epoch) else {
         return;
     };
-    if let Some(Resolution::Unconfirmed {
+    if earliest_asked_again(shared, w, st, log_start_offset) {
+        return;
+    }
+    move_past(st, w, log_start_offset, chunk);
+    let Some(e) = chunk.error.take() else {
+        if st.corrupt_at.is_some_and(|(at, _)| chunk.next_offset > at) {
+            st.corrupt_at = None;
+        }
+        note_answer_end(st, w, chunk);
+        return;
+    };
+    let fetched_again = match &e {
+        Error::CorruptData {
+            offset,
+            source: RecordError::StartsBeforeTheLastAnswerEnded { offset: base, .. },
+            ..
+        } => {
+            on_starts_before_last_answer(st, w, &e, *offset, *base);
+            true
+        }
+        Error::CorruptData { offset, source, .. } => {
+            on_corrupt_data(st, w, &e, *offset, source, chunk)
+        }
+        _ => {
+            debug!(tp = %w.tp, error = %e, "fetching stopped");
+            st.answer_end = None;
+            st.halted = true;
+            false
+        }
+    };
+    // Data fetched again is not an error the application sees.
+    if !fetched_again {
+        chunk.error = Some(e);
+    }
+}
+
+/// Whether the answer's log start contradicts the position ListOffsets gave as the log start
+/// (see [`earliest_borne_out`]): then the log start is asked again, and the chunk, fetched
+/// under the epoch the partition leaves, is dropped.
+fn earliest_asked_again(
+    shared: &Shared,
+    w: &Want,
+    st: &mut PartitionState,
+    log_start_offset: i64,
+) -> bool {
+    let Some(Resolution::Unconfirmed {
         at: Offset::Beginning,
         offset: resolved,
     }) = st.resolution
-    {
-        if !earliest_borne_out(resolved, log_start_offset) {
-            // The chunk goes out under the old epoch and is dropped: reading starts again
-            // from the beginning asked anew.
-            warn!(tp = %w.tp, resolved, log_start_offset, "the log start ListOffsets gave is past the one the Fetch answer names; asking again");
-            st.epoch = shared.next_epoch();
-            st.pending = Some(Offset::Beginning);
-            st.position = None;
-            st.resolution = Some(Resolution::AskedAgain);
-            return;
-        }
+    else {
+        return false;
+    };
+    if earliest_borne_out(resolved, log_start_offset) {
+        return false;
     }
+    // The chunk goes out under the old epoch and is dropped: reading starts again
+    // from the beginning asked anew.
+    warn!(tp = %w.tp, resolved, log_start_offset, "the log start ListOffsets gave is past the one the Fetch answer names; asking again");
+    st.epoch = shared.next_epoch();
+    st.pending = Some(Offset::Beginning);
+    st.position = None;
+    st.resolution = Some(Resolution::AskedAgain);
+    true
+}
+
+/// Moves the fetch offset to the chunk's end, with what the answer bore out (the position,
+/// the topic id), how far a walk back got, the log start, and the leader epoch the next fetch
+/// sends as last_fetched_epoch.
+fn move_past(st: &mut PartitionState, w: &Want, log_start_offset: i64, chunk: &Chunk) {
     // Any answer with the partition's data (or none, at its end) bears the position out, and
     // the topic id it was fetched under.
     st.resolution = None;
@@ -118,91 +171,83 @@ fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &mu
     {
         st.last_fetched_epoch = e;
     }
-    match &chunk.error {
-        Some(
-            e @ Error::CorruptData {
-                offset,
-                source: RecordError::StartsBeforeTheLastAnswerEnded { offset: base, .. },
-                ..
-            },
-        ) => {
-            // Nothing of this answer was read; `answer_end` stays, so the check is made again.
-            let (record, again) = after_corrupt_data(st.corrupt_at, *offset);
-            st.corrupt_at = record;
-            if again {
-                // The same answer, fetch after fetch: that is the log, and the answer before
-                // was the damaged one — its last batch went out under offsets not its own.
-                // `last_answer` is the answer whose end the position is (an answer is checked
-                // so only while its fetch offset is `answer_end`, set with `last_answer`).
-                let (from, resync) = after_out_of_place(st.last_answer, *base, st.epoch);
-                if resync.is_some() {
-                    warn!(tp = %w.tp, error = %e, from, "the last answer's batch was out of place; walking back to where it really ends");
-                } else {
-                    warn!(tp = %w.tp, error = %e, "the last answer's batch was out of place; reading from this one's start");
-                }
-                st.fetch_offset = from;
-                st.resync = resync;
-                st.answer_end = None;
-                st.corrupt_at = None;
-            } else {
-                warn!(tp = %w.tp, error = %e, "data out of place; fetching it again (damaged on the way?)");
-            }
-            chunk.error = None;
-        }
-        Some(e @ Error::CorruptData { offset, source, .. }) => {
-            // Refetched from where decoding stopped: still after whole entries when it stopped
-            // at an entry's start (a batch out of place in the same answer: the next answer's
-            // first batch must not start before it either).
-            if !stopped_at_an_entry(source) {
-                st.answer_end = None;
-            } else if chunk.next_offset > w.fetch_offset {
-                st.answer_end = Some(chunk.next_offset);
-                st.open_aborted = std::mem::take(&mut chunk.open_aborted);
-                st.last_answer = Some(LastAnswer {
-                    from: w.fetch_offset,
-                    trace: chunk.trace,
-                });
-            }
-            let (record, halt) = after_corrupt_data(st.corrupt_at, *offset);
-            st.corrupt_at = record;
-            if halt {
-                warn!(tp = %w.tp, error = %e, "fetching stopped at data that failed its check again");
-                st.halted = true;
-            } else {
-                warn!(tp = %w.tp, error = %e, "data failed its check; fetching it again (damaged on the way?)");
-                chunk.error = None;
-            }
-        }
-        Some(e) => {
-            debug!(tp = %w.tp, error = %e, "fetching stopped");
-            st.answer_end = None;
-            st.halted = true;
-        }
-        None => {
-            if st.corrupt_at.is_some_and(|(at, _)| chunk.next_offset > at) {
-                st.corrupt_at = None;
-            }
-            if chunk.next_offset > w.fetch_offset {
-                st.answer_end = Some(chunk.next_offset);
-                st.open_aborted = std::mem::take(&mut chunk.open_aborted);
-                st.last_answer = Some(LastAnswer {
-                    from: w.fetch_offset,
-                    trace: chunk.trace,
-                });
-            }
-        }
+}
+
+/// Notes where the whole entries of the answer ended, if it read any: the next answer from
+/// there is checked against it (its first batch, the aborted transactions still open) and a
+/// walk back starts from it.
+fn note_answer_end(st: &mut PartitionState, w: &Want, chunk: &mut Chunk) {
+    if chunk.next_offset > w.fetch_offset {
+        st.answer_end = Some(chunk.next_offset);
+        st.open_aborted = std::mem::take(&mut chunk.open_aborted);
+        st.last_answer = Some(LastAnswer {
+            from: w.fetch_offset,
+            trace: chunk.trace,
+        });
     }
 }
 
-/// The partition's state if it is still in request `id` (not reassigned since), with the
-/// request's claim on it released.
-pub(super) fn release(st: Option<&mut PartitionState>, id: u64) -> Option<&mut PartitionState> {
-    let st = st?;
-    if st.in_flight != Some(id) {
-        return None;
+/// An answer whose first batch starts (at `base`) before the last answer ended, where it was
+/// fetched (`offset`): fetched again; when the same answer keeps coming, the answer before was
+/// the damaged one, and reading walks back to where that one really ends.
+fn on_starts_before_last_answer(
+    st: &mut PartitionState,
+    w: &Want,
+    e: &Error,
+    offset: i64,
+    base: i64,
+) {
+    // Nothing of this answer was read; `answer_end` stays, so the check is made again.
+    let (record, again) = after_corrupt_data(st.corrupt_at, offset);
+    st.corrupt_at = record;
+    if again {
+        // The same answer, fetch after fetch: that is the log, and the answer before
+        // was the damaged one — its last batch went out under offsets not its own.
+        // `last_answer` is the answer whose end the position is (an answer is checked
+        // so only while its fetch offset is `answer_end`, set with `last_answer`).
+        let (from, resync) = after_out_of_place(st.last_answer, base, st.epoch);
+        if resync.is_some() {
+            warn!(tp = %w.tp, error = %e, from, "the last answer's batch was out of place; walking back to where it really ends");
+        } else {
+            warn!(tp = %w.tp, error = %e, "the last answer's batch was out of place; reading from this one's start");
+        }
+        st.fetch_offset = from;
+        st.resync = resync;
+        st.answer_end = None;
+        st.corrupt_at = None;
+    } else {
+        warn!(tp = %w.tp, error = %e, "data out of place; fetching it again (damaged on the way?)");
     }
-    st.in_flight = None;
-    Some(st)
+}
+
+/// Data that failed its check (`source`) at `offset`: fetched again from there until
+/// [`after_corrupt_data`] halts the partition. Whether it is fetched again.
+fn on_corrupt_data(
+    st: &mut PartitionState,
+    w: &Want,
+    e: &Error,
+    offset: i64,
+    source: &RecordError,
+    chunk: &mut Chunk,
+) -> bool {
+    // Refetched from where decoding stopped: still after whole entries when it stopped
+    // at an entry's start (a batch out of place in the same answer: the next answer's
+    // first batch must not start before it either).
+    if !stopped_at_an_entry(source) {
+        st.answer_end = None;
+    } else {
+        note_answer_end(st, w, chunk);
+    }
+    let (record, halt) = after_corrupt_data(st.corrupt_at, offset);
+    st.corrupt_at = record;
+    if halt {
+        warn!(tp = %w.tp, error = %e, "fetching stopped at data that failed its check again");
+        st.halted = true;
+        false
+    } else {
+        warn!(tp = %w.tp, error = %e, "data failed its check; fetching it again (damaged on the way?)");
+        true
+    }
 }
 
 /// What a partition's error code in a Fetch response makes the fetcher do.
@@ -250,55 +295,10 @@ async fn on_error(
     let tp = &w.tp;
     match on_partition_error(code, shared.config.auto_offset_reset) {
         action @ (OnError::Reset(_) | OnError::OutOfRange) => {
-            match within_the_log(shared, tp, w.fetch_offset).await {
-                Ok(false) => {}
-                outcome => {
-                    // Not confirmed (the offset is within the log: an answer damaged on its
-                    // way, or the log check failed): moving the position by
-                    // auto.offset.reset would skip or re-read records. Fetched again.
-                    warn!(%tp, fetch_offset = w.fetch_offset, ?outcome, "OFFSET_OUT_OF_RANGE not confirmed by ListOffsets; fetching again");
-                    set_backoff(shared, id, tp);
-                    if let Err(e) = outcome {
-                        if e.class() == ErrorClass::Fatal {
-                            let _ = tx.send(Fetched::Error(e)).await;
-                        }
-                    }
-                    return Applied::Nothing;
-                }
+            if !out_of_range_confirmed(shared, id, w, tx).await {
+                return Applied::Nothing;
             }
-            let tell = {
-                let mut parts = shared.lock();
-                match release(parts.get_mut(tp), id).filter(|st| st.epoch == w.epoch) {
-                    // A position ListOffsets gave, never borne out: that answer was damaged
-                    // on its way (0 → 4194304, one bit) or the log moved since. Its own
-                    // question is asked again, once, rather than auto.offset.reset's: a seek
-                    // to the beginning under auto.offset.reset=latest skipped the partition.
-                    Some(st) => match (st.resolution, action) {
-                        (Some(Resolution::Unconfirmed { at, offset }), _) => {
-                            warn!(%tp, offset, ?at, "a position ListOffsets gave is out of range; asking again");
-                            st.epoch = shared.next_epoch();
-                            st.pending = Some(at);
-                            st.position = None;
-                            st.resolution = Some(Resolution::AskedAgain);
-                            false
-                        }
-                        (_, OnError::Reset(r)) => {
-                            debug!(%tp, fetch_offset = w.fetch_offset, ?r, "offset out of range; resetting");
-                            st.epoch = shared.next_epoch();
-                            st.pending = Some(r);
-                            st.position = None;
-                            false
-                        }
-                        _ => {
-                            st.backoff_until =
-                                Some(Instant::now() + shared.config.client.retry_backoff_max);
-                            true
-                        }
-                    },
-                    None => false,
-                }
-            };
-            if tell {
+            if reset_out_of_range(shared, id, w, action) {
                 let e = Error::broker(
                     format!(
                         "fetch {tp} at offset {} from broker {broker} (auto.offset.reset=none)",
@@ -334,6 +334,70 @@ async fn on_error(
     }
 }
 
+/// Whether ListOffsets confirms an answer's OFFSET_OUT_OF_RANGE (see [`within_the_log`]);
+/// if not, the partition is fetched again after a backoff (and a fatal error asking reaches
+/// the application).
+async fn out_of_range_confirmed(
+    shared: &Shared,
+    id: u64,
+    w: &Want,
+    tx: &mpsc::Sender<Fetched>,
+) -> bool {
+    let tp = &w.tp;
+    match within_the_log(shared, tp, w.fetch_offset).await {
+        Ok(false) => true,
+        outcome => {
+            // Not confirmed (the offset is within the log: an answer damaged on its
+            // way, or the log check failed): moving the position by
+            // auto.offset.reset would skip or re-read records. Fetched again.
+            warn!(%tp, fetch_offset = w.fetch_offset, ?outcome, "OFFSET_OUT_OF_RANGE not confirmed by ListOffsets; fetching again");
+            set_backoff(shared, id, tp);
+            if let Err(e) = outcome {
+                if e.class() == ErrorClass::Fatal {
+                    let _ = tx.send(Fetched::Error(e)).await;
+                }
+            }
+            false
+        }
+    }
+}
+
+/// Moves a partition whose fetch offset is out of range (confirmed), if the request is still
+/// current: by `action`, the decision for OFFSET_OUT_OF_RANGE. Whether the application must be
+/// told (auto.offset.reset=none: the partition waits retry.backoff.max.ms).
+fn reset_out_of_range(shared: &Shared, id: u64, w: &Want, action: OnError) -> bool {
+    let tp = &w.tp;
+    let mut parts = shared.lock();
+    match release(parts.get_mut(tp), id).filter(|st| st.epoch == w.epoch) {
+        // A position ListOffsets gave, never borne out: that answer was damaged
+        // on its way (0 → 4194304, one bit) or the log moved since. Its own
+        // question is asked again, once, rather than auto.offset.reset's: a seek
+        // to the beginning under auto.offset.reset=latest skipped the partition.
+        Some(st) => match (st.resolution, action) {
+            (Some(Resolution::Unconfirmed { at, offset }), _) => {
+                warn!(%tp, offset, ?at, "a position ListOffsets gave is out of range; asking again");
+                st.epoch = shared.next_epoch();
+                st.pending = Some(at);
+                st.position = None;
+                st.resolution = Some(Resolution::AskedAgain);
+                false
+            }
+            (_, OnError::Reset(r)) => {
+                debug!(%tp, fetch_offset = w.fetch_offset, ?r, "offset out of range; resetting");
+                st.epoch = shared.next_epoch();
+                st.pending = Some(r);
+                st.position = None;
+                false
+            }
+            _ => {
+                st.backoff_until = Some(Instant::now() + shared.config.client.retry_backoff_max);
+                true
+            }
+        },
+        None => false,
+    }
+}
+
 /// Whether `offset` is within the partition's log, [log start, high watermark], as ListOffsets
 /// says (read_uncommitted: the high watermark, not the LSO). Asked before acting on
 /// OFFSET_OUT_OF_RANGE, which resets the position: one flipped bit turns a fetch's error code 0
@@ -359,12 +423,7 @@ async fn within_the_log(shared: &Shared, tp: &TopicPartition, offset: i64) -> Re
 
 /// Applies a diverging epoch (KIP-320) to the partition, if the request is still current;
 /// returns the chunk that reports a truncation to the application, if it must be told.
-fn diverged(
-    shared: &Shared,
-    id: u64,
-    w: &Want,
-    p: &kafka_protocol::messages::fetch_response::PartitionData,
-) -> Option<Chunk> {
+fn diverged(shared: &Shared, id: u64, w: &Want, p: &PartitionData) -> Option<Chunk> {
     let d = &p.diverging_epoch;
     let mut parts = shared.lock();
     let st = release(parts.get_mut(&w.tp), id).filter(|st| st.epoch == w.epoch)?;
@@ -426,6 +485,18 @@ fn diverged(
     }
 }
 
+/// The partition's state if it is still in request `id` (not reassigned since), with the
+/// request's claim on it released.
+pub(super) fn release(st: Option<&mut PartitionState>, id: u64) -> Option<&mut PartitionState> {
+    let st = st?;
+    if st.in_flight != Some(id) {
+        return None;
+    }
+    st.in_flight = None;
+    Some(st)
+}
+
+/// The partition, if still in request `id`, is fetched again after retry.backoff.ms.
 fn set_backoff(shared: &Shared, id: u64, tp: &TopicPartition) {
     let mut parts = shared.lock();
     if let Some(st) = release(parts.get_mut(tp), id) {
@@ -447,6 +518,8 @@ pub(super) fn forget_last_fetched_epochs(shared: &Shared, list: &[Want]) {
     }
 }
 
+/// The partitions of request `id` back off ([`set_backoff`]), after a metadata refresh with
+/// `refresh`.
 pub(super) async fn back_off(shared: &Shared, id: u64, list: &[Want], refresh: bool) {
     for w in list {
         set_backoff(shared, id, &w.tp);

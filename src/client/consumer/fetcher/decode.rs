@@ -11,6 +11,7 @@ use crate::client::consumer::{AnswerTrace, Chunk, ConsumerRecord, Skip};
 use crate::client::error::Error;
 use crate::client::metadata::TopicPartition;
 use crate::protocol::records::{decode_entries, CrcCheck, EntryIter, LogEntry, RecordError};
+use kafka_protocol::messages::fetch_response::PartitionData;
 use std::collections::VecDeque;
 
 /// Decodes one partition's records, skipping control batches and records before the fetch
@@ -18,11 +19,7 @@ use std::collections::VecDeque;
 /// cannot be read: the chunk keeps the records before it, ends where they end, and carries the
 /// error, as the Java client returns the records before corrupt data and raises on the next
 /// poll.
-pub(super) fn decode_partition(
-    w: &Want,
-    p: &kafka_protocol::messages::fetch_response::PartitionData,
-    crc: CrcCheck,
-) -> Chunk {
+pub(super) fn decode_partition(w: &Want, p: &PartitionData, crc: CrcCheck) -> Chunk {
     let (tp, fetch_offset, epoch) = (&w.tp, w.fetch_offset, w.epoch);
     let mut records = VecDeque::new();
     let mut next_offset = fetch_offset;
@@ -144,53 +141,71 @@ fn decode_into(
             LogEntry::Batch(b) => Some(b.crc),
             LogEntry::Legacy(_) => None,
         };
-        if let Some(skip) = trace.skip_left.take() {
-            let handed_out = match skip.entries {
-                0 | 1 => {
-                    // The walk's last entry: the batch handed out last, unless the log changed
-                    // under the walk — then this entry is new, and goes out.
-                    let same = trace.last_crc == Some(skip.crc);
-                    trace.skip_mismatch = !same;
-                    same
-                }
-                n => {
-                    trace.skip_left = Some(Skip {
-                        entries: n - 1,
-                        ..skip
-                    });
-                    true
-                }
-            };
-            if handed_out {
-                *next_offset = (*next_offset).max(entry.next_offset());
-                note_epoch(&entry, last_epoch);
-                continue;
-            }
+        if handed_out_already(trace) {
+            *next_offset = (*next_offset).max(entry.next_offset());
+            note_epoch(&entry, last_epoch);
+            continue;
         }
         if entry.next_offset() <= fetch_offset {
             continue;
         }
         if keep {
-            // Straight from the entry into the chunk: no intermediate Vec per batch.
-            for r in entry.record_iter()? {
-                let r = r?;
-                if r.offset < fetch_offset {
-                    continue;
-                }
-                *next_offset = (*next_offset).max(r.offset.wrapping_add(1));
-                records.push_back(ConsumerRecord {
-                    topic: tp.topic.clone(),
-                    partition: tp.partition,
-                    offset: r.offset,
-                    timestamp: r.timestamp,
-                    key: r.key,
-                    value: r.value,
-                    headers: r.headers,
-                });
-            }
+            hand_out(tp, &entry, fetch_offset, records, next_offset)?;
         }
         *next_offset = (*next_offset).max(entry.next_offset());
         note_epoch(&entry, last_epoch);
+    }
+    Ok(())
+}
+
+/// Whether a walk back under way skips the entry just read (noted in `trace`) as handed out
+/// already, and counts it off.
+fn handed_out_already(trace: &mut AnswerTrace) -> bool {
+    let Some(skip) = trace.skip_left.take() else {
+        return false;
+    };
+    match skip.entries {
+        0 | 1 => {
+            // The walk's last entry: the batch handed out last, unless the log changed
+            // under the walk — then this entry is new, and goes out.
+            let same = trace.last_crc == Some(skip.crc);
+            trace.skip_mismatch = !same;
+            same
+        }
+        n => {
+            trace.skip_left = Some(Skip {
+                entries: n - 1,
+                ..skip
+            });
+            true
+        }
+    }
+}
+
+/// Appends the entry's records from the fetch offset on, moving `next_offset` past each.
+fn hand_out(
+    tp: &TopicPartition,
+    entry: &LogEntry,
+    fetch_offset: i64,
+    records: &mut VecDeque<ConsumerRecord>,
+    next_offset: &mut i64,
+) -> Result<(), RecordError> {
+    // Straight from the entry into the chunk: no intermediate Vec per batch.
+    for r in entry.record_iter()? {
+        let r = r?;
+        if r.offset < fetch_offset {
+            continue;
+        }
+        *next_offset = (*next_offset).max(r.offset.wrapping_add(1));
+        records.push_back(ConsumerRecord {
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+            offset: r.offset,
+            timestamp: r.timestamp,
+            key: r.key,
+            value: r.value,
+            headers: r.headers,
+        });
     }
     Ok(())
 }
@@ -211,7 +226,6 @@ mod tests {
     use super::*;
     use crate::client::consumer::{accept_chunk, take_records, PartitionState};
     use bytes::Bytes;
-    use kafka_protocol::messages::fetch_response::PartitionData;
     use std::collections::BTreeMap;
 
     fn tp() -> TopicPartition {

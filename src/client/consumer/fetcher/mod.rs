@@ -1,24 +1,29 @@
 //! The fetcher task: resolves start positions, keeps one Fetch in flight per leader, decodes
 //! record batches (and old v0/v1 message sets) and hands the records to the consumer.
 //!
-//! The folder, in the order a fetch goes through it:
-//! - here, the task: each round resolves pending seeks and resets (ListOffsets), plans which
-//!   partitions go to which leader (`Fetcher::plan_round`, by each partition's `Readiness`),
-//!   spawns one Fetch per leader not already busy, and waits for something that can change
-//!   the next round; `fetch_from` sends one Fetch and applies its answers.
-//! - `request`: what a Fetch asks for each partition (`Want`), the version and the fetch
-//!   session (KIP-227) it goes under, the request itself, and the response's answers matched
-//!   to the partitions asked for.
-//! - `topic_id`: what metadata's topic id says about the topic a position belongs to, and a
-//!   topic deleted and recreated under the same name.
-//! - `apply`: one partition's answer applied to its state: records move the position on, an
-//!   error code retries, resets or is reported, a diverging epoch (KIP-320) moves it back;
-//!   backoffs.
-//! - `decode`: an answer's record batches and legacy message sets decoded into records,
+//! The folder:
+//! - `mod.rs` (here): the task. A round resolves pending seeks and resets (ListOffsets), plans
+//!   which partitions go to which leader (`Fetcher::plan_round`: a partition's `Readiness`,
+//!   its leader, its topic id), spawns one Fetch per leader not already busy, and waits for
+//!   what can change the next round; `fetch_from` sends one Fetch and applies its answers.
+//! - `request.rs`: what a Fetch asks for each partition (`Want`), the version and the fetch
+//!   session (KIP-227) it goes under, the request itself (and the one closing a session), and
+//!   the response's answers matched to the partitions asked for.
+//! - `topic_id.rs`: what metadata's topic id says about the topic a position belongs to, and
+//!   a topic deleted and recreated under the same name.
+//! - `apply.rs`: one partition's answer applied to its state: a decoded chunk moves the
+//!   position on, an error code retries, resets or is reported, a diverging epoch (KIP-320)
+//!   moves the position back; backoffs.
+//! - `decode.rs`: an answer's record batches and legacy message sets decoded into records,
 //!   without control batches and aborted transactions.
-//! - `integrity`: what a client can check of an answer beyond the CRCs (entries in place,
+//! - `integrity.rs`: what a client can check of an answer beyond the CRCs (entries in place,
 //!   the high watermark, the aborted-transaction list, a diverging epoch, the log start), and
 //!   what follows a failed check: fetched again, walked back, or halted.
+//! - `testing.rs`: record batches the unit tests build.
+//!
+//! Uses run one way: the task uses `request`, `topic_id` and `apply`; `apply` uses `decode`,
+//! `integrity` and `request`; `decode` uses `integrity` and `request`; `request` uses
+//! `integrity`; `topic_id` and `integrity` use none of them.
 
 mod apply;
 mod decode;
@@ -35,12 +40,12 @@ use super::metrics::Counters;
 use super::order::next_order;
 use super::session::Outcome;
 use super::{list_offsets, Chunk, Fetched, Offset, PartitionState, Resolution, Shared};
-use crate::client::error::{classify, ErrorClass, Op};
+use crate::client::error::{classify, Error, ErrorClass, Op};
 use crate::client::metadata::{MetadataSnapshot, TopicPartition};
 use crate::protocol::ErrorCode;
 use apply::{apply_partition, back_off, forget_last_fetched_epochs, release, Applied};
-use integrity::REFETCHES_OF_CORRUPT_DATA;
-use request::{answers, lock, send_fetch, Sent, Want};
+use kafka_protocol::messages::fetch_response::PartitionData;
+use request::{answers, response_outcome, restart_session, send_fetch, Sent, Want};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
@@ -83,12 +88,15 @@ pub(super) async fn run(shared: Arc<Shared>, tx: mpsc::Sender<Fetched>) {
 
 /// The fetcher task's own state, kept across rounds.
 struct Fetcher {
+    /// The consumer's state: its configuration, cluster and partitions.
     shared: Arc<Shared>,
+    /// Where chunks and errors go to the consumer; closed when the consumer is gone.
     tx: mpsc::Sender<Fetched>,
     /// Leaders with a Fetch in flight: one request at a time per leader.
     busy: Arc<std::sync::Mutex<HashSet<i32>>>,
     /// Each finished request reports the partitions it brought records for.
     done_tx: mpsc::UnboundedSender<Vec<TopicPartition>>,
+    /// Where those reports are collected, before each round and while waiting for work.
     done_rx: mpsc::UnboundedReceiver<Vec<TopicPartition>>,
     /// The order partitions are put in requests ([`next_order`]).
     order: Vec<TopicPartition>,
@@ -127,6 +135,7 @@ enum Readiness {
     Ready,
 }
 
+/// A partition's [`Readiness`] at `now`.
 fn readiness(st: &PartitionState, now: Instant) -> Readiness {
     if st.in_flight.is_some() || st.halted || st.pending.is_some() || st.position.is_none() {
         return Readiness::NotNow;
@@ -192,58 +201,17 @@ impl Fetcher {
                 continue;
             };
             let topic_id = meta.topics.get(&tp.topic).map_or([0; 16], |t| t.id);
-            let held = id_to_compare(st.topic_id, st.topic_id_borne_out);
-            match on_topic_id(held, topic_id, st.id_change, meta.generation) {
-                TopicId::Same => st.id_change = None,
-                TopicId::Adopt => {
-                    if st.topic_id != Some(topic_id) {
-                        st.topic_id = Some(topic_id);
-                        st.topic_id_borne_out = false;
-                    }
-                    st.id_change = None;
-                }
-                TopicId::Suspect => {
-                    if st.id_change.map(|(id, _)| id) != Some(topic_id) {
-                        st.id_change = Some((topic_id, meta.generation));
-                    }
-                    // Metadata refreshed, the partition looked at again after a backoff.
-                    round.missing_leader = true;
-                    continue;
-                }
-                TopicId::Recreated { old } => {
-                    st.id_change = None;
-                    if let Some(chunk) = recreated(&self.shared, tp, st, old, topic_id) {
-                        round.recreated.push(chunk);
-                    }
-                    // The reset's ListOffsets is for the next round, at once.
-                    round.next_wake = Some(now);
-                    continue;
-                }
+            if !topic_id_allows_fetch(&self.shared, tp, st, topic_id, meta, now, &mut round) {
+                continue;
             }
             if busy.contains(&leader) {
                 continue;
             }
-            let after_answer = st.answer_end == Some(st.fetch_offset);
-            by_leader.entry(leader).or_default().push(Want {
-                tp: tp.clone(),
-                fetch_offset: st.fetch_offset,
-                epoch: st.epoch,
-                leader_epoch: meta.partition(tp).map_or(-1, |p| p.leader_epoch),
-                last_fetched_epoch: st.last_fetched_epoch,
-                topic_id,
-                after_answer,
-                open_aborted: if after_answer {
-                    st.open_aborted.clone()
-                } else {
-                    Vec::new()
-                },
-                check_aborted_list: !matches!(st.corrupt_at,
-                    Some((at, n)) if at == st.fetch_offset && n >= REFETCHES_OF_CORRUPT_DATA),
-                skip: st
-                    .resync
-                    .filter(|r| r.epoch == st.epoch && r.at == st.fetch_offset)
-                    .map(|r| r.skip),
-            });
+            let leader_epoch = meta.partition(tp).map_or(-1, |p| p.leader_epoch);
+            by_leader
+                .entry(leader)
+                .or_default()
+                .push(Want::new(tp, st, leader_epoch, topic_id));
         }
         for (leader, list) in by_leader {
             self.request_ids += 1;
@@ -293,6 +261,50 @@ impl Fetcher {
             _ = tokio::time::sleep(self.shared.config.client.retry_backoff), if missing_leader => {}
         }
     }
+}
+
+/// Whether the partition may be fetched under the topic id metadata names now (`topic_id`),
+/// as [`on_topic_id`] decides. An id that differs for the first time waits for metadata to be
+/// refreshed; a topic recreated resets the position (its ListOffsets in the next round, at
+/// once) or halts the partition, with the chunk that tells the application in `round`.
+fn topic_id_allows_fetch(
+    shared: &Shared,
+    tp: &TopicPartition,
+    st: &mut PartitionState,
+    topic_id: [u8; 16],
+    meta: &MetadataSnapshot,
+    now: Instant,
+    round: &mut Round,
+) -> bool {
+    let held = id_to_compare(st.topic_id, st.topic_id_borne_out);
+    match on_topic_id(held, topic_id, st.id_change, meta.generation) {
+        TopicId::Same => st.id_change = None,
+        TopicId::Adopt => {
+            if st.topic_id != Some(topic_id) {
+                st.topic_id = Some(topic_id);
+                st.topic_id_borne_out = false;
+            }
+            st.id_change = None;
+        }
+        TopicId::Suspect => {
+            if st.id_change.map(|(id, _)| id) != Some(topic_id) {
+                st.id_change = Some((topic_id, meta.generation));
+            }
+            // Metadata refreshed, the partition looked at again after a backoff.
+            round.missing_leader = true;
+            return false;
+        }
+        TopicId::Recreated { old } => {
+            st.id_change = None;
+            if let Some(chunk) = recreated(shared, tp, st, old, topic_id) {
+                round.recreated.push(chunk);
+            }
+            // The reset's ListOffsets is for the next round, at once.
+            round.next_wake = Some(now);
+            return false;
+        }
+    }
+    true
 }
 
 /// Resolves pending seeks and resets (auto.offset.reset) with ListOffsets.
@@ -357,20 +369,7 @@ async fn fetch_from(
     {
         Ok(r) => r,
         Err(e) => {
-            debug!(leader, error = %e, "fetch failed");
-            // What retrying cannot fix (no common Fetch version even after negotiating again
-            // on a new connection, failed authentication) reaches the application's poll,
-            // every round it happens, instead of a silent retry loop.
-            if e.class() == ErrorClass::Fatal {
-                let _ = tx.send(Fetched::Error(e.clone())).await;
-            }
-            if let Some(ls) = lock(sessions).get_mut(&leader) {
-                if ls.session.id().is_some() || ls.session.is_incremental() {
-                    Counters::add(&shared.counters.fetch_session_restarts, 1);
-                }
-                ls.session.restart();
-            }
-            back_off(shared, id, &list, e.class() == ErrorClass::RefreshAndRetry).await;
+            on_request_failed(shared, sessions, leader, id, &list, e, tx).await;
             return Vec::new();
         }
     };
@@ -381,17 +380,7 @@ async fn fetch_from(
         broker,
     } = sent;
     let (answers, stranger) = answers(&list, &resp, by_id);
-    let outcome = match (plan, lock(sessions).get_mut(&leader)) {
-        (Some(plan), Some(ls)) => {
-            let code = ErrorCode(resp.error_code);
-            ls.session
-                .on_response(&plan, code, resp.session_id, stranger)
-        }
-        // Sessions off: a top-level error fails the whole request.
-        _ if resp.error_code != 0 => Outcome::Failed(ErrorCode(resp.error_code)),
-        _ => Outcome::Answered,
-    };
-    match outcome {
+    match response_outcome(sessions, leader, plan, &resp, stranger) {
         Outcome::Answered => {}
         Outcome::Restart(code) => {
             debug!(
@@ -407,16 +396,7 @@ async fn fetch_from(
             return Vec::new();
         }
         Outcome::Failed(code) => {
-            debug!(leader, ?code, "fetch failed at the top level");
-            // Whatever of ours the broker choked on (a session's state, a last_fetched_epoch
-            // taken from damaged data) is not sent again: the next request is a full one
-            // without the KIP-320 check.
-            if let Some(ls) = lock(sessions).get_mut(&leader) {
-                ls.session.restart();
-            }
-            forget_last_fetched_epochs(shared, &list);
-            let refresh = classify(code, Op::General) == ErrorClass::RefreshAndRetry;
-            back_off(shared, id, &list, refresh).await;
+            on_top_level_error(shared, sessions, leader, id, &list, code).await;
             return Vec::new();
         }
     }
@@ -430,24 +410,76 @@ async fn fetch_from(
             Applied::ConsumerGone => return served,
         }
     }
-    // Partitions the response left out are fetched again next round: a full response left
-    // them out for lack of room (fetch.max.bytes), an incremental one because they have
-    // nothing new (KIP-227), and then their end offsets are as the last answer said.
-    {
-        let mut answered = vec![false; list.len()];
-        for &(i, _) in &answers {
-            answered[i] = true;
-        }
-        let mut parts = shared.lock();
-        for (w, _) in list.iter().zip(answered).filter(|(_, a)| !a) {
-            release(parts.get_mut(&w.tp), id);
-        }
-    }
+    release_unanswered(shared, id, &list, &answers);
     if refresh {
         let g = shared.cluster.metadata().generation;
         let _ = shared.cluster.refresh_if_older(g).await;
     }
     served
+}
+
+/// A Fetch that got no answer (no connection, no common version, timed out): the leader's
+/// fetch session starts again and the partitions back off.
+async fn on_request_failed(
+    shared: &Shared,
+    sessions: &Sessions,
+    leader: i32,
+    id: u64,
+    list: &[Want],
+    e: Error,
+    tx: &mpsc::Sender<Fetched>,
+) {
+    debug!(leader, error = %e, "fetch failed");
+    // What retrying cannot fix (no common Fetch version even after negotiating again
+    // on a new connection, failed authentication) reaches the application's poll,
+    // every round it happens, instead of a silent retry loop.
+    if e.class() == ErrorClass::Fatal {
+        let _ = tx.send(Fetched::Error(e.clone())).await;
+    }
+    if restart_session(sessions, leader) {
+        Counters::add(&shared.counters.fetch_session_restarts, 1);
+    }
+    back_off(shared, id, list, e.class() == ErrorClass::RefreshAndRetry).await;
+}
+
+/// A response whose top-level error code fails the whole request: the partitions back off,
+/// after a metadata refresh when the code calls for one.
+async fn on_top_level_error(
+    shared: &Shared,
+    sessions: &Sessions,
+    leader: i32,
+    id: u64,
+    list: &[Want],
+    code: ErrorCode,
+) {
+    debug!(leader, ?code, "fetch failed at the top level");
+    // Whatever of ours the broker choked on (a session's state, a last_fetched_epoch
+    // taken from damaged data) is not sent again: the next request is a full one
+    // without the KIP-320 check.
+    restart_session(sessions, leader);
+    forget_last_fetched_epochs(shared, list);
+    let refresh = classify(code, Op::General) == ErrorClass::RefreshAndRetry;
+    back_off(shared, id, list, refresh).await;
+}
+
+/// Releases the partitions of request `id` that its response left out (`answers`: the ones it
+/// holds, by index in `list`): they are fetched again next round. A full response left them
+/// out for lack of room (fetch.max.bytes), an incremental one because they have nothing new
+/// (KIP-227), and then their end offsets are as the last answer said.
+fn release_unanswered(
+    shared: &Shared,
+    id: u64,
+    list: &[Want],
+    answers: &[(usize, &PartitionData)],
+) {
+    let mut answered = vec![false; list.len()];
+    for &(i, _) in answers {
+        answered[i] = true;
+    }
+    let mut parts = shared.lock();
+    for (w, _) in list.iter().zip(answered).filter(|(_, a)| !a) {
+        release(parts.get_mut(&w.tp), id);
+    }
 }
 
 #[cfg(test)]

@@ -2,13 +2,15 @@
 //! session (KIP-227) it goes under, building and sending it, closing sessions, and the
 //! response's answers matched to the partitions asked for.
 
+use super::integrity::REFETCHES_OF_CORRUPT_DATA;
 use crate::client::config::ConsumerConfig;
 use crate::client::connection::Connection;
 use crate::client::consumer::metrics::Counters;
-use crate::client::consumer::session::{FetchSession, PartitionFetch, Plan, FINAL_EPOCH};
-use crate::client::consumer::{Shared, Skip};
+use crate::client::consumer::session::{FetchSession, Outcome, PartitionFetch, Plan, FINAL_EPOCH};
+use crate::client::consumer::{PartitionState, Shared, Skip};
 use crate::client::error::Result;
 use crate::client::metadata::TopicPartition;
+use crate::protocol::ErrorCode;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
@@ -48,8 +50,7 @@ pub(super) struct Want {
     pub(super) after_answer: bool,
     /// The answer's aborted-transaction list is checked against its batches
     /// (`aborted_list_borne_out`); off once answers at this offset failed checks
-    /// [`REFETCHES_OF_CORRUPT_DATA`](super::integrity::REFETCHES_OF_CORRUPT_DATA) times in a
-    /// row: the same answer again is the log.
+    /// [`REFETCHES_OF_CORRUPT_DATA`] times in a row: the same answer again is the log.
     pub(super) check_aborted_list: bool,
     /// With `after_answer`: the aborted transactions still open where the last answer ended
     /// (`PartitionState::open_aborted`), which this answer must list again.
@@ -60,6 +61,37 @@ pub(super) struct Want {
 }
 
 impl Want {
+    /// What partition `tp` asks for in this round's request, from its state `st` and what
+    /// metadata names: the leader's epoch and the topic's id.
+    pub(super) fn new(
+        tp: &TopicPartition,
+        st: &PartitionState,
+        leader_epoch: i32,
+        topic_id: [u8; 16],
+    ) -> Want {
+        let after_answer = st.answer_end == Some(st.fetch_offset);
+        Want {
+            tp: tp.clone(),
+            fetch_offset: st.fetch_offset,
+            epoch: st.epoch,
+            leader_epoch,
+            last_fetched_epoch: st.last_fetched_epoch,
+            topic_id,
+            after_answer,
+            open_aborted: if after_answer {
+                st.open_aborted.clone()
+            } else {
+                Vec::new()
+            },
+            check_aborted_list: !matches!(st.corrupt_at,
+                Some((at, n)) if at == st.fetch_offset && n >= REFETCHES_OF_CORRUPT_DATA),
+            skip: st
+                .resync
+                .filter(|r| r.epoch == st.epoch && r.at == st.fetch_offset)
+                .map(|r| r.skip),
+        }
+    }
+
     /// What a request carries for the partition, as a fetch session compares it.
     fn fetch(&self, cfg: &ConsumerConfig) -> PartitionFetch {
         PartitionFetch {
@@ -73,53 +105,14 @@ impl Want {
     }
 }
 
-/// A leader's fetch session and the connection it lives on: a session does not outlive its
-/// connection (a request lost with it leaves the epochs out of step).
-#[derive(Debug, Default)]
-pub(crate) struct LeaderSession {
-    pub(super) session: FetchSession,
-    conn: Weak<Connection>,
-}
-
-/// The fetch sessions by leader; one request per leader at a time uses its entry.
-pub(crate) type Sessions = Arc<Mutex<HashMap<i32, LeaderSession>>>;
-
-/// Closes every fetch session the broker holds for us: a request at the final epoch (-1) with
-/// the session's id and no partitions, which the broker answers at once, dropping the session
-/// rather than keeping its cache slot until it idles out. Best effort, on connections already
-/// open: the consumer is going away.
-pub(in crate::client::consumer) async fn close_sessions(shared: Arc<Shared>) {
-    let open: Vec<(i32, i32, Arc<Connection>)> = lock(&shared.sessions)
-        .drain()
-        .filter_map(|(leader, ls)| Some((leader, ls.session.id()?, ls.conn.upgrade()?)))
-        .filter(|(_, _, conn)| !conn.is_poisoned())
-        .collect();
-    for (leader, id, conn) in open {
-        let Ok(version) = conn.version_for::<FetchRequest>(Some(MAX_FETCH_VERSION)) else {
-            continue;
-        };
-        let req = close_request(&shared.config, id);
-        match conn.request_at(&req, version).await {
-            Ok(_) => debug!(leader, session = id, "fetch session closed"),
-            Err(e) => debug!(leader, session = id, error = %e, "closing the fetch session failed"),
-        }
+/// The Fetch version for `list` among those the broker offers (`offered`, the newest both
+/// sides speak): by topic id from v13 when every topic has an id, else v12 at most.
+fn fetch_version(offered: i16, list: &[Want]) -> i16 {
+    if offered >= TOPIC_ID_VERSION && list.iter().any(|w| w.topic_id == [0; 16]) {
+        TOPIC_ID_VERSION - 1
+    } else {
+        offered
     }
-}
-
-/// The request that closes session `id`: final epoch, nothing to fetch, no wait.
-fn close_request(cfg: &ConsumerConfig, id: i32) -> FetchRequest {
-    FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(0)
-        .with_min_bytes(0)
-        .with_max_bytes(cfg.fetch_max_bytes)
-        .with_isolation_level(cfg.isolation_level.wire())
-        .with_session_id(id)
-        .with_session_epoch(FINAL_EPOCH)
-}
-
-pub(super) fn lock(sessions: &Sessions) -> std::sync::MutexGuard<'_, HashMap<i32, LeaderSession>> {
-    sessions.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A response and what its request was.
@@ -131,16 +124,6 @@ pub(super) struct Sent {
     pub(super) by_id: bool,
     /// The broker that answered (its address), named in the errors its codes become.
     pub(super) broker: String,
-}
-
-/// The Fetch version for `list` among those the broker offers (`offered`, the newest both
-/// sides speak): by topic id from v13 when every topic has an id, else v12 at most.
-fn fetch_version(offered: i16, list: &[Want]) -> i16 {
-    if offered >= TOPIC_ID_VERSION && list.iter().any(|w| w.topic_id == [0; 16]) {
-        TOPIC_ID_VERSION - 1
-    } else {
-        offered
-    }
 }
 
 /// Connects to `leader`, plans the request with the leader's session and sends the Fetch for
@@ -302,6 +285,89 @@ pub(super) fn answers<'a>(
         }
     }
     (out, stranger)
+}
+
+/// A leader's fetch session and the connection it lives on: a session does not outlive its
+/// connection (a request lost with it leaves the epochs out of step).
+#[derive(Debug, Default)]
+pub(crate) struct LeaderSession {
+    session: FetchSession,
+    conn: Weak<Connection>,
+}
+
+/// The fetch sessions by leader; one request per leader at a time uses its entry.
+pub(crate) type Sessions = Arc<Mutex<HashMap<i32, LeaderSession>>>;
+
+fn lock(sessions: &Sessions) -> std::sync::MutexGuard<'_, HashMap<i32, LeaderSession>> {
+    sessions.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Starts the leader's fetch session again: the next request is a full one. Whether there was
+/// a session under way (an id, or incremental requests).
+pub(super) fn restart_session(sessions: &Sessions, leader: i32) -> bool {
+    let mut all = lock(sessions);
+    let Some(ls) = all.get_mut(&leader) else {
+        return false;
+    };
+    let under_way = ls.session.id().is_some() || ls.session.is_incremental();
+    ls.session.restart();
+    under_way
+}
+
+/// What a response comes to as a whole: under a fetch session, what the session makes of it
+/// (its error code, its session id, and whether it named a partition not asked for,
+/// `stranger`); without one, a top-level error fails the whole request.
+pub(super) fn response_outcome(
+    sessions: &Sessions,
+    leader: i32,
+    plan: Option<Plan>,
+    resp: &FetchResponse,
+    stranger: bool,
+) -> Outcome {
+    match (plan, lock(sessions).get_mut(&leader)) {
+        (Some(plan), Some(ls)) => {
+            let code = ErrorCode(resp.error_code);
+            ls.session
+                .on_response(&plan, code, resp.session_id, stranger)
+        }
+        // Sessions off: a top-level error fails the whole request.
+        _ if resp.error_code != 0 => Outcome::Failed(ErrorCode(resp.error_code)),
+        _ => Outcome::Answered,
+    }
+}
+
+/// Closes every fetch session the broker holds for us: a request at the final epoch (-1) with
+/// the session's id and no partitions, which the broker answers at once, dropping the session
+/// rather than keeping its cache slot until it idles out. Best effort, on connections already
+/// open: the consumer is going away.
+pub(in crate::client::consumer) async fn close_sessions(shared: Arc<Shared>) {
+    let open: Vec<(i32, i32, Arc<Connection>)> = lock(&shared.sessions)
+        .drain()
+        .filter_map(|(leader, ls)| Some((leader, ls.session.id()?, ls.conn.upgrade()?)))
+        .filter(|(_, _, conn)| !conn.is_poisoned())
+        .collect();
+    for (leader, id, conn) in open {
+        let Ok(version) = conn.version_for::<FetchRequest>(Some(MAX_FETCH_VERSION)) else {
+            continue;
+        };
+        let req = close_request(&shared.config, id);
+        match conn.request_at(&req, version).await {
+            Ok(_) => debug!(leader, session = id, "fetch session closed"),
+            Err(e) => debug!(leader, session = id, error = %e, "closing the fetch session failed"),
+        }
+    }
+}
+
+/// The request that closes session `id`: final epoch, nothing to fetch, no wait.
+fn close_request(cfg: &ConsumerConfig, id: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(cfg.fetch_max_bytes)
+        .with_isolation_level(cfg.isolation_level.wire())
+        .with_session_id(id)
+        .with_session_epoch(FINAL_EPOCH)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use crate::protocol::ErrorCode;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
-use kafka_protocol::messages::{GroupId, JoinGroupRequest, SyncGroupRequest};
+use kafka_protocol::messages::{GroupId, JoinGroupRequest, JoinGroupResponse, SyncGroupRequest};
 use kafka_protocol::protocol::StrBytes;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -247,22 +247,7 @@ async fn join_and_sync_once(
     {
         return Ok(step);
     }
-    let me = resp.member_id.to_string();
-    let generation = resp.generation_id;
-    let protocol = resp
-        .protocol_name
-        .as_ref()
-        .map(|p| p.to_string())
-        .unwrap_or_else(|| "range".into());
-    // The member is in the new generation from the JoinGroup answer on, as in the
-    // Java client: what it commits after SyncGroup (a cooperative member commits the
-    // partitions it gives up) carries this generation, which the coordinator accepts.
-    {
-        let mut st = shared.lock();
-        st.member_id = me.clone();
-        st.generation = generation;
-        st.protocol = Some(protocol.clone());
-    }
+    let (me, generation, protocol) = enter_generation(shared, &resp);
     let listed: Vec<&str> = resp.members.iter().map(|m| m.member_id.as_str()).collect();
     let assignments = match role(resp.leader.as_str(), &me, &listed) {
         Role::Leader => {
@@ -278,8 +263,56 @@ async fn join_and_sync_once(
             })
         }
     };
-    let sync = SyncGroupRequest::default()
-        .with_group_id(GroupId(StrBytes::from_string(group.clone())))
+    let sync = sync_request(shared, generation, me, &protocol, assignments);
+    // SyncGroup waits only for the leader's assignment: request.timeout.ms, as Java.
+    let resp = conn.request(&sync).await?;
+    if let Some(step) = step_for(shared, GroupApi::SyncGroup, ErrorCode(resp.error_code))
+        .map_err(|e| e.at_broker("coordinator", conn.addr()))?
+    {
+        return Ok(step);
+    }
+    let assignment = codec::decode_assignment(resp.assignment.clone())?;
+    if let Some(step) = assignment_refused(shared, &assignment, topics).await {
+        return Ok(step);
+    }
+    Ok(Step::Done(Joined::Assigned(Rebalanced {
+        generation,
+        protocol,
+        assignment,
+    })))
+}
+
+/// Takes the generation a JoinGroup answer opens: the member's id, the generation and the
+/// protocol the group chose (range when the answer names none), which it returns.
+fn enter_generation(shared: &Shared, resp: &JoinGroupResponse) -> (String, i32, String) {
+    let me = resp.member_id.to_string();
+    let generation = resp.generation_id;
+    let protocol = resp
+        .protocol_name
+        .as_ref()
+        .map(|p| p.to_string())
+        .unwrap_or_else(|| "range".into());
+    // The member is in the new generation from the JoinGroup answer on, as in the
+    // Java client: what it commits after SyncGroup (a cooperative member commits the
+    // partitions it gives up) carries this generation, which the coordinator accepts.
+    let mut st = shared.lock();
+    st.member_id = me.clone();
+    st.generation = generation;
+    st.protocol = Some(protocol.clone());
+    (me, generation, protocol)
+}
+
+/// The SyncGroup request of member `me` in `generation`, with the leader's `assignments`
+/// (none from a follower).
+fn sync_request(
+    shared: &Shared,
+    generation: i32,
+    me: String,
+    protocol: &str,
+    assignments: Vec<SyncGroupRequestAssignment>,
+) -> SyncGroupRequest {
+    SyncGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(shared.group_id.clone())))
         .with_generation_id(generation)
         .with_member_id(StrBytes::from_string(me))
         .with_group_instance_id(
@@ -290,48 +323,46 @@ async fn join_and_sync_once(
                 .map(StrBytes::from_string),
         )
         .with_protocol_type(Some(StrBytes::from_static_str("consumer")))
-        .with_protocol_name(Some(StrBytes::from_string(protocol.clone())))
-        .with_assignments(assignments);
-    // SyncGroup waits only for the leader's assignment: request.timeout.ms, as Java.
-    let resp = conn.request(&sync).await?;
-    if let Some(step) = step_for(shared, GroupApi::SyncGroup, ErrorCode(resp.error_code))
-        .map_err(|e| e.at_broker("coordinator", conn.addr()))?
-    {
-        return Ok(step);
-    }
-    let assignment = codec::decode_assignment(resp.assignment.clone())?;
-    if let Some(t) = outside_subscription(&assignment, topics) {
+        .with_protocol_name(Some(StrBytes::from_string(protocol.to_owned())))
+        .with_assignments(assignments)
+}
+
+/// The step that joins again when the assignment SyncGroup handed out cannot be taken: a topic
+/// outside the subscription, or a partition its topic does not have (after a metadata refresh
+/// to be sure).
+async fn assignment_refused(
+    shared: &Shared,
+    assignment: &[TopicPartition],
+    topics: &[String],
+) -> Option<Step> {
+    if let Some(t) = outside_subscription(assignment, topics) {
         // As the Java member does when an assignment does not match its subscription: join
         // again. Here it also catches a damaged SyncGroup answer: a flipped bit in a topic
         // name left the member owning a topic that does not exist, in a stable group, for
         // ever (the group member under random flips).
         warn!(topic = %t, "assigned a topic outside the subscription; joining again");
-        return Ok(Step::Again {
+        return Some(Step::Again {
             why: format!(
                 "the assignment names topic '{t}', which the member does not subscribe to"
             ),
             refresh: false,
         });
     }
-    if beyond_the_topic(&assignment, &shared.cluster.metadata()).is_some() {
+    if beyond_the_topic(assignment, &shared.cluster.metadata()).is_some() {
         // Partitions may have been added since this member's metadata: asked again first.
         let _ = shared.cluster.refresh_metadata().await;
-        if let Some(tp) = beyond_the_topic(&assignment, &shared.cluster.metadata()) {
+        if let Some(tp) = beyond_the_topic(assignment, &shared.cluster.metadata()) {
             // A damaged SyncGroup answer (a flipped bit made partition 1 into 2049): the
             // member would own a partition that does not exist, and poll would fail on it for
             // ever. Joined again.
             warn!(%tp, "assigned a partition the topic does not have; joining again");
-            return Ok(Step::Again {
+            return Some(Step::Again {
                 why: format!("the assignment names {tp}, which the topic does not have"),
                 refresh: false,
             });
         }
     }
-    Ok(Step::Done(Joined::Assigned(Rebalanced {
-        generation,
-        protocol,
-        assignment,
-    })))
+    None
 }
 
 /// What a member is in the generation a JoinGroup answer opens.

@@ -30,11 +30,12 @@
 //!   revoke, join, take the new assignment over), `join.rs` (JoinGroup and SyncGroup, the
 //!   leader's assignment, the checks of what is assigned), `heartbeat.rs` (the heartbeat task),
 //!   `leave.rs` (LeaveGroup, and the membership given up when poll stalls), `member_phase.rs`
-//!   (its phases and their transitions).
+//!   (its phases and their transitions), `assignor.rs` (range and cooperative-sticky, run by
+//!   the leader) and `codec.rs` (the subscription and assignment bytes inside JoinGroup and
+//!   SyncGroup).
 //! - `consumer_protocol/`: the KIP-848 member's life.
-//! - shared by both: `assignor.rs` (range, cooperative-sticky), `codec.rs` (the consumer
-//!   protocol's subscription and assignment bytes), `offsets.rs` (OffsetFetch, OffsetCommit),
-//!   `metadata.rs` ([`GroupMetadata`] for transactions).
+//! - under both protocols: `offsets.rs` (OffsetFetch, OffsetCommit) and `metadata.rs`
+//!   ([`GroupMetadata`] for transactions).
 //! - for operators: `describe.rs` (DescribeGroups) and `listing.rs` (listing and describing
 //!   groups as `kafka-consumer-groups.sh` does).
 

@@ -83,6 +83,7 @@ fn advance(shared: &Shared, id: u64, w: &Want, log_start_offset: i64, chunk: &mu
     }
     move_past(st, w, log_start_offset, chunk);
     let Some(e) = chunk.error.take() else {
+        // Read past where data failed its check before: the failures there are over.
         if st.corrupt_at.is_some_and(|(at, _)| chunk.next_offset > at) {
             st.corrupt_at = None;
         }

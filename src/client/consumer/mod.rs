@@ -98,32 +98,36 @@ pub(crate) struct PartitionState {
     /// partition is first fetched after an assignment, seek or reset. Metadata naming another
     /// id means the topic was deleted and recreated: the position is not carried over.
     pub topic_id: Option<[u8; 16]>,
-    /// A Fetch answer came for the partition under `topic_id` (see `fetcher::id_to_compare`).
+    /// A Fetch answer came for the partition under `topic_id` (see
+    /// `fetcher::topic_id::id_to_compare`).
     pub topic_id_borne_out: bool,
     /// Data that failed its check (CRC, framing) at this offset, this many fetches in a row:
-    /// fetched again before the partition halts (see `fetcher::after_corrupt_data`).
+    /// fetched again before the partition halts (see
+    /// `fetcher::integrity::after_corrupt_data`).
     pub corrupt_at: Option<(i64, u32)>,
     /// Where the whole entries of the last Fetch answer with data ended: while `fetch_offset`
     /// is still there (not a seek, a reset, a committed offset, or a record inside a batch
     /// after an error), the next answer's first batch cannot start before it
-    /// (`fetcher::decode_into`).
+    /// (`fetcher::integrity::first_entry_in_place`).
     pub answer_end: Option<i64>,
     /// The aborted transactions still open where that answer ended, as (producer id, first
     /// offset): the next answer from `answer_end` must list them again
-    /// (`fetcher::aborted_list_repeats`).
+    /// (`fetcher::integrity::aborted_list_repeats`).
     pub open_aborted: Vec<(i64, i64)>,
     /// The last Fetch answer with data that set `answer_end`: where it was fetched from and
-    /// what its entries were, for a walk back to its last batch (`fetcher::after_out_of_place`).
+    /// what its entries were, for a walk back to its last batch
+    /// (`fetcher::integrity::after_out_of_place`).
     pub last_answer: Option<LastAnswer>,
     /// A walk back under way: the next answer from its offset repeats entries already handed
-    /// out (`fetcher::decode_into`).
+    /// out (`fetcher::decode::decode_into`).
     pub resync: Option<Resync>,
     /// Where the check of a position from ListOffsets stands (see
-    /// `fetcher::earliest_borne_out` and `fetcher::on_error`); `None`: nothing to check.
+    /// `fetcher::integrity::earliest_borne_out` and `fetcher::apply::on_error`); `None`:
+    /// nothing to check.
     pub resolution: Option<Resolution>,
     /// Another topic id metadata named, and the metadata generation that named it first: a
     /// recreated topic is believed only when a later metadata names it too
-    /// (`fetcher::on_topic_id`).
+    /// (`fetcher::topic_id::on_topic_id`).
     pub id_change: Option<([u8; 16], u64)>,
 }
 
@@ -165,9 +169,10 @@ pub(crate) struct LastAnswer {
     pub trace: AnswerTrace,
 }
 
-/// A walk back to the batch an answer handed out last (see `fetcher::after_out_of_place`):
-/// that answer is fetched again from where it was, its first `entries` entries are skipped as
-/// already handed out, and the last of them must be the batch with `crc`.
+/// A walk back to the batch an answer handed out last (see
+/// `fetcher::integrity::after_out_of_place`): that answer is fetched again from where it was,
+/// its first `entries` entries are skipped as already handed out, and the last of them must be
+/// the batch with `crc`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Resync {
     /// The fetch epoch and fetch offset it belongs to: a seek or reset ends it.

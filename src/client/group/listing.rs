@@ -27,6 +27,7 @@ use crate::client::error::{Error, Result};
 use crate::client::metadata::TopicPartition;
 use crate::protocol::ErrorCode;
 use kafka_protocol::messages::consumer_group_describe_response::DescribedGroup as CgDescribed;
+use kafka_protocol::messages::describe_groups_response::DescribedGroup as ClassicDescribed;
 use kafka_protocol::messages::{
     ConsumerGroupDescribeRequest, DescribeGroupsRequest, GroupId, ListGroupsRequest,
     MetadataRequest, OffsetFetchRequest,
@@ -330,91 +331,122 @@ async fn describe_members(cluster: &Cluster, group: &str) -> Result<Option<Descr
                 .version_for::<ConsumerGroupDescribeRequest>(None)
                 .is_ok()
             {
-                let resp = conn.request(&cg_req).await?;
-                let g = resp
-                    .groups
-                    .into_iter()
-                    .find(|g| g.group_id.0.as_str() == group)
-                    .ok_or_else(|| {
-                        Error::Protocol(format!(
-                            "ConsumerGroupDescribe for '{group}' answered without that group"
-                        ))
-                    })?;
-                match ErrorCode(g.error_code) {
-                    ErrorCode(0) => return Ok(Some(from_consumer_describe(g, coordinator))),
-                    // Not a consumer-protocol group (or no group), or a coordinator that lists
-                    // the API without running the consumer protocol: ask the classic way.
-                    ErrorCode::GROUP_ID_NOT_FOUND | ErrorCode::UNSUPPORTED_VERSION => {}
-                    c => {
-                        return Err(Error::broker(format!("describing group '{group}'"), c));
-                    }
+                if let Some(d) = consumer_group_describe(&conn, cg_req, group, coordinator).await? {
+                    return Ok(Some(d));
                 }
             }
-            let resp = conn.request(&classic_req).await?;
-            let g = resp
-                .groups
-                .into_iter()
-                .find(|g| g.group_id.0.as_str() == group)
-                .ok_or_else(|| {
-                    Error::Protocol(format!(
-                        "DescribeGroups for '{group}' answered without that group"
-                    ))
-                })?;
-            if g.error_code == ErrorCode::GROUP_ID_NOT_FOUND.0 {
-                // Kafka 4 answers so for a group it does not have, and for a group of neither
-                // protocol (share, streams): its own listing tells which.
-                let listed = conn.request(&ListGroupsRequest::default()).await?;
-                return match listed.groups.iter().find(|l| l.group_id.0.as_str() == group) {
-                    None => Ok(None),
-                    Some(l) => Err(Error::Usage(format!(
-                        "group '{group}' is a {} group, neither classic nor consumer-protocol; only those can be described",
-                        GroupType::parse(l.group_type.as_str())
-                    ))),
-                };
-            }
-            ErrorCode::check(g.error_code)
-                .map_err(|c| Error::broker(format!("describing group '{group}'"), c))?;
-            let state = GroupState::parse(g.group_state.as_str());
-            if state == GroupState::Dead && g.members.is_empty() {
-                return Ok(None);
-            }
-            let protocol_type = g.protocol_type.to_string();
-            let members = g
-                .members
-                .into_iter()
-                .map(|m| {
-                    let mut assignment = if protocol_type == "consumer" {
-                        // A member whose assignment is not the consumer protocol's encoding
-                        // is shown without partitions rather than failing the whole group.
-                        decode_assignment(m.member_assignment).unwrap_or_else(|e| {
-                            tracing::debug!(group, error = %e, "undecodable member assignment");
-                            Vec::new()
-                        })
-                    } else {
-                        Vec::new()
-                    };
-                    assignment.sort();
-                    MemberDescription {
-                        member_id: m.member_id.to_string(),
-                        instance_id: m.group_instance_id.map(|s| s.to_string()),
-                        client_id: m.client_id.to_string(),
-                        client_host: m.client_host.to_string(),
-                        assignment,
-                    }
-                })
-                .collect();
-            Ok(Some(Described {
-                group_type: GroupType::Classic,
-                state,
-                protocol_type,
-                assignor: g.protocol_data.to_string(),
-                coordinator,
-                members,
-                unnamed: Vec::new(),
-            }))
+            describe_groups(&conn, classic_req, group, coordinator).await
         }
     })
     .await
+}
+
+/// ConsumerGroupDescribe for `group`: the group, if it is a consumer-protocol group; `None`
+/// when the classic way must be asked.
+async fn consumer_group_describe(
+    conn: &Connection,
+    req: ConsumerGroupDescribeRequest,
+    group: &str,
+    coordinator: i32,
+) -> Result<Option<Described>> {
+    let resp = conn.request(&req).await?;
+    let g = resp
+        .groups
+        .into_iter()
+        .find(|g| g.group_id.0.as_str() == group)
+        .ok_or_else(|| {
+            Error::Protocol(format!(
+                "ConsumerGroupDescribe for '{group}' answered without that group"
+            ))
+        })?;
+    match ErrorCode(g.error_code) {
+        ErrorCode(0) => Ok(Some(from_consumer_describe(g, coordinator))),
+        // Not a consumer-protocol group (or no group), or a coordinator that lists
+        // the API without running the consumer protocol: ask the classic way.
+        ErrorCode::GROUP_ID_NOT_FOUND | ErrorCode::UNSUPPORTED_VERSION => Ok(None),
+        c => Err(Error::broker(format!("describing group '{group}'"), c)),
+    }
+}
+
+/// DescribeGroups for `group`; `None` when the coordinator does not know the group.
+async fn describe_groups(
+    conn: &Connection,
+    req: DescribeGroupsRequest,
+    group: &str,
+    coordinator: i32,
+) -> Result<Option<Described>> {
+    let resp = conn.request(&req).await?;
+    let g = resp
+        .groups
+        .into_iter()
+        .find(|g| g.group_id.0.as_str() == group)
+        .ok_or_else(|| {
+            Error::Protocol(format!(
+                "DescribeGroups for '{group}' answered without that group"
+            ))
+        })?;
+    if g.error_code == ErrorCode::GROUP_ID_NOT_FOUND.0 {
+        // Kafka 4 answers so for a group it does not have, and for a group of neither
+        // protocol (share, streams): its own listing tells which.
+        let listed = conn.request(&ListGroupsRequest::default()).await?;
+        return match listed.groups.iter().find(|l| l.group_id.0.as_str() == group) {
+            None => Ok(None),
+            Some(l) => Err(Error::Usage(format!(
+                "group '{group}' is a {} group, neither classic nor consumer-protocol; only those can be described",
+                GroupType::parse(l.group_type.as_str())
+            ))),
+        };
+    }
+    ErrorCode::check(g.error_code)
+        .map_err(|c| Error::broker(format!("describing group '{group}'"), c))?;
+    let state = GroupState::parse(g.group_state.as_str());
+    if state == GroupState::Dead && g.members.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(from_classic_describe(g, state, group, coordinator)))
+}
+
+/// A group as DescribeGroups describes it, in `state`.
+fn from_classic_describe(
+    g: ClassicDescribed,
+    state: GroupState,
+    group: &str,
+    coordinator: i32,
+) -> Described {
+    let protocol_type = g.protocol_type.to_string();
+    let members = g
+        .members
+        .into_iter()
+        .map(|m| {
+            let mut assignment = if protocol_type == "consumer" {
+                // A member whose assignment is not the consumer protocol's encoding
+                // is shown without partitions rather than failing the whole group.
+                decode_assignment(m.member_assignment).unwrap_or_else(|e| {
+                    tracing::debug!(group, error = %e, "undecodable member assignment");
+                    Vec::new()
+                })
+            } else {
+                Vec::new()
+            };
+            assignment.sort();
+            MemberDescription {
+                member_id: m.member_id.to_string(),
+                instance_id: m.group_instance_id.map(|s| s.to_string()),
+                client_id: m.client_id.to_string(),
+                client_host: m.client_host.to_string(),
+                assignment,
+            }
+        })
+        .collect();
+    Described {
+        group_type: GroupType::Classic,
+        state,
+        protocol_type,
+        assignor: g.protocol_data.to_string(),
+        coordinator,
+        members,
+        unnamed: Vec::new(),
+    }
 }
 
 /// Every committed offset of `group` (OffsetFetch for all partitions, not waiting for open

@@ -21,15 +21,36 @@
 //! Rebalance callbacks run inside `poll`, in the application's task, like the Java client's:
 //! `on_revoked` finishes before the partitions are given up, so a transactional application
 //! can abort or commit there.
+//!
+//! The folder:
+//! - `mod.rs` (here): [`GroupConsumer`] and its API (poll, commit, close), the state the member
+//!   shares with its heartbeat task (`Shared`, `MemberState`), and what a group error code
+//!   means (`reaction`).
+//! - the classic member's life: `rebalance.rs` (what `poll` does when the member must join:
+//!   revoke, join, take the new assignment over), `join.rs` (JoinGroup and SyncGroup, the
+//!   leader's assignment, the checks of what is assigned), `heartbeat.rs` (the heartbeat task),
+//!   `leave.rs` (LeaveGroup, and the membership given up when poll stalls), `member_phase.rs`
+//!   (its phases and their transitions), `assignor.rs` (range and cooperative-sticky, run by
+//!   the leader) and `codec.rs` (the subscription and assignment bytes inside JoinGroup and
+//!   SyncGroup).
+//! - `consumer_protocol/`: the KIP-848 member's life.
+//! - under both protocols: `offsets.rs` (OffsetFetch, OffsetCommit) and `metadata.rs`
+//!   ([`GroupMetadata`] for transactions).
+//! - for operators: `describe.rs` (DescribeGroups) and `listing.rs` (listing and describing
+//!   groups as `kafka-consumer-groups.sh` does).
 
 pub mod assignor;
 mod codec;
 mod consumer_protocol;
 pub mod describe;
+mod heartbeat;
+mod join;
+mod leave;
 pub mod listing;
 mod member_phase;
 mod metadata;
 pub(crate) mod offsets;
+mod rebalance;
 
 pub use describe::{GroupDescription, GroupMember, GroupState};
 pub use listing::{
@@ -37,28 +58,16 @@ pub use listing::{
 };
 pub use metadata::GroupMetadata;
 
-use super::cluster::Stale;
 use super::consumer::{Consumer, ConsumerRecord, Offset};
-use super::coordinator::CoordinatorKind;
 use super::error::{Error, Result};
-use super::metadata::{MetadataSnapshot, TopicPartition};
+use super::metadata::TopicPartition;
 use super::{Cluster, ConsumerConfig};
 use crate::protocol::ErrorCode;
-use assignor::{Assignment, MemberSubscription};
 use futures::future::BoxFuture;
-use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
-use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
-use kafka_protocol::messages::leave_group_request::MemberIdentity;
-use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
-use kafka_protocol::messages::{
-    GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest,
-};
-use kafka_protocol::protocol::StrBytes;
 use member_phase::{next, MemberEvent, MemberPhase};
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tracing::{debug, info, info_span, warn, Instrument};
+use tracing::{debug, warn};
 
 /// Hooks called inside `poll` around a rebalance.
 ///
@@ -356,7 +365,7 @@ impl GroupConsumer {
         let heartbeat = if shared.consumer_protocol() {
             tokio::spawn(consumer_protocol::heartbeat_loop(shared.clone()))
         } else {
-            tokio::spawn(heartbeat_loop(shared.clone()))
+            tokio::spawn(heartbeat::heartbeat_loop(shared.clone()))
         };
         Ok(GroupConsumer {
             consumer: Consumer::with_cluster(config, cluster),
@@ -783,7 +792,7 @@ impl GroupConsumer {
         }
         self.heartbeat.abort();
         if self.shared.config.group_instance_id.is_none() {
-            leave_group(&self.shared).await;
+            leave::leave_group(&self.shared).await;
         }
         Ok(())
     }
@@ -825,109 +834,6 @@ impl GroupConsumer {
         Err(fatal)
     }
 
-    async fn maybe_rebalance(&mut self) -> Result<()> {
-        loop {
-            let (phase, fatal) = {
-                let st = self.shared.lock();
-                (st.phase, st.fatal.clone())
-            };
-            if self.topics.is_empty() {
-                return Ok(());
-            }
-            if let Some(e) = fatal {
-                // Failed during the last round (a commit answered FENCED_INSTANCE_ID): the
-                // caller reports the loss and the error.
-                return Err(e);
-            }
-            if !phase.needs_join() {
-                return Ok(());
-            }
-            if phase == MemberPhase::Lost {
-                let gone = {
-                    let mut st = self.shared.lock();
-                    st.on(MemberEvent::LossReported);
-                    std::mem::take(&mut st.assigned)
-                };
-                let started: Vec<TopicPartition> = gone
-                    .into_iter()
-                    .filter(|tp| !self.pending.contains(tp))
-                    .collect();
-                self.pending.clear();
-                self.consumer.assign(Vec::new()).await?;
-                if !started.is_empty() {
-                    warn!(partitions = started.len(), "partitions lost");
-                    if let Some(l) = &self.listener {
-                        l.on_lost(&started).await;
-                    }
-                }
-            }
-            let span = info_span!("rebalance", group = %self.shared.group_id);
-            self.rebalance().instrument(span).await?;
-        }
-    }
-
-    async fn rebalance(&mut self) -> Result<()> {
-        // No heartbeats while joining: one sent with the old generation would come back
-        // ILLEGAL_GENERATION and make the new assignment look lost.
-        {
-            let mut st = self.shared.lock();
-            st.phase = next(st.phase, MemberEvent::JoinStarted)?;
-        }
-        let cooperative = self.shared.lock().protocol.as_deref() == Some("cooperative-sticky");
-        // Eager protocol: give everything up before joining, committing with the generation
-        // the partitions were owned in (still the group's until the join completes).
-        if !cooperative && !self.assignment().is_empty() {
-            self.revoke_all().await?;
-        }
-        let owned = self.assignment();
-        let joined =
-            match join_and_sync(&self.shared, &self.topics, &self.strategies, &owned).await? {
-                Joined::Assigned(j) => j,
-                Joined::Lost => {
-                    // The coordinator removed us (or our generation): what we owned is lost;
-                    // the caller reports it and joins again.
-                    self.shared.lock().on(MemberEvent::MembershipGone);
-                    return Ok(());
-                }
-            };
-        let new: BTreeSet<TopicPartition> = joined.assignment.into_iter().collect();
-        let old: BTreeSet<TopicPartition> = owned.iter().cloned().collect();
-        let revoked: Vec<TopicPartition> = old.difference(&new).cloned().collect();
-        let added: Vec<TopicPartition> = new.difference(&old).cloned().collect();
-        let new_list: Vec<TopicPartition> = new.iter().cloned().collect();
-        let cooperative = joined.protocol == "cooperative-sticky";
-        // The member is in the group from here on (the generation and member id were stored
-        // at JoinGroup): heartbeat from now, not only once the new partitions' offsets are
-        // known — an open transaction can hold those longer than session.timeout.ms.
-        {
-            let mut st = self.shared.lock();
-            st.assigned = new_list.clone();
-            let rejoin = cooperative && !revoked.is_empty();
-            st.phase = next(st.phase, MemberEvent::Joined { rejoin })?;
-        }
-        if !revoked.is_empty() {
-            // Cooperative: give these up now; another rebalance hands them to their new owner,
-            // which starts at what is committed here (with the new generation, which the
-            // coordinator accepts).
-            self.give_up(&revoked).await;
-        }
-        self.pending.retain(|tp| new.contains(tp));
-        self.pending.extend(added);
-        let running: Vec<TopicPartition> = new_list
-            .iter()
-            .filter(|tp| !self.pending.contains(tp))
-            .cloned()
-            .collect();
-        self.consumer.assign(running).await?;
-        info!(
-            generation = joined.generation,
-            protocol = %joined.protocol,
-            partitions = new_list.len(),
-            "joined group"
-        );
-        Ok(())
-    }
-
     /// Gives up `revoked` while still owning them (both protocols): commits their positions
     /// (with auto commit) and calls `on_revoked` for those handed to the application.
     async fn give_up(&mut self, revoked: &[TopicPartition]) {
@@ -951,26 +857,6 @@ impl GroupConsumer {
             }
         }
     }
-
-    /// Eager protocol, before joining: commits (with auto commit), calls `on_revoked` and gives
-    /// up every owned partition.
-    async fn revoke_all(&mut self) -> Result<()> {
-        let started = self.started();
-        if self.shared.config.enable_auto_commit {
-            if let Err(e) = self.commit_positions().await {
-                warn!(error = %e, "committing before the rebalance failed");
-            }
-        }
-        if !started.is_empty() {
-            if let Some(l) = &self.listener {
-                l.on_revoked(&started).await;
-            }
-        }
-        self.shared.lock().assigned.clear();
-        self.pending.clear();
-        self.consumer.assign(Vec::new()).await
-    }
-
     /// Starts the partitions waiting for their committed offsets, trying until `deadline` (the
     /// poll's): while an open transaction holds them the coordinator answers
     /// UNSTABLE_OFFSET_COMMIT, and the next poll tries again.
@@ -1012,585 +898,11 @@ impl GroupConsumer {
     }
 }
 
-/// What a JoinGroup + SyncGroup round ended in.
-enum Joined {
-    /// A member of the new generation with this assignment.
-    Assigned(Rebalanced),
-    /// The coordinator removed the member or its generation (UNKNOWN_MEMBER_ID,
-    /// ILLEGAL_GENERATION): whatever it owned is lost; it must join again.
-    Lost,
-}
-
-/// The result of a successful rebalance.
-struct Rebalanced {
-    generation: i32,
-    protocol: String,
-    assignment: Vec<TopicPartition>,
-}
-
-/// One JoinGroup (+ SyncGroup) attempt.
-/// One join attempt's outcome, in the retry executor's terms: `Done`; `Now` sends JoinGroup
-/// again at once (MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS); `Again` after a backoff, looking
-/// the coordinator up again if `refresh`.
-type Step = crate::client::retry::Step<Joined>;
-
-/// JoinGroup answers only when every member has joined, which may take the whole rebalance
-/// timeout (max.poll.interval.ms): allow that plus this, as the Java client does.
-const JOIN_GROUP_LAPSE: Duration = Duration::from_secs(5);
-
-/// What a JoinGroup or SyncGroup error code makes of this attempt.
-fn step_for(shared: &Shared, api: GroupApi, code: ErrorCode) -> Result<Option<Step>> {
-    let group = &shared.group_id;
-    match reaction(api, code) {
-        Reaction::Proceed => Ok(None),
-        // Handled by the caller, which has the answer's member id.
-        Reaction::JoinWithGivenMemberId => Ok(Some(Step::Now)),
-        Reaction::Rejoin => Ok(Some(Step::Now)),
-        Reaction::ResetGenerationAndRejoin => {
-            info!(code = %code, api = ?api, "generation reset; joining again");
-            let mut st = shared.lock();
-            st.generation = -1;
-            Ok(Some(Step::Done(Joined::Lost)))
-        }
-        Reaction::ResetMemberAndRejoin => {
-            info!(code = %code, api = ?api, "member id reset; joining again");
-            let mut st = shared.lock();
-            st.generation = -1;
-            st.member_id.clear();
-            Ok(Some(Step::Done(Joined::Lost)))
-        }
-        Reaction::FindCoordinatorAndRetry => Ok(Some(Step::Again {
-            why: format!("{api:?} answered {code}"),
-            refresh: true,
-        })),
-        Reaction::RetryAfterBackoff => Ok(Some(Step::Again {
-            why: format!("{api:?} answered {code}"),
-            refresh: false,
-        })),
-        Reaction::Fenced => {
-            let e = fenced_error(group, shared.config.group_instance_id.as_deref());
-            shared.lock().fail(e.clone());
-            Err(e)
-        }
-        Reaction::Fatal => Err(Error::broker(format!("{api:?} for group '{group}'"), code)),
-    }
-}
-
-/// The leader's assignment: which partitions each member gets, from the members'
-/// subscriptions (with the partitions each owns now), the protocol the group chose and the
-/// partition count of every subscribed topic. A topic missing from `partition_counts` (its
-/// metadata could not be fetched) is assigned to no one. Pure: the caller fetches metadata
-/// first.
-fn leader_assignment(
-    members: &[MemberSubscription],
-    protocol: &str,
-    partition_counts: &BTreeMap<String, usize>,
-) -> Assignment {
-    if protocol == Strategy::CooperativeSticky.name() {
-        assignor::cooperative_sticky(members, partition_counts)
-    } else {
-        assignor::range(members, partition_counts)
-    }
-}
-
-/// The leader's SyncGroup assignments: decodes the members' subscriptions, fetches the
-/// partition counts of the topics they subscribe to, and runs [`leader_assignment`].
-async fn leader_sync_assignments(
-    shared: &Shared,
-    members: &[JoinGroupResponseMember],
-    protocol: &str,
-    (me, my_topics): (&str, &[String]),
-) -> Result<Vec<SyncGroupRequestAssignment>> {
-    let mut subs = Vec::new();
-    for m in members {
-        subs.push(codec::decode_subscription(
-            m.member_id.to_string(),
-            m.group_instance_id.as_ref().map(|i| i.to_string()),
-            m.metadata.clone(),
-        )?);
-    }
-    // The leader's own subscription is the one it knows, not the copy the coordinator echoed:
-    // a copy damaged on its way (a topic name with a flipped bit still decodes) made the
-    // leader assign nothing and the group stay stable with no partitions.
-    if let Some(mine) = subs.iter_mut().find(|s| s.member_id == me) {
-        if mine.topics != my_topics {
-            warn!(echoed = ?mine.topics, ours = ?my_topics, "the coordinator's copy of this member's subscription differs from it; using ours");
-            mine.topics = my_topics.to_vec();
-        }
-    }
-    let all_topics: BTreeSet<String> = subs.iter().flat_map(|s| s.topics.iter().cloned()).collect();
-    let mut counts = BTreeMap::new();
-    for t in all_topics {
-        let lookup = shared.config.leader_topic_lookup();
-        if let Ok(n) = shared.cluster.partition_count_with(&t, lookup).await {
-            counts.insert(t, n);
-        }
-    }
-    let plan = leader_assignment(&subs, protocol, &counts);
-    debug!(
-        members = subs.len(),
-        ?plan,
-        "leader computed the assignment"
-    );
-    let mut assignments = Vec::new();
-    for (member, tps) in plan {
-        assignments.push(
-            SyncGroupRequestAssignment::default()
-                .with_member_id(StrBytes::from_string(member))
-                .with_assignment(codec::encode_assignment(&tps)?),
-        );
-    }
-    Ok(assignments)
-}
-
-fn join_request(
-    shared: &Shared,
-    topics: &[String],
-    strategies: &[Strategy],
-    owned: &[TopicPartition],
-) -> Result<JoinGroupRequest> {
-    let cfg = &shared.config;
-    let (member_id, generation) = {
-        let st = shared.lock();
-        (st.member_id.clone(), st.generation)
-    };
-    let metadata = codec::encode_subscription(topics, owned, generation)?;
-    Ok(JoinGroupRequest::default()
-        .with_group_id(GroupId(StrBytes::from_string(shared.group_id.clone())))
-        .with_session_timeout_ms(cfg.session_timeout.as_millis() as i32)
-        .with_rebalance_timeout_ms(cfg.max_poll_interval.as_millis() as i32)
-        .with_member_id(StrBytes::from_string(member_id))
-        .with_group_instance_id(cfg.group_instance_id.clone().map(StrBytes::from_string))
-        .with_protocol_type(StrBytes::from_static_str("consumer"))
-        .with_protocols(
-            strategies
-                .iter()
-                .map(|s| {
-                    JoinGroupRequestProtocol::default()
-                        .with_name(StrBytes::from_static_str(s.name()))
-                        .with_metadata(metadata.clone())
-                })
-                .collect(),
-        ))
-}
-
-/// One JoinGroup and, when it admits the member, SyncGroup (the leader computing the
-/// assignment in between).
-async fn join_and_sync_once(
-    shared: &Shared,
-    join: &JoinGroupRequest,
-    join_timeout: Duration,
-    topics: &[String],
-) -> Result<Step> {
-    let group = &shared.group_id;
-    let conn = shared
-        .cluster
-        .coordinator(CoordinatorKind::Group, group)
-        .await?;
-    // JoinGroup waits for the whole group: not request.timeout.ms but the rebalance
-    // timeout. A shorter limit would cut it off while the coordinator still holds it
-    // (and a timed-out request poisons the connection).
-    let v = conn.version_for::<JoinGroupRequest>(None)?;
-    let resp = conn
-        .start_request(join, v)?
-        .with_timeout(join_timeout)
-        .response()
-        .await?;
-    let code = ErrorCode(resp.error_code);
-    if code == ErrorCode::MEMBER_ID_REQUIRED {
-        // KIP-394: join again with the id the coordinator chose.
-        shared.lock().member_id = resp.member_id.to_string();
-    }
-    if let Some(step) = step_for(shared, GroupApi::JoinGroup, code)
-        .map_err(|e| e.at_broker("coordinator", conn.addr()))?
-    {
-        return Ok(step);
-    }
-    let me = resp.member_id.to_string();
-    let generation = resp.generation_id;
-    let protocol = resp
-        .protocol_name
-        .as_ref()
-        .map(|p| p.to_string())
-        .unwrap_or_else(|| "range".into());
-    // The member is in the new generation from the JoinGroup answer on, as in the
-    // Java client: what it commits after SyncGroup (a cooperative member commits the
-    // partitions it gives up) carries this generation, which the coordinator accepts.
-    {
-        let mut st = shared.lock();
-        st.member_id = me.clone();
-        st.generation = generation;
-        st.protocol = Some(protocol.clone());
-    }
-    let listed: Vec<&str> = resp.members.iter().map(|m| m.member_id.as_str()).collect();
-    let assignments = match role(resp.leader.as_str(), &me, &listed) {
-        Role::Leader => {
-            leader_sync_assignments(shared, &resp.members, &protocol, (&me, topics)).await?
-        }
-        Role::Follower => Vec::new(),
-        Role::Unclear => {
-            return Ok(Step::Again {
-                why: "a JoinGroup answer contradicts itself: a leader without the member list, \
-                      or a member list without this member"
-                    .into(),
-                refresh: false,
-            })
-        }
-    };
-    let sync = SyncGroupRequest::default()
-        .with_group_id(GroupId(StrBytes::from_string(group.clone())))
-        .with_generation_id(generation)
-        .with_member_id(StrBytes::from_string(me))
-        .with_group_instance_id(
-            shared
-                .config
-                .group_instance_id
-                .clone()
-                .map(StrBytes::from_string),
-        )
-        .with_protocol_type(Some(StrBytes::from_static_str("consumer")))
-        .with_protocol_name(Some(StrBytes::from_string(protocol.clone())))
-        .with_assignments(assignments);
-    // SyncGroup waits only for the leader's assignment: request.timeout.ms, as Java.
-    let resp = conn.request(&sync).await?;
-    if let Some(step) = step_for(shared, GroupApi::SyncGroup, ErrorCode(resp.error_code))
-        .map_err(|e| e.at_broker("coordinator", conn.addr()))?
-    {
-        return Ok(step);
-    }
-    let assignment = codec::decode_assignment(resp.assignment.clone())?;
-    if let Some(t) = outside_subscription(&assignment, topics) {
-        // As the Java member does when an assignment does not match its subscription: join
-        // again. Here it also catches a damaged SyncGroup answer: a flipped bit in a topic
-        // name left the member owning a topic that does not exist, in a stable group, for
-        // ever (the group member under random flips).
-        warn!(topic = %t, "assigned a topic outside the subscription; joining again");
-        return Ok(Step::Again {
-            why: format!(
-                "the assignment names topic '{t}', which the member does not subscribe to"
-            ),
-            refresh: false,
-        });
-    }
-    if beyond_the_topic(&assignment, &shared.cluster.metadata()).is_some() {
-        // Partitions may have been added since this member's metadata: asked again first.
-        let _ = shared.cluster.refresh_metadata().await;
-        if let Some(tp) = beyond_the_topic(&assignment, &shared.cluster.metadata()) {
-            // A damaged SyncGroup answer (a flipped bit made partition 1 into 2049): the
-            // member would own a partition that does not exist, and poll would fail on it for
-            // ever. Joined again.
-            warn!(%tp, "assigned a partition the topic does not have; joining again");
-            return Ok(Step::Again {
-                why: format!("the assignment names {tp}, which the topic does not have"),
-                refresh: false,
-            });
-        }
-    }
-    Ok(Step::Done(Joined::Assigned(Rebalanced {
-        generation,
-        protocol,
-        assignment,
-    })))
-}
-
-/// What a member is in the generation a JoinGroup answer opens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Role {
-    /// It computes the assignment.
-    Leader,
-    /// It waits for the leader's.
-    Follower,
-    /// The answer contradicts itself: joined again.
-    Unclear,
-}
-
-/// The member's role from a JoinGroup answer: its leader id, the member's own id, and the
-/// member ids it lists. Pure.
-///
-/// The coordinator lists the members to the leader only, so a list decides: a member that gets
-/// one leads, whatever the leader field says. Trusting the leader id alone, one flipped bit in
-/// it made the only member a follower: nobody assigned anything, and the group stayed stable
-/// with no partition read (the group member under random flips). A list must name the leader
-/// itself: one flipped bit in its own id there made it assign its partitions to a member that
-/// does not exist, and again nothing was read.
-fn role(leader: &str, me: &str, members: &[&str]) -> Role {
-    match (members.is_empty(), leader == me) {
-        (false, _) if members.contains(&me) => Role::Leader,
-        (false, _) => Role::Unclear,
-        (true, false) => Role::Follower,
-        (true, true) => Role::Unclear,
-    }
-}
-
-/// The first assigned partition its topic does not have, as `metadata` counts them (a topic
-/// it does not know is not judged). Pure.
-fn beyond_the_topic<'a>(
-    assignment: &'a [TopicPartition],
-    metadata: &MetadataSnapshot,
-) -> Option<&'a TopicPartition> {
-    assignment.iter().find(|tp| {
-        metadata
-            .topics
-            .get(&tp.topic)
-            .is_some_and(|t| tp.partition < 0 || tp.partition as usize >= t.partitions.len())
-    })
-}
-
-/// The first assigned topic the member does not subscribe to, if any. Pure.
-fn outside_subscription<'a>(
-    assignment: &'a [TopicPartition],
-    topics: &[String],
-) -> Option<&'a str> {
-    assignment
-        .iter()
-        .map(|tp| tp.topic.as_str())
-        .find(|t| !topics.iter().any(|s| s == t))
-}
-
-/// Joins the group (JoinGroup + SyncGroup), again after a backoff while the answers say so,
-/// until the member is in a generation with an assignment, is lost, or cannot go on.
-async fn join_and_sync(
-    shared: &Arc<Shared>,
-    topics: &[String],
-    strategies: &[Strategy],
-    owned: &[TopicPartition],
-) -> Result<Joined> {
-    let cfg = &shared.config;
-    let group = &shared.group_id;
-    let deadline = Instant::now() + cfg.max_poll_interval.max(cfg.client.api_timeout);
-    let join_timeout = cfg
-        .client
-        .request_timeout
-        .max(cfg.max_poll_interval + JOIN_GROUP_LAPSE);
-    // No answer (connection lost, timed out, coordinator unknown) is retried like the answers
-    // that say "again"; a coordinator that moved is looked up again first.
-    let policy = shared
-        .cluster
-        .policy(super::Op::General, cfg.client.api_timeout)
-        .until(deadline);
-    let stale = Stale::Coordinator(CoordinatorKind::Group, group);
-    let what = format!("joining group '{group}'");
-    shared
-        .cluster
-        .retrying(&what, policy, stale, |_| async {
-            let join = join_request(shared, topics, strategies, owned)?;
-            join_and_sync_once(shared, &join, join_timeout, topics).await
-        })
-        .await
-}
-
-/// Heartbeats while the membership is stable; notices rebalances, expiry, fencing, and a poll
-/// loop that stalled past max.poll.interval.ms.
-async fn heartbeat_loop(shared: Arc<Shared>) {
-    let cfg = shared.config.clone();
-    loop {
-        tokio::time::sleep(cfg.heartbeat_interval).await;
-        let (phase, generation, member_id, last_poll) = {
-            let st = shared.lock();
-            (st.phase, st.generation, st.member_id.clone(), st.last_poll)
-        };
-        if !phase.heartbeats() {
-            continue;
-        }
-        if last_poll.is_some_and(|t| t.elapsed() > cfg.max_poll_interval) {
-            give_up_membership(&shared).await;
-            continue;
-        }
-        let req = HeartbeatRequest::default()
-            .with_group_id(GroupId(StrBytes::from_string(shared.group_id.clone())))
-            .with_generation_id(generation)
-            .with_member_id(StrBytes::from_string(member_id.clone()))
-            .with_group_instance_id(cfg.group_instance_id.clone().map(StrBytes::from_string));
-        let result = async {
-            let conn = shared
-                .cluster
-                .coordinator(CoordinatorKind::Group, &shared.group_id)
-                .await?;
-            let at = conn.addr().to_owned();
-            conn.request(&req).await.map(|r| (r, at))
-        }
-        .await;
-        let (code, coordinator) = match result {
-            Ok((r, at)) => (ErrorCode(r.error_code), at),
-            Err(e) => {
-                debug!(error = %e, "heartbeat failed");
-                shared
-                    .cluster
-                    .forget_coordinator(CoordinatorKind::Group, &shared.group_id);
-                continue;
-            }
-        };
-        let mut st = shared.lock();
-        if !st.phase.heartbeats() || st.generation != generation || st.member_id != member_id {
-            continue; // a rebalance happened meanwhile: this answer is about the old generation
-        }
-        match reaction(GroupApi::Heartbeat, code) {
-            Reaction::Proceed => {}
-            Reaction::Rejoin => st.on(MemberEvent::RejoinRequested),
-            Reaction::ResetGenerationAndRejoin => {
-                st.on(MemberEvent::MembershipGone);
-                st.generation = -1;
-            }
-            Reaction::ResetMemberAndRejoin => {
-                st.on(MemberEvent::MembershipGone);
-                st.generation = -1;
-                st.member_id.clear();
-            }
-            Reaction::FindCoordinatorAndRetry => {
-                drop(st);
-                shared
-                    .cluster
-                    .forget_coordinator(CoordinatorKind::Group, &shared.group_id);
-            }
-            Reaction::RetryAfterBackoff | Reaction::JoinWithGivenMemberId => {
-                debug!(code = %code, "heartbeat error; sending the next one at the interval");
-            }
-            Reaction::Fenced => {
-                let e = fenced_error(&shared.group_id, cfg.group_instance_id.as_deref());
-                warn!(error = %e, "fenced");
-                st.fail(e);
-            }
-            Reaction::Fatal => {
-                let e = Error::broker(format!("heartbeat for group '{}'", shared.group_id), code)
-                    .at_broker("coordinator", &coordinator);
-                warn!(error = %e, "the member cannot go on");
-                st.fail(e);
-            }
-        }
-    }
-}
-
-/// The application did not poll within max.poll.interval.ms: the member leaves the group, and
-/// the next poll reports its partitions lost.
-async fn give_up_membership(shared: &Shared) {
-    let cfg = &shared.config;
-    warn!(
-        "poll was not called within max.poll.interval.ms={} ms; giving up the membership",
-        cfg.max_poll_interval.as_millis()
-    );
-    // A static member never sends LeaveGroup (as the Java client): its partitions wait
-    // for it until session.timeout.ms, and it stops heartbeating so that they do not
-    // wait longer.
-    if cfg.group_instance_id.is_none() {
-        leave_group(shared).await;
-    }
-    let mut st = shared.lock();
-    st.on(MemberEvent::MembershipGone);
-    st.member_id.clear();
-    st.generation = -1;
-}
-
-async fn leave_group(shared: &Shared) {
-    let (member_id, instance) = {
-        let st = shared.lock();
-        (
-            st.member_id.clone(),
-            shared.config.group_instance_id.clone(),
-        )
-    };
-    if member_id.is_empty() {
-        return;
-    }
-    if let Ok(conn) = shared
-        .cluster
-        .coordinator(CoordinatorKind::Group, &shared.group_id)
-        .await
-    {
-        let Ok(v) = conn.version_for::<LeaveGroupRequest>(None) else {
-            return;
-        };
-        let mut req = LeaveGroupRequest::default()
-            .with_group_id(GroupId(StrBytes::from_string(shared.group_id.clone())));
-        // v3+ names the leaving members in a list (KIP-345); older versions take one member id.
-        if v >= 3 {
-            req = req.with_members(vec![MemberIdentity::default()
-                .with_member_id(StrBytes::from_string(member_id))
-                .with_group_instance_id(instance.map(StrBytes::from_string))]);
-        } else {
-            req = req.with_member_id(StrBytes::from_string(member_id));
-        }
-        if let Err(e) = conn.request_at(&req, v).await {
-            debug!(error = %e, "LeaveGroup failed");
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use GroupApi::*;
     use Reaction::*;
-
-    /// (leader id, own id, members listed, role)
-    #[test]
-    fn the_member_list_decides_who_leads() {
-        let cases: [(&str, &str, &[&str], Role); 5] = [
-            ("m-1", "m-1", &["m-1", "m-2", "m-3"], Role::Leader),
-            ("m-1", "m-2", &[], Role::Follower),
-            // The leader id damaged on the way: the list still says this member leads.
-            ("m-!", "m-1", &["m-1"], Role::Leader),
-            // Named leader with nobody to assign to: the answer contradicts itself.
-            ("m-1", "m-1", &[], Role::Unclear),
-            // Its own id damaged in the list: it would assign to a member that does not exist.
-            ("m-1", "m-1", &["m-!"], Role::Unclear),
-        ];
-        for (leader, me, members, want) in cases {
-            assert_eq!(
-                role(leader, me, members),
-                want,
-                "{leader} / {me} / {members:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn an_assigned_partition_its_topic_does_not_have_is_named() {
-        let mut m = MetadataSnapshot::default();
-        let p = crate::client::metadata::PartitionMetadata {
-            leader: 1,
-            leader_epoch: 0,
-            error_code: 0,
-        };
-        m.topics.insert(
-            "rides".into(),
-            crate::client::metadata::TopicMetadata {
-                name: "rides".into(),
-                id: [0; 16],
-                partitions: vec![p.clone(), p],
-                internal: false,
-            },
-        );
-        let tp = |t: &str, p| TopicPartition::new(t, p);
-        assert_eq!(
-            beyond_the_topic(&[tp("rides", 0), tp("rides", 1)], &m),
-            None
-        );
-        assert_eq!(
-            beyond_the_topic(&[tp("rides", 1), tp("rides", 2049)], &m),
-            Some(&tp("rides", 2049))
-        );
-        assert_eq!(
-            beyond_the_topic(&[tp("rides", -1)], &m),
-            Some(&tp("rides", -1))
-        );
-        // A topic this member's metadata does not know is not judged here.
-        assert_eq!(beyond_the_topic(&[tp("fares", 7)], &m), None);
-    }
-
-    #[test]
-    fn an_assigned_topic_outside_the_subscription_is_named() {
-        let topics = vec!["rides".to_owned(), "fares".to_owned()];
-        let tp = |t: &str| TopicPartition::new(t, 0);
-        assert_eq!(outside_subscription(&[], &topics), None);
-        assert_eq!(
-            outside_subscription(&[tp("rides"), tp("fares")], &topics),
-            None
-        );
-        assert_eq!(
-            outside_subscription(&[tp("rides"), tp("r?des")], &topics),
-            Some("r?des")
-        );
-    }
 
     // Long only because it is one table: a row per (API, error code) worth pinning.
     #[test]
@@ -1693,101 +1005,6 @@ mod tests {
         ];
         for (api, code, want) in table {
             assert_eq!(reaction(*api, *code), *want, "{api:?} answered {code}");
-        }
-    }
-
-    fn sub(id: &str, topics: &[&str], owned: &[(&str, i32)]) -> MemberSubscription {
-        MemberSubscription {
-            member_id: id.into(),
-            instance_id: None,
-            topics: topics.iter().map(|t| t.to_string()).collect(),
-            owned: owned
-                .iter()
-                .map(|(t, p)| TopicPartition::new(*t, *p))
-                .collect(),
-            generation: if owned.is_empty() { -1 } else { 3 },
-        }
-    }
-
-    #[test]
-    fn the_leader_assigns_with_the_protocol_the_group_chose() {
-        type Want = &'static [(&'static str, &'static [(&'static str, i32)])];
-        let fresh = vec![sub("a", &["t"], &[]), sub("b", &["t"], &[])];
-        // b owns t-0 and a owns t-1, t-2: range ignores that, cooperative-sticky keeps it.
-        let owning = vec![
-            sub("a", &["t"], &[("t", 1), ("t", 2)]),
-            sub("b", &["t"], &[("t", 0)]),
-        ];
-        let two_topics = vec![sub("a", &["t", "u"], &[]), sub("b", &["t"], &[])];
-        let t3 = BTreeMap::from([("t".to_string(), 3)]);
-        let t3_u2 = BTreeMap::from([("t".to_string(), 3), ("u".to_string(), 2)]);
-        // (protocol, members, partition counts, the assignment wanted)
-        type Row<'a> = (
-            &'a str,
-            &'a [MemberSubscription],
-            &'a BTreeMap<String, usize>,
-            Want,
-        );
-        let table: &[Row] = &[
-            (
-                "range",
-                &fresh,
-                &t3,
-                &[("a", &[("t", 0), ("t", 1)]), ("b", &[("t", 2)])],
-            ),
-            (
-                "range",
-                &owning,
-                &t3,
-                &[("a", &[("t", 0), ("t", 1)]), ("b", &[("t", 2)])],
-            ),
-            (
-                "cooperative-sticky",
-                &owning,
-                &t3,
-                &[("a", &[("t", 1), ("t", 2)]), ("b", &[("t", 0)])],
-            ),
-            // A protocol this member does not know: range, as before (the group only picks
-            // one every member announced, so this does not happen with onceflow members).
-            (
-                "roundrobin",
-                &owning,
-                &t3,
-                &[("a", &[("t", 0), ("t", 1)]), ("b", &[("t", 2)])],
-            ),
-            (
-                "range",
-                &two_topics,
-                &t3_u2,
-                &[
-                    ("a", &[("t", 0), ("t", 1), ("u", 0), ("u", 1)]),
-                    ("b", &[("t", 2)]),
-                ],
-            ),
-            // u's partition count could not be fetched: nobody gets u.
-            (
-                "range",
-                &two_topics,
-                &t3,
-                &[("a", &[("t", 0), ("t", 1)]), ("b", &[("t", 2)])],
-            ),
-        ];
-        for (protocol, members, counts, want) in table {
-            let want: Assignment = want
-                .iter()
-                .map(|(m, tps)| {
-                    let tps = tps
-                        .iter()
-                        .map(|(t, p)| TopicPartition::new(*t, *p))
-                        .collect();
-                    (m.to_string(), tps)
-                })
-                .collect();
-            let mut got = leader_assignment(members, protocol, counts);
-            for tps in got.values_mut() {
-                tps.sort();
-            }
-            assert_eq!(got, want, "{protocol} for {members:?} over {counts:?}");
         }
     }
 

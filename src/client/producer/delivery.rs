@@ -36,7 +36,7 @@ pub struct RecordMetadata {
 
 /// Resolves when the record is acknowledged (or has failed for good).
 ///
-/// Returned by [`Producer::send`] once the record is queued: keep the futures and await them
+/// Returned by [`Producer::send`](super::Producer::send) once the record is queued: keep the futures and await them
 /// later to have many records in flight. Dropping one does not take its record back.
 ///
 /// # Examples

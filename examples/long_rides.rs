@@ -19,11 +19,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use onceflow::engine::dataflow::RestoreFrom;
 use onceflow::engine::dataflow::{
     BuildError, Collector, Context, Dataflow, FunctionError, JobBuilder, Json, KafkaSink,
     KeyedProcessFunction, ListStateDescriptor, ValueStateDescriptor,
 };
-use onceflow::engine::state::RestoreFrom;
 use onceflow_taxi::Ride;
 use serde::{Deserialize, Serialize};
 

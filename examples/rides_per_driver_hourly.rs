@@ -20,11 +20,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use onceflow::engine::dataflow::RestoreFrom;
 use onceflow::engine::dataflow::{
     AggregateFunction, BuildError, Dataflow, JobBuilder, Json, KafkaSink, TumblingEventTimeWindows,
     Window,
 };
-use onceflow::engine::state::RestoreFrom;
 use onceflow_taxi::verify::WindowCount;
 use onceflow_taxi::Ride;
 

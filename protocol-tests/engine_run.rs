@@ -11,10 +11,10 @@ use crate::support::*;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use onceflow::client::{Cluster, Consumer, Offset, ProducerRecord};
+use onceflow::engine::formats::LineFormats;
 use onceflow::engine::job::Job;
 use onceflow::engine::runtime::{run, RunConfig};
 use onceflow::engine::sink::{Delivery, KafkaSink, SinkConfig, Written};
-use onceflow::engine::source::LineFormats;
 use onceflow::engine::state::{
     CheckpointRecord, Layout, RestoreFrom, StateError, StateStore, StoreOptions,
 };

@@ -57,7 +57,8 @@ edition = "2021"
 publish = false
 
 [dependencies]
-onceflow = { version = "=$version", default-features = false }
+# The guard test feeds a response to the decoder directly, an internal.
+onceflow = { version = "=$version", default-features = false, features = ["unstable-internals"] }
 
 # The packaged crates in place of crates.io's (onceflow's fork is not published from here).
 [patch.crates-io]

@@ -61,10 +61,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     let producer = Producer::new(config.clone()).await?;
     // Fail fast on a missing topic, before reading stdin (looked up as the producer does:
     // the broker may create it).
-    producer
-        .cluster()
-        .topic_with(&args.topic, config.topic_lookup())
-        .await?;
+    producer.partition_count(&args.topic).await?;
     let (tx, rx) = mpsc::channel::<DeliveryFuture>(100_000);
     let checker = tokio::spawn(check_deliveries(rx));
     let start = Instant::now();

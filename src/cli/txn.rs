@@ -6,8 +6,8 @@ use onceflow::client::transactions::{
     resume_transaction, ActiveProducer, ListTransactionsFilter, PreparedTransaction, ResumeOutcome,
     TransactionDescription, TxnEnd, TxnState, TRANSACTION_STATES,
 };
+use onceflow::client::ErrorCode;
 use onceflow::client::{Admin, IsolationLevel, Offset, TopicPartition};
-use onceflow::protocol::ErrorCode;
 use std::collections::HashMap;
 use std::process::ExitCode;
 use std::time::Duration;

@@ -174,15 +174,8 @@ impl Admin {
         Admin { cluster }
     }
 
-    /// The broker pool.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn demo(admin: onceflow::client::Admin) -> onceflow::client::Result<()> {
-    /// let metadata = admin.cluster().refresh_metadata().await?;
-    /// println!("{} brokers, controller {}", metadata.brokers.len(), metadata.controller);
-    /// # Ok(()) }
-    /// ```
+    /// The broker pool, to share with a producer or consumer
+    /// ([`Producer::with_cluster`](crate::client::Producer::with_cluster)).
     pub fn cluster(&self) -> &Arc<Cluster> {
         &self.cluster
     }

@@ -44,7 +44,7 @@ struct BrokerSlot {
     next_attempt: Option<Instant>,
 }
 
-/// A broker connection's state, read without waiting ([`Cluster::node_state`]).
+/// A broker connection's state, read without waiting (`Cluster::node_state`).
 #[derive(Debug, Clone)]
 pub enum NodeState {
     /// Connected: requests can go out now.
@@ -154,6 +154,7 @@ impl Cluster {
     /// }
     /// # }
     /// ```
+    #[doc(hidden)] // internals: the protocol tests call it
     pub fn metadata(&self) -> Arc<MetadataSnapshot> {
         self.metadata
             .read()
@@ -164,17 +165,7 @@ impl Cluster {
     /// Changes whenever the snapshot [`Self::metadata`] returns changes. Read it *before*
     /// reading the snapshot: a copy taken under an older version is then never mistaken for a
     /// current one.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # fn demo(cluster: &onceflow::client::Cluster) {
-    /// let version = cluster.metadata_version(); // first the version ...
-    /// let snapshot = cluster.metadata(); // ... then the snapshot
-    /// // Later: anything derived from `snapshot` is current while the version has not moved.
-    /// let current = cluster.metadata_version() == version;
-    /// # }
-    /// ```
-    pub fn metadata_version(&self) -> u64 {
+    pub(crate) fn metadata_version(&self) -> u64 {
         self.metadata_version.load(Ordering::Acquire)
     }
 
@@ -223,6 +214,7 @@ impl Cluster {
     /// println!("node 1 ({}) coordinates {} groups", conn.addr(), answer.groups.len());
     /// # Ok(()) }
     /// ```
+    #[doc(hidden)] // internals: the protocol tests call it
     pub async fn broker(&self, node_id: i32) -> Result<Arc<Connection>> {
         let slot = self.slot(node_id);
         let mut slot = slot.lock().await;
@@ -309,19 +301,7 @@ impl Cluster {
     /// Where the connection to a broker stands, without waiting or connecting: the producer's
     /// sender checks this each round and skips brokers that are not ready, so that one broker
     /// slow to connect does not hold up the others (as the Java client's Sender does).
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # fn demo(cluster: &onceflow::client::Cluster) {
-    /// use onceflow::client::cluster::NodeState;
-    /// match cluster.node_state(1) {
-    ///     NodeState::Ready(conn) => println!("node 1 is up at {}", conn.addr()),
-    ///     NodeState::BackingOff(until) => println!("node 1 failed; next try in {:?}", until - std::time::Instant::now()),
-    ///     NodeState::Connecting | NodeState::Disconnected => println!("node 1 is not ready"),
-    /// }
-    /// # }
-    /// ```
-    pub fn node_state(&self, node_id: i32) -> NodeState {
+    pub(crate) fn node_state(&self, node_id: i32) -> NodeState {
         let slot = self.slot(node_id);
         let Ok(slot) = slot.try_lock() else {
             // Someone holds the slot: a connect (or its backoff) is under way.
@@ -338,15 +318,7 @@ impl Cluster {
     ///
     /// # Errors
     /// [`Error::NoBrokerReachable`] when none answers.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn demo(cluster: std::sync::Arc<onceflow::client::Cluster>) -> onceflow::client::Result<()> {
-    /// let conn = cluster.any_broker().await?;
-    /// println!("connected to {}", conn.addr());
-    /// # Ok(()) }
-    /// ```
-    pub async fn any_broker(&self) -> Result<Arc<Connection>> {
+    pub(crate) async fn any_broker(&self) -> Result<Arc<Connection>> {
         // Prefer any live connection (a bootstrap one too): connecting to a broker that does
         // not answer would hold the caller up to the connect and request timeouts.
         if let Some(c) = self.any_live_connection() {
@@ -386,16 +358,7 @@ impl Cluster {
 
     /// The cluster's finalized transaction.version level as the newest features any broker
     /// reported say (0 before any connection).
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # fn demo(cluster: &onceflow::client::Cluster) {
-    /// if cluster.transaction_version_level() >= 2 {
-    ///     println!("transactions use KIP-890: the produce adds its partition");
-    /// }
-    /// # }
-    /// ```
-    pub fn transaction_version_level(&self) -> i16 {
+    pub(crate) fn transaction_version_level(&self) -> i16 {
         self.features
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -403,17 +366,7 @@ impl Cluster {
     }
 
     /// Any connection that is up, without connecting.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # fn demo(cluster: &onceflow::client::Cluster) {
-    /// match cluster.any_live_connection() {
-    ///     Some(conn) => println!("connected to {}", conn.addr()),
-    ///     None => println!("no connection up"),
-    /// }
-    /// # }
-    /// ```
-    pub fn any_live_connection(&self) -> Option<Arc<Connection>> {
+    pub(crate) fn any_live_connection(&self) -> Option<Arc<Connection>> {
         let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         slots.values().find_map(|s| {
             s.try_lock()
@@ -424,15 +377,7 @@ impl Cluster {
     }
 
     /// Adds topics to the set the cache tracks.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn demo(cluster: std::sync::Arc<onceflow::client::Cluster>) -> onceflow::client::Result<()> {
-    /// cluster.add_interest(["rides", "payments"]);
-    /// let snapshot = cluster.refresh_metadata().await?; // now with both topics
-    /// # Ok(()) }
-    /// ```
-    pub fn add_interest<'a>(&self, topics: impl IntoIterator<Item = &'a str>) {
+    pub(crate) fn add_interest<'a>(&self, topics: impl IntoIterator<Item = &'a str>) {
         let mut i = self.interest.lock().unwrap_or_else(|p| p.into_inner());
         for t in topics {
             if !i.contains(t) {
@@ -446,15 +391,7 @@ impl Cluster {
     ///
     /// # Errors
     /// [`Error::NoBrokerReachable`] or [`Error::Timeout`].
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn demo(cluster: std::sync::Arc<onceflow::client::Cluster>) -> onceflow::client::Result<()> {
-    /// let snapshot = cluster.refresh_metadata().await?;
-    /// println!("generation {}: {} topics", snapshot.generation, snapshot.topics.len());
-    /// # Ok(()) }
-    /// ```
-    pub async fn refresh_metadata(&self) -> Result<Arc<MetadataSnapshot>> {
+    pub(crate) async fn refresh_metadata(&self) -> Result<Arc<MetadataSnapshot>> {
         let seen = self.metadata().generation;
         let _guard = self.refresh.lock().await;
         let current = self.metadata();
@@ -478,17 +415,7 @@ impl Cluster {
     ///
     /// # Errors
     /// As [`Self::refresh_metadata`].
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn demo(cluster: std::sync::Arc<onceflow::client::Cluster>) -> onceflow::client::Result<()> {
-    /// // Many tasks that failed on the same stale snapshot cause one refresh, not many.
-    /// let seen = cluster.metadata().generation;
-    /// // ... a request fails with NOT_LEADER_OR_FOLLOWER ...
-    /// let fresh = cluster.refresh_if_older(seen).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn refresh_if_older(&self, generation: u64) -> Result<Arc<MetadataSnapshot>> {
+    pub(crate) async fn refresh_if_older(&self, generation: u64) -> Result<Arc<MetadataSnapshot>> {
         let m = self.metadata();
         if m.generation > generation {
             return Ok(m);
@@ -567,36 +494,11 @@ impl Cluster {
     ///
     /// # Errors
     /// As [`Self::topic_with`].
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn demo(cluster: std::sync::Arc<onceflow::client::Cluster>) -> onceflow::client::Result<()> {
-    /// use onceflow::client::ProducerConfig;
-    /// // As a producer would: asking the broker to create the topic, waiting max.block.ms.
-    /// let n = cluster.partition_count_with("rides", ProducerConfig::default().topic_lookup()).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn partition_count_with(&self, topic: &str, lookup: TopicLookup) -> Result<usize> {
+    pub(crate) async fn partition_count_with(&self, topic: &str, lookup: TopicLookup) -> Result<usize> {
         if let Some(n) = self.metadata().partition_count(topic) {
             return Ok(n);
         }
         Ok(self.topic_with(topic, lookup).await?.partitions.len())
-    }
-
-    /// A topic's partition count, without asking the broker to create it (admin semantics).
-    ///
-    /// # Errors
-    /// [`Error::UnknownTopic`] when the broker does not know it.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn demo(cluster: std::sync::Arc<onceflow::client::Cluster>) -> onceflow::client::Result<()> {
-    /// println!("rides has {} partitions", cluster.partition_count("rides").await?);
-    /// # Ok(()) }
-    /// ```
-    pub async fn partition_count(&self, topic: &str) -> Result<usize> {
-        self.partition_count_with(topic, TopicLookup::admin(&self.config))
-            .await
     }
 
     /// Metadata for a topic, without asking the broker to create it (admin semantics).
@@ -613,6 +515,7 @@ impl Cluster {
     /// }
     /// # Ok(()) }
     /// ```
+    #[doc(hidden)] // internals: the protocol tests call it
     pub async fn topic(&self, topic: &str) -> Result<TopicMetadata> {
         self.topic_with(topic, TopicLookup::admin(&self.config))
             .await
@@ -634,18 +537,7 @@ impl Cluster {
     /// [`Error::UnknownTopic`], [`Error::TopicNotCreated`] (asked for creation, still unknown),
     /// [`Error::Timeout`] (still being created at the deadline), or the broker's refusal
     /// (e.g. INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED).
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn demo(cluster: std::sync::Arc<onceflow::client::Cluster>) -> onceflow::client::Result<()> {
-    /// use onceflow::client::ConsumerConfig;
-    /// // As a consumer would: creation per allow.auto.create.topics, default.api.timeout.ms.
-    /// let lookup = ConsumerConfig::default().topic_lookup();
-    /// let t = cluster.topic_with("rides", lookup).await?;
-    /// println!("{} partitions", t.partitions.len());
-    /// # Ok(()) }
-    /// ```
-    pub async fn topic_with(&self, topic: &str, lookup: TopicLookup) -> Result<TopicMetadata> {
+    pub(crate) async fn topic_with(&self, topic: &str, lookup: TopicLookup) -> Result<TopicMetadata> {
         if let Some(t) = self.metadata().topics.get(topic) {
             return Ok(t.clone());
         }
@@ -798,6 +690,7 @@ impl Cluster {
     /// let conn = cluster.broker(node).await?;
     /// # Ok(()) }
     /// ```
+    #[doc(hidden)] // internals: the protocol tests call it
     pub async fn leader(&self, tp: &TopicPartition) -> Result<i32> {
         // The topic's own lookup has its own deadline and errors; the wait here is for a
         // leader of a partition the topic has.
@@ -885,16 +778,7 @@ impl Cluster {
     }
 
     /// Drops a cached coordinator (after NOT_COORDINATOR or a connection failure).
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # fn demo(cluster: &onceflow::client::Cluster) {
-    /// use onceflow::client::metadata::CoordinatorKind;
-    /// // The group's coordinator answered NOT_COORDINATOR: look it up again next time.
-    /// cluster.forget_coordinator(CoordinatorKind::Group, "cleaners");
-    /// # }
-    /// ```
-    pub fn forget_coordinator(&self, kind: CoordinatorKind, key: &str) {
+    pub(crate) fn forget_coordinator(&self, kind: CoordinatorKind, key: &str) {
         self.coordinators
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -903,15 +787,7 @@ impl Cluster {
 
     /// Starts a background refresh when the cache is older than metadata.max.age.ms, so new
     /// partitions and moved leaders are learnt without an error first. Never waits.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # fn demo(cluster: std::sync::Arc<onceflow::client::Cluster>) {
-    /// // Once per round of a loop that sends requests itself.
-    /// cluster.refresh_if_stale();
-    /// # }
-    /// ```
-    pub fn refresh_if_stale(self: &Arc<Self>) {
+    pub(crate) fn refresh_if_stale(self: &Arc<Self>) {
         if !self.metadata_is_stale() {
             return;
         }
@@ -927,16 +803,7 @@ impl Cluster {
     }
 
     /// Whether the cache is older than metadata.max.age.ms.
-    ///
-    /// # Examples
-    /// ```no_run
-    /// # async fn demo(cluster: std::sync::Arc<onceflow::client::Cluster>) -> onceflow::client::Result<()> {
-    /// if cluster.metadata_is_stale() {
-    ///     cluster.refresh_metadata().await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn metadata_is_stale(&self) -> bool {
+    pub(crate) fn metadata_is_stale(&self) -> bool {
         match *self.last_refresh.lock().unwrap_or_else(|p| p.into_inner()) {
             Some(at) => at.elapsed() > self.config.metadata_max_age,
             None => true,

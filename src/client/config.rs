@@ -14,7 +14,7 @@ use validate::{invalid, non_empty, parse_bool, parse_i32, parse_ms, parse_usize}
 use crate::protocol::records::Compression;
 use std::time::Duration;
 
-pub use super::security::SecurityConfig;
+pub use super::security::{SaslMechanism, Secret, SecurityConfig, SecurityProtocol, TokenSource};
 
 /// Where a consumer starts when it has no valid position.
 ///
@@ -413,15 +413,7 @@ impl ClientConfig {
 }
 
 /// Whether `s` has the shape host:port with a numeric port.
-///
-/// # Examples
-/// ```
-/// use onceflow::client::config::looks_like_host_port;
-/// assert!(looks_like_host_port("kafka-1.example.com:9092"));
-/// assert!(!looks_like_host_port("kafka-1.example.com"));
-/// assert!(!looks_like_host_port("kafka-1:0"));
-/// ```
-pub fn looks_like_host_port(s: &str) -> bool {
+pub(crate) fn looks_like_host_port(s: &str) -> bool {
     match s.rsplit_once(':') {
         Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
         None => false,
@@ -433,16 +425,7 @@ impl ProducerConfig {
     /// create it (`auto.create.topics.enable` on the broker decides), and waiting up to
     /// `max.block.ms` for it to appear, so a topic created a moment ago (or being created) is
     /// not refused on the first UNKNOWN_TOPIC_OR_PARTITION.
-    ///
-    /// # Examples
-    /// ```
-    /// use onceflow::client::ProducerConfig;
-    /// let lookup = ProducerConfig::from_properties([("max.block.ms", "5000")])?.topic_lookup();
-    /// assert!(lookup.auto_create);
-    /// assert_eq!(lookup.deadline, std::time::Duration::from_secs(5));
-    /// # Ok::<(), onceflow::client::ConfigError>(())
-    /// ```
-    pub fn topic_lookup(&self) -> TopicLookup {
+    pub(crate) fn topic_lookup(&self) -> TopicLookup {
         TopicLookup {
             auto_create: true,
             deadline: self.max_block,
@@ -631,15 +614,7 @@ impl ConsumerConfig {
     /// How the consumer looks a topic up (`assign`, a group leader's assignment): with
     /// `allow.auto.create.topics` it asks the broker to create the topic and waits for it up to
     /// `default.api.timeout.ms`; without, a topic that does not exist is an error at once.
-    ///
-    /// # Examples
-    /// ```
-    /// use onceflow::client::ConsumerConfig;
-    /// let c = ConsumerConfig::from_properties([("allow.auto.create.topics", "false")])?;
-    /// assert!(!c.topic_lookup().auto_create);
-    /// # Ok::<(), onceflow::client::ConfigError>(())
-    /// ```
-    pub fn topic_lookup(&self) -> TopicLookup {
+    pub(crate) fn topic_lookup(&self) -> TopicLookup {
         TopicLookup {
             auto_create: self.allow_auto_create_topics,
             deadline: self.client.api_timeout,
@@ -651,14 +626,7 @@ impl ConsumerConfig {
     /// but waiting at most request.timeout.ms / 2, because the other members wait for the
     /// assignment in SyncGroup, bounded by their request.timeout.ms. A topic the broker creates
     /// appears within that; one it does not create gets no partitions in this rebalance.
-    ///
-    /// # Examples
-    /// ```
-    /// use onceflow::client::ConsumerConfig;
-    /// let c = ConsumerConfig::default(); // request.timeout.ms 30 s, default.api.timeout.ms 60 s
-    /// assert_eq!(c.leader_topic_lookup().deadline, std::time::Duration::from_secs(15));
-    /// ```
-    pub fn leader_topic_lookup(&self) -> TopicLookup {
+    pub(crate) fn leader_topic_lookup(&self) -> TopicLookup {
         TopicLookup {
             deadline: self.client.api_timeout.min(self.client.request_timeout / 2),
             deadline_name: "request.timeout.ms / 2",
@@ -784,7 +752,7 @@ pub fn split_property(kv: &str) -> Result<(String, String), ConfigError> {
 
 /// How a client role looks a topic up when the cache does not have it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TopicLookup {
+pub(crate) struct TopicLookup {
     /// Ask the broker to create the topic (Metadata allow_auto_topic_creation; the broker's
     /// auto.create.topics.enable decides), and keep asking while it does not know the topic.
     /// Without it an unknown topic is an error at once.
@@ -797,13 +765,6 @@ pub struct TopicLookup {
 
 impl TopicLookup {
     /// The admin client's lookup: never creates, never waits for an unknown topic.
-    ///
-    /// # Examples
-    /// ```
-    /// use onceflow::client::{config::TopicLookup, ClientConfig};
-    /// let lookup = TopicLookup::admin(&ClientConfig::default());
-    /// assert!(!lookup.auto_create);
-    /// ```
     pub fn admin(config: &ClientConfig) -> TopicLookup {
         TopicLookup {
             auto_create: false,
@@ -816,6 +777,28 @@ impl TopicLookup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_port_shapes() {
+        assert!(looks_like_host_port("kafka-1.example.com:9092"));
+        assert!(!looks_like_host_port("kafka-1.example.com"));
+        assert!(!looks_like_host_port("kafka-1:0"));
+    }
+
+    #[test]
+    fn each_role_looks_a_topic_up_with_its_own_settings() {
+        let lookup = ProducerConfig::from_properties([("max.block.ms", "5000")])
+            .unwrap()
+            .topic_lookup();
+        assert!(lookup.auto_create);
+        assert_eq!(lookup.deadline, Duration::from_secs(5));
+        let c = ConsumerConfig::from_properties([("allow.auto.create.topics", "false")]).unwrap();
+        assert!(!c.topic_lookup().auto_create);
+        // request.timeout.ms 30 s, default.api.timeout.ms 60 s: the leader waits 15 s.
+        let c = ConsumerConfig::default();
+        assert_eq!(c.leader_topic_lookup().deadline, Duration::from_secs(15));
+        assert!(!TopicLookup::admin(&ClientConfig::default()).auto_create);
+    }
 
     #[test]
     fn unknown_property_is_named() {

@@ -2,7 +2,7 @@
 //!
 //! A coordinator moves when its partition of `__consumer_offsets` / `__transaction_state`
 //! moves; callers that get NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE call
-//! [`Cluster::forget_coordinator`] and look it up again.
+//! `Cluster::forget_coordinator` and look it up again.
 
 use super::cluster::{Cluster, Stale};
 use super::connection::Connection;
@@ -32,6 +32,7 @@ impl Cluster {
     /// println!("rides-cleaner-0 is coordinated by {}", conn.addr());
     /// # Ok(()) }
     /// ```
+    #[doc(hidden)] // internals: the protocol tests call it
     pub async fn coordinator(&self, kind: CoordinatorKind, key: &str) -> Result<Arc<Connection>> {
         let cached = self.cached_coordinator(kind, key);
         if let Some(node) = cached {

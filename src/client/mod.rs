@@ -1,8 +1,8 @@
 //! The client: connections, the broker pool, the producer, the consumer and admin calls.
 //!
-//! - [`connection`]: one pipelined, cancel-safe connection, poisoned on failure.
-//! - [`cluster`]: the broker pool and metadata cache shared by everything above it.
-//! - [`producer`]: accumulator, per-broker sender, partitioner, the producer id and epoch, and
+//! - `connection`: one pipelined, cancel-safe connection, poisoned on failure.
+//! - `cluster`: the broker pool and metadata cache shared by everything above it.
+//! - `producer`: accumulator, per-broker sender, partitioner, the producer id and epoch, and
 //!   the transaction methods (init, begin, send offsets, prepare, commit, abort).
 //! - [`transactions`]: the transaction protocol below and beside the producer: the producer's
 //!   transaction phases and coordinator requests; the committable and resuming it from any
@@ -10,36 +10,38 @@
 //!   and the coordinator's states; the admin calls listing, describing and fencing transactions.
 //! - [`pool`]: [`TransactionalPool`], above the producer: a producer per checkpoint over the
 //!   transactional ids `<prefix>-<slot>`, so checkpoint N stays prepared while N+1 is written.
-//! - [`consumer`]: assignment, positions, the fetcher.
+//! - `consumer`: assignment, positions, the fetcher.
 //! - `list_offsets`: ListOffsets at each leader (earliest, end, by timestamp), for the consumer
 //!   and [`Admin::list_offsets`].
 //! - [`admin`]: topics and configs (its transaction calls are in [`transactions`]).
-//! - [`coordinator`]: finding group and transaction coordinators, and calls to them.
+//! - `coordinator`: finding group and transaction coordinators, and calls to them.
 //! - `retry`: the one retry executor every retried request goes through (what is retried,
 //!   backoff, deadline, metadata refresh and coordinator re-discovery), deciding with
 //!   [`classify`].
 //! - [`group`]: consumer groups (classic protocol).
-//! - [`error`]: the error type and [`classify`], the one place that decides whether a broker
+//! - `error`: the error type and [`classify`], the one place that decides whether a broker
 //!   error is retried, needs a metadata refresh, aborts a transaction or is fatal.
 //! - [`config`]: the client, producer and consumer settings, read from Java-style properties.
-//! - [`security`]: TLS and SASL (`security.protocol`, `ssl.*`, `sasl.*`), pure Rust.
-//! - [`metadata`]: topics, partitions and leaders as the cluster reports them.
+//! - `security`: TLS and SASL (`security.protocol`, `ssl.*`, `sasl.*`), pure Rust.
+//! - `metadata`: topics, partitions and leaders as the cluster reports them.
 
 pub mod admin;
-pub mod cluster;
 pub mod config;
-pub mod connection;
-pub mod consumer;
-pub mod coordinator;
-pub mod error;
 pub mod group;
 mod list_offsets;
-pub mod metadata;
 pub mod pool;
-pub mod producer;
 pub(crate) mod retry;
-pub mod security;
 pub mod transactions;
+internal_modules! {
+    mod cluster;
+    mod connection;
+    mod consumer;
+    mod coordinator;
+    mod error;
+    mod metadata;
+    mod producer;
+    mod security;
+}
 
 pub use pool::TransactionalPool;
 
@@ -50,9 +52,15 @@ pub use config::{
     IsolationLevel, ProducerConfig,
 };
 pub use consumer::{Consumer, ConsumerMetrics, ConsumerRecord, Offset};
+// The protocol's types that the client's own API carries: error codes in errors, record
+// headers, the compression codec of a producer's batches and the errors of decoding them.
+pub use crate::protocol::compression::{Compression, CompressionError};
+pub use crate::protocol::frame::FrameError;
+pub use crate::protocol::records::{Header, RecordError};
+pub use crate::protocol::ErrorCode;
 pub use error::{classify, Error, ErrorClass, Op, Result};
 pub use metadata::TopicPartition;
-pub use producer::{DeliveryFuture, Producer, ProducerRecord, RecordMetadata};
+pub use producer::{DeliveryFuture, Producer, ProducerMetrics, ProducerRecord, RecordMetadata};
 pub use retry::{backoff, exponential_backoff};
 
 /// What users expect to move between tasks and threads: a producer shared by many tasks

@@ -2,7 +2,7 @@
 //! training exercises ([`onceflow_taxi::csv`]), registered by `onceflow run`
 //! ([`line_formats`]).
 
-use onceflow::engine::source::{LineFormat, LineFormats, ParsedLine};
+use onceflow::engine::formats::{LineFormat, LineFormats, ParsedLine};
 use onceflow_taxi::csv;
 use std::sync::Arc;
 

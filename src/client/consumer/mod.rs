@@ -413,7 +413,7 @@ impl Consumer {
     ///
     /// # Errors
     /// [`Error::UnknownTopic`] (and the other errors of
-    /// [`Cluster::topic_with`](crate::client::Cluster::topic_with)).
+    /// `Cluster::topic_with`).
     ///
     /// # Examples
     /// ```no_run

@@ -140,7 +140,7 @@ pub struct PartitionLag {
     /// The partition's log end offset (high watermark); `None` when it could not be read
     /// (e.g. the topic was deleted).
     pub log_end: Option<i64>,
-    /// `log_end - committed`; `None` when either is unknown. See [`lag`].
+    /// `log_end - committed`; `None` when either is unknown. See `lag`.
     pub lag: Option<i64>,
     /// The member id of the member it is assigned to, if any.
     pub owner: Option<String>,
@@ -174,14 +174,7 @@ pub struct ConsumerGroupDescription {
 /// A partition's lag: `log_end - committed` when both are known, else `None` (shown as `-`).
 /// A committed offset past the log end (the log was truncated or deleted and recreated) gives
 /// a negative lag, reported as it is.
-///
-/// # Examples
-/// ```
-/// use onceflow::client::group::listing::lag;
-/// assert_eq!(lag(Some(90), Some(100)), Some(10));
-/// assert_eq!(lag(None, Some(100)), None); // nothing committed yet
-/// ```
-pub fn lag(committed: Option<i64>, log_end: Option<i64>) -> Option<i64> {
+pub(crate) fn lag(committed: Option<i64>, log_end: Option<i64>) -> Option<i64> {
     match (committed, log_end) {
         (Some(c), Some(e)) if c >= 0 && e >= 0 => Some(e - c),
         _ => None,
@@ -190,21 +183,7 @@ pub fn lag(committed: Option<i64>, log_end: Option<i64>) -> Option<i64> {
 
 /// The rows of a group's partition table: every partition with a committed offset or an
 /// owner among `members`, sorted, with its log end offset (from `log_end`) and lag.
-///
-/// # Examples
-/// ```
-/// use onceflow::client::group::listing::partition_rows;
-/// use onceflow::client::TopicPartition;
-/// use std::collections::BTreeMap;
-/// let (p0, p1) = (TopicPartition::new("rides", 0), TopicPartition::new("rides", 1));
-/// let committed = BTreeMap::from([(p0.clone(), 90)]);
-/// let log_end = BTreeMap::from([(p0.clone(), 100), (p1, 7)]);
-/// // No members (the group is empty): only the partition with a committed offset is a row.
-/// let rows = partition_rows(&committed, &log_end, &[]);
-/// assert_eq!(rows.len(), 1);
-/// assert_eq!((rows[0].partition.clone(), rows[0].lag, rows[0].owner.clone()), (p0, Some(10), None));
-/// ```
-pub fn partition_rows(
+pub(crate) fn partition_rows(
     committed: &BTreeMap<TopicPartition, i64>,
     log_end: &BTreeMap<TopicPartition, i64>,
     members: &[MemberDescription],
@@ -681,6 +660,29 @@ mod tests {
             client_host: "/127.0.0.1".into(),
             assignment: tps.iter().map(|(t, p)| tp(t, *p)).collect(),
         }
+    }
+
+    #[test]
+    fn lag_needs_both_offsets() {
+        assert_eq!(lag(Some(90), Some(100)), Some(10));
+        assert_eq!(lag(None, Some(100)), None); // nothing committed yet
+    }
+
+    #[test]
+    fn an_empty_group_has_a_row_per_committed_partition_only() {
+        let (p0, p1) = (tp("rides", 0), tp("rides", 1));
+        let committed = BTreeMap::from([(p0.clone(), 90)]);
+        let log_end = BTreeMap::from([(p0.clone(), 100), (p1, 7)]);
+        let rows = partition_rows(&committed, &log_end, &[]);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(
+            (
+                rows[0].partition.clone(),
+                rows[0].lag,
+                rows[0].owner.clone()
+            ),
+            (p0, Some(10), None)
+        );
     }
 
     #[test]

@@ -639,9 +639,22 @@ impl Producer {
         Appending::Done(Ok(()))
     }
 
-    /// The topic's partition count from the cluster's metadata, looked up as the producer's
-    /// settings say when it is not cached.
-    async fn partition_count(&self, topic: &str) -> Result<usize> {
+    /// How many partitions `topic` has, looked up as [`Self::send`] looks it up (the Java
+    /// client's `partitionsFor`): the broker may create a missing topic
+    /// (`allow.auto.create.topics`), and the lookup waits at most max.block.ms for it.
+    ///
+    /// # Errors
+    /// [`Error::UnknownTopic`] when the topic does not exist (and is not created),
+    /// [`Error::Timeout`] naming max.block.ms, or the connection's error.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(producer: &onceflow::client::Producer) -> onceflow::client::Result<()> {
+    /// // Fail fast on a missing topic before reading any input.
+    /// let partitions = producer.partition_count("rides").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn partition_count(&self, topic: &str) -> Result<usize> {
         let inner = &self.inner;
         inner
             .cluster

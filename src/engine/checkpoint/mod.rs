@@ -39,7 +39,7 @@ use std::fmt;
 
 use crate::client::transactions::PreparedTransaction;
 use crate::engine::sink::PreparedOutput;
-use crate::engine::source::FilePosition;
+use crate::engine::file_source::FilePosition;
 
 pub use budget::{check_budget, required_transaction_timeout, BudgetError};
 pub use coordinator::{

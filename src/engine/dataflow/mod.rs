@@ -84,6 +84,8 @@ pub use window::{
 };
 
 pub use crate::engine::job::{DeliveryGuarantee, StartPosition};
+/// Where a run restores from (also `engine::runtime::RestoreFrom`).
+pub use crate::engine::state::RestoreFrom;
 /// A window, `[start, end)` in epoch milliseconds (what a window function is given).
 pub use crate::engine::time::Window;
 
@@ -91,11 +93,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::client::{ClientConfig, ConsumerConfig, ProducerConfig};
+use crate::engine::formats::LineFormats;
 use crate::engine::job::Job;
 use crate::engine::metrics::Metrics;
 use crate::engine::runtime::{self, RunConfig, RunSummary, RuntimeError};
-use crate::engine::source::LineFormats;
-use crate::engine::state::RestoreFrom;
 
 /// What a user function returns when it fails: any error; the job stops with
 /// [`RuntimeError::Function`] naming the operator.

@@ -17,10 +17,10 @@ use super::source::{Deserializer, SourceRecord};
 use super::topology::{ErasedSource, Keyed, StageFactory, TypedTopology};
 use super::window::{StageEnv, WindowAssigner, WindowedStream};
 use super::{BuildError, Dataflow};
+use crate::engine::formats::{LineFormat, LineFormats};
 use crate::engine::metrics::Metrics;
 use crate::engine::runtime::topology::{Emitted, KeyedStage};
 use crate::engine::runtime::RuntimeError;
-use crate::engine::source::{LineFormat, LineFormats};
 
 /// What the job's streams have said so far: the settings, the operators' kinds (for the
 /// metrics, by index) and what a build must refuse.
@@ -85,7 +85,7 @@ impl JobBuilder {
     ///
     /// ```no_run
     /// use onceflow::engine::dataflow::{JobBuilder, Json, KafkaSink};
-    /// use onceflow::engine::source::ParsedLine;
+    /// use onceflow::engine::formats::ParsedLine;
     /// use serde::{Deserialize, Serialize};
     ///
     /// #[derive(Serialize, Deserialize)]

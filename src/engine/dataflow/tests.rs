@@ -689,8 +689,8 @@ fn window_assigner_table() {
 /// speed and delay) into a Kafka sink, and a topic into CSV part files.
 #[test]
 fn file_sources_and_file_sinks_build_the_job_files_ends() {
+    use crate::engine::formats::{LineFormat, ParsedLine};
     use crate::engine::job::OutputFormat;
-    use crate::engine::source::{LineFormat, ParsedLine};
 
     /// A ride event (JSON), the fields these jobs use.
     #[derive(Serialize, Deserialize)]

@@ -57,13 +57,13 @@ enum Slot {
 /// The running state of one key's window: one slot per output, in the spec's order.
 /// Serializable so it can live in operator state between checkpoints.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Accumulator {
+pub(crate) struct Accumulator {
     slots: Vec<Slot>,
 }
 
 impl AggregateSpec {
     /// An empty accumulator for this spec.
-    pub fn accumulator(&self) -> Accumulator {
+    pub(crate) fn accumulator(&self) -> Accumulator {
         Accumulator {
             slots: self
                 .outputs
@@ -89,7 +89,7 @@ impl AggregateSpec {
     }
 
     /// Adds one record to `acc`.
-    pub fn add(&self, acc: &mut Accumulator, record: &Value) {
+    pub(crate) fn add(&self, acc: &mut Accumulator, record: &Value) {
         for ((_, f), slot) in self.outputs.iter().zip(acc.slots.iter_mut()) {
             let num = |path: &FieldPath| path.lookup(record).and_then(Num::from_value);
             match (f, slot) {
@@ -145,7 +145,7 @@ impl AggregateSpec {
     }
 
     /// The results, by output name.
-    pub fn results(&self, acc: &Accumulator) -> Vec<(String, Value)> {
+    pub(crate) fn results(&self, acc: &Accumulator) -> Vec<(String, Value)> {
         self.outputs
             .iter()
             .zip(&acc.slots)
@@ -174,7 +174,7 @@ fn slot_result(slot: &Slot) -> Value {
 }
 
 /// The `window` + `aggregate` pair of a job, compiled: one keyed, event-time windowed
-/// aggregate (rules in [`crate::engine::time`]).
+/// aggregate (rules in `crate::engine::time`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WindowAggregate {
     /// Tumbling or sliding, in ms.
@@ -203,7 +203,7 @@ impl WindowAggregate {
     /// The output record of one key's window:
     /// `{"<key name>": key, "window_start": ms, "window_end": ms, "<output>": value, ...}`
     /// (`window_end` exclusive).
-    pub fn result_record(&self, key: &Value, window: Window, acc: &Accumulator) -> Value {
+    pub(crate) fn result_record(&self, key: &Value, window: Window, acc: &Accumulator) -> Value {
         let mut out = Map::new();
         out.insert(self.key_name.clone(), key.clone());
         out.insert("window_start".to_owned(), Value::from(window.start));

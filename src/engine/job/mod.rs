@@ -13,22 +13,28 @@
 //! - [`project::Projection`]: keep and rename fields;
 //! - [`project::KeyBy`]: the record's key, as stable bytes;
 //! - [`aggregate::WindowAggregate`]: keyed count / sum / min / max / avg per event-time window,
-//!   with the window assignment, watermark and lateness rules of [`crate::engine::time`];
-//! - [`batch::run_batch`]: a whole pipeline over a finite input, in memory: the expected output
+//!   with the window assignment, watermark and lateness rules of `crate::engine::time`;
+//! - `batch::run_batch`: a whole pipeline over a finite input, in memory: the expected output
 //!   a streaming run is verified against;
-//! - [`layout`]: what a checkpoint's state depends on, to refuse a changed job naming what
+//! - `layout`: what a checkpoint's state depends on, to refuse a changed job naming what
 //!   differs.
 
 pub mod aggregate;
-pub mod batch;
 pub mod filter;
-pub mod layout;
-pub mod num;
-pub mod path;
 pub mod project;
 mod spec;
+internal_modules! {
+    mod batch;
+    mod layout;
+    mod num;
+    mod path;
+}
 pub(crate) mod topology;
 
+// The job model's value types: a field path, a JSON number, a window's kind.
+pub use crate::engine::time::WindowKind;
+pub use num::Num;
+pub use path::{FieldPath, PathError};
 pub use spec::{
     DeliveryGuarantee, FileSink as FileSinkSpec, FileSource as FileSourceSpec, Job, Mode, Operator,
     OutputFormat, Settings, Sink, Source, StartPosition,

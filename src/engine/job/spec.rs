@@ -72,7 +72,7 @@ pub struct FileSource {
     pub path: PathBuf,
     /// `format`: the name of the line format that makes a line a record, one of those the
     /// program running the job registers
-    /// ([`LineFormats`](crate::engine::source::LineFormats)); a name not registered stops the
+    /// ([`LineFormats`](crate::engine::formats::LineFormats)); a name not registered stops the
     /// job at start.
     pub format: String,
     /// `serving_speed_factor`: event time runs this many times faster than wall time (600 =
@@ -224,7 +224,7 @@ pub const MIN_STATE_MEMORY_BYTES: u64 = 1 << 20;
 
 impl Settings {
     /// The checkpoint coordinator's settings for this job (the one mapping from job files).
-    pub fn checkpoint(&self) -> checkpoint::Settings {
+    pub(crate) fn checkpoint(&self) -> checkpoint::Settings {
         checkpoint::Settings {
             interval_ms: self.checkpoint_interval_ms,
             min_pause_ms: self.checkpoint_min_pause_ms,

@@ -6,7 +6,7 @@
 //! [`ServerOptions::max_request_bytes`] is answered 431 and closed, a connection that has not
 //! sent its head within [`ServerOptions::timeout`] is closed, and past
 //! [`ServerOptions::max_connections`] open connections new ones are closed at once. Parsing is
-//! a pure function of the bytes ([`route`]), tested with garbage.
+//! a pure function of the bytes (`route`), tested with garbage.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use super::{render, Metrics};
 
 /// The content type of the text exposition format.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The listener's bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +60,7 @@ pub enum MetricsError {
 
 /// What a request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
+pub(crate) enum Route {
     /// `GET /metrics` (a query string is ignored).
     Metrics,
     /// Any other well-formed request.
@@ -71,7 +71,7 @@ pub enum Route {
 
 /// The route of a request head (the bytes up to the blank line). Pure: never panics, whatever
 /// the bytes.
-pub fn route(head: &[u8]) -> Route {
+pub(crate) fn route(head: &[u8]) -> Route {
     let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let Ok(line) = std::str::from_utf8(line) else {
@@ -93,7 +93,7 @@ pub fn route(head: &[u8]) -> Route {
 }
 
 /// The answer's bytes for a route; `body` renders the metrics (called for `Metrics` only).
-pub fn response(route: Route, body: impl FnOnce() -> String) -> Vec<u8> {
+pub(crate) fn response(route: Route, body: impl FnOnce() -> String) -> Vec<u8> {
     let (status, content_type, body) = match route {
         Route::Metrics => ("200 OK", CONTENT_TYPE, body()),
         Route::NotFound => (

@@ -318,7 +318,7 @@ impl Metrics {
 }
 
 /// The operator's kind as its label shows it (the job file's names).
-pub fn operator_kind(op: &Operator) -> &'static str {
+pub(crate) fn operator_kind(op: &Operator) -> &'static str {
     match op {
         Operator::Filter(_) => "filter",
         Operator::Project(_) => "project",

@@ -18,10 +18,10 @@ pub enum RuntimeError {
     FileSink(#[from] crate::engine::sink::file::FileSinkError),
     /// The file source could not read its input.
     #[error(transparent)]
-    FileSource(#[from] crate::engine::source::FileSourceError),
+    FileSource(#[from] crate::engine::file_source::FileSourceError),
     /// The file source's `format` names no format of [`RunConfig::formats`](super::RunConfig::formats).
     #[error(transparent)]
-    LineFormat(#[from] crate::engine::source::UnknownLineFormat),
+    LineFormat(#[from] crate::engine::formats::UnknownLineFormat),
     /// The coordinator failed the job.
     #[error(transparent)]
     Checkpoint(#[from] crate::engine::checkpoint::JobFailure),

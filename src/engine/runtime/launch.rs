@@ -24,9 +24,10 @@ use crate::client::{
     Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, Offset, TopicPartition,
 };
 use crate::engine::checkpoint::{Positions, TaskId};
+use crate::engine::file_source::{FileSource, FileSourceConfig};
+use crate::engine::formats::LineFormat;
 use crate::engine::job::{FileSourceSpec, Job};
 use crate::engine::metrics::Metrics;
-use crate::engine::source::{FileSource, FileSourceConfig, LineFormat};
 use crate::engine::state::OperatorState;
 
 /// Records (and watermarks, barriers) a channel from a source subtask to a keyed subtask

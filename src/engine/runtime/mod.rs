@@ -15,7 +15,7 @@
 //!   (`output`; transactional ids `<prefix>-<subtask>-<slot>`).
 //!
 //! The coordinator's loop (`coordinate`) feeds the pure
-//! [`Coordinator`](crate::engine::checkpoint::Coordinator) the subtasks' acks and a tick and
+//! `Coordinator` the subtasks' acks and a tick and
 //! carries out its decisions (barrier into the sources; persist on a blocking thread; commit and
 //! release at the subtask owning the transactional id).
 //!
@@ -62,12 +62,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::client::{ClientConfig, ConsumerConfig, ProducerConfig};
+use crate::engine::formats::LineFormats;
 use crate::engine::job::topology::JsonTopology;
 use crate::engine::job::Job;
 use crate::engine::metrics::Metrics;
-use crate::engine::source::LineFormats;
-use crate::engine::state::RestoreFrom;
 pub use error::RuntimeError;
+// What a stopped run's error carries, and where a run restores from.
+pub use crate::engine::checkpoint::{CheckpointId, JobFailure};
+pub use crate::engine::file_source::FileSourceError;
+pub use crate::engine::sink::file::FileSinkError;
+pub use crate::engine::sink::SinkError;
+pub use crate::engine::state::{RestoreFrom, StateError};
 
 /// Runs `config.job` until `stop` turns true (then stops gracefully: a final checkpoint,
 /// committed, nothing left open) or a fatal error; [`run_with_metrics`] without a reader of

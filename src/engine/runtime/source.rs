@@ -25,8 +25,8 @@ use super::topology::{Emitted, InputRecord, SourceChain};
 use super::RuntimeError;
 use crate::client::{Admin, Consumer, ConsumerRecord, Offset, TopicPartition};
 use crate::engine::checkpoint::{self, CheckpointId, Positions, TaskId};
+use crate::engine::file_source::{FileSource, Next, SourceRecord};
 use crate::engine::metrics::Metrics;
-use crate::engine::source::{FileSource, Next, SourceRecord};
 use crate::engine::state::key_group;
 use crate::engine::time::{InputWatermarks, Watermark};
 

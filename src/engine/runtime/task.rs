@@ -320,7 +320,7 @@ async fn open_store(
 mod tests {
     use super::*;
     use crate::client::{ClientConfig, ConsumerConfig, ProducerConfig};
-    use crate::engine::source::{LineFormats, ParsedLine};
+    use crate::engine::formats::{LineFormats, ParsedLine};
 
     /// A file source whose `format` the registry does not hold stops the run before anything
     /// is opened (no state directory, no connection), naming the format and the registered

@@ -8,7 +8,7 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::sink::PreparedOutput;
-use crate::engine::source::FilePosition;
+use crate::engine::file_source::FilePosition;
 
 use super::error::{fjall_error, Result, StateError, RESTORE_OLDER};
 use super::keys::{

@@ -209,8 +209,8 @@ pub enum RecordError {
         /// The minimum for the format.
         min: usize,
     },
-    /// A magic this reader does not handle: v0/v1 in [`decode_batches`] (use
-    /// [`decode_entries`]), or garbage.
+    /// A magic this reader does not handle: v0/v1 in `decode_batches` (use
+    /// `decode_entries`), or garbage.
     #[error("batch at offset {offset}: message format v{magic} is not supported")]
     UnsupportedMagic {
         /// Base offset of the batch.
@@ -331,14 +331,14 @@ pub enum RecordError {
         /// What is wrong.
         reason: &'static str,
     },
-    /// A buffer handed to [`rewrite_producer_fields`] or [`set_base_offset`] is not one whole v2
+    /// A buffer handed to `rewrite_producer_fields` or `set_base_offset` is not one whole v2
     /// batch.
     #[error("not a single v2 batch: {reason}")]
     NotABatch {
         /// What is wrong.
         reason: String,
     },
-    /// [`BatchBuilder::build`] was called with no records.
+    /// `BatchBuilder::build` was called with no records.
     #[error("cannot build a batch with no records")]
     EmptyBatch,
     /// The encoded batch would not fit the i32 length field.

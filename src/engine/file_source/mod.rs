@@ -3,13 +3,10 @@
 //! saved in every checkpoint so that a restored job emits every event exactly once (the
 //! replaying source of Flink's training exercises, as a library piece).
 //!
-//! - [`LineFormat`]: how a line becomes a record (key, value, event time). The engine has no
-//!   format of its own: the program that runs a job supplies them.
-//! - [`LineFormats`]: the registry of named formats a job file's `[source] format = "…"`
-//!   chooses from, handed to the runtime in
-//!   [`RunConfig::formats`](crate::engine::runtime::RunConfig::formats); a name it does not
-//!   hold is [`UnknownLineFormat`] when the job starts.
-//! - [`FileSource`]: the reader itself, with its [`FilePosition`] in every checkpoint.
+//! How a line becomes a record (key, value, event time) is a
+//! [`LineFormat`](crate::engine::formats::LineFormat), chosen by name from the registry in
+//! [`crate::engine::formats`]. [`FileSource`] is the reader itself, with its [`FilePosition`]
+//! in every checkpoint.
 //!
 //! The runtime drives one [`FileSource`] between records:
 //!
@@ -39,73 +36,14 @@
 //!   same order.
 
 mod file;
-mod formats;
 
 pub use file::FileSource;
-pub use formats::{LineFormats, UnknownLineFormat};
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-/// How a line becomes a record. The program running a job supplies its formats (by name, in
-/// [`LineFormats`]; a typed job passes one to
-/// [`JobBuilder::file_source`](crate::engine::dataflow::JobBuilder::file_source)). It must be
-/// deterministic: a restore parses the buffered lines again.
-///
-/// A closure `Fn(&str) -> Result<ParsedLine, String>` is a format too.
-///
-/// ```
-/// use onceflow::engine::source::{LineFormat, ParsedLine};
-///
-/// /// `<event time ms>,<text>`: the text is the value, there is no key.
-/// struct TimeAndText;
-///
-/// impl LineFormat for TimeAndText {
-///     fn parse(&self, line: &str) -> Result<ParsedLine, String> {
-///         let (time, text) = line
-///             .split_once(',')
-///             .ok_or_else(|| format!("expected <event time ms>,<text>, got {line:?}"))?;
-///         let event_time = time
-///             .parse()
-///             .map_err(|e| format!("event time {time:?}: {e}"))?;
-///         Ok(ParsedLine { key: None, value: text.as_bytes().to_vec(), event_time })
-///     }
-/// }
-///
-/// let record = TimeAndText.parse("1000,hello").unwrap();
-/// assert_eq!((record.event_time, record.value.as_slice()), (1000, &b"hello"[..]));
-/// assert!(TimeAndText.parse("hello").is_err());
-/// ```
-pub trait LineFormat: Send + Sync {
-    /// Parses one line (without its terminator).
-    ///
-    /// # Errors
-    /// A one-line description of what is wrong with the line; the source prefixes it with
-    /// `FILE:LINE: `.
-    fn parse(&self, line: &str) -> Result<ParsedLine, String>;
-}
-
-impl<F> LineFormat for F
-where
-    F: Fn(&str) -> Result<ParsedLine, String> + Send + Sync,
-{
-    fn parse(&self, line: &str) -> Result<ParsedLine, String> {
-        self(line)
-    }
-}
-
-/// What [`LineFormat::parse`] makes of a line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParsedLine {
-    /// The record key, if any.
-    pub key: Option<Vec<u8>>,
-    /// The record value.
-    pub value: Vec<u8>,
-    /// The event time, ms since the epoch.
-    pub event_time: i64,
-}
 
 /// What a [`FileSource`] reads and how.
 #[derive(Debug, Clone)]

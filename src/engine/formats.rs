@@ -1,11 +1,73 @@
-//! [`LineFormats`]: the registry of named line formats a job file's `[source] format = "…"`
-//! chooses from, and [`UnknownLineFormat`], the start-up error for a name it does not hold.
+//! How the file source makes a line a record, and the formats a job may name.
+//!
+//! - [`LineFormat`]: a line becomes a record (key, value, event time). The engine has no
+//!   format of its own: the program that runs a job supplies them.
+//! - [`LineFormats`]: the registry of named formats a job file's `[source] format = "…"`
+//!   chooses from, handed to the runtime in
+//!   [`RunConfig::formats`](crate::engine::runtime::RunConfig::formats); a name it does not
+//!   hold is [`UnknownLineFormat`] when the job starts.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use super::LineFormat;
+/// How a line becomes a record. The program running a job supplies its formats (by name, in
+/// [`LineFormats`]; a typed job passes one to
+/// [`JobBuilder::file_source`](crate::engine::dataflow::JobBuilder::file_source)). It must be
+/// deterministic: a restore parses the buffered lines again.
+///
+/// A closure `Fn(&str) -> Result<ParsedLine, String>` is a format too.
+///
+/// ```
+/// use onceflow::engine::formats::{LineFormat, ParsedLine};
+///
+/// /// `<event time ms>,<text>`: the text is the value, there is no key.
+/// struct TimeAndText;
+///
+/// impl LineFormat for TimeAndText {
+///     fn parse(&self, line: &str) -> Result<ParsedLine, String> {
+///         let (time, text) = line
+///             .split_once(',')
+///             .ok_or_else(|| format!("expected <event time ms>,<text>, got {line:?}"))?;
+///         let event_time = time
+///             .parse()
+///             .map_err(|e| format!("event time {time:?}: {e}"))?;
+///         Ok(ParsedLine { key: None, value: text.as_bytes().to_vec(), event_time })
+///     }
+/// }
+///
+/// let record = TimeAndText.parse("1000,hello").unwrap();
+/// assert_eq!((record.event_time, record.value.as_slice()), (1000, &b"hello"[..]));
+/// assert!(TimeAndText.parse("hello").is_err());
+/// ```
+pub trait LineFormat: Send + Sync {
+    /// Parses one line (without its terminator).
+    ///
+    /// # Errors
+    /// A one-line description of what is wrong with the line; the source prefixes it with
+    /// `FILE:LINE: `.
+    fn parse(&self, line: &str) -> Result<ParsedLine, String>;
+}
+
+impl<F> LineFormat for F
+where
+    F: Fn(&str) -> Result<ParsedLine, String> + Send + Sync,
+{
+    fn parse(&self, line: &str) -> Result<ParsedLine, String> {
+        self(line)
+    }
+}
+
+/// What [`LineFormat::parse`] makes of a line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedLine {
+    /// The record key, if any.
+    pub key: Option<Vec<u8>>,
+    /// The record value.
+    pub value: Vec<u8>,
+    /// The event time, ms since the epoch.
+    pub event_time: i64,
+}
 
 /// Named [`LineFormat`]s: what `[source] format = "NAME"` of a job file may name. The engine
 /// registers none itself; the program that runs jobs registers the formats it knows and hands
@@ -15,7 +77,7 @@ use super::LineFormat;
 ///
 /// ```
 /// use std::sync::Arc;
-/// use onceflow::engine::source::{LineFormats, ParsedLine};
+/// use onceflow::engine::formats::{LineFormats, ParsedLine};
 ///
 /// // `<event time ms>,<text>`.
 /// let time_and_text = |line: &str| -> Result<ParsedLine, String> {
@@ -48,7 +110,7 @@ impl LineFormats {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use onceflow::engine::source::{LineFormats, ParsedLine};
+    /// use onceflow::engine::formats::{LineFormats, ParsedLine};
     ///
     /// let text = |line: &str| -> Result<ParsedLine, String> {
     ///     Ok(ParsedLine { key: None, value: line.as_bytes().to_vec(), event_time: 0 })
@@ -69,7 +131,7 @@ impl LineFormats {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use onceflow::engine::source::{LineFormats, ParsedLine};
+    /// use onceflow::engine::formats::{LineFormats, ParsedLine};
     ///
     /// let text = |line: &str| -> Result<ParsedLine, String> {
     ///     Ok(ParsedLine { key: None, value: line.as_bytes().to_vec(), event_time: 0 })
@@ -85,7 +147,7 @@ impl LineFormats {
     /// The format registered under `name`.
     ///
     /// ```
-    /// use onceflow::engine::source::LineFormats;
+    /// use onceflow::engine::formats::LineFormats;
     /// assert!(LineFormats::new().get("text").is_none());
     /// ```
     pub fn get(&self, name: &str) -> Option<&Arc<dyn LineFormat>> {
@@ -98,7 +160,7 @@ impl LineFormats {
     /// [`UnknownLineFormat`] naming `name` and the registered formats.
     ///
     /// ```
-    /// use onceflow::engine::source::LineFormats;
+    /// use onceflow::engine::formats::LineFormats;
     /// let e = LineFormats::new().resolve("text").err().unwrap();
     /// assert!(e.to_string().starts_with("source.format = \"text\": no such line format"));
     /// ```
@@ -115,7 +177,7 @@ impl LineFormats {
     /// The registered names, in name order.
     ///
     /// ```
-    /// use onceflow::engine::source::LineFormats;
+    /// use onceflow::engine::formats::LineFormats;
     /// assert_eq!(LineFormats::new().names().count(), 0);
     /// ```
     pub fn names(&self) -> impl Iterator<Item = &str> {
@@ -154,7 +216,6 @@ fn registered_list(registered: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::source::ParsedLine;
 
     fn constant(event_time: i64) -> Arc<dyn LineFormat> {
         Arc::new(move |line: &str| -> Result<ParsedLine, String> {

@@ -14,8 +14,9 @@ use flate2::read::MultiGzDecoder;
 
 use super::{
     delay_ms, serving_wait, step, BufferedLine, FilePosition, FileSourceConfig, FileSourceError,
-    LineFormat, Next, ParsedLine, SourceRecord, Step,
+    Next, SourceRecord, Step,
 };
+use crate::engine::formats::{LineFormat, ParsedLine};
 
 /// The read buffer per file: large enough that a line rarely spans two refills.
 const READ_BUFFER: usize = 64 * 1024;

@@ -7,7 +7,8 @@
 use crate::engine_run::{assert_running, job_file, plain_log, start_job, stop, taxi, DEADLINE};
 use crate::support::cli::{assert_one_line_error, onceflow_async, shown};
 use crate::support::*;
-use onceflow::engine::checkpoint::{Positions, TopicPartition};
+use onceflow::client::TopicPartition;
+use onceflow::engine::checkpoint::Positions;
 use onceflow::engine::job::Job;
 use onceflow::engine::state::{
     CheckpointRecord, Layout, OperatorLayout, RestoreFrom, StateStore, StoreOptions,

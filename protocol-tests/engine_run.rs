@@ -14,7 +14,7 @@ use onceflow::client::{Cluster, Consumer, Offset, ProducerRecord};
 use onceflow::engine::formats::LineFormats;
 use onceflow::engine::job::Job;
 use onceflow::engine::runtime::{run, RunConfig};
-use onceflow::engine::sink::{Delivery, KafkaSink, SinkConfig, Written};
+use onceflow::engine::sink::{Delivery, KafkaWriter, SinkConfig, Written};
 use onceflow::engine::state::{
     CheckpointRecord, Layout, RestoreFrom, StateError, StateStore, StoreOptions,
 };
@@ -373,7 +373,9 @@ async fn the_runtime_persists_the_resolutions_before_the_sinks_pool_init() {
         0,
         producer_config(&broker(), &[("linger.ms", "5")]),
     );
-    let (mut sink, _) = KafkaSink::recover(sink_config, cluster, &[]).await.unwrap();
+    let (mut sink, _) = KafkaWriter::recover(sink_config, cluster, &[])
+        .await
+        .unwrap();
     let record = ProducerRecord::new(output.name.clone(), Bytes::from("r-0")).with_partition(0);
     assert!(matches!(sink.write(record).await.unwrap(), Written::Sent));
     let c = sink.on_barrier(1).await.unwrap().expect("a committable");

@@ -1,10 +1,10 @@
-//! The engine's exactly-once Kafka sink (`engine::sink::KafkaSink`) against the real broker, at
+//! The engine's exactly-once Kafka sink (`engine::sink::KafkaWriter`) against the real broker, at
 //! whatever transaction.version it was formatted with (run at 2 on 9192 and at 1 on 9196).
 //!
 //! Each test drives the sink as the runtime will, without a runtime: write, barrier N,
 //! checkpoint N durable, release; and a "crash" is dropping the sink, a restart is
-//! `KafkaSink::resume` with the committables the durable checkpoint holds, then
-//! `Resumed::start` (`KafkaSink::recover` does both where no resolution needs persisting).
+//! `KafkaWriter::resume` with the committables the durable checkpoint holds, then
+//! `Resumed::start` (`KafkaWriter::recover` does both where no resolution needs persisting).
 
 use crate::support::*;
 use bytes::Bytes;
@@ -12,7 +12,7 @@ use onceflow::client::transactions::{ResumeOutcome, TxnState};
 use onceflow::client::{Admin, Cluster, IsolationLevel, Offset, Producer, ProducerRecord};
 use onceflow::engine::checkpoint::Settings;
 use onceflow::engine::sink::{
-    check_timeout_budget, CommitOutcome, Delivery, KafkaSink, RecoveryReport, Resumed,
+    check_timeout_budget, Delivery, KafkaWriter, RecoveryReport, Resumed, SinkCommit,
     SinkCommittable, SinkConfig, SinkError, Written,
 };
 use std::time::Duration;
@@ -23,16 +23,18 @@ fn config(prefix: &str, delivery: Delivery, props: &[(&str, &str)]) -> SinkConfi
     SinkConfig::new(delivery, prefix, 0, producer_config(&broker(), &p))
 }
 
-async fn start(config: SinkConfig, restored: &[SinkCommittable]) -> (KafkaSink, RecoveryReport) {
+async fn start(config: SinkConfig, restored: &[SinkCommittable]) -> (KafkaWriter, RecoveryReport) {
     let cluster = Cluster::connect(client_config(&broker())).await.unwrap();
-    KafkaSink::recover(config, cluster, restored).await.unwrap()
+    KafkaWriter::recover(config, cluster, restored)
+        .await
+        .unwrap()
 }
 
 fn values(tag: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{tag}-{i}")).collect()
 }
 
-async fn write_all(sink: &mut KafkaSink, topic: &str, values: &[String]) {
+async fn write_all(sink: &mut KafkaWriter, topic: &str, values: &[String]) {
     for v in values {
         let w = sink
             .write(ProducerRecord::new(topic.to_owned(), Bytes::from(v.clone())).with_partition(0))
@@ -110,7 +112,7 @@ async fn records_of_checkpoint_n_are_invisible_until_n_is_durable_then_visible_o
 
     let done = sink.on_checkpoint_durable(1).await.unwrap();
     assert_eq!(done.len(), 1);
-    assert_eq!(done[0].outcome, CommitOutcome::Committed);
+    assert_eq!(done[0].outcome, SinkCommit::Committed);
     sink.release(1);
     assert_eq!(sink.oldest_open_transaction_age(), Duration::ZERO);
     assert_eq!(committed(&topic, 5).await, v);
@@ -186,7 +188,7 @@ async fn resuming_an_already_committed_committable_at_recovery_is_fine() {
     let c = old.on_barrier(1).await.unwrap().expect("a committable");
     assert_eq!(
         old.on_checkpoint_durable(1).await.unwrap()[0].outcome,
-        CommitOutcome::Committed
+        SinkCommit::Committed
     );
     drop(old);
 
@@ -365,7 +367,7 @@ async fn a_restart_whose_restored_transaction_another_job_aborted_stops_with_a_p
 
     let (_other, _) = start(config(&prefix, Delivery::ExactlyOnce, &[]), &[]).await;
     let cluster = Cluster::connect(client_config(&broker())).await.unwrap();
-    let e = KafkaSink::recover(config(&prefix, Delivery::ExactlyOnce, &[]), cluster, &[c])
+    let e = KafkaWriter::recover(config(&prefix, Delivery::ExactlyOnce, &[]), cluster, &[c])
         .await
         .unwrap_err();
     assert!(matches!(e, SinkError::PrefixClash { .. }), "{e:?}");
@@ -440,7 +442,7 @@ async fn prepared_and_crashed(topic: &TestTopic, prefix: &str, v: &[String]) -> 
 
 async fn resume(prefix: &str, restored: &[SinkCommittable]) -> Result<Resumed, SinkError> {
     let cluster = Cluster::connect(client_config(&broker())).await.unwrap();
-    KafkaSink::resume(
+    KafkaWriter::resume(
         config(prefix, Delivery::ExactlyOnce, &[]),
         cluster,
         restored,

@@ -38,6 +38,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::client::transactions::PreparedTransaction;
+use crate::client::TopicPartition;
 use crate::engine::sink::PreparedOutput;
 use crate::engine::file_source::FilePosition;
 
@@ -80,15 +81,6 @@ impl fmt::Display for TaskId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "task {}", self.0)
     }
-}
-
-/// A partition of an input topic.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TopicPartition {
-    /// Topic name.
-    pub topic: String,
-    /// Partition index.
-    pub partition: i32,
 }
 
 /// Source positions: where a restore resumes reading.

@@ -14,7 +14,7 @@ use flate2::read::MultiGzDecoder;
 
 use super::{
     delay_ms, serving_wait, step, BufferedLine, FilePosition, FileSourceConfig, FileSourceError,
-    Next, SourceRecord, Step,
+    Next, FileRecord, Step,
 };
 use crate::engine::formats::{LineFormat, ParsedLine};
 
@@ -538,7 +538,7 @@ impl FileSource {
                         return Ok(Next::NotBefore(due));
                     }
                     if let Some(Reverse(p)) = self.heap.pop() {
-                        return Ok(Next::Record(SourceRecord {
+                        return Ok(Next::Record(FileRecord {
                             key: p.key,
                             value: p.value,
                             event_time: p.line.event_time,
@@ -731,7 +731,7 @@ mod tests {
     }
 
     /// Reads up to `limit` records (factor 0: never told to wait).
-    fn take(source: &mut FileSource, limit: usize) -> Vec<SourceRecord> {
+    fn take(source: &mut FileSource, limit: usize) -> Vec<FileRecord> {
         let mut out = Vec::new();
         while out.len() < limit {
             match source.next().unwrap() {
@@ -743,12 +743,12 @@ mod tests {
         out
     }
 
-    fn all(source: &mut FileSource) -> Vec<SourceRecord> {
+    fn all(source: &mut FileSource) -> Vec<FileRecord> {
         take(source, usize::MAX)
     }
 
     /// What a record says of its line: (event time, payload, file, line).
-    fn summary(records: &[SourceRecord]) -> Vec<(i64, String, String, u64)> {
+    fn summary(records: &[FileRecord]) -> Vec<(i64, String, String, u64)> {
         records
             .iter()
             .map(|r| {
@@ -774,7 +774,7 @@ mod tests {
             .collect()
     }
 
-    fn events(records: &[SourceRecord]) -> Vec<(i64, String)> {
+    fn events(records: &[FileRecord]) -> Vec<(i64, String)> {
         summary(records)
             .into_iter()
             .map(|(t, p, _, _)| (t, p))
@@ -803,7 +803,7 @@ mod tests {
             let from_crlf = all(&mut open(config(&crlf, max_delay), None));
             let from_gzip = all(&mut open(config(&gzip, max_delay), None));
             assert_eq!(from_plain.len(), input.len());
-            let strip = |s: &[SourceRecord]| {
+            let strip = |s: &[FileRecord]| {
                 summary(s)
                     .into_iter()
                     .map(|(t, p, _, line)| (t, p, line))
@@ -918,7 +918,7 @@ mod tests {
     }
 
     /// Reads `cut` records, saves the position through JSON, restores and reads the rest.
-    fn cut_and_restore(config: &FileSourceConfig, cut: usize) -> (FilePosition, Vec<SourceRecord>) {
+    fn cut_and_restore(config: &FileSourceConfig, cut: usize) -> (FilePosition, Vec<FileRecord>) {
         let mut source = open(config.clone(), None);
         let mut records = take(&mut source, cut);
         let position = source.position();
@@ -1050,7 +1050,7 @@ mod tests {
         }
     }
 
-    fn record(next: Next) -> SourceRecord {
+    fn record(next: Next) -> FileRecord {
         match next {
             Next::Record(r) => r,
             other => panic!("expected a record, got {other:?}"),

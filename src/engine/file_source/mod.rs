@@ -106,7 +106,7 @@ pub struct BufferedLine {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next {
     /// The next record, due now.
-    Record(SourceRecord),
+    Record(FileRecord),
     /// The next record is due at this instant (serving speed): wait and call again.
     NotBefore(Instant),
     /// Every record was emitted.
@@ -115,7 +115,7 @@ pub enum Next {
 
 /// One record of the file source.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SourceRecord {
+pub struct FileRecord {
     /// The key from the format.
     pub key: Option<Vec<u8>>,
     /// The value from the format.

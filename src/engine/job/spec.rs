@@ -34,25 +34,25 @@ pub struct Job {
     /// The job's name: letters, digits, `.`, `_`, `-`.
     pub name: String,
     /// Where records come from.
-    pub source: Source,
+    pub source: SourceSpec,
     /// The operators, in order.
     pub pipeline: Vec<Operator>,
     /// Where records go.
-    pub sink: Sink,
+    pub sink: SinkSpec,
     /// Runtime settings.
     pub settings: Settings,
 }
 
 /// The source: Kafka topics (the default), or files (`type = "file"`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Source {
+pub struct SourceSpec {
     /// Bootstrap brokers, `host:port`, of the job's Kafka end: the source's, or with a file
     /// source the Kafka sink's (`sink.brokers`).
     pub brokers: Vec<String>,
     /// Input topics (one or more; none with a file source).
     pub topics: Vec<String>,
     /// The file source (`type = "file"`), instead of topics.
-    pub file: Option<FileSource>,
+    pub file: Option<FileSourceSpec>,
     /// `group.id`: the consumer group whose offsets are committed after each checkpoint, for
     /// monitoring tools only (positions live in the checkpoint). Default: the job's name.
     pub group: String,
@@ -67,7 +67,7 @@ pub struct Source {
 /// replaying source of Flink's training exercises): events emitted up to `max_delay_s` late,
 /// at `serving_speed_factor`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct FileSource {
+pub struct FileSourceSpec {
     /// `path`: a file, or a directory whose files are read in name order (`.gz` decompressed).
     pub path: PathBuf,
     /// `format`: the name of the line format that makes a line a record, one of those the
@@ -85,7 +85,7 @@ pub struct FileSource {
 /// `[sink] type = "file"`: part files made final when the checkpoint that covers them is
 /// durable.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileSink {
+pub struct FileSinkSpec {
     /// `path`: the output directory (this job's alone).
     pub path: PathBuf,
     /// `format`: `json` (JSON lines, the default) or `csv` (with `columns`).
@@ -138,11 +138,11 @@ pub enum Operator {
 
 /// The sink: a Kafka topic (the default), or files (`type = "file"`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sink {
+pub struct SinkSpec {
     /// Output topic (empty with a file sink).
     pub topic: String,
     /// The file sink (`type = "file"`), instead of a topic.
-    pub file: Option<FileSink>,
+    pub file: Option<FileSinkSpec>,
     /// Delivery guarantee.
     pub guarantee: DeliveryGuarantee,
     /// Transactional id prefix (`<prefix>-<task>-<slot>`); present when exactly-once.
@@ -811,7 +811,7 @@ fn check_source(
     name: &str,
     raw: Spanned<RawSource>,
     sink_brokers: Option<Spanned<Brokers>>,
-) -> Result<Source, JobError> {
+) -> Result<SourceSpec, JobError> {
     let span = raw.span();
     let raw = raw.into_inner();
     let file = match raw.kind {
@@ -858,7 +858,7 @@ fn check_source(
         Some(g) => g.into_inner(),
         None => name.to_owned(),
     };
-    Ok(Source {
+    Ok(SourceSpec {
         brokers,
         topics,
         file,
@@ -942,7 +942,7 @@ fn check_file_source(
     loc: &Locator<'_>,
     span: &Range<usize>,
     raw: &RawSource,
-) -> Result<FileSource, JobError> {
+) -> Result<FileSourceSpec, JobError> {
     let Some(path) = raw.path.as_ref() else {
         return Err(loc.at(
             span,
@@ -984,7 +984,7 @@ fn check_file_source(
             format!("{factor} is not a speed-up: give 0 (as fast as possible) or a positive number, e.g. 600"),
         ));
     }
-    Ok(FileSource {
+    Ok(FileSourceSpec {
         path: PathBuf::from(path.get_ref()),
         format: format.get_ref().clone(),
         serving_speed_factor: factor,
@@ -1319,7 +1319,7 @@ fn check_aggregate(
     Ok(outputs)
 }
 
-fn check_sink(loc: &Locator<'_>, raw: Spanned<RawSink>) -> Result<Sink, JobError> {
+fn check_sink(loc: &Locator<'_>, raw: Spanned<RawSink>) -> Result<SinkSpec, JobError> {
     let span = raw.span();
     let mut raw = raw.into_inner();
     let file = match raw.kind {
@@ -1369,7 +1369,7 @@ fn check_sink(loc: &Locator<'_>, raw: Spanned<RawSink>) -> Result<Sink, JobError
              job on this cluster>\" to [sink] (or set delivery.guarantee = \"at-least-once\")",
         ));
     }
-    Ok(Sink {
+    Ok(SinkSpec {
         topic,
         file,
         guarantee,
@@ -1429,7 +1429,7 @@ fn check_file_sink(
     loc: &Locator<'_>,
     span: &Range<usize>,
     raw: &mut RawSink,
-) -> Result<FileSink, JobError> {
+) -> Result<FileSinkSpec, JobError> {
     let Some(path) = raw.path.as_ref() else {
         return Err(loc.at(
             span,
@@ -1467,7 +1467,7 @@ fn check_file_sink(
         None => "part".to_owned(),
     };
     let (roll_size_bytes, roll_interval_ms) = check_rolling(loc, span, raw.rolling.as_ref())?;
-    Ok(FileSink {
+    Ok(FileSinkSpec {
         path: PathBuf::from(path.get_ref()),
         format,
         prefix,
@@ -1547,9 +1547,9 @@ fn check_rolling(
 /// with a Kafka sink.
 fn check_ends(
     loc: &Locator<'_>,
-    source: &Source,
+    source: &SourceSpec,
     pipeline: &[Operator],
-    sink: &Sink,
+    sink: &SinkSpec,
     sink_span: &Range<usize>,
 ) -> Result<(), JobError> {
     match (&source.file, &sink.file) {

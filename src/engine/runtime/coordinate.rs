@@ -29,7 +29,7 @@ use crate::engine::checkpoint::{
     self, CheckpointId, CommitOutcome, Coordinator, Decision, Event, Phase, Positions, TaskId,
 };
 use crate::engine::sink;
-use crate::engine::sink::file::{FileSink, FileSinkConfig};
+use crate::engine::sink::file::{FileWriter, FileWriterConfig};
 use crate::engine::state::{CheckpointRecord, FrozenDelta, OperatorState, StateStore};
 
 /// How often the coordinator hears the time.
@@ -43,7 +43,7 @@ pub(crate) enum RecoveredSinks {
     /// at AbortPool.
     Files {
         /// Each task's settings.
-        configs: Vec<FileSinkConfig>,
+        configs: Vec<FileWriterConfig>,
         /// The restored committables, by name, and how they ended.
         committed: Vec<(String, CommitOutcome)>,
     },
@@ -65,7 +65,7 @@ pub(crate) struct Master {
     /// The Kafka sinks between their resume and their start (AbortPool), by sink task.
     resumed: Vec<sink::Resumed>,
     /// The file sinks' settings, by sink task, until their start (AbortPool).
-    file_sinks: Vec<FileSinkConfig>,
+    file_sinks: Vec<FileWriterConfig>,
     /// The restored file committables the start-up's recovery committed.
     files_recovered: Vec<(String, CommitOutcome)>,
     /// The started sinks, until the subtasks take them (StartTasks).
@@ -339,7 +339,7 @@ impl Master {
             for config in std::mem::take(&mut self.file_sinks) {
                 let task = config.task;
                 self.sinks
-                    .push(TaskSink::File(Box::new(FileSink::open(config)?)));
+                    .push(TaskSink::File(Box::new(FileWriter::open(config)?)));
                 tracing::info!(task, "file sink started");
             }
             self.event(Event::PoolAborted);

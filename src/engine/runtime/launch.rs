@@ -15,7 +15,6 @@ use super::keyed::KeyedSubtask;
 use super::message::{Control, Counters, Data, Report};
 use super::output::{SinkTask, TaskSink};
 use super::partitions::{resolve, start_offset, Discovery};
-use super::positions::checkpoint_tp;
 use super::routing::key_group_range;
 use super::source::{Downstream, FileReader, Input, PartitionWatermarks, SourceSubtask};
 use super::topology::Topology;
@@ -340,7 +339,7 @@ async fn source_consumer(
     let starts = partitions
         .iter()
         .map(|tp| {
-            let restored = positions.get(&checkpoint_tp(tp)).copied();
+            let restored = positions.get(tp).copied();
             let at = start_offset(restored, plan.from_checkpoint, plan.job.source.start);
             (tp.clone(), at)
         })
@@ -351,7 +350,7 @@ async fn source_consumer(
         consumer
             .seek(&tp, Offset::At(o))
             .map_err(|e| RuntimeError::client(format!("seeking {tp}"), e))?;
-        own.insert(checkpoint_tp(&tp), o);
+        own.insert(tp, o);
     }
     Ok((consumer, own))
 }

@@ -19,7 +19,7 @@
 //! carries out its decisions (barrier into the sources; persist on a blocking thread; commit and
 //! release at the subtask owning the transactional id).
 //!
-//! **One owner of the commit retry: the sink.** `KafkaSink::on_checkpoint_durable(N)` commits
+//! **One owner of the commit retry: the sink.** `KafkaWriter::on_checkpoint_durable(N)` commits
 //! every prepared transaction of checkpoints ≤ N and retries until the transaction's deadline;
 //! the runtime reports each resolution to the coordinator as a `CommitResult`, so the
 //! coordinator's `RetryCommitAt` never comes. A commit error is fatal: the restart's recovery

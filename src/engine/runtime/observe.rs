@@ -4,7 +4,7 @@
 use crate::client::Consumer;
 use crate::engine::checkpoint::{JobFailure, Positions};
 use crate::engine::metrics::{Metrics, SinkReport};
-use crate::engine::sink::{KafkaSink, SinkError};
+use crate::engine::sink::{KafkaWriter, SinkError};
 
 use super::RuntimeError;
 
@@ -57,11 +57,7 @@ pub(crate) fn source_lag(consumer: &Consumer, positions: &Positions) -> Vec<((St
         .assignment()
         .into_iter()
         .filter_map(|tp| {
-            let key = crate::engine::checkpoint::TopicPartition {
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-            };
-            let position = consumer.position(&tp).or(positions.get(&key).copied());
+            let position = consumer.position(&tp).or(positions.get(&tp).copied());
             let lag = lag(consumer.end_offset(&tp), position)?;
             Some(((tp.topic, tp.partition), lag))
         })
@@ -91,14 +87,14 @@ pub(crate) fn polled(
     metrics: &Metrics,
     consumer: &Consumer,
     positions: &Positions,
-    sink: Option<&KafkaSink>,
+    sink: Option<&KafkaWriter>,
 ) {
     metrics.set_source_lag(source_lag(consumer, positions));
     self::sink(metrics, sink);
 }
 
 /// Reports the sink task's counters and its oldest open transaction's start.
-pub(crate) fn sink(metrics: &Metrics, sink: Option<&KafkaSink>) {
+pub(crate) fn sink(metrics: &Metrics, sink: Option<&KafkaWriter>) {
     if let Some(s) = sink {
         let m = s.metrics();
         let report = SinkReport {

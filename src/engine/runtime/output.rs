@@ -1,5 +1,5 @@
-//! A subtask's sink: its [`KafkaSink`] (task id = subtask index, transactional ids
-//! `<prefix>-<subtask>-<slot>`) or its [`FileSink`] (part files `<prefix>-<subtask>-…`), the
+//! A subtask's sink: its [`KafkaWriter`] (task id = subtask index, transactional ids
+//! `<prefix>-<subtask>-<slot>`) or its [`FileWriter`] (part files `<prefix>-<subtask>-…`), the
 //! outputs held back by the pool's back-pressure, and the bookkeeping of its commits and
 //! slots.
 
@@ -17,16 +17,16 @@ use super::RuntimeError;
 use crate::client::ProducerRecord;
 use crate::engine::checkpoint::{self, CheckpointId, CommitOutcome};
 use crate::engine::metrics::Metrics;
-use crate::engine::sink::file::{FileCommit, FileSink};
-use crate::engine::sink::{self, KafkaSink, PreparedFiles, PreparedOutput, Written};
+use crate::engine::sink::file::FileWriter;
+use crate::engine::sink::{KafkaWriter, PreparedFiles, PreparedOutput, SinkCommit, Written};
 
 /// A sink task's writer.
 pub(crate) enum TaskSink {
     /// Transactions on the output topic (boxed, as the file sink: a task holds one of them,
     /// and the two differ much in size).
-    Kafka(Box<KafkaSink>),
+    Kafka(Box<KafkaWriter>),
     /// Part files in the output directory.
-    File(Box<FileSink>),
+    File(Box<FileWriter>),
 }
 
 /// A subtask's sink and what it holds.
@@ -44,11 +44,10 @@ pub(crate) struct SinkTask {
     metrics: Arc<Metrics>,
 }
 
-fn sink_outcome(o: sink::CommitOutcome) -> CommitOutcome {
+fn sink_outcome(o: SinkCommit) -> CommitOutcome {
     match o {
-        sink::CommitOutcome::AlreadyCommitted => CommitOutcome::AlreadyCommitted,
-        // Every other outcome is a commit (the enum is non-exhaustive for the crate's users).
-        _ => CommitOutcome::Completed,
+        SinkCommit::Committed => CommitOutcome::Completed,
+        SinkCommit::AlreadyCommitted => CommitOutcome::AlreadyCommitted,
     }
 }
 
@@ -74,7 +73,7 @@ impl SinkTask {
     }
 
     /// The Kafka sink, for the metrics.
-    pub(crate) fn kafka(&self) -> Option<&KafkaSink> {
+    pub(crate) fn kafka(&self) -> Option<&KafkaWriter> {
         match &self.sink {
             TaskSink::Kafka(k) => Some(k),
             TaskSink::File(_) => None,
@@ -158,10 +157,7 @@ impl SinkTask {
     ) -> Result<CommitOutcome, RuntimeError> {
         let sink = match (&mut self.sink, committable) {
             (TaskSink::File(f), PreparedOutput::Files(p)) => {
-                return Ok(match f.commit(&p.pending)? {
-                    FileCommit::Committed => CommitOutcome::Completed,
-                    FileCommit::AlreadyCommitted => CommitOutcome::AlreadyCommitted,
-                });
+                return Ok(sink_outcome(f.commit(&p.pending)?));
             }
             (TaskSink::Kafka(k), PreparedOutput::Transaction(_)) => k,
             _ => {

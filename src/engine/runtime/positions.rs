@@ -1,22 +1,13 @@
-//! The three models of a partition position, and the one place they convert: the client's
-//! [`TopicPartition`] (what a consumer reads), the coordinator's [`checkpoint::TopicPartition`]
-//! and [`Positions`] (what a checkpoint holds), and the store's [`RecordPositions`] (what a
-//! checkpoint record writes). Also how a checkpoint record reads back: its positions, whether
+//! The two models of a partition position, and the one place they convert: the coordinator's
+//! [`Positions`] (what a checkpoint holds, per [`TopicPartition`]) and the store's
+//! [`RecordPositions`] (what a checkpoint record writes). Also how a checkpoint record reads back: its positions, whether
 //! it holds where a run started, what a recovery restores, and what a rollback reads again.
 
 use crate::client::TopicPartition;
-use crate::engine::checkpoint::{self, CheckpointId, Listed, Positions, Restored};
+use crate::engine::checkpoint::{CheckpointId, Listed, Positions, Restored};
 use crate::engine::state::{CheckpointRecord, RecordPositions, Rollback, SourcePosition};
 
 use super::message::C;
-
-/// A client partition as the coordinator's positions name it.
-pub(crate) fn checkpoint_tp(tp: &TopicPartition) -> checkpoint::TopicPartition {
-    checkpoint::TopicPartition {
-        topic: tp.topic.clone(),
-        partition: tp.partition,
-    }
-}
 
 /// The file source's one input, as the runtime's assignment and watermarks name it.
 pub(crate) fn file_input() -> TopicPartition {
@@ -46,10 +37,7 @@ pub(crate) fn from_store(positions: &[SourcePosition]) -> Positions {
     positions
         .iter()
         .map(|p| {
-            let tp = checkpoint::TopicPartition {
-                topic: p.topic.clone(),
-                partition: p.partition,
-            };
+            let tp = TopicPartition::new(p.topic.clone(), p.partition);
             (tp, p.next_offset)
         })
         .collect()
@@ -112,13 +100,7 @@ mod tests {
     #[test]
     fn positions_survive_the_store_and_back() {
         let mut p = Positions::new();
-        p.insert(
-            checkpoint::TopicPartition {
-                topic: "a".into(),
-                partition: 2,
-            },
-            41,
-        );
+        p.insert(TopicPartition::new("a", 2), 41);
         assert_eq!(from_store(&to_store(&p).partitions), p);
     }
 

@@ -19,13 +19,13 @@ use super::message::{Control, Counters, Data, Report};
 use super::observe;
 use super::output::SinkTask;
 use super::partitions::{discover, Discovery};
-use super::positions::{checkpoint_tp, file_input, FILE_INPUT};
+use super::positions::{file_input, FILE_INPUT};
 use super::routing::{owner_of, subtask_of};
 use super::topology::{Emitted, InputRecord, SourceChain};
 use super::RuntimeError;
 use crate::client::{Admin, Consumer, ConsumerRecord, Offset, TopicPartition};
-use crate::engine::checkpoint::{self, CheckpointId, Positions, TaskId};
-use crate::engine::file_source::{FileSource, Next, SourceRecord};
+use crate::engine::checkpoint::{CheckpointId, Positions, TaskId};
+use crate::engine::file_source::{FileRecord, FileSource, Next};
 use crate::engine::metrics::Metrics;
 use crate::engine::state::key_group;
 use crate::engine::time::{InputWatermarks, Watermark};
@@ -418,16 +418,13 @@ impl SourceSubtask {
             key: record.key.as_ref(),
             value: record.value.as_ref(),
         };
-        let key = checkpoint::TopicPartition {
-            topic: record.topic.clone(),
-            partition: record.partition,
-        };
+        let key = TopicPartition::new(record.topic.clone(), record.partition);
         self.positions.insert(key, record.offset + 1);
         self.handle(&input, &tp).await
     }
 
     /// A record of the file source (its position is the reader's, taken at the barrier).
-    async fn process_file(&mut self, record: SourceRecord) -> Result<(), RuntimeError> {
+    async fn process_file(&mut self, record: FileRecord) -> Result<(), RuntimeError> {
         let tp = file_input();
         let key = record.key.map(bytes::Bytes::from);
         let value = bytes::Bytes::from(record.value);
@@ -553,7 +550,7 @@ impl SourceSubtask {
             consumer
                 .seek(&tp, Offset::At(o))
                 .map_err(|e| RuntimeError::client(format!("seeking {tp}"), e))?;
-            self.positions.insert(checkpoint_tp(&tp), o);
+            self.positions.insert(tp.clone(), o);
             if let Some(w) = self.watermarks.as_mut() {
                 w.add(&tp);
             }

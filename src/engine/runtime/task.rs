@@ -19,9 +19,9 @@ use crate::client::{Admin, Cluster, Consumer, ConsumerConfig, IsolationLevel, To
 use crate::engine::checkpoint;
 use crate::engine::job::{DeliveryGuarantee, Job, OutputFormat};
 use crate::engine::metrics::Metrics;
-use crate::engine::sink::file::{FileFormat, FileSink, FileSinkConfig, PendingFiles};
+use crate::engine::sink::file::{FileFormat, FileWriter, FileWriterConfig, PendingFiles};
 use crate::engine::sink::{
-    check_timeout_budget, Delivery, KafkaSink, PreparedFiles, PreparedOutput, SinkCommittable,
+    check_timeout_budget, Delivery, KafkaWriter, PreparedFiles, PreparedOutput, SinkCommittable,
     SinkConfig,
 };
 use crate::engine::state::{
@@ -182,7 +182,7 @@ async fn resume_kafka(
     for i in 0..parallelism {
         let mine: &[SinkCommittable] = if i == 0 { &restored } else { &[] };
         let config = sink_config(config, delivery, settings, i);
-        resumed.push(KafkaSink::resume(config, cluster.clone(), mine).await?);
+        resumed.push(KafkaWriter::resume(config, cluster.clone(), mine).await?);
     }
     tracing::info!(
         checkpoint = record.id,
@@ -215,14 +215,14 @@ fn recover_files(
         })
         .collect();
     let pending: Vec<PendingFiles> = restored.iter().map(|f| f.pending.clone()).collect();
-    let report = FileSink::recover(&file.path, &file.prefix, exactly_once, &pending)?;
+    let report = FileWriter::recover(&file.path, &file.prefix, exactly_once, &pending)?;
     tracing::info!(checkpoint = record.id, ?report, "file sink recovered");
     let committed = restored
         .iter()
         .map(|f| (f.name.clone(), checkpoint::CommitOutcome::Completed))
         .collect();
     let configs = (0..parallelism)
-        .map(|task| FileSinkConfig {
+        .map(|task| FileWriterConfig {
             dir: file.path.clone(),
             prefix: file.prefix.clone(),
             task: u32::try_from(task).unwrap_or(u32::MAX),

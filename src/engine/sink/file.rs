@@ -1,13 +1,13 @@
 //! The exactly-once file sink: part files written hidden, closed at each checkpoint's barrier,
-//! and made visible by a rename once that checkpoint is durable (Flink's FileSink model, the
+//! and made visible by a rename once that checkpoint is durable (Flink's FileWriter model, the
 //! file system's equivalent of the Kafka sink's transaction per checkpoint).
 //!
-//! A library piece the runtime drives, one [`FileSink`] per sink task, synchronous (std::fs):
+//! A library piece the runtime drives, one [`FileWriter`] per sink task, synchronous (std::fs):
 //!
 //! ```text
-//!   FileSink::recover(dir, ..)  once per job, before any task writes: commit the restored
+//!   FileWriter::recover(dir, ..)  once per job, before any task writes: commit the restored
 //!                               PendingFiles of every task, then remove the leftovers
-//!   FileSink::open(config)      per task, with a generation never used before
+//!   FileWriter::open(config)      per task, with a generation never used before
 //!   write(value)*               into the task's open, hidden part file (rolled by size/age)
 //!   on_barrier(N)               flush + fsync -> Some(PendingFiles) to save in checkpoint N
 //!   commit(pending)             checkpoint N is durable: rename its files to their final names
@@ -44,6 +44,7 @@
 //! again: those already in finished files (and in the leftovers) then appear twice. That is
 //! the at-least-once contract.
 
+use super::SinkCommit;
 use serde::de::IgnoredAny;
 use std::collections::HashSet;
 use std::fmt;
@@ -97,7 +98,7 @@ impl FileFormat {
 
 /// A file sink task's settings.
 #[derive(Debug, Clone)]
-pub struct FileSinkConfig {
+pub struct FileWriterConfig {
     /// The output directory (created if missing). It must be used by this job only: a recovery
     /// removes the in-progress files of `prefix` it does not know.
     pub dir: PathBuf,
@@ -121,15 +122,15 @@ pub struct FileSinkConfig {
     pub exactly_once: bool,
 }
 
-impl FileSinkConfig {
+impl FileWriterConfig {
     /// Settings with the defaults: prefix `part`, 128 MiB, 60 s, exactly once.
     pub fn new(
         dir: impl Into<PathBuf>,
         task: u32,
         generation: u64,
         format: FileFormat,
-    ) -> FileSinkConfig {
-        FileSinkConfig {
+    ) -> FileWriterConfig {
+        FileWriterConfig {
             dir: dir.into(),
             prefix: DEFAULT_PREFIX.to_owned(),
             task,
@@ -166,16 +167,7 @@ pub struct PendingFiles {
     pub files: Vec<PendingFile>,
 }
 
-/// How [`FileSink::commit`] found a checkpoint's files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FileCommit {
-    /// At least one file was renamed now.
-    Committed,
-    /// Every file had been renamed already (an earlier commit, perhaps before a crash).
-    AlreadyCommitted,
-}
-
-/// What [`FileSink::recover`] did, for its log line.
+/// What [`FileWriter::recover`] did, for its log line.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Recovery {
     /// The restored PendingFiles (checkpoint and task pairs) given.
@@ -434,11 +426,11 @@ struct OpenPart {
 
 /// One file sink task's writer. See the module docs for the life of a checkpoint through it.
 ///
-/// Driven by one task (`&mut self`); [`FileSink::commit`] takes `&self` and may commit any
+/// Driven by one task (`&mut self`); [`FileWriter::commit`] takes `&self` and may commit any
 /// task's files of the same directory.
 #[derive(Debug)]
-pub struct FileSink {
-    config: FileSinkConfig,
+pub struct FileWriter {
+    config: FileWriterConfig,
     /// `config.dir` as text, for PendingFiles and messages.
     dir_display: String,
     /// The CSV header line, written first into every part file.
@@ -455,7 +447,7 @@ pub struct FileSink {
     line: Vec<u8>,
 }
 
-impl FileSink {
+impl FileWriter {
     /// Checks the settings and creates the directory if missing (no part file is created
     /// until the first record).
     ///
@@ -463,7 +455,7 @@ impl FileSink {
     ///
     /// [`FileSinkError::Config`] for settings that cannot work; [`FileSinkError::CreateDir`]
     /// when the directory cannot be created.
-    pub fn open(config: FileSinkConfig) -> Result<FileSink, FileSinkError> {
+    pub fn open(config: FileWriterConfig) -> Result<FileWriter, FileSinkError> {
         check_config(&config)?;
         create_dir(&config.dir)?;
         let header = match &config.format {
@@ -487,7 +479,7 @@ impl FileSink {
             exactly_once = config.exactly_once,
             "file sink open"
         );
-        Ok(FileSink {
+        Ok(FileWriter {
             dir_display: config.dir.display().to_string(),
             config,
             header,
@@ -515,7 +507,7 @@ impl FileSink {
     ///
     /// [`FileSinkError::InvalidRecord`] for a record the format cannot hold (nothing is written,
     /// the sink goes on); I/O errors (after which the sink refuses every call but
-    /// [`FileSink::commit`] with [`FileSinkError::Failed`]: restart the job).
+    /// [`FileWriter::commit`] with [`FileSinkError::Failed`]: restart the job).
     pub fn write(&mut self, value: &[u8]) -> Result<(), FileSinkError> {
         self.check_usable()?;
         let mut line = std::mem::take(&mut self.line);
@@ -567,7 +559,7 @@ impl FileSink {
     /// [`FileSinkError::Conflict`], [`FileSinkError::SizeMismatch`],
     /// [`FileSinkError::InvalidCommittable`] for files that are not what the checkpoint says;
     /// I/O errors. Nothing is renamed when any file is lost or wrong.
-    pub fn commit(&self, pending: &PendingFiles) -> Result<FileCommit, FileSinkError> {
+    pub fn commit(&self, pending: &PendingFiles) -> Result<SinkCommit, FileSinkError> {
         let counts = commit_in(&self.config.dir, pending)?;
         debug!(
             checkpoint = pending.checkpoint,
@@ -577,14 +569,14 @@ impl FileSink {
             "file sink commit"
         );
         Ok(if counts.renamed > 0 {
-            FileCommit::Committed
+            SinkCommit::Committed
         } else {
-            FileCommit::AlreadyCommitted
+            SinkCommit::AlreadyCommitted
         })
     }
 
     /// The recovery, once for the whole job before any task writes: commits every restored
-    /// PendingFiles (any task's) with the rules of [`FileSink::commit`], THEN removes every
+    /// PendingFiles (any task's) with the rules of [`FileWriter::commit`], THEN removes every
     /// in-progress file of `prefix` in `dir` that they do not list: they hold records after
     /// the restored checkpoint, which the replay writes again. At least once
     /// (`exactly_once == false`), such leftovers are cut back to their last complete record
@@ -594,7 +586,7 @@ impl FileSink {
     ///
     /// # Errors
     ///
-    /// [`FileSinkError::Config`] for a bad prefix; the errors of [`FileSink::commit`] (nothing
+    /// [`FileSinkError::Config`] for a bad prefix; the errors of [`FileWriter::commit`] (nothing
     /// is removed then); I/O errors.
     pub fn recover(
         dir: &Path,
@@ -836,7 +828,7 @@ fn check_prefix(prefix: &str) -> Result<(), FileSinkError> {
     Ok(())
 }
 
-fn check_config(config: &FileSinkConfig) -> Result<(), FileSinkError> {
+fn check_config(config: &FileWriterConfig) -> Result<(), FileSinkError> {
     check_prefix(&config.prefix)?;
     if config.dir.as_os_str().is_empty() {
         return Err(FileSinkError::Config(
@@ -989,7 +981,7 @@ struct CommitCounts {
     already: usize,
 }
 
-/// [`FileSink::commit`] in `dir`: every file is checked before any is renamed.
+/// [`FileWriter::commit`] in `dir`: every file is checked before any is renamed.
 fn commit_in(dir: &Path, pending: &PendingFiles) -> Result<CommitCounts, FileSinkError> {
     let mut counts = CommitCounts::default();
     let mut to_rename = Vec::new();
@@ -1231,8 +1223,8 @@ fn push_csv_field(line: &mut Vec<u8>, text: &str) {
 mod tests {
     use super::*;
 
-    fn config(dir: &Path, task: u32, generation: u64) -> FileSinkConfig {
-        FileSinkConfig::new(dir, task, generation, FileFormat::JsonLines)
+    fn config(dir: &Path, task: u32, generation: u64) -> FileWriterConfig {
+        FileWriterConfig::new(dir, task, generation, FileFormat::JsonLines)
     }
 
     /// The directory's names, sorted.
@@ -1273,7 +1265,7 @@ mod tests {
     fn write_barrier_commit_round_trip() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
-        let mut sink = FileSink::open(config(&out, 3, 7)).unwrap();
+        let mut sink = FileWriter::open(config(&out, 3, 7)).unwrap();
         assert!(out.is_dir());
         assert!(names(&out).is_empty(), "no file before the first record");
         for n in 0..3 {
@@ -1296,7 +1288,7 @@ mod tests {
             "nothing visible before the commit"
         );
 
-        assert_eq!(sink.commit(&pending).unwrap(), FileCommit::Committed);
+        assert_eq!(sink.commit(&pending).unwrap(), SinkCommit::Committed);
         assert_eq!(names(&out), vec!["part-00003-0000000007-00000000.jsonl"]);
         assert_eq!(read_visible(&out), lines(0..3));
 
@@ -1311,7 +1303,7 @@ mod tests {
         let mut cfg = config(dir.path(), 0, 1);
         // Each record is 8 bytes: a file closes after its third.
         cfg.roll_size_bytes = 20;
-        let mut sink = FileSink::open(cfg).unwrap();
+        let mut sink = FileWriter::open(cfg).unwrap();
         for n in 0..7 {
             sink.write(&record(n)).unwrap();
         }
@@ -1340,7 +1332,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = config(dir.path(), 0, 1);
         cfg.roll_interval = Duration::from_millis(1);
-        let mut sink = FileSink::open(cfg).unwrap();
+        let mut sink = FileWriter::open(cfg).unwrap();
         sink.write(&record(0)).unwrap();
         std::thread::sleep(Duration::from_millis(10));
         sink.write(&record(1)).unwrap();
@@ -1353,16 +1345,16 @@ mod tests {
     #[test]
     fn commit_twice_is_already_committed() {
         let dir = tempfile::tempdir().unwrap();
-        let mut sink = FileSink::open(config(dir.path(), 0, 1)).unwrap();
+        let mut sink = FileWriter::open(config(dir.path(), 0, 1)).unwrap();
         sink.write(&record(0)).unwrap();
         let pending = sink.on_barrier(1).unwrap().unwrap();
-        assert_eq!(sink.commit(&pending).unwrap(), FileCommit::Committed);
-        assert_eq!(sink.commit(&pending).unwrap(), FileCommit::AlreadyCommitted);
+        assert_eq!(sink.commit(&pending).unwrap(), SinkCommit::Committed);
+        assert_eq!(sink.commit(&pending).unwrap(), SinkCommit::AlreadyCommitted);
         // Another sink of the same directory (recovery commits other tasks' files).
-        let other = FileSink::open(config(dir.path(), 1, 2)).unwrap();
+        let other = FileWriter::open(config(dir.path(), 1, 2)).unwrap();
         assert_eq!(
             other.commit(&pending).unwrap(),
-            FileCommit::AlreadyCommitted
+            SinkCommit::AlreadyCommitted
         );
         assert_eq!(read_visible(dir.path()), lines(0..1));
     }
@@ -1370,7 +1362,7 @@ mod tests {
     #[test]
     fn commit_after_deleting_is_lost() {
         let dir = tempfile::tempdir().unwrap();
-        let mut sink = FileSink::open(config(dir.path(), 0, 1)).unwrap();
+        let mut sink = FileWriter::open(config(dir.path(), 0, 1)).unwrap();
         sink.write(&record(0)).unwrap();
         let pending = sink.on_barrier(4).unwrap().unwrap();
         fs::remove_file(dir.path().join(&pending.files[0].in_progress)).unwrap();
@@ -1386,7 +1378,7 @@ mod tests {
     #[test]
     fn commit_refuses_a_moved_directory_a_changed_file_and_foreign_names() {
         let dir = tempfile::tempdir().unwrap();
-        let mut sink = FileSink::open(config(dir.path(), 0, 1)).unwrap();
+        let mut sink = FileWriter::open(config(dir.path(), 0, 1)).unwrap();
         sink.write(&record(0)).unwrap();
         let pending = sink.on_barrier(1).unwrap().unwrap();
 
@@ -1414,15 +1406,15 @@ mod tests {
         ));
         // Nothing was renamed by the refused commits.
         assert!(visible(dir.path()).is_empty());
-        assert_eq!(sink.commit(&pending).unwrap(), FileCommit::Committed);
+        assert_eq!(sink.commit(&pending).unwrap(), SinkCommit::Committed);
     }
 
     #[test]
     fn recover_commits_listed_and_deletes_unlisted_in_progress_files() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        let mut t0 = FileSink::open(config(d, 0, 1)).unwrap();
-        let mut t1 = FileSink::open(config(d, 1, 1)).unwrap();
+        let mut t0 = FileWriter::open(config(d, 0, 1)).unwrap();
+        let mut t1 = FileWriter::open(config(d, 1, 1)).unwrap();
         // Checkpoint 1, committed before the crash.
         t0.write(&record(0)).unwrap();
         let p = t0.on_barrier(1).unwrap().unwrap();
@@ -1450,7 +1442,7 @@ mod tests {
             fs::write(d.join(name), "x").unwrap();
         }
 
-        let recovery = FileSink::recover(d, "part", true, &[p0.clone(), p1.clone()]).unwrap();
+        let recovery = FileWriter::recover(d, "part", true, &[p0.clone(), p1.clone()]).unwrap();
         assert_eq!(
             recovery,
             Recovery {
@@ -1474,7 +1466,7 @@ mod tests {
         );
 
         // Again (a crash during the recovery): the same end state.
-        let again = FileSink::recover(d, "part", true, &[p0, p1]).unwrap();
+        let again = FileWriter::recover(d, "part", true, &[p0, p1]).unwrap();
         assert_eq!(again.files_committed, 0);
         assert_eq!(again.files_already_committed, 2);
         assert_eq!(again.in_progress_deleted, 0);
@@ -1485,7 +1477,7 @@ mod tests {
     fn recover_of_a_missing_directory_is_empty_unless_files_are_restored() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("never");
-        let recovery = FileSink::recover(&missing, "part", true, &[]).unwrap();
+        let recovery = FileWriter::recover(&missing, "part", true, &[]).unwrap();
         assert_eq!(recovery, Recovery::default());
         let restored = PendingFiles {
             dir: missing.display().to_string(),
@@ -1497,9 +1489,9 @@ mod tests {
                 bytes: 8,
             }],
         };
-        let error = FileSink::recover(&missing, "part", true, &[restored]).unwrap_err();
+        let error = FileWriter::recover(&missing, "part", true, &[restored]).unwrap_err();
         assert!(matches!(error, FileSinkError::Lost { checkpoint: 5, .. }));
-        assert!(FileSink::recover(&missing, "../x", true, &[]).is_err());
+        assert!(FileWriter::recover(&missing, "../x", true, &[]).is_err());
     }
 
     #[test]
@@ -1509,7 +1501,7 @@ mod tests {
         let mut cfg = config(d, 0, 1);
         cfg.exactly_once = false;
         cfg.roll_size_bytes = 20;
-        let mut sink = FileSink::open(cfg).unwrap();
+        let mut sink = FileWriter::open(cfg).unwrap();
         for n in 0..4 {
             sink.write(&record(n)).unwrap();
         }
@@ -1529,7 +1521,7 @@ mod tests {
         let torn_only = d.join(".part-00001-0000000001-00000000.jsonl.inprogress");
         fs::write(&torn_only, "{\"n\"").unwrap();
 
-        let recovery = FileSink::recover(d, "part", false, &[]).unwrap();
+        let recovery = FileWriter::recover(d, "part", false, &[]).unwrap();
         assert_eq!(recovery.leftovers_finished, 1);
         assert_eq!(recovery.in_progress_deleted, 1);
         assert_eq!(recovery.torn_bytes_dropped, 5 + 4);
@@ -1550,7 +1542,7 @@ mod tests {
         let columns = [
             "id", "name", "score", "ok", "gone", "none", "tags", "odd,col",
         ];
-        let mut cfg = FileSinkConfig::new(
+        let mut cfg = FileWriterConfig::new(
             dir.path(),
             0,
             1,
@@ -1559,7 +1551,7 @@ mod tests {
             },
         );
         cfg.roll_size_bytes = 1;
-        let mut sink = FileSink::open(cfg).unwrap();
+        let mut sink = FileWriter::open(cfg).unwrap();
         sink.write(
             br#"{"id":1,"name":"a, \"b\"\nc","score":1.5,"ok":true,"none":null,"tags":["x",2],"odd,col":"plain","extra":0}"#,
         )
@@ -1589,7 +1581,7 @@ mod tests {
     #[test]
     fn a_value_with_a_newline_is_refused_and_the_sink_goes_on() {
         let dir = tempfile::tempdir().unwrap();
-        let mut sink = FileSink::open(config(dir.path(), 0, 1)).unwrap();
+        let mut sink = FileWriter::open(config(dir.path(), 0, 1)).unwrap();
         let error = sink.write(b"{\"a\":\n1}").unwrap_err();
         assert!(matches!(error, FileSinkError::InvalidRecord { .. }));
         assert!(!error.is_restartable());
@@ -1615,7 +1607,7 @@ mod tests {
         for (generation, count) in [(9, 12), (10, 3)] {
             let mut cfg = config(dir.path(), 0, generation);
             cfg.roll_size_bytes = 1;
-            let mut sink = FileSink::open(cfg).unwrap();
+            let mut sink = FileWriter::open(cfg).unwrap();
             for _ in 0..count {
                 sink.write(&record(n)).unwrap();
                 n += 1;
@@ -1633,11 +1625,11 @@ mod tests {
     #[test]
     fn a_reused_generation_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let mut first = FileSink::open(config(dir.path(), 0, 1)).unwrap();
+        let mut first = FileWriter::open(config(dir.path(), 0, 1)).unwrap();
         first.write(&record(0)).unwrap();
         let pending = first.on_barrier(1).unwrap().unwrap();
         first.commit(&pending).unwrap();
-        let mut second = FileSink::open(config(dir.path(), 0, 1)).unwrap();
+        let mut second = FileWriter::open(config(dir.path(), 0, 1)).unwrap();
         let error = second.write(&record(1)).unwrap_err();
         assert!(matches!(error, FileSinkError::GenerationReused { .. }));
         // The sink stops: its state is not what it would commit.
@@ -1651,7 +1643,7 @@ mod tests {
     #[test]
     fn barriers_must_increase() {
         let dir = tempfile::tempdir().unwrap();
-        let mut sink = FileSink::open(config(dir.path(), 0, 1)).unwrap();
+        let mut sink = FileWriter::open(config(dir.path(), 0, 1)).unwrap();
         assert_eq!(sink.on_barrier(2).unwrap(), None);
         assert!(matches!(
             sink.on_barrier(2).unwrap_err(),
@@ -1664,7 +1656,7 @@ mod tests {
     fn settings_that_cannot_work_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        let bad: [fn(&mut FileSinkConfig); 8] = [
+        let bad: [fn(&mut FileWriterConfig); 8] = [
             |c| c.prefix = String::new(),
             |c| c.prefix = ".hidden".into(),
             |c| c.prefix = "a/b".into(),
@@ -1677,7 +1669,7 @@ mod tests {
         for change in bad {
             let mut cfg = config(d, 0, 1);
             change(&mut cfg);
-            let error = FileSink::open(cfg.clone()).unwrap_err();
+            let error = FileWriter::open(cfg.clone()).unwrap_err();
             assert!(
                 matches!(error, FileSinkError::Config(_)),
                 "{cfg:?}: {error}"
@@ -1686,7 +1678,7 @@ mod tests {
         }
         // A file where the directory should be.
         fs::write(d.join("file"), "x").unwrap();
-        let error = FileSink::open(config(&d.join("file").join("out"), 0, 1)).unwrap_err();
+        let error = FileWriter::open(config(&d.join("file").join("out"), 0, 1)).unwrap_err();
         assert!(matches!(error, FileSinkError::CreateDir { .. }), "{error}");
         assert!(error.is_restartable());
         assert!(error.to_string().contains("sink.path"), "{error}");

@@ -1,10 +1,10 @@
-//! [`KafkaSink`]: a sink task's writer, its two-phase commit per checkpoint, and its recovery.
+//! [`KafkaWriter`]: a sink task's writer, its two-phase commit per checkpoint, and its recovery.
 
 use super::decide::{
     abort_cause, after_failure, commit_deadline_ms, is_lingering, resolution, AbortCause,
     AfterFailure, Resolution,
 };
-use super::{Delivery, SinkCommittable, SinkConfig, SinkError};
+use super::{Delivery, SinkCommit, SinkCommittable, SinkConfig, SinkError};
 use crate::client::pool::{
     EndFailed, EndedSlot, OpenTransaction, PoolCounts, PreparedSlot, TransactionalPool,
 };
@@ -24,17 +24,7 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// How a checkpoint's transaction ended in [`KafkaSink::on_checkpoint_durable`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CommitOutcome {
-    /// Committed now.
-    Committed,
-    /// It had been committed already (an earlier attempt's answer was lost).
-    AlreadyCommitted,
-}
-
-/// One transaction [`KafkaSink::on_checkpoint_durable`] resolved.
+/// One transaction [`KafkaWriter::on_checkpoint_durable`] resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointCommit {
     /// The checkpoint.
@@ -42,10 +32,10 @@ pub struct CheckpointCommit {
     /// Its transactional id.
     pub transactional_id: String,
     /// How it ended.
-    pub outcome: CommitOutcome,
+    pub outcome: SinkCommit,
 }
 
-/// One restored committable [`KafkaSink::resume`] resolved.
+/// One restored committable [`KafkaWriter::resume`] resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoveredCommittable {
     /// The checkpoint.
@@ -56,7 +46,7 @@ pub struct RecoveredCommittable {
     pub outcome: ResumeOutcome,
 }
 
-/// What a recovery ([`KafkaSink::resume`], then [`Resumed::start`]) did, in order.
+/// What a recovery ([`KafkaWriter::resume`], then [`Resumed::start`]) did, in order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
     /// Step 1: the restored committables, in checkpoint order.
@@ -82,14 +72,14 @@ pub struct SinkMetrics {
     pub lingering_aborted: u64,
 }
 
-/// What [`KafkaSink::write`] did with a record.
+/// What [`KafkaWriter::write`] did with a record.
 #[derive(Debug)]
 #[must_use = "a record handed back by back-pressure must be written again after release()"]
 pub enum Written {
     /// Sent (into the open transaction, or to the plain producer).
     Sent,
     /// Every transactional id of the task is busy: nothing was sent and the record is handed
-    /// back. Stop taking input until [`KafkaSink::release`] frees a slot, then write it again.
+    /// back. Stop taking input until [`KafkaWriter::release`] frees a slot, then write it again.
     Backpressure {
         /// The record, unsent.
         record: Box<ProducerRecord>,
@@ -133,7 +123,7 @@ enum Mode {
 /// One sink task's Kafka writer. See the module docs for the life of a checkpoint through it.
 ///
 /// Driven by one task (`&mut self`); a test drives it without a runtime.
-pub struct KafkaSink {
+pub struct KafkaWriter {
     config: SinkConfig,
     cluster: Arc<Cluster>,
     mode: Mode,
@@ -141,9 +131,9 @@ pub struct KafkaSink {
     metrics: SinkMetrics,
 }
 
-impl std::fmt::Debug for KafkaSink {
+impl std::fmt::Debug for KafkaWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KafkaSink")
+        f.debug_struct("KafkaWriter")
             .field("delivery", &self.config.delivery)
             .field("prefix", &self.config.pool_prefix())
             .field("last_barrier", &self.last_barrier)
@@ -174,7 +164,7 @@ fn check_config(config: &SinkConfig) -> Result<(), SinkError> {
 }
 
 /// A sink task halfway through its recovery: every restored committable is resolved (step 1
-/// of [`KafkaSink::resume`]), nothing of the pool has been touched yet. The only way on is
+/// of [`KafkaWriter::resume`]), nothing of the pool has been touched yet. The only way on is
 /// [`Resumed::start`], and the caller must make the resolutions durable BEFORE it: start's
 /// InitProducerId bumps every pool id's epoch, after which resuming the same committable again
 /// (a crash before the resolutions were durable) finds the coordinator moved on and reports a
@@ -205,7 +195,7 @@ impl Resumed {
     ///
     /// # Errors
     /// [`SinkError::Client`] when the pool, the producer or the listing cannot be set up.
-    pub async fn start(self) -> Result<(KafkaSink, RecoveryReport), SinkError> {
+    pub async fn start(self) -> Result<(KafkaWriter, RecoveryReport), SinkError> {
         let Resumed {
             config,
             cluster,
@@ -259,7 +249,7 @@ impl Resumed {
         }
 
         Ok((
-            KafkaSink {
+            KafkaWriter {
                 config,
                 cluster,
                 mode,
@@ -271,7 +261,7 @@ impl Resumed {
     }
 }
 
-impl KafkaSink {
+impl KafkaWriter {
     /// Step 1 of a sink task's recovery: every restored committable (of the checkpoint being
     /// restored: unresolved ones of every task, or this task's) is resumed with
     /// `resume_transaction(commit)`, in checkpoint order, retried until its deadline.
@@ -340,7 +330,7 @@ impl KafkaSink {
         config: SinkConfig,
         cluster: Arc<Cluster>,
         restored: &[SinkCommittable],
-    ) -> Result<(KafkaSink, RecoveryReport), SinkError> {
+    ) -> Result<(KafkaWriter, RecoveryReport), SinkError> {
         Self::resume(config, cluster, restored).await?.start().await
     }
 
@@ -699,7 +689,7 @@ async fn commit_prepared(
     ckpt: u64,
     p: Prepared,
     metrics: &mut SinkMetrics,
-) -> Result<(CommitOutcome, EndedSlot), SinkError> {
+) -> Result<(SinkCommit, EndedSlot), SinkError> {
     let c = p.slot.committable().clone();
     let id = c.transactional_id.clone();
     let timeout = config.producer.transaction_timeout;
@@ -712,7 +702,7 @@ async fn commit_prepared(
     let mut failed: EndFailed = match p.slot.commit().await {
         Ok(ended) => {
             metrics.commits += 1;
-            return Ok((CommitOutcome::Committed, ended));
+            return Ok((SinkCommit::Committed, ended));
         }
         Err(failed) => failed,
     };
@@ -780,18 +770,18 @@ fn settle(
     start: Option<i64>,
     outcome: &ResumeOutcome,
     metrics: &mut SinkMetrics,
-) -> Result<CommitOutcome, SinkError> {
+) -> Result<SinkCommit, SinkError> {
     match resolution(outcome) {
         Resolution::Committed => Ok(match outcome {
             ResumeOutcome::AlreadyCommitted => {
                 metrics.already_committed += 1;
-                CommitOutcome::AlreadyCommitted
+                SinkCommit::AlreadyCommitted
             }
             ResumeOutcome::Completed => {
                 metrics.commits += 1;
-                CommitOutcome::Committed
+                SinkCommit::Committed
             }
-            _ => CommitOutcome::Committed,
+            _ => SinkCommit::Committed,
         }),
         Resolution::Lost(reason) => {
             let timeout = config.producer.transaction_timeout;

@@ -2,7 +2,7 @@
 //! pool of transactional ids (`<prefix>-<task>-<slot>`, [`TransactionalPool`]), committed
 //! once the checkpoint is durable; and the recovery order (docs/design/sink.md).
 //!
-//! A library piece the runtime drives, one [`KafkaSink`] per sink task:
+//! A library piece the runtime drives, one [`KafkaWriter`] per sink task:
 //!
 //! ```text
 //!   resume(restored)         resume restored committables FIRST -> Resumed
@@ -26,13 +26,25 @@ mod kafka;
 
 pub use budget::{brokers_max_timeout, check_timeout_budget};
 pub use kafka::{
-    CheckpointCommit, CommitOutcome, KafkaSink, RecoveredCommittable, RecoveryReport, Resumed,
+    CheckpointCommit, KafkaWriter, RecoveredCommittable, RecoveryReport, Resumed,
     SinkMetrics, Written,
 };
 
 use crate::client::transactions::PreparedTransaction;
 use crate::client::ProducerConfig;
 use std::time::Duration;
+
+/// How a writer's commit of one checkpoint's output found it. Both writers' commits are
+/// idempotent (a Kafka transaction's EndTxn, a part file's rename), so a commit repeated after
+/// a crash finds the output committed already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkCommit {
+    /// Committed now (for files: at least one file was renamed now).
+    Committed,
+    /// It had been committed already (an earlier attempt's answer was lost, or every file had
+    /// been renamed before a crash).
+    AlreadyCommitted,
+}
 
 /// What the sink guarantees (`delivery.guarantee`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -30,9 +30,9 @@
 //! can show the failure it prevents (the project's rule: every fault test keeps one). It logs
 //! a WARN line saying so each time the protection is skipped. Protections:
 //! - `retire`: after a rescale down, the open transactions of the sink tasks that no longer
-//!   exist are left open (`runtime::retire`), holding read_committed readers at their LSO.
+//!   exist are left open (`runtime::local::retire`), holding read_committed readers at their LSO.
 //! - `alignment`: a keyed subtask snapshots at the first barrier N of its inputs instead of
-//!   aligning them (`runtime::alignment`): records of the other inputs still before their
+//!   aligning them (`runtime::local::alignment`): records of the other inputs still before their
 //!   barrier N are left out of N's state although N's positions are past them.
 //! - `resumption`: when every input of a watermark was idle and one reports again, only that
 //!   one counts again (`time::InputWatermarks`): the first partition back moves the
@@ -41,12 +41,12 @@
 //!   and member id (`runtime::cluster`), so the group coordinator cannot refuse a zombie's,
 //!   and commits the work of tasks it finds lost instead of aborting it.
 //! - `final-checkpoint`: a stop returns at once instead of taking, committing and recording a
-//!   final checkpoint (`runtime::coordinate`): the subtasks are dropped with their
+//!   final checkpoint (`runtime::local::coordinate`): the subtasks are dropped with their
 //!   transactions open, and a checkpoint made durable just before may never be committed; a
 //!   cluster member (`runtime::cluster::member`) leaves at a stop with its transaction open,
 //!   without committing it or leaving the group.
 //! - `start-record`: a run without checkpoints does not record where its sources start in
-//!   checkpoint 0 (`runtime::coordinate`), so a restart before the first checkpoint resolves
+//!   checkpoint 0 (`runtime::local::coordinate`), so a restart before the first checkpoint resolves
 //!   `source.start = "latest"` again and skips what arrived in between.
 //! - `copy-age`: a cluster member reads its local copy of a task's changelog forward however
 //!   old it is (`runtime::cluster::changelog::trusted`), so tombstones the cleaner removed

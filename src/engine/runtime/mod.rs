@@ -5,16 +5,23 @@
 //! checkpoint, a chosen one, or fresh), checks the transaction timeout budget against the
 //! brokers, recovers the sinks (restored committables committed FIRST, then the pools' init
 //! aborts what the crashed incarnation left open), makes the resolutions durable, and starts
-//! the subtasks:
-//! - source subtask i (`source`) reads its share of the input partitions (`routing`) with its
+//! the subtasks.
+//!
+//! Two modes share this module: `local` (every subtask in this process, the default) and
+//! `cluster` (`mode = "cluster"`: several processes, records exchanged through Kafka topics).
+//! Both use `connect` (reaching the brokers within the restart allowance), `topology` (the
+//! operators a job runs, whichever front end built it), `routing` (key groups and partitions
+//! to subtasks), `idle` (when an input partition is idle), `observe` (metrics), `clock` and
+//! the test `hook`s. In local mode:
+//! - source subtask i (`local::source`) reads its share of the input partitions (`routing`) with its
 //!   own read_committed consumer and runs the stateless prefix (filter, project, key_by);
 //! - a job with a window routes each record by key group (kg·P/G, as Flink) over bounded
-//!   channels to keyed subtask j (`keyed`), which runs the window on its key-group range of the
-//!   state and aligns barriers (`alignment`) before it snapshots;
+//!   channels to keyed subtask j (`local::keyed`), which runs the window on its key-group range
+//!   of the state and aligns barriers (`local::alignment`) before it snapshots;
 //! - the keyed subtask (or, without a window, the source subtask) writes to its own sink task
-//!   (`output`; transactional ids `<prefix>-<subtask>-<slot>`).
+//!   (`local::output`; transactional ids `<prefix>-<subtask>-<slot>`).
 //!
-//! The coordinator's loop (`coordinate`) feeds the pure
+//! The coordinator's loop (`local::coordinate`) feeds the pure
 //! `Coordinator` the subtasks' acks and a tick and
 //! carries out its decisions (barrier into the sources; persist on a blocking thread; commit and
 //! release at the subtask owning the transactional id).
@@ -27,35 +34,24 @@
 //!
 //! **Rescaling.** A checkpoint restores at another parallelism: the state moves with its key
 //! groups, positions with their partitions; sink task 0 resolves every restored committable,
-//! and the open transactions of tasks that no longer exist are aborted (`retire`).
+//! and the open transactions of tasks that no longer exist are aborted (`local::retire`).
 //!
 //! **Group offsets.** After each checkpoint its positions are committed to the consumer group
-//! `source.group.id`, for monitoring tools only: a restart never reads them (`offsets`).
+//! `source.group.id`, for monitoring tools only: a restart never reads them (`local::offsets`).
 //!
 //! **Known limits.** Back-pressure from a sink's pool is waited out for up to
 //! `checkpoint.timeout.ms`, then the job stops with an error rather than risk a record's output
 //! landing after its barrier.
 
-mod alignment;
 mod clock;
 mod cluster;
 mod connect;
-mod coordinate;
 mod error;
 mod hook;
-mod keyed;
-mod launch;
-mod message;
+mod idle;
+mod local;
 mod observe;
-mod offsets;
-mod output;
-mod partitions;
-mod persist;
-mod positions;
-mod retire;
 mod routing;
-mod source;
-mod task;
 pub(crate) mod topology;
 
 use std::path::PathBuf;
@@ -115,7 +111,7 @@ pub(crate) async fn run_topology(
         crate::engine::job::Mode::Cluster => {
             cluster::run(config, topology, stop, metrics.clone()).await
         }
-        _ => task::run(config, topology, stop, metrics.clone()).await,
+        _ => local::run(config, topology, stop, metrics.clone()).await,
     };
     if let Err(e) = &result {
         observe::run_failed(&metrics, e);

@@ -24,8 +24,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::RuntimeError;
+use crate::engine::job::Job;
 use crate::engine::metrics::Metrics;
-use crate::engine::state::{FrozenDelta, OperatorState, StateError};
+use crate::engine::state::{FrozenDelta, Layout, OperatorLayout, OperatorState, StateError};
 
 /// A record on its way to the sink: its topic (`None`: the sink's), Kafka key and value.
 #[derive(Debug, Clone, PartialEq)]
@@ -200,4 +201,21 @@ pub(crate) fn downcast<T: 'static>(element: Element, stage: &str) -> Result<T, R
             "{stage}: an element of another type crossed the key exchange"
         ))
     })
+}
+
+/// Transactional ids per sink task: the open, the prepared and the just-committed one.
+pub(crate) const POOL_SIZE: usize = 3;
+
+/// What a checkpoint of this job depends on, as the state store checks it.
+pub(crate) fn state_layout(job: &Job, topology: &dyn Topology) -> Layout {
+    let operators = topology
+        .keyed()
+        .map(|k| vec![OperatorLayout::new(k.uid, k.kind)])
+        .unwrap_or_default();
+    Layout {
+        key_groups: u16::try_from(job.settings.key_groups).unwrap_or(u16::MAX),
+        operators,
+        sink_prefix: job.sink.transactional_id_prefix.clone(),
+        sink_ids: u32::try_from(POOL_SIZE).unwrap_or(u32::MAX) * job.settings.parallelism,
+    }
 }

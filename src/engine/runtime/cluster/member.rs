@@ -57,7 +57,7 @@ use crate::engine::time::{InputWatermarks, Watermark};
 
 use super::super::clock::now_ms;
 use super::super::hook;
-use super::super::source::{IdleTimer, IDLE_AFTER};
+use super::super::idle::{IdleTimer, IDLE_AFTER};
 use super::super::topology::Output;
 use super::super::topology::{Emitted, InputRecord, KeyedStage, SourceChain};
 use super::super::RuntimeError;

@@ -73,7 +73,7 @@ pub(crate) async fn run(
             "mode = \"cluster\" needs sink.transactional.id.prefix (unique to this job on the cluster)".into(),
         )
     })?;
-    let layout = super::task::state_layout(&job, topology.as_ref());
+    let layout = super::topology::state_layout(&job, topology.as_ref());
     let key_groups = layout.key_groups;
     let store = open_store(&config, layout).await?;
     let member_id = member_id(&config.state_dir)?;

@@ -12,22 +12,22 @@ use std::time::Duration;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
 
-use super::clock::now_ms;
-use super::hook;
 use super::launch::{launch, Launched, Plan};
 use super::message::{Control, Counters, Report, C, D};
-use super::observe;
 use super::offsets::GroupOffsets;
 use super::output::TaskSink;
 use super::persist::Persister;
 use super::positions::{record_positions, restored, start_recorded, to_store};
 use super::retire::abort_retired;
-use super::routing::key_group_range;
-use super::{RunSummary, RuntimeError};
 use crate::client::Admin;
 use crate::engine::checkpoint::{
     self, CheckpointId, CommitOutcome, Coordinator, Decision, Event, Phase, Positions, TaskId,
 };
+use crate::engine::runtime::clock::now_ms;
+use crate::engine::runtime::hook;
+use crate::engine::runtime::observe;
+use crate::engine::runtime::routing::key_group_range;
+use crate::engine::runtime::{RunSummary, RuntimeError};
 use crate::engine::sink;
 use crate::engine::sink::file::{FileWriter, FileWriterConfig};
 use crate::engine::state::{CheckpointRecord, FrozenDelta, OperatorState, StateStore};

@@ -20,9 +20,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::RuntimeError;
 use crate::client::{Admin, Consumer, IsolationLevel, Offset, TopicPartition};
 use crate::engine::job::StartPosition;
+use crate::engine::runtime::RuntimeError;
 
 /// Where a partition starts: its restored position; else, after a restore, its beginning (a
 /// partition the checkpoint does not list is new); else the job's `source.start`.

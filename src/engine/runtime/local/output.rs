@@ -11,12 +11,12 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::message::{Control, Counters, C};
-use super::observe;
-use super::topology::Output;
-use super::RuntimeError;
 use crate::client::ProducerRecord;
 use crate::engine::checkpoint::{self, CheckpointId, CommitOutcome};
 use crate::engine::metrics::Metrics;
+use crate::engine::runtime::observe;
+use crate::engine::runtime::topology::Output;
+use crate::engine::runtime::RuntimeError;
 use crate::engine::sink::file::FileWriter;
 use crate::engine::sink::{KafkaWriter, PreparedFiles, PreparedOutput, SinkCommit, Written};
 

@@ -14,57 +14,25 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::mpsc::{Sender, UnboundedReceiver, UnboundedSender};
 
-use super::hook::{self, Protection};
 use super::message::{Control, Counters, Data, Report};
-use super::observe;
 use super::output::SinkTask;
 use super::partitions::{discover, Discovery};
 use super::positions::{file_input, FILE_INPUT};
-use super::routing::{owner_of, subtask_of};
-use super::topology::{Emitted, InputRecord, SourceChain};
-use super::RuntimeError;
 use crate::client::{Admin, Consumer, ConsumerRecord, Offset, TopicPartition};
 use crate::engine::checkpoint::{CheckpointId, Positions, TaskId};
 use crate::engine::file_source::{FileRecord, FileSource, Next};
 use crate::engine::metrics::Metrics;
+use crate::engine::runtime::hook::{self, Protection};
+use crate::engine::runtime::idle::{IdleTimer, IDLE_AFTER};
+use crate::engine::runtime::observe;
+use crate::engine::runtime::routing::{owner_of, subtask_of};
+use crate::engine::runtime::topology::{Emitted, InputRecord, SourceChain};
+use crate::engine::runtime::RuntimeError;
 use crate::engine::state::key_group;
 use crate::engine::time::{InputWatermarks, Watermark};
 
 /// How long one poll waits for records (the subtask reads its control messages in between).
 const POLL: Duration = Duration::from_millis(100);
-
-/// How long a partition must stay caught up, with no record, before it is idle (left out of
-/// the watermark). Not zero: a live partition is caught up between two of its records, and
-/// leaving it out then lets another partition, further ahead in event time, move the
-/// watermark past windows this one still has records for — they come late and are dropped
-/// (the CI demo: 37 of 250 hourly counts short). As Flink's `withIdleness(timeout)`.
-pub(crate) const IDLE_AFTER: Duration = Duration::from_secs(1);
-
-/// When each caught-up partition was first seen caught up (since its last record): a
-/// partition is idle once caught up for [`IDLE_AFTER`]. Pure (the time is given), so a table
-/// test pins it.
-#[derive(Debug, Default)]
-pub(crate) struct IdleTimer {
-    since: BTreeMap<TopicPartition, std::time::Instant>,
-}
-
-impl IdleTimer {
-    /// `tp` is caught up at `now`: whether it has been for `after` (then it is idle).
-    pub(crate) fn caught_up(
-        &mut self,
-        tp: &TopicPartition,
-        now: std::time::Instant,
-        after: Duration,
-    ) -> bool {
-        let since = *self.since.entry(tp.clone()).or_insert(now);
-        now.saturating_duration_since(since) >= after
-    }
-
-    /// `tp` is not caught up, or a record of it came: its wait starts again.
-    pub(crate) fn active(&mut self, tp: &TopicPartition) {
-        self.since.remove(tp);
-    }
-}
 
 /// Where a source subtask's records go.
 pub(crate) enum Downstream {
@@ -627,52 +595,6 @@ mod tests {
         );
     }
 
-    /// A partition is idle only after it has stayed caught up for the whole wait; a record
-    /// (or falling behind) starts the wait again. Times in ms from a base.
-    #[test]
-    fn a_partition_is_idle_only_once_caught_up_for_the_wait() {
-        enum E {
-            CaughtUp(u64, bool),
-            Active,
-        }
-        let after = Duration::from_millis(1000);
-        let cases: &[(&str, &[E])] = &[
-            ("first seen caught up: not yet", &[E::CaughtUp(0, false)]),
-            (
-                "caught up the whole wait",
-                &[
-                    E::CaughtUp(0, false),
-                    E::CaughtUp(999, false),
-                    E::CaughtUp(1000, true),
-                ],
-            ),
-            (
-                "a record in between restarts the wait",
-                &[
-                    E::CaughtUp(0, false),
-                    E::Active,
-                    E::CaughtUp(900, false),
-                    E::CaughtUp(1800, false),
-                    E::CaughtUp(1900, true),
-                ],
-            ),
-        ];
-        let base = std::time::Instant::now();
-        let tp = TopicPartition::new("t", 0);
-        for (name, steps) in cases {
-            let mut idle = IdleTimer::default();
-            for step in *steps {
-                match step {
-                    E::CaughtUp(ms, want) => {
-                        let now = base + Duration::from_millis(*ms);
-                        assert_eq!(idle.caught_up(&tp, now, after), *want, "{name}: at {ms} ms");
-                    }
-                    E::Active => idle.active(&tp),
-                }
-            }
-        }
-    }
-
     enum Step {
         Observe(i32, i64),
         Idle(i32),
@@ -697,7 +619,7 @@ mod tests {
             .join("rides-per-driver-hourly.toml");
         let job = crate::engine::job::Job::load(&file).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let layout = super::super::task::state_layout(
+        let layout = crate::engine::runtime::topology::state_layout(
             &job,
             &crate::engine::job::topology::JsonTopology::new(&job.pipeline),
         );

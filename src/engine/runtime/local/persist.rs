@@ -18,8 +18,8 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::RuntimeError;
 use crate::engine::checkpoint::CheckpointId;
+use crate::engine::runtime::RuntimeError;
 
 /// The one write under way.
 struct Running {

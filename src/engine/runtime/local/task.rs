@@ -8,28 +8,25 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::connect::connect;
 use super::coordinate::{Master, RecoveredSinks};
 use super::launch::Plan;
 use super::positions::{file_input, replayed_records, start_recorded};
-use super::routing::assign_partitions;
-use super::topology::Topology;
-use super::{RunConfig, RunSummary, RuntimeError};
 use crate::client::{Admin, Cluster, Consumer, ConsumerConfig, IsolationLevel, TopicPartition};
 use crate::engine::checkpoint;
 use crate::engine::job::{DeliveryGuarantee, Job, OutputFormat};
 use crate::engine::metrics::Metrics;
+use crate::engine::runtime::connect::connect;
+use crate::engine::runtime::routing::assign_partitions;
+use crate::engine::runtime::topology::{Topology, POOL_SIZE};
+use crate::engine::runtime::{RunConfig, RunSummary, RuntimeError};
 use crate::engine::sink::file::{FileFormat, FileWriter, FileWriterConfig, PendingFiles};
 use crate::engine::sink::{
     check_timeout_budget, Delivery, KafkaWriter, PreparedFiles, PreparedOutput, SinkCommittable,
     SinkConfig,
 };
 use crate::engine::state::{
-    CheckpointRecord, Layout, OperatorLayout, RestoreFrom, Rollback, StateStore, StoreOptions,
+    CheckpointRecord, Layout, RestoreFrom, Rollback, StateStore, StoreOptions,
 };
-
-/// Transactional ids per sink task: the open, the prepared and the just-committed one.
-const POOL_SIZE: usize = 3;
 
 /// Runs `config.job` at its `settings.parallelism` until `stop` turns true or a fatal error.
 /// A stop is graceful: a final checkpoint (the sources read nothing after its barrier), its
@@ -61,7 +58,7 @@ pub(crate) async fn run(
         .unwrap_or(1)
         .max(1);
     let settings = checkpoint_settings(job);
-    let layout = state_layout(job, topology.as_ref());
+    let layout = crate::engine::runtime::topology::state_layout(job, topology.as_ref());
     let key_groups = layout.key_groups;
     let options = StoreOptions {
         retain: u32::try_from(settings.retention).unwrap_or(u32::MAX),
@@ -257,20 +254,6 @@ pub(crate) fn checkpoint_settings(job: &Job) -> checkpoint::Settings {
     job.settings.checkpoint()
 }
 
-/// What a checkpoint of this job depends on, as the state store checks it.
-pub(crate) fn state_layout(job: &Job, topology: &dyn Topology) -> Layout {
-    let operators = topology
-        .keyed()
-        .map(|k| vec![OperatorLayout::new(k.uid, k.kind)])
-        .unwrap_or_default();
-    Layout {
-        key_groups: u16::try_from(job.settings.key_groups).unwrap_or(u16::MAX),
-        operators,
-        sink_prefix: job.sink.transactional_id_prefix.clone(),
-        sink_ids: u32::try_from(POOL_SIZE).unwrap_or(u32::MAX) * job.settings.parallelism,
-    }
-}
-
 pub(crate) fn delivery(g: DeliveryGuarantee) -> Delivery {
     match g {
         DeliveryGuarantee::ExactlyOnce => Delivery::ExactlyOnce,
@@ -352,7 +335,7 @@ mod tests {
                 .with("json", Arc::new(line)),
         };
         let (_stop_tx, stop) = watch::channel(false);
-        let e = super::super::run(config, stop).await.unwrap_err();
+        let e = crate::engine::runtime::run(config, stop).await.unwrap_err();
         assert!(matches!(e, RuntimeError::LineFormat(_)), "{e:?}");
         assert_eq!(
             e.to_string(),

@@ -5,9 +5,9 @@
 
 use std::sync::atomic::AtomicU64;
 
-use super::topology::Element;
-use super::RuntimeError;
 use crate::engine::checkpoint::{CheckpointId, CommitOutcome, Positions, TaskId};
+use crate::engine::runtime::topology::Element;
+use crate::engine::runtime::RuntimeError;
 use crate::engine::sink::PreparedOutput;
 use crate::engine::state::FrozenDelta;
 

@@ -10,9 +10,9 @@
 
 use std::time::Duration;
 
-use super::RuntimeError;
 use crate::client::transactions::{ListTransactionsFilter, TxnState};
 use crate::client::{Admin, Cluster};
+use crate::engine::runtime::RuntimeError;
 
 /// The task of `id` when it is a sink id `<prefix>-<task>-<slot>` of a task ≥ `parallelism`
 /// (a task retired by a rescale); `None` for this job's live tasks and for other ids.

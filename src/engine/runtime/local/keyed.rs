@@ -12,9 +12,9 @@ use tokio::sync::mpsc::{Receiver, UnboundedReceiver, UnboundedSender};
 use super::alignment::{Alignment, Step};
 use super::message::{Control, Data, Report};
 use super::output::SinkTask;
-use super::topology::KeyedStage;
-use super::RuntimeError;
 use crate::engine::checkpoint::{CheckpointId, Positions, TaskId};
+use crate::engine::runtime::topology::KeyedStage;
+use crate::engine::runtime::RuntimeError;
 use crate::engine::time::InputWatermarks;
 
 /// One keyed subtask.

@@ -15,10 +15,7 @@ use super::keyed::KeyedSubtask;
 use super::message::{Control, Counters, Data, Report};
 use super::output::{SinkTask, TaskSink};
 use super::partitions::{resolve, start_offset, Discovery};
-use super::routing::key_group_range;
 use super::source::{Downstream, FileReader, Input, PartitionWatermarks, SourceSubtask};
-use super::topology::Topology;
-use super::RuntimeError;
 use crate::client::{
     Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, Offset, TopicPartition,
 };
@@ -27,6 +24,9 @@ use crate::engine::file_source::{FileSource, FileSourceConfig};
 use crate::engine::formats::LineFormat;
 use crate::engine::job::{FileSourceSpec, Job};
 use crate::engine::metrics::Metrics;
+use crate::engine::runtime::routing::key_group_range;
+use crate::engine::runtime::topology::Topology;
+use crate::engine::runtime::RuntimeError;
 use crate::engine::state::OperatorState;
 
 /// Records (and watermarks, barriers) a channel from a source subtask to a keyed subtask
@@ -282,7 +282,9 @@ fn launch_keyed(
             reports: reports.clone(),
             patience: plan.patience,
             next: 0,
-            unaligned: super::hook::skipped(super::hook::Protection::Alignment),
+            unaligned: crate::engine::runtime::hook::skipped(
+                crate::engine::runtime::hook::Protection::Alignment,
+            ),
             last_unaligned: None,
         };
         tracing::info!(task = p + i, key_groups = ?groups, "keyed subtask starting");

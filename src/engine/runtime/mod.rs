@@ -13,8 +13,9 @@
 //! operators a job runs, whichever front end built it), `routing` (key groups and partitions
 //! to subtasks), `idle` (when an input partition is idle), `observe` (metrics), `clock` and
 //! the test `hook`s. In local mode:
-//! - source subtask i (`local::source`) reads its share of the input partitions (`routing`) with its
-//!   own read_committed consumer and runs the stateless prefix (filter, project, key_by);
+//! - source subtask i (`local::source`) reads its share of the input partitions (`routing`)
+//!   with its own read_committed consumer and runs the stateless prefix (filter, project,
+//!   key_by);
 //! - a job with a window routes each record by key group (kg·P/G, as Flink) over bounded
 //!   channels to keyed subtask j (`local::keyed`), which runs the window on its key-group range
 //!   of the state and aligns barriers (`local::alignment`) before it snapshots;

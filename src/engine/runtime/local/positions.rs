@@ -1,7 +1,8 @@
 //! The two models of a partition position, and the one place they convert: the coordinator's
 //! [`Positions`] (what a checkpoint holds, per [`TopicPartition`]) and the store's
-//! [`RecordPositions`] (what a checkpoint record writes). Also how a checkpoint record reads back: its positions, whether
-//! it holds where a run started, what a recovery restores, and what a rollback reads again.
+//! [`RecordPositions`] (what a checkpoint record writes). Also how a checkpoint record reads
+//! back: its positions, whether it holds where a run started, what a recovery restores, and
+//! what a rollback reads again.
 
 use crate::client::TopicPartition;
 use crate::engine::checkpoint::{CheckpointId, Listed, Positions, Restored};

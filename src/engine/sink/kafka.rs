@@ -4,14 +4,15 @@ use super::decide::{
     abort_cause, after_failure, commit_deadline_ms, is_lingering, resolution, AbortCause,
     AfterFailure, Resolution,
 };
+use super::fence::fence_ongoing;
 use super::{Delivery, SinkCommit, SinkCommittable, SinkConfig, SinkError};
 use crate::client::pool::{
     EndFailed, EndedSlot, OpenTransaction, PoolCounts, PreparedSlot, TransactionalPool,
 };
 use crate::client::transactions::{
-    resume_transaction, ListTransactionsFilter, ResumeOutcome, TxnEnd, TxnState,
+    resume_transaction, ResumeOutcome, TxnEnd,
 };
-use crate::client::{Admin, Cluster, DeliveryFuture, Error, Op, Producer, ProducerRecord};
+use crate::client::{Cluster, DeliveryFuture, Error, Op, Producer, ProducerRecord};
 use crate::protocol::ErrorCode;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -807,40 +808,15 @@ fn settle(
 }
 
 /// Step 3 of a recovery: Ongoing transactions of this task's ids beyond the pool, aborted by
-/// fencing their ids (InitProducerId: the coordinator aborts and bumps the epoch).
-/// ListTransactions asks every broker; the filter on the prefix is ours (KIP-1152's pattern
-/// filter is not in the client).
+/// fencing their ids.
 async fn abort_lingering(
     cluster: &Arc<Cluster>,
     config: &SinkConfig,
     pool_size: usize,
 ) -> Result<Vec<String>, SinkError> {
-    let admin = Admin::with_cluster(cluster.clone());
     let prefix = config.pool_prefix();
-    let filter = ListTransactionsFilter {
-        states: vec![TxnState::Ongoing.as_str().to_owned()],
-        ..Default::default()
-    };
-    let listed = admin
-        .list_transactions(&filter)
-        .await
-        .map_err(|e| SinkError::client("listing open transactions", e))?;
-    let mut aborted = Vec::new();
-    for t in listed {
-        if !is_lingering(&t.transactional_id, &prefix, pool_size) {
-            continue;
-        }
-        admin
-            .fence_transactional_id(&t.transactional_id, config.producer.transaction_timeout)
-            .await
-            .map_err(|e| {
-                SinkError::client(
-                    format!("aborting lingering transaction '{}'", t.transactional_id),
-                    e,
-                )
-            })?;
-        info!(transactional_id = %t.transactional_id, "lingering transaction beyond the pool aborted");
-        aborted.push(t.transactional_id);
-    }
-    Ok(aborted)
+    fence_ongoing(cluster, config.producer.transaction_timeout, |id| {
+        is_lingering(id, &prefix, pool_size).then(|| "lingering transaction beyond the pool".into())
+    })
+    .await
 }

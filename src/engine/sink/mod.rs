@@ -21,6 +21,7 @@
 
 pub mod budget;
 mod decide;
+pub(crate) mod fence;
 pub mod file;
 mod kafka;
 

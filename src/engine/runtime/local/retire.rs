@@ -10,9 +10,9 @@
 
 use std::time::Duration;
 
-use crate::client::transactions::{ListTransactionsFilter, TxnState};
-use crate::client::{Admin, Cluster};
+use crate::client::Cluster;
 use crate::engine::runtime::RuntimeError;
+use crate::engine::sink::fence::fence_ongoing;
 
 /// The task of `id` when it is a sink id `<prefix>-<task>-<slot>` of a task ≥ `parallelism`
 /// (a task retired by a rescale); `None` for this job's live tasks and for other ids.
@@ -34,36 +34,11 @@ pub(crate) async fn abort_retired(
     parallelism: usize,
     transaction_timeout: Duration,
 ) -> Result<Vec<String>, RuntimeError> {
-    let admin = Admin::with_cluster(cluster.clone());
-    let filter = ListTransactionsFilter {
-        states: vec![TxnState::Ongoing.as_str().to_owned()],
-        ..Default::default()
+    let whose = |id: &str| {
+        retired_task(id, prefix, parallelism)
+            .map(|task| format!("transaction of retired sink task {task}"))
     };
-    let listed = admin
-        .list_transactions(&filter)
-        .await
-        .map_err(|e| RuntimeError::client("listing open transactions", e))?;
-    let mut aborted = Vec::new();
-    for t in listed {
-        let Some(task) = retired_task(&t.transactional_id, prefix, parallelism) else {
-            continue;
-        };
-        admin
-            .fence_transactional_id(&t.transactional_id, transaction_timeout)
-            .await
-            .map_err(|e| {
-                RuntimeError::client(
-                    format!(
-                        "aborting transaction '{}' of retired sink task {task}",
-                        t.transactional_id
-                    ),
-                    e,
-                )
-            })?;
-        tracing::info!(transactional_id = %t.transactional_id, task, "open transaction of a retired sink task aborted");
-        aborted.push(t.transactional_id);
-    }
-    Ok(aborted)
+    Ok(fence_ongoing(cluster, transaction_timeout, whose).await?)
 }
 
 #[cfg(test)]

@@ -1,5 +1,8 @@
+use super::raw::parse_duration;
 use super::*;
+use crate::engine::time::WindowKind;
 use serde_json::json;
+use std::path::PathBuf;
 
 const CLEANSING: &str = include_str!("../../../../jobs/rides-cleansing.toml");
 const HOURLY: &str = include_str!("../../../../jobs/rides-per-driver-hourly.toml");

@@ -1,0 +1,60 @@
+//! The job file: its serde shape (`Raw*`, `deny_unknown_fields` everywhere), the checks that
+//! need more than one field, and the checked [`Job`].
+//!
+//! Line numbers come from toml's spans: a serde error carries the span of the offending key or
+//! value, and each cross-field check holds a `Spanned` value. The dotted field name comes from
+//! the span too: the file is parsed again into toml's spanned tree (`DeTable`) and the deepest
+//! key whose key or value holds the span is named, its path joined with dots (array indices and
+//! the `pipeline` prefix left out: the line already says which entry).
+//!
+//! - `model`: the checked job ([`Job`], its source, pipeline, sink and settings).
+//! - `raw`: the file's serde shape, and the deserializers of brokers lists and durations.
+//! - `locator`: spans to `file:line: field: message`.
+//! - `check`: from the shape to the model: the name and the source here, then `pipeline`,
+//!   `sink` and `settings`, each with its cross-field rules.
+
+mod check;
+mod locator;
+mod model;
+mod pipeline;
+mod raw;
+mod settings;
+mod sink;
+
+use std::path::Path;
+
+use super::JobError;
+use check::check;
+use locator::Locator;
+use raw::RawJob;
+
+pub use model::*;
+
+impl Job {
+    /// Reads and checks a job file.
+    ///
+    /// # Errors
+    /// [`JobError::Read`] when the file cannot be read; otherwise as [`Job::parse`].
+    pub fn load(path: &Path) -> Result<Job, JobError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| JobError::Read {
+            file: file.clone(),
+            source,
+        })?;
+        Job::parse(&file, &text)
+    }
+
+    /// Parses and checks the text of a job file; `file` is only used in messages.
+    ///
+    /// # Errors
+    /// [`JobError::Syntax`] when the text is not TOML, [`JobError::Invalid`] when it is not a
+    /// valid job: each names the line (and the field) to change.
+    pub fn parse(file: &str, text: &str) -> Result<Job, JobError> {
+        let loc = Locator::new(file, text);
+        let raw: RawJob = toml::from_str(text).map_err(|e| loc.toml_error(&e))?;
+        check(&loc, raw)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,345 @@
+//! The pipeline's stages: filters, projection, key_by and the window with its aggregates.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use toml::Spanned;
+
+use crate::engine::job::aggregate::{AggFn, AggregateSpec, WindowAggregate};
+use crate::engine::job::filter::{BoundingBox, Literal, Predicate};
+use crate::engine::job::num::Num;
+use crate::engine::job::path::FieldPath;
+use crate::engine::job::project::{KeyBy, Projection};
+use crate::engine::job::JobError;
+use crate::engine::time::WindowKind;
+
+use super::locator::Locator;
+use super::model::*;
+use super::raw::*;
+
+/// Order rules: at most one `key_by`, `window` and `aggregate`; `window` needs a `key_by`
+/// before it and an `aggregate` right after it; `aggregate` needs the `window` right before it.
+/// `filter` and `project` may go anywhere (after the aggregate they see its output records).
+pub(super) fn check_pipeline(
+    loc: &Locator<'_>,
+    stages: Vec<Spanned<RawStage>>,
+) -> Result<Vec<Operator>, JobError> {
+    let mut out = Vec::new();
+    let mut key: Option<FieldPath> = None;
+    let mut pending_window: Option<(Range<usize>, RawWindow)> = None;
+    let mut aggregated = false;
+    for stage in stages {
+        let stage = stage.into_inner();
+        if let (Some((span, _)), false) = (&pending_window, matches!(stage, RawStage::Aggregate(_)))
+        {
+            return Err(loc.at(
+                span,
+                Some("window"),
+                "a window must be followed directly by an aggregate; add [[pipeline]] \
+                 aggregate.count = \"count\" (or the functions you want) after it",
+            ));
+        }
+        match stage {
+            RawStage::Filter(p) => out.push(Operator::Filter(check_pred(loc, p)?)),
+            RawStage::Project(p) => {
+                let span = p.span();
+                let p = p.into_inner();
+                let proj = Projection::new(p.keep, p.rename)
+                    .map_err(|e| loc.at(&span, Some("project"), e.to_string()))?;
+                out.push(Operator::Project(proj));
+            }
+            RawStage::KeyBy(field) => {
+                if key.is_some() {
+                    return Err(loc.at(
+                        &field.span(),
+                        Some("key_by"),
+                        "a job has at most one key_by",
+                    ));
+                }
+                let field = field.into_inner();
+                key = Some(field.clone());
+                out.push(Operator::KeyBy(KeyBy { field }));
+            }
+            RawStage::Window(w) => {
+                let span = w.span();
+                if key.is_none() {
+                    return Err(loc.at(
+                        &span,
+                        Some("window"),
+                        "a window needs a key_by before it; add [[pipeline]] key_by = \"<field>\"",
+                    ));
+                }
+                if aggregated {
+                    return Err(loc.at(&span, Some("window"), "a job has at most one window"));
+                }
+                pending_window = Some((span, w.into_inner()));
+            }
+            RawStage::Aggregate(a) => {
+                let Some((wspan, window)) = pending_window.take() else {
+                    return Err(loc.at(
+                        &a.span(),
+                        Some("aggregate"),
+                        "an aggregate needs a window right before it (and a key_by before that)",
+                    ));
+                };
+                let key_name = key.as_ref().map_or("key", FieldPath::last).to_owned();
+                out.push(Operator::WindowAggregate(check_window(
+                    loc, wspan, window, a, key_name,
+                )?));
+                aggregated = true;
+            }
+        }
+    }
+    if let Some((span, _)) = pending_window {
+        return Err(loc.at(
+            &span,
+            Some("window"),
+            "a window must be followed directly by an aggregate; add [[pipeline]] \
+             aggregate.count = \"count\" (or the functions you want) after it",
+        ));
+    }
+    Ok(out)
+}
+
+/// A filter predicate, checked. Long on purpose: one branch per form the job file allows
+/// (comparison, `and`, `or`, `not`, `within`), in the order the docs list them, each naming
+/// its own field and line; it reads as the table of filter forms. Split it when a form grows.
+pub(super) fn check_pred(loc: &Locator<'_>, raw: Spanned<RawPred>) -> Result<Predicate, JobError> {
+    let span = raw.span();
+    let p = raw.into_inner();
+    let forms = [
+        p.field.is_some() || p.op.is_some() || p.value.is_some(),
+        p.and.is_some(),
+        p.or.is_some(),
+        p.not.is_some(),
+        p.within.is_some(),
+    ];
+    if forms.iter().filter(|f| **f).count() != 1 {
+        return Err(loc.at(
+            &span,
+            Some("filter"),
+            "give exactly one of: field + op + value, and = [...], or = [...], not = {...}, \
+             within = {...}",
+        ));
+    }
+    if let Some((is_and, list)) = p.and.map(|l| (true, l)).or(p.or.map(|l| (false, l))) {
+        let lspan = list.span();
+        let items = list.into_inner();
+        let name = if is_and { "filter.and" } else { "filter.or" };
+        if items.is_empty() {
+            return Err(loc.at(
+                &lspan,
+                Some(name),
+                "an empty list; give at least one condition",
+            ));
+        }
+        let items = items
+            .into_iter()
+            .map(|i| check_pred(loc, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        return Ok(if is_and {
+            Predicate::And(items)
+        } else {
+            Predicate::Or(items)
+        });
+    }
+    if let Some(inner) = p.not {
+        return Ok(Predicate::Not(Box::new(check_pred(loc, *inner)?)));
+    }
+    if let Some(w) = p.within {
+        let w = w.into_inner();
+        let bspan = w.bbox.span();
+        let b = w.bbox.into_inner();
+        let hint = "expected box = [west, south, east, north] in degrees, e.g. \
+                    [-74.05, 40.50, -73.70, 41.00]";
+        let [west, south, east, north] = b[..] else {
+            return Err(loc.at(
+                &bspan,
+                Some("filter.within.box"),
+                format!("{hint}, got {} numbers", b.len()),
+            ));
+        };
+        if !(-180.0..=180.0).contains(&west)
+            || !(-180.0..=180.0).contains(&east)
+            || !(-90.0..=90.0).contains(&south)
+            || !(-90.0..=90.0).contains(&north)
+        {
+            return Err(loc.at(
+                &bspan,
+                Some("filter.within.box"),
+                format!("{hint}; longitudes lie in -180..180 and latitudes in -90..90"),
+            ));
+        }
+        if west > east || south > north {
+            return Err(loc.at(&bspan, Some("filter.within.box"), format!("{hint}; west must be ≤ east and south ≤ north (a box across the antimeridian is not supported)")));
+        }
+        return Ok(Predicate::Within(BoundingBox {
+            lon: w.lon,
+            lat: w.lat,
+            west,
+            south,
+            east,
+            north,
+        }));
+    }
+    let (Some(field), Some(op), Some(value)) = (p.field, p.op, p.value) else {
+        return Err(loc.at(
+            &span,
+            Some("filter"),
+            "a comparison needs all of field, op and value, e.g. \
+             { field = \"passengers\", op = \">=\", value = 1 }",
+        ));
+    };
+    let vspan = value.span();
+    let literal = match value.into_inner() {
+        toml::Value::Integer(i) => Literal::Number(Num::Int(i128::from(i))),
+        toml::Value::Float(f) if f.is_finite() => Literal::Number(Num::Float(f)),
+        toml::Value::String(s) => Literal::String(s),
+        toml::Value::Boolean(b) => Literal::Bool(b),
+        other => {
+            return Err(loc.at(
+                &vspan,
+                Some("filter.value"),
+                format!(
+                    "expected a number, a string or a boolean, got {} {other}",
+                    other.type_str()
+                ),
+            ));
+        }
+    };
+    if op.is_ordering() && matches!(literal, Literal::Bool(_)) {
+        return Err(loc.at(
+            &vspan,
+            Some("filter.value"),
+            format!(
+                "`{}` orders values; a boolean only takes = or !=",
+                op.as_str()
+            ),
+        ));
+    }
+    Ok(Predicate::Compare {
+        field,
+        op,
+        value: literal,
+    })
+}
+
+pub(super) fn check_window(
+    loc: &Locator<'_>,
+    wspan: Range<usize>,
+    w: RawWindow,
+    agg: Spanned<BTreeMap<String, Spanned<RawAgg>>>,
+    key_name: String,
+) -> Result<WindowAggregate, JobError> {
+    let kind = check_window_kind(loc, wspan, w.tumbling, w.sliding)?;
+    let late_topic = match w.late_topic {
+        Some(t) if t.get_ref().trim().is_empty() => {
+            return Err(loc.at(
+                &t.span(),
+                Some("window.late_topic"),
+                "the topic name is empty",
+            ));
+        }
+        t => t.map(Spanned::into_inner),
+    };
+    let outputs = check_aggregate(loc, agg, &key_name)?;
+    Ok(WindowAggregate {
+        kind,
+        time: w.time,
+        out_of_orderness: w.out_of_orderness.map_or(0, |d| d.0),
+        allowed_lateness: w.allowed_lateness.map_or(0, |d| d.0),
+        late_topic,
+        key_name,
+        aggregate: AggregateSpec { outputs },
+    })
+}
+
+/// `window.tumbling` or `window.sliding`: exactly one, with sizes above 0 and a slide of at
+/// most the size.
+pub(super) fn check_window_kind(
+    loc: &Locator<'_>,
+    wspan: Range<usize>,
+    tumbling: Option<Spanned<Duration>>,
+    sliding: Option<Spanned<RawSliding>>,
+) -> Result<WindowKind, JobError> {
+    Ok(match (tumbling, sliding) {
+        (Some(size), None) => {
+            if size.get_ref().0 <= 0 {
+                return Err(loc.at(
+                    &size.span(),
+                    Some("window.tumbling"),
+                    "the size must be more than 0",
+                ));
+            }
+            WindowKind::Tumbling {
+                size: size.get_ref().0,
+            }
+        }
+        (None, Some(s)) => {
+            let s = s.into_inner();
+            let (size, slide) = (s.size.get_ref().0, s.slide.get_ref().0);
+            if size <= 0 {
+                return Err(loc.at(
+                    &s.size.span(),
+                    Some("window.sliding.size"),
+                    "the size must be more than 0",
+                ));
+            }
+            if slide <= 0 || slide > size {
+                return Err(loc.at(
+                    &s.slide.span(),
+                    Some("window.sliding.slide"),
+                    "the slide must be more than 0 and at most the size",
+                ));
+            }
+            WindowKind::Sliding { size, slide }
+        }
+        _ => {
+            return Err(loc.at(
+                &wspan,
+                Some("window"),
+                "give exactly one of tumbling = \"1h\" or sliding = { size = \"1h\", slide = \"5m\" }",
+            ));
+        }
+    })
+}
+
+/// `aggregate.<name> = <function>`: at least one, none named as the key or the window's
+/// bounds in the output record.
+pub(super) fn check_aggregate(
+    loc: &Locator<'_>,
+    agg: Spanned<BTreeMap<String, Spanned<RawAgg>>>,
+    key_name: &str,
+) -> Result<Vec<(String, AggFn)>, JobError> {
+    let aspan = agg.span();
+    let agg = agg.into_inner();
+    if agg.is_empty() {
+        return Err(loc.at(
+            &aspan,
+            Some("aggregate"),
+            "no function; write e.g. aggregate.rides = \"count\"",
+        ));
+    }
+    let mut outputs = Vec::new();
+    for (name, f) in agg {
+        if name == key_name || name == "window_start" || name == "window_end" {
+            return Err(loc.at(
+                &f.span(),
+                Some(&format!("aggregate.{name}")),
+                format!(
+                    "`{name}` is taken in the output record (the key `{key_name}`, window_start, \
+                     window_end); choose another name"
+                ),
+            ));
+        }
+        let f = match f.into_inner() {
+            RawAgg::Count => AggFn::Count,
+            RawAgg::Sum(p) => AggFn::Sum(p),
+            RawAgg::Min(p) => AggFn::Min(p),
+            RawAgg::Max(p) => AggFn::Max(p),
+            RawAgg::Avg(p) => AggFn::Avg(p),
+        };
+        outputs.push((name, f));
+    }
+    Ok(outputs)
+}

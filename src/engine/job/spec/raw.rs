@@ -1,0 +1,352 @@
+//! The job file's serde shape (`Raw*`, `deny_unknown_fields` everywhere), and the
+//! deserializers of its brokers list and durations.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, SeqAccess, Visitor};
+use toml::Spanned;
+
+use crate::engine::job::filter::CmpOp;
+use crate::engine::job::path::FieldPath;
+
+use super::model::{DeliveryGuarantee, StartPosition};
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawJob {
+    pub(super) name: Spanned<String>,
+    pub(super) source: Spanned<RawSource>,
+    #[serde(default)]
+    pub(super) pipeline: Vec<Spanned<RawStage>>,
+    pub(super) sink: Spanned<RawSink>,
+    #[serde(default)]
+    pub(super) settings: RawSettings,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSource {
+    #[serde(rename = "type", default)]
+    pub(super) kind: EndKind,
+    pub(super) brokers: Option<Spanned<Brokers>>,
+    pub(super) topics: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) path: Option<Spanned<String>>,
+    pub(super) format: Option<Spanned<String>>,
+    pub(super) serving_speed_factor: Option<Spanned<f64>>,
+    pub(super) max_delay_s: Option<Spanned<u64>>,
+    pub(super) group: Option<RawGroup>,
+    pub(super) partition: Option<RawPartition>,
+    #[serde(default)]
+    pub(super) start: StartPosition,
+}
+
+/// `group.id`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawGroup {
+    pub(super) id: Spanned<String>,
+}
+
+/// `partition.discovery.ms`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPartition {
+    pub(super) discovery: RawMs,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawStage {
+    Filter(Spanned<RawPred>),
+    Project(Spanned<RawProject>),
+    KeyBy(Spanned<FieldPath>),
+    Window(Spanned<RawWindow>),
+    Aggregate(Spanned<BTreeMap<String, Spanned<RawAgg>>>),
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPred {
+    pub(super) field: Option<FieldPath>,
+    pub(super) op: Option<CmpOp>,
+    pub(super) value: Option<Spanned<toml::Value>>,
+    pub(super) and: Option<Spanned<Vec<Spanned<RawPred>>>>,
+    pub(super) or: Option<Spanned<Vec<Spanned<RawPred>>>>,
+    pub(super) not: Option<Box<Spanned<RawPred>>>,
+    pub(super) within: Option<Spanned<RawWithin>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWithin {
+    pub(super) lon: FieldPath,
+    pub(super) lat: FieldPath,
+    #[serde(rename = "box")]
+    pub(super) bbox: Spanned<Vec<f64>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProject {
+    pub(super) keep: Option<Vec<FieldPath>>,
+    #[serde(default)]
+    pub(super) rename: BTreeMap<String, String>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWindow {
+    pub(super) tumbling: Option<Spanned<Duration>>,
+    pub(super) sliding: Option<Spanned<RawSliding>>,
+    pub(super) time: FieldPath,
+    pub(super) out_of_orderness: Option<Duration>,
+    pub(super) allowed_lateness: Option<Duration>,
+    pub(super) late_topic: Option<Spanned<String>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSliding {
+    pub(super) size: Spanned<Duration>,
+    pub(super) slide: Spanned<Duration>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum RawAgg {
+    Count,
+    Sum(FieldPath),
+    Min(FieldPath),
+    Max(FieldPath),
+    Avg(FieldPath),
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSink {
+    #[serde(rename = "type", default)]
+    pub(super) kind: EndKind,
+    pub(super) topic: Option<Spanned<String>>,
+    pub(super) brokers: Option<Spanned<Brokers>>,
+    pub(super) path: Option<Spanned<String>>,
+    pub(super) format: Option<Spanned<RawOutputFormat>>,
+    pub(super) columns: Option<Spanned<Vec<String>>>,
+    pub(super) part: Option<RawPart>,
+    pub(super) rolling: Option<RawRolling>,
+    pub(super) delivery: Option<RawDelivery>,
+    pub(super) transactional: Option<RawTransactional>,
+}
+
+/// `source.type` / `sink.type`.
+#[derive(serde::Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum EndKind {
+    #[default]
+    Kafka,
+    File,
+}
+
+#[derive(serde::Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum RawOutputFormat {
+    Json,
+    Csv,
+}
+
+/// `part.prefix`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPart {
+    pub(super) prefix: Spanned<String>,
+}
+
+/// `rolling.size.bytes`, `rolling.interval.ms`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRolling {
+    pub(super) size: Option<RawSizeBytes>,
+    pub(super) interval: Option<RawMs>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSizeBytes {
+    pub(super) bytes: Spanned<u64>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDelivery {
+    pub(super) guarantee: DeliveryGuarantee,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTransactional {
+    pub(super) id: RawTransactionalId,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTransactionalId {
+    pub(super) prefix: Spanned<String>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSettings {
+    pub(super) mode: Option<Spanned<String>>,
+    pub(super) parallelism: Option<Spanned<u32>>,
+    pub(super) key: Option<RawKeySettings>,
+    pub(super) checkpoint: Option<RawCheckpoint>,
+    pub(super) transaction: Option<RawTransaction>,
+    pub(super) restart: Option<RawRestart>,
+    pub(super) state: Option<RawState>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawKeySettings {
+    pub(super) groups: Spanned<u32>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCheckpoint {
+    pub(super) interval: Option<RawMs>,
+    pub(super) timeout: Option<RawMs>,
+    pub(super) min: Option<RawMinPause>,
+    pub(super) tolerable: Option<RawTolerable>,
+    pub(super) commit: Option<RawCommit>,
+    pub(super) retained: Option<Spanned<u64>>,
+}
+
+/// `checkpoint.min.pause.ms`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMinPause {
+    pub(super) pause: RawMs,
+}
+
+/// `checkpoint.tolerable.failures`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTolerable {
+    pub(super) failures: Spanned<u32>,
+}
+
+/// `checkpoint.commit.margin.ms`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCommit {
+    pub(super) margin: RawMs,
+}
+
+/// `restart.allowance.ms`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRestart {
+    pub(super) allowance: RawMs,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTransaction {
+    pub(super) timeout: RawMs,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMs {
+    pub(super) ms: Spanned<u64>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawState {
+    pub(super) dir: Option<Spanned<String>>,
+    pub(super) cache: Option<RawBytes>,
+    pub(super) memtable: Option<RawBytes>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBytes {
+    pub(super) bytes: Spanned<u64>,
+}
+
+/// `"127.0.0.1:9092"`, `"a:9092,b:9092"` or `["a:9092", "b:9092"]`.
+pub(super) struct Brokers(pub(super) Vec<String>);
+
+impl<'de> Deserialize<'de> for Brokers {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Brokers;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string like \"host:9092\" or \"a:9092,b:9092\", or an array of them")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Brokers, E> {
+                Ok(Brokers(
+                    v.split(',')
+                        .map(|s| s.trim().to_owned())
+                        .filter(|s| !s.is_empty())
+                        .collect(),
+                ))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Brokers, A::Error> {
+                let mut out = Vec::new();
+                while let Some(s) = seq.next_element::<String>()? {
+                    out.extend(
+                        s.split(',')
+                            .map(|s| s.trim().to_owned())
+                            .filter(|s| !s.is_empty()),
+                    );
+                }
+                Ok(Brokers(out))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// A duration written `"250ms"`, `"30s"`, `"15m"`, `"1h"` or `"1d"`; held in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Duration(pub(super) i64);
+
+pub(super) const DURATION_HINT: &str = "a duration like \"1h\", \"15m\", \"30s\" or \"250ms\"";
+
+pub(super) fn parse_duration(text: &str) -> Option<i64> {
+    let t = text.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(digits);
+    let n: i64 = n.parse().ok()?;
+    let scale: i64 = match unit.trim() {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" | "min" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return None,
+    };
+    n.checked_mul(scale)
+}
+
+impl<'de> Deserialize<'de> for Duration {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Duration;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(DURATION_HINT)
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Duration, E> {
+                parse_duration(v)
+                    .map(Duration)
+                    .ok_or_else(|| E::custom(format!("expected {DURATION_HINT}, got {v:?}")))
+            }
+        }
+        deserializer.deserialize_str(V)
+    }
+}

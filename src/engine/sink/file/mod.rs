@@ -262,6 +262,3 @@ mod tests;
 pub use error::FileSinkError;
 pub use writer::FileWriter;
 
-use encode::*;
-use names::*;
-use recover::*;

@@ -2,6 +2,7 @@
 //! cut back to their last complete record, or deleted; the directory's fsyncs.
 
 use super::*;
+use super::names::in_progress_name;
 use std::fs::{self, File, Metadata, OpenOptions};
 use std::io::{self, ErrorKind, Read};
 use std::path::Path;

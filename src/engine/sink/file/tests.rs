@@ -1,4 +1,5 @@
 use super::*;
+use super::names::{finished_name, in_progress_name, parse_in_progress};
 use crate::engine::sink::SinkCommit;
 use std::fs::{self, OpenOptions};
 use std::io::Write;

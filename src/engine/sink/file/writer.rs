@@ -1,6 +1,9 @@
 //! A sink task's [`FileWriter`]: its open part file, rolling, the barrier and the commit.
 
 use super::*;
+use super::encode::{encode, push_csv_field};
+use super::names::{finished_name, in_progress_name, parse_in_progress};
+use super::recover::{commit_in, create_dir, finish_leftover, metadata, rename, sync_dir};
 use crate::engine::sink::SinkCommit;
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};

@@ -30,6 +30,7 @@ pub mod runtime;
 internal_modules! {
     mod checkpoint;
     mod file_source;
+    mod settings;
     mod sink;
     mod state;
     mod time;

@@ -1,6 +1,8 @@
-//! [`JobBuilder`]: a typed job's name, source, sink and settings. They are kept as the job
-//! file's fields and checked by the job file's own parser ([`Job::parse`]), so a typed job
-//! and a job file take the same defaults and refuse the same settings with the same message.
+//! [`JobBuilder`]: a typed job's name, source, sink and settings. The settings are the job's
+//! one settings model, filled here directly and checked by the rules a job file's
+//! `[settings]` meets too; the source's and the sink's fields are kept as the job file's and
+//! checked by its own parser ([`Job::parse`]). Either way a typed job and a job file take the
+//! same defaults and refuse the same values with the same message.
 
 use std::path::Path;
 use std::time::Duration;
@@ -8,7 +10,7 @@ use std::time::Duration;
 use toml::{Table, Value};
 
 use super::BuildError;
-use crate::engine::job::{DeliveryGuarantee, Job, JobError, StartPosition};
+use crate::engine::job::{DeliveryGuarantee, Job, JobError, Settings, StartPosition};
 
 /// A typed job's settings, before its dataflow: every setter mirrors a job file field (its
 /// docs name it) and takes the job file's default when not called. Start the dataflow with
@@ -16,8 +18,11 @@ use crate::engine::job::{DeliveryGuarantee, Job, JobError, StartPosition};
 #[derive(Debug, Clone)]
 pub struct JobBuilder {
     name: String,
-    /// The job file's tables, by dotted field (`settings.checkpoint.interval.ms`).
+    /// The source's and the sink's fields, as the job file's tables by dotted field
+    /// (`source.group.id`).
     fields: Vec<(&'static str, Value)>,
+    /// The settings, from their defaults.
+    settings: Settings,
 }
 
 /// Which setter sets a job file field (for [`BuildError::Setting`]).
@@ -64,6 +69,10 @@ fn ms(d: Duration) -> Value {
     Value::Integer(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 fn int(n: u64) -> Value {
     Value::Integer(i64::try_from(n).unwrap_or(i64::MAX))
 }
@@ -72,8 +81,10 @@ impl JobBuilder {
     /// A job named `name` (letters, digits, `.`, `_`, `-`): the default consumer group,
     /// state directory (`state/<name>`) and log name.
     pub fn new(name: impl Into<String>) -> JobBuilder {
+        let name = name.into();
         JobBuilder {
-            name: name.into(),
+            settings: Settings::defaults(&name),
+            name,
             fields: Vec::new(),
         }
     }
@@ -134,59 +145,69 @@ impl JobBuilder {
     }
 
     /// `settings.parallelism` (default 1): subtasks per operator.
-    pub fn parallelism(self, n: u32) -> JobBuilder {
-        self.set("settings.parallelism", int(u64::from(n)))
+    pub fn parallelism(mut self, n: u32) -> JobBuilder {
+        self.settings.parallelism = n;
+        self
     }
 
     /// `settings.key.groups` (default 128): fixed for the life of the job's state.
-    pub fn key_groups(self, n: u32) -> JobBuilder {
-        self.set("settings.key.groups", int(u64::from(n)))
+    pub fn key_groups(mut self, n: u32) -> JobBuilder {
+        self.settings.key_groups = n;
+        self
     }
 
     /// `settings.checkpoint.interval.ms` (default 1 s).
-    pub fn checkpoint_interval(self, every: Duration) -> JobBuilder {
-        self.set("settings.checkpoint.interval.ms", ms(every))
+    pub fn checkpoint_interval(mut self, every: Duration) -> JobBuilder {
+        self.settings.checkpoint_interval_ms = millis(every);
+        self
     }
 
     /// `settings.checkpoint.timeout.ms` (default 30 s).
-    pub fn checkpoint_timeout(self, timeout: Duration) -> JobBuilder {
-        self.set("settings.checkpoint.timeout.ms", ms(timeout))
+    pub fn checkpoint_timeout(mut self, timeout: Duration) -> JobBuilder {
+        self.settings.checkpoint_timeout_ms = millis(timeout);
+        self
     }
 
     /// `settings.checkpoint.min.pause.ms` (default 0).
-    pub fn checkpoint_min_pause(self, pause: Duration) -> JobBuilder {
-        self.set("settings.checkpoint.min.pause.ms", ms(pause))
+    pub fn checkpoint_min_pause(mut self, pause: Duration) -> JobBuilder {
+        self.settings.checkpoint_min_pause_ms = millis(pause);
+        self
     }
 
     /// `settings.checkpoint.tolerable.failures` (default 3).
-    pub fn tolerable_checkpoint_failures(self, n: u32) -> JobBuilder {
-        self.set("settings.checkpoint.tolerable.failures", int(u64::from(n)))
+    pub fn tolerable_checkpoint_failures(mut self, n: u32) -> JobBuilder {
+        self.settings.checkpoint_tolerable_failures = n;
+        self
     }
 
     /// `settings.checkpoint.commit.margin.ms` (default 10 s).
-    pub fn commit_margin(self, margin: Duration) -> JobBuilder {
-        self.set("settings.checkpoint.commit.margin.ms", ms(margin))
+    pub fn commit_margin(mut self, margin: Duration) -> JobBuilder {
+        self.settings.checkpoint_commit_margin_ms = millis(margin);
+        self
     }
 
     /// `settings.checkpoint.retained` (default 2, at least 1).
-    pub fn retained_checkpoints(self, n: u64) -> JobBuilder {
-        self.set("settings.checkpoint.retained", int(n))
+    pub fn retained_checkpoints(mut self, n: u64) -> JobBuilder {
+        self.settings.checkpoint_retained = n;
+        self
     }
 
     /// `settings.transaction.timeout.ms` (default 300 s); must cover the checkpoint settings.
-    pub fn transaction_timeout(self, timeout: Duration) -> JobBuilder {
-        self.set("settings.transaction.timeout.ms", ms(timeout))
+    pub fn transaction_timeout(mut self, timeout: Duration) -> JobBuilder {
+        self.settings.transaction_timeout_ms = millis(timeout);
+        self
     }
 
     /// `settings.restart.allowance.ms` (default 60 s).
-    pub fn restart_allowance(self, allowance: Duration) -> JobBuilder {
-        self.set("settings.restart.allowance.ms", ms(allowance))
+    pub fn restart_allowance(mut self, allowance: Duration) -> JobBuilder {
+        self.settings.restart_allowance_ms = millis(allowance);
+        self
     }
 
     /// `settings.state.dir` (default `state/<name>`).
-    pub fn state_dir(self, dir: impl AsRef<Path>) -> JobBuilder {
-        let text = dir.as_ref().display().to_string();
-        self.set("settings.state.dir", Value::String(text))
+    pub fn state_dir(mut self, dir: impl AsRef<Path>) -> JobBuilder {
+        self.settings.state_dir = dir.as_ref().to_path_buf();
+        self
     }
 
     /// `source.serving_speed_factor` of a [`file_source`](Self::file_source): event time
@@ -203,13 +224,15 @@ impl JobBuilder {
     }
 
     /// `settings.state.cache.bytes` (default fjall's).
-    pub fn state_cache_bytes(self, bytes: u64) -> JobBuilder {
-        self.set("settings.state.cache.bytes", int(bytes))
+    pub fn state_cache_bytes(mut self, bytes: u64) -> JobBuilder {
+        self.settings.state_cache_bytes = Some(bytes);
+        self
     }
 
     /// `settings.state.memtable.bytes` (default fjall's).
-    pub fn state_memtable_bytes(self, bytes: u64) -> JobBuilder {
-        self.set("settings.state.memtable.bytes", int(bytes))
+    pub fn state_memtable_bytes(mut self, bytes: u64) -> JobBuilder {
+        self.settings.state_memtable_bytes = Some(bytes);
+        self
     }
 
     /// The checked job for `topics` and the sink topic `sink_topic`, by the job file's rules
@@ -240,17 +263,25 @@ impl JobBuilder {
             );
         }
         let text = toml::to_string(&root).map_err(|e| self.dataflow_error(e.to_string()))?;
-        Job::parse(&self.name, &text).map_err(|e| self.setting_error(e))
+        let mut job = Job::parse(&self.name, &text).map_err(|e| self.setting_error(e))?;
+        let exactly_once = job.sink.guarantee == DeliveryGuarantee::ExactlyOnce;
+        self.settings
+            .check(exactly_once)
+            .map_err(|e| BuildError::Setting {
+                job: self.name.clone(),
+                setter: setter_of(e.field),
+                field: e.field.to_owned(),
+                message: e.message,
+            })?;
+        job.settings = self.settings.clone();
+        Ok(job)
     }
 
     fn setting_error(&self, e: JobError) -> BuildError {
         match e {
             JobError::Invalid { field, message, .. } => BuildError::Setting {
                 job: self.name.clone(),
-                setter: SETTERS
-                    .iter()
-                    .find(|(f, _)| *f == field)
-                    .map_or("JobBuilder", |(_, s)| s),
+                setter: setter_of(&field),
                 field,
                 message,
             },
@@ -264,6 +295,14 @@ impl JobBuilder {
             message: message.into(),
         }
     }
+}
+
+/// The setter that sets a job file field.
+fn setter_of(field: &str) -> &'static str {
+    SETTERS
+        .iter()
+        .find(|(f, _)| *f == field)
+        .map_or("JobBuilder", |(_, s)| s)
 }
 
 /// Puts `value` at the dotted `field`, making the tables on the way.

@@ -60,6 +60,39 @@ impl<'a> Locator<'a> {
         }
     }
 
+    /// The span of the value at the dotted `field` (`settings.checkpoint.interval.ms`), if
+    /// the file gives it.
+    pub(super) fn span_of(&self, field: &str) -> Option<Range<usize>> {
+        let mut table = self.tree.as_ref()?.get_ref();
+        let mut parts = field.split('.').peekable();
+        while let Some(part) = parts.next() {
+            let (_, value) = table.iter().find(|(k, _)| k.get_ref() == part)?;
+            if parts.peek().is_none() {
+                return Some(value.span());
+            }
+            let DeValue::Table(t) = value.get_ref() else {
+                return None;
+            };
+            table = t;
+        }
+        None
+    }
+
+    /// An error naming `field`, at the line of its value; when the file does not give it
+    /// (the rule broke on its default), at the first of `near` the file gives, else line 1.
+    pub(super) fn at_field(
+        &self,
+        field: &str,
+        near: &[&str],
+        message: impl Into<String>,
+    ) -> JobError {
+        let span = std::iter::once(field)
+            .chain(near.iter().copied())
+            .find_map(|f| self.span_of(f))
+            .unwrap_or(0..0);
+        self.at(&span, Some(field), message)
+    }
+
     /// A toml/serde error, reworded as "expected X, got Y" where it can be.
     pub(super) fn toml_error(&self, e: &toml::de::Error) -> JobError {
         let span = e.span().unwrap_or(0..0);

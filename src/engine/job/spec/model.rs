@@ -2,10 +2,10 @@
 
 use std::path::PathBuf;
 
-use crate::engine::checkpoint;
 use crate::engine::job::aggregate::WindowAggregate;
 use crate::engine::job::filter::Predicate;
 use crate::engine::job::project::{KeyBy, Projection};
+pub use crate::engine::settings::{Mode, Settings};
 
 /// A checked job file.
 #[derive(Debug, Clone, PartialEq)]
@@ -140,83 +140,3 @@ pub enum DeliveryGuarantee {
     /// Fire and forget.
     None,
 }
-
-/// How a job's processes run it (`settings.mode`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Mode {
-    /// One process runs the whole job at `parallelism`, with checkpoints in its own state
-    /// directory (the default).
-    #[default]
-    Local,
-    /// Every `onceflow run` of the job file is a member of the job's consumer group
-    /// (`source.group.id`): the group deals the tasks (input partitions, and the partitions of
-    /// the job's repartition topic) among the members; each member commits its tasks' output,
-    /// state changes (changelog topic) and input offsets in one transaction per
-    /// `checkpoint.interval.ms` (docs/design/cluster-mode.md).
-    Cluster,
-}
-
-/// `[settings]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settings {
-    /// `mode`: `local` (default) or `cluster`.
-    pub mode: Mode,
-    /// Tasks per operator (default 1).
-    pub parallelism: u32,
-    /// Key groups, fixed for the life of the job's state (default 128).
-    pub key_groups: u32,
-    /// `checkpoint.interval.ms` (default 1000).
-    pub checkpoint_interval_ms: u64,
-    /// `checkpoint.timeout.ms` (default 30000, as the coordinator's default: with the other defaults it fits the timeout budget).
-    pub checkpoint_timeout_ms: u64,
-    /// `transaction.timeout.ms` (default 300000).
-    pub transaction_timeout_ms: u64,
-    /// `checkpoint.min.pause.ms`: from the end of one checkpoint to the next trigger
-    /// (default 0).
-    pub checkpoint_min_pause_ms: u64,
-    /// `checkpoint.tolerable.failures`: checkpoints in a row that may fail before the job does
-    /// (default 3).
-    pub checkpoint_tolerable_failures: u32,
-    /// `checkpoint.commit.margin.ms`: commits stop this long before a transaction's deadline
-    /// (default 10000).
-    pub checkpoint_commit_margin_ms: u64,
-    /// `checkpoint.retained`: durable checkpoints kept for `--from-checkpoint` (default 2,
-    /// at least 1).
-    pub checkpoint_retained: u64,
-    /// `restart.allowance.ms`: how long a crashed job may take to come back (default 60000).
-    pub restart_allowance_ms: u64,
-    /// `state.dir` (default `state/<name>`).
-    pub state_dir: PathBuf,
-    /// `state.cache.bytes`: the state store's block cache, shared by its keyspaces (default
-    /// fjall's, 32 MiB). With the memtables it bounds the memory of state larger than RAM.
-    pub state_cache_bytes: Option<u64>,
-    /// `state.memtable.bytes`: the most a keyspace of the state store buffers in memory
-    /// before it writes a table to disk (default fjall's, 64 MiB). Fixed when the state
-    /// directory is created: a restore keeps the size the keyspaces were created with.
-    pub state_memtable_bytes: Option<u64>,
-}
-
-/// The least `state.cache.bytes` and `state.memtable.bytes` (1 MiB): below it fjall flushes
-/// memtables constantly and caches nothing useful.
-pub const MIN_STATE_MEMORY_BYTES: u64 = 1 << 20;
-
-impl Settings {
-    /// The checkpoint coordinator's settings for this job (the one mapping from job files).
-    pub(crate) fn checkpoint(&self) -> checkpoint::Settings {
-        checkpoint::Settings {
-            interval_ms: self.checkpoint_interval_ms,
-            min_pause_ms: self.checkpoint_min_pause_ms,
-            checkpoint_timeout_ms: self.checkpoint_timeout_ms,
-            max_consecutive_failures: self.checkpoint_tolerable_failures,
-            transaction_timeout_ms: self.transaction_timeout_ms,
-            commit_margin_ms: self.checkpoint_commit_margin_ms,
-            retention: self.checkpoint_retained,
-            restart_allowance_ms: self.restart_allowance_ms,
-            ..checkpoint::Settings::default()
-        }
-    }
-}
-
-/// The most key groups a job may have (a key group is a u16 in state keys; Flink's limit).
-pub const MAX_KEY_GROUPS: u32 = 32_768;

@@ -8,6 +8,13 @@
 //!   and cleanup timers, firing in bounded chunks), over the aggregate a front end gives it.
 //! - `timers`: the event-time timer service of keyed process functions (an in-memory queue
 //!   over the checkpointed timers, for timers at arbitrary times).
+//!
+//! Two ways of finding due timers, on purpose. A window's timers fall only on window ends and
+//! cleanups, so the window operator looks at the stored timers (one range scan per key group)
+//! only when the watermark crosses one of those, and fires what it finds in bounded chunks:
+//! its memory does not grow with the number of keys. A process function's timers fall at any
+//! time, so a scan on every watermark advance would visit every key group each time; there
+//! an in-memory queue of the timers answers "what is due" from its head.
 
 mod rules;
 pub(crate) mod stored_watermark;

@@ -6,7 +6,7 @@
 
 use crate::support::java::{java_consume_exactly, java_offsets, java_produce, Rec};
 use crate::support::*;
-use onceflow::client::producer::partitioner::partition_for_key;
+use onceflow::client::partition_for_key;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tempfile::TempDir;

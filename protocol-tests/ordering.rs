@@ -2,7 +2,7 @@
 
 use crate::support::*;
 use bytes::Bytes;
-use onceflow::client::producer::partitioner::partition_for_key;
+use onceflow::client::partition_for_key;
 use onceflow::client::{Consumer, Offset, ProducerRecord, TopicPartition};
 use std::collections::HashMap;
 use std::time::Duration;

@@ -60,6 +60,7 @@ pub use crate::protocol::records::{Header, RecordError};
 pub use crate::protocol::ErrorCode;
 pub use error::{classify, Error, ErrorClass, Op, Result};
 pub use metadata::TopicPartition;
+pub use producer::partitioner::partition_for_key;
 pub use producer::{DeliveryFuture, Producer, ProducerMetrics, ProducerRecord, RecordMetadata};
 pub use retry::{backoff, exponential_backoff};
 

@@ -26,7 +26,7 @@ pub enum Mode {
 
 /// A job's settings: how it runs, checkpoints and keeps its state. The job file's
 /// `[settings]` table and a typed job's [`JobBuilder`](crate::engine::dataflow::JobBuilder)
-/// setters fill one (from [`Settings::defaults`]); [`Settings::check`] holds the rules both
+/// setters fill one (from its defaults); its `check` holds the rules both
 /// front ends apply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {

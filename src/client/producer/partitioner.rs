@@ -50,7 +50,7 @@ pub fn murmur2(data: &[u8]) -> i32 {
 ///
 /// # Examples
 /// ```
-/// use onceflow::client::producer::partitioner::partition_for_key;
+/// use onceflow::client::partition_for_key;
 /// // A Java producer writing key "abc" to a topic of 6 partitions picks partition 3, too.
 /// assert_eq!(partition_for_key(b"abc", 6), 3);
 /// ```

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{CheckpointId, Committable, JobFailure, Millis, Positions, Settings, TaskId};
-use crate::client::error::Op;
+use crate::client::Op;
 use crate::client::transactions::ResumeOutcome;
 use crate::client::ErrorClass;
 

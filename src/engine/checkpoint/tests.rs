@@ -955,7 +955,7 @@ fn recovery_fails_on_a_transaction_it_cannot_commit() {
 fn the_client_resume_answer_maps_to_an_outcome() {
     use crate::client::transactions::ResumeOutcome as R;
     use crate::client::Error;
-    use crate::protocol::ErrorCode;
+    use crate::client::ErrorCode;
     let broker = |code| Err(Error::broker("EndTxn", code));
     for (answer, expected) in [
         (Ok(R::Completed), "Completed"),

@@ -13,7 +13,7 @@ use crate::client::transactions::{
     resume_transaction, ResumeOutcome, TxnEnd,
 };
 use crate::client::{Cluster, DeliveryFuture, Error, Op, Producer, ProducerRecord};
-use crate::protocol::ErrorCode;
+use crate::client::ErrorCode;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

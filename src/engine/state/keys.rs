@@ -1,7 +1,7 @@
 //! Key groups and the byte layout of keys and values in fjall (docs/design/state.md).
 //! All pure.
 
-use crate::client::producer::partitioner::partition_for_key;
+use crate::client::partition_for_key;
 
 /// The format-version byte every stored state value starts with.
 pub(crate) const VALUE_FORMAT: u8 = 1;

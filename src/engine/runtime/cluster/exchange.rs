@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 
-use crate::protocol::records::Header;
+use crate::client::Header;
 
 /// The header that makes a repartition record a watermark marker rather than an element.
 pub(crate) const MARKER_HEADER: &str = "onceflow.watermark";

@@ -40,10 +40,10 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::client::admin::NewTopic;
+use crate::client::ErrorCode;
 use crate::client::{Admin, Consumer};
 use crate::engine::metrics::Metrics;
 use crate::engine::state::{RestoreFrom, StateError, StateStore, StoreOptions};
-use crate::protocol::ErrorCode;
 
 use super::hook;
 use super::topology::Topology;

@@ -62,10 +62,11 @@ enum Kill {
     /// In the pause the test hook makes once a checkpoint with committables is durable,
     /// before its commit (the Kafka transaction's, or the part files' rename).
     Persisted,
-    /// 0–`max_ms` after the run's output topic grew: the run has written records no
-    /// checkpoint covers yet, or does so within the next checkpoint interval (a kill timed
-    /// from the first log line alone may land before a loaded machine wrote anything).
-    Writing { max_ms: u64 },
+    /// As soon as the run's output topic grew past its end at the run's first durable
+    /// checkpoint: records written after that checkpoint's barrier, which only the next
+    /// checkpoint would cover (a kill at a random moment may land, on a loaded machine, where
+    /// every record written is covered, and an at-least-once run then shows no duplicate).
+    AfterCheckpoint,
 }
 
 /// The runs of one job on one state directory.
@@ -76,7 +77,7 @@ struct Runs {
     runs: usize,
     rng: StdRng,
     seed: u64,
-    /// The partitions of the job's output topic (a Kafka sink), for [`Kill::Writing`].
+    /// The partitions of the job's output topic (a Kafka sink), for [`Kill::AfterCheckpoint`].
     output: Vec<onceflow::client::TopicPartition>,
 }
 
@@ -149,35 +150,8 @@ impl Runs {
     /// One run, killed (SIGKILL) where `kind` says.
     async fn kill_once(&mut self, kind: Kill) {
         let pause = (kind == Kill::Persisted).then_some("checkpoint-persisted");
-        let output_before = match kind {
-            Kill::Writing { .. } => self.output_end().await,
-            _ => 0,
-        };
         let (mut child, log) = self.spawn(pause);
         match kind {
-            Kill::Writing { max_ms } => {
-                let start = Instant::now();
-                while self.output_end().await <= output_before {
-                    if let Some(status) = child.try_wait().unwrap() {
-                        panic!(
-                            "onceflow run exited ({status}) before writing: {}",
-                            self.context(&log)
-                        );
-                    }
-                    assert!(
-                        start.elapsed() < DEADLINE,
-                        "no output within {DEADLINE:?}: {}",
-                        self.context(&log)
-                    );
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                let until =
-                    Instant::now() + Duration::from_millis(self.rng.random_range(0..max_ms));
-                self.wait_for("random moment", &mut child, &log, || {
-                    Instant::now() >= until
-                })
-                .await;
-            }
             Kill::Random { max_ms } => {
                 self.wait_for("first log line", &mut child, &log, || {
                     !log_of(&log).is_empty()
@@ -189,6 +163,28 @@ impl Runs {
                     Instant::now() >= until
                 })
                 .await;
+            }
+            Kill::AfterCheckpoint => {
+                self.wait_for("a durable checkpoint", &mut child, &log, || {
+                    plain_log(&log).contains("checkpoint durable")
+                })
+                .await;
+                let covered = self.output_end().await;
+                let start = Instant::now();
+                while self.output_end().await <= covered {
+                    if let Some(status) = child.try_wait().unwrap() {
+                        panic!(
+                            "onceflow run exited ({status}) before writing after its checkpoint: {}",
+                            self.context(&log)
+                        );
+                    }
+                    assert!(
+                        start.elapsed() < DEADLINE,
+                        "no output after the checkpoint within {DEADLINE:?}: {}",
+                        self.context(&log)
+                    );
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
             }
             Kill::Persisted => {
                 self.wait_for("checkpoint-persisted pause", &mut child, &log, || {
@@ -355,8 +351,7 @@ async fn rides_file_to_kafka_killed_again_and_again_writes_every_ride_exactly_on
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rides_file_to_kafka_at_least_once_under_kills_writes_duplicates() {
     let (mut runs, input, output) = file_to_kafka("file-to-kafka-alo", "at-least-once").await;
-    runs.kill(&[Kill::Writing { max_ms: 1000 }], KILLS / 2)
-        .await;
+    runs.kill(&[Kill::AfterCheckpoint], KILLS / 2).await;
     let verdict = runs
         .last_run(
             || verify_copy(&input, &output.name),

@@ -1,4 +1,4 @@
-//! A hostile broker (issue 16): the real broker behind the fault proxy in its hostile modes
+//! A hostile broker: the real broker behind the fault proxy in its hostile modes
 //! (`support::hostile`), damaging responses (bit flips, truncation, wrong correlation ids, huge
 //! lengths, a byte a second, silence) and connections (closed after ApiVersions, never
 //! answered, a leader whose address refuses connections, ApiVersions without the API the
@@ -252,7 +252,7 @@ async fn new_producer_under_damage(proxy: &Proxy) -> Producer {
     panic!("five producers in a row failed to start: {last:?}");
 }
 
-/// Issue 16's setting: one random bit flipped in about one response in ten, every API.
+/// The hostile setting: one random bit flipped in about one response in ten, every API.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotent_producer_under_bit_flips_writes_each_acknowledged_value_once() {
     let topic = TestTopic::create("hostile-idem-flips", 3).await;
@@ -281,9 +281,8 @@ async fn idempotent_producer_under_bit_flips_writes_each_acknowledged_value_once
     assert_exactly_once(&topic, n, &out).await;
 }
 
-/// Finding 2 of issue 16: an undecodable Produce response failed its batch, when the Java client
-/// treats it as a lost connection and retries every request on it (idempotence makes the resend
-/// safe).
+/// An undecodable Produce response is a lost connection, as the Java client treats it: every
+/// request on it is retried (idempotence makes the resend safe) and no batch fails for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_undecodable_produce_response_is_retried_not_failed() {
     one_damaged_produce_answer_is_resent(
@@ -372,7 +371,7 @@ async fn a_negative_producer_id_is_not_used_so_a_resend_is_still_deduplicated() 
 }
 
 /// An error code is an answer from one broker: the error the application gets says which
-/// (issue 16: "an error message that names the broker and what went wrong"). Here an
+/// (a message that names the broker and what went wrong). Here an
 /// idempotent producer's InitProducerId is refused (CLUSTER_AUTHORIZATION_FAILED): before
 /// `Error::at_broker`, the message named the request and the code, not the broker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -499,7 +498,7 @@ async fn a_response_that_never_comes_times_out_and_is_resent() {
     one_damaged_produce_response("silence", Damage::Silence).await;
 }
 
-/// Issue 16's third finding: a produce run under bit flips that did not end. Many short runs
+/// A produce run under bit flips must end. Many short runs
 /// (each its own producer: connect, metadata, producer id, send, flush, close), each bounded by
 /// its timeouts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1362,7 +1361,7 @@ async fn read_committed_under_flips(test: &str) -> usize {
     fill_committed(&topic, n, 200).await;
     let proxy = hostile_proxy(test).await;
     // Fetch responses are few (each carries many batches): flip more of them, to cover the
-    // record path; every other API at issue 16's rate.
+    // record path; every other API at the hostile setting's rate.
     proxy
         .faults
         .hostile
@@ -1765,7 +1764,7 @@ async fn group_member_under_bit_flips_reads_every_value_within_max_poll_interval
         .hostile
         .add(Rule::next(1, ApiKey::Fetch, Damage::FlipBit));
     // Fetch responses are few (each carries many batches): flip more of them, to cover the
-    // record path; every other API at issue 16's rate.
+    // record path; every other API at the hostile setting's rate.
     proxy
         .faults
         .hostile

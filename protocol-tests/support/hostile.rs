@@ -4,7 +4,7 @@
 //! The proxy keeps its framing and its per-correlation-id bookkeeping (API key and version of
 //! every request in flight); this module decides, response by response, what to do to it:
 //! - `FlipBit`: flip one random bit after the correlation id (length and correlation id intact,
-//!   as in issue 16's report), so the frame is still matched to its request but its content
+//!   as in the hostile-broker report), so the frame is still matched to its request but its content
 //!   may decode to nonsense, fail to decode, or (in a record batch) fail its CRC;
 //! - `Mangle`: keep the correlation id, replace the body by a few bytes no response decodes
 //!   from (an undecodable response, deterministic where a bit flip is not);

@@ -153,7 +153,7 @@ mod tests {
 
     /// A broker bit flip or a hostile broker declaring 2^31-1 elements in a tiny response must
     /// be a decode error: kafka-protocol 0.18.0 pre-allocated the declared count and the
-    /// process aborted (handle_alloc_error), which no caller can catch (issue 16).
+    /// process aborted (handle_alloc_error), which no caller can catch.
     #[test]
     fn huge_declared_array_in_tiny_response_is_an_error_not_an_abort() {
         // v0: correlation id, then the brokers array's Int32 count.

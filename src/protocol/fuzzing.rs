@@ -1,5 +1,5 @@
-//! Entry points for fuzzing the decoding of broker responses (issue 16: broken and hostile
-//! brokers).
+//! Entry points for fuzzing the decoding of broker responses (broken and hostile brokers:
+//! responses are untrusted bytes).
 //!
 //! Public but hidden from the docs: the fuzz crate (`fuzz/`, a separate Cargo workspace) can
 //! only call public items, and the unit tests that replay its findings call the very same

@@ -213,7 +213,7 @@ pub(crate) fn partition_rows(
 /// Merges the brokers' ListGroups answers: one entry per group, sorted by id. A group listed
 /// twice (its coordinator moved between the two answers) keeps the entry that is not `Dead`,
 /// else the later one. Crate-private: its inputs are `#[non_exhaustive]` answers only
-/// `Admin::list_groups` builds (the API review of issue 17).
+/// `Admin::list_groups` builds.
 pub(crate) fn merge_listings(answers: Vec<Vec<GroupListing>>) -> Vec<GroupListing> {
     let mut merged: BTreeMap<String, GroupListing> = BTreeMap::new();
     for g in answers.into_iter().flatten() {

@@ -537,7 +537,7 @@ fn settle_response(
                 // out was damaged on the way (a flipped bit in a partition index or a topic
                 // name still decodes). Its batch is treated as a lost response: resent (the
                 // broker may have written it; idempotence deduplicates), never failed, as an
-                // undecodable response is (issue 16).
+                // undecodable response is.
                 None => Err(Error::Io {
                     broker: broker.to_owned(),
                     message: format!(

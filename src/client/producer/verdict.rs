@@ -239,7 +239,7 @@ mod tests {
         }
     }
 
-    /// Issue 16: an error a broker's code becomes names that broker.
+    /// An error a broker's code becomes names that broker.
     #[test]
     fn a_failed_batch_names_the_broker_that_answered() {
         let b = batch(0, -1);

@@ -532,7 +532,7 @@ mod tests {
         for _ in 0..20_000 {
             let len = rng.random_range(0..200);
             // All picks, the response decoders (4 and 5) included: they used to abort on an
-            // array length near i32::MAX, fixed by the vendored kafka-protocol guard (issue 16).
+            // array length near i32::MAX, fixed by the vendored kafka-protocol guard.
             let data: Vec<u8> = (0..len).map(|_| rng.random()).collect();
             fuzz_sasl(&data);
         }
@@ -545,7 +545,7 @@ mod tests {
             b"\x03Module required a=\"\\",
             b"\x03Module required a=\"x\" b;",
             // SaslAuthenticate v0: correlation id, error code, null message, then auth bytes
-            // declaring 2^31-1 bytes in a 12-byte frame: a decode error (issue 16).
+            // declaring 2^31-1 bytes in a 12-byte frame: a decode error.
             b"\x05\0\0\0\x01\0\0\xff\xff\x7f\xff\xff\xff",
         ] {
             fuzz_sasl(msg);

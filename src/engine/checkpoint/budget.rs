@@ -1,4 +1,4 @@
-//! The timeout budget (issue 10, item 6): is `transaction.timeout.ms` long enough for the
+//! The timeout budget: is `transaction.timeout.ms` long enough for the
 //! checkpoint settings, and short enough for the broker?
 //!
 //! A sink's transaction opens right after one barrier and is committed after a later

@@ -1,6 +1,6 @@
 //! What a checkpoint's state depends on in a job, as named values, so that a restart with a
-//! changed job file can refuse the old checkpoint naming exactly what differs (issue 10:
-//! "incompatible (job changed) checkpoint data is a clear error naming what differs").
+//! changed job file can refuse the old checkpoint with a clear error naming exactly what
+//! differs.
 //!
 //! In it: the source topics (positions), key groups (state keys), the sink's transactional id
 //! prefix (the saved committables), the key_by field (state keys) and the window + aggregate

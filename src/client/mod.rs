@@ -26,6 +26,7 @@
 //! - `metadata`: topics, partitions and leaders as the cluster reports them.
 
 pub mod admin;
+mod clock;
 pub mod config;
 pub mod group;
 mod list_offsets;

@@ -22,6 +22,7 @@
 //! - [`metrics`]: the job's metrics (checkpoints, transactions, records, lag), their
 //!   Prometheus text format and the `/metrics` listener.
 
+mod clock;
 pub mod dataflow;
 pub mod formats;
 pub mod job;

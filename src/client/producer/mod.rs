@@ -29,6 +29,7 @@ pub use metrics::ProducerMetrics;
 pub use crate::client::group::GroupMetadata;
 pub(crate) use identity::{check_assigned, Identity};
 
+use super::clock::now_ms;
 use super::cluster::Cluster;
 use super::config::ProducerConfig;
 use super::error::{Error, Result};
@@ -38,7 +39,7 @@ use accumulator::{Accumulator, Delivery, NewRecord, Reply};
 use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 use tokio::sync::{oneshot, Notify, Semaphore};
 
 /// A record to send.
@@ -854,13 +855,6 @@ fn choose_partition(
             p
         }
     })
-}
-
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

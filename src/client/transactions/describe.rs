@@ -51,7 +51,7 @@ impl TransactionDescription {
     /// ```
     pub fn age(&self) -> Option<Duration> {
         let start = self.start_time_ms.filter(|s| *s >= 0)?;
-        let age = crate::client::producer::now_ms().saturating_sub(start);
+        let age = crate::client::clock::now_ms().saturating_sub(start);
         Some(Duration::from_millis(u64::try_from(age).unwrap_or(0)))
     }
 
@@ -140,7 +140,7 @@ pub(crate) async fn describe(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::producer::now_ms;
+    use crate::client::clock::now_ms;
 
     fn description(state: TxnState, start: Option<i64>) -> TransactionDescription {
         TransactionDescription {

@@ -11,8 +11,8 @@
 //! `cluster` (`mode = "cluster"`: several processes, records exchanged through Kafka topics).
 //! Both use `connect` (reaching the brokers within the restart allowance), `topology` (the
 //! operators a job runs, whichever front end built it), `routing` (key groups and partitions
-//! to subtasks), `idle` (when an input partition is idle), `observe` (metrics), `clock` and
-//! the test `hook`s. In local mode:
+//! to subtasks), `idle` (when an input partition is idle), `observe` (metrics) and the test
+//! `hook`s. In local mode:
 //! - source subtask i (`local::source`) reads its share of the input partitions (`routing`)
 //!   with its own read_committed consumer and runs the stateless prefix (filter, project,
 //!   key_by);
@@ -44,7 +44,6 @@
 //! `checkpoint.timeout.ms`, then the job stops with an error rather than risk a record's output
 //! landing after its barrier.
 
-mod clock;
 mod cluster;
 mod connect;
 mod error;

@@ -16,13 +16,12 @@ use crate::client::{Cluster, DeliveryFuture, Error, Op, Producer, ProducerRecord
 use crate::client::ErrorCode;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
+/// The wall clock as the sink's decisions take it (signed, as the transactions' start times).
 fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    i64::try_from(crate::engine::clock::now_ms()).unwrap_or(i64::MAX)
 }
 
 /// One transaction [`KafkaWriter::on_checkpoint_durable`] resolved.

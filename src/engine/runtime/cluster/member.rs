@@ -55,7 +55,6 @@ use crate::engine::state::{
 };
 use crate::engine::time::{InputWatermarks, Watermark};
 
-use super::super::clock::now_ms;
 use super::super::hook;
 use super::super::idle::{IdleTimer, IDLE_AFTER};
 use super::super::topology::Output;
@@ -64,6 +63,7 @@ use super::super::RuntimeError;
 use super::changelog;
 use super::exchange::{input_id, key_groups_of, task_of, Marker};
 use super::Plan;
+use crate::engine::clock::now_ms;
 
 /// Why a membership ended.
 #[derive(Debug)]

@@ -23,7 +23,7 @@ use crate::client::Admin;
 use crate::engine::checkpoint::{
     self, CheckpointId, CommitOutcome, Coordinator, Decision, Event, Phase, Positions, TaskId,
 };
-use crate::engine::runtime::clock::now_ms;
+use crate::engine::clock::now_ms;
 use crate::engine::runtime::hook;
 use crate::engine::runtime::observe;
 use crate::engine::runtime::routing::key_group_range;

@@ -72,7 +72,8 @@ pub struct Settings {
 pub const MIN_STATE_MEMORY_BYTES: u64 = 1 << 20;
 
 impl Settings {
-    /// The checkpoint coordinator's settings for this job (the one mapping from job files).
+    /// The checkpoint coordinator's settings for this job (the commit retry backoff at its
+    /// default: the sink owns commit retries).
     pub(crate) fn checkpoint(&self) -> checkpoint::Settings {
         checkpoint::Settings {
             interval_ms: self.checkpoint_interval_ms,

@@ -17,7 +17,7 @@ use crate::engine::job::{DeliveryGuarantee, Job, OutputFormat};
 use crate::engine::metrics::Metrics;
 use crate::engine::runtime::connect::connect;
 use crate::engine::runtime::routing::assign_partitions;
-use crate::engine::runtime::topology::{Topology, POOL_SIZE};
+use crate::engine::runtime::topology::{state_layout, Topology, POOL_SIZE};
 use crate::engine::runtime::{RunConfig, RunSummary, RuntimeError};
 use crate::engine::sink::file::{FileFormat, FileWriter, FileWriterConfig, PendingFiles};
 use crate::engine::sink::{
@@ -57,8 +57,8 @@ pub(crate) async fn run(
     let parallelism = usize::try_from(job.settings.parallelism)
         .unwrap_or(1)
         .max(1);
-    let settings = checkpoint_settings(job);
-    let layout = crate::engine::runtime::topology::state_layout(job, topology.as_ref());
+    let settings = job.settings.checkpoint();
+    let layout = state_layout(job, topology.as_ref());
     let key_groups = layout.key_groups;
     let options = StoreOptions {
         retain: u32::try_from(settings.retention).unwrap_or(u32::MAX),
@@ -246,12 +246,6 @@ fn check_supported(job: &Job) -> Result<(), RuntimeError> {
         ));
     }
     Ok(())
-}
-
-/// The coordinator's settings from the job file (the commit retry backoff at its default:
-/// the sink owns commit retries).
-pub(crate) fn checkpoint_settings(job: &Job) -> checkpoint::Settings {
-    job.settings.checkpoint()
 }
 
 pub(crate) fn delivery(g: DeliveryGuarantee) -> Delivery {

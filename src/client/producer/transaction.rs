@@ -543,17 +543,7 @@ impl Producer {
                 Ok(())
             }
             Err(e) => {
-                let id = &ending.id;
-                let e = match e.code() {
-                    Some(ErrorCode::PRODUCER_FENCED | ErrorCode::INVALID_PRODUCER_EPOCH)
-                        if ending.reinit =>
-                    {
-                        Error::Fenced(format!(
-                            "transaction '{id}' was aborted by the coordinator and this producer cannot take its id over again ({e}): another producer fenced it, or the cluster runs transaction.version 1, whose coordinator does not resume a producer after a timeout; create a new producer and call init_transactions()"
-                        ))
-                    }
-                    _ => e,
-                };
+                let e = reinit_refused(&ending.id, e, ending.reinit);
                 if e.class_in(Op::TxnCoordinator) == ErrorClass::Fatal {
                     if let Some(t) = inner.lock().txn.as_mut() {
                         t.fail(e.clone(), Op::TxnCoordinator, false);
@@ -584,6 +574,32 @@ fn fenced(id: &str, e: Error) -> Error {
         Some(ErrorCode::PRODUCER_FENCED | ErrorCode::INVALID_PRODUCER_EPOCH) => Error::Fenced(format!(
             "transactional id '{id}' was fenced ({e}): another producer with this transactional.id took over, or the coordinator aborted the open transaction after transaction.timeout.ms; create a new producer and call init_transactions()"
         )),
+        _ => e,
+    }
+}
+
+/// What an abort's InitProducerId(current id, epoch) refused means. PRODUCER_FENCED or
+/// INVALID_PRODUCER_EPOCH says this producer's epoch is over, whatever the abort re-initialized
+/// for (`reinit`: the coordinator had aborted the transaction; otherwise a failed request may
+/// have left a sequence gap under the classic protocol), so it is [`Error::Fenced`], which
+/// applications stop on. Take the second case at transaction.version 1: AddOffsetsToTxn fails
+/// with NOT_COORDINATOR while the coordinator's node is down; the transaction outlives
+/// transaction.timeout.ms before the new coordinator loads it; that coordinator aborts it and
+/// bumps the epoch; the abort's InitProducerId, sent with the old epoch, is refused. Other
+/// errors are returned as they are.
+fn reinit_refused(id: &str, e: Error, reinit: bool) -> Error {
+    match e.code() {
+        Some(ErrorCode::PRODUCER_FENCED | ErrorCode::INVALID_PRODUCER_EPOCH) => {
+            Error::Fenced(if reinit {
+                format!(
+                    "transaction '{id}' was aborted by the coordinator and this producer cannot take its id over again ({e}): another producer fenced it, or the cluster runs transaction.version 1, whose coordinator does not resume a producer after a timeout; create a new producer and call init_transactions()"
+                )
+            } else {
+                format!(
+                    "transaction '{id}' failed and this producer cannot start a new epoch ({e}): another producer with this transactional.id took over, or the coordinator aborted the transaction after transaction.timeout.ms; create a new producer and call init_transactions()"
+                )
+            })
+        }
         _ => e,
     }
 }
@@ -685,6 +701,32 @@ pub(crate) async fn add_partitions(inner: Arc<Inner>, tps: Vec<TopicPartition>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_abort_whose_new_epoch_is_refused_is_fenced_whatever_it_reinitialized_for() {
+        let init = |code| Error::broker("InitProducerId for 't'", code);
+        let cases = [
+            // (error, reinit: the coordinator had aborted, fenced?)
+            (init(ErrorCode::PRODUCER_FENCED), true, true),
+            (init(ErrorCode::PRODUCER_FENCED), false, true),
+            (init(ErrorCode::INVALID_PRODUCER_EPOCH), true, true),
+            (init(ErrorCode::INVALID_PRODUCER_EPOCH), false, true),
+            (init(ErrorCode::COORDINATOR_NOT_AVAILABLE), false, false),
+            (init(ErrorCode::CONCURRENT_TRANSACTIONS), true, false),
+            (Error::Closed("producer"), true, false),
+        ];
+        for (e, reinit, want) in cases {
+            let got = reinit_refused("t", e.clone(), reinit);
+            assert_eq!(matches!(got, Error::Fenced(_)), want, "{e} reinit={reinit}");
+            if want {
+                let text = got.to_string();
+                assert!(text.contains("'t'") && text.contains(&e.to_string()), "{text}");
+                assert!(text.contains("init_transactions()"), "{text}");
+            } else {
+                assert_eq!(got.to_string(), e.to_string());
+            }
+        }
+    }
 
     #[test]
     fn a_coordinator_ending_this_producers_epoch_is_fenced_and_other_errors_pass() {

@@ -71,6 +71,8 @@ macro_rules! internal_modules {
 pub mod client;
 #[cfg(feature = "engine")]
 pub mod engine;
+#[cfg(feature = "schema")]
+pub mod schema;
 internal_modules! {
     mod protocol;
 }

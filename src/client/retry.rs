@@ -212,21 +212,45 @@ pub(crate) fn decide(
     }
 }
 
+/// An error [`run`] can retry: the Kafka client's [`Error`], and the schema registry's
+/// errors (an HTTP service, retried by the same rules and the same budget).
+pub(crate) trait Retried: Sized + std::fmt::Display {
+    /// What retrying can do about it, in `op`.
+    fn class_in(&self, op: Op) -> ErrorClass;
+    /// The broker's code, if it is one (CONCURRENT_TRANSACTIONS backs off shorter).
+    fn code(&self) -> Option<ErrorCode>;
+    /// The timeout error: `what` was tried for `after`.
+    fn timeout(what: String, after: Duration) -> Self;
+}
+
+impl Retried for Error {
+    fn class_in(&self, op: Op) -> ErrorClass {
+        Error::class_in(self, op)
+    }
+    fn code(&self) -> Option<ErrorCode> {
+        Error::code(self)
+    }
+    fn timeout(what: String, after: Duration) -> Error {
+        Error::Timeout { what, after }
+    }
+}
+
 /// Calls `call` until it is done, fails with an error retrying cannot help, or the policy's
 /// deadline passes (see the module docs). The first attempt is always made.
 ///
 /// # Errors
 /// The first abortable or fatal error; at the deadline the last error or [`Error::Timeout`]
 /// (per [`Policy::at_deadline`]).
-pub(crate) async fn run<T, C, CF, S, SF>(
+pub(crate) async fn run<T, E, C, CF, S, SF>(
     what: &str,
     policy: Policy,
     mut on_stale: S,
     mut call: C,
-) -> Result<T>
+) -> Result<T, E>
 where
+    E: Retried,
     C: FnMut(Attempt) -> CF,
-    CF: Future<Output = Result<Step<T>>>,
+    CF: Future<Output = Result<Step<T>, E>>,
     S: FnMut() -> SF,
     SF: Future<Output = ()>,
 {
@@ -261,9 +285,11 @@ where
             }
             // `decide` never gives up on a Step::Again; were it to, say why.
             Decision::GiveUp => {
-                return Err(error.unwrap_or_else(|why| Error::Timeout {
-                    what: format!("{what}: {why}"),
-                    after: policy.deadline.saturating_duration_since(policy.start),
+                return Err(error.unwrap_or_else(|why| {
+                    E::timeout(
+                        format!("{what}: {why}"),
+                        policy.deadline.saturating_duration_since(policy.start),
+                    )
                 }))
             }
             // "Not yet" when the deadline passed during the attempt: the call did not know that
@@ -274,14 +300,10 @@ where
                 let after = policy.deadline.saturating_duration_since(policy.start);
                 return Err(match (error, policy.at_deadline) {
                     (Ok(e), AtDeadline::LastError) => e,
-                    (Ok(e), AtDeadline::Timeout) => Error::Timeout {
-                        what: format!("{what} (last error: {e})"),
-                        after,
-                    },
-                    (Err(why), _) => Error::Timeout {
-                        what: format!("{what}: {why}"),
-                        after,
-                    },
+                    (Ok(e), AtDeadline::Timeout) => {
+                        E::timeout(format!("{what} (last error: {e})"), after)
+                    }
+                    (Err(why), _) => E::timeout(format!("{what}: {why}"), after),
                 });
             }
         }
@@ -399,7 +421,7 @@ mod tests {
     #[tokio::test]
     async fn fatal_errors_are_returned_at_once() {
         let mut calls = 0;
-        let e = run::<(), _, _, _, _>(
+        let e = run::<(), Error, _, _, _, _>(
             "test",
             policy(Duration::from_secs(60), AtDeadline::LastError),
             || async {},
@@ -423,7 +445,7 @@ mod tests {
         let mut calls = 0;
         let mut p = policy(Duration::from_secs(60), AtDeadline::LastError);
         p.op = Op::TxnCoordinator;
-        let _ = run::<(), _, _, _, _>(
+        let _ = run::<(), Error, _, _, _, _>(
             "test",
             p,
             || async {},
@@ -439,7 +461,7 @@ mod tests {
     #[tokio::test]
     async fn at_the_deadline_the_last_attempt_is_final_and_named() {
         let mut last_seen = false;
-        let e = run::<(), _, _, _, _>(
+        let e = run::<(), Error, _, _, _, _>(
             "finding the leader of rides-0",
             policy(MS(30), AtDeadline::Timeout),
             || async {},
@@ -459,7 +481,7 @@ mod tests {
 
     #[tokio::test]
     async fn at_the_deadline_last_error_policy_returns_the_error_itself() {
-        let e = run::<(), _, _, _, _>(
+        let e = run::<(), Error, _, _, _, _>(
             "test",
             policy(MS(20), AtDeadline::LastError),
             || async {},
@@ -474,7 +496,7 @@ mod tests {
 
     #[tokio::test]
     async fn not_yet_at_the_deadline_is_a_timeout_naming_why() {
-        let e = run::<(), _, _, _, _>(
+        let e = run::<(), Error, _, _, _, _>(
             "joining group 'g'",
             policy(MS(20), AtDeadline::Timeout),
             || async {},

@@ -2,6 +2,7 @@
 
 use super::error::{CliError, Result};
 use super::props::Conn;
+use super::schema::{Decoders, RegistryArgs, Serdes};
 use bytes::Bytes;
 use onceflow::client::group::GroupConsumer;
 use onceflow::client::{Consumer, ConsumerRecord, Offset, TopicPartition};
@@ -44,6 +45,12 @@ pub struct Args {
     /// are committed on exit.
     #[arg(short = 'G', long = "group")]
     group: Option<String>,
+    /// Decode keys and/or values from the schema registry's wire format: value=avro,
+    /// key=avro, or avro for both (printed in the Avro JSON encoding). Needs -r. Repeatable.
+    #[arg(short = 's', long = "serde", value_name = "[key=|value=]FORMAT")]
+    serdes: Vec<String>,
+    #[command(flatten)]
+    registry: RegistryArgs,
 }
 
 fn parse_offset(s: &str) -> Result<Offset> {
@@ -117,11 +124,20 @@ impl Source {
 
 pub async fn run(args: Args) -> Result<ExitCode> {
     let start = parse_offset(&args.offset)?;
+    let serdes = Serdes::parse(&args.serdes)?;
+    let registry = args
+        .registry
+        .registry(&args.conn, serdes.needs_registry())?;
+    let decoders = Decoders::new(&serdes, registry.as_ref());
+    let args = Args {
+        conn: args.conn.without_registry_properties()?,
+        ..args
+    };
     let mut source = match &args.group {
         Some(group) => Source::Group(Box::new(join_group(&args, group, start).await?)),
         None => Source::Assigned(assign(&args, start).await?),
     };
-    print_records(&mut source, &args).await?;
+    print_records(&mut source, &args, &decoders).await?;
     source.finish().await?;
     Ok(ExitCode::SUCCESS)
 }
@@ -167,8 +183,9 @@ async fn assign(args: &Args, start: Offset) -> Result<Consumer> {
     Ok(consumer)
 }
 
-/// One line per record on stdout until -c records, the end with -e, or stdout closes.
-async fn print_records(source: &mut Source, args: &Args) -> Result<()> {
+/// One line per record on stdout until -c records, the end with -e, or stdout closes. A
+/// record `-s` cannot decode stops the command, naming it (after the records before it).
+async fn print_records(source: &mut Source, args: &Args, decoders: &Decoders) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut n = 0u64;
@@ -178,7 +195,15 @@ async fn print_records(source: &mut Source, args: &Args) -> Result<()> {
         }
         let records = source.poll().await?;
         for r in &records {
-            if writeln!(out, "{}", line(r, args.format)).is_err() {
+            let kv = match decoders.decode(r, bytes_json).await {
+                Ok(kv) => kv,
+                Err(e) => {
+                    let _ = out.flush();
+                    return Err(e);
+                }
+            };
+            let text = line(r, args.format, kv, decoders.decodes_values());
+            if writeln!(out, "{text}").is_err() {
                 break 'outer; // stdout closed (e.g. piped into head)
             }
             n += 1;
@@ -194,9 +219,18 @@ async fn print_records(source: &mut Source, args: &Args) -> Result<()> {
     Ok(())
 }
 
-fn line(r: &ConsumerRecord, format: Format) -> String {
+/// The line for a record whose key and value are already rendered as JSON (decoded, or the
+/// raw bytes as [`bytes_json`] renders them). `--format value` prints a decoded value as
+/// JSON and a raw one as its text.
+fn line(
+    r: &ConsumerRecord,
+    format: Format,
+    (key, value): (serde_json::Value, serde_json::Value),
+    decoded_value: bool,
+) -> String {
     match format {
-        Format::Json => json_line(r),
+        Format::Json => json_line(r, key, value),
+        Format::Value if decoded_value => value.to_string(),
         Format::Value => {
             String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned()
         }
@@ -215,9 +249,9 @@ fn bytes_json(b: &Option<Bytes>) -> serde_json::Value {
     }
 }
 
-/// One record as a JSON object. Keys and values are strings when they are UTF-8, otherwise
-/// `{"base64": "..."}`; null stays null.
-pub fn json_line(r: &ConsumerRecord) -> String {
+/// One record as a JSON object, with its key and value as given: decoded values, or strings
+/// when they are UTF-8, otherwise `{"base64": "..."}`; null stays null.
+fn json_line(r: &ConsumerRecord, key: serde_json::Value, value: serde_json::Value) -> String {
     let headers: Vec<serde_json::Value> = r
         .headers
         .iter()
@@ -228,8 +262,8 @@ pub fn json_line(r: &ConsumerRecord) -> String {
         "partition": r.partition,
         "offset": r.offset,
         "timestamp": r.timestamp,
-        "key": bytes_json(&r.key),
-        "value": bytes_json(&r.value),
+        "key": key,
+        "value": value,
         "headers": headers,
     })
     .to_string()

@@ -20,6 +20,10 @@ pub enum CliError {
     /// The client failed: broker unreachable, unknown topic, a broker's refusal, a bad -X.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// The schema registry or a schema failed: unreachable, an unknown id, a value that does
+    /// not fit its schema.
+    #[error(transparent)]
+    Schema(#[from] onceflow::schema::SchemaError),
 }
 
 impl From<ConfigError> for CliError {

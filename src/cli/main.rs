@@ -15,6 +15,7 @@ mod produce;
 mod progress;
 mod props;
 mod run;
+mod schema;
 mod taxi;
 mod topics;
 mod txn;

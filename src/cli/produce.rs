@@ -2,9 +2,11 @@
 
 use super::error::{CliError, Result};
 use super::props::Conn;
+use super::schema::{serializer, RegistryArgs};
 use bytes::Bytes;
 use onceflow::client::config::split_property;
 use onceflow::client::{DeliveryFuture, Producer, ProducerRecord};
+use onceflow::schema::{AvroSerializer, Part};
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -40,12 +42,61 @@ pub struct Args {
     /// finish it from any process with `onceflow txn commit --prepared`.
     #[arg(long = "prepare-only")]
     prepare_only: bool,
+    /// Write each value (a JSON line, in the Avro JSON encoding) as Avro in the schema
+    /// registry's wire format, with this schema (.avsc); registered under the topic's subject
+    /// unless -X auto.register.schemas=false. Needs -r.
+    #[arg(long = "value-schema", value_name = "FILE")]
+    value_schema: Option<std::path::PathBuf>,
+    /// The same for keys (with -K).
+    #[arg(long = "key-schema", value_name = "FILE")]
+    key_schema: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+/// The Avro serializers of keys and values, from --key-schema / --value-schema.
+#[derive(Default)]
+struct Serializers {
+    key: Option<AvroSerializer>,
+    value: Option<AvroSerializer>,
+}
+
+impl Serializers {
+    fn new(args: &Args) -> Result<Serializers> {
+        let needed = match (&args.value_schema, &args.key_schema) {
+            (Some(_), _) => Some("--value-schema"),
+            (None, Some(_)) => Some("--key-schema"),
+            (None, None) => None,
+        };
+        if args.key_schema.is_some() && args.key_delimiter.is_none() {
+            return Err(CliError::Usage(
+                "--key-schema needs -K: each line is KEY<SEP>VALUE".into(),
+            ));
+        }
+        let Some(registry) = args.registry.registry(&args.conn, needed)? else {
+            return Ok(Serializers::default());
+        };
+        let make = |path: &Option<std::path::PathBuf>, part| {
+            path.as_deref()
+                .map(|p| serializer(&registry, p, part))
+                .transpose()
+        };
+        Ok(Serializers {
+            key: make(&args.key_schema, Part::Key)?,
+            value: make(&args.value_schema, Part::Value)?,
+        })
+    }
 }
 
 /// What was delivered: (acknowledged, failed, first error).
 type Checked = (u64, u64, Option<String>);
 
 pub async fn run(args: Args) -> Result<ExitCode> {
+    let serializers = Serializers::new(&args)?;
+    let args = Args {
+        conn: args.conn.without_registry_properties()?,
+        ..args
+    };
     let txn_id = transactional_id(&args)?;
     if args.key_delimiter.as_deref() == Some("") {
         return Err(CliError::Usage(
@@ -68,6 +119,8 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     let mut input = Input {
         lines: BufReader::new(tokio::io::stdin()).lines(),
         args: &args,
+        serializers,
+        line: 0,
     };
     match txn_id {
         None => {
@@ -130,6 +183,9 @@ fn transactional_id(args: &Args) -> Result<Option<String>> {
 struct Input<'a> {
     lines: Lines<BufReader<Stdin>>,
     args: &'a Args,
+    serializers: Serializers,
+    /// The number of the last line read.
+    line: u64,
 }
 
 impl Input<'_> {
@@ -148,10 +204,9 @@ impl Input<'_> {
                 Ok(None) => break,
                 Err(e) => return Err(format!("reading stdin: {e}")),
             };
-            let f = producer
-                .send(self.record(line))
-                .await
-                .map_err(|e| e.to_string())?;
+            self.line += 1;
+            let record = self.record(line).await?;
+            let f = producer.send(record).await.map_err(|e| e.to_string())?;
             sent += 1;
             if tx.send(f).await.is_err() {
                 return Err("the delivery checker stopped".into());
@@ -160,18 +215,47 @@ impl Input<'_> {
         Ok(sent)
     }
 
-    fn record(&self, line: String) -> ProducerRecord {
+    /// The record for one line: KEY<SEP>VALUE with -K, the value otherwise; a part with a
+    /// schema is read as JSON and written in the registry's wire format.
+    async fn record(&self, line: String) -> std::result::Result<ProducerRecord, String> {
         let topic = self.args.topic.clone();
-        let mut record = match &self.args.key_delimiter {
+        let (key, value) = match &self.args.key_delimiter {
             Some(sep) => match line.split_once(sep.as_str()) {
-                Some((k, v)) => ProducerRecord::new(topic, Bytes::from(v.to_owned()))
-                    .with_key(Bytes::from(k.to_owned())),
-                None => ProducerRecord::new(topic, Bytes::from(line)),
+                Some((k, v)) => (Some(k.to_owned()), v.to_owned()),
+                None if self.serializers.key.is_some() => {
+                    return Err(format!(
+                        "line {}: no key separator '{sep}' (--key-schema needs KEY{sep}VALUE on every line)",
+                        self.line
+                    ))
+                }
+                None => (None, line),
             },
-            None => ProducerRecord::new(topic, Bytes::from(line)),
+            None => (None, line),
         };
+        let value = self.encode(&self.serializers.value, value, "value").await?;
+        let mut record = ProducerRecord::new(topic, value);
+        if let Some(k) = key {
+            record = record.with_key(self.encode(&self.serializers.key, k, "key").await?);
+        }
         record.partition = self.args.partition;
-        record
+        Ok(record)
+    }
+
+    async fn encode(
+        &self,
+        serializer: &Option<AvroSerializer>,
+        text: String,
+        part: &str,
+    ) -> std::result::Result<Bytes, String> {
+        let Some(s) = serializer else {
+            return Ok(Bytes::from(text));
+        };
+        let json: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| format!("line {}: the {part} is not JSON ({e})", self.line))?;
+        s.serialize_json(&self.args.topic, &json)
+            .await
+            .map(Bytes::from)
+            .map_err(|e| format!("line {}: the {part}: {e}", self.line))
     }
 
     fn topic(&self) -> &str {

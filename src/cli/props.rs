@@ -102,6 +102,33 @@ impl Conn {
         Ok(out)
     }
 
+    /// The same without the schema registry's properties (which `consume` and `produce` give
+    /// to the registry client, cli/schema.rs); the config file's properties are carried over
+    /// as -X.
+    pub fn without_registry_properties(&self) -> Result<Conn, ConfigError> {
+        let mut props = Vec::new();
+        for p in self.file_props()?.iter().chain(&self.props) {
+            if !super::schema::is_registry_property(&split_property(p)?.0) {
+                props.push(p.clone());
+            }
+        }
+        Ok(Conn {
+            broker: self.broker.clone(),
+            props,
+            config_file: None,
+        })
+    }
+
+    /// Every -F and -X property, in the order applied (for the schema registry's client,
+    /// which picks its own).
+    pub fn all_properties(&self) -> Result<Vec<(String, String)>, ConfigError> {
+        let file = self.file_props()?;
+        file.iter()
+            .chain(&self.props)
+            .map(|p| split_property(p))
+            .collect()
+    }
+
     /// A producer config; `from_flags` are key=value settings the command derives from its
     /// flags.
     pub fn producer(&self, from_flags: &[String]) -> Result<ProducerConfig, Error> {

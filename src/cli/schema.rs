@@ -1,0 +1,313 @@
+//! The schema registry on the command line: `-r URL`, the registry's `-X` properties,
+//! `consume -s [key=|value=]avro` and `produce --key-schema/--value-schema FILE`.
+
+use super::error::{CliError, Result};
+use super::props::Conn;
+use onceflow::schema::{AvroDeserializer, AvroSerializer, Part, RegistryConfig, SchemaRegistry};
+use serde_json::Value as Json;
+
+/// The registry's own properties: they go to the registry client, not to the Kafka client.
+/// (`default.api.timeout.ms` and the retry backoffs go to both.)
+pub fn is_registry_property(name: &str) -> bool {
+    name.starts_with("schema.registry.")
+        || name.starts_with("basic.auth.")
+        || matches!(
+            name,
+            "auto.register.schemas"
+                | "use.latest.version"
+                | "key.subject.name.strategy"
+                | "value.subject.name.strategy"
+        )
+}
+
+/// Properties both the Kafka client and the registry client take.
+fn shared(name: &str) -> bool {
+    matches!(
+        name,
+        "default.api.timeout.ms" | "retry.backoff.ms" | "retry.backoff.max.ms"
+    )
+}
+
+/// The `-r` flag.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct RegistryArgs {
+    /// Schema registry URL (schema.registry.url), e.g. http://127.0.0.1:8081; registry
+    /// settings go in -X or -F with the Java serializers' names (basic.auth.user.info,
+    /// schema.registry.ssl.truststore.location, auto.register.schemas, ...).
+    #[arg(short = 'r', long = "schema-registry", value_name = "URL")]
+    pub url: Option<String>,
+}
+
+impl RegistryArgs {
+    /// The registry client, when `needed` (a flag asked for a schema format); an error when
+    /// registry settings are given but nothing uses them, or one is needed but no URL given.
+    pub fn registry(&self, conn: &Conn, needed: Option<&str>) -> Result<Option<SchemaRegistry>> {
+        let mut props: Vec<(String, String)> = Vec::new();
+        for (k, v) in conn.all_properties()? {
+            if is_registry_property(&k) || (shared(&k) && needed.is_some()) {
+                props.push((k, v));
+            }
+        }
+        if let Some(url) = &self.url {
+            props.push(("schema.registry.url".into(), url.clone()));
+        }
+        let Some(flag) = needed else {
+            if let Some((k, _)) = props.iter().find(|(k, _)| is_registry_property(k)) {
+                let k = if k == "schema.registry.url" && self.url.is_some() {
+                    "-r"
+                } else {
+                    k
+                };
+                return Err(CliError::Usage(format!(
+                    "{k} is a schema registry setting, but nothing here reads or writes through the registry: add -s value=avro (consume) or --value-schema FILE (produce), or drop it"
+                )));
+            }
+            return Ok(None);
+        };
+        if !props.iter().any(|(k, _)| k == "schema.registry.url") {
+            return Err(CliError::Usage(format!(
+                "{flag} needs the schema registry: give its URL with -r, e.g. -r http://127.0.0.1:8081"
+            )));
+        }
+        Ok(Some(SchemaRegistry::new(RegistryConfig::from_properties(
+            props,
+        )?)?))
+    }
+}
+
+/// A format a record part is read in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serde {
+    /// Avro in the registry's wire format.
+    Avro,
+}
+
+/// What `-s` says for keys and values.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Serdes {
+    pub key: Option<Serde>,
+    pub value: Option<Serde>,
+}
+
+impl Serdes {
+    /// Reads `-s` flags: `key=avro`, `value=avro`, or `avro` for both (kcat's syntax).
+    pub fn parse(flags: &[String]) -> Result<Serdes> {
+        let mut s = Serdes::default();
+        for f in flags {
+            let (part, name) = match f.split_once('=') {
+                Some((p, n)) => (Some(p), n),
+                None => (None, f.as_str()),
+            };
+            let serde = match name {
+                "avro" => Serde::Avro,
+                "protobuf" | "json-schema" => {
+                    return Err(CliError::Usage(format!(
+                        "-s {f}: {name} is not supported yet; avro is"
+                    )))
+                }
+                _ => {
+                    return Err(CliError::Usage(format!(
+                        "-s {f}: unknown format '{name}': use avro (as -s value=avro, -s key=avro or -s avro for both)"
+                    )))
+                }
+            };
+            match part {
+                Some("key") => s.key = Some(serde),
+                Some("value") => s.value = Some(serde),
+                None => {
+                    s.key = Some(serde);
+                    s.value = Some(serde);
+                }
+                Some(other) => {
+                    return Err(CliError::Usage(format!(
+                        "-s {f}: '{other}' is neither key nor value"
+                    )))
+                }
+            }
+        }
+        Ok(s)
+    }
+
+    /// The first flag that needs the registry, for messages.
+    pub fn needs_registry(&self) -> Option<&'static str> {
+        (self.key.is_some() || self.value.is_some()).then_some("-s")
+    }
+}
+
+/// Decodes record keys and values as `-s` says.
+pub struct Decoders {
+    key: Option<AvroDeserializer>,
+    value: Option<AvroDeserializer>,
+}
+
+impl Decoders {
+    pub fn new(serdes: &Serdes, registry: Option<&SchemaRegistry>) -> Decoders {
+        let make = |s: Option<Serde>| match (s, registry) {
+            (Some(Serde::Avro), Some(r)) => Some(AvroDeserializer::new(r.clone())),
+            _ => None,
+        };
+        Decoders {
+            key: make(serdes.key),
+            value: make(serdes.value),
+        }
+    }
+
+    /// Whether values are decoded (not printed as their raw text).
+    pub fn decodes_values(&self) -> bool {
+        self.value.is_some()
+    }
+
+    /// The key and the value as JSON (decoded where `-s` says, else `raw`'s rendering), or
+    /// the error naming the record.
+    pub async fn decode(
+        &self,
+        r: &onceflow::client::ConsumerRecord,
+        raw: impl Fn(&Option<bytes::Bytes>) -> Json,
+    ) -> Result<(Json, Json)> {
+        let key = decode_part(r, self.key.as_ref(), &r.key, "key", &raw).await?;
+        let value = decode_part(r, self.value.as_ref(), &r.value, "value", &raw).await?;
+        Ok((key, value))
+    }
+}
+
+async fn decode_part(
+    r: &onceflow::client::ConsumerRecord,
+    d: Option<&AvroDeserializer>,
+    bytes: &Option<bytes::Bytes>,
+    part: &str,
+    raw: impl Fn(&Option<bytes::Bytes>) -> Json,
+) -> Result<Json> {
+    match (d, bytes) {
+        (Some(d), Some(b)) => d
+            .deserialize(b)
+            .await
+            .and_then(|rec| rec.to_json())
+            .map_err(|e| {
+                CliError::Failed(format!(
+                    "{}-{} offset {}: the {part}: {e}",
+                    r.topic, r.partition, r.offset
+                ))
+            }),
+        _ => Ok(raw(bytes)),
+    }
+}
+
+/// `--key-schema` / `--value-schema`: an Avro schema file (`.avsc`).
+pub fn serializer(
+    registry: &SchemaRegistry,
+    path: &std::path::Path,
+    part: Part,
+) -> Result<AvroSerializer> {
+    let flag = match part {
+        Part::Key => "--key-schema",
+        _ => "--value-schema",
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::Usage(format!("cannot read {flag} {}: {e}", path.display())))?;
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("avsc") | Some("json") => {}
+        Some("proto") => {
+            return Err(CliError::Usage(format!(
+                "{flag} {}: Protobuf schemas are not supported yet; give an Avro schema (.avsc)",
+                path.display()
+            )))
+        }
+        _ => {
+            return Err(CliError::Usage(format!(
+                "{flag} {}: name an Avro schema file ending in .avsc",
+                path.display()
+            )))
+        }
+    }
+    AvroSerializer::new(registry.clone(), &text, part)
+        .map_err(|e| CliError::Usage(format!("{flag} {}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serde_flags_table() {
+        let s = |flags: &[&str]| {
+            Serdes::parse(&flags.iter().map(|f| f.to_string()).collect::<Vec<_>>())
+        };
+        let avro = Some(Serde::Avro);
+        type Case<'a> = (
+            &'a [&'a str],
+            std::result::Result<(Option<Serde>, Option<Serde>), &'a str>,
+        );
+        #[rustfmt::skip]
+        let cases: &[Case] = &[
+            (&[],                      Ok((None, None))),
+            (&["value=avro"],          Ok((None, avro))),
+            (&["key=avro"],            Ok((avro, None))),
+            (&["avro"],                Ok((avro, avro))),
+            (&["key=avro", "value=avro"], Ok((avro, avro))),
+            (&["value=protobuf"],      Err("protobuf is not supported yet")),
+            (&["value=thrift"],        Err("unknown format 'thrift'")),
+            (&["header=avro"],         Err("'header' is neither key nor value")),
+        ];
+        for (flags, want) in cases {
+            match (s(flags), want) {
+                (Ok(got), Ok((k, v))) => assert_eq!((got.key, got.value), (*k, *v), "{flags:?}"),
+                (Err(e), Err(w)) => assert!(e.to_string().contains(w), "{e}"),
+                (got, want) => panic!("{flags:?}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    fn conn(props: &[&str]) -> Conn {
+        Conn {
+            broker: "h:1".into(),
+            props: props.iter().map(|s| s.to_string()).collect(),
+            config_file: None,
+        }
+    }
+
+    #[test]
+    fn registry_settings_go_to_the_registry_and_unused_ones_are_named() {
+        let r = RegistryArgs {
+            url: Some("http://r:8081".into()),
+        };
+        let registry = r
+            .registry(
+                &conn(&["basic.auth.user.info=a:b", "default.api.timeout.ms=3000"]),
+                Some("-s"),
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(registry.config().urls, ["http://r:8081"]);
+        assert_eq!(registry.config().api_timeout.as_millis(), 3000);
+        // The Kafka client does not see the registry's settings; a command without the
+        // registry names them as unknown.
+        let c = conn(&["basic.auth.user.info=a:b", "linger.ms=3"]);
+        assert!(c
+            .without_registry_properties()
+            .unwrap()
+            .producer(&[])
+            .is_ok());
+        let e = c.producer(&[]).unwrap_err().to_string();
+        assert!(e.contains("basic.auth.user.info"), "{e}");
+        // (-r, -X, the flag that needs the registry, the error)
+        type Case<'a> = (Option<&'a str>, &'a [&'a str], Option<&'a str>, &'a str);
+        #[rustfmt::skip]
+        let cases: &[Case] = &[
+            (Some("http://r"), &[],                           None,       "-r is a schema registry setting, but nothing here"),
+            (None,             &["basic.auth.user.info=a:b"], None,       "basic.auth.user.info is a schema registry setting"),
+            (None,             &[],                           Some("-s"), "-s needs the schema registry: give its URL with -r"),
+            (Some("r:8081"),   &[],                           Some("-s"), "must start with http"),
+        ];
+        for (url, props, needed, want) in cases {
+            let r = RegistryArgs {
+                url: url.map(str::to_owned),
+            };
+            let e = r.registry(&conn(props), *needed).unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
+        assert!(RegistryArgs::default()
+            .registry(&conn(&[]), None)
+            .unwrap()
+            .is_none());
+    }
+}

@@ -50,6 +50,7 @@ mod limits;
 mod ordering;
 mod pipeline;
 mod read_committed;
+mod schema_registry;
 mod security;
 mod send_callback;
 mod taxi_cli;

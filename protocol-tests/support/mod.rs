@@ -11,6 +11,7 @@ pub mod group;
 pub mod hostile;
 pub mod java;
 pub mod proxy;
+pub mod registry;
 pub mod secured;
 pub mod turns;
 pub mod watchdog;

@@ -1,0 +1,395 @@
+//! Avro records through a real schema registry (Apicurio Registry's Confluent-compatible API,
+//! protocol-tests/schema-registry.sh) and the real broker: the library's serde and the
+//! `onceflow` binary's `-s value=avro` / `--value-schema`. Every test uses its own subject
+//! (its topic's), so they share the registry.
+
+use crate::support::cli::{onceflow_async, stderr, stdout};
+use crate::support::registry::registry_url;
+use crate::support::*;
+use bytes::Bytes;
+use onceflow::client::ProducerRecord;
+use onceflow::schema::{
+    wire, AvroDeserializer, AvroSerializer, Part, RegistryConfig, Schema, SchemaError,
+    SchemaRegistry, SchemaType,
+};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const RIDE_V1: &str = r#"{"type":"record","name":"Ride","namespace":"nyc","fields":[
+    {"name":"id","type":"long"},
+    {"name":"zone","type":["null","string"],"default":null},
+    {"name":"fare","type":"double"}]}"#;
+
+/// V1 with a field added (with a default) and one removed: a BACKWARD and FORWARD evolution.
+const RIDE_V2: &str = r#"{"type":"record","name":"Ride","namespace":"nyc","fields":[
+    {"name":"id","type":"long"},
+    {"name":"fare","type":"double"},
+    {"name":"tip","type":"double","default":0.0}]}"#;
+
+async fn registry(props: &[(&str, &str)]) -> SchemaRegistry {
+    let url = registry_url().await;
+    let mut all = vec![("schema.registry.url", url)];
+    all.extend_from_slice(props);
+    SchemaRegistry::new(RegistryConfig::from_properties(all.iter().copied()).unwrap()).unwrap()
+}
+
+/// Writes `values` to `topic` (one partition) and reads their bytes back.
+async fn through_the_broker(topic: &TestTopic, values: Vec<Vec<u8>>) -> Vec<Bytes> {
+    let p = producer(&[]).await;
+    let n = values.len();
+    for v in values {
+        p.send(ProducerRecord::new(topic.name.clone(), Bytes::from(v)))
+            .await
+            .unwrap();
+    }
+    p.flush().await.unwrap();
+    p.close().await.unwrap();
+    consume_all(&broker(), topic, n, &[])
+        .await
+        .into_iter()
+        .map(|r| r.value.unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn avro_values_round_trip_through_the_registry_and_the_broker_framed_with_the_registered_id()
+{
+    let topic = TestTopic::create("avro-round-trip", 1).await;
+    let registry = registry(&[]).await;
+    let writer = AvroSerializer::new(registry.clone(), RIDE_V1, Part::Value).unwrap();
+    let rides = [
+        json!({"id": 1, "zone": {"string": "JFK"}, "fare": 52.5}),
+        json!({"id": 2, "zone": null, "fare": 7.25}),
+    ];
+    let mut framed = Vec::new();
+    for r in &rides {
+        framed.push(writer.serialize_json(&topic.name, r).await.unwrap());
+    }
+    let read = through_the_broker(&topic, framed).await;
+    let subject = format!("{}-value", topic.name);
+    let registered = registry
+        .lookup(&subject, &Schema::new(SchemaType::Avro, RIDE_V1))
+        .await
+        .unwrap();
+    let reader = AvroDeserializer::new(registry);
+    for (bytes, want) in read.iter().zip(&rides) {
+        let (id, _) = wire::unframe(bytes).unwrap();
+        assert_eq!(
+            id, registered.id,
+            "the wire format carries the registered id"
+        );
+        let got = reader.deserialize(bytes).await.unwrap();
+        assert_eq!(got.schema_id, registered.id);
+        assert_eq!(&got.to_json().unwrap(), want);
+    }
+}
+
+#[tokio::test]
+async fn a_reader_schema_reads_what_an_older_and_a_newer_writer_wrote() {
+    let topic = TestTopic::create("avro-evolution", 1).await;
+    let registry = registry(&[]).await;
+    let v1 = AvroSerializer::new(registry.clone(), RIDE_V1, Part::Value).unwrap();
+    let old = v1
+        .serialize_json(&topic.name, &json!({"id": 1, "zone": "JFK", "fare": 10.0}))
+        .await
+        .unwrap();
+    // V2 under the same subject (the registry's default rule here accepts it).
+    let v2 = AvroSerializer::new(registry.clone(), RIDE_V2, Part::Value).unwrap();
+    let new = v2
+        .serialize_json(&topic.name, &json!({"id": 2, "fare": 20.0, "tip": 3.5}))
+        .await
+        .unwrap();
+    let read = through_the_broker(&topic, vec![old, new]).await;
+    assert_ne!(
+        wire::unframe(&read[0]).unwrap().0,
+        wire::unframe(&read[1]).unwrap().0
+    );
+    // A V2 reader: the old record gets the added field's default, its removed field is gone.
+    let as_v2 = AvroDeserializer::new(registry.clone())
+        .with_reader_schema(RIDE_V2)
+        .unwrap();
+    assert_eq!(
+        as_v2
+            .deserialize(&read[0])
+            .await
+            .unwrap()
+            .to_json()
+            .unwrap(),
+        json!({"id": 1, "fare": 10.0, "tip": 0.0})
+    );
+    // A V1 reader: the new record's zone takes its default, tip is skipped.
+    let as_v1 = AvroDeserializer::new(registry)
+        .with_reader_schema(RIDE_V1)
+        .unwrap();
+    assert_eq!(
+        as_v1
+            .deserialize(&read[1])
+            .await
+            .unwrap()
+            .to_json()
+            .unwrap(),
+        json!({"id": 2, "zone": null, "fare": 20.0})
+    );
+}
+
+#[tokio::test]
+async fn a_schema_id_the_registry_does_not_know_and_a_corrupt_payload_are_named() {
+    let registry = registry(&[]).await;
+    let reader = AvroDeserializer::new(registry.clone());
+    let unknown = wire::frame(2_000_000_000, &[2, 4]);
+    match reader.deserialize(&unknown).await {
+        Err(SchemaError::UnknownId { id, url }) => {
+            assert_eq!(id, 2_000_000_000);
+            assert_eq!(url, registry_url().await);
+        }
+        other => panic!("expected UnknownId, got {other:?}"),
+    }
+    // A known id with a payload that is not a Ride (a truncated long, then nothing).
+    let writer = AvroSerializer::new(registry, RIDE_V1, Part::Value).unwrap();
+    let topic = unique_topic("avro-corrupt");
+    let good = writer
+        .serialize_json(&topic, &json!({"id": 1, "fare": 1.0}))
+        .await
+        .unwrap();
+    let (id, _) = wire::unframe(&good).unwrap();
+    let corrupt = wire::frame(id, &[0x80]);
+    let e = reader.deserialize(&corrupt).await.unwrap_err();
+    assert!(
+        matches!(e, SchemaError::Decode { id: i, .. } if i == id),
+        "{e}"
+    );
+    assert!(e.to_string().contains(&format!("schema id {id}")), "{e}");
+    // Bytes left over: the payload is not what its id says.
+    let mut long = good.clone();
+    long.push(0);
+    let e = reader.deserialize(&long).await.unwrap_err().to_string();
+    assert!(e.contains("left over"), "{e}");
+    // Not framed at all.
+    let e = reader
+        .deserialize(b"{\"id\":1}")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("magic byte 0"), "{e}");
+}
+
+#[tokio::test]
+async fn without_auto_register_a_schema_must_be_registered_and_use_latest_version_writes_with_the_newest(
+) {
+    let topic = unique_topic("avro-no-register");
+    let subject = format!("{topic}-value");
+    let strict = registry(&[("auto.register.schemas", "false")]).await;
+    let writer = AvroSerializer::new(strict.clone(), RIDE_V1, Part::Value).unwrap();
+    let e = writer
+        .serialize_json(&topic, &json!({"id": 1, "fare": 1.0}))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, SchemaError::UnknownSubject { .. }), "{e}");
+    assert!(e.to_string().contains(&subject), "{e}");
+    // Registered (by someone else): found, and written with its id.
+    let id = strict
+        .register(&subject, &Schema::new(SchemaType::Avro, RIDE_V1))
+        .await
+        .unwrap();
+    let fresh = AvroSerializer::new(strict.clone(), RIDE_V1, Part::Value).unwrap();
+    let bytes = fresh
+        .serialize_json(&topic, &json!({"id": 1, "fare": 1.0}))
+        .await
+        .unwrap();
+    assert_eq!(wire::unframe(&bytes).unwrap().0, id);
+    // A newer version registered: use.latest.version writes V1 values with V2's id and schema.
+    let v2 = strict
+        .register(&subject, &Schema::new(SchemaType::Avro, RIDE_V2))
+        .await
+        .unwrap();
+    let latest = registry(&[
+        ("auto.register.schemas", "false"),
+        ("use.latest.version", "true"),
+    ])
+    .await;
+    let writer = AvroSerializer::new(latest.clone(), RIDE_V1, Part::Value).unwrap();
+    let bytes = writer
+        .serialize_json(&topic, &json!({"id": 5, "zone": "JFK", "fare": 9.0}))
+        .await
+        .unwrap();
+    assert_eq!(wire::unframe(&bytes).unwrap().0, v2);
+    let got = AvroDeserializer::new(latest)
+        .deserialize(&bytes)
+        .await
+        .unwrap();
+    assert_eq!(
+        got.to_json().unwrap(),
+        json!({"id": 5, "fare": 9.0, "tip": 0.0})
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_registry_is_retried_until_default_api_timeout_then_named() {
+    // A port nothing listens on (bound, then closed).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let registry = SchemaRegistry::new(
+        RegistryConfig::from_properties([
+            ("schema.registry.url", url.as_str()),
+            ("default.api.timeout.ms", "1500"),
+        ])
+        .unwrap(),
+    )
+    .unwrap();
+    let start = Instant::now();
+    let e = AvroDeserializer::new(registry)
+        .deserialize(&wire::frame(1, &[2]))
+        .await
+        .unwrap_err();
+    let took = start.elapsed();
+    assert!(matches!(e, SchemaError::Timeout { .. }), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains(&url) && text.contains("schema id 1"),
+        "{text}"
+    );
+    assert!(text.contains("default.api.timeout.ms"), "{text}");
+    assert!(
+        took >= Duration::from_millis(1400),
+        "gave up after {took:?}"
+    );
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+}
+
+/// Runs the binary against the test broker and the registry.
+async fn onceflow(args: &[&str], stdin: &str) -> std::process::Output {
+    let mut argv: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    argv.extend([
+        "-b".into(),
+        broker(),
+        "-X".into(),
+        "default.api.timeout.ms=60000".into(),
+    ]);
+    onceflow_async(argv, stdin).await
+}
+
+#[tokio::test]
+async fn the_cli_writes_json_lines_as_avro_and_prints_them_back_as_kcat_does() {
+    let url = registry_url().await;
+    let topic = TestTopic::create("avro-cli", 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let schema = dir.path().join("ride.avsc");
+    std::fs::write(&schema, RIDE_V1).unwrap();
+    let input = "{\"id\":1,\"zone\":\"JFK\",\"fare\":52.5}\n{\"id\":2,\"fare\":7}\n";
+    let schema_arg = schema.display().to_string();
+    let out = onceflow(
+        &[
+            "produce",
+            "-t",
+            &topic.name,
+            "--value-schema",
+            &schema_arg,
+            "-r",
+            url,
+        ],
+        input,
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = onceflow(
+        &[
+            "consume",
+            "-t",
+            &topic.name,
+            "-e",
+            "-s",
+            "value=avro",
+            "-r",
+            url,
+            "--format",
+            "value",
+        ],
+        "",
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            json!({"id": 1, "zone": {"string": "JFK"}, "fare": 52.5}),
+            json!({"id": 2, "zone": null, "fare": 7.0}),
+        ]
+    );
+    // The same records read by the library: the binary wrote the wire format.
+    let reader = AvroDeserializer::new(registry(&[]).await);
+    let raw = consume_all(&broker(), &topic, 2, &[]).await;
+    let first = reader
+        .deserialize(raw[0].value.as_ref().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(first.to_json().unwrap(), lines[0]);
+}
+
+#[tokio::test]
+async fn the_cli_names_a_line_that_does_not_fit_and_a_record_it_cannot_decode() {
+    let url = registry_url().await;
+    let topic = TestTopic::create("avro-cli-bad", 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let schema = dir.path().join("ride.avsc");
+    std::fs::write(&schema, RIDE_V1).unwrap();
+    let schema_arg = schema.display().to_string();
+    // Line 2 lacks a field without a default: the line is named, nothing after it is sent.
+    let input = "{\"id\":1,\"fare\":1}\n{\"id\":2}\n{\"id\":3,\"fare\":3}\n";
+    let out = onceflow(
+        &[
+            "produce",
+            "-t",
+            &topic.name,
+            "--value-schema",
+            &schema_arg,
+            "-r",
+            url,
+        ],
+        input,
+    )
+    .await;
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(
+        e.contains("line 2: the value") && e.contains("'fare' is missing"),
+        "{e}"
+    );
+    // A plain-text record after the Avro one: consume prints the first, then names the second.
+    let p = producer(&[]).await;
+    p.send(ProducerRecord::new(
+        topic.name.clone(),
+        Bytes::from_static(b"not avro"),
+    ))
+    .await
+    .unwrap();
+    p.close().await.unwrap();
+    let out = onceflow(
+        &[
+            "consume",
+            "-t",
+            &topic.name,
+            "-e",
+            "-s",
+            "value=avro",
+            "-r",
+            url,
+        ],
+        "",
+    )
+    .await;
+    assert!(!out.status.success());
+    assert_eq!(stdout(&out).lines().count(), 1, "{}", stdout(&out));
+    let e = stderr(&out);
+    assert!(
+        e.contains(&format!("{}-0 offset 1: the value", topic.name)) && e.contains("magic byte 0"),
+        "{e}"
+    );
+}

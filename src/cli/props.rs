@@ -108,7 +108,7 @@ impl Conn {
     pub fn without_registry_properties(&self) -> Result<Conn, ConfigError> {
         let mut props = Vec::new();
         for p in self.file_props()?.iter().chain(&self.props) {
-            if !super::schema::is_registry_property(&split_property(p)?.0) {
+            if !onceflow::schema::RegistryConfig::owns(&split_property(p)?.0) {
                 props.push(p.clone());
             }
         }

@@ -6,20 +6,6 @@ use super::props::Conn;
 use onceflow::schema::{AvroDeserializer, AvroSerializer, Part, RegistryConfig, SchemaRegistry};
 use serde_json::Value as Json;
 
-/// The registry's own properties: they go to the registry client, not to the Kafka client.
-/// (`default.api.timeout.ms` and the retry backoffs go to both.)
-pub fn is_registry_property(name: &str) -> bool {
-    name.starts_with("schema.registry.")
-        || name.starts_with("basic.auth.")
-        || matches!(
-            name,
-            "auto.register.schemas"
-                | "use.latest.version"
-                | "key.subject.name.strategy"
-                | "value.subject.name.strategy"
-        )
-}
-
 /// Properties both the Kafka client and the registry client take.
 fn shared(name: &str) -> bool {
     matches!(
@@ -44,7 +30,7 @@ impl RegistryArgs {
     pub fn registry(&self, conn: &Conn, needed: Option<&str>) -> Result<Option<SchemaRegistry>> {
         let mut props: Vec<(String, String)> = Vec::new();
         for (k, v) in conn.all_properties()? {
-            if is_registry_property(&k) || (shared(&k) && needed.is_some()) {
+            if RegistryConfig::owns(&k) || (shared(&k) && needed.is_some()) {
                 props.push((k, v));
             }
         }
@@ -52,7 +38,7 @@ impl RegistryArgs {
             props.push(("schema.registry.url".into(), url.clone()));
         }
         let Some(flag) = needed else {
-            if let Some((k, _)) = props.iter().find(|(k, _)| is_registry_property(k)) {
+            if let Some((k, _)) = props.iter().find(|(k, _)| RegistryConfig::owns(k)) {
                 let k = if k == "schema.registry.url" && self.url.is_some() {
                     "-r"
                 } else {

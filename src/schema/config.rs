@@ -175,6 +175,30 @@ impl RegistryConfig {
         Ok(true)
     }
 
+    /// Whether `name` is the registry's own property (not the Kafka client's): the
+    /// `schema.registry.*` and `basic.auth.*` settings and the serdes' settings. A tool that
+    /// reads one property list for both clients splits it with this; `default.api.timeout.ms`,
+    /// `retry.backoff.ms` and `retry.backoff.max.ms` are both clients'.
+    ///
+    /// # Examples
+    /// ```
+    /// use onceflow::schema::RegistryConfig;
+    /// assert!(RegistryConfig::owns("basic.auth.user.info"));
+    /// assert!(RegistryConfig::owns("auto.register.schemas"));
+    /// assert!(!RegistryConfig::owns("linger.ms"));
+    /// ```
+    pub fn owns(name: &str) -> bool {
+        name.starts_with("schema.registry.")
+            || name.starts_with("basic.auth.")
+            || matches!(
+                name,
+                "auto.register.schemas"
+                    | "use.latest.version"
+                    | "key.subject.name.strategy"
+                    | "value.subject.name.strategy"
+            )
+    }
+
     /// Checks the settings fit together.
     ///
     /// # Errors

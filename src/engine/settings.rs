@@ -24,6 +24,29 @@ pub enum Mode {
     Cluster,
 }
 
+/// What happens to an input record the job cannot process: not in the source's format, a
+/// tombstone, a `key_by` field or the window's time field missing
+/// (`settings.errors.tolerance`, Kafka Connect's name and values where they exist).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorTolerance {
+    /// `none` (the default): the job stops, naming the record (topic, partition, offset)
+    /// and the reason. Nothing after it is committed; fix the input or the job, and restart.
+    #[default]
+    None,
+    /// `skip`: the record is left out, counted (`records_skipped_total`) and logged with its
+    /// coordinates.
+    Skip,
+    /// `dead-letter`: the record, as it came, goes to the topic
+    /// `settings.errors.deadletterqueue.topic.name`, with headers naming its topic,
+    /// partition, offset and the reason, in the same transaction as the checkpoint's output
+    /// (exactly once, as that output is). Needs a Kafka sink.
+    DeadLetter {
+        /// The dead-letter topic.
+        topic: String,
+    },
+}
+
 /// A job's settings: how it runs, checkpoints and keeps its state. The job file's
 /// `[settings]` table and a typed job's [`JobBuilder`](crate::engine::dataflow::JobBuilder)
 /// setters fill one (from its defaults); its `check` holds the rules both
@@ -65,6 +88,8 @@ pub struct Settings {
     /// before it writes a table to disk (default fjall's, 64 MiB). Fixed when the state
     /// directory is created: a restore keeps the size the keyspaces were created with.
     pub state_memtable_bytes: Option<u64>,
+    /// `errors.tolerance` (default `none`) and `errors.deadletterqueue.topic.name`.
+    pub errors: ErrorTolerance,
 }
 
 /// The least `state.cache.bytes` and `state.memtable.bytes` (1 MiB): below it fjall flushes
@@ -111,15 +136,17 @@ impl Settings {
             state_dir: PathBuf::from("state").join(name),
             state_cache_bytes: None,
             state_memtable_bytes: None,
+            errors: ErrorTolerance::None,
         }
     }
 
-    /// Every rule the settings must keep, in the order a user meets them; `exactly_once` is
-    /// the sink's guarantee (the transaction timeout budget applies to it alone).
+    /// Every rule the settings must keep, in the order a user meets them; `sink` is what
+    /// the rules need to know of the sink.
     ///
     /// # Errors
     /// The first rule broken: the job file field and what to change.
-    pub(crate) fn check(&self, exactly_once: bool) -> Result<(), Invalid> {
+    pub(crate) fn check(&self, sink: SinkFacts) -> Result<(), Invalid> {
+        let exactly_once = sink.exactly_once;
         self.check_scale()?;
         for (value, field) in [
             (self.checkpoint_interval_ms, "settings.checkpoint.interval.ms"),
@@ -149,7 +176,29 @@ impl Settings {
                 ));
             }
         }
+        self.check_errors(sink)?;
         self.check_transaction_timeout(exactly_once)
+    }
+
+    /// `errors.*`: a dead-letter topic is named, and written in the Kafka sink's
+    /// transactions.
+    fn check_errors(&self, sink: SinkFacts) -> Result<(), Invalid> {
+        let ErrorTolerance::DeadLetter { topic } = &self.errors else {
+            return Ok(());
+        };
+        if topic.trim().is_empty() {
+            return Err(Invalid::new(
+                "settings.errors.deadletterqueue.topic.name",
+                "errors.tolerance = \"dead-letter\" needs the dead-letter topic: set errors.deadletterqueue.topic.name",
+            ));
+        }
+        if !sink.kafka {
+            return Err(Invalid::new(
+                "settings.errors.tolerance",
+                "\"dead-letter\" writes the records to a Kafka topic in the sink's transactions, and this job's sink is a file: use \"skip\" or \"none\", or a Kafka sink",
+            ));
+        }
+        Ok(())
     }
 
     /// `parallelism` and `key.groups`: at least one key group per task.
@@ -216,6 +265,16 @@ impl Settings {
     }
 }
 
+/// What the settings' rules need to know of the job's sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SinkFacts {
+    /// `sink.delivery.guarantee` is exactly-once (the transaction timeout budget applies to it
+    /// alone).
+    pub exactly_once: bool,
+    /// The sink is a Kafka topic (not files).
+    pub kafka: bool,
+}
+
 /// A settings rule broken: the job file field (`settings.key.groups`) and what to change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Invalid {
@@ -247,30 +306,42 @@ mod tests {
     /// The defaults pass every rule, exactly once or not; each broken rule names its field.
     #[test]
     fn each_rule_names_its_field() {
-        assert_eq!(Settings::defaults("j").check(true), Ok(()));
-        assert_eq!(Settings::defaults("j").check(false), Ok(()));
-        let cases: Vec<(&str, Settings, bool, &str, &str)> = vec![
-            ("no task", with(|s| s.parallelism = 0), true, "settings.parallelism", "at least 1"),
-            ("fewer key groups than tasks", with(|s| s.parallelism = 200), true, "settings.key.groups", "128 is out of range: give parallelism (200) to 32768"),
-            ("too many key groups", with(|s| s.key_groups = 40_000), true, "settings.key.groups", "out of range"),
-            ("no interval", with(|s| s.checkpoint_interval_ms = 0), true, "settings.checkpoint.interval.ms", "at least 1"),
-            ("no checkpoint timeout", with(|s| s.checkpoint_timeout_ms = 0), false, "settings.checkpoint.timeout.ms", "at least 1"),
-            ("nothing retained", with(|s| s.checkpoint_retained = 0), true, "settings.checkpoint.retained", "at least 1"),
-            ("no state directory", with(|s| s.state_dir = PathBuf::from(" ")), true, "settings.state.dir", "empty"),
-            ("a tiny cache", with(|s| s.state_cache_bytes = Some(4096)), true, "settings.state.cache.bytes", "4096 is too small"),
-            ("a tiny memtable", with(|s| s.state_memtable_bytes = Some(0)), true, "settings.state.memtable.bytes", "at least 1048576"),
-            ("the budget, exactly once", with(|s| { s.checkpoint_interval_ms = 10_000; s.transaction_timeout_ms = 30_000 }), true, "settings.transaction.timeout.ms", "30000 is below the 230000"),
-            ("cluster mode, at least once", with(|s| s.mode = Mode::Cluster), false, "settings.mode", "exactly-once only"),
-            ("cluster mode, a short timeout", with(|s| { s.mode = Mode::Cluster; s.transaction_timeout_ms = 999 }), true, "settings.transaction.timeout.ms", "too short for mode = \"cluster\""),
+        let kafka = |exactly_once| SinkFacts { exactly_once, kafka: true };
+        let file = SinkFacts { exactly_once: true, kafka: false };
+        assert_eq!(Settings::defaults("j").check(kafka(true)), Ok(()));
+        assert_eq!(Settings::defaults("j").check(kafka(false)), Ok(()));
+        assert_eq!(Settings::defaults("j").check(file), Ok(()));
+        let dead_letter = |topic: &str| ErrorTolerance::DeadLetter { topic: topic.into() };
+        let cases: Vec<(&str, Settings, SinkFacts, &str, &str)> = vec![
+            ("no task", with(|s| s.parallelism = 0), kafka(true), "settings.parallelism", "at least 1"),
+            ("fewer key groups than tasks", with(|s| s.parallelism = 200), kafka(true), "settings.key.groups", "128 is out of range: give parallelism (200) to 32768"),
+            ("too many key groups", with(|s| s.key_groups = 40_000), kafka(true), "settings.key.groups", "out of range"),
+            ("no interval", with(|s| s.checkpoint_interval_ms = 0), kafka(true), "settings.checkpoint.interval.ms", "at least 1"),
+            ("no checkpoint timeout", with(|s| s.checkpoint_timeout_ms = 0), kafka(false), "settings.checkpoint.timeout.ms", "at least 1"),
+            ("nothing retained", with(|s| s.checkpoint_retained = 0), kafka(true), "settings.checkpoint.retained", "at least 1"),
+            ("no state directory", with(|s| s.state_dir = PathBuf::from(" ")), kafka(true), "settings.state.dir", "empty"),
+            ("a tiny cache", with(|s| s.state_cache_bytes = Some(4096)), kafka(true), "settings.state.cache.bytes", "4096 is too small"),
+            ("a tiny memtable", with(|s| s.state_memtable_bytes = Some(0)), kafka(true), "settings.state.memtable.bytes", "at least 1048576"),
+            ("the budget, exactly once", with(|s| { s.checkpoint_interval_ms = 10_000; s.transaction_timeout_ms = 30_000 }), kafka(true), "settings.transaction.timeout.ms", "30000 is below the 230000"),
+            ("cluster mode, at least once", with(|s| s.mode = Mode::Cluster), kafka(false), "settings.mode", "exactly-once only"),
+            ("cluster mode, a short timeout", with(|s| { s.mode = Mode::Cluster; s.transaction_timeout_ms = 999 }), kafka(true), "settings.transaction.timeout.ms", "too short for mode = \"cluster\""),
+            ("skip is fine with a file sink", with(|s| s.errors = ErrorTolerance::Skip), file, "", ""),
+            ("a dead-letter topic unnamed", with(|s| s.errors = dead_letter(" ")), kafka(true), "settings.errors.deadletterqueue.topic.name", "needs the dead-letter topic"),
+            ("a dead-letter topic beside a file sink", with(|s| s.errors = dead_letter("dlq")), file, "settings.errors.tolerance", "this job's sink is a file"),
         ];
-        for (name, settings, exactly_once, field, part) in cases {
-            let e = settings.check(exactly_once).unwrap_err();
+        for (name, settings, sink, field, part) in cases {
+            if field.is_empty() {
+                assert_eq!(settings.check(sink), Ok(()), "{name}");
+                continue;
+            }
+            let e = settings.check(sink).unwrap_err();
             assert_eq!(e.field, field, "{name}: {}", e.message);
             assert!(e.message.contains(part), "{name}: {}", e.message);
             assert!(!e.message.contains('\n'), "{name}: one line");
         }
         // The budget is the exactly-once sink's: at least once, a short timeout is fine.
         let short = with(|s| { s.checkpoint_interval_ms = 10_000; s.transaction_timeout_ms = 30_000 });
-        assert_eq!(short.check(false), Ok(()));
+        assert_eq!(short.check(kafka(false)), Ok(()));
+        assert_eq!(with(|s| s.errors = dead_letter("dlq")).check(kafka(true)), Ok(()));
     }
 }

@@ -11,6 +11,7 @@ use toml::{Table, Value};
 
 use super::BuildError;
 use crate::engine::job::{DeliveryGuarantee, Job, JobError, Settings, StartPosition};
+use crate::engine::settings::SinkFacts;
 
 /// A typed job's settings, before its dataflow: every setter mirrors a job file field (its
 /// docs name it) and takes the job file's default when not called. Start the dataflow with
@@ -264,15 +265,16 @@ impl JobBuilder {
         }
         let text = toml::to_string(&root).map_err(|e| self.dataflow_error(e.to_string()))?;
         let mut job = Job::parse(&self.name, &text).map_err(|e| self.setting_error(e))?;
-        let exactly_once = job.sink.guarantee == DeliveryGuarantee::ExactlyOnce;
-        self.settings
-            .check(exactly_once)
-            .map_err(|e| BuildError::Setting {
-                job: self.name.clone(),
-                setter: setter_of(e.field),
-                field: e.field.to_owned(),
-                message: e.message,
-            })?;
+        let sink = SinkFacts {
+            exactly_once: job.sink.guarantee == DeliveryGuarantee::ExactlyOnce,
+            kafka: job.sink.file.is_none(),
+        };
+        self.settings.check(sink).map_err(|e| BuildError::Setting {
+            job: self.name.clone(),
+            setter: setter_of(e.field),
+            field: e.field.to_owned(),
+            message: e.message,
+        })?;
         job.settings = self.settings.clone();
         Ok(job)
     }

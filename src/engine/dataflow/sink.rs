@@ -83,6 +83,7 @@ impl<T> KafkaSink<T> {
             topic,
             key: self.key.as_ref().map(|k| k(t)),
             value: Bytes::from(value),
+            headers: Vec::new(),
         })
     }
 }
@@ -201,6 +202,7 @@ impl<T> FileSink<T> {
             topic,
             key: None,
             value: Bytes::from(value),
+            headers: Vec::new(),
         })
     }
 

@@ -75,6 +75,7 @@ impl Harness {
                     self.stage.process(&key, time, element, &mut out)?
                 }
                 Emitted::Out(o) => out.push(o),
+                Emitted::Bad { reason } => panic!("a bad record: {reason}"),
             }
         }
         Ok(out)
@@ -446,6 +447,7 @@ fn a_job_without_key_by_runs_its_chain_in_the_source_and_counts_each_operator() 
         .map(|e| match e {
             Emitted::Out(o) => (o.key, String::from_utf8(o.value.to_vec()).unwrap()),
             Emitted::Keyed { .. } => panic!("keyed without key_by"),
+            Emitted::Bad { reason } => panic!("a bad record: {reason}"),
         })
         .collect();
     assert_eq!(

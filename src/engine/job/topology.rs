@@ -10,7 +10,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::aggregate::{Accumulator, WindowAggregate};
-use super::batch::{stateless, Carried};
+use super::batch::{stateless, Carried, Dropped};
 use super::project::Key;
 use super::Operator;
 use crate::engine::metrics::{Metrics, OperatorCounter};
@@ -43,8 +43,11 @@ pub(crate) enum Prefixed {
         value: Value,
         input: Option<Input>,
     },
-    /// Filtered out or dropped (not JSON, no key, no event time).
-    Dropped,
+    /// A filter left it out.
+    Filtered,
+    /// The job cannot process it (not JSON, the key or the event time missing): the reason,
+    /// for the job's `errors.tolerance`.
+    Bad(String),
 }
 
 /// The stateless operators before the window (all of them without one), run in a source
@@ -54,8 +57,6 @@ pub(crate) struct Prefix {
     window: Option<WindowAggregate>,
     /// How many operators the job has (the counters cover them all).
     operators: usize,
-    /// Records dropped for not being JSON, a missing key or a missing event time.
-    pub dropped: u64,
     /// Per operator of the job file (by index), records in and out; empty: not observed.
     counters: Vec<Arc<OperatorCounter>>,
 }
@@ -83,7 +84,6 @@ impl Prefix {
             before: operators[..split.unwrap_or(operators.len())].to_vec(),
             window,
             operators: operators.len(),
-            dropped: 0,
             counters: Vec::new(),
         }
     }
@@ -105,9 +105,9 @@ impl Prefix {
 
     /// Runs one input record through the prefix.
     pub(crate) fn prefixed(&mut self, key: Option<Vec<u8>>, raw: &Bytes) -> Prefixed {
-        let Ok(value) = serde_json::from_slice::<Value>(raw) else {
-            self.dropped += 1;
-            return Prefixed::Dropped;
+        let value = match serde_json::from_slice::<Value>(raw) {
+            Ok(v) => v,
+            Err(e) => return Prefixed::Bad(format!("the value is not JSON ({e})")),
         };
         let input = self
             .window
@@ -115,11 +115,12 @@ impl Prefix {
             .and_then(|w| w.late_topic.as_ref())
             .map(|_| (key.clone(), raw.clone()));
         let before = counters_of(&self.counters, 0, self.before.len());
-        let Some((carried, value, changed)) =
-            counted(&self.before, before, Carried::Input(key), value)
-        else {
-            return Prefixed::Dropped;
-        };
+        let (carried, value, changed) =
+            match counted(&self.before, before, Carried::Input(key), value) {
+                Ok(c) => c,
+                Err(Dropped::Filtered) => return Prefixed::Filtered,
+                Err(Dropped::NoKey) => return Prefixed::Bad(self.no_key()),
+            };
         let Some(window) = self.window.as_ref() else {
             // Unchanged records go out as they came (bytes and all).
             let value = if changed {
@@ -131,18 +132,22 @@ impl Prefix {
                 topic: None,
                 key: carried.kafka_key(),
                 value,
+                headers: Vec::new(),
             });
         };
         if let Some(c) = self.counters.get(self.before.len()) {
             c.record_in();
         }
         let Carried::Keyed(key) = carried else {
-            self.dropped += 1;
-            return Prefixed::Dropped;
+            return Prefixed::Bad(
+                "the record has no key for the window (no key_by before it)".into(),
+            );
         };
         let Some(time) = window.event_time(&value) else {
-            self.dropped += 1;
-            return Prefixed::Dropped;
+            return Prefixed::Bad(format!(
+                "the window's time field {} is missing or not an integer (ms since the epoch)",
+                window.time
+            ));
         };
         Prefixed::Keyed {
             key,
@@ -150,6 +155,18 @@ impl Prefix {
             value,
             input,
         }
+    }
+
+    /// Why a record has no key: the `key_by` field it lacks.
+    fn no_key(&self) -> String {
+        let field = self.before.iter().rev().find_map(|op| match op {
+            Operator::KeyBy(k) => Some(k.field.to_string()),
+            _ => None,
+        });
+        format!(
+            "the key_by field {} is missing or null",
+            field.unwrap_or_default()
+        )
     }
 }
 
@@ -259,6 +276,7 @@ impl WindowStage {
                     topic: Some(topic.clone()),
                     key: k,
                     value: raw,
+                    headers: Vec::new(),
                 });
             }
         }
@@ -301,12 +319,14 @@ impl WindowStage {
         let after = counters_of(&self.counters, self.at + 1, self.after.len());
         let mut out = Vec::new();
         for (key, result) in results {
-            if let Some((carried, v, _)) = counted(&self.after, after, Carried::Keyed(key), result)
-            {
+            // A filter after the window leaves results out; a key_by after it re-keys the
+            // result records, which carry the fields the aggregate writes.
+            if let Ok((carried, v, _)) = counted(&self.after, after, Carried::Keyed(key), result) {
                 out.push(Output {
                     topic: None,
                     key: carried.kafka_key(),
                     value: Bytes::from(v.to_string()),
+                    headers: Vec::new(),
                 });
             }
         }
@@ -321,18 +341,18 @@ fn counted(
     counters: &[Arc<OperatorCounter>],
     carried: Carried,
     value: Value,
-) -> Option<(Carried, Value, bool)> {
+) -> Result<(Carried, Value, bool), Dropped> {
     if counters.len() != ops.len() {
-        return stateless(ops, carried, value).ok();
+        return stateless(ops, carried, value);
     }
     let (mut carried, mut value, mut changed) = (carried, value, false);
     for (op, counter) in ops.iter().zip(counters) {
         counter.record_in();
-        let (c, v, projected) = stateless(std::slice::from_ref(op), carried, value).ok()?;
+        let (c, v, projected) = stateless(std::slice::from_ref(op), carried, value)?;
         counter.records_out(1);
         (carried, value, changed) = (c, v, changed || projected);
     }
-    Some((carried, value, changed))
+    Ok((carried, value, changed))
 }
 
 /// The job file's operators as the runtime runs them: the stateless prefix in each source
@@ -454,7 +474,12 @@ fn take_chunk<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
 
 impl SourceChain for Prefix {
     fn process(&mut self, record: &InputRecord<'_>, out: &mut Vec<Emitted>) -> Option<i64> {
-        let raw = record.value?;
+        let Some(raw) = record.value else {
+            out.push(Emitted::Bad {
+                reason: "a tombstone (the record has no value)".into(),
+            });
+            return None;
+        };
         match self.prefixed(record.key.map(|k| k.to_vec()), raw) {
             Prefixed::Out(o) => {
                 out.push(Emitted::Out(o));
@@ -473,7 +498,11 @@ impl SourceChain for Prefix {
                 });
                 Some(time)
             }
-            Prefixed::Dropped => self.input_time(raw),
+            Prefixed::Filtered => self.input_time(raw),
+            Prefixed::Bad(reason) => {
+                out.push(Emitted::Bad { reason });
+                self.input_time(raw)
+            }
         }
     }
 }
@@ -593,6 +622,57 @@ mod tests {
             .map(|o| (o.records_in, o.records_out))
             .collect();
         assert_eq!(counts, [(3, 2), (2, 1), (1, 1)]);
+    }
+
+    /// What the prefix cannot process is reported with its reason (for errors.tolerance),
+    /// never dropped unseen; what a filter leaves out is not.
+    #[test]
+    fn records_the_prefix_cannot_process_are_bad_with_a_reason() {
+        let text = "name = \"c\"\n[source]\nbrokers = \"b:9092\"\ntopics = [\"i\"]\n\
+            [[pipeline]]\nfilter = { field = \"v\", op = \">\", value = 1 }\n\
+            [[pipeline]]\nkey_by = \"driver.id\"\n\
+            [[pipeline]]\nwindow.tumbling = \"1s\"\nwindow.time = \"t\"\nwindow.out_of_orderness = \"1s\"\n\
+            [[pipeline]]\naggregate.n = \"count\"\n\
+            [sink]\ntopic = \"o\"\ndelivery.guarantee = \"none\"\n";
+        let job = crate::engine::job::Job::parse("t.toml", text).expect("job");
+        let mut p = Prefix::new(&job.pipeline);
+        #[rustfmt::skip]
+        let cases: [(Option<&str>, Option<&str>); 6] = [
+            (Some(r#"{"v":5,"driver":{"id":1},"t":7}"#), None),
+            (Some(r#"{"v":0,"driver":{"id":1},"t":7}"#), None),
+            (Some("not json"),                           Some("the value is not JSON (expected ident at line 1 column 2)")),
+            (None,                                       Some("a tombstone (the record has no value)")),
+            (Some(r#"{"v":5,"t":7}"#),                   Some("the key_by field driver.id is missing or null")),
+            (Some(r#"{"v":5,"driver":{"id":1},"t":"x"}"#), Some("the window's time field t is missing or not an integer")),
+        ];
+        for (value, want) in cases {
+            let bytes = value.map(|v| Bytes::from(v.to_owned()));
+            let record = InputRecord {
+                topic: "i",
+                partition: 0,
+                offset: 0,
+                timestamp: 0,
+                key: None,
+                value: bytes.as_ref(),
+            };
+            let mut out = Vec::new();
+            p.process(&record, &mut out);
+            let bad: Vec<&str> = out
+                .iter()
+                .filter_map(|e| match e {
+                    Emitted::Bad { reason } => Some(reason.as_str()),
+                    _ => None,
+                })
+                .collect();
+            match want {
+                None => assert!(bad.is_empty(), "{value:?}: {bad:?}"),
+                Some(w) => {
+                    assert_eq!(bad.len(), 1, "{value:?}");
+                    assert!(bad[0].starts_with(w), "{value:?}: {}", bad[0]);
+                    assert_eq!(out.len(), 1, "nothing else for a bad record");
+                }
+            }
+        }
     }
 
     #[test]
@@ -816,6 +896,7 @@ mod tests {
                     topic: Some("side".into()),
                     key: Some(b"b".to_vec()),
                     value: Bytes::from("{\"k\": \"b\", \"t\": 20}"),
+                    headers: Vec::new(),
                 }],
                 false => Vec::new(),
             };

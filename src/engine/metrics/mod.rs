@@ -39,6 +39,8 @@ pub struct Metrics {
     records_in: AtomicU64,
     records_out: AtomicU64,
     late: AtomicU64,
+    skipped: AtomicU64,
+    dead_lettered: AtomicU64,
     completed: AtomicU64,
     failed: AtomicU64,
     duration: Histogram,
@@ -116,6 +118,8 @@ impl Metrics {
             records_in: AtomicU64::new(0),
             records_out: AtomicU64::new(0),
             late: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             duration: Histogram::default(),
@@ -154,6 +158,17 @@ impl Metrics {
     /// passed: left out of the aggregate (and written to the late topic, if the job has one).
     pub fn late_record(&self) {
         self.late.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An input record the job cannot process was left out (`errors.tolerance = "skip"`).
+    pub fn record_skipped(&self) {
+        self.skipped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An input record the job cannot process went to the dead-letter topic
+    /// (`errors.tolerance = "dead-letter"`).
+    pub fn record_dead_lettered(&self) {
+        self.dead_lettered.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The coordinator injected checkpoint `id`'s barrier (the checkpoint's start).
@@ -299,6 +314,8 @@ impl Metrics {
             records_in: load(&self.records_in),
             records_out: load(&self.records_out),
             late_records: load(&self.late),
+            skipped_records: load(&self.skipped),
+            dead_lettered_records: load(&self.dead_lettered),
             operators,
             checkpoints_completed: load(&self.completed),
             checkpoints_failed: load(&self.failed),
@@ -344,6 +361,10 @@ pub struct Snapshot {
     pub records_out: u64,
     /// Late records left out of a window's aggregate.
     pub late_records: u64,
+    /// Input records the job could not process, left out (`errors.tolerance = "skip"`).
+    pub skipped_records: u64,
+    /// Input records the job could not process, written to the dead-letter topic.
+    pub dead_lettered_records: u64,
     /// Per operator of the pipeline, in order.
     pub operators: Vec<OperatorSnapshot>,
     /// Checkpoints completed (durable).

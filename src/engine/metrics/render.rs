@@ -35,7 +35,7 @@ pub fn render(s: &Snapshot) -> String {
 /// A family of one sample: name (without the prefix), type, help, value.
 type One = (&'static str, &'static str, &'static str, Num);
 
-fn records(s: &Snapshot) -> [One; 3] {
+fn records(s: &Snapshot) -> [One; 5] {
     [
         (
             "source_records_total",
@@ -54,6 +54,18 @@ fn records(s: &Snapshot) -> [One; 3] {
             "counter",
             "Records a window took after their windows fired and their allowed lateness passed: left out of the aggregate (and written to the late topic, if any).",
             Num::U(s.late_records),
+        ),
+        (
+            "skipped_records_total",
+            "counter",
+            "Input records the job could not process (not in the source's format, a tombstone, a key or event time missing), left out by errors.tolerance = \"skip\"; each is logged with its topic, partition and offset.",
+            Num::U(s.skipped_records),
+        ),
+        (
+            "dead_lettered_records_total",
+            "counter",
+            "Input records the job could not process, written to the dead-letter topic (errors.tolerance = \"dead-letter\") in the checkpoint's transaction.",
+            Num::U(s.dead_lettered_records),
         ),
     ]
 }

@@ -43,6 +43,10 @@ pub enum RuntimeError {
         /// The function's error.
         message: String,
     },
+    /// An input record the job cannot process, with `errors.tolerance = "none"`: the job
+    /// stops before anything after the record is committed.
+    #[error("{0}")]
+    BadRecord(String),
     /// An invariant of the runtime broke (a bug): the message says which.
     #[error("internal error: {0}")]
     Internal(String),

@@ -44,6 +44,7 @@
 //! `checkpoint.timeout.ms`, then the job stops with an error rather than risk a record's output
 //! landing after its barrier.
 
+mod bad_record;
 mod cluster;
 mod connect;
 mod error;

@@ -34,6 +34,8 @@ pub(crate) struct Output {
     pub topic: Option<String>,
     pub key: Option<Vec<u8>>,
     pub value: Bytes,
+    /// Record headers (a dead-letter record's reasons; empty otherwise).
+    pub headers: Vec<crate::client::Header>,
 }
 
 impl Output {
@@ -42,6 +44,7 @@ impl Output {
         let topic = self.topic.unwrap_or_else(|| sink_topic.to_owned());
         let mut r = crate::client::ProducerRecord::new(topic, self.value);
         r.key = self.key.map(Into::into);
+        r.headers = self.headers;
         r
     }
 }
@@ -64,6 +67,12 @@ pub(crate) struct InputRecord<'a> {
 
 /// What a source chain made of an input record.
 pub(crate) enum Emitted {
+    /// The record cannot be processed (not in the source's format, a tombstone, a field the
+    /// job needs missing): the job's `errors.tolerance` decides (`runtime::bad_record`).
+    Bad {
+        /// Why, in one line: what is wrong with the record.
+        reason: String,
+    },
     /// To the sink (a job without a key exchange).
     Out(Output),
     /// To the key exchange: the key's canonical bytes (they pick the key group), the event

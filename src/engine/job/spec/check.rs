@@ -36,7 +36,11 @@ pub(super) fn check(loc: &Locator<'_>, raw: RawJob) -> Result<Job, JobError> {
     let sink = check_sink(loc, raw_sink)?;
     check_ends(loc, &source, &pipeline, &sink, &sink_span)?;
     let mode_span = raw.settings.mode.as_ref().map_or(0..0, |m| m.span());
-    let settings = check_settings(loc, &name, sink.guarantee, raw.settings)?;
+    let facts = SinkFacts {
+        exactly_once: sink.guarantee == DeliveryGuarantee::ExactlyOnce,
+        kafka: sink.file.is_none(),
+    };
+    let settings = check_settings(loc, &name, facts, raw.settings)?;
     if settings.mode == Mode::Cluster {
         let refused = if source.file.is_some() || sink.file.is_some() {
             Some("mode = \"cluster\" reads and writes Kafka only: a file source or sink runs with mode = \"local\"")

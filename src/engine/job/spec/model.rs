@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use crate::engine::job::aggregate::WindowAggregate;
 use crate::engine::job::filter::Predicate;
 use crate::engine::job::project::{KeyBy, Projection};
-pub use crate::engine::settings::{Mode, Settings};
+pub(crate) use crate::engine::settings::SinkFacts;
+pub use crate::engine::settings::{ErrorTolerance, Mode, Settings};
 
 /// A checked job file.
 #[derive(Debug, Clone, PartialEq)]

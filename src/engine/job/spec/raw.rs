@@ -203,6 +203,27 @@ pub(super) struct RawSettings {
     pub(super) transaction: Option<RawTransaction>,
     pub(super) restart: Option<RawRestart>,
     pub(super) state: Option<RawState>,
+    pub(super) errors: Option<RawErrors>,
+}
+
+/// `errors.tolerance`, `errors.deadletterqueue.topic.name`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawErrors {
+    pub(super) tolerance: Option<Spanned<String>>,
+    pub(super) deadletterqueue: Option<RawDeadLetterQueue>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDeadLetterQueue {
+    pub(super) topic: RawTopicName,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTopicName {
+    pub(super) name: Spanned<String>,
 }
 
 #[derive(serde::Deserialize)]

@@ -13,7 +13,7 @@ use super::raw::*;
 pub(super) fn check_settings(
     loc: &Locator<'_>,
     name: &str,
-    guarantee: DeliveryGuarantee,
+    sink: SinkFacts,
     raw: RawSettings,
 ) -> Result<Settings, JobError> {
     let mut s = Settings::defaults(name);
@@ -55,18 +55,18 @@ pub(super) fn check_settings(
         s.state_cache_bytes = state.cache.map(|c| *c.bytes.get_ref());
         s.state_memtable_bytes = state.memtable.map(|m| *m.bytes.get_ref());
     }
-    s.check(guarantee == DeliveryGuarantee::ExactlyOnce)
-        .map_err(|e| {
-            // A rule on a value the file leaves at its default is shown at the value that
-            // made it fail: the parallelism beyond the default key groups, the interval a
-            // default transaction timeout cannot hold.
-            let near: &[&str] = match e.field {
-                "settings.key.groups" => &["settings.parallelism"],
-                "settings.transaction.timeout.ms" => &["settings.checkpoint.interval.ms"],
-                _ => &[],
-            };
-            loc.at_field(e.field, near, e.message)
-        })?;
+    s.errors = check_errors(loc, raw.errors.as_ref())?;
+    s.check(sink).map_err(|e| {
+        // A rule on a value the file leaves at its default is shown at the value that
+        // made it fail: the parallelism beyond the default key groups, the interval a
+        // default transaction timeout cannot hold.
+        let near: &[&str] = match e.field {
+            "settings.key.groups" => &["settings.parallelism"],
+            "settings.transaction.timeout.ms" => &["settings.checkpoint.interval.ms"],
+            _ => &[],
+        };
+        loc.at_field(e.field, near, e.message)
+    })?;
     Ok(s)
 }
 
@@ -81,4 +81,45 @@ fn check_mode(loc: &Locator<'_>, raw: &RawSettings) -> Result<Mode, JobError> {
             format!("unknown mode {other:?}: use \"local\" (one process) or \"cluster\" (several processes in one consumer group)"),
         )),
     }
+}
+
+/// `settings.errors.tolerance` (`none`, `skip`, `dead-letter`) and
+/// `settings.errors.deadletterqueue.topic.name`.
+fn check_errors(loc: &Locator<'_>, raw: Option<&RawErrors>) -> Result<ErrorTolerance, JobError> {
+    let Some(raw) = raw else {
+        return Ok(ErrorTolerance::None);
+    };
+    let topic = raw
+        .deadletterqueue
+        .as_ref()
+        .map(|d| (d.topic.name.get_ref().clone(), d.topic.name.span()));
+    let tolerance = raw
+        .tolerance
+        .as_ref()
+        .map(|t| (t.get_ref().as_str(), t.span()));
+    let tolerance = match tolerance {
+        None | Some(("none", _)) => ErrorTolerance::None,
+        Some(("skip", _)) => ErrorTolerance::Skip,
+        Some(("dead-letter", _)) => ErrorTolerance::DeadLetter {
+            topic: topic.as_ref().map(|t| t.0.clone()).unwrap_or_default(),
+        },
+        Some((other, span)) => {
+            return Err(loc.at(
+                &span,
+                Some("settings.errors.tolerance"),
+                format!("unknown tolerance {other:?}: use \"none\" (the job stops at a record it cannot process), \"skip\" (counted and logged) or \"dead-letter\" (written to errors.deadletterqueue.topic.name)"),
+            ))
+        }
+    };
+    if let (Some((_, span)), false) = (
+        &topic,
+        matches!(tolerance, ErrorTolerance::DeadLetter { .. }),
+    ) {
+        return Err(loc.at(
+            span,
+            Some("settings.errors.deadletterqueue.topic.name"),
+            "a dead-letter topic is set, but errors.tolerance is not \"dead-letter\": set errors.tolerance = \"dead-letter\", or drop the topic".to_owned(),
+        ));
+    }
+    Ok(tolerance)
 }

@@ -112,6 +112,7 @@ fn defaults_of_a_minimal_job() {
             state_dir: PathBuf::from("state/x"),
             state_cache_bytes: None,
             state_memtable_bytes: None,
+            errors: ErrorTolerance::None,
         }
     );
     let job = Job::parse(
@@ -824,6 +825,66 @@ fn cluster_mode_takes_a_short_transaction_timeout_and_refuses_what_it_cannot_run
             format!("name = \"x\"\n[source]\nbrokers = \"b:9092\"\ntopics = [\"in\"]\nstart = \"latest\"\n{SINK}[settings]\nmode = \"cluster\"\n"),
             "settings.mode",
             "remove source.start = \"latest\"",
+        ),
+    ];
+    for (text, field, part) in cases {
+        let (_, got_field, message) = invalid(&text);
+        assert_eq!(got_field, field, "{message}\n--- in:\n{text}");
+        assert!(message.contains(part), "{message} (wanted {part:?})");
+    }
+}
+
+#[test]
+fn error_tolerance_is_read_from_settings_and_its_mistakes_are_placed() {
+    let tolerance = |settings: &str| {
+        Job::parse("m.toml", &format!("{HEAD}{SINK}[settings]\n{settings}"))
+            .unwrap()
+            .settings
+            .errors
+    };
+    assert_eq!(tolerance(""), ErrorTolerance::None);
+    assert_eq!(
+        tolerance("errors.tolerance = \"none\"\n"),
+        ErrorTolerance::None
+    );
+    assert_eq!(
+        tolerance("errors.tolerance = \"skip\"\n"),
+        ErrorTolerance::Skip
+    );
+    assert_eq!(
+        tolerance(
+            "errors.tolerance = \"dead-letter\"\nerrors.deadletterqueue.topic.name = \"in-dlq\"\n"
+        ),
+        ErrorTolerance::DeadLetter {
+            topic: "in-dlq".into()
+        }
+    );
+    let file_sink = "[sink]\ntype = \"file\"\npath = \"out\"\n";
+    let cases = [
+        (
+            format!("{HEAD}{SINK}[settings]\nerrors.tolerance = \"all\"\n"),
+            "settings.errors.tolerance",
+            "unknown tolerance \"all\": use \"none\"",
+        ),
+        (
+            format!("{HEAD}{SINK}[settings]\nerrors.tolerance = \"dead-letter\"\n"),
+            "settings.errors.deadletterqueue.topic.name",
+            "needs the dead-letter topic",
+        ),
+        (
+            format!("{HEAD}{SINK}[settings]\nerrors.deadletterqueue.topic.name = \"in-dlq\"\n"),
+            "settings.errors.deadletterqueue.topic.name",
+            "errors.tolerance is not \"dead-letter\"",
+        ),
+        (
+            format!("{HEAD}{file_sink}[settings]\nerrors.tolerance = \"dead-letter\"\nerrors.deadletterqueue.topic.name = \"in-dlq\"\n"),
+            "settings.errors.tolerance",
+            "this job's sink is a file",
+        ),
+        (
+            format!("{HEAD}{SINK}[settings]\nerrors.retries = 3\n"),
+            "settings.errors.retries",
+            "unknown field `retries`, expected `tolerance` or `deadletterqueue`",
         ),
     ];
     for (text, field, part) in cases {

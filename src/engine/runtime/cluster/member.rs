@@ -55,6 +55,7 @@ use crate::engine::state::{
 };
 use crate::engine::time::{InputWatermarks, Watermark};
 
+use super::super::bad_record;
 use super::super::hook;
 use super::super::idle::{IdleTimer, IDLE_AFTER};
 use super::super::topology::Output;
@@ -402,6 +403,15 @@ impl Worker {
         for e in out {
             match e {
                 Emitted::Out(o) => self.send_outputs(vec![o]).await?,
+                Emitted::Bad { reason } => {
+                    let tolerance = &self.plan.job.settings.errors;
+                    let dead_letter =
+                        bad_record::settle(tolerance, &input, &reason, &self.plan.metrics)
+                            .map_err(Exit::fatal)?;
+                    if let Some(o) = dead_letter {
+                        self.send_outputs(vec![o]).await?;
+                    }
+                }
                 Emitted::Keyed { key, time, element } => {
                     let bytes = self.plan.topology.encode_element(&element).ok_or_else(|| {
                         Exit::fatal(RuntimeError::Unsupported(

@@ -135,6 +135,7 @@ impl KeyedSubtask {
                 self.stage.process(&key, time, element, &mut out)?;
                 self.sink.write(out).await?;
             }
+            Data::Output(out) => self.sink.write(vec![out]).await?,
             Data::Watermark(w) => {
                 let input = u32::try_from(input).unwrap_or(u32::MAX);
                 let before = self.watermarks.current();

@@ -158,6 +158,7 @@ pub(crate) async fn launch(
             input_kind,
             chain: plan.topology.source_chain(&plan.metrics),
             emitted: Vec::new(),
+            errors: plan.job.settings.errors.clone(),
             metrics: plan.metrics.clone(),
             downstream,
             positions: own,

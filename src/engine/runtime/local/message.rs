@@ -6,7 +6,7 @@
 use std::sync::atomic::AtomicU64;
 
 use crate::engine::checkpoint::{CheckpointId, CommitOutcome, Positions, TaskId};
-use crate::engine::runtime::topology::Element;
+use crate::engine::runtime::topology::{Element, Output};
 use crate::engine::runtime::RuntimeError;
 use crate::engine::sink::PreparedOutput;
 use crate::engine::state::FrozenDelta;
@@ -25,6 +25,9 @@ pub(crate) enum Data {
         time: i64,
         element: Element,
     },
+    /// An output made by the source chain itself (a dead-letter record), for the keyed
+    /// subtask's sink as it is.
+    Output(Output),
     /// The source subtask's watermark advanced to this.
     Watermark(i64),
     /// Every partition of the source subtask has been caught up (idle) as of this instant:

@@ -22,12 +22,14 @@ use crate::client::{Admin, Consumer, ConsumerRecord, Offset, TopicPartition};
 use crate::engine::checkpoint::{CheckpointId, Positions, TaskId};
 use crate::engine::file_source::{FileRecord, FileSource, Next};
 use crate::engine::metrics::Metrics;
+use crate::engine::runtime::bad_record;
 use crate::engine::runtime::hook::{self, Protection};
 use crate::engine::runtime::idle::{IdleTimer, IDLE_AFTER};
 use crate::engine::runtime::observe;
 use crate::engine::runtime::routing::{owner_of, subtask_of};
 use crate::engine::runtime::topology::{Emitted, InputRecord, SourceChain};
 use crate::engine::runtime::RuntimeError;
+use crate::engine::settings::ErrorTolerance;
 use crate::engine::state::key_group;
 use crate::engine::time::{InputWatermarks, Watermark};
 
@@ -199,6 +201,8 @@ pub(crate) struct SourceSubtask {
     pub chain: Box<dyn SourceChain>,
     /// What the chain emitted for the record at hand (kept, so it allocates once).
     pub emitted: Vec<Emitted>,
+    /// `errors.tolerance`: what a record the chain cannot process becomes.
+    pub errors: ErrorTolerance,
     pub downstream: Downstream,
     /// Per partition: the next offset to fetch after the records processed so far.
     pub positions: Positions,
@@ -417,7 +421,11 @@ impl SourceSubtask {
         self.metrics.record_in();
         let mut emitted = std::mem::take(&mut self.emitted);
         let time = self.chain.process(input, &mut emitted);
-        let sent = self.send(&mut emitted).await;
+        let settled = self.settle_bad(input, &mut emitted);
+        let sent = match settled {
+            Ok(()) => self.send(&mut emitted).await,
+            Err(e) => Err(e),
+        };
         self.emitted = emitted;
         sent?;
         // The watermark follows every record's event time, also of those the chain drops (as
@@ -429,6 +437,33 @@ impl SourceSubtask {
         if let Some(w) = advanced {
             broadcast(&self.downstream, || Data::Watermark(w)).await?;
         }
+        Ok(())
+    }
+
+    /// Records the chain could not process, as `errors.tolerance` says: the job stops, or
+    /// they are left out (counted, logged), or they become dead-letter outputs in place.
+    fn settle_bad(
+        &mut self,
+        input: &InputRecord<'_>,
+        emitted: &mut Vec<Emitted>,
+    ) -> Result<(), RuntimeError> {
+        if !emitted.iter().any(|e| matches!(e, Emitted::Bad { .. })) {
+            return Ok(());
+        }
+        let mut settled = Vec::with_capacity(emitted.len());
+        for e in emitted.drain(..) {
+            match e {
+                Emitted::Bad { reason } => {
+                    if let Some(out) =
+                        bad_record::settle(&self.errors, input, &reason, &self.metrics)?
+                    {
+                        settled.push(Emitted::Out(out));
+                    }
+                }
+                other => settled.push(other),
+            }
+        }
+        *emitted = settled;
         Ok(())
     }
 
@@ -449,6 +484,14 @@ impl SourceSubtask {
                     ch.send(Data::Record { key, time, element })
                         .await
                         .map_err(|_| gone(i))?;
+                }
+                // An output of the source chain itself (a dead-letter record) in a keyed
+                // job: the sinks are the keyed subtasks'; this subtask's own channel index
+                // carries it, in order with the barriers, into the same checkpoint.
+                (Emitted::Out(out), Downstream::Keyed { channels, .. }) => {
+                    let i = self.index % channels.len().max(1);
+                    let ch = channels.get(i).ok_or_else(|| gone(i))?;
+                    ch.send(Data::Output(out)).await.map_err(|_| gone(i))?;
                 }
                 _ => {
                     return Err(RuntimeError::Internal(

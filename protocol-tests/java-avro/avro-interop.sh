@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs the Java Avro interop peer (Apicurio Registry's Kafka Avro serde 3.1.7 + Apache Kafka client
+# 4.1.1), building it first if needed.
+#
+#   protocol-tests/java-avro/avro-interop.sh produce --bootstrap B --registry URL --topic T --schema F.avsc
+#   protocol-tests/java-avro/avro-interop.sh consume --bootstrap B --registry URL --topic T --count N [--reader-schema F.avsc]
+#   protocol-tests/java-avro/avro-interop.sh encode  --registry URL --subject S --schema F.avsc
+#   protocol-tests/java-avro/avro-interop.sh --help
+#   protocol-tests/java-avro/avro-interop.sh build    # only (re)build target/avro-interop.jar
+#
+# The jar is rebuilt when pom.xml or any source file is newer than it. Builds are serialized with
+# flock, so tests may call this concurrently. Diagnostics go to stderr; stdout carries only data.
+# AVRO_INTEROP_JAVA_OPTS overrides the JVM options (default: small heap, fast start).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+jar=$here/target/avro-interop.jar
+
+needs_build() {
+  [ -f "$jar" ] && [ -d "$here/target/lib" ] || return 0
+  [ -n "$(find "$here/pom.xml" "$here/src" -newer "$jar" -print -quit)" ]
+}
+
+build() {
+  command -v mvn >/dev/null || { echo "avro-interop.sh: mvn not found (apt-get install maven)" >&2; exit 1; }
+  mkdir -p "$here/target"
+  local log=$here/target/build.log
+  # A stale lib/ would keep jars of an older dependency set on the manifest's Class-Path.
+  rm -rf "$here/target/lib"
+  if ! mvn -q -B -f "$here/pom.xml" package >"$log" 2>&1; then
+    tail -40 "$log" >&2
+    echo "avro-interop.sh: build failed (full log: $log)" >&2
+    exit 1
+  fi
+  touch "$jar"
+}
+
+ensure_built() {
+  needs_build || return 0
+  mkdir -p "$here/target"
+  if command -v flock >/dev/null; then
+    exec 9>"$here/target/.build.lock"
+    flock 9
+    if needs_build; then build; fi
+    flock -u 9
+    exec 9>&-
+  else
+    build
+  fi
+}
+
+ensure_built
+if [ "${1:-}" = build ]; then echo "$jar"; exit 0; fi
+# shellcheck disable=SC2086
+exec java ${AVRO_INTEROP_JAVA_OPTS:--Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1} -jar "$jar" "$@"

@@ -17,7 +17,7 @@ const RIDES: &str = "1000";
 const DEADLINE: Duration = Duration::from_secs(180);
 
 /// A port nobody listens on now (the child binds it right after).
-fn free_addr() -> SocketAddr {
+pub(crate) fn free_addr() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap()
 }
@@ -38,7 +38,7 @@ async fn get(addr: SocketAddr, path: &str) -> Option<(String, String)> {
 }
 
 /// The samples of a scrape: `name{labels}` → value.
-fn samples(body: &str) -> BTreeMap<String, f64> {
+pub(crate) fn samples(body: &str) -> BTreeMap<String, f64> {
     body.lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .map(|l| {
@@ -54,7 +54,7 @@ fn value(s: &BTreeMap<String, f64>, name: &str) -> f64 {
 }
 
 /// Scrapes until `done` holds for the samples; returns them.
-async fn scrape_until(
+pub(crate) async fn scrape_until(
     addr: SocketAddr,
     child: &mut Child,
     log: &std::path::Path,

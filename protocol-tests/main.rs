@@ -21,6 +21,7 @@ mod engine_changelog;
 mod engine_chaos;
 mod engine_cluster_chaos;
 mod engine_dataflow;
+mod engine_errors;
 mod engine_features;
 mod engine_files;
 mod engine_handover;

@@ -167,7 +167,7 @@ public final class Main {
 
   /** stdin lines (blank ones skipped) decoded with JsonDecoder against the schema. */
   static List<Object> readJsonValues(Schema schema) throws IOException {
-    GenericDatumReader<Object> reader = new GenericDatumReader<>(schema);
+    GenericDatumReader<Object> reader = new OrderedGenericDatumReader<>(schema);
     BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
     List<Object> out = new ArrayList<>();
     String line;

@@ -3,14 +3,14 @@ package onceflow.avro;
 import io.apicurio.registry.serde.avro.AvroSerdeConfig;
 import io.apicurio.registry.serde.avro.DefaultAvroDatumProvider;
 import org.apache.avro.Schema;
-import org.apache.avro.generic.GenericDatumReader;
 import org.apache.avro.io.DatumReader;
 
 /**
  * The serde's default datum provider (GenericDatumReader/Writer, no logical-type conversions),
  * except that reading resolves the writer schema (the one the registry returns for the id in the
- * bytes) to the --reader-schema when one is given, as Avro schema resolution does. It also notes
- * the schema the last value was read with, so that Main can print it with JsonEncoder.
+ * bytes) to the --reader-schema when one is given, as Avro schema resolution does, and keeps map
+ * entries in wire order (OrderedGenericDatumReader). It also notes the schema the last value was
+ * read with, so that Main can print it with JsonEncoder.
  */
 public final class ReaderSchemaDatumProvider<T> extends DefaultAvroDatumProvider<T> {
   /** The schema of the value read last (the reader schema if any, else the writer's). */
@@ -29,6 +29,6 @@ public final class ReaderSchemaDatumProvider<T> extends DefaultAvroDatumProvider
   public DatumReader<T> createDatumReader(Schema writerSchema) {
     Schema reader = readerSchema != null ? readerSchema : writerSchema;
     lastSchema = reader;
-    return new GenericDatumReader<>(writerSchema, reader);
+    return new OrderedGenericDatumReader<>(writerSchema, reader);
   }
 }

@@ -249,7 +249,8 @@ async fn dead_letters_go_to_their_topic_with_headers_exactly_once_across_a_sigki
     ids.sort_unstable();
     let want: Vec<u64> = (0..120).filter(|i| *i != 30 && *i != 90).collect();
     assert_eq!(ids, want, "every good ride once");
-    let got: Vec<(Option<Vec<u8>>, BTreeMap<String, String>)> = committed(&dlq)
+    type Letter = (Option<Vec<u8>>, BTreeMap<String, String>);
+    let got: Vec<Letter> = committed(&dlq)
         .await
         .into_iter()
         .map(|r| {

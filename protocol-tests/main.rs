@@ -51,6 +51,7 @@ mod limits;
 mod ordering;
 mod pipeline;
 mod read_committed;
+mod schema_interop;
 mod schema_registry;
 mod security;
 mod send_callback;

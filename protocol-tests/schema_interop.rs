@@ -1,0 +1,175 @@
+//! Avro in the registry's wire format between onceflow and two independent implementations,
+//! through the real registry (protocol-tests/schema-registry.sh) and broker: the Java
+//! serializer (Apicurio's Kafka Avro serde, protocol-tests/java-avro/) and Apache Avro for
+//! Python (protocol-tests/python-avro/). Values compare as parsed JSON in the Avro JSON
+//! encoding (the implementations print numbers and escapes differently); bytes compare as
+//! bytes.
+
+use crate::support::registry::registry_url;
+use crate::support::*;
+use base64::Engine;
+use bytes::Bytes;
+use onceflow::client::ProducerRecord;
+use onceflow::schema::{wire, AvroDeserializer, AvroSerializer, Part, RegistryConfig, SchemaRegistry};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// Compact, in the key order the Java `Schema.toString()` writes: the three implementations
+/// register the same text, so the registry gives them the same id.
+const RIDE: &str = r#"{"type":"record","name":"Ride","namespace":"nyc","fields":[{"name":"id","type":"long"},{"name":"zone","type":["null","string"],"default":null},{"name":"fare","type":"double"},{"name":"kind","type":{"type":"enum","name":"Kind","symbols":["YELLOW","GREEN"]}},{"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}},{"name":"tag","type":"bytes"},{"name":"tips","type":{"type":"array","items":"double"}},{"name":"extra","type":{"type":"map","values":"string"}}]}"#;
+
+fn rides() -> Vec<Value> {
+    vec![
+        json!({"id": 1, "zone": {"string": "JFK"}, "fare": 52.5, "kind": "YELLOW", "at": 1_700_000_000_000i64,
+               "tag": "\u{0}\u{ff}", "tips": [1.5, 2.0], "extra": {"a": "b"}}),
+        json!({"id": 2, "zone": null, "fare": 7.25, "kind": "GREEN", "at": 1, "tag": "", "tips": [], "extra": {}}),
+        json!({"id": -3, "zone": {"string": "ünïcødé ✓"}, "fare": -0.5, "kind": "GREEN", "at": -1,
+               "tag": "\u{7f}\u{80}\n", "tips": [1e16, 1e-5], "extra": {"k": ""}}),
+    ]
+}
+
+/// Runs a peer script with `stdin`; its stdout, or the test fails with its stderr.
+fn peer(script: &str, args: &[&str], stdin: &str) -> String {
+    let mut child = Command::new("bash")
+        .arg(repo().join(script))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{script}: {e}"));
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{script} {args:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+async fn peer_async(script: &'static str, args: Vec<String>, stdin: String) -> String {
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        peer(script, &args, &stdin)
+    })
+    .await
+    .unwrap()
+}
+
+const JAVA: &str = "protocol-tests/java-avro/avro-interop.sh";
+const PYTHON: &str = "protocol-tests/python-avro/run.sh";
+
+fn lines(values: &[Value]) -> String {
+    values.iter().map(|v| format!("{v}\n")).collect()
+}
+
+/// `{"schema_id": N, "value": V}` lines.
+fn peer_records(out: &str) -> Vec<(u32, Value)> {
+    out.lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            (v["schema_id"].as_u64().unwrap() as u32, v["value"].clone())
+        })
+        .collect()
+}
+
+async fn registry() -> SchemaRegistry {
+    SchemaRegistry::new(
+        RegistryConfig::from_properties([("schema.registry.url", registry_url().await)]).unwrap(),
+    )
+    .unwrap()
+}
+
+fn schema_file(dir: &Path) -> String {
+    let path = dir.join("ride.avsc");
+    std::fs::write(&path, RIDE).unwrap();
+    path.display().to_string()
+}
+
+#[tokio::test]
+async fn records_the_java_serializer_wrote_decode_in_onceflow_to_the_values_java_reads() {
+    let url = registry_url().await.to_owned();
+    let topic = TestTopic::create("avro-from-java", 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let schema = schema_file(dir.path());
+    let b = broker();
+    let args = |cmd: &str| -> Vec<String> {
+        [cmd, "--bootstrap", &b, "--registry", &url, "--topic", &topic.name].iter().map(|s| s.to_string()).collect()
+    };
+    let mut produce = args("produce");
+    produce.extend(["--schema".into(), schema]);
+    peer_async(JAVA, produce, lines(&rides())).await;
+    let mut consume = args("consume");
+    consume.extend(["--count".into(), rides().len().to_string()]);
+    let java = peer_records(&peer_async(JAVA, consume, String::new()).await);
+    assert_eq!(java.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>(), rides(), "Java's own round trip");
+    let reader = AvroDeserializer::new(registry().await);
+    let raw = consume_all(&broker(), &topic, rides().len(), &[]).await;
+    for (r, (id, want)) in raw.iter().zip(&java) {
+        let got = reader.deserialize(r.value.as_ref().unwrap()).await.unwrap();
+        assert_eq!(got.schema_id, *id);
+        assert_eq!(&got.to_json().unwrap(), want);
+    }
+}
+
+#[tokio::test]
+async fn records_onceflow_wrote_decode_in_java_and_in_python_to_the_same_values() {
+    let url = registry_url().await.to_owned();
+    let topic = TestTopic::create("avro-to-java", 1).await;
+    let writer = AvroSerializer::new(registry().await, RIDE, Part::Value).unwrap();
+    let p = producer(&[]).await;
+    let mut framed = Vec::new();
+    for v in rides() {
+        let bytes = writer.serialize_json(&topic.name, &v).await.unwrap();
+        framed.push(base64::engine::general_purpose::STANDARD.encode(&bytes));
+        p.send(ProducerRecord::new(topic.name.clone(), Bytes::from(bytes))).await.unwrap();
+    }
+    p.flush().await.unwrap();
+    let java = peer_records(
+        &peer_async(
+            JAVA,
+            ["consume", "--bootstrap", &broker(), "--registry", &url, "--topic", &topic.name, "--count", "3"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            String::new(),
+        )
+        .await,
+    );
+    assert_eq!(java.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>(), rides());
+    let python = peer_records(
+        &peer_async(PYTHON, vec!["decode".into(), "--registry".into(), url.clone()], framed.join("\n") + "\n").await,
+    );
+    assert_eq!(python, java, "Python and Java read the same ids and values");
+}
+
+#[tokio::test]
+async fn onceflow_java_and_python_write_the_same_bytes_for_the_same_values() {
+    let url = registry_url().await.to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let schema = schema_file(dir.path());
+    let topic = unique_topic("avro-bytes");
+    let subject = format!("{topic}-value");
+    let writer = AvroSerializer::new(registry().await, RIDE, Part::Value).unwrap();
+    let mut ours = Vec::new();
+    for v in rides() {
+        ours.push(base64::engine::general_purpose::STANDARD.encode(writer.serialize_json(&topic, &v).await.unwrap()));
+    }
+    let encode = |cmd: &'static str| {
+        let args: Vec<String> = ["encode", "--registry", &url, "--subject", &subject, "--schema", &schema]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        peer_async(cmd, args, lines(&rides()))
+    };
+    let java: Vec<String> = encode(JAVA).await.lines().map(str::to_owned).collect();
+    let python: Vec<String> = encode(PYTHON).await.lines().map(str::to_owned).collect();
+    assert_eq!(java, ours, "Java's bytes");
+    assert_eq!(python, ours, "Python's bytes");
+    let first = base64::engine::general_purpose::STANDARD.decode(&ours[0]).unwrap();
+    assert_eq!(first[0], wire::MAGIC);
+}

@@ -73,6 +73,35 @@ async fn example_idempotent_and_transactional() {
 }
 
 #[tokio::test]
+async fn example_avro_registry() {
+    let registry = crate::support::registry::registry_url().await;
+    let mut cmd = std::process::Command::new(example("avro_registry"));
+    cmd.env("ONCEFLOW_BROKER", broker())
+        .env("ONCEFLOW_SCHEMA_REGISTRY", registry)
+        .env_remove("ONCEFLOW_LOG");
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && stdout
+                .lines()
+                .last()
+                .unwrap_or_default()
+                .starts_with("avro_registry: "),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Fields print in the schema's order.
+    assert!(
+        stdout.starts_with(r#"{"ride_id":1,"zone":{"string":"JFK"},"fare":52.5}"#),
+        "{stdout}"
+    );
+}
+
+#[tokio::test]
 async fn example_read_committed() {
     run_quick("read_committed").await;
 }

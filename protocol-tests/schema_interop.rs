@@ -10,7 +10,9 @@ use crate::support::*;
 use base64::Engine;
 use bytes::Bytes;
 use onceflow::client::ProducerRecord;
-use onceflow::schema::{wire, AvroDeserializer, AvroSerializer, Part, RegistryConfig, SchemaRegistry};
+use onceflow::schema::{
+    wire, AvroDeserializer, AvroSerializer, Part, RegistryConfig, SchemaRegistry,
+};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::Path;
@@ -40,7 +42,12 @@ fn peer(script: &str, args: &[&str], stdin: &str) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("{script}: {e}"));
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
@@ -98,7 +105,18 @@ async fn records_the_java_serializer_wrote_decode_in_onceflow_to_the_values_java
     let schema = schema_file(dir.path());
     let b = broker();
     let args = |cmd: &str| -> Vec<String> {
-        [cmd, "--bootstrap", &b, "--registry", &url, "--topic", &topic.name].iter().map(|s| s.to_string()).collect()
+        [
+            cmd,
+            "--bootstrap",
+            &b,
+            "--registry",
+            &url,
+            "--topic",
+            &topic.name,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
     };
     let mut produce = args("produce");
     produce.extend(["--schema".into(), schema]);
@@ -106,7 +124,11 @@ async fn records_the_java_serializer_wrote_decode_in_onceflow_to_the_values_java
     let mut consume = args("consume");
     consume.extend(["--count".into(), rides().len().to_string()]);
     let java = peer_records(&peer_async(JAVA, consume, String::new()).await);
-    assert_eq!(java.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>(), rides(), "Java's own round trip");
+    assert_eq!(
+        java.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>(),
+        rides(),
+        "Java's own round trip"
+    );
     let reader = AvroDeserializer::new(registry().await);
     let raw = consume_all(&broker(), &topic, rides().len(), &[]).await;
     for (r, (id, want)) in raw.iter().zip(&java) {
@@ -126,23 +148,43 @@ async fn records_onceflow_wrote_decode_in_java_and_in_python_to_the_same_values(
     for v in rides() {
         let bytes = writer.serialize_json(&topic.name, &v).await.unwrap();
         framed.push(base64::engine::general_purpose::STANDARD.encode(&bytes));
-        p.send(ProducerRecord::new(topic.name.clone(), Bytes::from(bytes))).await.unwrap();
+        p.send(ProducerRecord::new(topic.name.clone(), Bytes::from(bytes)))
+            .await
+            .unwrap();
     }
     p.flush().await.unwrap();
     let java = peer_records(
         &peer_async(
             JAVA,
-            ["consume", "--bootstrap", &broker(), "--registry", &url, "--topic", &topic.name, "--count", "3"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
+            [
+                "consume",
+                "--bootstrap",
+                &broker(),
+                "--registry",
+                &url,
+                "--topic",
+                &topic.name,
+                "--count",
+                "3",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
             String::new(),
         )
         .await,
     );
-    assert_eq!(java.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>(), rides());
+    assert_eq!(
+        java.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>(),
+        rides()
+    );
     let python = peer_records(
-        &peer_async(PYTHON, vec!["decode".into(), "--registry".into(), url.clone()], framed.join("\n") + "\n").await,
+        &peer_async(
+            PYTHON,
+            vec!["decode".into(), "--registry".into(), url.clone()],
+            framed.join("\n") + "\n",
+        )
+        .await,
     );
     assert_eq!(python, java, "Python and Java read the same ids and values");
 }
@@ -157,19 +199,32 @@ async fn onceflow_java_and_python_write_the_same_bytes_for_the_same_values() {
     let writer = AvroSerializer::new(registry().await, RIDE, Part::Value).unwrap();
     let mut ours = Vec::new();
     for v in rides() {
-        ours.push(base64::engine::general_purpose::STANDARD.encode(writer.serialize_json(&topic, &v).await.unwrap()));
+        ours.push(
+            base64::engine::general_purpose::STANDARD
+                .encode(writer.serialize_json(&topic, &v).await.unwrap()),
+        );
     }
     let encode = |cmd: &'static str| {
-        let args: Vec<String> = ["encode", "--registry", &url, "--subject", &subject, "--schema", &schema]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let args: Vec<String> = [
+            "encode",
+            "--registry",
+            &url,
+            "--subject",
+            &subject,
+            "--schema",
+            &schema,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         peer_async(cmd, args, lines(&rides()))
     };
     let java: Vec<String> = encode(JAVA).await.lines().map(str::to_owned).collect();
     let python: Vec<String> = encode(PYTHON).await.lines().map(str::to_owned).collect();
     assert_eq!(java, ours, "Java's bytes");
     assert_eq!(python, ours, "Python's bytes");
-    let first = base64::engine::general_purpose::STANDARD.decode(&ours[0]).unwrap();
+    let first = base64::engine::general_purpose::STANDARD
+        .decode(&ours[0])
+        .unwrap();
     assert_eq!(first[0], wire::MAGIC);
 }

@@ -6,6 +6,7 @@ use super::schema::{Decoders, RegistryArgs, Serdes};
 use bytes::Bytes;
 use onceflow::client::group::GroupConsumer;
 use onceflow::client::{Consumer, ConsumerRecord, Offset, TopicPartition};
+use serde_json::value::RawValue;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -225,12 +226,12 @@ async fn print_records(source: &mut Source, args: &Args, decoders: &Decoders) ->
 fn line(
     r: &ConsumerRecord,
     format: Format,
-    (key, value): (serde_json::Value, serde_json::Value),
+    (key, value): (Box<RawValue>, Box<RawValue>),
     decoded_value: bool,
 ) -> String {
     match format {
-        Format::Json => json_line(r, key, value),
-        Format::Value if decoded_value => value.to_string(),
+        Format::Json => json_line(r, &key, &value),
+        Format::Value if decoded_value => value.get().to_owned(),
         Format::Value => {
             String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned()
         }
@@ -251,22 +252,32 @@ fn bytes_json(b: &Option<Bytes>) -> serde_json::Value {
 
 /// One record as a JSON object, with its key and value as given: decoded values, or strings
 /// when they are UTF-8, otherwise `{"base64": "..."}`; null stays null.
-fn json_line(r: &ConsumerRecord, key: serde_json::Value, value: serde_json::Value) -> String {
+fn json_line(r: &ConsumerRecord, key: &RawValue, value: &RawValue) -> String {
+    #[derive(serde::Serialize)]
+    struct Line<'a> {
+        topic: &'a str,
+        partition: i32,
+        offset: i64,
+        timestamp: i64,
+        key: &'a RawValue,
+        value: &'a RawValue,
+        headers: Vec<serde_json::Value>,
+    }
     let headers: Vec<serde_json::Value> = r
         .headers
         .iter()
         .map(|h| serde_json::json!({"key": String::from_utf8_lossy(&h.key), "value": bytes_json(&h.value)}))
         .collect();
-    serde_json::json!({
-        "topic": r.topic,
-        "partition": r.partition,
-        "offset": r.offset,
-        "timestamp": r.timestamp,
-        "key": key,
-        "value": value,
-        "headers": headers,
-    })
-    .to_string()
+    let line = Line {
+        topic: &r.topic,
+        partition: r.partition,
+        offset: r.offset,
+        timestamp: r.timestamp,
+        key,
+        value,
+        headers,
+    };
+    serde_json::to_string(&line).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 use super::error::{CliError, Result};
 use super::props::Conn;
 use onceflow::schema::{AvroDeserializer, AvroSerializer, Part, RegistryConfig, SchemaRegistry};
+use serde_json::value::RawValue;
 use serde_json::Value as Json;
 
 /// Properties both the Kafka client and the registry client take.
@@ -143,13 +144,13 @@ impl Decoders {
         self.value.is_some()
     }
 
-    /// The key and the value as JSON (decoded where `-s` says, else `raw`'s rendering), or
-    /// the error naming the record.
+    /// The key and the value as JSON text (decoded where `-s` says, record fields in schema
+    /// order; else `raw`'s rendering), or the error naming the record.
     pub async fn decode(
         &self,
         r: &onceflow::client::ConsumerRecord,
         raw: impl Fn(&Option<bytes::Bytes>) -> Json,
-    ) -> Result<(Json, Json)> {
+    ) -> Result<(Box<RawValue>, Box<RawValue>)> {
         let key = decode_part(r, self.key.as_ref(), &r.key, "key", &raw).await?;
         let value = decode_part(r, self.value.as_ref(), &r.value, "value", &raw).await?;
         Ok((key, value))
@@ -162,20 +163,22 @@ async fn decode_part(
     bytes: &Option<bytes::Bytes>,
     part: &str,
     raw: impl Fn(&Option<bytes::Bytes>) -> Json,
-) -> Result<Json> {
-    match (d, bytes) {
+) -> Result<Box<RawValue>> {
+    let failed = |e: String| {
+        CliError::Failed(format!(
+            "{}-{} offset {}: the {part}: {e}",
+            r.topic, r.partition, r.offset
+        ))
+    };
+    let text = match (d, bytes) {
         (Some(d), Some(b)) => d
             .deserialize(b)
             .await
-            .and_then(|rec| rec.to_json())
-            .map_err(|e| {
-                CliError::Failed(format!(
-                    "{}-{} offset {}: the {part}: {e}",
-                    r.topic, r.partition, r.offset
-                ))
-            }),
-        _ => Ok(raw(bytes)),
-    }
+            .and_then(|rec| rec.to_json_string())
+            .map_err(|e| failed(e.to_string()))?,
+        _ => raw(bytes).to_string(),
+    };
+    RawValue::from_string(text).map_err(|e| failed(e.to_string()))
 }
 
 /// `--key-schema` / `--value-schema`: an Avro schema file (`.avsc`).

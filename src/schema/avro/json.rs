@@ -15,7 +15,7 @@
 use apache_avro::schema::{NamesRef, RecordSchema, UnionSchema};
 use apache_avro::types::Value;
 use apache_avro::Schema;
-use serde_json::{Map, Number, Value as Json};
+use serde_json::{Number, Value as Json};
 
 /// A decoded value in the JSON encoding; `schema` is the schema it was decoded with (the
 /// reader schema when there was one), `names` its named types.
@@ -28,7 +28,67 @@ pub(crate) fn to_json(
     schema: &Schema,
     names: &NamesRef<'_>,
 ) -> Result<Json, String> {
-    Encoder { names }.value(value, schema, "$")
+    Encoder { names }.value(value, schema, "$").map(Json::from)
+}
+
+/// [`to_json`] as text, with record fields in the schema's order (a `serde_json::Value`
+/// sorts object keys).
+///
+/// # Errors
+/// As [`to_json`].
+pub(crate) fn to_json_text(
+    value: &Value,
+    schema: &Schema,
+    names: &NamesRef<'_>,
+) -> Result<String, String> {
+    let ordered = Encoder { names }.value(value, schema, "$")?;
+    serde_json::to_string(&ordered).map_err(|e| e.to_string())
+}
+
+/// JSON whose objects keep their fields in order (records in the schema's order, maps by
+/// key).
+enum Ordered {
+    Leaf(Json),
+    Array(Vec<Ordered>),
+    Object(Vec<(String, Ordered)>),
+}
+
+impl From<Ordered> for Json {
+    fn from(o: Ordered) -> Json {
+        match o {
+            Ordered::Leaf(j) => j,
+            Ordered::Array(items) => Json::Array(items.into_iter().map(Json::from).collect()),
+            Ordered::Object(fields) => Json::Object(
+                fields
+                    .into_iter()
+                    .map(|(k, v)| (k, Json::from(v)))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+impl serde::Serialize for Ordered {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        match self {
+            Ordered::Leaf(j) => j.serialize(s),
+            Ordered::Array(items) => {
+                let mut seq = s.serialize_seq(Some(items.len()))?;
+                for i in items {
+                    seq.serialize_element(i)?;
+                }
+                seq.end()
+            }
+            Ordered::Object(fields) => {
+                let mut map = s.serialize_map(Some(fields.len()))?;
+                for (k, v) in fields {
+                    map.serialize_entry(k, v)?;
+                }
+                map.end()
+            }
+        }
+    }
 }
 
 /// JSON in the JSON encoding (or plain JSON that fits without ambiguity) as a value of
@@ -108,9 +168,9 @@ struct Encoder<'a, 's> {
 }
 
 impl Encoder<'_, '_> {
-    fn value(&self, v: &Value, schema: &Schema, path: &str) -> Result<Json, String> {
+    fn value(&self, v: &Value, schema: &Schema, path: &str) -> Result<Ordered, String> {
         let schema = self.deref(schema, path)?;
-        Ok(match (v, schema) {
+        let leaf = match (v, schema) {
             (Value::Null, _) => Json::Null,
             (Value::Boolean(b), _) => Json::Bool(*b),
             (Value::Int(i) | Value::Date(i) | Value::TimeMillis(i), _) => Json::from(*i),
@@ -144,49 +204,44 @@ impl Encoder<'_, '_> {
                 if matches!(**inner, Value::Null) {
                     Json::Null
                 } else {
-                    let mut m = Map::new();
-                    m.insert(
-                        branch_name(branch, self.names),
-                        self.value(inner, branch, path)?,
-                    );
-                    Json::Object(m)
+                    let name = branch_name(branch, self.names);
+                    let inner = self.value(inner, branch, path)?;
+                    return Ok(Ordered::Object(vec![(name, inner)]));
                 }
             }
-            (Value::Array(items), Schema::Array(a)) => Json::Array(
-                items
+            (Value::Array(items), Schema::Array(a)) => {
+                let items = items
                     .iter()
                     .enumerate()
                     .map(|(i, v)| self.value(v, &a.items, &format!("{path}[{i}]")))
-                    .collect::<Result<_, _>>()?,
-            ),
+                    .collect::<Result<_, _>>()?;
+                return Ok(Ordered::Array(items));
+            }
             (Value::Map(entries), Schema::Map(m)) => {
                 let mut keys: Vec<&String> = entries.keys().collect();
                 keys.sort();
-                let mut out = Map::new();
+                let mut out = Vec::with_capacity(keys.len());
                 for k in keys {
-                    out.insert(
-                        k.clone(),
-                        self.value(&entries[k], &m.types, &format!("{path}.{k}"))?,
-                    );
+                    let v = self.value(&entries[k], &m.types, &format!("{path}.{k}"))?;
+                    out.push((k.clone(), v));
                 }
-                Json::Object(out)
+                return Ok(Ordered::Object(out));
             }
             (Value::Record(fields), Schema::Record(r)) => {
-                let mut out = Map::new();
+                let mut out = Vec::with_capacity(fields.len());
                 for ((name, v), field) in fields.iter().zip(&r.fields) {
-                    out.insert(
-                        name.clone(),
-                        self.value(v, &field.schema, &format!("{path}.{name}"))?,
-                    );
+                    let v = self.value(v, &field.schema, &format!("{path}.{name}"))?;
+                    out.push((name.clone(), v));
                 }
-                Json::Object(out)
+                return Ok(Ordered::Object(out));
             }
             (v, s) => {
                 return Err(format!(
                     "{path}: the value {v:?} does not fit the schema {s:?}"
                 ))
             }
-        })
+        };
+        Ok(Ordered::Leaf(leaf))
     }
 
     fn deref<'x>(&'x self, schema: &'x Schema, path: &str) -> Result<&'x Schema, String> {
@@ -496,6 +551,23 @@ mod tests {
             let e = round_trip(&schema, input).unwrap_err();
             assert!(e.contains(want), "{e}\nwant: {want}");
         }
+    }
+
+    #[test]
+    fn text_keeps_the_schemas_field_order() {
+        let schema = Schema::parse_str(RIDE).unwrap();
+        let resolved = ResolvedSchema::try_from(&schema).unwrap();
+        let v = from_json(
+            &json!({"id": 1, "fare": 2.5, "kind": "GREEN", "at": 3}),
+            &schema,
+            resolved.get_names(),
+        )
+        .unwrap();
+        let text = to_json_text(&v, &schema, resolved.get_names()).unwrap();
+        assert_eq!(
+            text,
+            r#"{"id":1,"zone":null,"fare":2.5,"kind":"GREEN","at":3,"tag":"","next":null}"#
+        );
     }
 
     #[test]

@@ -91,6 +91,20 @@ impl AvroRecord {
             .map_err(|m| self.decode_error(m))
     }
 
+    /// [`Self::to_json`] as one line of text, record fields in the schema's order (as the Java
+    /// tools print it; a `serde_json::Value` sorts object keys).
+    ///
+    /// # Errors
+    /// As [`Self::to_json`].
+    pub fn to_json_string(&self) -> Result<String> {
+        let resolved = self
+            .schema
+            .resolved()
+            .map_err(|e| self.decode_error(e.to_string()))?;
+        json::to_json_text(&self.value, &self.schema.schema, resolved.get_names())
+            .map_err(|m| self.decode_error(m))
+    }
+
     /// The value as a serde type.
     ///
     /// # Errors

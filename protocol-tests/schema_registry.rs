@@ -393,3 +393,89 @@ async fn the_cli_names_a_line_that_does_not_fit_and_a_record_it_cannot_decode() 
         "{e}"
     );
 }
+
+/// A registry client for `url` with these extra properties and a short budget.
+fn client(url: &str, props: &[(&str, &str)]) -> SchemaRegistry {
+    let mut all = vec![
+        ("schema.registry.url", url),
+        ("default.api.timeout.ms", "20000"),
+    ];
+    all.extend_from_slice(props);
+    SchemaRegistry::new(RegistryConfig::from_properties(all.iter().copied()).unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn a_registry_behind_basic_authentication_takes_the_right_credentials_and_refuses_others_at_once(
+) {
+    let proxy = crate::support::registry::proxied().await;
+    let subject = format!("{}-value", unique_topic("avro-auth"));
+    let schema = Schema::new(SchemaType::Avro, RIDE_V1);
+    let good = client(
+        &proxy.http_url,
+        &[("basic.auth.user.info", &proxy.user_info)],
+    );
+    let id = good.register(&subject, &schema).await.unwrap();
+    assert_eq!(*good.schema_by_id(id).await.unwrap(), schema);
+    // Credentials in the URL, as basic.auth.credentials.source=URL reads them.
+    let in_url = proxy
+        .http_url
+        .replacen("http://", &format!("http://{}@", proxy.user_info), 1);
+    let from_url = client(&in_url, &[("basic.auth.credentials.source", "URL")]);
+    assert_eq!(from_url.latest(&subject).await.unwrap().id, id);
+    // Wrong or no credentials: refused at once (not retried until the budget), named.
+    for props in [&[("basic.auth.user.info", "alice:wrong")][..], &[]] {
+        let start = Instant::now();
+        let e = client(&proxy.http_url, props)
+            .latest(&subject)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, SchemaError::Unauthorized { status: 401, .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("basic.auth.user.info"), "{e}");
+        assert!(
+            !e.to_string().contains("wrong"),
+            "a secret in the message: {e}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "retried: {:?}",
+            start.elapsed()
+        );
+    }
+}
+
+#[tokio::test]
+async fn tls_to_the_registry_checks_the_certificate_against_the_truststore() {
+    let proxy = crate::support::registry::proxied().await;
+    let ca = proxy.ca.display().to_string();
+    let auth = ("basic.auth.user.info", proxy.user_info.as_str());
+    let trusted = client(
+        &proxy.https_url,
+        &[auth, ("schema.registry.ssl.truststore.location", &ca)],
+    );
+    let subject = format!("{}-value", unique_topic("avro-tls"));
+    let id = trusted
+        .register(&subject, &Schema::new(SchemaType::Avro, RIDE_V1))
+        .await
+        .unwrap();
+    assert_eq!(trusted.latest(&subject).await.unwrap().id, id);
+    // The system's CAs do not know the test CA: a TLS error naming the setting, at once.
+    let start = Instant::now();
+    let e = client(&proxy.https_url, &[auth])
+        .latest(&subject)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, SchemaError::Tls { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("schema.registry.ssl.truststore.location"),
+        "{e}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "retried: {:?}",
+        start.elapsed()
+    );
+}

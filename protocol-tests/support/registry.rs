@@ -57,3 +57,65 @@ pub fn registry_script(action: &str, port: u16) -> String {
         .trim()
         .to_owned()
 }
+
+/// The registry behind nginx (protocol-tests/registry-proxy.sh): basic authentication, over
+/// HTTP and over TLS.
+#[derive(Debug)]
+pub struct Proxied {
+    pub http_url: String,
+    pub https_url: String,
+    /// The CA that signed the proxy's certificate.
+    pub ca: std::path::PathBuf,
+    /// `user:password` it takes.
+    pub user_info: String,
+}
+
+/// 19750 (and 19751 for TLS) at TV2, 19752 (19753) at TV1.
+fn proxy_port() -> u16 {
+    match std::env::var("ONCEFLOW_EXPECT_TV").as_deref() {
+        Ok("1") => 19752,
+        _ => 19750,
+    }
+}
+
+/// The proxied registry, started on first use (the registry too).
+pub async fn proxied() -> &'static Proxied {
+    static PROXY: OnceCell<Proxied> = OnceCell::const_new();
+    let url = registry_url().await.to_owned();
+    PROXY
+        .get_or_init(|| async move {
+            tokio::task::spawn_blocking(move || {
+                let port = proxy_port();
+                let dir = repo().join(format!("target/registry-proxy-{port}"));
+                let out = Command::new("bash")
+                    .arg(repo().join("protocol-tests/registry-proxy.sh"))
+                    .arg("start")
+                    .env("REGISTRY_URL", &url)
+                    .env("PROXY_PORT", port.to_string())
+                    .env("PROXY_DIR", &dir)
+                    .output()
+                    .expect("run protocol-tests/registry-proxy.sh");
+                assert!(
+                    out.status.success(),
+                    "registry-proxy.sh start failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let env = std::fs::read_to_string(dir.join("proxy.env")).expect("proxy.env");
+                let get = |k: &str| {
+                    env.lines()
+                        .find_map(|l| l.strip_prefix(&format!("{k}=")))
+                        .unwrap_or_else(|| panic!("{k} missing from proxy.env"))
+                        .to_owned()
+                };
+                Proxied {
+                    http_url: get("HTTP_URL"),
+                    https_url: get("HTTPS_URL"),
+                    ca: get("CA_PEM").into(),
+                    user_info: format!("{}:{}", get("USER"), get("PASSWORD")),
+                }
+            })
+            .await
+            .expect("start the registry proxy")
+        })
+        .await
+}

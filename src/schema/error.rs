@@ -26,6 +26,15 @@ pub enum SchemaError {
         /// What failed.
         message: String,
     },
+    /// The TLS handshake with the registry failed (an untrusted or mismatched certificate, a
+    /// listener that does not speak TLS). Not retried: the same handshake fails again.
+    #[error("schema registry {url}: {message}; check schema.registry.ssl.truststore.location (PEM of the CA that signed the registry's certificate)")]
+    Tls {
+        /// The registry URL.
+        url: String,
+        /// What the handshake said.
+        message: String,
+    },
     /// The registry answered with an error.
     #[error("schema registry {url}: {what}: HTTP {status}{}: {message}", code.map(|c| format!(" (error_code {c})")).unwrap_or_default())]
     Registry {

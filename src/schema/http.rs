@@ -121,8 +121,8 @@ impl Http {
     /// `method path` (relative to the endpoint's base path) with an optional JSON body.
     ///
     /// # Errors
-    /// [`SchemaError::Unreachable`] when no answer came (connect, TLS, reset, timeout); an
-    /// answer of any status is `Ok`.
+    /// [`SchemaError::Unreachable`] when no answer came (connect, reset, timeout);
+    /// [`SchemaError::Tls`] when the TLS handshake failed; an answer of any status is `Ok`.
     pub(crate) async fn send(
         &self,
         at: &Endpoint,
@@ -142,7 +142,13 @@ impl Http {
             let request = self.request(at, method, path, body)?;
             match (&self.tls, at.tls) {
                 (Some(tls), true) => {
-                    let stream = tls.connect(tcp, &at.host).await.map_err(unreachable)?;
+                    let stream =
+                        tls.connect(tcp, &at.host)
+                            .await
+                            .map_err(|message| SchemaError::Tls {
+                                url: at.shown.clone(),
+                                message,
+                            })?;
                     exchange(stream, request).await.map_err(unreachable)
                 }
                 _ => exchange(tcp, request).await.map_err(unreachable),

@@ -70,12 +70,10 @@ pub struct Proxied {
     pub user_info: String,
 }
 
-/// 19750 (and 19751 for TLS) at TV2, 19752 (19753) at TV1.
+/// 19750 (and 19751 for TLS) at TV2, 19752 (19753) at TV1: 19750 + 2 × (the registry's port
+/// − 19740), so an ONCEFLOW_REGISTRY_PORT moves it too.
 fn proxy_port() -> u16 {
-    match std::env::var("ONCEFLOW_EXPECT_TV").as_deref() {
-        Ok("1") => 19752,
-        _ => 19750,
-    }
+    (19750 + 2 * (i32::from(port()) - 19740)).clamp(1024, 65534) as u16
 }
 
 /// The proxied registry, started on first use (the registry too).

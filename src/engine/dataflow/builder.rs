@@ -10,7 +10,9 @@ use std::time::Duration;
 use toml::{Table, Value};
 
 use super::BuildError;
-use crate::engine::job::{DeliveryGuarantee, Job, JobError, Settings, StartPosition};
+use crate::engine::job::{
+    DeliveryGuarantee, ErrorTolerance, Job, JobError, Settings, StartPosition,
+};
 use crate::engine::settings::SinkFacts;
 
 /// A typed job's settings, before its dataflow: every setter mirrors a job file field (its
@@ -64,6 +66,11 @@ const SETTERS: &[(&str, &str)] = &[
     ("settings.state.dir", "state_dir"),
     ("settings.state.cache.bytes", "state_cache_bytes"),
     ("settings.state.memtable.bytes", "state_memtable_bytes"),
+    ("settings.errors.tolerance", "errors_tolerance"),
+    (
+        "settings.errors.deadletterqueue.topic.name",
+        "errors_tolerance",
+    ),
 ];
 
 fn ms(d: Duration) -> Value {
@@ -236,6 +243,14 @@ impl JobBuilder {
         self
     }
 
+    /// `settings.errors.tolerance` (and `errors.deadletterqueue.topic.name`): what happens to
+    /// a record the job cannot process, e.g. one [`Json`](super::Json) cannot read (default
+    /// [`ErrorTolerance::None`]: the job stops naming it).
+    pub fn errors_tolerance(mut self, tolerance: ErrorTolerance) -> JobBuilder {
+        self.settings.errors = tolerance;
+        self
+    }
+
     /// The checked job for `topics` and the sink topic `sink_topic`, by the job file's rules
     /// (an empty pipeline: the typed operators run instead).
     pub(crate) fn check(
@@ -404,6 +419,13 @@ mod tests {
                     .transaction_timeout(Duration::from_secs(10)),
                 "settings.transaction.timeout.ms",
                 "transaction_timeout",
+            ),
+            (
+                JobBuilder::new("j")
+                    .transactional_id_prefix("p")
+                    .errors_tolerance(ErrorTolerance::DeadLetter { topic: " ".into() }),
+                "settings.errors.deadletterqueue.topic.name",
+                "errors_tolerance",
             ),
             (JobBuilder::new("no spaces"), "name", "JobBuilder::new"),
         ];

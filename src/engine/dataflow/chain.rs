@@ -33,9 +33,20 @@ pub(crate) fn count_out(c: &Counters, i: usize, n: u64) {
 }
 
 /// The chain in a source subtask up to an element of type `T`: pushes `(timestamp, T)` for
-/// each element the record makes; returns the record's event time, when the job has one.
+/// each element the record makes; returns the record's event time, when the job has one, and
+/// why the record cannot be an element, when it cannot.
 pub(crate) type SourceFn<T> =
-    Arc<dyn Fn(&InputRecord<'_>, &Counters, &mut dyn FnMut(i64, T)) -> Option<i64> + Send + Sync>;
+    Arc<dyn Fn(&InputRecord<'_>, &Counters, &mut dyn FnMut(i64, T)) -> Sourced + Send + Sync>;
+
+/// What the head of a typed chain made of an input record besides its elements.
+#[derive(Debug, Default)]
+pub(crate) struct Sourced {
+    /// The record's event time (for the source's watermark), when the job has one.
+    pub time: Option<i64>,
+    /// The deserializer's reason the record cannot be an element (the job's
+    /// `errors.tolerance` decides what happens to it).
+    pub bad: Option<String>,
+}
 
 /// The chain after the keyed stage from an element of type `T` to the sink's records.
 pub(crate) type Downstream<T> =

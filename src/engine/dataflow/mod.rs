@@ -83,7 +83,7 @@ pub use window::{
     WindowedStream,
 };
 
-pub use crate::engine::job::{DeliveryGuarantee, StartPosition};
+pub use crate::engine::job::{DeliveryGuarantee, ErrorTolerance, StartPosition};
 /// Where a run restores from (also `engine::runtime::RestoreFrom`).
 pub use crate::engine::state::RestoreFrom;
 /// A window, `[start, end)` in epoch milliseconds (what a window function is given).

@@ -36,11 +36,25 @@ impl<'a> SourceRecord<'a> {
     }
 }
 
-/// Turns an input record into the stream's element; `None` drops the record (counted as the
-/// `source` operator's records in minus out, as a job file counts records that are not JSON).
+/// Turns an input record into the stream's element.
+///
+/// A closure returning `None` drops the record on purpose (counted as the `source` operator's
+/// records in minus out). A deserializer that can say why a record is not an element
+/// implements [`Deserializer::element`]: such a record goes to the job's
+/// `errors.tolerance` (the job stops naming it, or it is skipped and counted, or written to the
+/// dead-letter topic), as [`Json`] does for a value that is not JSON of its type.
 pub trait Deserializer<T>: Send + Sync + 'static {
     /// The element of `record`, or `None` to drop it.
     fn deserialize(&self, record: &SourceRecord<'_>) -> Option<T>;
+
+    /// The element of `record`; `Err(Some(reason))` for a record the job cannot process,
+    /// `Err(None)` to drop it on purpose. The default: [`Self::deserialize`], `None` dropping.
+    ///
+    /// # Errors
+    /// As above.
+    fn element(&self, record: &SourceRecord<'_>) -> Result<T, Option<String>> {
+        self.deserialize(record).ok_or(None)
+    }
 }
 
 /// A closure over the record is a deserializer.
@@ -53,8 +67,8 @@ where
     }
 }
 
-/// The record's value as JSON of `T` (serde); records that are not (tombstones included)
-/// are dropped.
+/// The record's value as JSON of `T` (serde); a record that is not (a tombstone included) is
+/// one the job cannot process: its `errors.tolerance` decides.
 pub struct Json<T>(PhantomData<fn() -> T>);
 
 impl<T> Json<T> {
@@ -78,6 +92,19 @@ impl<T> std::fmt::Debug for Json<T> {
 
 impl<T: DeserializeOwned + 'static> Deserializer<T> for Json<T> {
     fn deserialize(&self, record: &SourceRecord<'_>) -> Option<T> {
-        serde_json::from_slice(record.value?).ok()
+        self.element(record).ok()
+    }
+
+    /// A tombstone, or a value that is not JSON of `T`, is a record the job cannot process.
+    fn element(&self, record: &SourceRecord<'_>) -> Result<T, Option<String>> {
+        let Some(value) = record.value else {
+            return Err(Some("a tombstone (the record has no value)".into()));
+        };
+        serde_json::from_slice(value).map_err(|e| {
+            Some(format!(
+                "the value is not JSON of {} ({e})",
+                std::any::type_name::<T>()
+            ))
+        })
     }
 }

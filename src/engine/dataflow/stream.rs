@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::builder::JobBuilder;
-use super::chain::{self, count_in, count_out, Counters, Downstream, SourceFn};
+use super::chain::{self, count_in, count_out, Counters, Downstream, SourceFn, Sourced};
 use super::process::{KeyedProcessFunction, ProcessStage};
 use super::sink::Sink;
 use super::source::{Deserializer, SourceRecord};
@@ -144,11 +144,14 @@ type TimeFn<T> = Arc<dyn Fn(&T) -> i64 + Send + Sync>;
 fn head<T: 'static>(d: Arc<dyn Deserializer<T>>, time: Option<TimeFn<T>>) -> SourceFn<T> {
     Arc::new(move |r, c, emit| {
         count_in(c, 0);
-        let x = d.deserialize(&SourceRecord::of(r))?;
+        let x = match d.element(&SourceRecord::of(r)) {
+            Ok(x) => x,
+            Err(bad) => return Sourced { time: None, bad },
+        };
         count_out(c, 0, 1);
         let t = time.as_ref().map(|f| f(&x));
         emit(t.unwrap_or(r.timestamp), x);
-        t
+        Sourced { time: t, bad: None }
     })
 }
 
@@ -276,12 +279,13 @@ impl<T: Send + 'static> Stream<T> {
         let source = self.source;
         let fields = sink.fields();
         let erased: ErasedSource = Arc::new(move |r, c, out| {
-            source(r, c, &mut |_, x| match sink.output(&x, None) {
+            let sourced = source(r, c, &mut |_, x| match sink.output(&x, None) {
                 Ok(o) => out.push(Emitted::Out(o)),
-                Err(e) => {
-                    tracing::warn!(error = %e, "element dropped: the sink cannot serialize it")
-                }
-            })
+                Err(e) => out.push(Emitted::Bad {
+                    reason: format!("the sink cannot serialize its element: {e}"),
+                }),
+            });
+            settled(sourced, out)
         });
         JobGraph {
             plan: self.plan,
@@ -304,15 +308,27 @@ fn keyed_source<K: Serialize + Send + 'static, T: Send + 'static>(
     src: SourceFn<(K, T)>,
 ) -> ErasedSource {
     Arc::new(move |r, c: &Counters, out: &mut Vec<Emitted>| {
-        src(r, c, &mut |time, (k, x)| match serde_json::to_vec(&k) {
+        let sourced = src(r, c, &mut |time, (k, x)| match serde_json::to_vec(&k) {
             Ok(key) => out.push(Emitted::Keyed {
                 key,
                 time,
                 element: Box::new((k, x)),
             }),
-            Err(e) => tracing::warn!(error = %e, "element dropped: its key is not JSON"),
-        })
+            Err(e) => out.push(Emitted::Bad {
+                reason: format!("its key cannot be serialized as JSON: {e}"),
+            }),
+        });
+        settled(sourced, out)
     })
+}
+
+/// The event time of what the head made, a record it could not make an element reported to
+/// the runtime as bad.
+fn settled(sourced: Sourced, out: &mut Vec<Emitted>) -> Option<i64> {
+    if let Some(reason) = sourced.bad {
+        out.push(Emitted::Bad { reason });
+    }
+    sourced.time
 }
 
 impl<K, T> KeyedStream<K, T>

@@ -75,7 +75,8 @@ impl Harness {
                     self.stage.process(&key, time, element, &mut out)?
                 }
                 Emitted::Out(o) => out.push(o),
-                Emitted::Bad { reason } => panic!("a bad record: {reason}"),
+                // What the runtime does with errors.tolerance = "none".
+                Emitted::Bad { reason } => return Err(RuntimeError::BadRecord(reason)),
             }
         }
         Ok(out)
@@ -199,11 +200,16 @@ fn a_state_of_another_type_or_a_reserved_id_fails_the_job_naming_the_operator() 
 }
 
 #[test]
-fn records_that_are_not_json_of_the_type_are_dropped_and_counted() {
+fn records_that_are_not_json_of_the_type_are_bad_records_with_a_reason_and_counted() {
     let dir = tempfile::tempdir().unwrap();
     let mut h = Harness::open(dir.path(), &keeper(), RestoreFrom::Fresh);
-    assert!(h.feed("not json").unwrap().is_empty());
-    assert!(h.feed(r#"{"k":"a"}"#).unwrap().is_empty());
+    for (input, want) in [
+        ("not json", "the value is not JSON of "),
+        (r#"{"k":"a"}"#, "missing field `t`"),
+    ] {
+        let e = h.feed(input).unwrap_err().to_string();
+        assert!(e.contains(want), "{input}: {e}");
+    }
     assert_eq!(h.ev("a", 1, 1).len(), 1);
     let ops = h.metrics.snapshot_at(0).operators;
     let counts: Vec<(&str, u64, u64)> = ops
@@ -602,17 +608,17 @@ fn the_layout_kind_changes_with_the_stage_and_the_windows_sizes_and_lateness() {
 }
 
 /// The source's watermark sees every record's event time, also of one the filter drops; a
-/// record the deserializer drops has none.
+/// record the deserializer cannot read has none, and is reported bad.
 #[test]
 fn the_source_gives_the_event_time_of_records_a_filter_drops() {
     let flow = windowed(TumblingEventTimeWindows::of(Duration::from_millis(10)), 0);
     assert_eq!(flow.topology.out_of_orderness(), Some(0));
     let mut chain = flow.topology.source_chain(&Arc::new(Metrics::new()));
-    // (value, event time returned, elements for the exchange)
+    // (value, event time returned, what the chain emitted: elements or a bad record)
     let cases = [
         (r#"{"k":"a","t":42,"v":1}"#, Some(42), 1),
         (r#"{"k":"a","t":43,"v":0}"#, Some(43), 0),
-        ("not json", None, 0),
+        ("not json", None, 1),
     ];
     for (value, want_time, want_out) in cases {
         let bytes = Bytes::from(value);
@@ -627,6 +633,8 @@ fn the_source_gives_the_event_time_of_records_a_filter_drops() {
         let mut out = Vec::new();
         assert_eq!(chain.process(&record, &mut out), want_time, "{value}");
         assert_eq!(out.len(), want_out, "{value}");
+        let bad = out.iter().any(|e| matches!(e, Emitted::Bad { .. }));
+        assert_eq!(bad, want_time.is_none(), "{value}");
     }
 }
 

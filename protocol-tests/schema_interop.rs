@@ -123,6 +123,8 @@ async fn records_the_java_serializer_wrote_decode_in_onceflow_to_the_values_java
     peer_async(JAVA, produce, lines(&rides())).await;
     let mut consume = args("consume");
     consume.extend(["--count".into(), rides().len().to_string()]);
+    // A loaded machine: the Java client's metadata and poll waits, generously.
+    consume.extend(["--timeout-ms", "120000"].map(String::from));
     let java = peer_records(&peer_async(JAVA, consume, String::new()).await);
     assert_eq!(
         java.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>(),
@@ -166,6 +168,8 @@ async fn records_onceflow_wrote_decode_in_java_and_in_python_to_the_same_values(
                 &topic.name,
                 "--count",
                 "3",
+                "--timeout-ms",
+                "120000",
             ]
             .iter()
             .map(|s| s.to_string())

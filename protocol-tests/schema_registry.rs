@@ -479,3 +479,135 @@ async fn tls_to_the_registry_checks_the_certificate_against_the_truststore() {
         start.elapsed()
     );
 }
+
+const RIDE_JSON_SCHEMA: &str = r#"{"title":"nyc.Ride","type":"object","properties":{"ride_id":{"type":"integer"},"zone":{"type":["string","null"]},"fare":{"type":"number","minimum":0}},"required":["ride_id","fare"],"additionalProperties":false}"#;
+
+#[tokio::test]
+async fn json_schema_values_are_validated_before_they_are_written_and_read_back_through_the_broker()
+{
+    use onceflow::schema::{JsonSchemaDeserializer, JsonSchemaSerializer};
+    let topic = TestTopic::create("json-schema", 1).await;
+    let registry = registry(&[]).await;
+    let writer =
+        JsonSchemaSerializer::new(registry.clone(), RIDE_JSON_SCHEMA, Part::Value).unwrap();
+    // A value that does not fit is refused, naming its path; nothing is written for it.
+    let e = writer
+        .serialize(&topic.name, &json!({"ride_id": 1, "fare": -2}))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, SchemaError::Encode { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("/fare: -2 is less than the minimum of 0"),
+        "{e}"
+    );
+    let rides = [
+        json!({"ride_id": 1, "zone": "JFK", "fare": 52.5}),
+        json!({"ride_id": 2, "fare": 0}),
+    ];
+    let mut framed = Vec::new();
+    for r in &rides {
+        framed.push(writer.serialize(&topic.name, r).await.unwrap());
+    }
+    let read = through_the_broker(&topic, framed).await;
+    let registered = registry
+        .latest(&format!("{}-value", topic.name))
+        .await
+        .unwrap();
+    assert_eq!(registered.schema.schema_type, SchemaType::Json);
+    let reader = JsonSchemaDeserializer::new(registry).validating(true);
+    for (bytes, want) in read.iter().zip(&rides) {
+        let got = reader.deserialize(bytes).await.unwrap();
+        assert_eq!((got.schema_id, &got.value), (registered.id, want));
+    }
+}
+
+#[tokio::test]
+async fn a_json_schema_reader_validates_when_asked_and_refuses_an_id_of_another_type() {
+    use onceflow::schema::{JsonSchemaDeserializer, JsonSchemaSerializer};
+    let registry = registry(&[]).await;
+    let topic = unique_topic("json-schema-read");
+    let writer =
+        JsonSchemaSerializer::new(registry.clone(), RIDE_JSON_SCHEMA, Part::Value).unwrap();
+    let good = writer
+        .serialize(&topic, &json!({"ride_id": 1, "fare": 1}))
+        .await
+        .unwrap();
+    let (id, _) = wire::unframe(&good).unwrap();
+    // Framed with the right id by another writer, but not fitting the schema.
+    let misfit = wire::frame(id, br#"{"ride_id":"one","fare":1}"#);
+    let lenient = JsonSchemaDeserializer::new(registry.clone());
+    assert_eq!(
+        lenient.deserialize(&misfit).await.unwrap().value["ride_id"],
+        "one"
+    );
+    let strict = JsonSchemaDeserializer::new(
+        crate::schema_registry::registry(&[("json.fail.invalid.schema", "true")]).await,
+    );
+    let e = strict.deserialize(&misfit).await.unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("schema id {id}")) && e.contains("/ride_id"),
+        "{e}"
+    );
+    // An Avro schema's id is not a JSON Schema (a subject holds one type: another topic's).
+    let avro = AvroSerializer::new(registry, RIDE_V1, Part::Value).unwrap();
+    let avro_topic = unique_topic("json-schema-read-avro");
+    let avro_bytes = avro
+        .serialize_json(&avro_topic, &json!({"id": 1, "fare": 1.0}))
+        .await
+        .unwrap();
+    let e = lenient
+        .deserialize(&avro_bytes)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not a JSON Schema"), "{e}");
+}
+
+#[tokio::test]
+async fn the_cli_writes_and_reads_json_schema_records() {
+    let url = registry_url().await;
+    let topic = TestTopic::create("json-schema-cli", 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let schema = dir.path().join("ride.json");
+    std::fs::write(&schema, RIDE_JSON_SCHEMA).unwrap();
+    let schema_arg = schema.display().to_string();
+    let out = onceflow(
+        &[
+            "produce",
+            "-t",
+            &topic.name,
+            "--value-schema",
+            &schema_arg,
+            "-r",
+            url,
+        ],
+        "{\"ride_id\":1,\"fare\":2.5}\n{\"ride_id\":2,\"fare\":-1}\n",
+    )
+    .await;
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(
+        e.contains("line 2: the value") && e.contains("/fare"),
+        "{e}"
+    );
+    let out = onceflow(
+        &[
+            "consume",
+            "-t",
+            &topic.name,
+            "-e",
+            "-s",
+            "value=json-schema",
+            "-r",
+            url,
+            "--format",
+            "value",
+        ],
+        "",
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    // As written: the key order kept.
+    assert_eq!(stdout(&out).trim(), r#"{"ride_id":1,"fare":2.5}"#);
+}

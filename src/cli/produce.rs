@@ -2,11 +2,11 @@
 
 use super::error::{CliError, Result};
 use super::props::Conn;
-use super::schema::{serializer, RegistryArgs};
+use super::schema::{serializer, Encoder, RegistryArgs};
 use bytes::Bytes;
 use onceflow::client::config::split_property;
 use onceflow::client::{DeliveryFuture, Producer, ProducerRecord};
-use onceflow::schema::{AvroSerializer, Part};
+use onceflow::schema::Part;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -42,9 +42,10 @@ pub struct Args {
     /// finish it from any process with `onceflow txn commit --prepared`.
     #[arg(long = "prepare-only")]
     prepare_only: bool,
-    /// Write each value (a JSON line, in the Avro JSON encoding) as Avro in the schema
-    /// registry's wire format, with this schema (.avsc); registered under the topic's subject
-    /// unless -X auto.register.schemas=false. Needs -r.
+    /// Write each value (a JSON line) in the schema registry's wire format with this schema:
+    /// Avro (.avsc; the line in the Avro JSON encoding) or JSON Schema (.json; the line
+    /// validated against it). Registered under the topic's subject unless
+    /// -X auto.register.schemas=false. Needs -r.
     #[arg(long = "value-schema", value_name = "FILE")]
     value_schema: Option<std::path::PathBuf>,
     /// The same for keys (with -K).
@@ -57,8 +58,8 @@ pub struct Args {
 /// The Avro serializers of keys and values, from --key-schema / --value-schema.
 #[derive(Default)]
 struct Serializers {
-    key: Option<AvroSerializer>,
-    value: Option<AvroSerializer>,
+    key: Option<Encoder>,
+    value: Option<Encoder>,
 }
 
 impl Serializers {
@@ -243,16 +244,14 @@ impl Input<'_> {
 
     async fn encode(
         &self,
-        serializer: &Option<AvroSerializer>,
+        serializer: &Option<Encoder>,
         text: String,
         part: &str,
     ) -> std::result::Result<Bytes, String> {
         let Some(s) = serializer else {
             return Ok(Bytes::from(text));
         };
-        let json: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| format!("line {}: the {part} is not JSON ({e})", self.line))?;
-        s.serialize_json(&self.args.topic, &json)
+        s.encode(&self.args.topic, &text)
             .await
             .map(Bytes::from)
             .map_err(|e| format!("line {}: the {part}: {e}", self.line))

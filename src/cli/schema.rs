@@ -3,7 +3,10 @@
 
 use super::error::{CliError, Result};
 use super::props::Conn;
-use onceflow::schema::{AvroDeserializer, AvroSerializer, Part, RegistryConfig, SchemaRegistry};
+use onceflow::schema::{
+    AvroDeserializer, AvroSerializer, JsonSchemaDeserializer, JsonSchemaSerializer, Part,
+    RegistryConfig, SchemaError, SchemaRegistry,
+};
 use serde_json::value::RawValue;
 use serde_json::Value as Json;
 
@@ -67,6 +70,8 @@ impl RegistryArgs {
 pub enum Serde {
     /// Avro in the registry's wire format.
     Avro,
+    /// JSON Schema in the registry's wire format.
+    JsonSchema,
 }
 
 /// What `-s` says for keys and values.
@@ -77,7 +82,8 @@ pub struct Serdes {
 }
 
 impl Serdes {
-    /// Reads `-s` flags: `key=avro`, `value=avro`, or `avro` for both (kcat's syntax).
+    /// Reads `-s` flags: `key=FORMAT`, `value=FORMAT`, or `FORMAT` for both (kcat's syntax);
+    /// FORMAT is `avro` or `json-schema`.
     pub fn parse(flags: &[String]) -> Result<Serdes> {
         let mut s = Serdes::default();
         for f in flags {
@@ -87,14 +93,15 @@ impl Serdes {
             };
             let serde = match name {
                 "avro" => Serde::Avro,
-                "protobuf" | "json-schema" => {
+                "json-schema" | "json_schema" => Serde::JsonSchema,
+                "protobuf" => {
                     return Err(CliError::Usage(format!(
-                        "-s {f}: {name} is not supported yet; avro is"
+                        "-s {f}: protobuf is not supported yet; avro and json-schema are"
                     )))
                 }
                 _ => {
                     return Err(CliError::Usage(format!(
-                        "-s {f}: unknown format '{name}': use avro (as -s value=avro, -s key=avro or -s avro for both)"
+                        "-s {f}: unknown format '{name}': use avro or json-schema (as -s value=avro, -s key=avro or -s avro for both)"
                     )))
                 }
             };
@@ -121,16 +128,35 @@ impl Serdes {
     }
 }
 
+/// One part's decoder.
+enum Decoder {
+    Avro(AvroDeserializer),
+    JsonSchema(JsonSchemaDeserializer),
+}
+
+impl Decoder {
+    /// The record part as one line of JSON.
+    async fn to_json(&self, bytes: &[u8]) -> std::result::Result<String, SchemaError> {
+        match self {
+            Decoder::Avro(d) => d.deserialize(bytes).await?.to_json_string(),
+            Decoder::JsonSchema(d) => Ok(d.deserialize(bytes).await?.text),
+        }
+    }
+}
+
 /// Decodes record keys and values as `-s` says.
 pub struct Decoders {
-    key: Option<AvroDeserializer>,
-    value: Option<AvroDeserializer>,
+    key: Option<Decoder>,
+    value: Option<Decoder>,
 }
 
 impl Decoders {
     pub fn new(serdes: &Serdes, registry: Option<&SchemaRegistry>) -> Decoders {
         let make = |s: Option<Serde>| match (s, registry) {
-            (Some(Serde::Avro), Some(r)) => Some(AvroDeserializer::new(r.clone())),
+            (Some(Serde::Avro), Some(r)) => Some(Decoder::Avro(AvroDeserializer::new(r.clone()))),
+            (Some(Serde::JsonSchema), Some(r)) => {
+                Some(Decoder::JsonSchema(JsonSchemaDeserializer::new(r.clone())))
+            }
             _ => None,
         };
         Decoders {
@@ -159,7 +185,7 @@ impl Decoders {
 
 async fn decode_part(
     r: &onceflow::client::ConsumerRecord,
-    d: Option<&AvroDeserializer>,
+    d: Option<&Decoder>,
     bytes: &Option<bytes::Bytes>,
     part: &str,
     raw: impl Fn(&Option<bytes::Bytes>) -> Json,
@@ -171,45 +197,68 @@ async fn decode_part(
         ))
     };
     let text = match (d, bytes) {
-        (Some(d), Some(b)) => d
-            .deserialize(b)
-            .await
-            .and_then(|rec| rec.to_json_string())
-            .map_err(|e| failed(e.to_string()))?,
+        (Some(d), Some(b)) => d.to_json(b).await.map_err(|e| failed(e.to_string()))?,
         _ => raw(bytes).to_string(),
     };
     RawValue::from_string(text).map_err(|e| failed(e.to_string()))
 }
 
-/// `--key-schema` / `--value-schema`: an Avro schema file (`.avsc`).
+/// A record part's encoder, from `--key-schema` / `--value-schema`.
+pub enum Encoder {
+    /// An Avro schema (`.avsc`).
+    Avro(AvroSerializer),
+    /// A JSON Schema (`.json`).
+    JsonSchema(JsonSchemaSerializer),
+}
+
+impl Encoder {
+    /// A JSON line's value in the wire format for `topic`.
+    pub async fn encode(
+        &self,
+        topic: &str,
+        line: &str,
+    ) -> std::result::Result<Vec<u8>, SchemaError> {
+        match self {
+            Encoder::Avro(s) => {
+                let json: Json = serde_json::from_str(line).map_err(|e| SchemaError::Encode {
+                    subject: s.subject(topic).unwrap_or_else(|_| topic.to_owned()),
+                    message: format!("not JSON: {e}"),
+                })?;
+                s.serialize_json(topic, &json).await
+            }
+            Encoder::JsonSchema(s) => s.serialize_str(topic, line).await,
+        }
+    }
+}
+
+/// `--key-schema` / `--value-schema`: an Avro schema (`.avsc`) or a JSON Schema (`.json`).
 pub fn serializer(
     registry: &SchemaRegistry,
     path: &std::path::Path,
     part: Part,
-) -> Result<AvroSerializer> {
+) -> Result<Encoder> {
     let flag = match part {
         Part::Key => "--key-schema",
         _ => "--value-schema",
     };
+    let shown = path.display();
     let text = std::fs::read_to_string(path)
-        .map_err(|e| CliError::Usage(format!("cannot read {flag} {}: {e}", path.display())))?;
+        .map_err(|e| CliError::Usage(format!("cannot read {flag} {shown}: {e}")))?;
+    let bad = |e: SchemaError| CliError::Usage(format!("{flag} {shown}: {e}"));
     match path.extension().and_then(|e| e.to_str()) {
-        Some("avsc") | Some("json") => {}
-        Some("proto") => {
-            return Err(CliError::Usage(format!(
-                "{flag} {}: Protobuf schemas are not supported yet; give an Avro schema (.avsc)",
-                path.display()
-            )))
-        }
-        _ => {
-            return Err(CliError::Usage(format!(
-                "{flag} {}: name an Avro schema file ending in .avsc",
-                path.display()
-            )))
-        }
+        Some("avsc") => Ok(Encoder::Avro(
+            AvroSerializer::new(registry.clone(), &text, part).map_err(bad)?,
+        )),
+        Some("json") => Ok(Encoder::JsonSchema(
+            JsonSchemaSerializer::new(registry.clone(), &text, part).map_err(bad)?,
+        )),
+        Some("proto") => Err(CliError::Usage(format!(
+            "{flag} {shown}: Protobuf schemas are not supported yet; give an Avro schema (.avsc) or a JSON Schema (.json)"
+        ))),
+        _ => Err(CliError::Usage(format!(
+            "{flag} {shown}: name an Avro schema file ending in .avsc or a JSON Schema ending in .json"
+        ))),
     }
-    AvroSerializer::new(registry.clone(), &text, part)
-        .map_err(|e| CliError::Usage(format!("{flag} {}: {e}", path.display())))
 }
 
 #[cfg(test)]
@@ -233,6 +282,7 @@ mod tests {
             (&["key=avro"],            Ok((avro, None))),
             (&["avro"],                Ok((avro, avro))),
             (&["key=avro", "value=avro"], Ok((avro, avro))),
+            (&["value=json-schema"],   Ok((None, Some(Serde::JsonSchema)))),
             (&["value=protobuf"],      Err("protobuf is not supported yet")),
             (&["value=thrift"],        Err("unknown format 'thrift'")),
             (&["header=avro"],         Err("'header' is neither key nor value")),

@@ -44,6 +44,9 @@ pub struct RegistryConfig {
     /// `use.latest.version` (false): a serializer writes with the subject's latest schema
     /// (with `auto.register.schemas=false`), whatever schema it was given.
     pub use_latest_version: bool,
+    /// `json.fail.invalid.schema` (false): a JSON Schema deserializer validates every value
+    /// against its schema (a serializer always does).
+    pub json_fail_invalid_schema: bool,
     /// `key.subject.name.strategy` (topic).
     pub key_strategy: SubjectNameStrategy,
     /// `value.subject.name.strategy` (topic).
@@ -63,6 +66,7 @@ impl Default for RegistryConfig {
             backoff: (Duration::from_millis(100), Duration::from_secs(1)),
             auto_register: true,
             use_latest_version: false,
+            json_fail_invalid_schema: false,
             key_strategy: SubjectNameStrategy::Topic,
             value_strategy: SubjectNameStrategy::Topic,
             credentials_from_url: false,
@@ -152,6 +156,7 @@ impl RegistryConfig {
             "retry.backoff.max.ms" => self.backoff.1 = ms(v)?,
             "auto.register.schemas" => self.auto_register = flag(v)?,
             "use.latest.version" => self.use_latest_version = flag(v)?,
+            "json.fail.invalid.schema" => self.json_fail_invalid_schema = flag(v)?,
             "key.subject.name.strategy" => {
                 self.key_strategy = SubjectNameStrategy::parse(name, v)?
             }
@@ -194,6 +199,7 @@ impl RegistryConfig {
                 name,
                 "auto.register.schemas"
                     | "use.latest.version"
+                    | "json.fail.invalid.schema"
                     | "key.subject.name.strategy"
                     | "value.subject.name.strategy"
             )

@@ -8,6 +8,8 @@
 //! - [`AvroSerializer`] / [`AvroDeserializer`]: values framed with their schema id; the
 //!   writer's schema fetched by id, a reader schema for evolution, JSON in the Avro JSON
 //!   encoding for tools.
+//! - [`JsonSchemaSerializer`] / [`JsonSchemaDeserializer`]: JSON values validated against a
+//!   JSON Schema (always when written, on request when read).
 //! - [`wire`]: the framing itself (magic byte, schema id, Protobuf message indexes).
 //! - [`SubjectNameStrategy`]: which subject a schema lives under.
 //!
@@ -18,6 +20,7 @@ mod avro;
 mod config;
 mod error;
 mod http;
+mod json_schema;
 mod registry;
 mod subject;
 pub mod wire;
@@ -25,5 +28,6 @@ pub mod wire;
 pub use avro::{apache_avro, AvroDeserializer, AvroRecord, AvroSerializer};
 pub use config::RegistryConfig;
 pub use error::{Result, SchemaError};
+pub use json_schema::{JsonSchemaDeserializer, JsonSchemaRecord, JsonSchemaSerializer};
 pub use registry::{RegisteredSchema, Schema, SchemaReference, SchemaRegistry, SchemaType};
 pub use subject::{Part, SubjectNameStrategy};

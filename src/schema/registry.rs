@@ -224,7 +224,7 @@ impl SchemaRegistry {
             return Ok(*id);
         }
         let what = format!(
-            "register a {} schema under subject '{subject}'",
+            "register the {} schema under subject '{subject}'",
             schema.schema_type.name()
         );
         let body = serde_json::to_vec(&Wire::of(schema))
@@ -248,7 +248,7 @@ impl SchemaRegistry {
     pub async fn lookup(&self, subject: &str, schema: &Schema) -> Result<RegisteredSchema> {
         let key = (subject.to_owned(), schema.clone());
         let what = format!(
-            "look up a {} schema under subject '{subject}'",
+            "look up the {} schema under subject '{subject}'",
             schema.schema_type.name()
         );
         let body = serde_json::to_vec(&Wire::of(schema))
@@ -305,7 +305,7 @@ impl SchemaRegistry {
             is_compatible: bool,
         }
         let what = format!(
-            "check a {} schema against subject '{subject}'",
+            "check the {} schema against subject '{subject}'",
             schema.schema_type.name()
         );
         let body = serde_json::to_vec(&Wire::of(schema))

@@ -1,7 +1,7 @@
 //! The schema registry's settings, read from the Java serializers' property names.
 
 use super::error::{Result, SchemaError};
-use super::subject::SubjectNameStrategy;
+use super::subject::{Part, SubjectNameStrategy};
 use crate::client::config::{Secret, SecurityConfig};
 use std::time::Duration;
 
@@ -178,6 +178,19 @@ impl RegistryConfig {
             }
         }
         Ok(true)
+    }
+
+    /// The subject a schema named `record_name` is registered under for the `part` of the
+    /// records of `topic`, by the part's subject name strategy.
+    ///
+    /// # Errors
+    /// [`SchemaError::Config`] when a record strategy meets a schema without a name.
+    pub fn subject(&self, topic: &str, part: Part, record_name: Option<&str>) -> Result<String> {
+        let strategy = match part {
+            Part::Key => self.key_strategy,
+            Part::Value => self.value_strategy,
+        };
+        strategy.subject(topic, part, record_name)
     }
 
     /// Whether `name` is the registry's own property (not the Kafka client's): the

@@ -211,16 +211,10 @@ impl JsonSchemaSerializer {
     /// # Errors
     /// [`SchemaError::Config`] when a record strategy meets a schema without a title.
     pub fn subject(&self, topic: &str) -> Result<String> {
-        let c = self.registry.config();
-        let strategy = match self.part {
-            Part::Key => c.key_strategy,
-            Part::Value => c.value_strategy,
-        };
-        strategy.subject(
-            topic,
-            self.part,
-            Compiled::title(&self.registered.text).as_deref(),
-        )
+        let title = Compiled::title(&self.registered.text);
+        self.registry
+            .config()
+            .subject(topic, self.part, title.as_deref())
     }
 
     /// Validates `value` and writes it for `topic`.

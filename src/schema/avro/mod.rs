@@ -315,12 +315,10 @@ impl AvroSerializer {
     /// # Errors
     /// [`SchemaError::Config`] when a record strategy meets an unnamed schema.
     pub fn subject(&self, topic: &str) -> Result<String> {
-        let c = self.registry.config();
-        let strategy = match self.part {
-            Part::Key => c.key_strategy,
-            Part::Value => c.value_strategy,
-        };
-        strategy.subject(topic, self.part, self.schema.full_name().as_deref())
+        let name = self.schema.full_name();
+        self.registry
+            .config()
+            .subject(topic, self.part, name.as_deref())
     }
 
     /// Writes `value` (in the serializer's schema) for `topic`.

@@ -288,3 +288,46 @@ async fn dead_letters_go_to_their_topic_with_headers_exactly_once_across_a_sigki
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// In a keyed job (the hourly window after key_by) the dead letter is made in the source
+/// subtask, before the key exchange, and written by a keyed subtask's sink: it arrives once, and
+/// the windows go on.
+#[tokio::test]
+async fn a_keyed_job_writes_its_dead_letters_through_the_keyed_subtasks_sink() {
+    let input = TestTopic::create("errors-keyed-in", 1).await;
+    let output = TestTopic::create("errors-keyed-out", 1).await;
+    let dlq = TestTopic::create("errors-keyed-dlq", 1).await;
+    let dir = scratch("onceflow-errors-keyed");
+    let mut records = rides(0, 20);
+    records.push(In::NotJson("{broken"));
+    // Rides two hours later close the first hour's windows.
+    records.extend((20..25).map(|i| In::Ride(end(i, i % 7, BASE + 2 * 60 * MINUTE + i as i64, 1))));
+    produce(&input.name, records).await;
+    let settings = format!(
+        "errors.tolerance = \"dead-letter\"\nerrors.deadletterqueue.topic.name = \"{}\"\n",
+        dlq.name
+    );
+    let path = job_file(
+        &dir,
+        "rides-per-driver-hourly.toml",
+        &input.name,
+        &output.name,
+        &unique_topic("errors-keyed"),
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replacen("[settings]\n", &format!("[settings]\n{settings}"), 1),
+    )
+    .unwrap();
+    let log = dir.join("run.log");
+    let mut child = start_job(&path, &log, &["--fresh"]);
+    wait_for(&dlq, 1, &mut child, &log).await;
+    // The first hour's windows (7 drivers) fire once the later rides pass the watermark.
+    wait_for(&output, 7, &mut child, &log).await;
+    stop(child, &log).await;
+    let letters = committed(&dlq).await;
+    assert_eq!(letters.len(), 1, "the dead letter once");
+    assert_eq!(letters[0].value.as_deref(), Some(&b"{broken"[..]));
+    let _ = std::fs::remove_dir_all(&dir);
+}

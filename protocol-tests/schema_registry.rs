@@ -26,11 +26,9 @@ const RIDE_V2: &str = r#"{"type":"record","name":"Ride","namespace":"nyc","field
     {"name":"fare","type":"double"},
     {"name":"tip","type":"double","default":0.0}]}"#;
 
+/// A client of the test registry with these extra properties.
 async fn registry(props: &[(&str, &str)]) -> SchemaRegistry {
-    let url = registry_url().await;
-    let mut all = vec![("schema.registry.url", url)];
-    all.extend_from_slice(props);
-    SchemaRegistry::new(RegistryConfig::from_properties(all.iter().copied()).unwrap()).unwrap()
+    client(registry_url().await, props)
 }
 
 /// Writes `values` to `topic` (one partition) and reads their bytes back.
@@ -272,45 +270,41 @@ async fn onceflow(args: &[&str], stdin: &str) -> std::process::Output {
     onceflow_async(argv, stdin).await
 }
 
-#[tokio::test]
-async fn the_cli_writes_json_lines_as_avro_and_prints_them_back_as_kcat_does() {
-    let url = registry_url().await;
-    let topic = TestTopic::create("avro-cli", 1).await;
+/// `onceflow produce -t TOPIC --value-schema FILE -r REGISTRY` with `input`, the schema `text`
+/// written to a scratch file `name` (its extension says the schema's kind).
+async fn produce_with_schema(
+    topic: &str,
+    name: &str,
+    text: &str,
+    input: &str,
+) -> std::process::Output {
     let dir = tempfile::tempdir().unwrap();
-    let schema = dir.path().join("ride.avsc");
-    std::fs::write(&schema, RIDE_V1).unwrap();
-    let input = "{\"id\":1,\"zone\":\"JFK\",\"fare\":52.5}\n{\"id\":2,\"fare\":7}\n";
-    let schema_arg = schema.display().to_string();
-    let out = onceflow(
-        &[
-            "produce",
-            "-t",
-            &topic.name,
-            "--value-schema",
-            &schema_arg,
-            "-r",
-            url,
-        ],
+    let schema = dir.path().join(name);
+    std::fs::write(&schema, text).unwrap();
+    let schema = schema.display().to_string();
+    let url = registry_url().await;
+    onceflow(
+        &["produce", "-t", topic, "--value-schema", &schema, "-r", url],
         input,
     )
-    .await;
+    .await
+}
+
+/// `onceflow consume -t TOPIC -e -s SERDE -r REGISTRY EXTRA...` to the end of the topic.
+async fn consume_with(topic: &str, serde: &str, extra: &[&str]) -> std::process::Output {
+    let url = registry_url().await;
+    let mut args = vec!["consume", "-t", topic, "-e", "-s", serde, "-r", url];
+    args.extend_from_slice(extra);
+    onceflow(&args, "").await
+}
+
+#[tokio::test]
+async fn the_cli_writes_json_lines_as_avro_and_prints_them_back_as_kcat_does() {
+    let topic = TestTopic::create("avro-cli", 1).await;
+    let input = "{\"id\":1,\"zone\":\"JFK\",\"fare\":52.5}\n{\"id\":2,\"fare\":7}\n";
+    let out = produce_with_schema(&topic.name, "ride.avsc", RIDE_V1, input).await;
     assert!(out.status.success(), "{}", stderr(&out));
-    let out = onceflow(
-        &[
-            "consume",
-            "-t",
-            &topic.name,
-            "-e",
-            "-s",
-            "value=avro",
-            "-r",
-            url,
-            "--format",
-            "value",
-        ],
-        "",
-    )
-    .await;
+    let out = consume_with(&topic.name, "value=avro", &["--format", "value"]).await;
     assert!(out.status.success(), "{}", stderr(&out));
     let lines: Vec<Value> = stdout(&out)
         .lines()
@@ -335,27 +329,10 @@ async fn the_cli_writes_json_lines_as_avro_and_prints_them_back_as_kcat_does() {
 
 #[tokio::test]
 async fn the_cli_names_a_line_that_does_not_fit_and_a_record_it_cannot_decode() {
-    let url = registry_url().await;
     let topic = TestTopic::create("avro-cli-bad", 1).await;
-    let dir = tempfile::tempdir().unwrap();
-    let schema = dir.path().join("ride.avsc");
-    std::fs::write(&schema, RIDE_V1).unwrap();
-    let schema_arg = schema.display().to_string();
     // Line 2 lacks a field without a default: the line is named, nothing after it is sent.
     let input = "{\"id\":1,\"fare\":1}\n{\"id\":2}\n{\"id\":3,\"fare\":3}\n";
-    let out = onceflow(
-        &[
-            "produce",
-            "-t",
-            &topic.name,
-            "--value-schema",
-            &schema_arg,
-            "-r",
-            url,
-        ],
-        input,
-    )
-    .await;
+    let out = produce_with_schema(&topic.name, "ride.avsc", RIDE_V1, input).await;
     assert!(!out.status.success());
     let e = stderr(&out);
     assert!(
@@ -371,20 +348,7 @@ async fn the_cli_names_a_line_that_does_not_fit_and_a_record_it_cannot_decode() 
     .await
     .unwrap();
     p.close().await.unwrap();
-    let out = onceflow(
-        &[
-            "consume",
-            "-t",
-            &topic.name,
-            "-e",
-            "-s",
-            "value=avro",
-            "-r",
-            url,
-        ],
-        "",
-    )
-    .await;
+    let out = consume_with(&topic.name, "value=avro", &[]).await;
     assert!(!out.status.success());
     assert_eq!(stdout(&out).lines().count(), 1, "{}", stdout(&out));
     let e = stderr(&out);
@@ -566,22 +530,11 @@ async fn a_json_schema_reader_validates_when_asked_and_refuses_an_id_of_another_
 
 #[tokio::test]
 async fn the_cli_writes_and_reads_json_schema_records() {
-    let url = registry_url().await;
     let topic = TestTopic::create("json-schema-cli", 1).await;
-    let dir = tempfile::tempdir().unwrap();
-    let schema = dir.path().join("ride.json");
-    std::fs::write(&schema, RIDE_JSON_SCHEMA).unwrap();
-    let schema_arg = schema.display().to_string();
-    let out = onceflow(
-        &[
-            "produce",
-            "-t",
-            &topic.name,
-            "--value-schema",
-            &schema_arg,
-            "-r",
-            url,
-        ],
+    let out = produce_with_schema(
+        &topic.name,
+        "ride.json",
+        RIDE_JSON_SCHEMA,
         "{\"ride_id\":1,\"fare\":2.5}\n{\"ride_id\":2,\"fare\":-1}\n",
     )
     .await;
@@ -591,22 +544,7 @@ async fn the_cli_writes_and_reads_json_schema_records() {
         e.contains("line 2: the value") && e.contains("/fare"),
         "{e}"
     );
-    let out = onceflow(
-        &[
-            "consume",
-            "-t",
-            &topic.name,
-            "-e",
-            "-s",
-            "value=json-schema",
-            "-r",
-            url,
-            "--format",
-            "value",
-        ],
-        "",
-    )
-    .await;
+    let out = consume_with(&topic.name, "value=json-schema", &["--format", "value"]).await;
     assert!(out.status.success(), "{}", stderr(&out));
     // As written: the key order kept.
     assert_eq!(stdout(&out).trim(), r#"{"ride_id":1,"fare":2.5}"#);

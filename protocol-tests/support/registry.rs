@@ -35,19 +35,26 @@ pub async fn registry_url() -> &'static str {
 
 /// Runs the registry script; its last line of output (the base URL for `start`).
 pub fn registry_script(action: &str, port: u16) -> String {
+    let dir = repo().join(format!("target/schema-registry-{port}"));
+    let env = [
+        ("REGISTRY_PORT", port.to_string()),
+        ("REGISTRY_DIR", dir.display().to_string()),
+    ];
+    script("protocol-tests/schema-registry.sh", action, &env)
+}
+
+/// Runs `script action` with `env`; its last line of output, or the test fails with its
+/// stderr.
+fn script(script: &str, action: &str, env: &[(&str, String)]) -> String {
     let out = Command::new("bash")
-        .arg(repo().join("protocol-tests/schema-registry.sh"))
+        .arg(repo().join(script))
         .arg(action)
-        .env("REGISTRY_PORT", port.to_string())
-        .env(
-            "REGISTRY_DIR",
-            repo().join(format!("target/schema-registry-{port}")),
-        )
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
-        .expect("run protocol-tests/schema-registry.sh");
+        .unwrap_or_else(|e| panic!("run {script}: {e}"));
     assert!(
         out.status.success(),
-        "schema-registry.sh {action} failed: {}",
+        "{script} {action} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout)
@@ -85,19 +92,12 @@ pub async fn proxied() -> &'static Proxied {
             tokio::task::spawn_blocking(move || {
                 let port = proxy_port();
                 let dir = repo().join(format!("target/registry-proxy-{port}"));
-                let out = Command::new("bash")
-                    .arg(repo().join("protocol-tests/registry-proxy.sh"))
-                    .arg("start")
-                    .env("REGISTRY_URL", &url)
-                    .env("PROXY_PORT", port.to_string())
-                    .env("PROXY_DIR", &dir)
-                    .output()
-                    .expect("run protocol-tests/registry-proxy.sh");
-                assert!(
-                    out.status.success(),
-                    "registry-proxy.sh start failed: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                let env = [
+                    ("REGISTRY_URL", url),
+                    ("PROXY_PORT", port.to_string()),
+                    ("PROXY_DIR", dir.display().to_string()),
+                ];
+                script("protocol-tests/registry-proxy.sh", "start", &env);
                 let env = std::fs::read_to_string(dir.join("proxy.env")).expect("proxy.env");
                 let get = |k: &str| {
                     env.lines()

@@ -157,15 +157,23 @@ impl Conn {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn conn(props: &[&str]) -> Conn {
+impl Conn {
+    /// Broker `h:1` with these -X properties (for the command modules' tests).
+    pub(crate) fn for_tests(props: &[&str]) -> Conn {
         Conn {
             broker: "h:1".into(),
             props: props.iter().map(|s| s.to_string()).collect(),
             config_file: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conn(props: &[&str]) -> Conn {
+        Conn::for_tests(props)
     }
 
     #[test]

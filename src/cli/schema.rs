@@ -297,11 +297,7 @@ mod tests {
     }
 
     fn conn(props: &[&str]) -> Conn {
-        Conn {
-            broker: "h:1".into(),
-            props: props.iter().map(|s| s.to_string()).collect(),
-            config_file: None,
-        }
+        Conn::for_tests(props)
     }
 
     #[test]

@@ -52,6 +52,7 @@ mod ordering;
 mod pipeline;
 mod read_committed;
 mod schema_interop;
+mod schema_protobuf;
 mod schema_registry;
 mod security;
 mod send_callback;

@@ -27,12 +27,12 @@ const RIDE_V2: &str = r#"{"type":"record","name":"Ride","namespace":"nyc","field
     {"name":"tip","type":"double","default":0.0}]}"#;
 
 /// A client of the test registry with these extra properties.
-async fn registry(props: &[(&str, &str)]) -> SchemaRegistry {
+pub(crate) async fn registry(props: &[(&str, &str)]) -> SchemaRegistry {
     client(registry_url().await, props)
 }
 
 /// Writes `values` to `topic` (one partition) and reads their bytes back.
-async fn through_the_broker(topic: &TestTopic, values: Vec<Vec<u8>>) -> Vec<Bytes> {
+pub(crate) async fn through_the_broker(topic: &TestTopic, values: Vec<Vec<u8>>) -> Vec<Bytes> {
     let p = producer(&[]).await;
     let n = values.len();
     for v in values {
@@ -259,7 +259,7 @@ async fn an_unreachable_registry_is_retried_until_default_api_timeout_then_named
 }
 
 /// Runs the binary against the test broker and the registry.
-async fn onceflow(args: &[&str], stdin: &str) -> std::process::Output {
+pub(crate) async fn onceflow(args: &[&str], stdin: &str) -> std::process::Output {
     let mut argv: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     argv.extend([
         "-b".into(),
@@ -272,16 +272,17 @@ async fn onceflow(args: &[&str], stdin: &str) -> std::process::Output {
 
 /// `onceflow produce -t TOPIC --value-schema FILE -r REGISTRY` with `input`, the schema `text`
 /// written to a scratch file `name` (its extension says the schema's kind).
-async fn produce_with_schema(
+pub(crate) async fn produce_with_schema(
     topic: &str,
     name: &str,
     text: &str,
     input: &str,
 ) -> std::process::Output {
     let dir = tempfile::tempdir().unwrap();
-    let schema = dir.path().join(name);
-    std::fs::write(&schema, text).unwrap();
-    let schema = schema.display().to_string();
+    // A Protobuf message after '#' names no file.
+    let file = name.split('#').next().unwrap_or(name);
+    std::fs::write(dir.path().join(file), text).unwrap();
+    let schema = dir.path().join(name).display().to_string();
     let url = registry_url().await;
     onceflow(
         &["produce", "-t", topic, "--value-schema", &schema, "-r", url],
@@ -291,7 +292,7 @@ async fn produce_with_schema(
 }
 
 /// `onceflow consume -t TOPIC -e -s SERDE -r REGISTRY EXTRA...` to the end of the topic.
-async fn consume_with(topic: &str, serde: &str, extra: &[&str]) -> std::process::Output {
+pub(crate) async fn consume_with(topic: &str, serde: &str, extra: &[&str]) -> std::process::Output {
     let url = registry_url().await;
     let mut args = vec!["consume", "-t", topic, "-e", "-s", serde, "-r", url];
     args.extend_from_slice(extra);

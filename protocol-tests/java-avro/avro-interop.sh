@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Runs the Java Avro interop peer (Apicurio Registry's Kafka Avro serde 3.1.7 + Apache Kafka client
-# 4.1.1), building it first if needed.
+# Runs the Java Avro (and Protobuf) interop peer (Apicurio Registry's Kafka Avro and Protobuf serdes
+# 3.1.7 + Apache Kafka client 4.1.1), building it first if needed.
 #
 #   protocol-tests/java-avro/avro-interop.sh produce --bootstrap B --registry URL --topic T --schema F.avsc
 #   protocol-tests/java-avro/avro-interop.sh consume --bootstrap B --registry URL --topic T --count N [--reader-schema F.avsc]
 #   protocol-tests/java-avro/avro-interop.sh encode  --registry URL --subject S --schema F.avsc
+#   protocol-tests/java-avro/avro-interop.sh protobuf-produce --bootstrap B --registry URL --topic T --schema F.proto [--message NAME]
+#   protocol-tests/java-avro/avro-interop.sh protobuf-consume --bootstrap B --registry URL --topic T --count N
+#   protocol-tests/java-avro/avro-interop.sh protobuf-encode  --registry URL --subject S --schema F.proto [--message NAME]
 #   protocol-tests/java-avro/avro-interop.sh --help
 #   protocol-tests/java-avro/avro-interop.sh build    # only (re)build target/avro-interop.jar
 #

@@ -46,8 +46,9 @@ pub struct Args {
     /// are committed on exit.
     #[arg(short = 'G', long = "group")]
     group: Option<String>,
-    /// Decode keys and/or values from the schema registry's wire format: value=avro,
-    /// key=avro, or avro for both (printed in the Avro JSON encoding). Needs -r. Repeatable.
+    /// Decode keys and/or values from the schema registry's wire format: value=FORMAT,
+    /// key=FORMAT, or FORMAT for both; FORMAT is avro (printed in the Avro JSON encoding),
+    /// protobuf (the proto3 JSON mapping) or json-schema. Needs -r. Repeatable.
     #[arg(short = 's', long = "serde", value_name = "[key=|value=]FORMAT")]
     serdes: Vec<String>,
     #[command(flatten)]

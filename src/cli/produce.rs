@@ -43,19 +43,21 @@ pub struct Args {
     #[arg(long = "prepare-only")]
     prepare_only: bool,
     /// Write each value (a JSON line) in the schema registry's wire format with this schema:
-    /// Avro (.avsc; the line in the Avro JSON encoding) or JSON Schema (.json; the line
+    /// Avro (.avsc; the line in the Avro JSON encoding), Protobuf (.proto, its first message
+    /// or FILE.proto#Message; the line in the proto3 JSON mapping; imports read from the
+    /// file's directory and registered as references) or JSON Schema (.json; the line
     /// validated against it). Registered under the topic's subject unless
     /// -X auto.register.schemas=false. Needs -r.
     #[arg(long = "value-schema", value_name = "FILE")]
-    value_schema: Option<std::path::PathBuf>,
+    value_schema: Option<String>,
     /// The same for keys (with -K).
     #[arg(long = "key-schema", value_name = "FILE")]
-    key_schema: Option<std::path::PathBuf>,
+    key_schema: Option<String>,
     #[command(flatten)]
     registry: RegistryArgs,
 }
 
-/// The Avro serializers of keys and values, from --key-schema / --value-schema.
+/// The serializers of keys and values, from --key-schema / --value-schema.
 #[derive(Default)]
 struct Serializers {
     key: Option<Encoder>,
@@ -77,7 +79,7 @@ impl Serializers {
         let Some(registry) = args.registry.registry(&args.conn, needed)? else {
             return Ok(Serializers::default());
         };
-        let make = |path: &Option<std::path::PathBuf>, part| {
+        let make = |path: &Option<String>, part| {
             path.as_deref()
                 .map(|p| serializer(&registry, p, part))
                 .transpose()

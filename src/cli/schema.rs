@@ -1,11 +1,12 @@
 //! The schema registry on the command line: `-r URL`, the registry's `-X` properties,
-//! `consume -s [key=|value=]avro` and `produce --key-schema/--value-schema FILE`.
+//! `consume -s [key=|value=]avro|protobuf|json-schema` and
+//! `produce --key-schema/--value-schema FILE.avsc|FILE.proto[#Message]|FILE.json`.
 
 use super::error::{CliError, Result};
 use super::props::Conn;
 use onceflow::schema::{
     AvroDeserializer, AvroSerializer, JsonSchemaDeserializer, JsonSchemaSerializer, Part,
-    RegistryConfig, SchemaError, SchemaRegistry,
+    ProtobufDeserializer, ProtobufSerializer, RegistryConfig, SchemaError, SchemaRegistry,
 };
 use serde_json::value::RawValue;
 use serde_json::Value as Json;
@@ -70,6 +71,8 @@ impl RegistryArgs {
 pub enum Serde {
     /// Avro in the registry's wire format.
     Avro,
+    /// Protobuf in the registry's wire format.
+    Protobuf,
     /// JSON Schema in the registry's wire format.
     JsonSchema,
 }
@@ -83,7 +86,7 @@ pub struct Serdes {
 
 impl Serdes {
     /// Reads `-s` flags: `key=FORMAT`, `value=FORMAT`, or `FORMAT` for both (kcat's syntax);
-    /// FORMAT is `avro` or `json-schema`.
+    /// FORMAT is `avro`, `protobuf` or `json-schema`.
     pub fn parse(flags: &[String]) -> Result<Serdes> {
         let mut s = Serdes::default();
         for f in flags {
@@ -94,14 +97,10 @@ impl Serdes {
             let serde = match name {
                 "avro" => Serde::Avro,
                 "json-schema" | "json_schema" => Serde::JsonSchema,
-                "protobuf" => {
-                    return Err(CliError::Usage(format!(
-                        "-s {f}: protobuf is not supported yet; avro and json-schema are"
-                    )))
-                }
+                "protobuf" => Serde::Protobuf,
                 _ => {
                     return Err(CliError::Usage(format!(
-                        "-s {f}: unknown format '{name}': use avro or json-schema (as -s value=avro, -s key=avro or -s avro for both)"
+                        "-s {f}: unknown format '{name}': use avro, protobuf or json-schema (as -s value=avro, -s key=avro or -s avro for both)"
                     )))
                 }
             };
@@ -131,6 +130,7 @@ impl Serdes {
 /// One part's decoder.
 enum Decoder {
     Avro(AvroDeserializer),
+    Protobuf(ProtobufDeserializer),
     JsonSchema(JsonSchemaDeserializer),
 }
 
@@ -139,6 +139,7 @@ impl Decoder {
     async fn to_json(&self, bytes: &[u8]) -> std::result::Result<String, SchemaError> {
         match self {
             Decoder::Avro(d) => d.deserialize(bytes).await?.to_json_string(),
+            Decoder::Protobuf(d) => d.deserialize(bytes).await?.to_json_string(),
             Decoder::JsonSchema(d) => Ok(d.deserialize(bytes).await?.text),
         }
     }
@@ -154,6 +155,9 @@ impl Decoders {
     pub fn new(serdes: &Serdes, registry: Option<&SchemaRegistry>) -> Decoders {
         let make = |s: Option<Serde>| match (s, registry) {
             (Some(Serde::Avro), Some(r)) => Some(Decoder::Avro(AvroDeserializer::new(r.clone()))),
+            (Some(Serde::Protobuf), Some(r)) => {
+                Some(Decoder::Protobuf(ProtobufDeserializer::new(r.clone())))
+            }
             (Some(Serde::JsonSchema), Some(r)) => {
                 Some(Decoder::JsonSchema(JsonSchemaDeserializer::new(r.clone())))
             }
@@ -207,6 +211,8 @@ async fn decode_part(
 pub enum Encoder {
     /// An Avro schema (`.avsc`).
     Avro(AvroSerializer),
+    /// A Protobuf schema (`.proto`).
+    Protobuf(ProtobufSerializer),
     /// A JSON Schema (`.json`).
     JsonSchema(JsonSchemaSerializer),
 }
@@ -226,37 +232,47 @@ impl Encoder {
                 })?;
                 s.serialize_json(topic, &json).await
             }
+            Encoder::Protobuf(s) => s.serialize_str(topic, line).await,
             Encoder::JsonSchema(s) => s.serialize_str(topic, line).await,
         }
     }
 }
 
-/// `--key-schema` / `--value-schema`: an Avro schema (`.avsc`) or a JSON Schema (`.json`).
-pub fn serializer(
-    registry: &SchemaRegistry,
-    path: &std::path::Path,
-    part: Part,
-) -> Result<Encoder> {
+/// `--key-schema` / `--value-schema`: an Avro schema (`.avsc`), a Protobuf schema
+/// (`.proto`, its first message or the one named after `#`, imports read beside it) or a
+/// JSON Schema (`.json`).
+pub fn serializer(registry: &SchemaRegistry, flag_value: &str, part: Part) -> Result<Encoder> {
     let flag = match part {
         Part::Key => "--key-schema",
         _ => "--value-schema",
     };
-    let shown = path.display();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| CliError::Usage(format!("cannot read {flag} {shown}: {e}")))?;
-    let bad = |e: SchemaError| CliError::Usage(format!("{flag} {shown}: {e}"));
+    let (file, message) = match flag_value.rsplit_once('#') {
+        Some((f, m)) if f.ends_with(".proto") => (f, Some(m)),
+        _ => (flag_value, None),
+    };
+    let path = std::path::Path::new(file);
+    let bad = |e: SchemaError| CliError::Usage(format!("{flag} {flag_value}: {e}"));
+    let read = || {
+        std::fs::read_to_string(path)
+            .map_err(|e| CliError::Usage(format!("cannot read {flag} {file}: {e}")))
+    };
     match path.extension().and_then(|e| e.to_str()) {
         Some("avsc") => Ok(Encoder::Avro(
-            AvroSerializer::new(registry.clone(), &text, part).map_err(bad)?,
+            AvroSerializer::new(registry.clone(), &read()?, part).map_err(bad)?,
         )),
         Some("json") => Ok(Encoder::JsonSchema(
-            JsonSchemaSerializer::new(registry.clone(), &text, part).map_err(bad)?,
+            JsonSchemaSerializer::new(registry.clone(), &read()?, part).map_err(bad)?,
         )),
-        Some("proto") => Err(CliError::Usage(format!(
-            "{flag} {shown}: Protobuf schemas are not supported yet; give an Avro schema (.avsc) or a JSON Schema (.json)"
-        ))),
+        Some("proto") => {
+            let s = ProtobufSerializer::from_file(registry.clone(), path, part).map_err(bad)?;
+            let s = match message {
+                Some(m) => s.for_message(m).map_err(bad)?,
+                None => s,
+            };
+            Ok(Encoder::Protobuf(s))
+        }
         _ => Err(CliError::Usage(format!(
-            "{flag} {shown}: name an Avro schema file ending in .avsc or a JSON Schema ending in .json"
+            "{flag} {flag_value}: name an Avro schema file ending in .avsc, a Protobuf schema ending in .proto (FILE.proto#Message for another than its first message) or a JSON Schema ending in .json"
         ))),
     }
 }
@@ -283,7 +299,7 @@ mod tests {
             (&["avro"],                Ok((avro, avro))),
             (&["key=avro", "value=avro"], Ok((avro, avro))),
             (&["value=json-schema"],   Ok((None, Some(Serde::JsonSchema)))),
-            (&["value=protobuf"],      Err("protobuf is not supported yet")),
+            (&["value=protobuf"],      Ok((None, Some(Serde::Protobuf)))),
             (&["value=thrift"],        Err("unknown format 'thrift'")),
             (&["header=avro"],         Err("'header' is neither key nor value")),
         ];

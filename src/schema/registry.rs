@@ -17,6 +17,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+/// How deep schema references may nest (a cycle or a runaway chain is an error, not a hang).
+pub(crate) const MAX_REFERENCE_DEPTH: usize = 32;
+
 /// The kind of a schema (the registry's `schemaType`; absent means Avro).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
@@ -351,6 +354,53 @@ impl SchemaRegistry {
         )
         .await
         .map_err(|e| self.not_found(e, subject, "schema"))
+    }
+
+    /// The schemas `schema` refers to, transitively, as (name it is referred to by, text),
+    /// each after the schemas it refers to itself; a name met twice is listed once.
+    ///
+    /// # Errors
+    /// [`SchemaError::InvalidSchema`] for references nested deeper than
+    /// [`MAX_REFERENCE_DEPTH`] (a cycle); the errors of [`Self::version`].
+    pub(crate) async fn referenced(
+        &self,
+        schema: &Schema,
+        origin: &str,
+    ) -> Result<Vec<(String, String)>> {
+        let mut found: Vec<(String, String)> = Vec::new();
+        let mut pending: Vec<(SchemaReference, usize)> = schema
+            .references
+            .iter()
+            .rev()
+            .map(|r| (r.clone(), 1))
+            .collect();
+        while let Some((r, depth)) = pending.pop() {
+            if depth > MAX_REFERENCE_DEPTH {
+                return Err(SchemaError::InvalidSchema {
+                    kind: schema.schema_type.name(),
+                    origin: Some(origin.to_owned()),
+                    message: format!(
+                        "references nest deeper than {MAX_REFERENCE_DEPTH} (a cycle?) at '{}'",
+                        r.name
+                    ),
+                });
+            }
+            let registered = self.version(&r.subject, Some(r.version)).await?;
+            pending.extend(
+                registered
+                    .schema
+                    .references
+                    .iter()
+                    .rev()
+                    .map(|x| (x.clone(), depth + 1)),
+            );
+            found.push((r.name, registered.schema.text.clone()));
+        }
+        // Dependencies first: the deepest were fetched last.
+        found.reverse();
+        let mut seen = std::collections::HashSet::new();
+        found.retain(|(name, _)| seen.insert(name.clone()));
+        Ok(found)
     }
 
     fn remember(&self, key: (String, Schema), id: u32) {

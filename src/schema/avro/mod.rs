@@ -25,9 +25,6 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// How deep references may nest (a cycle or a runaway chain is an error, not a hang).
-const MAX_REFERENCE_DEPTH: usize = 32;
-
 /// An Avro schema parsed with the schemas it refers to.
 #[derive(Debug)]
 struct Parsed {
@@ -137,38 +134,12 @@ async fn parse_registered(
             ),
         });
     }
-    let mut texts = Vec::new();
-    let mut pending: Vec<(crate::schema::registry::SchemaReference, usize)> = schema
-        .references
-        .iter()
-        .rev()
-        .map(|r| (r.clone(), 1))
+    let texts: Vec<String> = registry
+        .referenced(schema, origin)
+        .await?
+        .into_iter()
+        .map(|(_, text)| text)
         .collect();
-    while let Some((r, depth)) = pending.pop() {
-        if depth > MAX_REFERENCE_DEPTH {
-            return Err(SchemaError::InvalidSchema {
-                kind: "Avro",
-                origin: Some(origin.to_owned()),
-                message: format!(
-                    "references nest deeper than {MAX_REFERENCE_DEPTH} (a cycle?) at '{}'",
-                    r.name
-                ),
-            });
-        }
-        let found = registry.version(&r.subject, Some(r.version)).await?;
-        pending.extend(
-            found
-                .schema
-                .references
-                .iter()
-                .rev()
-                .map(|x| (x.clone(), depth + 1)),
-        );
-        texts.push(found.schema.text.clone());
-    }
-    // Dependencies first: the deepest were fetched last.
-    texts.reverse();
-    texts.dedup();
     Parsed::parse(&schema.text, &texts, origin)
 }
 

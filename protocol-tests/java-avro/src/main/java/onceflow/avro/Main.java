@@ -51,7 +51,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * Avro interop peer: Apicurio Registry's Kafka Avro serde (Confluent wire format: magic byte 0,
  * 4-byte big-endian schema id = the registry's contentId, Avro binary) plus the official Kafka
  * client. Values come in and go out in the Avro JSON encoding, one per line. Diagnostics go to
- * stderr; stdout carries only data.
+ * stderr; stdout carries only data. The protobuf-* subcommands are {@link ProtobufPeer}'s.
  */
 public final class Main {
   private static final PrintStream ERR = System.err;
@@ -72,6 +72,23 @@ public final class Main {
       "  encode  --registry URL --subject S --schema FILE.avsc",
       "          no Kafka: stdin values (Avro JSON encoding) -> the serializer's framed bytes,",
       "          base64, one line each (registers the schema under subject S if new)",
+      "",
+      "  protobuf-produce --bootstrap HOST:PORT --registry URL --topic T --schema FILE.proto",
+      "          [--message NAME] [--prop k=v]...",
+      "          stdin: one value per line in the proto3 JSON mapping, each parsed into a",
+      "          DynamicMessage of message NAME (default: the file's first top-level message; NAME",
+      "          may be nested, Outer.Inner, with or without the package) and written by Apicurio's",
+      "          ProtobufKafkaSerializer in the Confluent format (subject = artifact T-value);",
+      "          prints nothing; exit 0 once every record is acknowledged",
+      "  protobuf-consume --bootstrap HOST:PORT --registry URL --topic T --count N",
+      "          [--timeout-ms 60000] [--prop k=v]...",
+      "          reads N record values as consume does, decodes them into DynamicMessage (schema by",
+      "          the id, message type by the Confluent message indexes) and prints per record:",
+      "          {\"schema_id\": ID, \"indexes\": [..], \"value\": <proto3 JSON, one line, fields with",
+      "          default values included>}",
+      "  protobuf-encode --registry URL --subject S --schema FILE.proto [--message NAME]",
+      "          no Kafka: stdin values (proto3 JSON) -> the serializer's framed bytes, base64, one",
+      "          line each (registers the schema under subject S if new)",
       "",
       "URL: the Confluent-compatible base (http://HOST:PORT/apis/ccompat/v7, as schema-registry.sh",
       "prints it) or Apicurio's own API (http://HOST:PORT/apis/registry/v3); the serde always talks",
@@ -98,6 +115,9 @@ public final class Main {
         case "produce": rc = produce(a); break;
         case "consume": rc = consume(a); break;
         case "encode": rc = encode(a); break;
+        case "protobuf-produce": rc = ProtobufPeer.produce(a); break;
+        case "protobuf-consume": rc = ProtobufPeer.consume(a); break;
+        case "protobuf-encode": rc = ProtobufPeer.encode(a); break;
         default: throw new Args.UsageException("unknown subcommand '" + argv[0] + "'");
       }
     } catch (Args.UsageException e) {
@@ -261,6 +281,31 @@ public final class Main {
     dc.put(AvroSerdeConfig.AVRO_DATUM_PROVIDER, ReaderSchemaDatumProvider.class.getName());
     if (readerSchema != null) dc.put(READER_SCHEMA_CONFIG, readerSchema.toString());
 
+    List<ConsumerRecord<byte[], byte[]>> got = readRecords("consume", bootstrap, topic, count, timeoutMs, extra);
+    if (got == null) return 1;
+
+    try (AvroKafkaDeserializer<Object> deser = new AvroKafkaDeserializer<>()) {
+      deser.configure(dc, false);
+      for (ConsumerRecord<byte[], byte[]> r : got) {
+        int id = schemaIdOf(r.value());
+        ReaderSchemaDatumProvider.lastSchema = null;
+        Object value = deser.deserialize(topic, r.headers(), r.value());
+        Schema schema = ReaderSchemaDatumProvider.lastSchema;
+        if (schema == null) throw new IllegalStateException("the deserializer reported no schema");
+        System.out.println("{\"schema_id\": " + id + ", \"value\": " + toAvroJson(schema, value) + "}");
+      }
+    }
+    return 0;
+  }
+
+  /**
+   * The first {@code count} record values of the topic, read with a byte-array consumer from the
+   * beginning of every partition and ordered by partition, then offset. Null (after a message on
+   * stderr, prefixed with the subcommand's name) when the topic has no partitions or fewer records
+   * came within the timeout.
+   */
+  static List<ConsumerRecord<byte[], byte[]>> readRecords(String subcommand, String bootstrap, String topic,
+      int count, long timeoutMs, Properties extra) throws InterruptedException {
     Properties p = new Properties();
     p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
     p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
@@ -284,8 +329,8 @@ public final class Main {
           break;
         }
         if (System.currentTimeMillis() >= deadline) {
-          ERR.println("avro-interop consume: topic " + topic + " has no partitions (does it exist?)");
-          return 1;
+          ERR.println("avro-interop " + subcommand + ": topic " + topic + " has no partitions (does it exist?)");
+          return null;
         }
         Thread.sleep(200);
       }
@@ -294,8 +339,8 @@ public final class Main {
       while (got.size() < count) {
         long left = deadline - System.currentTimeMillis();
         if (left <= 0) {
-          ERR.println("avro-interop consume: timed out with " + got.size() + " of " + count + " records");
-          return 1;
+          ERR.println("avro-interop " + subcommand + ": timed out with " + got.size() + " of " + count + " records");
+          return null;
         }
         for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(Math.min(left, 500)))) {
           got.add(r);
@@ -304,19 +349,7 @@ public final class Main {
     }
     got.sort(Comparator.<ConsumerRecord<byte[], byte[]>>comparingInt(ConsumerRecord::partition)
         .thenComparingLong(ConsumerRecord::offset));
-
-    try (AvroKafkaDeserializer<Object> deser = new AvroKafkaDeserializer<>()) {
-      deser.configure(dc, false);
-      for (ConsumerRecord<byte[], byte[]> r : got.subList(0, count)) {
-        int id = schemaIdOf(r.value());
-        ReaderSchemaDatumProvider.lastSchema = null;
-        Object value = deser.deserialize(topic, r.headers(), r.value());
-        Schema schema = ReaderSchemaDatumProvider.lastSchema;
-        if (schema == null) throw new IllegalStateException("the deserializer reported no schema");
-        System.out.println("{\"schema_id\": " + id + ", \"value\": " + toAvroJson(schema, value) + "}");
-      }
-    }
-    return 0;
+    return got.subList(0, count);
   }
 
   // ---------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ mod engine_dataflow;
 mod engine_errors;
 mod engine_features;
 mod engine_files;
+mod engine_formats;
 mod engine_handover;
 mod engine_idleness;
 mod engine_members;

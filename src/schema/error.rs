@@ -131,6 +131,20 @@ pub enum SchemaError {
 }
 
 impl SchemaError {
+    /// Whether the record itself is at fault: its framing, its payload, a schema id the
+    /// registry does not know or a schema that does not compile, a value that does not fit.
+    /// Another record may be fine; the registry's own failures say nothing of the record.
+    pub fn is_record_fault(&self) -> bool {
+        matches!(
+            self,
+            SchemaError::Framing(_)
+                | SchemaError::Decode { .. }
+                | SchemaError::Encode { .. }
+                | SchemaError::UnknownId { .. }
+                | SchemaError::InvalidSchema { .. }
+        )
+    }
+
     /// Whether retrying the same request can help: the registry was unreachable, overloaded
     /// (HTTP 429) or failed on its side (5xx).
     pub fn is_retriable(&self) -> bool {
@@ -194,6 +208,26 @@ mod tests {
         ];
         for (e, want) in cases {
             assert_eq!(e.is_retriable(), want, "{e}");
+        }
+    }
+
+    #[test]
+    fn the_record_is_at_fault_for_its_bytes_and_its_schema_id_not_for_the_registry() {
+        let url = || "http://r".to_owned();
+        #[rustfmt::skip]
+        let cases = [
+            (SchemaError::Framing("short".into()),                                 true),
+            (SchemaError::Decode { id: 1, message: "eof".into() },                 true),
+            (SchemaError::Encode { subject: "s".into(), message: "x".into() },     true),
+            (SchemaError::UnknownId { id: 7, url: url() },                         true),
+            (SchemaError::InvalidSchema { kind: "Avro", origin: None, message: "x".into() }, true),
+            (SchemaError::Unreachable { url: url(), message: "refused".into() },  false),
+            (SchemaError::Timeout { what: "x".into(), after: Duration::from_secs(1) }, false),
+            (SchemaError::Unauthorized { url: url(), what: "x".into(), status: 401, message: String::new() }, false),
+            (SchemaError::Config("x".into()),                                      false),
+        ];
+        for (e, want) in cases {
+            assert_eq!(e.is_record_fault(), want, "{e}");
         }
     }
 }

@@ -183,6 +183,22 @@ impl ProtobufRecord {
             .map_err(|e| self.decode_error(e.to_string()))
     }
 
+    /// The message as plain JSON for a pipeline: field names as the `.proto` declares them,
+    /// 64-bit integers as numbers, every field (defaults too); well-known types as the
+    /// proto3 mapping gives them (a `Timestamp` as an RFC 3339 string).
+    /// [`ProtobufSerializer::serialize_json`] takes it back.
+    ///
+    /// # Errors
+    /// As [`Self::to_json`].
+    pub fn to_plain_json(&self) -> Result<serde_json::Value> {
+        let options = json_options()
+            .stringify_64_bit_integers(false)
+            .use_proto_field_name(true);
+        self.message
+            .serialize_with_options(serde_json::value::Serializer, &options)
+            .map_err(|e| self.decode_error(e.to_string()))
+    }
+
     /// [`Self::to_json`] as one line of text, fields in their declaration order.
     ///
     /// # Errors

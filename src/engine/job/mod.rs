@@ -29,6 +29,7 @@ internal_modules! {
     mod num;
     mod path;
 }
+pub(crate) mod codec;
 pub(crate) mod topology;
 
 // The job model's value types: a field path, a JSON number, a window's kind.
@@ -37,7 +38,7 @@ pub use num::Num;
 pub use path::{FieldPath, PathError};
 pub use spec::{
     DeliveryGuarantee, ErrorTolerance, FileSinkSpec, FileSourceSpec, Job, Mode, Operator,
-    OutputFormat, Settings, SinkSpec, SourceSpec, StartPosition,
+    OutputFormat, RecordFormat, Settings, SinkSpec, SourceSpec, StartPosition,
 };
 
 /// A job file that cannot be used. Every variant is one line for the user.

@@ -11,15 +11,19 @@ use serde_json::Value;
 
 use super::aggregate::{Accumulator, WindowAggregate};
 use super::batch::{stateless, Carried, Dropped};
+use super::codec::{Decoded, ValueDecoder, ValueEncoder};
 use super::project::Key;
 use super::Operator;
+use crate::engine::job::spec::{Job, RecordFormat};
 use crate::engine::metrics::{Metrics, OperatorCounter};
 use crate::engine::runtime::topology::{
-    downcast, Element, Emitted, InputRecord, KeyedLayout, KeyedStage, Output, SourceChain, Topology,
+    downcast, Element, Emitted, InputRecord, KeyedLayout, KeyedStage, Output, Prepare, SourceChain,
+    Topology,
 };
 use crate::engine::runtime::RuntimeError;
 use crate::engine::state::OperatorState;
 use crate::engine::time::window_operator::{Fired, WindowFunction, WindowOperator};
+use crate::schema::SchemaRegistry;
 
 /// The uid (keyspace `op-window`) of the one window operator a job may have.
 pub(crate) const WINDOW_UID: &str = "window";
@@ -59,6 +63,8 @@ pub(crate) struct Prefix {
     operators: usize,
     /// Per operator of the job file (by index), records in and out; empty: not observed.
     counters: Vec<Arc<OperatorCounter>>,
+    /// How input values become JSON.
+    decoder: ValueDecoder,
 }
 
 /// The counters of the operators `from..from + n`, or none when unobserved.
@@ -85,7 +91,14 @@ impl Prefix {
             window,
             operators: operators.len(),
             counters: Vec::new(),
+            decoder: ValueDecoder::json(),
         }
+    }
+
+    /// The prefix, reading input values with `decoder`.
+    pub(crate) fn decoding(mut self, decoder: ValueDecoder) -> Prefix {
+        self.decoder = decoder;
+        self
     }
 
     /// The prefix, counting each operator's records in and out into `counters` (one per
@@ -104,11 +117,19 @@ impl Prefix {
     }
 
     /// Runs one input record through the prefix.
+    #[cfg(test)]
     pub(crate) fn prefixed(&mut self, key: Option<Vec<u8>>, raw: &Bytes) -> Prefixed {
-        let value = match serde_json::from_slice::<Value>(raw) {
-            Ok(v) => v,
-            Err(e) => return Prefixed::Bad(format!("the value is not JSON ({e})")),
+        self.run(key, raw).0
+    }
+
+    /// [`Self::prefixed`], and the input's event time at the window's time field (for the
+    /// source's watermark, also when the record is filtered out or bad).
+    fn run(&mut self, key: Option<Vec<u8>>, raw: &Bytes) -> (Prefixed, Option<i64>) {
+        let value = match self.decoder.decode(raw) {
+            Decoded::Value(v) => v,
+            Decoded::Bad(reason) => return (Prefixed::Bad(reason), None),
         };
+        let time = self.window.as_ref().and_then(|w| w.event_time(&value));
         let input = self
             .window
             .as_ref()
@@ -118,43 +139,45 @@ impl Prefix {
         let (carried, value, changed) =
             match counted(&self.before, before, Carried::Input(key), value) {
                 Ok(c) => c,
-                Err(Dropped::Filtered) => return Prefixed::Filtered,
-                Err(Dropped::NoKey) => return Prefixed::Bad(self.no_key()),
+                Err(Dropped::Filtered) => return (Prefixed::Filtered, time),
+                Err(Dropped::NoKey) => return (Prefixed::Bad(self.no_key()), time),
             };
         let Some(window) = self.window.as_ref() else {
-            // Unchanged records go out as they came (bytes and all).
-            let value = if changed {
+            // Unchanged JSON records go out as they came (bytes and all).
+            let value = if changed || !self.decoder.is_json() {
                 Bytes::from(value.to_string())
             } else {
                 raw.clone()
             };
-            return Prefixed::Out(Output {
+            let out = Prefixed::Out(Output {
                 topic: None,
                 key: carried.kafka_key(),
                 value,
                 headers: Vec::new(),
             });
+            return (out, None);
         };
         if let Some(c) = self.counters.get(self.before.len()) {
             c.record_in();
         }
         let Carried::Keyed(key) = carried else {
-            return Prefixed::Bad(
-                "the record has no key for the window (no key_by before it)".into(),
-            );
+            let why = "the record has no key for the window (no key_by before it)";
+            return (Prefixed::Bad(why.into()), time);
         };
         let Some(time) = window.event_time(&value) else {
-            return Prefixed::Bad(format!(
+            let why = format!(
                 "the window's time field {} is missing or not an integer (ms since the epoch)",
                 window.time
-            ));
+            );
+            return (Prefixed::Bad(why), None);
         };
-        Prefixed::Keyed {
+        let keyed = Prefixed::Keyed {
             key,
             time,
             value,
             input,
-        }
+        };
+        (keyed, Some(time))
     }
 
     /// Why a record has no key: the `key_by` field it lacks.
@@ -357,18 +380,60 @@ fn counted(
 
 /// The job file's operators as the runtime runs them: the stateless prefix in each source
 /// subtask, the window aggregate (and what follows it) as the keyed stage.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct JsonTopology {
     pipeline: Vec<Operator>,
     window: Option<WindowAggregate>,
+    /// The source's record format, and the registry of the formats that need one.
+    source_format: RecordFormat,
+    registry: Option<SchemaRegistry>,
+    /// The sink's encoder, unless it writes JSON.
+    encoder: Option<Arc<ValueEncoder>>,
+}
+
+impl std::fmt::Debug for JsonTopology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsonTopology")
+            .field("pipeline", &self.pipeline)
+            .field("source_format", &self.source_format)
+            .field("encodes", &self.encoder.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl JsonTopology {
+    /// The operators of `pipeline`, between JSON ends.
     pub(crate) fn new(pipeline: &[Operator]) -> JsonTopology {
         JsonTopology {
             pipeline: pipeline.to_vec(),
             window: Prefix::new(pipeline).window().cloned(),
+            source_format: RecordFormat::Json,
+            registry: None,
+            encoder: None,
         }
+    }
+
+    /// The job file's operators between its ends' record formats.
+    ///
+    /// # Errors
+    /// The `[registry]` settings or the sink's schema file are refused.
+    pub(crate) fn for_job(job: &Job) -> Result<JsonTopology, RuntimeError> {
+        let registry = if job.registry.is_empty() {
+            None
+        } else {
+            Some(super::codec::registry(&job.registry)?)
+        };
+        let encoder = ValueEncoder::new(
+            job.sink.value_format,
+            job.sink.value_schema.as_deref(),
+            registry.as_ref(),
+        )?;
+        Ok(JsonTopology {
+            source_format: job.source.value_format,
+            registry,
+            encoder: encoder.map(Arc::new),
+            ..JsonTopology::new(&job.pipeline)
+        })
     }
 }
 
@@ -391,7 +456,15 @@ impl Topology for JsonTopology {
     }
 
     fn source_chain(&self, metrics: &Arc<Metrics>) -> Box<dyn SourceChain> {
-        Box::new(Prefix::new(&self.pipeline).observed(metrics.operators(&self.pipeline)))
+        let prefix = Prefix::new(&self.pipeline).observed(metrics.operators(&self.pipeline));
+        // The formats were checked when the topology was made: a decoder of them is made.
+        let decoder = ValueDecoder::new(self.source_format, self.registry.as_ref())
+            .unwrap_or_else(|_| ValueDecoder::json());
+        Box::new(prefix.decoding(decoder))
+    }
+
+    fn sink_encoder(&self) -> Option<Arc<ValueEncoder>> {
+        self.encoder.clone()
     }
 
     fn keyed_stage(
@@ -480,40 +553,30 @@ impl SourceChain for Prefix {
             });
             return None;
         };
-        match self.prefixed(record.key.map(|k| k.to_vec()), raw) {
-            Prefixed::Out(o) => {
-                out.push(Emitted::Out(o));
-                self.input_time(raw)
-            }
+        let (prefixed, time) = self.run(record.key.map(|k| k.to_vec()), raw);
+        match prefixed {
+            Prefixed::Out(o) => out.push(Emitted::Out(o)),
             Prefixed::Keyed {
                 key,
                 time,
                 value,
                 input,
-            } => {
-                out.push(Emitted::Keyed {
-                    key: key.into_bytes(),
-                    time,
-                    element: Box::new(JsonElement { value, input }),
-                });
-                Some(time)
-            }
-            Prefixed::Filtered => self.input_time(raw),
-            Prefixed::Bad(reason) => {
-                out.push(Emitted::Bad { reason });
-                self.input_time(raw)
-            }
+            } => out.push(Emitted::Keyed {
+                key: key.into_bytes(),
+                time,
+                element: Box::new(JsonElement { value, input }),
+            }),
+            Prefixed::Filtered => {}
+            Prefixed::Bad(reason) => out.push(Emitted::Bad { reason }),
         }
+        time
     }
-}
 
-impl Prefix {
-    /// The event time of the input record, read at the window's time field (for records the
-    /// prefix did not send to the window).
-    fn input_time(&self, raw: &Bytes) -> Option<i64> {
-        let window = self.window.as_ref()?;
-        let value: Value = serde_json::from_slice(raw).ok()?;
-        window.event_time(&value)
+    fn prepare(&mut self, record: &InputRecord<'_>) -> Option<Prepare<'_>> {
+        let raw = record.value?;
+        let id = self.decoder.unknown_id(raw)?;
+        let raw = raw.clone();
+        Some(Box::pin(self.decoder.learn(id, raw)))
     }
 }
 

@@ -34,6 +34,16 @@ pub enum RuntimeError {
         #[source]
         source: crate::client::Error,
     },
+    /// The schema registry failed (unreachable past `default.api.timeout.ms`, refused
+    /// credentials), or an output value does not fit the sink's schema.
+    #[error("{what}: {source}")]
+    Schema {
+        /// What the runtime was doing.
+        what: String,
+        /// The registry's or the serde's error.
+        #[source]
+        source: crate::schema::SchemaError,
+    },
     /// A user function of a typed job (`engine::dataflow`) failed: the job stops, naming
     /// the operator.
     #[error("operator {operator}: {message}; fix the function (or the input it cannot handle) and restart from the latest checkpoint")]

@@ -96,7 +96,7 @@ pub async fn run_with_metrics(
     stop: tokio::sync::watch::Receiver<bool>,
     metrics: Arc<Metrics>,
 ) -> Result<RunSummary, RuntimeError> {
-    let topology = Arc::new(JsonTopology::new(&config.job.pipeline));
+    let topology = Arc::new(JsonTopology::for_job(&config.job)?);
     run_topology(config, topology, stop, metrics).await
 }
 

@@ -90,7 +90,18 @@ pub(crate) trait SourceChain: Send {
     /// time when the job has a watermark strategy and the record has one, also when the
     /// record is filtered out (a source's watermark sees its records before any operator).
     fn process(&mut self, record: &InputRecord<'_>, out: &mut Vec<Emitted>) -> Option<i64>;
+
+    /// What must be awaited before `record` goes through [`SourceChain::process`] (a writer
+    /// schema fetched from the registry), if anything; the runtime awaits it first.
+    fn prepare(&mut self, record: &InputRecord<'_>) -> Option<Prepare<'_>> {
+        let _ = record;
+        None
+    }
 }
+
+/// The work [`SourceChain::prepare`] asks the runtime to await.
+pub(crate) type Prepare<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), RuntimeError>> + Send + 'a>>;
 
 /// The operators after the key exchange, one instance per keyed subtask, with their state.
 pub(crate) trait KeyedStage: Send {
@@ -178,6 +189,11 @@ pub(crate) trait Topology: Send + Sync + Debug {
         state: OperatorState,
         metrics: &Arc<Metrics>,
     ) -> Result<Box<dyn KeyedStage>, RuntimeError>;
+
+    /// How the sink writes the outputs for its own topic, when not as they are (JSON).
+    fn sink_encoder(&self) -> Option<Arc<crate::engine::job::codec::ValueEncoder>> {
+        None
+    }
 
     /// The element's bytes, for a key exchange through a repartition topic (a job run by
     /// several processes, `engine::cluster`); `None` when the topology's elements cannot

@@ -28,7 +28,28 @@ pub(crate) fn to_json(
     schema: &Schema,
     names: &NamesRef<'_>,
 ) -> Result<Json, String> {
-    Encoder { names }.value(value, schema, "$").map(Json::from)
+    Encoder {
+        names,
+        plain: false,
+    }
+    .value(value, schema, "$")
+    .map(Json::from)
+}
+
+/// A decoded value as plain JSON: a union's value without its branch, a decimal as a
+/// number, the other logical types as their numbers (timestamps in their unit since the
+/// epoch, dates in days) or strings (UUIDs), bytes as strings of U+0000..U+00FF.
+///
+/// # Errors
+/// As [`to_json`].
+pub(crate) fn to_plain_json(
+    value: &Value,
+    schema: &Schema,
+    names: &NamesRef<'_>,
+) -> Result<Json, String> {
+    Encoder { names, plain: true }
+        .value(value, schema, "$")
+        .map(Json::from)
 }
 
 /// [`to_json`] as text, with record fields in the schema's order (a `serde_json::Value`
@@ -41,7 +62,11 @@ pub(crate) fn to_json_text(
     schema: &Schema,
     names: &NamesRef<'_>,
 ) -> Result<String, String> {
-    let ordered = Encoder { names }.value(value, schema, "$")?;
+    let ordered = Encoder {
+        names,
+        plain: false,
+    }
+    .value(value, schema, "$")?;
     serde_json::to_string(&ordered).map_err(|e| e.to_string())
 }
 
@@ -165,6 +190,59 @@ fn number(f: f64) -> Json {
 
 struct Encoder<'a, 's> {
     names: &'a NamesRef<'s>,
+    /// Plain JSON ([`to_plain_json`]), not the JSON encoding.
+    plain: bool,
+}
+
+/// A decimal's unscaled two's-complement big-endian bytes at `scale`, as a JSON number (as
+/// a string when it does not fit 128 bits).
+fn decimal_number(unscaled: &[u8], scale: usize) -> Json {
+    if unscaled.len() > 16 {
+        return Json::String(format!("decimal of {} bytes", unscaled.len()));
+    }
+    let negative = unscaled.first().is_some_and(|b| b & 0x80 != 0);
+    let mut buf = if negative { [0xffu8; 16] } else { [0u8; 16] };
+    buf[16 - unscaled.len()..].copy_from_slice(unscaled);
+    let n = i128::from_be_bytes(buf);
+    let digits = n.unsigned_abs().to_string();
+    let text = if scale == 0 {
+        digits
+    } else if digits.len() > scale {
+        format!(
+            "{}.{}",
+            &digits[..digits.len() - scale],
+            &digits[digits.len() - scale..]
+        )
+    } else {
+        format!("0.{}{digits}", "0".repeat(scale - digits.len()))
+    };
+    let text = if negative { format!("-{text}") } else { text };
+    text.parse::<f64>().map_or(Json::String(text), number)
+}
+
+/// A JSON number as a decimal's unscaled two's-complement big-endian bytes at `scale`.
+fn decimal_bytes(n: &Number, scale: usize, path: &str) -> Result<Vec<u8>, String> {
+    let text = n.to_string();
+    let (int, frac) = text.split_once('.').unwrap_or((&text, ""));
+    if text.contains(['e', 'E']) || frac.len() > scale {
+        return Err(format!(
+            "{path}: {text} does not fit a decimal of scale {scale}"
+        ));
+    }
+    let digits = format!("{int}{frac}{}", "0".repeat(scale - frac.len()));
+    let unscaled: i128 = digits
+        .parse()
+        .map_err(|e| format!("{path}: {text} as a decimal: {e}"))?;
+    let bytes = unscaled.to_be_bytes();
+    // The shortest two's complement form.
+    let mut start = 0;
+    while start < 15
+        && ((bytes[start] == 0 && bytes[start + 1] & 0x80 == 0)
+            || (bytes[start] == 0xff && bytes[start + 1] & 0x80 != 0))
+    {
+        start += 1;
+    }
+    Ok(bytes[start..].to_vec())
 }
 
 impl Encoder<'_, '_> {
@@ -191,7 +269,12 @@ impl Encoder<'_, '_> {
             (Value::String(s) | Value::Enum(_, s), _) => Json::String(s.clone()),
             (Value::Uuid(u), _) => Json::String(u.to_string()),
             (Value::Decimal(d), _) => {
-                bytes_text(&<Vec<u8>>::try_from(d).map_err(|e| format!("{path}: decimal: {e}"))?)
+                let unscaled =
+                    <Vec<u8>>::try_from(d).map_err(|e| format!("{path}: decimal: {e}"))?;
+                match schema {
+                    Schema::Decimal(s) if self.plain => decimal_number(&unscaled, s.scale),
+                    _ => bytes_text(&unscaled),
+                }
             }
             (Value::Duration(d), _) => bytes_text(&<[u8; 12]>::from(*d)),
             (Value::BigDecimal(_), _) => {
@@ -203,6 +286,8 @@ impl Encoder<'_, '_> {
                 let branch = variant(u, *i, path)?;
                 if matches!(**inner, Value::Null) {
                     Json::Null
+                } else if self.plain {
+                    return self.value(inner, branch, path);
                 } else {
                     let name = branch_name(branch, self.names);
                     let inner = self.value(inner, branch, path)?;
@@ -351,6 +436,29 @@ impl Decoder<'_, '_> {
             Schema::Duration(_) => {
                 let b: [u8; 12] = fixed(12)?.try_into().map_err(|_| expected("12 bytes"))?;
                 Value::Duration(b.into())
+            }
+            Schema::Decimal(d) if j.is_number() => {
+                let n = j.as_number().ok_or_else(|| expected("a number"))?;
+                let unscaled = decimal_bytes(n, d.scale, path)?;
+                Value::Decimal(match &d.inner {
+                    apache_avro::schema::InnerDecimalSchema::Fixed(f) => {
+                        if unscaled.len() > f.size {
+                            return Err(format!(
+                                "{path}: {n} does not fit a decimal of {} bytes",
+                                f.size
+                            ));
+                        }
+                        let fill = if unscaled.first().is_some_and(|b| b & 0x80 != 0) {
+                            0xff
+                        } else {
+                            0
+                        };
+                        let mut b = vec![fill; f.size - unscaled.len()];
+                        b.extend_from_slice(&unscaled);
+                        b.into()
+                    }
+                    apache_avro::schema::InnerDecimalSchema::Bytes => unscaled.into(),
+                })
             }
             Schema::Decimal(d) => Value::Decimal(match &d.inner {
                 apache_avro::schema::InnerDecimalSchema::Fixed(f) => fixed(f.size)?.into(),
@@ -526,6 +634,50 @@ mod tests {
         assert_eq!(got["zone"], json!({"string": "JFK"}));
         assert_eq!(got["tag"], json!(""));
         assert_eq!(got["next"]["nyc.Ride"]["zone"], Json::Null);
+    }
+
+    #[test]
+    fn plain_json_unwraps_unions_and_gives_decimals_as_numbers_and_reads_back() {
+        let schema = Schema::parse_str(r#"{"type":"record","name":"Fare","fields":[
+            {"name":"zone","type":["null","string"]},
+            {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}},
+            {"name":"fixed","type":{"type":"fixed","name":"F","size":4,"logicalType":"decimal","precision":6,"scale":3}},
+            {"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}}]}"#).unwrap();
+        let resolved = ResolvedSchema::try_from(&schema).unwrap();
+        let names = resolved.get_names();
+        // (plain JSON in, the same out; what does not fit)
+        #[rustfmt::skip]
+        let cases: &[(Json, Result<Json, &str>)] = &[
+            (json!({"zone": "JFK", "amount": 12.34, "fixed": -1.5, "at": 1700000000000i64}), Ok(json!({"zone": "JFK", "amount": 12.34, "fixed": -1.5, "at": 1700000000000i64}))),
+            (json!({"zone": null, "amount": -0.05, "fixed": 0, "at": 0}),                    Ok(json!({"zone": null, "amount": -0.05, "fixed": 0.0, "at": 0}))),
+            (json!({"zone": null, "amount": 1234567.89, "fixed": 999.999, "at": 0}),         Ok(json!({"zone": null, "amount": 1234567.89, "fixed": 999.999, "at": 0}))),
+            (json!({"zone": null, "amount": 0.001, "fixed": 0, "at": 0}),                    Err("$.amount: 0.001 does not fit a decimal of scale 2")),
+        ];
+        for (input, want) in cases {
+            let got =
+                from_json(input, &schema, names).and_then(|v| to_plain_json(&v, &schema, names));
+            match (got, want) {
+                (Ok(g), Ok(w)) => assert_eq!(&g, w),
+                (Err(e), Err(w)) => assert!(e.contains(w), "{e}"),
+                (g, w) => panic!("{input}: {g:?}, want {w:?}"),
+            }
+        }
+        // Two's complement at its edges, both ways.
+        for (n, bytes) in [
+            ("-1", vec![0xff]),
+            ("127", vec![0x7f]),
+            ("128", vec![0, 0x80]),
+            ("-129", vec![0xff, 0x7f]),
+            ("0", vec![0]),
+        ] {
+            let number: Number = n.parse().unwrap();
+            assert_eq!(decimal_bytes(&number, 0, "$").unwrap(), bytes, "{n}");
+            assert_eq!(
+                decimal_number(&bytes, 0),
+                json!(n.parse::<f64>().unwrap()),
+                "{n}"
+            );
+        }
     }
 
     #[test]

@@ -88,6 +88,22 @@ impl AvroRecord {
             .map_err(|m| self.decode_error(m))
     }
 
+    /// The value as plain JSON, as a JSON consumer expects it: a union's value without its
+    /// branch, decimals as numbers, timestamps as numbers in their unit since the epoch,
+    /// dates as days, UUIDs as strings (the engine's pipelines read Avro records so).
+    /// [`AvroSerializer::serialize_json`] takes it back.
+    ///
+    /// # Errors
+    /// As [`Self::to_json`].
+    pub fn to_plain_json(&self) -> Result<serde_json::Value> {
+        let resolved = self
+            .schema
+            .resolved()
+            .map_err(|e| self.decode_error(e.to_string()))?;
+        json::to_plain_json(&self.value, &self.schema.schema, resolved.get_names())
+            .map_err(|m| self.decode_error(m))
+    }
+
     /// [`Self::to_json`] as one line of text, record fields in the schema's order (as the Java
     /// tools print it; a `serde_json::Value` sorts object keys).
     ///

@@ -41,6 +41,7 @@ pub(super) fn check(loc: &Locator<'_>, raw: RawJob) -> Result<Job, JobError> {
         kafka: sink.file.is_none(),
     };
     let settings = check_settings(loc, &name, facts, raw.settings)?;
+    let registry = super::records::check_registry(loc, raw.registry, &source, &sink)?;
     if settings.mode == Mode::Cluster {
         let refused = if source.file.is_some() || sink.file.is_some() {
             Some("mode = \"cluster\" reads and writes Kafka only: a file source or sink runs with mode = \"local\"")
@@ -59,6 +60,7 @@ pub(super) fn check(loc: &Locator<'_>, raw: RawJob) -> Result<Job, JobError> {
         pipeline,
         sink,
         settings,
+        registry,
     })
 }
 
@@ -103,6 +105,10 @@ pub(super) fn check_source(
         ));
     }
     let topics = check_topics(loc, &span, raw.topics, file.is_some())?;
+    let value_format = match &file {
+        Some(_) => RecordFormat::Json,
+        None => super::records::check_source_format(loc, raw.format.as_ref())?,
+    };
     let group = match raw.group.map(|g| g.id) {
         Some(g) if g.get_ref().trim().is_empty() => {
             return Err(loc.at(
@@ -122,6 +128,7 @@ pub(super) fn check_source(
         // 10 s: one Metadata request per job, and a new partition's records wait at most that.
         partition_discovery_ms: raw.partition.map_or(10_000, |p| *p.discovery.ms.get_ref()),
         start: raw.start,
+        value_format,
     })
 }
 
@@ -132,7 +139,6 @@ pub(super) fn refuse_file_source_fields(
 ) -> Result<(), JobError> {
     for (given, field) in [
         (raw.path.as_ref().map(|p| p.span()), "source.path"),
-        (raw.format.as_ref().map(|p| p.span()), "source.format"),
         (
             raw.serving_speed_factor.as_ref().map(|p| p.span()),
             "source.serving_speed_factor",

@@ -10,6 +10,7 @@
 //! - `model`: the checked job ([`Job`], its source, pipeline, sink and settings).
 //! - `raw`: the file's serde shape, and the deserializers of brokers lists and durations.
 //! - `locator`: spans to `file:line: field: message`.
+//! - `records`: the record formats of the Kafka ends and the `[registry]` they use.
 //! - `check`: from the shape to the model: the name and the source here, then `pipeline`,
 //!   `sink` and `settings`, each with its cross-field rules.
 
@@ -18,6 +19,7 @@ mod locator;
 mod model;
 mod pipeline;
 mod raw;
+mod records;
 mod settings;
 mod sink;
 

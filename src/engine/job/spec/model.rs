@@ -21,6 +21,58 @@ pub struct Job {
     pub sink: SinkSpec,
     /// Runtime settings.
     pub settings: Settings,
+    /// `[registry]`: the schema registry's settings under the Java serializers' property
+    /// names (`url` is `schema.registry.url`), for the ends whose format needs it; empty
+    /// when none does.
+    pub registry: Vec<(String, String)>,
+}
+
+/// How a Kafka end reads or writes record values (`[source] format`, `[sink] format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum RecordFormat {
+    /// A JSON document (the default).
+    #[default]
+    Json,
+    /// Avro in the schema registry's wire format.
+    Avro,
+    /// Protobuf in the schema registry's wire format.
+    Protobuf,
+    /// JSON Schema in the schema registry's wire format.
+    JsonSchema,
+}
+
+impl RecordFormat {
+    /// The format named `name` in a job file.
+    ///
+    /// # Errors
+    /// A name that is not a format, with the names that are.
+    pub fn parse(name: &str) -> Result<RecordFormat, String> {
+        match name {
+            "json" => Ok(RecordFormat::Json),
+            "avro" => Ok(RecordFormat::Avro),
+            "protobuf" => Ok(RecordFormat::Protobuf),
+            "json-schema" => Ok(RecordFormat::JsonSchema),
+            _ => Err(format!(
+                "{name:?} is not a record format: use \"json\", \"avro\", \"protobuf\" or \"json-schema\""
+            )),
+        }
+    }
+
+    /// Its name in a job file.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordFormat::Json => "json",
+            RecordFormat::Avro => "avro",
+            RecordFormat::Protobuf => "protobuf",
+            RecordFormat::JsonSchema => "json-schema",
+        }
+    }
+
+    /// Whether it reads or writes through the schema registry.
+    pub fn needs_registry(self) -> bool {
+        self != RecordFormat::Json
+    }
 }
 
 /// The source: Kafka topics (the default), or files (`type = "file"`).
@@ -41,6 +93,10 @@ pub struct SourceSpec {
     pub partition_discovery_ms: u64,
     /// Where to start when there is no checkpoint.
     pub start: StartPosition,
+    /// `format` of a Kafka source: how record values are read (JSON by default; Avro,
+    /// Protobuf and JSON Schema records become JSON for the pipeline, see
+    /// [`RecordFormat`]).
+    pub value_format: RecordFormat,
 }
 
 /// `[source] type = "file"`: a checkpointed reader of files of events, one a line (as the
@@ -127,6 +183,11 @@ pub struct SinkSpec {
     pub guarantee: DeliveryGuarantee,
     /// Transactional id prefix (`<prefix>-<task>-<slot>`); present when exactly-once.
     pub transactional_id_prefix: Option<String>,
+    /// `format` of a Kafka sink: how output values are written (JSON by default).
+    pub value_format: RecordFormat,
+    /// `schema`: the schema output values are written with (an `.avsc`, a `.proto` with an
+    /// optional `#Message`, a JSON Schema `.json`), for the formats of the registry.
+    pub value_schema: Option<String>,
 }
 
 /// `sink.delivery.guarantee`.

@@ -22,6 +22,7 @@ pub(super) struct RawJob {
     pub(super) sink: Spanned<RawSink>,
     #[serde(default)]
     pub(super) settings: RawSettings,
+    pub(super) registry: Option<Spanned<toml::Table>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -130,7 +131,8 @@ pub(super) struct RawSink {
     pub(super) topic: Option<Spanned<String>>,
     pub(super) brokers: Option<Spanned<Brokers>>,
     pub(super) path: Option<Spanned<String>>,
-    pub(super) format: Option<Spanned<RawOutputFormat>>,
+    pub(super) format: Option<Spanned<String>>,
+    pub(super) schema: Option<Spanned<String>>,
     pub(super) columns: Option<Spanned<Vec<String>>>,
     pub(super) part: Option<RawPart>,
     pub(super) rolling: Option<RawRolling>,
@@ -145,13 +147,6 @@ pub(super) enum EndKind {
     #[default]
     Kafka,
     File,
-}
-
-#[derive(serde::Deserialize, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub(super) enum RawOutputFormat {
-    Json,
-    Csv,
 }
 
 /// `part.prefix`.

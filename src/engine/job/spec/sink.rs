@@ -42,6 +42,12 @@ pub(super) fn check_sink(loc: &Locator<'_>, raw: Spanned<RawSink>) -> Result<Sin
             t.into_inner()
         }
     };
+    let (value_format, value_schema) = match &file {
+        Some(_) => (RecordFormat::Json, None),
+        None => {
+            super::records::check_sink_format(loc, &span, raw.format.take(), raw.schema.take())?
+        }
+    };
     let guarantee = raw.delivery.map(|d| d.guarantee).unwrap_or_default();
     let prefix_span = raw.transactional.as_ref().map(|t| t.id.prefix.span());
     let prefix = check_prefix(loc, raw.transactional)?;
@@ -66,6 +72,8 @@ pub(super) fn check_sink(loc: &Locator<'_>, raw: Spanned<RawSink>) -> Result<Sin
         file,
         guarantee,
         transactional_id_prefix: prefix,
+        value_format,
+        value_schema,
     })
 }
 
@@ -73,7 +81,6 @@ pub(super) fn check_sink(loc: &Locator<'_>, raw: Spanned<RawSink>) -> Result<Sin
 pub(super) fn refuse_file_fields(loc: &Locator<'_>, raw: &RawSink) -> Result<(), JobError> {
     let only_files = [
         (raw.path.as_ref().map(|p| p.span()), "sink.path"),
-        (raw.format.as_ref().map(|p| p.span()), "sink.format"),
         (raw.columns.as_ref().map(|p| p.span()), "sink.columns"),
         (
             raw.part.as_ref().map(|p| p.prefix.span()),
@@ -132,12 +139,14 @@ pub(super) fn check_file_sink(
     if path.get_ref().trim().is_empty() {
         return Err(loc.at(&path.span(), Some("sink.path"), "the path is empty"));
     }
-    let format = check_output_format(
-        loc,
-        span,
-        raw.format.as_ref().map(|f| *f.get_ref()),
-        raw.columns.take(),
-    )?;
+    if let Some(schema) = &raw.schema {
+        return Err(loc.at(
+            &schema.span(),
+            Some("sink.schema"),
+            "a file sink writes JSON lines or CSV, without a schema: remove schema",
+        ));
+    }
+    let format = check_output_format(loc, span, raw.format.as_ref(), raw.columns.take())?;
     let prefix = match raw.part.as_ref() {
         Some(p) => {
             let text = p.prefix.get_ref();
@@ -168,26 +177,37 @@ pub(super) fn check_file_sink(
     })
 }
 
-/// `sink.format` (JSON lines by default) and, for CSV, its `columns`.
+/// `sink.format` of a file sink (JSON lines by default) and, for CSV, its `columns`.
 pub(super) fn check_output_format(
     loc: &Locator<'_>,
     span: &Range<usize>,
-    format: Option<RawOutputFormat>,
+    format: Option<&Spanned<String>>,
     columns: Option<Spanned<Vec<String>>>,
 ) -> Result<OutputFormat, JobError> {
-    Ok(match (format, columns) {
-        (None | Some(RawOutputFormat::Json), None) => OutputFormat::JsonLines,
-        (None | Some(RawOutputFormat::Json), Some(c)) => {
+    let csv = match format.map(|f| (f.get_ref().as_str(), f.span())) {
+        None | Some(("json", _)) => false,
+        Some(("csv", _)) => true,
+        Some((other, at)) => {
+            return Err(loc.at(
+                &at,
+                Some("sink.format"),
+                format!("{other:?} is not a file format: use \"json\" (JSON lines) or \"csv\""),
+            ))
+        }
+    };
+    Ok(match (csv, columns) {
+        (false, None) => OutputFormat::JsonLines,
+        (false, Some(c)) => {
             return Err(loc.at(
                 &c.span(),
                 Some("sink.columns"),
                 "columns are for format = \"csv\": set the format, or remove columns",
             ))
         }
-        (Some(RawOutputFormat::Csv), Some(c)) if !c.get_ref().is_empty() => OutputFormat::Csv {
+        (true, Some(c)) if !c.get_ref().is_empty() => OutputFormat::Csv {
             columns: c.into_inner(),
         },
-        (Some(RawOutputFormat::Csv), _) => return Err(loc.at(
+        (true, _) => return Err(loc.at(
             span,
             Some("sink.columns"),
             "format = \"csv\" needs the fields to write: columns = [\"ride_id\", \"event_time\"]",

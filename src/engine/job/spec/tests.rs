@@ -893,3 +893,106 @@ fn error_tolerance_is_read_from_settings_and_its_mistakes_are_placed() {
         assert!(message.contains(part), "{message} (wanted {part:?})");
     }
 }
+
+#[test]
+fn record_formats_and_the_registry_are_read_and_their_mistakes_are_placed() {
+    let registry = "[registry]\nurl = \"http://r:8081\"\nbasic.auth.user.info = \"a:b\"\nauto.register.schemas = false\n";
+    let job = Job::parse(
+        "m.toml",
+        &format!("{HEAD}format = \"avro\"\n{SINK}format = \"protobuf\"\nschema = \"out.proto#nyc.Ride\"\n{registry}"),
+    )
+    .unwrap();
+    assert_eq!(job.source.value_format, RecordFormat::Avro);
+    assert_eq!(job.sink.value_format, RecordFormat::Protobuf);
+    assert_eq!(job.sink.value_schema.as_deref(), Some("out.proto#nyc.Ride"));
+    let mut props = job.registry.clone();
+    props.sort();
+    assert_eq!(
+        props,
+        [
+            ("auto.register.schemas".to_owned(), "false".to_owned()),
+            ("basic.auth.user.info".to_owned(), "a:b".to_owned()),
+            ("schema.registry.url".to_owned(), "http://r:8081".to_owned()),
+        ]
+    );
+    // JSON ends need no registry.
+    let plain = Job::parse("m.toml", &format!("{HEAD}{SINK}")).unwrap();
+    assert_eq!(
+        (
+            plain.source.value_format,
+            plain.sink.value_format,
+            plain.registry.len()
+        ),
+        (RecordFormat::Json, RecordFormat::Json, 0)
+    );
+    let url = "[registry]\nurl = \"http://r:8081\"\n";
+    let avro_in = format!("{HEAD}format = \"avro\"\n");
+    // (file, field, part of the message)
+    let cases = [
+        (
+            format!("{HEAD}format = \"xml\"\n{SINK}"),
+            "source.format",
+            "\"xml\" is not a record format: use \"json\", \"avro\"",
+        ),
+        (
+            format!("{avro_in}{SINK}"),
+            "source.format",
+            "add [registry] with url =",
+        ),
+        (
+            format!("{HEAD}{SINK}{url}"),
+            "registry",
+            "no end of this job reads or writes through the schema registry",
+        ),
+        (
+            format!("{avro_in}{SINK}[registry]\nbasic.auth.user.info = \"a:b\"\n"),
+            "registry.url",
+            "the registry's URL is missing",
+        ),
+        (
+            format!("{avro_in}{SINK}{url}linger.ms = 5\n"),
+            "registry.linger.ms",
+            "linger.ms is not a schema registry setting",
+        ),
+        (
+            format!("{avro_in}{SINK}[registry]\nurl = \"r:8081\"\n"),
+            "registry",
+            "http",
+        ),
+        (
+            format!("{HEAD}{SINK}format = \"avro\"\n{url}"),
+            "sink.schema",
+            "add schema = \"ride.avsc\"",
+        ),
+        (
+            format!("{HEAD}{SINK}format = \"avro\"\nschema = \"ride.proto\"\n{url}"),
+            "sink.schema",
+            "ending in .avsc",
+        ),
+        (
+            format!("{HEAD}{SINK}format = \"avro\"\nschema = \"ride.avsc#Ride\"\n{url}"),
+            "sink.schema",
+            "only a Protobuf schema names a message",
+        ),
+        (
+            format!("{HEAD}{SINK}schema = \"ride.avsc\"\n"),
+            "sink.schema",
+            "format = \"json\" writes without a schema",
+        ),
+        (
+            format!("{HEAD}[sink]\ntype = \"file\"\npath = \"out\"\nformat = \"avro\"\n"),
+            "sink.format",
+            "\"avro\" is not a file format",
+        ),
+        (
+            format!("{HEAD}[sink]\ntype = \"file\"\npath = \"out\"\nschema = \"x.avsc\"\n"),
+            "sink.schema",
+            "a file sink writes JSON lines or CSV",
+        ),
+    ];
+    for (text, field, part) in cases {
+        let (_, got_field, message) = invalid(&text);
+        assert_eq!(got_field, field, "{message}\n--- in:\n{text}");
+        assert!(message.contains(part), "{message} (wanted {part:?})");
+    }
+}

@@ -353,7 +353,12 @@ impl Worker {
     }
 
     async fn send_outputs(&mut self, outputs: Vec<Output>) -> Result<(), Exit> {
-        for o in outputs {
+        let encoder = self.plan.topology.sink_encoder();
+        for mut o in outputs {
+            if let (None, Some(encoder)) = (&o.topic, &encoder) {
+                let topic = &self.plan.job.sink.topic;
+                o.value = encoder.encode(topic, &o.value).await.map_err(Exit::fatal)?;
+            }
             let r = o.into_record(&self.plan.job.sink.topic);
             self.send(r).await?;
             self.counts.records_out += 1;
@@ -395,6 +400,9 @@ impl Worker {
             key: r.key.as_ref(),
             value: r.value.as_ref(),
         };
+        if let Some(prepared) = task.chain.prepare(&input) {
+            prepared.await.map_err(Exit::fatal)?;
+        }
         let mut out = Vec::new();
         if let Some(t) = task.chain.process(&input, &mut out) {
             task.watermark.observe(t);

@@ -134,6 +134,7 @@ pub(crate) async fn launch(
             plan.job.sink.topic.clone(),
             counters.clone(),
             plan.metrics.clone(),
+            plan.topology.sink_encoder(),
         )
     });
     let keyed = plan.has_window();

@@ -13,6 +13,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::message::{Control, Counters, C};
 use crate::client::ProducerRecord;
 use crate::engine::checkpoint::{self, CheckpointId, CommitOutcome};
+use crate::engine::job::codec::ValueEncoder;
 use crate::engine::metrics::Metrics;
 use crate::engine::runtime::observe;
 use crate::engine::runtime::topology::Output;
@@ -42,6 +43,8 @@ pub(crate) struct SinkTask {
     committed: BTreeMap<String, CommitOutcome>,
     counters: Arc<Counters>,
     metrics: Arc<Metrics>,
+    /// How outputs for the sink's topic are written, when not as they are (JSON).
+    encoder: Option<Arc<ValueEncoder>>,
 }
 
 fn sink_outcome(o: SinkCommit) -> CommitOutcome {
@@ -57,6 +60,7 @@ impl SinkTask {
         topic: String,
         counters: Arc<Counters>,
         metrics: Arc<Metrics>,
+        encoder: Option<Arc<ValueEncoder>>,
     ) -> SinkTask {
         if let TaskSink::Kafka(k) = &sink {
             observe::sink(&metrics, Some(k));
@@ -69,6 +73,7 @@ impl SinkTask {
             committed: BTreeMap::new(),
             counters,
             metrics,
+            encoder,
         }
     }
 
@@ -96,7 +101,10 @@ impl SinkTask {
             }
             return Ok(());
         }
-        for out in outputs {
+        for mut out in outputs {
+            if let (None, Some(encoder)) = (&out.topic, &self.encoder) {
+                out.value = encoder.encode(&self.topic, &out.value).await?;
+            }
             self.held.push_back(out.into_record(&self.topic));
         }
         self.flush().await

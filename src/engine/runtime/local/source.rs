@@ -419,6 +419,9 @@ impl SourceSubtask {
     ) -> Result<(), RuntimeError> {
         self.counters.records_in.fetch_add(1, Ordering::Relaxed);
         self.metrics.record_in();
+        if let Some(prepared) = self.chain.prepare(input) {
+            prepared.await?;
+        }
         let mut emitted = std::mem::take(&mut self.emitted);
         let time = self.chain.process(input, &mut emitted);
         let settled = self.settle_bad(input, &mut emitted);

@@ -1,0 +1,375 @@
+//! Job files over the schema registry's formats, end to end with the real registry
+//! (protocol-tests/schema-registry.sh) and broker: job (b), rides-per-driver-hourly, reading
+//! Avro rides and writing its windows in Avro, exactly once across a SIGKILL; the cleansing
+//! job reading Protobuf rides; records the source cannot read (a schema id the registry does
+//! not know, a payload that does not fit its schema) counted as errors.tolerance says.
+//! Transactional: runs at TV2 and TV1.
+
+use crate::engine_features::{end, scratch, BASE, HOUR, MINUTE};
+use crate::engine_metrics::{free_addr, scrape_until};
+use crate::engine_run::{job_file, log_of, start_job, stop};
+use crate::support::registry::registry_url;
+use crate::support::*;
+use bytes::Bytes;
+use onceflow::client::{ConsumerRecord, ProducerRecord};
+use onceflow::schema::{
+    wire, AvroDeserializer, AvroSerializer, Part, ProtobufSerializer, RegistryConfig,
+    SchemaRegistry,
+};
+use onceflow_taxi::Ride;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+const DEADLINE: Duration = Duration::from_secs(180);
+
+/// The rides in Avro: the event time a timestamp-millis, an optional zone (a union).
+const RIDE_AVSC: &str = r#"{"type":"record","name":"Ride","namespace":"nyc.avro","fields":[
+    {"name":"ride_id","type":"long"},
+    {"name":"driver_id","type":"long"},
+    {"name":"is_start","type":"boolean"},
+    {"name":"zone","type":["null","string"],"default":null},
+    {"name":"start_lon","type":"double"},
+    {"name":"start_lat","type":"double"},
+    {"name":"end_lon","type":"double"},
+    {"name":"end_lat","type":"double"},
+    {"name":"passengers","type":"int"},
+    {"name":"event_time","type":{"type":"long","logicalType":"timestamp-millis"}}]}"#;
+
+/// Job (b)'s windows in Avro.
+const WINDOW_AVSC: &str = r#"{"type":"record","name":"DriverHour","namespace":"nyc.avro","fields":[
+    {"name":"driver_id","type":"long"},
+    {"name":"window_start","type":{"type":"long","logicalType":"timestamp-millis"}},
+    {"name":"window_end","type":{"type":"long","logicalType":"timestamp-millis"}},
+    {"name":"rides","type":"long"},
+    {"name":"passengers","type":"double"}]}"#;
+
+/// The rides in Protobuf, as the cleansing job reads them.
+const RIDE_PROTO: &str = r#"syntax = "proto3";
+package nyc.proto;
+message Ride {
+  uint64 ride_id = 1;
+  uint64 driver_id = 2;
+  uint64 taxi_id = 3;
+  bool is_start = 4;
+  double start_lon = 5;
+  double start_lat = 6;
+  double end_lon = 7;
+  double end_lat = 8;
+  uint32 passengers = 9;
+  int64 event_time = 10;
+}
+"#;
+
+async fn registry() -> SchemaRegistry {
+    SchemaRegistry::new(
+        RegistryConfig::from_properties([("schema.registry.url", registry_url().await)]).unwrap(),
+    )
+    .unwrap()
+}
+
+/// A ride as the Avro schema has it (a zone on every third).
+fn avro_ride(r: &Ride) -> Value {
+    json!({"ride_id": r.ride_id, "driver_id": r.driver_id, "is_start": r.is_start,
+           "zone": if r.ride_id.is_multiple_of(3) { json!("JFK") } else { Value::Null },
+           "start_lon": r.start_lon, "start_lat": r.start_lat, "end_lon": r.end_lon,
+           "end_lat": r.end_lat, "passengers": r.passengers, "event_time": r.event_time})
+}
+
+/// Produces `values` (already framed) to partition 0 of `topic`, keyed by `keys`.
+async fn produce(topic: &str, values: Vec<(Bytes, Vec<u8>)>) {
+    let p = producer(&[("enable.idempotence", "true")]).await;
+    for (key, value) in values {
+        let mut r = ProducerRecord::new(topic.to_owned(), Bytes::from(value)).with_key(key);
+        r.partition = Some(0);
+        p.send(r).await.unwrap().await.unwrap();
+    }
+}
+
+/// Rides `from..to`: END events of drivers 0..5, a minute apart from BASE.
+fn rides(from: u64, to: u64) -> Vec<Ride> {
+    (from..to)
+        .map(|i| end(i, i % 5, BASE + i as i64 * MINUTE, 1 + (i % 3) as u32))
+        .collect()
+}
+
+async fn avro_rides(topic: &str, rides: &[Ride]) -> Vec<(Bytes, Vec<u8>)> {
+    let writer = AvroSerializer::new(registry().await, RIDE_AVSC, Part::Value).unwrap();
+    let mut out = Vec::new();
+    for r in rides {
+        out.push((
+            Bytes::from(r.key()),
+            writer.serialize_json(topic, &avro_ride(r)).await.unwrap(),
+        ));
+    }
+    out
+}
+
+/// `shipped` on `input` → `output`, its ends in `formats` (lines for [source] and [sink]),
+/// with the registry and `settings` lines added.
+fn job(
+    dir: &Path,
+    shipped: &str,
+    (input, output): (&str, &str),
+    (source, sink): (&str, &str),
+    settings: &str,
+    registry: &str,
+) -> PathBuf {
+    let path = job_file(dir, shipped, input, output, &unique_topic("formats"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replacen("[source]\n", &format!("[source]\n{source}"), 1)
+        .replacen("[sink]\n", &format!("[sink]\n{sink}"), 1)
+        .replacen("[settings]\n", &format!("[settings]\n{settings}"), 1);
+    let text = format!("{text}\n[registry]\nurl = \"{registry}\"\n");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Every record of `topic` (one partition) read_committed, to its end.
+async fn committed(topic: &TestTopic) -> Vec<ConsumerRecord> {
+    let mut c = committed_reader(&broker(), &topic.tps()).await;
+    let mut out = Vec::new();
+    let start = Instant::now();
+    loop {
+        out.extend(c.poll(Duration::from_millis(200)).await.unwrap());
+        if c.at_end() {
+            return out;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "did not reach the end of {}",
+            topic.name
+        );
+    }
+}
+
+/// Waits until `topic` holds at least `n` committed records.
+async fn wait_for(
+    topic: &TestTopic,
+    n: usize,
+    child: &mut Child,
+    log: &Path,
+) -> Vec<ConsumerRecord> {
+    let start = Instant::now();
+    loop {
+        let got = committed(topic).await;
+        if got.len() >= n {
+            return got;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "onceflow run exited ({status}) with {} of {n} records in {}:\n{}",
+                got.len(),
+                topic.name,
+                log_of(log)
+            );
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "{} of {n} records in {} within {DEADLINE:?}:\n{}",
+            got.len(),
+            topic.name,
+            log_of(log)
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Job (b)'s expected windows of `rides`: (driver, window start) → (rides, passengers), the
+/// windows the watermark closed (those ending at or before the last ride's time minus the
+/// job's 60 s out-of-orderness).
+fn expected_windows(rides: &[Ride]) -> BTreeMap<(u64, i64), (u64, f64)> {
+    let last = rides.iter().map(|r| r.event_time).max().unwrap_or(0);
+    let watermark = last - 60_000 - 1;
+    let mut out: BTreeMap<(u64, i64), (u64, f64)> = BTreeMap::new();
+    for r in rides.iter().filter(|r| !r.is_start) {
+        let start = r.event_time - r.event_time.rem_euclid(HOUR);
+        if start + HOUR - 1 <= watermark {
+            let e = out.entry((r.driver_id, start)).or_default();
+            e.0 += 1;
+            e.1 += f64::from(r.passengers);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn the_hourly_job_reads_avro_rides_and_writes_avro_windows_exactly_once_across_a_sigkill() {
+    let url = registry_url().await.to_owned();
+    let input = TestTopic::create("formats-avro-in", 1).await;
+    let output = TestTopic::create("formats-avro-out", 1).await;
+    let dir = scratch("onceflow-formats-avro");
+    let schema = dir.join("windows.avsc");
+    std::fs::write(&schema, WINDOW_AVSC).unwrap();
+    // Three hours, then a kill once the first windows are committed, then three more.
+    let first = rides(0, 180);
+    produce(&input.name, avro_rides(&input.name, &first).await).await;
+    let sink = format!("format = \"avro\"\nschema = \"{}\"\n", schema.display());
+    let path = job(
+        &dir,
+        "rides-per-driver-hourly.toml",
+        (&input.name, &output.name),
+        ("format = \"avro\"\n", &sink),
+        "",
+        &url,
+    );
+    let log = dir.join("run.log");
+    let mut child = start_job(&path, &log, &["--fresh"]);
+    wait_for(&output, 5, &mut child, &log).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let second = rides(180, 360);
+    produce(&input.name, avro_rides(&input.name, &second).await).await;
+    let all: Vec<Ride> = first.into_iter().chain(second).collect();
+    let want = expected_windows(&all);
+    let log2 = dir.join("run2.log");
+    let mut child = start_job(&path, &log2, &[]);
+    wait_for(&output, want.len(), &mut child, &log2).await;
+    stop(child, &log2).await;
+    // Every window once, in Avro with the registered schema, as job (b) computes it.
+    let reader = AvroDeserializer::new(registry().await);
+    let mut got: BTreeMap<(u64, i64), (u64, f64)> = BTreeMap::new();
+    let records = committed(&output).await;
+    for r in &records {
+        let bytes = r.value.as_ref().unwrap();
+        let (id, _) = wire::unframe(bytes).unwrap();
+        let v = reader
+            .deserialize(bytes)
+            .await
+            .unwrap()
+            .to_plain_json()
+            .unwrap();
+        let written_with = registry().await.schema_by_id(id).await.unwrap();
+        assert!(
+            written_with.text.contains("DriverHour"),
+            "{}",
+            written_with.text
+        );
+        let k = (
+            v["driver_id"].as_u64().unwrap(),
+            v["window_start"].as_i64().unwrap(),
+        );
+        assert_eq!(v["window_end"].as_i64().unwrap(), k.1 + HOUR);
+        let dup = got.insert(
+            k,
+            (
+                v["rides"].as_u64().unwrap(),
+                v["passengers"].as_f64().unwrap(),
+            ),
+        );
+        assert!(dup.is_none(), "window {k:?} written twice");
+    }
+    assert_eq!(got, want);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn the_cleansing_job_reads_protobuf_rides_by_their_declared_field_names() {
+    let url = registry_url().await.to_owned();
+    let input = TestTopic::create("formats-protobuf-in", 1).await;
+    let output = TestTopic::create("formats-protobuf-out", 1).await;
+    let dir = scratch("onceflow-formats-protobuf");
+    let writer = ProtobufSerializer::new(registry().await, RIDE_PROTO, Part::Value).unwrap();
+    // Half of them leave NYC: the filter reads the coordinates of the decoded messages.
+    let mut values = Vec::new();
+    let mut inside = Vec::new();
+    for (i, mut r) in rides(0, 40).into_iter().enumerate() {
+        if i % 2 == 1 {
+            r.end_lon = -74.1745;
+        } else {
+            inside.push(r.ride_id);
+        }
+        let v = json!({"ride_id": r.ride_id, "driver_id": r.driver_id, "taxi_id": r.taxi_id,
+            "is_start": r.is_start, "start_lon": r.start_lon, "start_lat": r.start_lat,
+            "end_lon": r.end_lon, "end_lat": r.end_lat, "passengers": r.passengers,
+            "event_time": r.event_time});
+        values.push((
+            Bytes::from(r.key()),
+            writer.serialize_json(&input.name, &v).await.unwrap(),
+        ));
+    }
+    produce(&input.name, values).await;
+    let path = job(
+        &dir,
+        "rides-cleansing.toml",
+        (&input.name, &output.name),
+        ("format = \"protobuf\"\n", ""),
+        "",
+        &url,
+    );
+    let log = dir.join("run.log");
+    let mut child = start_job(&path, &log, &["--fresh"]);
+    let out = wait_for(&output, inside.len(), &mut child, &log).await;
+    stop(child, &log).await;
+    // The output is JSON (the sink's default): the declared names, 64-bit integers as numbers.
+    let got: Vec<Value> = committed(&output)
+        .await
+        .iter()
+        .map(|r| serde_json::from_slice(r.value.as_ref().unwrap()).unwrap())
+        .collect();
+    assert_eq!(got.len(), out.len().max(inside.len()));
+    let ids: Vec<u64> = got.iter().map(|v| v["ride_id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, inside);
+    assert_eq!(got[0]["event_time"], json!(BASE));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn avro_records_the_source_cannot_read_are_skipped_and_counted_and_the_rest_arrive_once() {
+    let url = registry_url().await.to_owned();
+    let input = TestTopic::create("formats-bad-in", 1).await;
+    let output = TestTopic::create("formats-bad-out", 1).await;
+    let dir = scratch("onceflow-formats-bad");
+    let mut values = avro_rides(&input.name, &rides(0, 20)).await;
+    let (id, _) = wire::unframe(&values[0].1).unwrap();
+    // A schema id the registry does not know, a payload that is not a Ride, JSON.
+    values.insert(
+        5,
+        (Bytes::from_static(b"1"), wire::frame(2_000_000_000, &[2])),
+    );
+    values.insert(10, (Bytes::from_static(b"1"), wire::frame(id, &[0x80])));
+    values.insert(15, (Bytes::from_static(b"1"), b"{\"ride_id\": 1}".to_vec()));
+    produce(&input.name, values).await;
+    let path = job(
+        &dir,
+        "rides-cleansing.toml",
+        (&input.name, &output.name),
+        ("format = \"avro\"\n", ""),
+        "errors.tolerance = \"skip\"\n",
+        &url,
+    );
+    let log = dir.join("run.log");
+    let addr = free_addr().to_string();
+    let mut child = start_job(&path, &log, &["--fresh", "--metrics-addr", &addr]);
+    let (_, s) = scrape_until(addr.parse().unwrap(), &mut child, &log, |s| {
+        s.get("onceflow_skipped_records_total").copied() == Some(3.0)
+            && s.get("onceflow_sink_records_total").copied() == Some(20.0)
+    })
+    .await;
+    assert_eq!(s["onceflow_source_records_total"], 23.0);
+    let out = wait_for(&output, 20, &mut child, &log).await;
+    stop(child, &log).await;
+    let ids: Vec<u64> = out
+        .iter()
+        .map(|r| {
+            let v: Value = serde_json::from_slice(r.value.as_ref().unwrap()).unwrap();
+            v["ride_id"].as_u64().unwrap()
+        })
+        .collect();
+    assert_eq!(ids, (0..20).collect::<Vec<_>>());
+    let text = log_of(&log);
+    for (offset, why) in [
+        (5, "schema id 2000000000"),
+        (10, &format!("schema id {id}") as &str),
+        (15, "magic byte 0"),
+    ] {
+        assert!(
+            text.contains(&format!("{}-0 offset {offset}", input.name)) && text.contains(why),
+            "offset {offset} ({why}) not logged:\n{text}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

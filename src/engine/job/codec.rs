@@ -1,0 +1,293 @@
+//! Record values in the formats of a job's Kafka ends: the source's values become the JSON the
+//! pipeline reads ([`ValueDecoder`]), the pipeline's JSON becomes the sink's values
+//! ([`ValueEncoder`]).
+//!
+//! Avro and Protobuf records become plain JSON (a union's value without its branch, decimals
+//! and timestamps as numbers; Protobuf fields by their declared names, 64-bit integers as
+//! numbers), so filters, projections, `key_by` and windows address their fields as they
+//! address a JSON document's.
+//!
+//! Decoding runs in the source subtask's synchronous chain: a writer schema is fetched
+//! beforehand, when a record carries an id the decoder has not seen
+//! ([`ValueDecoder::learn`], awaited by the runtime before the record goes through the
+//! chain). After that the serdes answer from their caches without waiting, so the chain polls
+//! them once ([`FutureExt::now_or_never`]). A record the decoder cannot read (not in the wire
+//! format, a schema id the registry does not know, a payload that does not fit its schema) is
+//! a bad record for `errors.tolerance`; a registry that cannot be reached stops the job.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use bytes::Bytes;
+use futures::FutureExt;
+use serde_json::Value;
+
+use crate::engine::job::spec::RecordFormat;
+use crate::engine::runtime::RuntimeError;
+use crate::schema::{
+    wire, AvroDeserializer, AvroSerializer, JsonSchemaDeserializer, JsonSchemaSerializer, Part,
+    ProtobufDeserializer, ProtobufSerializer, RegistryConfig, SchemaError, SchemaRegistry,
+};
+
+/// The registry of a job's `[registry]` settings.
+///
+/// # Errors
+/// [`RuntimeError::Schema`] for settings the registry client refuses.
+pub(crate) fn registry(properties: &[(String, String)]) -> Result<SchemaRegistry, RuntimeError> {
+    let schema = |source| RuntimeError::Schema {
+        what: "the job's [registry]".into(),
+        source,
+    };
+    let config = RegistryConfig::from_properties(properties.iter().cloned()).map_err(schema)?;
+    SchemaRegistry::new(config).map_err(schema)
+}
+
+/// A value as the decoder read it.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Decoded {
+    /// The value as JSON.
+    Value(Value),
+    /// Why the record cannot be read (for `errors.tolerance`).
+    Bad(String),
+}
+
+enum Reader {
+    Json,
+    Avro(AvroDeserializer),
+    Protobuf(ProtobufDeserializer),
+    JsonSchema(JsonSchemaDeserializer),
+}
+
+/// Reads a source's record values as JSON, one per source subtask.
+pub(crate) struct ValueDecoder {
+    reader: Reader,
+    /// Schema ids whose writer schema the serde holds.
+    known: HashSet<u32>,
+    /// Schema ids the registry does not know, or whose schema does not compile: why.
+    failed: HashMap<u32, String>,
+}
+
+impl ValueDecoder {
+    /// A decoder of JSON documents.
+    pub(crate) fn json() -> ValueDecoder {
+        ValueDecoder::with(Reader::Json)
+    }
+
+    /// A decoder of `format`, through `registry` for the formats of the registry.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Unsupported`] when the format needs a registry and none is given.
+    pub(crate) fn new(
+        format: RecordFormat,
+        registry: Option<&SchemaRegistry>,
+    ) -> Result<ValueDecoder, RuntimeError> {
+        let registry = || {
+            registry.cloned().ok_or_else(|| {
+                RuntimeError::Unsupported(format!(
+                    "source.format = \"{}\" needs the job's [registry]",
+                    format.name()
+                ))
+            })
+        };
+        Ok(ValueDecoder::with(match format {
+            RecordFormat::Avro => Reader::Avro(AvroDeserializer::new(registry()?)),
+            RecordFormat::Protobuf => Reader::Protobuf(ProtobufDeserializer::new(registry()?)),
+            RecordFormat::JsonSchema => {
+                Reader::JsonSchema(JsonSchemaDeserializer::new(registry()?))
+            }
+            _ => Reader::Json,
+        }))
+    }
+
+    fn with(reader: Reader) -> ValueDecoder {
+        ValueDecoder {
+            reader,
+            known: HashSet::new(),
+            failed: HashMap::new(),
+        }
+    }
+
+    /// Whether values are JSON documents (read as they are).
+    pub(crate) fn is_json(&self) -> bool {
+        matches!(self.reader, Reader::Json)
+    }
+
+    /// The schema id `raw` needs fetched before [`Self::decode`] can read it, if any.
+    pub(crate) fn unknown_id(&self, raw: &[u8]) -> Option<u32> {
+        if matches!(self.reader, Reader::Json) {
+            return None;
+        }
+        let (id, _) = wire::unframe(raw).ok()?;
+        (!self.known.contains(&id) && !self.failed.contains_key(&id)).then_some(id)
+    }
+
+    /// Fetches the writer schema of `raw` (its id from [`Self::unknown_id`]): remembered as
+    /// known, or as failed when the registry does not know it or it does not compile.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Schema`] when the registry cannot answer (unreachable past
+    /// `default.api.timeout.ms`, refused credentials): the job stops.
+    pub(crate) async fn learn(&mut self, id: u32, raw: Bytes) -> Result<(), RuntimeError> {
+        let fetched = match &self.reader {
+            Reader::Json => Ok(()),
+            Reader::Avro(d) => d.deserialize(&raw).await.map(drop),
+            Reader::Protobuf(d) => d.deserialize(&raw).await.map(drop),
+            Reader::JsonSchema(d) => d.deserialize(&raw).await.map(drop),
+        };
+        match fetched {
+            Ok(()) => {
+                self.known.insert(id);
+                Ok(())
+            }
+            // The record's own payload may be at fault and the schema fine: seen as the
+            // record is decoded.
+            Err(SchemaError::Decode { .. } | SchemaError::Framing(_)) => {
+                self.known.insert(id);
+                Ok(())
+            }
+            Err(e) if e.is_record_fault() => {
+                self.failed.insert(id, e.to_string());
+                Ok(())
+            }
+            Err(source) => Err(RuntimeError::Schema {
+                what: format!("fetching the writer schema of id {id}"),
+                source,
+            }),
+        }
+    }
+
+    /// Reads one record value.
+    pub(crate) fn decode(&self, raw: &[u8]) -> Decoded {
+        let read = match &self.reader {
+            Reader::Json => {
+                return match serde_json::from_slice(raw) {
+                    Ok(v) => Decoded::Value(v),
+                    Err(e) => Decoded::Bad(format!("the value is not JSON ({e})")),
+                }
+            }
+            _ if self.failed.is_empty() => None,
+            _ => wire::unframe(raw)
+                .ok()
+                .and_then(|(id, _)| self.failed.get(&id).cloned()),
+        };
+        if let Some(why) = read {
+            return Decoded::Bad(why);
+        }
+        let polled = match &self.reader {
+            Reader::Json => None,
+            Reader::Avro(d) => d
+                .deserialize(raw)
+                .now_or_never()
+                .map(|r| r.and_then(|r| r.to_plain_json())),
+            Reader::Protobuf(d) => d
+                .deserialize(raw)
+                .now_or_never()
+                .map(|r| r.and_then(|r| r.to_plain_json())),
+            Reader::JsonSchema(d) => d
+                .deserialize(raw)
+                .now_or_never()
+                .map(|r| r.map(|r| r.value)),
+        };
+        match polled {
+            Some(Ok(v)) => Decoded::Value(v),
+            Some(Err(e)) => Decoded::Bad(e.to_string()),
+            None => Decoded::Bad(
+                "internal error: the record's writer schema was not fetched before it was decoded"
+                    .into(),
+            ),
+        }
+    }
+}
+
+enum Writer {
+    Avro(AvroSerializer),
+    Protobuf(ProtobufSerializer),
+    JsonSchema(JsonSchemaSerializer),
+}
+
+/// Writes the pipeline's JSON outputs in the sink's format (for the sink's topic; late and
+/// dead-letter records keep their input's bytes).
+pub(crate) struct ValueEncoder {
+    writer: Writer,
+}
+
+impl ValueEncoder {
+    /// The encoder of `format` with the schema file `schema` (`FILE.proto#Message` names a
+    /// Protobuf message), or `None` for JSON, which the sink writes as it is.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Schema`] naming the file when it cannot be read or does not parse.
+    pub(crate) fn new(
+        format: RecordFormat,
+        schema: Option<&str>,
+        registry: Option<&SchemaRegistry>,
+    ) -> Result<Option<ValueEncoder>, RuntimeError> {
+        if !format.needs_registry() {
+            return Ok(None);
+        }
+        let (Some(schema), Some(registry)) = (schema, registry) else {
+            return Err(RuntimeError::Unsupported(format!(
+                "sink.format = \"{}\" needs sink.schema and the job's [registry]",
+                format.name()
+            )));
+        };
+        let bad = |source| RuntimeError::Schema {
+            what: format!("sink.schema {schema}"),
+            source,
+        };
+        let (file, message) = match schema.rsplit_once('#') {
+            Some((f, m)) if format == RecordFormat::Protobuf => (f, Some(m)),
+            _ => (schema, None),
+        };
+        let read = || {
+            std::fs::read_to_string(file).map_err(|e| {
+                RuntimeError::Unsupported(format!("sink.schema: cannot read {file}: {e}"))
+            })
+        };
+        let registry = registry.clone();
+        let writer = match format {
+            RecordFormat::Avro => {
+                Writer::Avro(AvroSerializer::new(registry, &read()?, Part::Value).map_err(bad)?)
+            }
+            RecordFormat::Protobuf => {
+                let s = ProtobufSerializer::from_file(registry, Path::new(file), Part::Value)
+                    .map_err(bad)?;
+                Writer::Protobuf(match message {
+                    Some(m) => s.for_message(m).map_err(bad)?,
+                    None => s,
+                })
+            }
+            _ => Writer::JsonSchema(
+                JsonSchemaSerializer::new(registry, &read()?, Part::Value).map_err(bad)?,
+            ),
+        };
+        Ok(Some(ValueEncoder { writer }))
+    }
+
+    /// One output value (JSON text) in the sink's format for `topic`.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Schema`]: the value does not fit the schema (naming what), or the
+    /// registry cannot register or look the schema up.
+    pub(crate) async fn encode(&self, topic: &str, json: &[u8]) -> Result<Bytes, RuntimeError> {
+        let failed = |source| RuntimeError::Schema {
+            what: format!("writing an output record to '{topic}'"),
+            source,
+        };
+        let text = std::str::from_utf8(json).map_err(|e| {
+            RuntimeError::Internal(format!("an output value is not UTF-8 JSON: {e}"))
+        })?;
+        let bytes = match &self.writer {
+            Writer::Avro(s) => {
+                let value: Value = serde_json::from_str(text).map_err(|e| {
+                    RuntimeError::Internal(format!("an output value is not JSON: {e}"))
+                })?;
+                s.serialize_json(topic, &value).await
+            }
+            Writer::Protobuf(s) => s.serialize_str(topic, text).await,
+            Writer::JsonSchema(s) => s.serialize_str(topic, text).await,
+        }
+        .map_err(failed)?;
+        Ok(Bytes::from(bytes))
+    }
+}

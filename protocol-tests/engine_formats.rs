@@ -1,6 +1,7 @@
 //! Job files over the schema registry's formats, end to end with the real registry
-//! (protocol-tests/schema-registry.sh) and broker: job (b), rides-per-driver-hourly, reading
-//! Avro rides and writing its windows in Avro, exactly once across a SIGKILL; the cleansing
+//! (protocol-tests/schema-registry.sh) and broker: job (b) over Avro, the shipped
+//! jobs/rides-per-driver-hourly-avro.toml, reading Avro rides and writing its windows in Avro,
+//! exactly once across a SIGKILL; the cleansing
 //! job reading Protobuf rides; records the source cannot read (a schema id the registry does
 //! not know, a payload that does not fit its schema) counted as errors.tolerance says.
 //! Transactional: runs at TV2 and TV1.
@@ -37,14 +38,6 @@ const RIDE_AVSC: &str = r#"{"type":"record","name":"Ride","namespace":"nyc.avro"
     {"name":"end_lat","type":"double"},
     {"name":"passengers","type":"int"},
     {"name":"event_time","type":{"type":"long","logicalType":"timestamp-millis"}}]}"#;
-
-/// Job (b)'s windows in Avro.
-const WINDOW_AVSC: &str = r#"{"type":"record","name":"DriverHour","namespace":"nyc.avro","fields":[
-    {"name":"driver_id","type":"long"},
-    {"name":"window_start","type":{"type":"long","logicalType":"timestamp-millis"}},
-    {"name":"window_end","type":{"type":"long","logicalType":"timestamp-millis"}},
-    {"name":"rides","type":"long"},
-    {"name":"passengers","type":"double"}]}"#;
 
 /// The rides in Protobuf, as the cleansing job reads them.
 const RIDE_PROTO: &str = r#"syntax = "proto3";
@@ -181,16 +174,16 @@ async fn wait_for(
 /// Job (b)'s expected windows of `rides`: (driver, window start) → (rides, passengers), the
 /// windows the watermark closed (those ending at or before the last ride's time minus the
 /// job's 60 s out-of-orderness).
-fn expected_windows(rides: &[Ride]) -> BTreeMap<(u64, i64), (u64, f64)> {
+fn expected_windows(rides: &[Ride]) -> BTreeMap<(u64, i64), (u64, u64)> {
     let last = rides.iter().map(|r| r.event_time).max().unwrap_or(0);
     let watermark = last - 60_000 - 1;
-    let mut out: BTreeMap<(u64, i64), (u64, f64)> = BTreeMap::new();
+    let mut out: BTreeMap<(u64, i64), (u64, u64)> = BTreeMap::new();
     for r in rides.iter().filter(|r| !r.is_start) {
         let start = r.event_time - r.event_time.rem_euclid(HOUR);
         if start + HOUR - 1 <= watermark {
             let e = out.entry((r.driver_id, start)).or_default();
             e.0 += 1;
-            e.1 += f64::from(r.passengers);
+            e.1 += u64::from(r.passengers);
         }
     }
     out
@@ -202,20 +195,25 @@ async fn the_hourly_job_reads_avro_rides_and_writes_avro_windows_exactly_once_ac
     let input = TestTopic::create("formats-avro-in", 1).await;
     let output = TestTopic::create("formats-avro-out", 1).await;
     let dir = scratch("onceflow-formats-avro");
-    let schema = dir.join("windows.avsc");
-    std::fs::write(&schema, WINDOW_AVSC).unwrap();
     // Three hours, then a kill once the first windows are committed, then three more.
     let first = rides(0, 180);
     produce(&input.name, avro_rides(&input.name, &first).await).await;
-    let sink = format!("format = \"avro\"\nschema = \"{}\"\n", schema.display());
-    let path = job(
+    // The shipped job, its registry and schema path pointed at the test's.
+    let path = job_file(
         &dir,
-        "rides-per-driver-hourly.toml",
-        (&input.name, &output.name),
-        ("format = \"avro\"\n", &sink),
-        "",
-        &url,
+        "rides-per-driver-hourly-avro.toml",
+        &input.name,
+        &output.name,
+        &unique_topic("formats"),
     );
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("http://127.0.0.1:8081/apis/ccompat/v7", &url)
+        .replace(
+            "\"fixtures/schemas/",
+            &format!("\"{}/", repo().join("fixtures/schemas").display()),
+        );
+    std::fs::write(&path, text).unwrap();
     let log = dir.join("run.log");
     let mut child = start_job(&path, &log, &["--fresh"]);
     wait_for(&output, 5, &mut child, &log).await;
@@ -231,7 +229,7 @@ async fn the_hourly_job_reads_avro_rides_and_writes_avro_windows_exactly_once_ac
     stop(child, &log2).await;
     // Every window once, in Avro with the registered schema, as job (b) computes it.
     let reader = AvroDeserializer::new(registry().await);
-    let mut got: BTreeMap<(u64, i64), (u64, f64)> = BTreeMap::new();
+    let mut got: BTreeMap<(u64, i64), (u64, u64)> = BTreeMap::new();
     let records = committed(&output).await;
     for r in &records {
         let bytes = r.value.as_ref().unwrap();
@@ -257,7 +255,7 @@ async fn the_hourly_job_reads_avro_rides_and_writes_avro_windows_exactly_once_ac
             k,
             (
                 v["rides"].as_u64().unwrap(),
-                v["passengers"].as_f64().unwrap(),
+                v["passengers"].as_u64().unwrap(),
             ),
         );
         assert!(dup.is_none(), "window {k:?} written twice");
@@ -371,5 +369,57 @@ async fn avro_records_the_source_cannot_read_are_skipped_and_counted_and_the_res
             "offset {offset} ({why}) not logged:\n{text}"
         );
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn job_b_over_avro_in_cluster_mode_writes_every_window_once() {
+    let url = registry_url().await.to_owned();
+    let input = TestTopic::create("formats-cluster-in", 1).await;
+    let output = TestTopic::create("formats-cluster-out", 1).await;
+    let dir = scratch("onceflow-formats-cluster");
+    let all = rides(0, 300);
+    produce(&input.name, avro_rides(&input.name, &all).await).await;
+    let schema = repo().join("fixtures/schemas/driver-hour.avsc");
+    let path = crate::engine_members::cluster_job_with(
+        &dir,
+        "rides-per-driver-hourly-avro.toml",
+        &input.name,
+        &output.name,
+        &unique_topic("formats-cluster"),
+        &[
+            ("url = ", format!("url = \"{url}\"")),
+            ("schema = ", format!("schema = \"{}\"", schema.display())),
+        ],
+    );
+    let want = expected_windows(&all);
+    let log = dir.join("run.log");
+    let mut child = start_job(&path, &log, &[]);
+    wait_for(&output, want.len(), &mut child, &log).await;
+    stop(child, &log).await;
+    // Through the repartition topic and the member's own transactions, in Avro.
+    let reader = AvroDeserializer::new(registry().await);
+    let mut got: BTreeMap<(u64, i64), (u64, u64)> = BTreeMap::new();
+    for r in &committed(&output).await {
+        let v = reader
+            .deserialize(r.value.as_ref().unwrap())
+            .await
+            .unwrap()
+            .to_plain_json()
+            .unwrap();
+        let k = (
+            v["driver_id"].as_u64().unwrap(),
+            v["window_start"].as_i64().unwrap(),
+        );
+        let dup = got.insert(
+            k,
+            (
+                v["rides"].as_u64().unwrap(),
+                v["passengers"].as_u64().unwrap(),
+            ),
+        );
+        assert!(dup.is_none(), "window {k:?} written twice");
+    }
+    assert_eq!(got, want);
     let _ = std::fs::remove_dir_all(&dir);
 }

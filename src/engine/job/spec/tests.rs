@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 const CLEANSING: &str = include_str!("../../../../jobs/rides-cleansing.toml");
 const HOURLY: &str = include_str!("../../../../jobs/rides-per-driver-hourly.toml");
+const HOURLY_AVRO: &str = include_str!("../../../../jobs/rides-per-driver-hourly-avro.toml");
 
 fn ride(
     driver: u64,
@@ -88,6 +89,29 @@ fn the_shipped_hourly_job_parses_into_a_keyed_hourly_count_and_sum() {
 
 const HEAD: &str = "name = \"x\"\n[source]\nbrokers = \"b:9092\"\ntopics = [\"in\"]\n";
 const SINK: &str = "[sink]\ntopic = \"out\"\ntransactional.id.prefix = \"x\"\n";
+
+#[test]
+fn the_shipped_avro_job_is_job_b_between_avro_ends() {
+    let avro = Job::parse("jobs/rides-per-driver-hourly-avro.toml", HOURLY_AVRO).unwrap();
+    let json = Job::parse("jobs/rides-per-driver-hourly.toml", HOURLY).unwrap();
+    assert_eq!(avro.pipeline, json.pipeline);
+    assert_eq!(avro.source.value_format, RecordFormat::Avro);
+    assert_eq!(avro.sink.value_format, RecordFormat::Avro);
+    assert_eq!(
+        avro.sink.value_schema.as_deref(),
+        Some("fixtures/schemas/driver-hour.avsc")
+    );
+    assert_eq!(
+        avro.registry,
+        [(
+            "schema.registry.url".to_owned(),
+            "http://127.0.0.1:8081/apis/ccompat/v7".to_owned()
+        )]
+    );
+    assert!(std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/schemas/driver-hour.avsc")
+        .is_file());
+}
 
 #[test]
 fn defaults_of_a_minimal_job() {

@@ -1,9 +1,9 @@
 //! Job files over the schema registry's formats, end to end with the real registry
 //! (protocol-tests/schema-registry.sh) and broker: job (b) over Avro, the shipped
 //! jobs/rides-per-driver-hourly-avro.toml, reading Avro rides and writing its windows in Avro,
-//! exactly once across a SIGKILL; the cleansing
-//! job reading Protobuf rides; records the source cannot read (a schema id the registry does
-//! not know, a payload that does not fit its schema) counted as errors.tolerance says.
+//! exactly once across a SIGKILL and in cluster mode; the cleansing job between Protobuf and
+//! JSON Schema, both ways; records the source cannot read (a schema id the registry does not
+//! know, a payload that does not fit its schema) counted as errors.tolerance says.
 //! Transactional: runs at TV2 and TV1.
 
 use crate::engine_features::{end, scratch, BASE, HOUR, MINUTE};
@@ -14,8 +14,8 @@ use crate::support::*;
 use bytes::Bytes;
 use onceflow::client::{ConsumerRecord, ProducerRecord};
 use onceflow::schema::{
-    wire, AvroDeserializer, AvroSerializer, Part, ProtobufSerializer, RegistryConfig,
-    SchemaRegistry,
+    wire, AvroDeserializer, AvroSerializer, JsonSchemaDeserializer, JsonSchemaSerializer, Part,
+    ProtobufDeserializer, ProtobufSerializer, RegistryConfig, SchemaRegistry,
 };
 use onceflow_taxi::Ride;
 use serde_json::{json, Value};
@@ -264,14 +264,15 @@ async fn the_hourly_job_reads_avro_rides_and_writes_avro_windows_exactly_once_ac
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[tokio::test]
-async fn the_cleansing_job_reads_protobuf_rides_by_their_declared_field_names() {
-    let url = registry_url().await.to_owned();
-    let input = TestTopic::create("formats-protobuf-in", 1).await;
-    let output = TestTopic::create("formats-protobuf-out", 1).await;
-    let dir = scratch("onceflow-formats-protobuf");
-    let writer = ProtobufSerializer::new(registry().await, RIDE_PROTO, Part::Value).unwrap();
-    // Half of them leave NYC: the filter reads the coordinates of the decoded messages.
+/// A JSON Schema of the cleansing job's rides.
+const RIDE_JSON_SCHEMA: &str = r#"{"$schema":"http://json-schema.org/draft-07/schema#","title":"Ride","type":"object",
+  "required":["ride_id","driver_id","is_start","end_lon","event_time"],
+  "properties":{"ride_id":{"type":"integer"},"driver_id":{"type":"integer"},"is_start":{"type":"boolean"},
+    "start_lon":{"type":"number"},"start_lat":{"type":"number"},"end_lon":{"type":"number"},
+    "end_lat":{"type":"number"},"passengers":{"type":"integer"},"event_time":{"type":"integer"}}}"#;
+
+/// Rides `0..40` as JSON, every other one ending outside NYC; and the ids of those inside.
+fn cleansing_rides() -> (Vec<(Bytes, Value)>, Vec<u64>) {
     let mut values = Vec::new();
     let mut inside = Vec::new();
     for (i, mut r) in rides(0, 40).into_iter().enumerate() {
@@ -284,35 +285,107 @@ async fn the_cleansing_job_reads_protobuf_rides_by_their_declared_field_names() 
             "is_start": r.is_start, "start_lon": r.start_lon, "start_lat": r.start_lat,
             "end_lon": r.end_lon, "end_lat": r.end_lat, "passengers": r.passengers,
             "event_time": r.event_time});
-        values.push((
-            Bytes::from(r.key()),
-            writer.serialize_json(&input.name, &v).await.unwrap(),
-        ));
+        values.push((Bytes::from(r.key()), v));
     }
-    produce(&input.name, values).await;
+    (values, inside)
+}
+
+/// The cleansing job from `input` (values already framed) in `source_format` to a new topic
+/// in `sink_format` with the schema `schema` written to `schema_file`: its output records,
+/// read_committed, once the `n` expected ones are there.
+async fn cleansing(
+    label: &str,
+    input: &TestTopic,
+    source_format: &str,
+    (sink_format, schema_file, schema): (&str, &str, &str),
+    n: usize,
+) -> Vec<ConsumerRecord> {
+    let url = registry_url().await.to_owned();
+    let output = TestTopic::create(&format!("{label}-out"), 1).await;
+    let dir = scratch(&format!("onceflow-{label}"));
+    let schema_path = dir.join(schema_file);
+    std::fs::write(&schema_path, schema).unwrap();
+    let sink = format!(
+        "format = \"{sink_format}\"\nschema = \"{}\"\n",
+        schema_path.display()
+    );
     let path = job(
         &dir,
         "rides-cleansing.toml",
         (&input.name, &output.name),
-        ("format = \"protobuf\"\n", ""),
+        (&format!("format = \"{source_format}\"\n"), &sink),
         "",
         &url,
     );
     let log = dir.join("run.log");
     let mut child = start_job(&path, &log, &["--fresh"]);
-    let out = wait_for(&output, inside.len(), &mut child, &log).await;
+    wait_for(&output, n, &mut child, &log).await;
     stop(child, &log).await;
-    // The output is JSON (the sink's default): the declared names, 64-bit integers as numbers.
-    let got: Vec<Value> = committed(&output)
-        .await
-        .iter()
-        .map(|r| serde_json::from_slice(r.value.as_ref().unwrap()).unwrap())
-        .collect();
-    assert_eq!(got.len(), out.len().max(inside.len()));
+    let out = committed(&output).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+#[tokio::test]
+async fn the_cleansing_job_reads_protobuf_rides_and_writes_json_schema_records() {
+    let input = TestTopic::create("formats-protobuf-in", 1).await;
+    let writer = ProtobufSerializer::new(registry().await, RIDE_PROTO, Part::Value).unwrap();
+    let (rides, inside) = cleansing_rides();
+    let mut values = Vec::new();
+    for (key, v) in rides {
+        values.push((key, writer.serialize_json(&input.name, &v).await.unwrap()));
+    }
+    produce(&input.name, values).await;
+    let sink = ("json-schema", "ride.schema.json", RIDE_JSON_SCHEMA);
+    let out = cleansing("formats-protobuf", &input, "protobuf", sink, inside.len()).await;
+    // The filter read the decoded messages' coordinates; the output is JSON Schema records
+    // of the declared names, 64-bit integers as numbers.
+    let reader = JsonSchemaDeserializer::new(registry().await);
+    let mut got = Vec::new();
+    for r in &out {
+        got.push(
+            reader
+                .deserialize(r.value.as_ref().unwrap())
+                .await
+                .unwrap()
+                .value,
+        );
+    }
     let ids: Vec<u64> = got.iter().map(|v| v["ride_id"].as_u64().unwrap()).collect();
     assert_eq!(ids, inside);
     assert_eq!(got[0]["event_time"], json!(BASE));
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn the_cleansing_job_reads_json_schema_rides_and_writes_protobuf_records() {
+    let input = TestTopic::create("formats-json-schema-in", 1).await;
+    let writer =
+        JsonSchemaSerializer::new(registry().await, RIDE_JSON_SCHEMA, Part::Value).unwrap();
+    let (rides, inside) = cleansing_rides();
+    let mut values = Vec::new();
+    for (key, v) in rides {
+        values.push((key, writer.serialize(&input.name, &v).await.unwrap()));
+    }
+    produce(&input.name, values).await;
+    let sink = ("protobuf", "ride.proto", RIDE_PROTO);
+    let out = cleansing(
+        "formats-json-schema",
+        &input,
+        "json-schema",
+        sink,
+        inside.len(),
+    )
+    .await;
+    let reader = ProtobufDeserializer::new(registry().await);
+    let mut got = Vec::new();
+    for r in &out {
+        let record = reader.deserialize(r.value.as_ref().unwrap()).await.unwrap();
+        assert_eq!(record.indexes, [0]);
+        got.push(record.to_plain_json().unwrap());
+    }
+    let ids: Vec<u64> = got.iter().map(|v| v["ride_id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, inside);
+    assert_eq!(got[0]["event_time"], json!(BASE));
 }
 
 #[tokio::test]

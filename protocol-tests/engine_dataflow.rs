@@ -31,9 +31,9 @@ use tokio::task::JoinHandle;
 const DEADLINE: Duration = Duration::from_secs(240);
 
 /// A typed job running in this process, and how to stop it.
-struct Running {
+pub(crate) struct Running {
     stop: watch::Sender<bool>,
-    metrics: Arc<Metrics>,
+    pub(crate) metrics: Arc<Metrics>,
     task: JoinHandle<Result<RunSummary, RuntimeError>>,
 }
 
@@ -47,7 +47,7 @@ fn options(flow: &Dataflow) -> RunOptions {
 }
 
 /// Runs `flow` from `restore` in the background.
-fn start(flow: Dataflow, restore: RestoreFrom) -> Running {
+pub(crate) fn start(flow: Dataflow, restore: RestoreFrom) -> Running {
     let (stop, rx) = watch::channel(false);
     let metrics = Arc::new(Metrics::new());
     let mut opts = options(&flow);
@@ -62,7 +62,7 @@ fn start(flow: Dataflow, restore: RestoreFrom) -> Running {
 
 impl Running {
     /// Waits until `done` holds of the metrics; fails if the job ends first.
-    async fn wait_for(
+    pub(crate) async fn wait_for(
         &mut self,
         what: &str,
         done: impl Fn(&onceflow::engine::metrics::Snapshot) -> bool,
@@ -87,7 +87,7 @@ impl Running {
     }
 
     /// Stops the job through the `stop` watch; its summary (a clean stop).
-    async fn stop(self) -> RunSummary {
+    pub(crate) async fn stop(self) -> RunSummary {
         let _ = self.stop.send(true);
         let ended = tokio::time::timeout(DEADLINE, self.task).await;
         ended

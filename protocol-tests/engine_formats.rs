@@ -3,7 +3,8 @@
 //! jobs/rides-per-driver-hourly-avro.toml, reading Avro rides and writing its windows in Avro,
 //! exactly once across a SIGKILL and in cluster mode; the cleansing job between Protobuf and
 //! JSON Schema, both ways; records the source cannot read (a schema id the registry does not
-//! know, a payload that does not fit its schema) counted as errors.tolerance says.
+//! know, a payload that does not fit its schema) counted as errors.tolerance says; typed jobs
+//! reading Avro as serde types and Protobuf as prost messages.
 //! Transactional: runs at TV2 and TV1.
 
 use crate::engine_features::{end, scratch, BASE, HOUR, MINUTE};
@@ -494,5 +495,114 @@ async fn job_b_over_avro_in_cluster_mode_writes_every_window_once() {
         assert!(dup.is_none(), "window {k:?} written twice");
     }
     assert_eq!(got, want);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A typed job's Avro ride (serde).
+#[derive(Debug, serde::Deserialize, serde::Serialize)]
+struct AvroRide {
+    ride_id: i64,
+    driver_id: i64,
+    is_start: bool,
+    zone: Option<String>,
+    start_lon: f64,
+    start_lat: f64,
+    end_lon: f64,
+    end_lat: f64,
+    passengers: i32,
+    event_time: i64,
+}
+
+/// A typed job's Protobuf ride: the fields it reads of `RIDE_PROTO`'s, by number.
+#[derive(Clone, PartialEq, prost::Message)]
+struct ProtoRide {
+    #[prost(uint64, tag = "1")]
+    ride_id: u64,
+    #[prost(double, tag = "7")]
+    end_lon: f64,
+    #[prost(int64, tag = "10")]
+    event_time: i64,
+}
+
+/// Waits for `n` committed records of `output`, stops the typed job, and gives the
+/// `ride_id`s of the JSON records.
+async fn typed_output(
+    mut job: crate::engine_dataflow::Running,
+    output: &TestTopic,
+    n: usize,
+    skipped: u64,
+) -> Vec<u64> {
+    job.wait_for("the outputs and the skipped records", |s| {
+        s.records_out == n as u64 && s.skipped_records == skipped
+    })
+    .await;
+    job.stop().await;
+    committed(output)
+        .await
+        .iter()
+        .map(|r| {
+            let v: Value = serde_json::from_slice(r.value.as_ref().unwrap()).unwrap();
+            v["ride_id"].as_u64().unwrap()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn typed_jobs_read_avro_as_serde_types_and_protobuf_as_prost_messages() {
+    use onceflow::engine::dataflow::{Avro, ErrorTolerance, JobBuilder, KafkaSink, Protobuf};
+    use onceflow::engine::state::RestoreFrom;
+    let avro_in = TestTopic::create("typed-avro-in", 1).await;
+    let proto_in = TestTopic::create("typed-protobuf-in", 1).await;
+    let output = TestTopic::create("typed-formats-out", 1).await;
+    let dir = scratch("onceflow-typed-formats");
+    // Avro rides, one of them not in the wire format.
+    let mut values = avro_rides(&avro_in.name, &rides(0, 30)).await;
+    values.insert(7, (Bytes::from_static(b"1"), b"not avro".to_vec()));
+    produce(&avro_in.name, values).await;
+    let flow = JobBuilder::new("typed-avro")
+        .brokers(broker())
+        .transactional_id_prefix(unique_topic("typed-avro"))
+        .state_dir(dir.join("avro"))
+        .errors_tolerance(ErrorTolerance::Skip)
+        .source(
+            [avro_in.name.as_str()],
+            Avro::<AvroRide>::new(registry().await),
+        )
+        .filter(|r: &AvroRide| r.zone.is_some())
+        .sink(KafkaSink::json(output.name.clone()))
+        .build()
+        .unwrap();
+    let job = crate::engine_dataflow::start(flow, RestoreFrom::Fresh);
+    let with_zone: Vec<u64> = (0..30).filter(|i| i % 3 == 0).collect();
+    let got = typed_output(job, &output, with_zone.len(), 1).await;
+    assert_eq!(got, with_zone, "the rides whose optional zone is set");
+    // Protobuf rides decoded as the prost type (the fields it declares, by number).
+    let writer = ProtobufSerializer::new(registry().await, RIDE_PROTO, Part::Value).unwrap();
+    let (rides, inside) = cleansing_rides();
+    let mut values = Vec::new();
+    for (key, v) in rides {
+        values.push((
+            key,
+            writer.serialize_json(&proto_in.name, &v).await.unwrap(),
+        ));
+    }
+    produce(&proto_in.name, values).await;
+    let output2 = TestTopic::create("typed-formats-out2", 1).await;
+    let flow = JobBuilder::new("typed-protobuf")
+        .brokers(broker())
+        .transactional_id_prefix(unique_topic("typed-protobuf"))
+        .state_dir(dir.join("protobuf"))
+        .source(
+            [proto_in.name.as_str()],
+            Protobuf::<ProtoRide>::new(registry().await),
+        )
+        .filter(|r: &ProtoRide| r.end_lon > -74.05 && r.event_time >= BASE)
+        .map(|r: ProtoRide| json!({"ride_id": r.ride_id}))
+        .sink(KafkaSink::json(output2.name.clone()))
+        .build()
+        .unwrap();
+    let job = crate::engine_dataflow::start(flow, RestoreFrom::Fresh);
+    let got = typed_output(job, &output2, inside.len(), 0).await;
+    assert_eq!(got, inside, "the rides inside NYC");
     let _ = std::fs::remove_dir_all(&dir);
 }

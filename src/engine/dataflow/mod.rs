@@ -62,6 +62,7 @@
 mod builder;
 mod chain;
 mod process;
+mod registered;
 mod sink;
 mod source;
 mod state;
@@ -71,8 +72,9 @@ mod window;
 
 pub use builder::JobBuilder;
 pub use process::{Collector, Context, KeyedProcessFunction};
+pub use registered::{Avro, Protobuf};
 pub use sink::{FileSink, KafkaSink, Sink};
-pub use source::{Deserializer, Json, SourceRecord};
+pub use source::{Deserializer, Json, Prefetch, SourceRecord};
 pub use state::{
     ListStateDescriptor, ListStateHandle, MapStateDescriptor, MapStateHandle, StateAccessError,
     ValueStateDescriptor, ValueStateHandle, MAX_STATE_ID,

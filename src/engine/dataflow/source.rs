@@ -5,6 +5,7 @@ use std::marker::PhantomData;
 use serde::de::DeserializeOwned;
 
 use crate::engine::runtime::topology::InputRecord;
+use crate::engine::runtime::RuntimeError;
 
 /// An input record as the source's read_committed consumer returned it.
 #[derive(Debug, Clone, Copy)]
@@ -47,6 +48,15 @@ pub trait Deserializer<T>: Send + Sync + 'static {
     /// The element of `record`, or `None` to drop it.
     fn deserialize(&self, record: &SourceRecord<'_>) -> Option<T>;
 
+    /// What must be awaited before `record` is deserialized, if anything: a deserializer that
+    /// needs something fetched first (the writer schema of a record's id, as [`Avro`] does)
+    /// returns the fetch; the runtime awaits it, then calls [`Self::element`], which must not
+    /// wait. The default: nothing.
+    fn prepare(&self, record: &SourceRecord<'_>) -> Option<Prefetch> {
+        let _ = record;
+        None
+    }
+
     /// The element of `record`; `Err(Some(reason))` for a record the job cannot process,
     /// `Err(None)` to drop it on purpose. The default: [`Self::deserialize`], `None` dropping.
     ///
@@ -56,6 +66,11 @@ pub trait Deserializer<T>: Send + Sync + 'static {
         self.deserialize(record).ok_or(None)
     }
 }
+
+/// The fetch [`Deserializer::prepare`] returns; an error stops the job (a record that cannot
+/// be read is not an error here: [`Deserializer::element`] names it).
+pub type Prefetch =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), RuntimeError>> + Send>>;
 
 /// A closure over the record is a deserializer.
 impl<T, F> Deserializer<T> for F

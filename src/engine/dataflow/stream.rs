@@ -14,7 +14,7 @@ use super::chain::{self, count_in, count_out, Counters, Downstream, SourceFn, So
 use super::process::{KeyedProcessFunction, ProcessStage};
 use super::sink::Sink;
 use super::source::{Deserializer, SourceRecord};
-use super::topology::{ErasedSource, Keyed, StageFactory, TypedTopology};
+use super::topology::{ErasedPrefetch, ErasedSource, Keyed, StageFactory, TypedTopology};
 use super::window::{StageEnv, WindowAssigner, WindowedStream};
 use super::{BuildError, Dataflow};
 use crate::engine::formats::{LineFormat, LineFormats};
@@ -35,6 +35,8 @@ pub(crate) struct Plan {
     problems: Vec<String>,
     /// The file source's line format, under the name its `source.format` gives.
     formats: LineFormats,
+    /// The source deserializer's fetch before a record is deserialized.
+    prefetch: ErasedPrefetch,
 }
 
 impl Plan {
@@ -59,6 +61,9 @@ impl JobBuilder {
         topics: impl IntoIterator<Item = impl Into<String>>,
         deserializer: impl Deserializer<T>,
     ) -> SourceStream<T> {
+        let deserializer: Arc<dyn Deserializer<T>> = Arc::new(deserializer);
+        let d = deserializer.clone();
+        let prefetch: ErasedPrefetch = Arc::new(move |r| d.prepare(&SourceRecord::of(r)));
         let plan = Plan {
             builder: self,
             topics: topics.into_iter().map(Into::into).collect(),
@@ -68,11 +73,9 @@ impl JobBuilder {
             default_uid: "keyed",
             problems: Vec::new(),
             formats: LineFormats::new(),
+            prefetch,
         };
-        SourceStream {
-            plan,
-            deserializer: Arc::new(deserializer),
-        }
+        SourceStream { plan, deserializer }
     }
 
     /// The job's source: the events of a file, or of a directory of files read in name order
@@ -527,6 +530,7 @@ impl JobGraph {
         }
         let job = plan.builder.check(&plan.topics, &self.sink_fields)?;
         let topology = TypedTopology {
+            prefetch: plan.prefetch,
             source: self.source,
             keyed: self.keyed,
             kinds: plan.kinds,

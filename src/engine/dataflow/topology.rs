@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::chain::Counters;
 use crate::engine::metrics::{Metrics, OperatorCounter};
 use crate::engine::runtime::topology::{
-    Emitted, InputRecord, KeyedLayout, KeyedStage, SourceChain, Topology,
+    Emitted, InputRecord, KeyedLayout, KeyedStage, Prepare, SourceChain, Topology,
 };
 use crate::engine::runtime::RuntimeError;
 use crate::engine::state::OperatorState;
@@ -15,6 +15,11 @@ use crate::engine::state::OperatorState;
 /// the sink or the exchange out; returns the record's event time.
 pub(crate) type ErasedSource =
     Arc<dyn Fn(&InputRecord<'_>, &Counters, &mut Vec<Emitted>) -> Option<i64> + Send + Sync>;
+
+/// The source deserializer's [`Deserializer::prepare`](super::Deserializer::prepare), its
+/// element type erased.
+pub(crate) type ErasedPrefetch =
+    Arc<dyn Fn(&InputRecord<'_>) -> Option<super::source::Prefetch> + Send + Sync>;
 
 /// Makes a keyed subtask's stage on its state, with the job's counters and the stage's uid.
 pub(crate) type StageFactory = Arc<
@@ -40,6 +45,7 @@ pub(crate) struct Keyed {
 /// A typed job's operators (module docs).
 pub(crate) struct TypedTopology {
     pub(crate) source: ErasedSource,
+    pub(crate) prefetch: ErasedPrefetch,
     pub(crate) keyed: Option<Keyed>,
     /// Each operator's kind, by index: the metrics' counters.
     pub(crate) kinds: Vec<&'static str>,
@@ -59,12 +65,17 @@ impl std::fmt::Debug for TypedTopology {
 /// A source subtask's instance of the chain.
 struct TypedChain {
     source: ErasedSource,
+    prefetch: ErasedPrefetch,
     counters: Vec<Arc<OperatorCounter>>,
 }
 
 impl SourceChain for TypedChain {
     fn process(&mut self, record: &InputRecord<'_>, out: &mut Vec<Emitted>) -> Option<i64> {
         (self.source)(record, &self.counters, out)
+    }
+
+    fn prepare(&mut self, record: &InputRecord<'_>) -> Option<Prepare<'_>> {
+        (self.prefetch)(record).map(|p| -> Prepare<'_> { p })
     }
 }
 
@@ -83,6 +94,7 @@ impl Topology for TypedTopology {
     fn source_chain(&self, metrics: &Arc<Metrics>) -> Box<dyn SourceChain> {
         Box::new(TypedChain {
             source: self.source.clone(),
+            prefetch: self.prefetch.clone(),
             counters: metrics.operators_of_kinds(&self.kinds),
         })
     }

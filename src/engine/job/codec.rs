@@ -42,6 +42,68 @@ pub(crate) fn registry(properties: &[(String, String)]) -> Result<SchemaRegistry
     SchemaRegistry::new(config).map_err(schema)
 }
 
+/// Why a record could not be decoded when its writer schema was not fetched first (a bug: the
+/// runtime awaits the fetch before the chain).
+pub(crate) const NOT_FETCHED: &str =
+    "internal error: the record's writer schema was not fetched before it was decoded";
+
+/// Which writer schemas a decoder holds, and the ids it cannot read, for the decoders that
+/// fetch before the synchronous chain decodes (this module's docs).
+#[derive(Debug, Default)]
+pub(crate) struct WriterSchemas {
+    /// Schema ids whose writer schema the serde holds.
+    known: HashSet<u32>,
+    /// Schema ids the registry does not know, or whose schema does not compile: why.
+    failed: HashMap<u32, String>,
+}
+
+impl WriterSchemas {
+    /// The schema id of `raw` when its writer schema is still to be fetched.
+    pub(crate) fn unknown(&self, raw: &[u8]) -> Option<u32> {
+        let (id, _) = wire::unframe(raw).ok()?;
+        (!self.known.contains(&id) && !self.failed.contains_key(&id)).then_some(id)
+    }
+
+    /// Why `raw` cannot be read, when its schema id is one that failed.
+    pub(crate) fn failure(&self, raw: &[u8]) -> Option<String> {
+        if self.failed.is_empty() {
+            return None;
+        }
+        let (id, _) = wire::unframe(raw).ok()?;
+        self.failed.get(&id).cloned()
+    }
+
+    /// Takes what fetching id `id`'s writer schema (by reading a record of it) gave:
+    /// remembered as known, or as failed when the registry does not know it or it does not
+    /// compile.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Schema`] when the registry cannot answer (unreachable past
+    /// `default.api.timeout.ms`, refused credentials): the job stops.
+    pub(crate) fn settle(
+        &mut self,
+        id: u32,
+        fetched: Result<(), SchemaError>,
+    ) -> Result<(), RuntimeError> {
+        match fetched {
+            // The record's own payload may be at fault and the schema fine: seen as the
+            // record is decoded.
+            Ok(()) | Err(SchemaError::Decode { .. } | SchemaError::Framing(_)) => {
+                self.known.insert(id);
+                Ok(())
+            }
+            Err(e) if e.is_record_fault() => {
+                self.failed.insert(id, e.to_string());
+                Ok(())
+            }
+            Err(source) => Err(RuntimeError::Schema {
+                what: format!("fetching the writer schema of id {id}"),
+                source,
+            }),
+        }
+    }
+}
+
 /// A value as the decoder read it.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Decoded {
@@ -61,10 +123,7 @@ enum Reader {
 /// Reads a source's record values as JSON, one per source subtask.
 pub(crate) struct ValueDecoder {
     reader: Reader,
-    /// Schema ids whose writer schema the serde holds.
-    known: HashSet<u32>,
-    /// Schema ids the registry does not know, or whose schema does not compile: why.
-    failed: HashMap<u32, String>,
+    schemas: WriterSchemas,
 }
 
 impl ValueDecoder {
@@ -102,8 +161,7 @@ impl ValueDecoder {
     fn with(reader: Reader) -> ValueDecoder {
         ValueDecoder {
             reader,
-            known: HashSet::new(),
-            failed: HashMap::new(),
+            schemas: WriterSchemas::default(),
         }
     }
 
@@ -114,19 +172,16 @@ impl ValueDecoder {
 
     /// The schema id `raw` needs fetched before [`Self::decode`] can read it, if any.
     pub(crate) fn unknown_id(&self, raw: &[u8]) -> Option<u32> {
-        if matches!(self.reader, Reader::Json) {
+        if self.is_json() {
             return None;
         }
-        let (id, _) = wire::unframe(raw).ok()?;
-        (!self.known.contains(&id) && !self.failed.contains_key(&id)).then_some(id)
+        self.schemas.unknown(raw)
     }
 
-    /// Fetches the writer schema of `raw` (its id from [`Self::unknown_id`]): remembered as
-    /// known, or as failed when the registry does not know it or it does not compile.
+    /// Fetches the writer schema of `raw` (its id from [`Self::unknown_id`]).
     ///
     /// # Errors
-    /// [`RuntimeError::Schema`] when the registry cannot answer (unreachable past
-    /// `default.api.timeout.ms`, refused credentials): the job stops.
+    /// As [`WriterSchemas::settle`].
     pub(crate) async fn learn(&mut self, id: u32, raw: Bytes) -> Result<(), RuntimeError> {
         let fetched = match &self.reader {
             Reader::Json => Ok(()),
@@ -134,43 +189,18 @@ impl ValueDecoder {
             Reader::Protobuf(d) => d.deserialize(&raw).await.map(drop),
             Reader::JsonSchema(d) => d.deserialize(&raw).await.map(drop),
         };
-        match fetched {
-            Ok(()) => {
-                self.known.insert(id);
-                Ok(())
-            }
-            // The record's own payload may be at fault and the schema fine: seen as the
-            // record is decoded.
-            Err(SchemaError::Decode { .. } | SchemaError::Framing(_)) => {
-                self.known.insert(id);
-                Ok(())
-            }
-            Err(e) if e.is_record_fault() => {
-                self.failed.insert(id, e.to_string());
-                Ok(())
-            }
-            Err(source) => Err(RuntimeError::Schema {
-                what: format!("fetching the writer schema of id {id}"),
-                source,
-            }),
-        }
+        self.schemas.settle(id, fetched)
     }
 
     /// Reads one record value.
     pub(crate) fn decode(&self, raw: &[u8]) -> Decoded {
-        let read = match &self.reader {
-            Reader::Json => {
-                return match serde_json::from_slice(raw) {
-                    Ok(v) => Decoded::Value(v),
-                    Err(e) => Decoded::Bad(format!("the value is not JSON ({e})")),
-                }
-            }
-            _ if self.failed.is_empty() => None,
-            _ => wire::unframe(raw)
-                .ok()
-                .and_then(|(id, _)| self.failed.get(&id).cloned()),
-        };
-        if let Some(why) = read {
+        if self.is_json() {
+            return match serde_json::from_slice(raw) {
+                Ok(v) => Decoded::Value(v),
+                Err(e) => Decoded::Bad(format!("the value is not JSON ({e})")),
+            };
+        }
+        if let Some(why) = self.schemas.failure(raw) {
             return Decoded::Bad(why);
         }
         let polled = match &self.reader {
@@ -191,10 +221,7 @@ impl ValueDecoder {
         match polled {
             Some(Ok(v)) => Decoded::Value(v),
             Some(Err(e)) => Decoded::Bad(e.to_string()),
-            None => Decoded::Bad(
-                "internal error: the record's writer schema was not fetched before it was decoded"
-                    .into(),
-            ),
+            None => Decoded::Bad(NOT_FETCHED.into()),
         }
     }
 }

@@ -45,14 +45,15 @@ impl<S> Fetched<S> {
     }
 }
 
+/// A read of a record's bytes by the serde, for the fetch of its writer schema.
+type Read<S> =
+    fn(Arc<Fetched<S>>, Vec<u8>) -> futures::future::BoxFuture<'static, Result<(), SchemaError>>;
+
 /// The fetch of `record`'s writer schema by `read` (a read of the record), when its id is new.
 fn prefetch<S: Send + Sync + 'static>(
     fetched: &Arc<Fetched<S>>,
     record: &SourceRecord<'_>,
-    read: fn(
-        Arc<Fetched<S>>,
-        Vec<u8>,
-    ) -> futures::future::BoxFuture<'static, Result<(), SchemaError>>,
+    read: Read<S>,
 ) -> Option<Prefetch> {
     let value = record.value?;
     let id = fetched.schemas().unknown(value)?;

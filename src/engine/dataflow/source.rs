@@ -49,7 +49,7 @@ pub trait Deserializer<T>: Send + Sync + 'static {
     fn deserialize(&self, record: &SourceRecord<'_>) -> Option<T>;
 
     /// What must be awaited before `record` is deserialized, if anything: a deserializer that
-    /// needs something fetched first (the writer schema of a record's id, as [`Avro`] does)
+    /// needs something fetched first (the writer schema of a record's id, as [`Avro`](super::Avro) does)
     /// returns the fetch; the runtime awaits it, then calls [`Self::element`], which must not
     /// wait. The default: nothing.
     fn prepare(&self, record: &SourceRecord<'_>) -> Option<Prefetch> {

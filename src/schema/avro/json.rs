@@ -268,14 +268,7 @@ impl Encoder<'_, '_> {
             (Value::Bytes(b) | Value::Fixed(_, b), _) => bytes_text(b),
             (Value::String(s) | Value::Enum(_, s), _) => Json::String(s.clone()),
             (Value::Uuid(u), _) => Json::String(u.to_string()),
-            (Value::Decimal(d), _) => {
-                let unscaled =
-                    <Vec<u8>>::try_from(d).map_err(|e| format!("{path}: decimal: {e}"))?;
-                match schema {
-                    Schema::Decimal(s) if self.plain => decimal_number(&unscaled, s.scale),
-                    _ => bytes_text(&unscaled),
-                }
-            }
+            (Value::Decimal(d), _) => self.decimal(d, schema, path)?,
             (Value::Duration(d), _) => bytes_text(&<[u8; 12]>::from(*d)),
             (Value::BigDecimal(_), _) => {
                 return Err(format!(
@@ -331,6 +324,20 @@ impl Encoder<'_, '_> {
 
     fn deref<'x>(&'x self, schema: &'x Schema, path: &str) -> Result<&'x Schema, String> {
         deref(schema, self.names, path)
+    }
+
+    /// A decimal: a number in plain JSON, its unscaled bytes in the JSON encoding.
+    fn decimal(
+        &self,
+        d: &apache_avro::Decimal,
+        schema: &Schema,
+        path: &str,
+    ) -> Result<Json, String> {
+        let unscaled = <Vec<u8>>::try_from(d).map_err(|e| format!("{path}: decimal: {e}"))?;
+        Ok(match schema {
+            Schema::Decimal(s) if self.plain => decimal_number(&unscaled, s.scale),
+            _ => bytes_text(&unscaled),
+        })
     }
 }
 

@@ -109,6 +109,23 @@ where
     )
 }
 
+/// The sink tasks of the started `sinks`.
+fn sink_tasks<'a>(
+    plan: &'a Plan,
+    sinks: Vec<TaskSink>,
+    counters: &'a Arc<Counters>,
+) -> impl Iterator<Item = SinkTask> + 'a {
+    sinks.into_iter().map(|s| {
+        SinkTask::new(
+            s,
+            plan.job.sink.topic.clone(),
+            counters.clone(),
+            plan.metrics.clone(),
+            plan.topology.sink_encoder(),
+        )
+    })
+}
+
 /// Starts every subtask from `positions`, with sink task i's started `sinks[i]` and keyed
 /// subtask i's window state `states[i]` (restricted to its key groups). `positioned` is
 /// given every source partition's start once all are resolved, before any source reads.
@@ -128,15 +145,7 @@ pub(crate) async fn launch(
         positions: Positions::new(),
         handles: Vec::new(),
     };
-    let mut sinks = sinks.into_iter().map(|s| {
-        SinkTask::new(
-            s,
-            plan.job.sink.topic.clone(),
-            counters.clone(),
-            plan.metrics.clone(),
-            plan.topology.sink_encoder(),
-        )
-    });
+    let mut sinks = sink_tasks(plan, sinks, counters);
     let keyed = plan.has_window();
     let out_of_orderness = plan.topology.out_of_orderness();
     let (senders, receivers) = channels(p, keyed);

@@ -194,10 +194,14 @@ pub struct WindowAggregate {
 }
 
 impl WindowAggregate {
-    /// The record's event time: an integer in the i64 range, else `None` (the runtime drops
-    /// the record and counts it).
+    /// The record's event time: an integer of epoch milliseconds in the i64 range, or an RFC
+    /// 3339 date-time string (a Protobuf `Timestamp` in the proto3 JSON mapping); else `None`
+    /// (a record the job cannot process: its `errors.tolerance` decides).
     pub fn event_time(&self, record: &Value) -> Option<i64> {
-        self.time.lookup(record).and_then(Value::as_i64)
+        match self.time.lookup(record)? {
+            Value::String(s) => crate::engine::time::rfc3339::epoch_ms(s),
+            v => v.as_i64(),
+        }
     }
 
     /// The output record of one key's window:

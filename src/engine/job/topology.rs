@@ -166,7 +166,7 @@ impl Prefix {
         };
         let Some(time) = window.event_time(&value) else {
             let why = format!(
-                "the window's time field {} is missing or not an integer (ms since the epoch)",
+                "the window's time field {} is missing, or neither an integer (ms since the epoch) nor an RFC 3339 date-time",
                 window.time
             );
             return (Prefixed::Bad(why), None);
@@ -700,13 +700,14 @@ mod tests {
         let job = crate::engine::job::Job::parse("t.toml", text).expect("job");
         let mut p = Prefix::new(&job.pipeline);
         #[rustfmt::skip]
-        let cases: [(Option<&str>, Option<&str>); 6] = [
+        let cases: [(Option<&str>, Option<&str>); 7] = [
             (Some(r#"{"v":5,"driver":{"id":1},"t":7}"#), None),
+            (Some(r#"{"v":5,"driver":{"id":1},"t":"2024-01-02T03:04:05.123Z"}"#), None),
             (Some(r#"{"v":0,"driver":{"id":1},"t":7}"#), None),
             (Some("not json"),                           Some("the value is not JSON (expected ident at line 1 column 2)")),
             (None,                                       Some("a tombstone (the record has no value)")),
             (Some(r#"{"v":5,"t":7}"#),                   Some("the key_by field driver.id is missing or null")),
-            (Some(r#"{"v":5,"driver":{"id":1},"t":"x"}"#), Some("the window's time field t is missing or not an integer")),
+            (Some(r#"{"v":5,"driver":{"id":1},"t":"x"}"#), Some("the window's time field t is missing, or neither an integer (ms since the epoch) nor an RFC 3339 date-time")),
         ];
         for (value, want) in cases {
             let bytes = value.map(|v| Bytes::from(v.to_owned()));

@@ -16,6 +16,7 @@
 //! time, so a scan on every watermark advance would visit every key group each time; there
 //! an in-memory queue of the timers answers "what is due" from its head.
 
+pub(crate) mod rfc3339;
 mod rules;
 pub(crate) mod stored_watermark;
 pub(crate) mod timers;

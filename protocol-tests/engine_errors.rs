@@ -73,7 +73,7 @@ fn job(dir: &Path, input: &str, output: &str, settings: &str) -> PathBuf {
 }
 
 /// Every record of `topic` (one partition) read_committed, to its end.
-async fn committed(topic: &TestTopic) -> Vec<ConsumerRecord> {
+pub(crate) async fn committed(topic: &TestTopic) -> Vec<ConsumerRecord> {
     let mut c = committed_reader(&broker(), &topic.tps()).await;
     let mut out = Vec::new();
     let start = Instant::now();
@@ -101,7 +101,7 @@ fn ride_ids(records: &[ConsumerRecord]) -> Vec<u64> {
 }
 
 /// Waits until `topic` holds at least `n` committed records.
-async fn wait_for(
+pub(crate) async fn wait_for(
     topic: &TestTopic,
     n: usize,
     child: &mut Child,

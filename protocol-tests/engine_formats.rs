@@ -7,6 +7,7 @@
 //! reading Avro as serde types and Protobuf as prost messages.
 //! Transactional: runs at TV2 and TV1.
 
+use crate::engine_errors::{committed, wait_for};
 use crate::engine_features::{end, scratch, BASE, HOUR, MINUTE};
 use crate::engine_metrics::{free_addr, scrape_until};
 use crate::engine_run::{job_file, log_of, start_job, stop};
@@ -22,10 +23,6 @@ use onceflow_taxi::Ride;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Child;
-use std::time::{Duration, Instant};
-
-const DEADLINE: Duration = Duration::from_secs(180);
 
 /// The rides in Avro: the event time a timestamp-millis, an optional zone (a union).
 const RIDE_AVSC: &str = r#"{"type":"record","name":"Ride","namespace":"nyc.avro","fields":[
@@ -122,54 +119,43 @@ fn job(
     path
 }
 
-/// Every record of `topic` (one partition) read_committed, to its end.
-async fn committed(topic: &TestTopic) -> Vec<ConsumerRecord> {
-    let mut c = committed_reader(&broker(), &topic.tps()).await;
-    let mut out = Vec::new();
-    let start = Instant::now();
-    loop {
-        out.extend(c.poll(Duration::from_millis(200)).await.unwrap());
-        if c.at_end() {
-            return out;
+/// Job (b)'s Avro output as (driver, window start) → (rides, passengers), each window once,
+/// written with a schema whose text holds `schema_name` when given.
+async fn avro_windows(
+    records: &[ConsumerRecord],
+    schema_name: Option<&str>,
+) -> BTreeMap<(u64, i64), (u64, u64)> {
+    let registry = registry().await;
+    let reader = AvroDeserializer::new(registry.clone());
+    let mut got = BTreeMap::new();
+    for r in records {
+        let bytes = r.value.as_ref().unwrap();
+        if let Some(name) = schema_name {
+            let (id, _) = wire::unframe(bytes).unwrap();
+            let written_with = registry.schema_by_id(id).await.unwrap();
+            assert!(written_with.text.contains(name), "{}", written_with.text);
         }
+        let v = reader
+            .deserialize(bytes)
+            .await
+            .unwrap()
+            .to_plain_json()
+            .unwrap();
+        let k = (
+            v["driver_id"].as_u64().unwrap(),
+            v["window_start"].as_i64().unwrap(),
+        );
+        assert_eq!(v["window_end"].as_i64().unwrap(), k.1 + HOUR);
+        let counts = (
+            v["rides"].as_u64().unwrap(),
+            v["passengers"].as_u64().unwrap(),
+        );
         assert!(
-            start.elapsed() < DEADLINE,
-            "did not reach the end of {}",
-            topic.name
+            got.insert(k, counts).is_none(),
+            "window {k:?} written twice"
         );
     }
-}
-
-/// Waits until `topic` holds at least `n` committed records.
-async fn wait_for(
-    topic: &TestTopic,
-    n: usize,
-    child: &mut Child,
-    log: &Path,
-) -> Vec<ConsumerRecord> {
-    let start = Instant::now();
-    loop {
-        let got = committed(topic).await;
-        if got.len() >= n {
-            return got;
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!(
-                "onceflow run exited ({status}) with {} of {n} records in {}:\n{}",
-                got.len(),
-                topic.name,
-                log_of(log)
-            );
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "{} of {n} records in {} within {DEADLINE:?}:\n{}",
-            got.len(),
-            topic.name,
-            log_of(log)
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    got
 }
 
 /// Job (b)'s expected windows of `rides`: (driver, window start) → (rides, passengers), the
@@ -229,38 +215,7 @@ async fn the_hourly_job_reads_avro_rides_and_writes_avro_windows_exactly_once_ac
     wait_for(&output, want.len(), &mut child, &log2).await;
     stop(child, &log2).await;
     // Every window once, in Avro with the registered schema, as job (b) computes it.
-    let reader = AvroDeserializer::new(registry().await);
-    let mut got: BTreeMap<(u64, i64), (u64, u64)> = BTreeMap::new();
-    let records = committed(&output).await;
-    for r in &records {
-        let bytes = r.value.as_ref().unwrap();
-        let (id, _) = wire::unframe(bytes).unwrap();
-        let v = reader
-            .deserialize(bytes)
-            .await
-            .unwrap()
-            .to_plain_json()
-            .unwrap();
-        let written_with = registry().await.schema_by_id(id).await.unwrap();
-        assert!(
-            written_with.text.contains("DriverHour"),
-            "{}",
-            written_with.text
-        );
-        let k = (
-            v["driver_id"].as_u64().unwrap(),
-            v["window_start"].as_i64().unwrap(),
-        );
-        assert_eq!(v["window_end"].as_i64().unwrap(), k.1 + HOUR);
-        let dup = got.insert(
-            k,
-            (
-                v["rides"].as_u64().unwrap(),
-                v["passengers"].as_u64().unwrap(),
-            ),
-        );
-        assert!(dup.is_none(), "window {k:?} written twice");
-    }
+    let got = avro_windows(&committed(&output).await, Some("DriverHour")).await;
     assert_eq!(got, want);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -472,28 +427,7 @@ async fn job_b_over_avro_in_cluster_mode_writes_every_window_once() {
     wait_for(&output, want.len(), &mut child, &log).await;
     stop(child, &log).await;
     // Through the repartition topic and the member's own transactions, in Avro.
-    let reader = AvroDeserializer::new(registry().await);
-    let mut got: BTreeMap<(u64, i64), (u64, u64)> = BTreeMap::new();
-    for r in &committed(&output).await {
-        let v = reader
-            .deserialize(r.value.as_ref().unwrap())
-            .await
-            .unwrap()
-            .to_plain_json()
-            .unwrap();
-        let k = (
-            v["driver_id"].as_u64().unwrap(),
-            v["window_start"].as_i64().unwrap(),
-        );
-        let dup = got.insert(
-            k,
-            (
-                v["rides"].as_u64().unwrap(),
-                v["passengers"].as_u64().unwrap(),
-            ),
-        );
-        assert!(dup.is_none(), "window {k:?} written twice");
-    }
+    let got = avro_windows(&committed(&output).await, None).await;
     assert_eq!(got, want);
     let _ = std::fs::remove_dir_all(&dir);
 }

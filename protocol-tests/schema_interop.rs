@@ -300,6 +300,14 @@ fn proto_args(cmd: &str, url: &str, topic: &str, extra: &[&str]) -> Vec<String> 
     args.iter().map(|s| s.to_string()).collect()
 }
 
+/// The Protobuf values of `topic` as the Java peer's deserializer reads them: (id, value).
+async fn java_protobuf_records(url: &str, topic: &str) -> Vec<(u32, Value)> {
+    let n = proto_values().len().to_string();
+    let args = ["--count", &n, "--timeout-ms", "120000"];
+    let consume = proto_args("protobuf-consume", url, topic, &args);
+    peer_records(&peer_async(JAVA, consume, String::new()).await)
+}
+
 #[tokio::test]
 async fn protobuf_records_the_java_serializer_wrote_decode_in_onceflow_to_the_values_java_reads() {
     let url = registry_url().await.to_owned();
@@ -317,14 +325,7 @@ async fn protobuf_records_the_java_serializer_wrote_decode_in_onceflow_to_the_va
         );
         peer_async(JAVA, args, proto_lines(message)).await;
     }
-    let n = proto_values().len().to_string();
-    let consume = proto_args(
-        "protobuf-consume",
-        &url,
-        &topic.name,
-        &["--count", &n, "--timeout-ms", "120000"],
-    );
-    let java = peer_records(&peer_async(JAVA, consume, String::new()).await);
+    let java = java_protobuf_records(&url, &topic.name).await;
     let want: Vec<Value> = proto_values().into_iter().map(|(_, v)| v).collect();
     assert_eq!(
         java.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>(),
@@ -357,14 +358,7 @@ async fn protobuf_records_onceflow_wrote_decode_in_java_to_the_same_values() {
             .unwrap();
     }
     p.flush().await.unwrap();
-    let n = proto_values().len().to_string();
-    let consume = proto_args(
-        "protobuf-consume",
-        &url,
-        &topic.name,
-        &["--count", &n, "--timeout-ms", "120000"],
-    );
-    let java = peer_records(&peer_async(JAVA, consume, String::new()).await);
+    let java = java_protobuf_records(&url, &topic.name).await;
     let want: Vec<Value> = proto_values().into_iter().map(|(_, v)| v).collect();
     assert_eq!(
         java.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>(),

@@ -4,14 +4,14 @@
 //! own subject (its topic's), so they share the registry.
 
 use crate::schema_registry::{
-    consume_with, onceflow, produce_with_schema, registry, through_the_broker,
+    consumed_values, onceflow, produce_with_schema, registry, through_the_broker,
 };
-use crate::support::cli::{stderr, stdout};
+use crate::support::cli::stderr;
 use crate::support::registry::registry_url;
 use crate::support::*;
 use onceflow::schema::prost_reflect::ReflectMessage;
 use onceflow::schema::{wire, Part, ProtobufDeserializer, ProtobufSerializer, SchemaError};
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// Two top-level messages, a nested one, a map and a well-known import (which the registry
 /// and the compiler know without a reference).
@@ -216,12 +216,7 @@ async fn the_cli_writes_json_lines_as_protobuf_with_imports_beside_the_file_and_
     let input = "{\"amount\":3.5,\"currency\":\"USD\"}\n{\"amount\":1}\n";
     let out = produce_with_schema(&topic.name, "ride.proto#nyc.Fare", RIDE_V1, input).await;
     assert!(out.status.success(), "{}", stderr(&out));
-    let out = consume_with(&topic.name, "value=protobuf", &["--format", "value"]).await;
-    assert!(out.status.success(), "{}", stderr(&out));
-    let lines: Vec<Value> = stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = consumed_values(&topic.name, "value=protobuf").await;
     // Every field printed, defaults too, as Java's JsonFormat prints them.
     assert_eq!(
         lines,
@@ -270,9 +265,10 @@ async fn the_cli_writes_json_lines_as_protobuf_with_imports_beside_the_file_and_
     let r = registry(&[]).await;
     let registered = r.latest(&format!("{paid_topic}-value")).await.unwrap();
     assert_eq!(registered.schema.references[0].subject, import);
-    let out = consume_with(&paid_topic, "value=protobuf", &["--format", "value"]).await;
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(stdout(&out).trim(), r#"{"fare":{"cents":"250"}}"#);
+    assert_eq!(
+        consumed_values(&paid_topic, "value=protobuf").await,
+        [json!({"fare": {"cents": "250"}})]
+    );
     // A message the file does not declare.
     let out = produce_with_schema(&topic.name, "ride.proto#Trip", RIDE_V1, "{}\n").await;
     assert!(!out.status.success());

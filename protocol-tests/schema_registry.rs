@@ -299,18 +299,23 @@ pub(crate) async fn consume_with(topic: &str, serde: &str, extra: &[&str]) -> st
     onceflow(&args, "").await
 }
 
+/// The values `onceflow consume -s SERDE --format value` prints for `topic`, parsed.
+pub(crate) async fn consumed_values(topic: &str, serde: &str) -> Vec<Value> {
+    let out = consume_with(topic, serde, &["--format", "value"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 #[tokio::test]
 async fn the_cli_writes_json_lines_as_avro_and_prints_them_back_as_kcat_does() {
     let topic = TestTopic::create("avro-cli", 1).await;
     let input = "{\"id\":1,\"zone\":\"JFK\",\"fare\":52.5}\n{\"id\":2,\"fare\":7}\n";
     let out = produce_with_schema(&topic.name, "ride.avsc", RIDE_V1, input).await;
     assert!(out.status.success(), "{}", stderr(&out));
-    let out = consume_with(&topic.name, "value=avro", &["--format", "value"]).await;
-    assert!(out.status.success(), "{}", stderr(&out));
-    let lines: Vec<Value> = stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = consumed_values(&topic.name, "value=avro").await;
     assert_eq!(
         lines,
         [

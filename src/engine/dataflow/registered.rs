@@ -45,26 +45,6 @@ impl<S> Fetched<S> {
     }
 }
 
-/// A read of a record's bytes by the serde, for the fetch of its writer schema.
-type Read<S> =
-    fn(Arc<Fetched<S>>, Vec<u8>) -> futures::future::BoxFuture<'static, Result<(), SchemaError>>;
-
-/// The fetch of `record`'s writer schema by `read` (a read of the record), when its id is new.
-fn prefetch<S: Send + Sync + 'static>(
-    fetched: &Arc<Fetched<S>>,
-    record: &SourceRecord<'_>,
-    read: Read<S>,
-) -> Option<Prefetch> {
-    let value = record.value?;
-    let id = fetched.schemas().unknown(value)?;
-    let fetched = fetched.clone();
-    let raw = value.to_vec();
-    Some(Box::pin(async move {
-        let result = read(fetched.clone(), raw).await;
-        fetched.schemas().settle(id, result)
-    }))
-}
-
 /// The record's value in Avro (the registry's wire format) as `T` (serde), decoded with its
 /// writer's schema (fetched by id, once) or resolved to a reader schema.
 ///
@@ -121,30 +101,6 @@ impl<T> std::fmt::Debug for Avro<T> {
     }
 }
 
-impl<T: DeserializeOwned + 'static> Deserializer<T> for Avro<T> {
-    fn deserialize(&self, record: &SourceRecord<'_>) -> Option<T> {
-        self.element(record).ok()
-    }
-
-    fn prepare(&self, record: &SourceRecord<'_>) -> Option<Prefetch> {
-        prefetch(&self.fetched, record, |f, raw| {
-            Box::pin(async move { f.serde.deserialize(&raw).await.map(drop) })
-        })
-    }
-
-    /// A tombstone, a record not in the wire format, an unknown schema id, or a value that
-    /// does not decode as `T` is a record the job cannot process.
-    fn element(&self, record: &SourceRecord<'_>) -> Result<T, Option<String>> {
-        let value = self.fetched.value(record)?;
-        match self.fetched.serde.deserialize(value).now_or_never() {
-            None => Err(Some(NOT_FETCHED.into())),
-            Some(read) => read
-                .and_then(|r| r.into_serde::<T>())
-                .map_err(|e| Some(e.to_string())),
-        }
-    }
-}
-
 /// The record's value in Protobuf (the registry's wire format) as the prost message `T`:
 /// the message its indexes name in its writer's schema (fetched by id, once), decoded as `T`
 /// by field number (Protobuf's evolution).
@@ -169,26 +125,81 @@ impl<T> std::fmt::Debug for Protobuf<T> {
     }
 }
 
-impl<T: prost::Message + Default + 'static> Deserializer<T> for Protobuf<T> {
-    fn deserialize(&self, record: &SourceRecord<'_>) -> Option<T> {
-        self.element(record).ok()
-    }
+/// A serde of the registry's wire format that makes a `T` of a record.
+trait Reads<T>: Send + Sync + 'static {
+    /// Reads `raw` (fetching its writer schema when it is not held yet).
+    fn read(&self, raw: &[u8]) -> impl std::future::Future<Output = Result<T, SchemaError>> + Send;
+}
 
-    fn prepare(&self, record: &SourceRecord<'_>) -> Option<Prefetch> {
-        prefetch(&self.fetched, record, |f, raw| {
-            Box::pin(async move { f.serde.deserialize(&raw).await.map(drop) })
-        })
-    }
-
-    /// A tombstone, a record not in the wire format, an unknown schema id, or a payload that
-    /// does not decode as `T` is a record the job cannot process.
-    fn element(&self, record: &SourceRecord<'_>) -> Result<T, Option<String>> {
-        let value = self.fetched.value(record)?;
-        match self.fetched.serde.deserialize(value).now_or_never() {
-            None => Err(Some(NOT_FETCHED.into())),
-            Some(read) => read
-                .and_then(|r| r.into_prost::<T>())
-                .map_err(|e| Some(e.to_string())),
-        }
+impl<T: DeserializeOwned> Reads<T> for AvroDeserializer {
+    async fn read(&self, raw: &[u8]) -> Result<T, SchemaError> {
+        self.deserialize(raw).await?.into_serde()
     }
 }
+
+impl<T: prost::Message + Default> Reads<T> for ProtobufDeserializer {
+    async fn read(&self, raw: &[u8]) -> Result<T, SchemaError> {
+        self.deserialize(raw).await?.into_prost()
+    }
+}
+
+/// The deserializer of `T` over `fetched`: the fetch before, then a read that does not wait.
+fn element<T, S: Reads<T>>(
+    fetched: &Fetched<S>,
+    record: &SourceRecord<'_>,
+) -> Result<T, Option<String>> {
+    let value = fetched.value(record)?;
+    match fetched.serde.read(value).now_or_never() {
+        None => Err(Some(NOT_FETCHED.into())),
+        Some(read) => read.map_err(|e| Some(e.to_string())),
+    }
+}
+
+/// The fetch of `record`'s writer schema, when its id is new.
+fn prefetch<T: 'static, S: Reads<T>>(
+    fetched: &Arc<Fetched<S>>,
+    record: &SourceRecord<'_>,
+) -> Option<Prefetch> {
+    let value = record.value?;
+    let id = fetched.schemas().unknown(value)?;
+    let fetched = fetched.clone();
+    let raw = value.to_vec();
+    Some(Box::pin(async move {
+        // A record that does not fit `T` (a decode error) leaves its schema known: `element`
+        // names the record.
+        let result = Reads::<T>::read(&fetched.serde, &raw).await.map(drop);
+        fetched.schemas().settle(id, result)
+    }))
+}
+
+/// Implements [`Deserializer`] for a typed deserializer over [`Fetched`].
+macro_rules! registered_deserializer {
+    ($name:ident, $bound:path) => {
+        impl<T: $bound + 'static> Deserializer<T> for $name<T> {
+            fn deserialize(&self, record: &SourceRecord<'_>) -> Option<T> {
+                self.element(record).ok()
+            }
+
+            fn prepare(&self, record: &SourceRecord<'_>) -> Option<Prefetch> {
+                prefetch::<T, _>(&self.fetched, record)
+            }
+
+            /// A tombstone, a record not in the wire format, an unknown schema id, or a value
+            /// that does not decode as `T` is a record the job cannot process.
+            fn element(&self, record: &SourceRecord<'_>) -> Result<T, Option<String>> {
+                element(&self.fetched, record)
+            }
+        }
+    };
+}
+
+/// A serde type.
+trait SerdeType: DeserializeOwned {}
+impl<T: DeserializeOwned> SerdeType for T {}
+
+/// A prost message.
+trait ProstType: prost::Message + Default {}
+impl<T: prost::Message + Default> ProstType for T {}
+
+registered_deserializer!(Avro, SerdeType);
+registered_deserializer!(Protobuf, ProstType);

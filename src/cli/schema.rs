@@ -135,6 +135,17 @@ enum Decoder {
 }
 
 impl Decoder {
+    /// The record part as plain JSON (unions unwrapped, 64-bit integers as numbers), as a
+    /// pipeline reads it.
+    async fn to_plain_json(&self, bytes: &[u8]) -> std::result::Result<Vec<u8>, SchemaError> {
+        let value = match self {
+            Decoder::Avro(d) => d.deserialize(bytes).await?.to_plain_json()?,
+            Decoder::Protobuf(d) => d.deserialize(bytes).await?.to_plain_json()?,
+            Decoder::JsonSchema(d) => return Ok(d.deserialize(bytes).await?.text.into_bytes()),
+        };
+        Ok(value.to_string().into_bytes())
+    }
+
     /// The record part as one line of JSON.
     async fn to_json(&self, bytes: &[u8]) -> std::result::Result<String, SchemaError> {
         match self {
@@ -166,6 +177,23 @@ impl Decoders {
         Decoders {
             key: make(serdes.key),
             value: make(serdes.value),
+        }
+    }
+
+    /// The record's value as plain JSON when `-s` decodes values (else as it is), or the
+    /// error naming the record.
+    pub async fn plain_value(
+        &self,
+        r: &onceflow::client::ConsumerRecord,
+    ) -> Result<Option<bytes::Bytes>> {
+        match (&self.value, &r.value) {
+            (Some(d), Some(b)) => d.to_plain_json(b).await.map(|v| Some(v.into())).map_err(|e| {
+                CliError::Input(format!(
+                    "{}-{} offset {}: the value: {e}",
+                    r.topic, r.partition, r.offset
+                ))
+            }),
+            _ => Ok(r.value.clone()),
         }
     }
 

@@ -42,6 +42,7 @@ pub struct LatencyArgs {
 pub async fn run(a: LatencyArgs) -> Result<ExitCode> {
     let admin = Admin::new(a.conn.brokers_only()?.client()?).await?;
     let topics = JobTopics {
+        decoders: None,
         job: Job::from(a.job),
         input: &a.input,
         output: &a.output,
@@ -94,6 +95,7 @@ async fn expected_count(
     let (job, ooo) = (Job::from(a.job), a.out_of_orderness_ms);
     let expectation = tokio::spawn(async move {
         let topics = JobTopics {
+            decoders: None,
             job,
             input: &input,
             output: &output,

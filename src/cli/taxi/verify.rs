@@ -6,6 +6,7 @@
 
 use crate::error::{CliError, Result};
 use crate::props::Conn;
+use crate::schema::{Decoders, RegistryArgs, Serdes};
 use onceflow::client::{Admin, Consumer, ConsumerRecord, IsolationLevel, Offset, TopicPartition};
 use onceflow_taxi::files::Files;
 use onceflow_taxi::latency::{Appended, Causes};
@@ -80,10 +81,27 @@ pub struct VerifyArgs {
     /// How long reading the topics to their ends may take, ms.
     #[arg(long, default_value_t = 300_000)]
     read_timeout_ms: u64,
+    /// The topics' values are in the schema registry's wire format: value=avro,
+    /// value=protobuf or value=json-schema (read as the engine's pipelines read them). Needs
+    /// -r.
+    #[arg(short = 's', long = "serde", value_name = "value=FORMAT")]
+    serdes: Vec<String>,
+    #[command(flatten)]
+    registry: RegistryArgs,
 }
 
 /// Runs `onceflow taxi verify`.
 pub async fn run(a: VerifyArgs) -> Result<ExitCode> {
+    let serdes = Serdes::parse(&a.serdes)?;
+    let registry = a.registry.registry(&a.conn, serdes.needs_registry())?;
+    let decoders = registry
+        .as_ref()
+        .map(|r| Decoders::new(&serdes, Some(r)));
+    let decoders = decoders.as_ref();
+    let a = VerifyArgs {
+        conn: a.conn.without_registry_properties()?,
+        ..a
+    };
     let job = Job::from(a.job);
     let deadline = Instant::now() + Duration::from_millis(a.read_timeout_ms);
     // A broker only for a topic: files alone are verified without one.
@@ -95,7 +113,8 @@ pub async fn run(a: VerifyArgs) -> Result<ExitCode> {
     let mut expectation = ExpectationBuilder::new(job, a.out_of_orderness_ms);
     match (&a.input, &a.input_file, &admin) {
         (Some(topic), _, Some(admin)) => {
-            expect_from_topic(&a.conn, admin, topic, deadline, &mut expectation).await?
+            expect_from_topic(&a.conn, admin, topic, (deadline, decoders), &mut expectation)
+                .await?
         }
         (None, Some(path), _) => expect_from_files(path, &mut expectation)?,
         _ => {
@@ -105,13 +124,13 @@ pub async fn run(a: VerifyArgs) -> Result<ExitCode> {
         }
     }
     if let (Some(late), Some(admin)) = (&a.late, &admin) {
-        exclude_late(&a.conn, admin, late, deadline, &mut expectation).await?;
+        exclude_late(&a.conn, admin, late, (deadline, decoders), &mut expectation).await?;
     }
     let expected = expectation.finish();
     let cmp = match (&a.output, &a.output_dir, &admin) {
         (Some(topic), _, Some(admin)) => verify::compare(
             &expected,
-            &read_output(&a.conn, admin, topic, deadline).await?,
+            &read_output(&a.conn, admin, topic, deadline, decoders).await?,
         ),
         (None, Some(dir), _) => {
             let bad = |e| CliError::Input(format!("--output-dir: {e}"));
@@ -142,6 +161,8 @@ pub struct JobTopics<'a> {
     pub out_of_orderness_ms: i64,
     /// The job's `window.late_topic`: its records are taken out of the expectation.
     pub late: Option<&'a str>,
+    /// How the topics' values are read when they are not JSON (`-s`).
+    pub decoders: Option<&'a Decoders>,
 }
 
 impl JobTopics<'_> {
@@ -153,9 +174,10 @@ impl JobTopics<'_> {
         deadline: Instant,
     ) -> Result<verify::Expected> {
         let mut expectation = ExpectationBuilder::new(self.job, self.out_of_orderness_ms);
-        expect_from_topic(conn, admin, self.input, deadline, &mut expectation).await?;
+        let reading = (deadline, self.decoders);
+        expect_from_topic(conn, admin, self.input, reading, &mut expectation).await?;
         if let Some(late) = self.late {
-            exclude_late(conn, admin, late, deadline, &mut expectation).await?;
+            exclude_late(conn, admin, late, reading, &mut expectation).await?;
         }
         Ok(expectation.finish())
     }
@@ -169,7 +191,7 @@ impl JobTopics<'_> {
         deadline: Instant,
     ) -> Result<verify::Comparison> {
         let expected = self.expectation(conn, admin, deadline).await?;
-        let actual = read_output(conn, admin, self.output, deadline).await?;
+        let actual = read_output(conn, admin, self.output, deadline, self.decoders).await?;
         tracing::debug!(output = actual.len(), job = self.job.name(), "verified");
         Ok(verify::compare(&expected, &actual))
     }
@@ -178,7 +200,7 @@ impl JobTopics<'_> {
     pub async fn causes(&self, conn: &Conn, admin: &Admin, deadline: Instant) -> Result<Causes> {
         let mut causes = Causes::new(self.job, self.out_of_orderness_ms);
         let mut input_error = None;
-        read_committed(conn, admin, self.input, "--input", deadline, |r| {
+        read_committed(conn, admin, (self.input, "--input"), deadline, self.decoders, |r| {
             if input_error.is_none() {
                 let appended = Appended {
                     timestamp: r.timestamp,
@@ -207,9 +229,10 @@ async fn read_output(
     admin: &Admin,
     output: &str,
     deadline: Instant,
+    decoders: Option<&Decoders>,
 ) -> Result<Vec<TopicRecord>> {
     let mut actual = Vec::new();
-    read_committed(conn, admin, output, "--output", deadline, |r| {
+    read_committed(conn, admin, (output, "--output"), deadline, decoders, |r| {
         actual.push(topic_record(r))
     })
     .await?;
@@ -221,11 +244,11 @@ async fn expect_from_topic(
     conn: &Conn,
     admin: &Admin,
     input: &str,
-    deadline: Instant,
+    (deadline, decoders): (Instant, Option<&Decoders>),
     expectation: &mut ExpectationBuilder,
 ) -> Result<()> {
     let mut input_error = None;
-    read_committed(conn, admin, input, "--input", deadline, |r| {
+    read_committed(conn, admin, (input, "--input"), deadline, decoders, |r| {
         if input_error.is_none() {
             input_error = expectation.push(&topic_record(r)).err();
         }
@@ -266,11 +289,11 @@ async fn exclude_late(
     conn: &Conn,
     admin: &Admin,
     late: &str,
-    deadline: Instant,
+    (deadline, decoders): (Instant, Option<&Decoders>),
     expectation: &mut ExpectationBuilder,
 ) -> Result<()> {
     let mut late_error = None;
-    read_committed(conn, admin, late, "--late", deadline, |r| {
+    read_committed(conn, admin, (late, "--late"), deadline, decoders, |r| {
         if late_error.is_none() {
             late_error = expectation.exclude_late(&topic_record(r)).err();
         }
@@ -302,9 +325,9 @@ fn topic_record(r: &ConsumerRecord) -> TopicRecord {
 async fn read_committed(
     conn: &Conn,
     admin: &Admin,
-    topic: &str,
-    flag: &str,
+    (topic, flag): (&str, &str),
     deadline: Instant,
+    decoders: Option<&Decoders>,
     mut each: impl FnMut(&ConsumerRecord),
 ) -> Result<usize> {
     let partitions = match admin.list_topics().await?.get(topic) {
@@ -358,13 +381,16 @@ async fn read_committed(
                 "read {n} records of about {total} of {topic} ({flag}) before --read-timeout-ms ran out; give it more time"
             )));
         }
-        for r in consumer.poll(Duration::from_millis(500)).await? {
+        for mut r in consumer.poll(Duration::from_millis(500)).await? {
             let end = wanted
                 .get(&TopicPartition::new(topic, r.partition))
                 .copied()
                 .unwrap_or(0);
             if r.offset < end {
                 n += 1;
+                if let Some(d) = decoders {
+                    r.value = d.plain_value(&r).await?;
+                }
                 each(&r);
             }
         }

@@ -363,6 +363,7 @@ struct Topics {
 impl Topics {
     fn job_topics(&self) -> JobTopics<'_> {
         JobTopics {
+            decoders: None,
             job: Job::PerDriverHourly,
             input: &self.input,
             output: &self.output,

@@ -29,17 +29,21 @@
 //! kills, or lag far behind on a loaded machine).
 //!
 //! The inverse: the same chaos with delivery.guarantee = "at-least-once" must make the
-//! verifier report duplicates. And once with the broker (a private one) killed and restarted
+//! verifier report duplicates. Both again, with fewer kills, over Avro in and out
+//! (jobs/rides-per-driver-hourly-avro.toml through the test registry: the feeder writes Avro
+//! rides, `taxi verify -s value=avro` reads both ends). And once with the broker (a private one) killed and restarted
 //! mid-run. Transactional: run at TV2 (9192) and TV1 (9196).
 
 use crate::engine_run::{chaos_seed, job_file, log_of, spawn_run, taxi_at};
 use crate::support::broker::PrivateBroker;
 use crate::support::cli::{shown, stdout, Guarded};
 use crate::support::proxy::Proxy;
+use crate::support::registry::registry_url;
 use crate::support::*;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use onceflow::client::{Admin, DeliveryFuture, IsolationLevel, Offset, Producer, ProducerRecord};
+use onceflow::schema::{AvroSerializer, Part, RegistryConfig, SchemaRegistry};
 use onceflow_taxi::generate::{self, Config};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -62,6 +66,9 @@ const INTERVAL_MS: u64 = 150;
 /// How long one wait (a marker, a held commit, a verdict) may take.
 const WAIT: Duration = Duration::from_secs(180);
 const DEFAULT_KILLS: usize = 12;
+/// The Avro runs' kills: eight, two of each kind (the JSON runs cover the kinds' races at
+/// length; these show the formats do not change the outcome).
+const AVRO_KILLS: usize = 8;
 
 /// Where a kill lands (module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -131,6 +138,7 @@ fn feed(
     broker: String,
     topic: String,
     seed: u64,
+    avro: Option<AvroSerializer>,
     mut granted: watch::Receiver<Option<u64>>,
 ) -> JoinHandle<u64> {
     tokio::spawn(async move {
@@ -160,8 +168,16 @@ fn feed(
             while sent < due {
                 let ride = events.next().unwrap();
                 rides += u64::from(ride.is_start);
-                let record = ProducerRecord::new(topic.clone(), Bytes::from(ride.to_json()))
-                    .with_key(Bytes::from(ride.key()));
+                let value = match &avro {
+                    None => Bytes::from(ride.to_json()),
+                    Some(avro) => {
+                        let json: serde_json::Value =
+                            serde_json::from_str(&ride.to_json()).unwrap();
+                        Bytes::from(avro.serialize_json(&topic, &json).await.unwrap())
+                    }
+                };
+                let record =
+                    ProducerRecord::new(topic.clone(), value).with_key(Bytes::from(ride.key()));
                 // A send refused while the broker is away (the buffer full) is sent again: it
                 // was never queued.
                 let refused = Instant::now();
@@ -223,11 +239,29 @@ struct Chaos {
     granted: watch::Sender<Option<u64>>,
     feeder: Option<JoinHandle<u64>>,
     start: Instant,
+    /// The registry's URL when the job reads and writes Avro (the shipped Avro job).
+    registry: Option<String>,
 }
 
 impl Chaos {
     /// Topics, the job file (checkpoint interval and guarantee set), the proxy; feeding.
     async fn new(label: &'static str, broker: &str, guarantee: &str, interval_ms: u64) -> Chaos {
+        Chaos::of(label, broker, (guarantee, interval_ms), None).await
+    }
+
+    /// [`Self::new`] of job (b) over Avro (`jobs/rides-per-driver-hourly-avro.toml`): the
+    /// feeder writes Avro rides through the test registry, the verifier reads both ends so.
+    async fn avro(label: &'static str, guarantee: &str, interval_ms: u64) -> Chaos {
+        let url = registry_url().await.to_owned();
+        Chaos::of(label, &broker(), (guarantee, interval_ms), Some(url)).await
+    }
+
+    async fn of(
+        label: &'static str,
+        broker: &str,
+        (guarantee, interval_ms): (&str, u64),
+        registry: Option<String>,
+    ) -> Chaos {
         let seed = chaos_seed();
         eprintln!("chaos {label}: seed {seed} (ONCEFLOW_CHAOS_SEED={seed} replays it)");
         let input = TestTopic::create_with(broker, "chaos-in", 3, &[]).await;
@@ -235,9 +269,13 @@ impl Chaos {
         let dir = std::env::temp_dir().join(unique_topic("onceflow-chaos"));
         std::fs::create_dir_all(&dir).unwrap();
         let prefix = unique_topic("chaos");
-        let shipped = "rides-per-driver-hourly.toml";
+        let shipped = match registry {
+            None => "rides-per-driver-hourly.toml",
+            Some(_) => "rides-per-driver-hourly-avro.toml",
+        };
         let job = job_file(&dir, shipped, &input.name, &output.name, &prefix);
         let text = std::fs::read_to_string(&job).unwrap();
+        let schemas = repo().join("fixtures/schemas");
         let text: Vec<String> = text
             .lines()
             .map(|l| {
@@ -245,14 +283,25 @@ impl Chaos {
                     format!("checkpoint.interval.ms = {interval_ms}")
                 } else if l.starts_with("delivery.guarantee = ") {
                     format!("delivery.guarantee = \"{guarantee}\"")
+                } else if let (true, Some(url)) = (l.starts_with("url = "), &registry) {
+                    format!("url = \"{url}\"")
                 } else {
-                    l.to_owned()
+                    l.replace("\"fixtures/schemas/", &format!("\"{}/", schemas.display()))
                 }
             })
             .collect();
         std::fs::write(&job, text.join("\n")).unwrap();
         let (granted, grants) = watch::channel(Some(0));
-        let feeder = feed(broker.to_owned(), input.name.clone(), seed, grants);
+        let avro = match &registry {
+            None => None,
+            Some(url) => {
+                let config = RegistryConfig::from_properties([("schema.registry.url", url)]);
+                let schema = std::fs::read_to_string(schemas.join("taxi-ride.avsc")).unwrap();
+                let client = SchemaRegistry::new(config.unwrap()).unwrap();
+                Some(AvroSerializer::new(client, &schema, Part::Value).unwrap())
+            }
+        };
+        let feeder = feed(broker.to_owned(), input.name.clone(), seed, avro, grants);
         let first = broker.split(',').next().unwrap_or(broker);
         let mut chaos = Chaos {
             label,
@@ -272,6 +321,7 @@ impl Chaos {
             granted,
             feeder: Some(feeder),
             start: Instant::now(),
+            registry,
         };
         chaos.job_bootstrap = chaos.proxy.addr.clone();
         chaos
@@ -430,21 +480,21 @@ impl Chaos {
 
     /// `taxi verify` of the job's output; `None` when it gave no verdict (a broker restarting).
     async fn verify(&self) -> Option<String> {
-        let o = taxi_at(
-            &self.broker,
-            &[
-                "verify",
-                "--job",
-                "per-driver-hourly",
-                "--input",
-                &self.input.name,
-                "--output",
-                &self.output.name,
-                "--read-timeout-ms",
-                "60000",
-            ],
-        )
-        .await;
+        let mut args = vec![
+            "verify",
+            "--job",
+            "per-driver-hourly",
+            "--input",
+            &self.input.name,
+            "--output",
+            &self.output.name,
+            "--read-timeout-ms",
+            "60000",
+        ];
+        if let Some(url) = &self.registry {
+            args.extend(["-s", "value=avro", "-r", url]);
+        }
+        let o = taxi_at(&self.broker, &args).await;
         let verdict = stdout(&o);
         if !verdict.starts_with("verify: ") {
             eprintln!(
@@ -584,6 +634,50 @@ async fn per_driver_hourly_at_least_once_under_the_same_chaos_writes_duplicates(
     // No transactions: the two commit points do not exist.
     chaos
         .kill(&[Kill::Random, Kill::AfterOutput], kill_count().min(10))
+        .await;
+    let rides = chaos.stop_feeding().await;
+    let verdict = chaos.last_run_verdict().await;
+    chaos.summary(rides, &verdict);
+    assert!(
+        verdict.contains("duplicated"),
+        "chaos seed {}: at-least-once under kills should duplicate output, got: {verdict}",
+        chaos.seed
+    );
+}
+
+/// Job (b) over Avro in and out (jobs/rides-per-driver-hourly-avro.toml) under the same kinds
+/// of kill, fewer of them: the formats' decoding and encoding keep exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_driver_hourly_over_avro_killed_at_both_commit_points_verifies_exactly_once() {
+    let _heavy = crate::support::turns::heavy().await;
+    let mut chaos = Chaos::avro("avro-exactly-once", "exactly-once", INTERVAL_MS).await;
+    let kinds = [
+        Kill::Random,
+        Kill::Persisted,
+        Kill::Unanswered,
+        Kill::AfterOutput,
+    ];
+    chaos.kill(&kinds, kill_count().min(AVRO_KILLS)).await;
+    let rides = chaos.stop_feeding().await;
+    let verdict = chaos.last_run_verdict().await;
+    chaos.summary(rides, &verdict);
+    assert!(
+        verdict.starts_with("verify: OK"),
+        "chaos seed {}: {verdict}",
+        chaos.seed
+    );
+}
+
+/// The inverse over Avro: at-least-once under kills duplicates output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_driver_hourly_over_avro_at_least_once_under_kills_writes_duplicates() {
+    let _heavy = crate::support::turns::heavy().await;
+    let mut chaos = Chaos::avro("avro-at-least-once", "at-least-once", 1000).await;
+    chaos
+        .kill(
+            &[Kill::Random, Kill::AfterOutput],
+            kill_count().min(AVRO_KILLS),
+        )
         .await;
     let rides = chaos.stop_feeding().await;
     let verdict = chaos.last_run_verdict().await;

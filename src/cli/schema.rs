@@ -187,12 +187,16 @@ impl Decoders {
         r: &onceflow::client::ConsumerRecord,
     ) -> Result<Option<bytes::Bytes>> {
         match (&self.value, &r.value) {
-            (Some(d), Some(b)) => d.to_plain_json(b).await.map(|v| Some(v.into())).map_err(|e| {
-                CliError::Input(format!(
-                    "{}-{} offset {}: the value: {e}",
-                    r.topic, r.partition, r.offset
-                ))
-            }),
+            (Some(d), Some(b)) => d
+                .to_plain_json(b)
+                .await
+                .map(|v| Some(v.into()))
+                .map_err(|e| {
+                    CliError::Input(format!(
+                        "{}-{} offset {}: the value: {e}",
+                        r.topic, r.partition, r.offset
+                    ))
+                }),
             _ => Ok(r.value.clone()),
         }
     }

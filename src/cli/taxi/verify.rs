@@ -94,9 +94,7 @@ pub struct VerifyArgs {
 pub async fn run(a: VerifyArgs) -> Result<ExitCode> {
     let serdes = Serdes::parse(&a.serdes)?;
     let registry = a.registry.registry(&a.conn, serdes.needs_registry())?;
-    let decoders = registry
-        .as_ref()
-        .map(|r| Decoders::new(&serdes, Some(r)));
+    let decoders = registry.as_ref().map(|r| Decoders::new(&serdes, Some(r)));
     let decoders = decoders.as_ref();
     let a = VerifyArgs {
         conn: a.conn.without_registry_properties()?,
@@ -113,8 +111,14 @@ pub async fn run(a: VerifyArgs) -> Result<ExitCode> {
     let mut expectation = ExpectationBuilder::new(job, a.out_of_orderness_ms);
     match (&a.input, &a.input_file, &admin) {
         (Some(topic), _, Some(admin)) => {
-            expect_from_topic(&a.conn, admin, topic, (deadline, decoders), &mut expectation)
-                .await?
+            expect_from_topic(
+                &a.conn,
+                admin,
+                topic,
+                (deadline, decoders),
+                &mut expectation,
+            )
+            .await?
         }
         (None, Some(path), _) => expect_from_files(path, &mut expectation)?,
         _ => {
@@ -200,15 +204,22 @@ impl JobTopics<'_> {
     pub async fn causes(&self, conn: &Conn, admin: &Admin, deadline: Instant) -> Result<Causes> {
         let mut causes = Causes::new(self.job, self.out_of_orderness_ms);
         let mut input_error = None;
-        read_committed(conn, admin, (self.input, "--input"), deadline, self.decoders, |r| {
-            if input_error.is_none() {
-                let appended = Appended {
-                    timestamp: r.timestamp,
-                    record: topic_record(r),
-                };
-                input_error = causes.push(&appended).err();
-            }
-        })
+        read_committed(
+            conn,
+            admin,
+            (self.input, "--input"),
+            deadline,
+            self.decoders,
+            |r| {
+                if input_error.is_none() {
+                    let appended = Appended {
+                        timestamp: r.timestamp,
+                        record: topic_record(r),
+                    };
+                    input_error = causes.push(&appended).err();
+                }
+            },
+        )
         .await?;
         match input_error {
             Some(e) => Err(bad_input(self.input, e)),

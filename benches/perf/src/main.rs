@@ -11,6 +11,7 @@
 //! onceflow-perf create-topic --bootstrap H:P --topic T [--partitions P] [-X key=value]...
 //! onceflow-perf delete-topic --bootstrap H:P --topic T [-X key=value]...
 //! onceflow-perf log-stats --log-dir DIR --topic T
+//! onceflow-perf serde --registry URL --format avro|protobuf [--count N] [--warmup W] [--topic T]
 //! ```
 //!
 //! `produce` and `consume` end with
@@ -37,6 +38,9 @@
 //! shared value (a reference-count increment per record) to measure the client alone; the
 //! Java equivalent is ProducerPerformance --payload-file with a single line.
 //!
+//! `serde` times the schema-registry serdes (onceflow::schema) on one thread, without Kafka:
+//! see [`serde_bench`] (benches/run-serde-comparison.sh runs it beside the Java serializers).
+//!
 //! `log-stats` reads the broker's log segments of a topic (the broker must run on this machine)
 //! and reports how many record batches the producer formed and how big they were.
 
@@ -55,6 +59,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
+mod serde_bench;
+
 const USAGE: &str = "\
 usage:
   onceflow-perf produce --topic T --num-records N --record-size S [--bootstrap H:P]
@@ -67,6 +73,8 @@ usage:
   onceflow-perf create-topic --topic T [--partitions P] [--bootstrap H:P] [-X key=value]...
   onceflow-perf delete-topic --topic T [--bootstrap H:P] [-X key=value]...
   onceflow-perf log-stats --topic T [--log-dir DIR]
+  onceflow-perf serde --registry URL --format avro|protobuf [--count N] [--warmup W] [--topic T]
+                      [--phases encode,decode,decode_plain_json,encode_json]
 
 --partitions on produce creates the topic first and deletes it at the end.
 --payload random (default) generates a new random value for every record, as Kafka's
@@ -79,7 +87,10 @@ delete-topic take the admin client's (e.g. -X security.protocol=SSL -X ssl.ca.lo
 and produce --partitions passes the security ones (security.protocol, ssl.*, sasl.*) to its
 admin client too.
 The final line of produce/consume is machine-readable:
-  onceflow records=N records_per_sec=X mb_per_sec=Y cpu_seconds=Z";
+  onceflow records=N records_per_sec=X mb_per_sec=Y cpu_seconds=Z
+serde encodes and decodes N records (default 1000000) of a fixed schema with the schema-registry
+serdes on one thread (registry URL: the Confluent-compatible API) and prints one JSON line per
+phase (encode, decode, decode_plain_json, encode_json): records_per_sec, cpu_ns_per_record.";
 
 fn main() -> ExitCode {
     // ONCEFLOW_LOG (e.g. onceflow=debug) turns on the library's tracing output, on stderr, as in
@@ -109,6 +120,7 @@ fn main() -> ExitCode {
         "create-topic" => with_runtime(&args, create_topic(&args)),
         "delete-topic" => with_runtime(&args, delete_topic(&args)),
         "log-stats" => log_stats(&args),
+        "serde" => serde_bench::serde(&args),
         other => return usage_error(format!("unknown command '{other}'")),
     };
     match result {

@@ -30,6 +30,11 @@ use std::sync::{Arc, Mutex};
 struct Parsed {
     schema: apache_avro::Schema,
     refs: Vec<apache_avro::Schema>,
+    /// No referenced schema and no named type used by its name (`Schema::Ref`) anywhere in
+    /// `schema`: then nothing ever looks a name up (apache_avro's reader, writer and resolution,
+    /// and `json`, consult the names only to follow a `Schema::Ref`), and [`Self::resolved`]
+    /// need not collect them for every record.
+    standalone: bool,
 }
 
 impl Parsed {
@@ -41,17 +46,32 @@ impl Parsed {
             message: e.to_string(),
         };
         if refs.is_empty() {
+            let schema = apache_avro::Schema::parse_str(text).map_err(invalid)?;
+            // A schema whose names do not resolve keeps failing record by record, as it did.
+            let standalone = !refers_by_name(&schema) && ResolvedSchema::try_from(&schema).is_ok();
             return Ok(Parsed {
-                schema: apache_avro::Schema::parse_str(text).map_err(invalid)?,
+                standalone,
+                schema,
                 refs: Vec::new(),
             });
         }
         let (schema, refs) =
             apache_avro::Schema::parse_str_with_list(text, refs).map_err(invalid)?;
-        Ok(Parsed { schema, refs })
+        Ok(Parsed {
+            schema,
+            refs,
+            standalone: false,
+        })
     }
 
+    /// The named types of the schema and of those it refers to, for following `Schema::Ref`s.
+    /// Collecting them (a map of full names, allocated) costs about a third of a record's
+    /// decoding; a standalone schema has no `Schema::Ref` to follow, so it gets an empty map, which
+    /// allocates nothing.
     fn resolved(&self) -> apache_avro::AvroResult<ResolvedSchema<'_>> {
+        if self.standalone {
+            return ResolvedSchema::new_with_schemata(Vec::new());
+        }
         let mut all = vec![&self.schema];
         all.extend(self.refs.iter());
         ResolvedSchema::try_from(all)
@@ -60,6 +80,43 @@ impl Parsed {
     /// The full name of a named schema (for the record subject name strategies).
     fn full_name(&self) -> Option<String> {
         self.schema.name().map(|n| n.fullname(None))
+    }
+}
+
+/// Whether a named type is used by its name somewhere in `schema` (a `Schema::Ref`: a type
+/// defined earlier in the schema, a recursive record, or one from a referenced schema).
+fn refers_by_name(schema: &apache_avro::Schema) -> bool {
+    use apache_avro::Schema as S;
+    match schema {
+        S::Ref { .. } => true,
+        S::Array(a) => refers_by_name(&a.items),
+        S::Map(m) => refers_by_name(&m.types),
+        S::Union(u) => u.variants().iter().any(refers_by_name),
+        S::Record(r) => r.fields.iter().any(|f| refers_by_name(&f.schema)),
+        // No schema inside (listed in full, so that a new variant is looked at here).
+        S::Null
+        | S::Boolean
+        | S::Int
+        | S::Long
+        | S::Float
+        | S::Double
+        | S::Bytes
+        | S::String
+        | S::Enum(_)
+        | S::Fixed(_)
+        | S::Decimal(_)
+        | S::BigDecimal
+        | S::Uuid(_)
+        | S::Date
+        | S::TimeMillis
+        | S::TimeMicros
+        | S::TimestampMillis
+        | S::TimestampMicros
+        | S::TimestampNanos
+        | S::LocalTimestampMillis
+        | S::LocalTimestampMicros
+        | S::LocalTimestampNanos
+        | S::Duration(_) => false,
     }
 }
 
@@ -221,6 +278,7 @@ impl AvroDeserializer {
         let value = match &self.reader {
             Some(r) => builder
                 .reader_schema(&r.schema)
+                .resolved_reader_schemata(r.resolved().map_err(decode)?)
                 .build()
                 .and_then(|d| d.read_value(&mut input))
                 .map_err(decode)?,
@@ -398,4 +456,44 @@ impl AvroSerializer {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_schema_without_named_uses_is_standalone() {
+        let record = |fields: &str| {
+            format!(r#"{{"type":"record","name":"R","namespace":"n","fields":[{fields}]}}"#)
+        };
+        let kind = r#"{"name":"k","type":{"type":"enum","name":"K","symbols":["A"]}}"#;
+        // (schema, standalone)
+        let cases = [
+            (record(r#"{"name":"a","type":"long"}"#), true),
+            (
+                record(&format!(
+                    "{kind},{{\"name\":\"z\",\"type\":[\"null\",\"string\"]}}"
+                )),
+                true,
+            ),
+            (
+                record(&format!("{kind},{{\"name\":\"k2\",\"type\":\"K\"}}")),
+                false,
+            ),
+            (record(r#"{"name":"next","type":["null","R"]}"#), false),
+            (
+                record(
+                    r#"{"name":"m","type":{"type":"map","values":{"type":"array","items":"n.R"}}}"#,
+                ),
+                false,
+            ),
+        ];
+        for (text, want) in cases {
+            let parsed = Parsed::parse(&text, &[], "test").unwrap();
+            assert_eq!(parsed.standalone, want, "{text}");
+            // Either way the names resolve.
+            assert!(parsed.resolved().is_ok(), "{text}");
+        }
+    }
 }

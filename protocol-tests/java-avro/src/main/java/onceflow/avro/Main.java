@@ -90,6 +90,10 @@ public final class Main {
       "          no Kafka: stdin values (proto3 JSON) -> the serializer's framed bytes, base64, one",
       "          line each (registers the schema under subject S if new)",
       "",
+      "  bench --registry URL --format avro|protobuf [--count N] [--warmup W] [--topic T]",
+      "          no Kafka: times the serializer and the deserializer on N records of a fixed schema",
+      "          (SerdeBench; benches/run-serde-comparison.sh), one JSON line per phase",
+      "",
       "URL: the Confluent-compatible base (http://HOST:PORT/apis/ccompat/v7, as schema-registry.sh",
       "prints it) or Apicurio's own API (http://HOST:PORT/apis/registry/v3); the serde always talks",
       "to the latter, derived from the former.");
@@ -118,6 +122,7 @@ public final class Main {
         case "protobuf-produce": rc = ProtobufPeer.produce(a); break;
         case "protobuf-consume": rc = ProtobufPeer.consume(a); break;
         case "protobuf-encode": rc = ProtobufPeer.encode(a); break;
+        case "bench": rc = SerdeBench.run(a); break;
         default: throw new Args.UsageException("unknown subcommand '" + argv[0] + "'");
       }
     } catch (Args.UsageException e) {

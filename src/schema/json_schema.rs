@@ -8,6 +8,7 @@
 //! (`$ref` to a URL or another registry subject) are not resolved: such a schema is refused
 //! when it is compiled, naming the reference.
 
+use super::cache::lock;
 use super::error::{Result, SchemaError};
 use super::registry::{Schema, SchemaRegistry, SchemaType};
 use super::subject::Part;
@@ -281,10 +282,6 @@ impl JsonSchemaSerializer {
         lock(&self.ids).insert(topic.to_owned(), id);
         Ok(id)
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

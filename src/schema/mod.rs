@@ -20,6 +20,7 @@
 //! the binary use this module.
 
 mod avro;
+mod cache;
 mod config;
 mod error;
 mod http;

@@ -16,6 +16,7 @@
 
 pub use prost_reflect;
 
+use super::cache::{lock, Writers};
 use super::error::{Result, SchemaError};
 use super::registry::{Schema, SchemaReference, SchemaRegistry, SchemaType};
 use super::subject::Part;
@@ -267,7 +268,7 @@ async fn parse_registered(
 pub struct ProtobufDeserializer {
     registry: SchemaRegistry,
     reader: Option<MessageDescriptor>,
-    writers: Mutex<HashMap<u32, Arc<Parsed>>>,
+    writers: Writers<Parsed>,
 }
 
 impl ProtobufDeserializer {
@@ -276,7 +277,7 @@ impl ProtobufDeserializer {
         ProtobufDeserializer {
             registry,
             reader: None,
-            writers: Mutex::new(HashMap::new()),
+            writers: Writers::new(),
         }
     }
 
@@ -329,14 +330,12 @@ impl ProtobufDeserializer {
     }
 
     async fn writer(&self, id: u32) -> Result<Arc<Parsed>> {
-        if let Some(p) = lock(&self.writers).get(&id) {
-            return Ok(p.clone());
-        }
-        let schema = self.registry.schema_by_id(id).await?;
-        let parsed =
-            Arc::new(parse_registered(&self.registry, &schema, &format!("schema id {id}")).await?);
-        lock(&self.writers).insert(id, parsed.clone());
-        Ok(parsed)
+        self.writers
+            .get(id, || async {
+                let schema = self.registry.schema_by_id(id).await?;
+                parse_registered(&self.registry, &schema, &format!("schema id {id}")).await
+            })
+            .await
     }
 }
 
@@ -626,10 +625,6 @@ fn references(file: &FileDescriptor, versions: &HashMap<String, i32>) -> Vec<Sch
             version: versions.get(d.name()).copied().unwrap_or(1),
         })
         .collect()
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

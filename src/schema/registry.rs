@@ -8,6 +8,7 @@
 //! and named: an unknown id, an unknown subject, an incompatible or invalid schema, refused
 //! credentials.
 
+use super::cache::lock;
 use super::config::RegistryConfig;
 use super::error::{Result, SchemaError};
 use super::http::{Answer, Endpoint, Http};
@@ -546,10 +547,6 @@ fn segment(s: &str) -> String {
         }
     }
     out
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

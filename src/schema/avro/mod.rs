@@ -12,6 +12,7 @@ mod json;
 
 pub use apache_avro;
 
+use super::cache::{lock, Writers};
 use super::error::{Result, SchemaError};
 use super::registry::{Schema, SchemaRegistry, SchemaType};
 use super::subject::Part;
@@ -234,7 +235,7 @@ async fn parse_registered(
 pub struct AvroDeserializer {
     registry: SchemaRegistry,
     reader: Option<Arc<Parsed>>,
-    writers: Mutex<HashMap<u32, Arc<Parsed>>>,
+    writers: Writers<Parsed>,
 }
 
 impl AvroDeserializer {
@@ -243,7 +244,7 @@ impl AvroDeserializer {
         AvroDeserializer {
             registry,
             reader: None,
-            writers: Mutex::new(HashMap::new()),
+            writers: Writers::new(),
         }
     }
 
@@ -301,14 +302,12 @@ impl AvroDeserializer {
     }
 
     async fn writer(&self, id: u32) -> Result<Arc<Parsed>> {
-        if let Some(p) = lock(&self.writers).get(&id) {
-            return Ok(p.clone());
-        }
-        let schema = self.registry.schema_by_id(id).await?;
-        let parsed =
-            Arc::new(parse_registered(&self.registry, &schema, &format!("schema id {id}")).await?);
-        lock(&self.writers).insert(id, parsed.clone());
-        Ok(parsed)
+        self.writers
+            .get(id, || async {
+                let schema = self.registry.schema_by_id(id).await?;
+                parse_registered(&self.registry, &schema, &format!("schema id {id}")).await
+            })
+            .await
     }
 }
 
@@ -452,10 +451,6 @@ impl AvroSerializer {
         lock(&self.ids).insert(topic.to_owned(), found.clone());
         Ok(found)
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

@@ -66,9 +66,9 @@ const INTERVAL_MS: u64 = 150;
 /// How long one wait (a marker, a held commit, a verdict) may take.
 const WAIT: Duration = Duration::from_secs(180);
 const DEFAULT_KILLS: usize = 12;
-/// The Avro runs' kills: eight, two of each kind (the JSON runs cover the kinds' races at
+/// The Avro runs' kills: four, one of each kind (the JSON runs cover the kinds' races at
 /// length; these show the formats do not change the outcome).
-const AVRO_KILLS: usize = 8;
+const AVRO_KILLS: usize = 4;
 
 /// Where a kill lands (module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

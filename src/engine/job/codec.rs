@@ -113,6 +113,42 @@ pub(crate) enum Decoded {
     Bad(String),
 }
 
+/// A source's record format with the registry it reads through (checked when the job
+/// starts; each source subtask makes its own [`ValueDecoder`] of it).
+#[derive(Clone)]
+pub(crate) enum SourceFormat {
+    Json,
+    Avro(SchemaRegistry),
+    Protobuf(SchemaRegistry),
+    JsonSchema(SchemaRegistry),
+}
+
+impl SourceFormat {
+    /// The source format of a job: `format` through `registry`.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Unsupported`] when the format needs a registry and none is given.
+    pub(crate) fn new(
+        format: RecordFormat,
+        registry: Option<&SchemaRegistry>,
+    ) -> Result<SourceFormat, RuntimeError> {
+        let registry = || {
+            registry.cloned().ok_or_else(|| {
+                RuntimeError::Unsupported(format!(
+                    "source.format = \"{}\" needs the job's [registry]",
+                    format.name()
+                ))
+            })
+        };
+        Ok(match format {
+            RecordFormat::Avro => SourceFormat::Avro(registry()?),
+            RecordFormat::Protobuf => SourceFormat::Protobuf(registry()?),
+            RecordFormat::JsonSchema => SourceFormat::JsonSchema(registry()?),
+            _ => SourceFormat::Json,
+        })
+    }
+}
+
 enum Reader {
     Json,
     Avro(AvroDeserializer),
@@ -132,30 +168,16 @@ impl ValueDecoder {
         ValueDecoder::with(Reader::Json)
     }
 
-    /// A decoder of `format`, through `registry` for the formats of the registry.
-    ///
-    /// # Errors
-    /// [`RuntimeError::Unsupported`] when the format needs a registry and none is given.
-    pub(crate) fn new(
-        format: RecordFormat,
-        registry: Option<&SchemaRegistry>,
-    ) -> Result<ValueDecoder, RuntimeError> {
-        let registry = || {
-            registry.cloned().ok_or_else(|| {
-                RuntimeError::Unsupported(format!(
-                    "source.format = \"{}\" needs the job's [registry]",
-                    format.name()
-                ))
-            })
-        };
-        Ok(ValueDecoder::with(match format {
-            RecordFormat::Avro => Reader::Avro(AvroDeserializer::new(registry()?)),
-            RecordFormat::Protobuf => Reader::Protobuf(ProtobufDeserializer::new(registry()?)),
-            RecordFormat::JsonSchema => {
-                Reader::JsonSchema(JsonSchemaDeserializer::new(registry()?))
+    /// A decoder of `format`.
+    pub(crate) fn new(format: &SourceFormat) -> ValueDecoder {
+        ValueDecoder::with(match format {
+            SourceFormat::Json => Reader::Json,
+            SourceFormat::Avro(r) => Reader::Avro(AvroDeserializer::new(r.clone())),
+            SourceFormat::Protobuf(r) => Reader::Protobuf(ProtobufDeserializer::new(r.clone())),
+            SourceFormat::JsonSchema(r) => {
+                Reader::JsonSchema(JsonSchemaDeserializer::new(r.clone()))
             }
-            _ => Reader::Json,
-        }))
+        })
     }
 
     fn with(reader: Reader) -> ValueDecoder {

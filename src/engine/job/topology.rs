@@ -11,10 +11,10 @@ use serde_json::Value;
 
 use super::aggregate::{Accumulator, WindowAggregate};
 use super::batch::{stateless, Carried, Dropped};
-use super::codec::{Decoded, ValueDecoder, ValueEncoder};
+use super::codec::{Decoded, SourceFormat, ValueDecoder, ValueEncoder};
 use super::project::Key;
 use super::Operator;
-use crate::engine::job::spec::{Job, RecordFormat};
+use crate::engine::job::spec::Job;
 use crate::engine::metrics::{Metrics, OperatorCounter};
 use crate::engine::runtime::topology::{
     downcast, Element, Emitted, InputRecord, KeyedLayout, KeyedStage, Output, Prepare, SourceChain,
@@ -23,7 +23,6 @@ use crate::engine::runtime::topology::{
 use crate::engine::runtime::RuntimeError;
 use crate::engine::state::OperatorState;
 use crate::engine::time::window_operator::{Fired, WindowFunction, WindowOperator};
-use crate::schema::SchemaRegistry;
 
 /// The uid (keyspace `op-window`) of the one window operator a job may have.
 pub(crate) const WINDOW_UID: &str = "window";
@@ -384,9 +383,8 @@ fn counted(
 pub(crate) struct JsonTopology {
     pipeline: Vec<Operator>,
     window: Option<WindowAggregate>,
-    /// The source's record format, and the registry of the formats that need one.
-    source_format: RecordFormat,
-    registry: Option<SchemaRegistry>,
+    /// The source's record format, and the registry it reads through.
+    source: SourceFormat,
     /// The sink's encoder, unless it writes JSON.
     encoder: Option<Arc<ValueEncoder>>,
 }
@@ -395,7 +393,7 @@ impl std::fmt::Debug for JsonTopology {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JsonTopology")
             .field("pipeline", &self.pipeline)
-            .field("source_format", &self.source_format)
+            .field("source_json", &matches!(self.source, SourceFormat::Json))
             .field("encodes", &self.encoder.is_some())
             .finish_non_exhaustive()
     }
@@ -407,8 +405,7 @@ impl JsonTopology {
         JsonTopology {
             pipeline: pipeline.to_vec(),
             window: Prefix::new(pipeline).window().cloned(),
-            source_format: RecordFormat::Json,
-            registry: None,
+            source: SourceFormat::Json,
             encoder: None,
         }
     }
@@ -429,8 +426,7 @@ impl JsonTopology {
             registry.as_ref(),
         )?;
         Ok(JsonTopology {
-            source_format: job.source.value_format,
-            registry,
+            source: SourceFormat::new(job.source.value_format, registry.as_ref())?,
             encoder: encoder.map(Arc::new),
             ..JsonTopology::new(&job.pipeline)
         })
@@ -457,10 +453,7 @@ impl Topology for JsonTopology {
 
     fn source_chain(&self, metrics: &Arc<Metrics>) -> Box<dyn SourceChain> {
         let prefix = Prefix::new(&self.pipeline).observed(metrics.operators(&self.pipeline));
-        // The formats were checked when the topology was made: a decoder of them is made.
-        let decoder = ValueDecoder::new(self.source_format, self.registry.as_ref())
-            .unwrap_or_else(|_| ValueDecoder::json());
-        Box::new(prefix.decoding(decoder))
+        Box::new(prefix.decoding(ValueDecoder::new(&self.source)))
     }
 
     fn sink_encoder(&self) -> Option<Arc<ValueEncoder>> {

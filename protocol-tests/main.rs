@@ -27,6 +27,7 @@ mod engine_files;
 mod engine_formats;
 mod engine_handover;
 mod engine_idleness;
+mod engine_lines;
 mod engine_members;
 mod engine_metrics;
 mod engine_parallel;

@@ -7,6 +7,7 @@ use super::progress::Progress;
 use super::props::Conn;
 use onceflow::client::config::split_property;
 use onceflow::client::{ConfigError, ConsumerConfig, ProducerConfig};
+use onceflow::engine::formats::LineFormats;
 use onceflow::engine::job::Job;
 use onceflow::engine::metrics::http::MetricsServer;
 use onceflow::engine::metrics::Metrics;
@@ -81,7 +82,8 @@ pub async fn run(a: Args) -> Result<ExitCode> {
         consumer: conn.consumer(&for_consumer)?,
         restore,
         job,
-        formats: super::taxi::line_formats(),
+        // The engine's csv and json formats are all a job file needs.
+        formats: LineFormats::new(),
     };
     let rx = stop_on_signals();
     let metrics = Arc::new(Metrics::new());

@@ -16,8 +16,8 @@
 //!   record, and the percentiles.
 //!
 //! The `onceflow` binary's `taxi generate|verify|latency` and `demo` commands do the Kafka
-//! reads and writes around these, and register [`csv`] as the `taxi-csv` line format of a job
-//! file's file source.
+//! reads and writes around these (a job file reads the [`csv`] lines by declaring their
+//! columns: `jobs/rides-file-to-kafka.toml`).
 //!
 //! A ride is two events, START then END, each carrying the whole ride (both coordinates and
 //! the passenger count, as in Flink's taxi training exercises), so a filter on one event can

@@ -12,17 +12,13 @@
 //!   ([`probe`]), its end-to-end latency in one line.
 //! - `onceflow demo` ([`demo`]): the per-driver-hourly job SIGKILLed and restarted while rides
 //!   stream in, then the verdict, the throughput and the latency.
-//! - The `taxi-csv` line format `onceflow run` registers for a job's file source ([`format`]).
 
 pub mod demo;
 mod feed;
-mod format;
 mod generate;
 mod latency;
 mod probe;
 mod verify;
-
-pub use format::line_formats;
 
 use crate::error::Result;
 use std::process::ExitCode;

@@ -746,8 +746,12 @@ fn file_sources_and_file_sinks_build_the_job_files_ends() {
     assert!(flow.job().source.topics.is_empty());
     assert_eq!(flow.job().sink.topic, "rides");
     // The job names the format by its type; the dataflow holds it under that name.
-    assert!(file.format.ends_with("RideLine"), "{}", file.format);
-    let format = flow.formats.resolve(&file.format).unwrap();
+    assert!(
+        file.format.name().ends_with("RideLine"),
+        "{:?}",
+        file.format
+    );
+    let format = flow.formats.resolve(file.format.name()).unwrap();
     let parsed = format.parse("7,END,1000").unwrap();
     assert_eq!((parsed.key, parsed.event_time), (Some(b"7".to_vec()), 1000));
 

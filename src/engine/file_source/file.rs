@@ -185,6 +185,23 @@ impl Input {
         Ok(())
     }
 
+    /// The first line of file `name` (without its terminator), None for an empty file.
+    fn first_line(&self, name: &str) -> Result<Option<String>, FileSourceError> {
+        let shown = self.display(name);
+        let mut reader = open_at(&self.path_of(name), &shown, name, 0)?;
+        let mut bytes = Vec::new();
+        reader
+            .read_until(b'\n', &mut bytes)
+            .map_err(|e| io_error("reading line 1 of", &shown, e))?;
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        strip_terminator(&mut bytes);
+        String::from_utf8(bytes)
+            .map(Some)
+            .map_err(|_| FileSourceError::InvalidUtf8 { file: shown, line: 1 })
+    }
+
     /// The next line of the input, or None once every file was read to its end.
     fn read_line(&mut self) -> Result<Option<RawLine>, FileSourceError> {
         while !self.done {
@@ -230,12 +247,7 @@ impl Input {
             let line = self.cursor.line;
             self.cursor.offset += read as u64;
             self.cursor.line += 1;
-            if bytes.last() == Some(&b'\n') {
-                bytes.pop();
-                if bytes.last() == Some(&b'\r') {
-                    bytes.pop();
-                }
-            }
+            strip_terminator(&mut bytes);
             let text = String::from_utf8(bytes).map_err(|_| FileSourceError::InvalidUtf8 {
                 file: self.display(&name),
                 line,
@@ -247,6 +259,16 @@ impl Input {
             }));
         }
         Ok(None)
+    }
+}
+
+/// Removes a line's `\n` or `\r\n`.
+fn strip_terminator(bytes: &mut Vec<u8>) {
+    if bytes.last() == Some(&b'\n') {
+        bytes.pop();
+        if bytes.last() == Some(&b'\r') {
+            bytes.pop();
+        }
     }
 }
 
@@ -484,6 +506,13 @@ impl FileSource {
         }
         if let Some(name) = &position.file {
             self.input.restore(name, position.offset, position.line)?;
+            if self.format.has_header() {
+                // The format learns or checks its columns from a header: it sees the restored
+                // file's again before parsing the buffered lines (every file's is the same).
+                if let Some(header) = self.input.first_line(name)? {
+                    self.check_header(name, &header)?;
+                }
+            }
         }
         for line in position.buffered {
             // The key and value come from parsing again; the event time and emit_at are the
@@ -573,6 +602,9 @@ impl FileSource {
         let Some(raw) = self.input.read_line()? else {
             return Ok(());
         };
+        if raw.line == 1 && self.format.has_header() {
+            return self.check_header(&raw.file, &raw.text);
+        }
         match self.format.parse(&raw.text) {
             Ok(parsed) => {
                 self.push(raw, parsed);
@@ -588,6 +620,17 @@ impl FileSource {
                 message,
             }),
         }
+    }
+
+    /// A file's header line, checked by the format.
+    fn check_header(&self, file: &str, header: &str) -> Result<(), FileSourceError> {
+        self.format
+            .check_header(header)
+            .map_err(|message| FileSourceError::Parse {
+                file: self.input.display(file),
+                line: 1,
+                message,
+            })
     }
 
     fn push(&mut self, raw: RawLine, parsed: ParsedLine) {
@@ -1163,6 +1206,58 @@ mod tests {
         assert_eq!(
             e.to_string(),
             format!("{a}:2: expected <event_time_ms>,<payload>, got \"oops\"")
+        );
+    }
+
+    /// A format with a header (the engine's CSV reading its columns' names from it) sees each
+    /// file's first line as a header, never as a record; restored in the middle of a file, at
+    /// every position, it learns the names again from that file before parsing the buffered
+    /// lines, and the records are those of an uninterrupted read.
+    #[test]
+    fn a_header_format_reads_each_files_header_first_also_after_a_restore() {
+        use crate::engine::formats::CsvFormat;
+        let dir = tempfile::tempdir().unwrap();
+        let body = |from: u64| -> Vec<String> {
+            let mut l = vec!["at,name".to_owned()];
+            l.extend((from..from + 6).map(|i| format!("{},r{i}", 1_000 + 10 * i)));
+            l
+        };
+        write_plain(&dir.path().join("a.csv"), &body(0), "\n", true);
+        write_gzip(&dir.path().join("b.csv.gz"), &body(6), 2);
+        let format = || -> Arc<dyn LineFormat> { Arc::new(CsvFormat::from_header("at").with_key("name").unwrap()) };
+        let open_with = |from| FileSource::open(config(dir.path(), 25), format(), from).unwrap();
+        let whole = all(&mut open_with(None));
+        let names: Vec<String> = whole
+            .iter()
+            .map(|r| String::from_utf8(r.key.clone().unwrap()).unwrap())
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort_by_key(|n| n[1..].parse::<u32>().unwrap());
+        assert_eq!(sorted, (0..12).map(|i| format!("r{i}")).collect::<Vec<_>>());
+        assert!(whole.iter().all(|r| r.line > 1));
+        for cut in 0..=whole.len() {
+            let mut first = open_with(None);
+            let before = take(&mut first, cut);
+            let mut restored = open_with(Some(first.position()));
+            let mut got: Vec<Vec<u8>> = before.iter().map(|r| r.value.clone()).collect();
+            got.extend(all(&mut restored).into_iter().map(|r| r.value));
+            let want: Vec<Vec<u8>> = whole.iter().map(|r| r.value.clone()).collect();
+            assert_eq!(got, want, "restored after {cut} records");
+        }
+        // Another file with other columns: named at its first line.
+        write_plain(&dir.path().join("c.csv"), &["at,label".into(), "2000,x".into()], "\n", true);
+        let mut source = open_with(None);
+        let e = loop {
+            match source.next() {
+                Ok(Next::End) => panic!("read past a different header"),
+                Ok(_) => {}
+                Err(e) => break e,
+            }
+        };
+        let c = dir.path().join("c.csv").display().to_string();
+        assert_eq!(
+            e.to_string(),
+            format!("{c}:1: the header names the columns at, label, the first file's named at, name: every file needs the same columns")
         );
     }
 

@@ -198,10 +198,7 @@ impl WindowAggregate {
     /// 3339 date-time string (a Protobuf `Timestamp` in the proto3 JSON mapping); else `None`
     /// (a record the job cannot process: its `errors.tolerance` decides).
     pub fn event_time(&self, record: &Value) -> Option<i64> {
-        match self.time.lookup(record)? {
-            Value::String(s) => crate::engine::time::rfc3339::epoch_ms(s),
-            v => v.as_i64(),
-        }
+        crate::engine::time::epoch_ms_of(self.time.lookup(record)?)
     }
 
     /// The output record of one key's window:

@@ -37,8 +37,8 @@ pub use crate::engine::time::WindowKind;
 pub use num::Num;
 pub use path::{FieldPath, PathError};
 pub use spec::{
-    DeliveryGuarantee, ErrorTolerance, FileSinkSpec, FileSourceSpec, Job, Mode, Operator,
-    OutputFormat, RecordFormat, Settings, SinkSpec, SourceSpec, StartPosition,
+    DeliveryGuarantee, ErrorTolerance, FileSinkSpec, FileSourceSpec, Job, LineFormatSpec, Mode,
+    Operator, OutputFormat, RecordFormat, Settings, SinkSpec, SourceSpec, StartPosition,
 };
 
 /// A job file that cannot be used. Every variant is one line for the user.

@@ -19,9 +19,10 @@ pub enum RuntimeError {
     /// The file source could not read its input.
     #[error(transparent)]
     FileSource(#[from] crate::engine::file_source::FileSourceError),
-    /// The file source's `format` names no format of [`RunConfig::formats`](super::RunConfig::formats).
-    #[error(transparent)]
-    LineFormat(#[from] crate::engine::formats::UnknownLineFormat),
+    /// The file source's `format` names no format of [`RunConfig::formats`](super::RunConfig::formats),
+    /// or its settings do not make a format: the message says which.
+    #[error("{0}")]
+    LineFormat(String),
     /// The coordinator failed the job.
     #[error(transparent)]
     Checkpoint(#[from] crate::engine::checkpoint::JobFailure),

@@ -16,6 +16,7 @@
 //! time, so a scan on every watermark advance would visit every key group each time; there
 //! an in-memory queue of the timers answers "what is due" from its head.
 
+mod pattern;
 pub(crate) mod rfc3339;
 mod rules;
 pub(crate) mod stored_watermark;
@@ -25,5 +26,7 @@ pub(crate) mod window_operator;
 pub use rules::{
     admit, route, start_key, Admission, InputWatermarks, Route, Watermark, Window, WindowKind,
 };
+pub use pattern::TimestampFormat;
+pub(crate) use rfc3339::epoch_ms_of;
 pub(crate) use stored_watermark::StoredWatermark;
 pub(crate) use timers::TimerService;

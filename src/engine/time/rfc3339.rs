@@ -2,6 +2,15 @@
 //! event time of a record whose time field is a string, as the proto3 JSON mapping gives a
 //! `google.protobuf.Timestamp` and many JSON producers write times.
 
+/// A JSON value as an event time: an integer of epoch milliseconds in the i64 range, or an
+/// RFC 3339 date-time string; else `None`.
+pub(crate) fn epoch_ms_of(value: &serde_json::Value) -> Option<i64> {
+    match value {
+        serde_json::Value::String(s) => epoch_ms(s),
+        v => v.as_i64(),
+    }
+}
+
 /// The epoch milliseconds of an RFC 3339 date-time (fractions beyond milliseconds are cut
 /// toward the past), or `None` when `text` is not one.
 pub(crate) fn epoch_ms(text: &str) -> Option<i64> {
@@ -63,7 +72,7 @@ fn is_leap(year: i64) -> bool {
     (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
 }
 
-fn days_in_month(year: i64, month: i64) -> i64 {
+pub(super) fn days_in_month(year: i64, month: i64) -> i64 {
     match month {
         2 if is_leap(year) => 29,
         2 => 28,
@@ -73,7 +82,7 @@ fn days_in_month(year: i64, month: i64) -> i64 {
 }
 
 /// Days from 1970-01-01 to the proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+pub(super) fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     let y = if month <= 2 { year - 1 } else { year };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;

@@ -147,6 +147,11 @@ pub(super) fn refuse_file_source_fields(
             raw.max_delay_s.as_ref().map(|p| p.span()),
             "source.max_delay_s",
         ),
+        (raw.columns.as_ref().map(|p| p.span()), "source.columns"),
+        (raw.header.as_ref().map(|p| p.span()), "source.header"),
+        (raw.delimiter.as_ref().map(|p| p.span()), "source.delimiter"),
+        (raw.time.as_ref().map(|p| p.span()), "source.time"),
+        (raw.key.as_ref().map(|p| p.span()), "source.key"),
     ] {
         if let Some(at) = given {
             return Err(loc.at(
@@ -222,18 +227,12 @@ pub(super) fn check_file_source(
         return Err(loc.at(
             span,
             Some("source.format"),
-            "a file source needs format = \"<name>\": the line format of its files, as the \
-             program that runs the job registers it (an unknown name is refused at start, with \
-             the registered ones listed)",
+            "a file source needs format = \"csv\" (with its columns), \"json\" (JSON Lines) or \
+             the name of a format the program that runs the job registers (an unknown name is \
+             refused at start, with the registered ones listed)",
         ));
     };
-    if format.get_ref().trim().is_empty() {
-        return Err(loc.at(
-            &format.span(),
-            Some("source.format"),
-            "the format is empty: name the line format of the files",
-        ));
-    }
+    let format = super::lines::check_line_format(loc, span, raw, format)?;
     let factor = raw
         .serving_speed_factor
         .as_ref()
@@ -251,7 +250,7 @@ pub(super) fn check_file_source(
     }
     Ok(FileSourceSpec {
         path: PathBuf::from(path.get_ref()),
-        format: format.get_ref().clone(),
+        format,
         serving_speed_factor: factor,
         max_delay_s: raw.max_delay_s.as_ref().map_or(0, |d| *d.get_ref()),
     })

@@ -10,11 +10,14 @@
 //! - `model`: the checked job ([`Job`], its source, pipeline, sink and settings).
 //! - `raw`: the file's serde shape, and the deserializers of brokers lists and durations.
 //! - `locator`: spans to `file:line: field: message`.
+//! - `lines`: a file source's line format (`csv` with its columns, `json`, or a registered
+//!   name).
 //! - `records`: the record formats of the Kafka ends and the `[registry]` they use.
 //! - `check`: from the shape to the model: the name and the source here, then `pipeline`,
 //!   `sink` and `settings`, each with its cross-field rules.
 
 mod check;
+mod lines;
 mod locator;
 mod model;
 mod pipeline;

@@ -1,6 +1,9 @@
 //! The checked job: what a job file (or a typed job's builder) describes, after every check.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::engine::formats::{CsvColumn, CsvFormat, JsonLinesFormat, LineFormat, LineFormats};
 
 use crate::engine::job::aggregate::WindowAggregate;
 use crate::engine::job::filter::Predicate;
@@ -106,16 +109,97 @@ pub struct SourceSpec {
 pub struct FileSourceSpec {
     /// `path`: a file, or a directory whose files are read in name order (`.gz` decompressed).
     pub path: PathBuf,
-    /// `format`: the name of the line format that makes a line a record, one of those the
-    /// program running the job registers
-    /// ([`LineFormats`](crate::engine::formats::LineFormats)); a name not registered stops the
-    /// job at start.
-    pub format: String,
+    /// `format`: how a line becomes a record.
+    pub format: LineFormatSpec,
     /// `serving_speed_factor`: event time runs this many times faster than wall time (600 =
     /// ten minutes per second); 0 (the default) = as fast as possible.
     pub serving_speed_factor: f64,
     /// `max_delay_s`: each event is emitted up to this many seconds late (default 0).
     pub max_delay_s: u64,
+}
+
+/// `[source] format` of a file source: the engine's CSV or JSON Lines, or a format the
+/// program running the job registers.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum LineFormatSpec {
+    /// `"csv"`: declared `columns` (or a header's names), `header`, `delimiter`, `time`, `key`.
+    Csv {
+        /// The declared columns; None = each file's header names them.
+        columns: Option<Vec<CsvColumn>>,
+        /// Whether each file's first line is a header.
+        header: bool,
+        /// The field separator.
+        delimiter: char,
+        /// The event time's column.
+        time: String,
+        /// The Kafka key's column.
+        key: Option<String>,
+    },
+    /// `"json"`: JSON Lines, the event time and key at field paths.
+    JsonLines {
+        /// The event time's field path.
+        time: String,
+        /// The Kafka key's field path.
+        key: Option<String>,
+    },
+    /// Any other name: one of the formats the program running the job registers
+    /// ([`LineFormats`](crate::engine::formats::LineFormats)); a name not registered stops the
+    /// job at start.
+    Registered(String),
+}
+
+impl LineFormatSpec {
+    /// The format's name in the job file.
+    pub fn name(&self) -> &str {
+        match self {
+            LineFormatSpec::Csv { .. } => "csv",
+            LineFormatSpec::JsonLines { .. } => "json",
+            LineFormatSpec::Registered(name) => name,
+        }
+    }
+
+    /// The line format itself: the engine's, or the one `registered` holds under its name.
+    ///
+    /// # Errors
+    /// A name `registered` does not hold; settings the format refuses (a checked job's never
+    /// are).
+    pub fn line_format(&self, registered: &LineFormats) -> Result<Arc<dyn LineFormat>, String> {
+        match self {
+            LineFormatSpec::Csv {
+                columns,
+                header,
+                delimiter,
+                time,
+                key,
+            } => {
+                let mut format = match columns {
+                    Some(columns) => {
+                        let format = CsvFormat::declared(columns.clone(), time)?;
+                        if *header {
+                            format.with_header()
+                        } else {
+                            format
+                        }
+                    }
+                    None => CsvFormat::from_header(time),
+                };
+                format = format.with_delimiter(*delimiter)?;
+                if let Some(key) = key {
+                    format = format.with_key(key)?;
+                }
+                Ok(Arc::new(format))
+            }
+            LineFormatSpec::JsonLines { time, key } => {
+                let mut format = JsonLinesFormat::new(time)?;
+                if let Some(key) = key {
+                    format = format.with_key(key)?;
+                }
+                Ok(Arc::new(format))
+            }
+            LineFormatSpec::Registered(name) => registered.resolve(name).map_err(|e| e.to_string()),
+        }
+    }
 }
 
 /// `[sink] type = "file"`: part files made final when the checkpoint that covers them is

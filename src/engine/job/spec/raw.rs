@@ -40,6 +40,28 @@ pub(super) struct RawSource {
     pub(super) partition: Option<RawPartition>,
     #[serde(default)]
     pub(super) start: StartPosition,
+    pub(super) columns: Option<Spanned<Vec<Spanned<RawColumn>>>>,
+    pub(super) header: Option<Spanned<bool>>,
+    pub(super) delimiter: Option<Spanned<String>>,
+    pub(super) time: Option<Spanned<String>>,
+    pub(super) key: Option<Spanned<String>>,
+}
+
+/// One of `source.columns` (a CSV file's).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawColumn {
+    pub(super) name: String,
+    #[serde(rename = "type")]
+    pub(super) kind: Option<String>,
+    pub(super) format: Option<String>,
+    #[serde(rename = "true")]
+    pub(super) true_text: Option<String>,
+    #[serde(rename = "false")]
+    pub(super) false_text: Option<String>,
+    pub(super) default: Option<toml::Value>,
+    #[serde(default)]
+    pub(super) skip: bool,
 }
 
 /// `group.id`.

@@ -22,7 +22,7 @@ use crate::client::{
 use crate::engine::checkpoint::{Positions, TaskId};
 use crate::engine::file_source::{FileSource, FileSourceConfig};
 use crate::engine::formats::LineFormat;
-use crate::engine::job::{FileSourceSpec, Job};
+use crate::engine::job::{FileSourceSpec, Job, LineFormatSpec};
 use crate::engine::metrics::Metrics;
 use crate::engine::runtime::routing::key_group_range;
 use crate::engine::runtime::topology::Topology;
@@ -320,7 +320,9 @@ fn file_reader(
         path: spec.path.clone(),
         serving_speed_factor: spec.serving_speed_factor,
         max_delay: Duration::from_secs(spec.max_delay_s),
-        skip_header: true,
+        // The engine's formats declare a header; a registered one may leave its first line
+        // to be skipped when it rejects it (a header it does not know).
+        skip_header: matches!(spec.format, LineFormatSpec::Registered(_)),
     };
     let format = format.ok_or_else(|| {
         RuntimeError::Internal(format!(

@@ -51,7 +51,11 @@ pub(crate) async fn run(
     // Before anything is opened: a format name the program does not know is a mistake in the
     // job file.
     let line_format = match &job.source.file {
-        Some(file) => Some(config.formats.resolve(&file.format)?),
+        Some(file) => Some(
+            file.format
+                .line_format(&config.formats)
+                .map_err(RuntimeError::LineFormat)?,
+        ),
         None => None,
     };
     let parallelism = usize::try_from(job.settings.parallelism)
@@ -326,14 +330,14 @@ mod tests {
             state_dir: state_dir.clone(),
             formats: LineFormats::new()
                 .with("lines", Arc::new(line))
-                .with("json", Arc::new(line)),
+                .with("tsv", Arc::new(line)),
         };
         let (_stop_tx, stop) = watch::channel(false);
         let e = crate::engine::runtime::run(config, stop).await.unwrap_err();
         assert!(matches!(e, RuntimeError::LineFormat(_)), "{e:?}");
         assert_eq!(
             e.to_string(),
-            "source.format = \"x\": no such line format; registered: json, lines"
+            "source.format = \"x\": no such line format: use \"csv\" or \"json\", or a registered one: lines, tsv"
         );
         assert!(!state_dir.exists());
     }

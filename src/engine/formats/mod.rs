@@ -1,11 +1,20 @@
 //! How the file source makes a line a record, and the formats a job may name.
 //!
-//! - [`LineFormat`]: a line becomes a record (key, value, event time). The engine has no
-//!   format of its own: the program that runs a job supplies them.
-//! - [`LineFormats`]: the registry of named formats a job file's `[source] format = "…"`
-//!   chooses from, handed to the runtime in
+//! - [`LineFormat`]: a line becomes a record (key, value, event time).
+//! - The engine's own: [`CsvFormat`] (declared columns, or a header's names) and
+//!   [`JsonLinesFormat`], which a job file's `[source] format = "csv"` / `"json"` builds from
+//!   its settings.
+//! - [`LineFormats`]: the registry of other named formats a job file's `[source] format =
+//!   "…"` may choose from, supplied by the program running the job in
 //!   [`RunConfig::formats`](crate::engine::runtime::RunConfig::formats); a name it does not
 //!   hold is [`UnknownLineFormat`] when the job starts.
+
+mod csv;
+mod json_lines;
+
+pub use crate::engine::time::TimestampFormat;
+pub use csv::{ColumnType, CsvColumn, CsvFormat};
+pub use json_lines::JsonLinesFormat;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -47,6 +56,23 @@ pub trait LineFormat: Send + Sync {
     /// A one-line description of what is wrong with the line; the source prefixes it with
     /// `FILE:LINE: `.
     fn parse(&self, line: &str) -> Result<ParsedLine, String>;
+
+    /// Whether each file's first line is a header: given to [`check_header`](Self::check_header),
+    /// never parsed as a record. The default: no header.
+    fn has_header(&self) -> bool {
+        false
+    }
+
+    /// Checks a file's header line (see [`has_header`](Self::has_header)); the file source
+    /// gives it each file's first line before that file's records, also after a restore.
+    ///
+    /// # Errors
+    /// A one-line description of what is wrong with it; the source prefixes it with
+    /// `FILE:1: `.
+    fn check_header(&self, line: &str) -> Result<(), String> {
+        let _ = line;
+        Ok(())
+    }
 }
 
 impl<F> LineFormat for F
@@ -90,8 +116,8 @@ pub struct ParsedLine {
 /// let format = formats.resolve("time-and-text").unwrap();
 /// assert_eq!(format.parse("5,x").unwrap().event_time, 5);
 /// assert_eq!(
-///     formats.resolve("csv").err().unwrap().to_string(),
-///     "source.format = \"csv\": no such line format; registered: time-and-text"
+///     formats.resolve("tsv").err().unwrap().to_string(),
+///     "source.format = \"tsv\": no such line format: use \"csv\" or \"json\", or a registered one: time-and-text"
 /// );
 /// ```
 #[derive(Clone, Default)]
@@ -195,7 +221,7 @@ impl fmt::Debug for LineFormats {
 /// A job's `[source] format` names no registered format: one line naming it and the
 /// registered ones.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("source.format = \"{name}\": no such line format; {}", registered_list(.registered))]
+#[error("source.format = \"{name}\": no such line format: use \"csv\" or \"json\", or {}", registered_list(.registered))]
 pub struct UnknownLineFormat {
     /// The name the job gave.
     pub name: String,
@@ -205,11 +231,11 @@ pub struct UnknownLineFormat {
 
 fn registered_list(registered: &[String]) -> String {
     if registered.is_empty() {
-        "none is registered (the program running the job registers its formats in \
+        "one the program running the job registers (none is: it registers them in \
          RunConfig::formats)"
             .to_owned()
     } else {
-        format!("registered: {}", registered.join(", "))
+        format!("a registered one: {}", registered.join(", "))
     }
 }
 
@@ -242,12 +268,12 @@ mod tests {
         let e = formats.resolve("c").err().unwrap();
         assert_eq!(
             e.to_string(),
-            "source.format = \"c\": no such line format; registered: a, b"
+            "source.format = \"c\": no such line format: use \"csv\" or \"json\", or a registered one: a, b"
         );
         assert_eq!(
             LineFormats::new().resolve("c").err().unwrap().to_string(),
-            "source.format = \"c\": no such line format; none is registered (the program \
-             running the job registers its formats in RunConfig::formats)"
+            "source.format = \"c\": no such line format: use \"csv\" or \"json\", or one the \
+             program running the job registers (none is: it registers them in RunConfig::formats)"
         );
     }
 }

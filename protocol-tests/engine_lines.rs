@@ -1,0 +1,197 @@
+//! The file source's own line formats end to end, a child `onceflow run` writing to the real
+//! broker: JSON Lines (each line the record's value as written, keyed and timed by its fields)
+//! and a CSV whose header names its columns, SIGKILLed in the middle of its files and
+//! restarted (the restored reader learns the columns from the file it resumes in).
+//! Transactional: runs at TV2 and TV1.
+
+use crate::engine_errors::{committed, wait_for};
+use crate::engine_features::scratch;
+use crate::engine_run::{log_of, start_job, stop};
+use crate::support::*;
+use onceflow::client::ConsumerRecord;
+use onceflow_taxi::Ride;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+/// A job from a file source in `format` (with its settings) to `output`, exactly once.
+fn job(dir: &Path, name: &str, source: &str, output: &TestTopic) -> std::path::PathBuf {
+    let text = format!(
+        "name = \"{name}\"\n\
+         [source]\ntype = \"file\"\n{source}\n\
+         [sink]\nbrokers = \"{broker}\"\ntopic = \"{topic}\"\n\
+         delivery.guarantee = \"exactly-once\"\ntransactional.id.prefix = \"{prefix}\"\n\
+         [settings]\ncheckpoint.interval.ms = 200\nstate.dir = \"{state}\"\n",
+        broker = broker(),
+        topic = output.name,
+        prefix = unique_topic(name),
+        state = dir.join("state").display(),
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Each record's value by its key, asserting no value arrived twice.
+fn once_each(records: &[ConsumerRecord]) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut seen = BTreeMap::new();
+    for r in records {
+        let value = r.value.as_deref().unwrap().to_vec();
+        let key = r.key.as_deref().unwrap_or_default().to_vec();
+        assert!(
+            seen.insert(value.clone(), key).is_none(),
+            "twice: {}",
+            String::from_utf8_lossy(&value)
+        );
+    }
+    seen
+}
+
+/// `format = "json"`: every line of a JSON Lines file arrives once, as written, its Kafka key
+/// the `key` field's value; the `time` field is read as epoch ms or RFC 3339 (a line whose
+/// time cannot be read stops the job).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_lines_arrive_once_each_as_written_keyed_and_timed_by_their_fields() {
+    let dir = scratch("json-lines");
+    let output = TestTopic::create("json-lines-out", 2).await;
+    let rides: Vec<Ride> = onceflow_taxi::generate::rides(onceflow_taxi::generate::Config {
+        rides: 100,
+        ..Default::default()
+    })
+    .unwrap()
+    .collect();
+    // Every tenth line has its time as an RFC 3339 string: the source reads either.
+    let mut lines = Vec::new();
+    for (i, r) in rides.iter().enumerate() {
+        let mut v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        if i % 10 == 0 {
+            v["event_time"] = rfc3339(r.event_time).into();
+        }
+        lines.push(v.to_string());
+    }
+    let mut file = std::fs::File::create(dir.join("rides.jsonl")).unwrap();
+    for l in &lines {
+        writeln!(file, "{l}").unwrap();
+    }
+    drop(file);
+    let job = job(
+        &dir,
+        "json-lines",
+        &format!(
+            "path = \"{}\"\nformat = \"json\"\ntime = \"event_time\"\nkey = \"driver_id\"",
+            dir.join("rides.jsonl").display()
+        ),
+        &output,
+    );
+    let log = dir.join("run.log");
+    let mut child = start_job(&job, &log, &["--fresh"]);
+    let records = wait_for(&output, lines.len(), &mut child, &log).await;
+    stop(child, &log).await;
+    let seen = once_each(&records);
+    assert_eq!(seen.len(), lines.len(), "{}", log_of(&log));
+    for (line, ride) in lines.iter().zip(&rides) {
+        let key = seen
+            .get(line.as_bytes())
+            .unwrap_or_else(|| panic!("missing: {line}"));
+        assert_eq!(key, &ride.driver_id.to_string().into_bytes());
+    }
+    assert_eq!(committed(&output).await.len(), lines.len());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` of epoch milliseconds (the test's own arithmetic).
+fn rfc3339(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rest = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rest / 3600,
+        rest / 60 % 60,
+        rest % 60,
+        ms.rem_euclid(1000)
+    )
+}
+
+/// `format = "csv"` with `header = true` and no declared columns: each file's header names
+/// the columns (every record a JSON object of them, in order). The job is SIGKILLed once its
+/// first output is committed, while it is still inside the files (served at a speed), and
+/// restarted: the restored reader reads the header of the file it resumes in before its
+/// buffered lines, and every line arrives exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_csv_with_a_header_killed_inside_its_files_and_restarted_writes_each_line_once() {
+    let dir = scratch("csv-header");
+    let input = dir.join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    let output = TestTopic::create("csv-header-out", 2).await;
+    const PER_FILE: u64 = 300;
+    let mut want = Vec::new();
+    for (f, name) in ["a.csv", "b.csv"].iter().enumerate() {
+        let mut text = String::from("id,at,note\n");
+        for i in 0..PER_FILE {
+            let n = f as u64 * PER_FILE + i;
+            // 50 ms of event time apart: 30 s of events, served at 10x: ~3 s a run.
+            let at = 1_700_000_000_000 + 50 * n;
+            let note = if n.is_multiple_of(7) {
+                "\"a, quoted \"\"note\"\"\""
+            } else {
+                "plain"
+            };
+            text.push_str(&format!("r{n},{at},{note}\n"));
+            let shown = if n.is_multiple_of(7) {
+                "a, quoted \\\"note\\\""
+            } else {
+                "plain"
+            };
+            want.push(format!(r#"{{"id":"r{n}","at":"{at}","note":"{shown}"}}"#));
+        }
+        std::fs::write(input.join(name), text).unwrap();
+    }
+    let job = job(
+        &dir,
+        "csv-header",
+        &format!(
+            "path = \"{}\"\nformat = \"csv\"\nheader = true\ntime = \"at\"\nkey = \"id\"\n\
+             serving_speed_factor = 10\nmax_delay_s = 1",
+            input.display()
+        ),
+        &output,
+    );
+    let first = dir.join("run1.log");
+    let mut child = start_job(&job, &first, &["--fresh"]);
+    wait_for(&output, 1, &mut child, &first).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = committed(&output).await.len();
+    assert!(
+        before < want.len(),
+        "the first run wrote everything ({before}) before its kill: nothing was restored mid-file"
+    );
+    let second = dir.join("run2.log");
+    let mut child = start_job(&job, &second, &[]);
+    let records = wait_for(&output, want.len(), &mut child, &second).await;
+    stop(child, &second).await;
+    let seen = once_each(&records);
+    let mut got: Vec<String> = seen
+        .keys()
+        .map(|v| String::from_utf8(v.clone()).unwrap())
+        .collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "{}", log_of(&second));
+    for (value, key) in &seen {
+        let v: serde_json::Value = serde_json::from_slice(value).unwrap();
+        assert_eq!(v["id"].as_str().unwrap().as_bytes(), &key[..]);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,7 +1,8 @@
 //! The file source's own line formats end to end, a child `onceflow run` writing to the real
 //! broker: JSON Lines (each line the record's value as written, keyed and timed by its fields)
 //! and a CSV whose header names its columns, SIGKILLed in the middle of its files and
-//! restarted (the restored reader learns the columns from the file it resumes in).
+//! restarted (the restored reader learns the columns from the file it resumes in); and the
+//! Kafka values' `csv` and `raw` formats.
 //! Transactional: runs at TV2 and TV1.
 
 use crate::engine_errors::{committed, wait_for};
@@ -193,5 +194,71 @@ async fn a_csv_with_a_header_killed_inside_its_files_and_restarted_writes_each_l
         let v: serde_json::Value = serde_json::from_slice(value).unwrap();
         assert_eq!(v["id"].as_str().unwrap().as_bytes(), &key[..]);
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `[source] format = "csv"` on a topic: each value one line of declared, typed columns, which
+/// the pipeline filters by a number and projects; `[sink] format = "raw"` writes the projected
+/// field's text as the value. A value that is not a line of the columns stops the job by
+/// default: here every one fits, and each kept line arrives once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csv_values_filtered_by_a_typed_column_are_written_as_raw_text_once_each() {
+    let dir = scratch("csv-values");
+    let input = TestTopic::create("csv-values-in", 2).await;
+    let output = TestTopic::create("csv-values-out", 2).await;
+    let producer = onceflow::client::Producer::new(producer_config(&broker(), &[]))
+        .await
+        .unwrap();
+    let mut want = Vec::new();
+    for i in 0..60u32 {
+        let name = if i % 5 == 0 {
+            format!("\"n;{i}\"")
+        } else {
+            format!("n{i}")
+        };
+        let line = format!("{i};{name};{}", i % 3);
+        if i % 3 >= 1 {
+            want.push(name.trim_matches('"').to_owned());
+        }
+        producer
+            .send(onceflow::client::ProducerRecord::new(
+                input.name.clone(),
+                bytes::Bytes::from(line),
+            ))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let source = format!(
+        "brokers = \"{}\"\ntopics = [\"{}\"]\nformat = \"csv\"\ndelimiter = \";\"\n\
+         columns = [{{ name = \"id\", type = \"long\" }}, {{ name = \"name\" }}, {{ name = \"n\", type = \"long\" }}]\n\
+         [[pipeline]]\nfilter = {{ field = \"n\", op = \">=\", value = 1 }}\n\
+         [[pipeline]]\nproject = {{ keep = [\"name\"], rename = {{ name = \"value\" }} }}\n",
+        broker(),
+        input.name
+    );
+    let text = format!(
+        "name = \"csv-values\"\n[source]\n{source}\
+         [sink]\ntopic = \"{}\"\nformat = \"raw\"\n\
+         delivery.guarantee = \"exactly-once\"\ntransactional.id.prefix = \"{}\"\n\
+         [settings]\ncheckpoint.interval.ms = 200\nstate.dir = \"{}\"\n",
+        output.name,
+        unique_topic("csv-values"),
+        dir.join("state").display()
+    );
+    let job = dir.join("csv-values.toml");
+    std::fs::write(&job, text).unwrap();
+    let log = dir.join("run.log");
+    let mut child = start_job(&job, &log, &["--fresh"]);
+    let records = wait_for(&output, want.len(), &mut child, &log).await;
+    stop(child, &log).await;
+    let mut got: Vec<String> = records
+        .iter()
+        .map(|r| String::from_utf8(r.value.as_deref().unwrap().to_vec()).unwrap())
+        .collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "{}", log_of(&log));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,19 +1,5 @@
 //! [`CsvFormat`]: a CSV line as a JSON record, by declared columns or by the names of each
-//! file's header line.
-//!
-//! - **Fields.** Split on the delimiter (`,` unless set); a field in double quotes may hold
-//!   the delimiter and doubled quotes (RFC 4180); a quoted field cannot span lines (the file
-//!   source reads a line at a time). Fields are not trimmed.
-//! - **Columns.** Each column has a name (the record's field), a [`ColumnType`] and an
-//!   optional default for an empty field; an empty field without a default is `null` (a
-//!   `string` column's is `""`). A skipped column is read past and left out of the record. The
-//!   record's fields are in column order.
-//! - **Header.** With `header`, each file's first line is a header and not a record: with
-//!   declared columns its column count must match (the declared names are the fields); without
-//!   them its names are the columns (every one a `string`), the same in every file.
-//! - **Key and time.** The record's event time is its time column's value (a `timestamp`, a
-//!   `long` of epoch milliseconds, or a `string` of epoch milliseconds or RFC 3339); the Kafka
-//!   key, when a key column is named, is its value's text.
+//! file's header line; the column reader and the line writer Kafka's `csv` values share.
 
 use std::io::Write;
 use std::sync::OnceLock;
@@ -218,6 +204,108 @@ impl CsvColumn {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// The value of field `text` in this column (the `i`-th, from 0).
+    fn value(&self, i: usize, text: &str) -> Result<Value, String> {
+        if text.is_empty() {
+            return Ok(match (&self.default, &self.kind) {
+                (Some(d), _) => d.clone(),
+                (None, ColumnType::String) => Value::String(String::new()),
+                (None, _) => Value::Null,
+            });
+        }
+        self.kind.read(text).ok_or_else(|| {
+            format!(
+                "column {} ({}): {text:?} is not {}",
+                i + 1,
+                self.name,
+                self.kind.describe()
+            )
+        })
+    }
+}
+
+/// A record value that is one CSV line of `columns` (no header, no event time: a Kafka
+/// record's value), as a JSON object of its columns but the skipped ones.
+///
+/// # Errors
+/// The fields' count, or a field its column cannot read, named as the file source names them.
+pub(crate) fn csv_value(
+    columns: &[CsvColumn],
+    delimiter: char,
+    line: &str,
+) -> Result<Value, String> {
+    let fields = split(line, delimiter)?;
+    if fields.len() != columns.len() {
+        return Err(count_error(columns, fields.len()));
+    }
+    let mut record = serde_json::Map::new();
+    for (i, (column, text)) in columns.iter().zip(&fields).enumerate() {
+        if !column.skip {
+            record.insert(column.name.clone(), column.value(i, text)?);
+        }
+    }
+    Ok(Value::Object(record))
+}
+
+/// One CSV line (without its line break) of the fields `columns` of a JSON object: a string
+/// as it is (quoted when it holds the delimiter, a quote or a line break), a number or a
+/// boolean as JSON writes it, a missing field or `null` empty, an array or object as its JSON.
+///
+/// # Errors
+/// `json` is not a JSON object.
+pub(crate) fn csv_line(columns: &[String], json: &[u8], line: &mut Vec<u8>) -> Result<(), String> {
+    let record: Value = serde_json::from_slice(json).map_err(|e| {
+        format!("CSV output takes JSON objects and this is not JSON ({e}): make the job emit JSON objects")
+    })?;
+    let Value::Object(fields) = record else {
+        return Err("CSV output takes JSON objects (one field per column) and this is another JSON value: make the job emit JSON objects".into());
+    };
+    for (i, column) in columns.iter().enumerate() {
+        if i > 0 {
+            line.push(b',');
+        }
+        match fields.get(column) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(text)) => push_csv_field(line, text),
+            Some(Value::Number(number)) => line.extend_from_slice(number.to_string().as_bytes()),
+            Some(Value::Bool(flag)) => {
+                line.extend_from_slice(if *flag { b"true" } else { b"false" })
+            }
+            Some(nested) => push_csv_field(line, &nested.to_string()),
+        }
+    }
+    Ok(())
+}
+
+/// The header line (with its line break) of a CSV file of `columns`.
+pub(crate) fn csv_header(columns: &[String]) -> Vec<u8> {
+    let mut header = Vec::new();
+    for (i, column) in columns.iter().enumerate() {
+        if i > 0 {
+            header.push(b',');
+        }
+        push_csv_field(&mut header, column);
+    }
+    header.push(b'\n');
+    header
+}
+
+/// One CSV field, RFC 4180: quoted (with quotes doubled) when it holds a comma, a quote or a
+/// line break, as it is otherwise.
+fn push_csv_field(line: &mut Vec<u8>, text: &str) {
+    if !text.contains([',', '"', '\n', '\r']) {
+        line.extend_from_slice(text.as_bytes());
+        return;
+    }
+    line.push(b'"');
+    for byte in text.bytes() {
+        if byte == b'"' {
+            line.push(b'"');
+        }
+        line.push(byte);
+    }
+    line.push(b'"');
 }
 
 /// The columns once known (declared, or from the first header), with the key and time
@@ -279,8 +367,22 @@ impl Layout {
     }
 }
 
-/// CSV lines as JSON records: see the [module documentation](self). A [`LineFormat`] for a
-/// file source; a job file's `[source] format = "csv"` builds one.
+/// CSV lines as JSON records: a [`LineFormat`] for a file source; a job file's
+/// `[source] format = "csv"` builds one.
+///
+/// - **Fields.** Split on the delimiter (`,` unless set); a field in double quotes may hold
+///   the delimiter and doubled quotes (RFC 4180); a quoted field cannot span lines (the file
+///   source reads a line at a time). Fields are not trimmed.
+/// - **Columns.** Each column has a name (the record's field), a [`ColumnType`] and an
+///   optional default for an empty field; an empty field without a default is `null` (a
+///   `string` column's is `""`). A skipped column is read past and left out of the record. The
+///   record's fields are in column order.
+/// - **Header.** With `header`, each file's first line is a header and not a record: with
+///   declared columns its column count must match (the declared names are the fields); without
+///   them its names are the columns (every one a `string`), the same in every file.
+/// - **Key and time.** The record's event time is its time column's value (a `timestamp`, a
+///   `long` of epoch milliseconds, or a `string` of epoch milliseconds or RFC 3339); the Kafka
+///   key, when a key column is named, is its value's text.
 ///
 /// ```
 /// use onceflow::engine::formats::{ColumnType, CsvColumn, CsvFormat, LineFormat, TimestampFormat};
@@ -425,23 +527,7 @@ impl LineFormat for CsvFormat {
             if column.skip {
                 continue;
             }
-            let field = if text.is_empty() {
-                match (&column.default, &column.kind) {
-                    (Some(d), _) => d.clone(),
-                    (None, ColumnType::String) => Value::String(String::new()),
-                    (None, _) => Value::Null,
-                }
-            } else {
-                column.kind.read(text).ok_or_else(|| {
-                    format!(
-                        "column {} ({}): {:?} is not {}",
-                        i + 1,
-                        column.name,
-                        text.as_ref(),
-                        column.kind.describe()
-                    )
-                })?
-            };
+            let field = column.value(i, text)?;
             if i == layout.time {
                 event_time = Some(time_of(&field).ok_or_else(|| {
                     format!(

@@ -22,12 +22,34 @@ use bytes::Bytes;
 use futures::FutureExt;
 use serde_json::Value;
 
-use crate::engine::job::spec::RecordFormat;
+use std::sync::Arc;
+
+use crate::engine::formats::{csv_line, csv_value, CsvColumn};
+use crate::engine::job::spec::{RecordFormat, SinkSpec, SourceSpec};
 use crate::engine::runtime::RuntimeError;
 use crate::schema::{
     wire, AvroDeserializer, AvroSerializer, JsonSchemaDeserializer, JsonSchemaSerializer, Part,
     ProtobufDeserializer, ProtobufSerializer, RegistryConfig, SchemaError, SchemaRegistry,
 };
+
+/// The text of an output's string field `value`: what `format = "raw"` writes.
+fn raw_value(topic: &str, text: &str) -> Result<Bytes, RuntimeError> {
+    let failed = |reason: String| RuntimeError::Encode {
+        what: format!("writing an output record to '{topic}' as raw text"),
+        reason,
+    };
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| failed(format!("the output is not JSON ({e})")))?;
+    match value.get("value") {
+        Some(Value::String(s)) => Ok(Bytes::from(s.clone())),
+        Some(other) => Err(failed(format!(
+            "its field \"value\" is {other}, not a string: format = \"raw\" writes that field's text"
+        ))),
+        None => Err(failed(
+            "it has no field \"value\": format = \"raw\" writes that string field's text (project one into it)".into(),
+        )),
+    }
+}
 
 /// The registry of a job's `[registry]` settings.
 ///
@@ -121,6 +143,10 @@ pub(crate) enum SourceFormat {
     Avro(SchemaRegistry),
     Protobuf(SchemaRegistry),
     JsonSchema(SchemaRegistry),
+    /// Each value one CSV line of these columns, fields separated by the character.
+    Csv(Arc<(Vec<CsvColumn>, char)>),
+    /// Each value's text as the field `value`.
+    Raw,
 }
 
 impl SourceFormat {
@@ -129,9 +155,10 @@ impl SourceFormat {
     /// # Errors
     /// [`RuntimeError::Unsupported`] when the format needs a registry and none is given.
     pub(crate) fn new(
-        format: RecordFormat,
+        source: &SourceSpec,
         registry: Option<&SchemaRegistry>,
     ) -> Result<SourceFormat, RuntimeError> {
+        let format = source.value_format;
         let registry = || {
             registry.cloned().ok_or_else(|| {
                 RuntimeError::Unsupported(format!(
@@ -144,6 +171,15 @@ impl SourceFormat {
             RecordFormat::Avro => SourceFormat::Avro(registry()?),
             RecordFormat::Protobuf => SourceFormat::Protobuf(registry()?),
             RecordFormat::JsonSchema => SourceFormat::JsonSchema(registry()?),
+            RecordFormat::Csv => match &source.value_columns {
+                Some(columns) => SourceFormat::Csv(Arc::new(columns.clone())),
+                None => {
+                    return Err(RuntimeError::Unsupported(
+                        "source.format = \"csv\" needs source.columns".into(),
+                    ))
+                }
+            },
+            RecordFormat::Raw => SourceFormat::Raw,
             _ => SourceFormat::Json,
         })
     }
@@ -154,6 +190,8 @@ enum Reader {
     Avro(AvroDeserializer),
     Protobuf(ProtobufDeserializer),
     JsonSchema(JsonSchemaDeserializer),
+    Csv(Arc<(Vec<CsvColumn>, char)>),
+    Raw,
 }
 
 /// Reads a source's record values as JSON, one per source subtask.
@@ -177,6 +215,8 @@ impl ValueDecoder {
             SourceFormat::JsonSchema(r) => {
                 Reader::JsonSchema(JsonSchemaDeserializer::new(r.clone()))
             }
+            SourceFormat::Csv(columns) => Reader::Csv(columns.clone()),
+            SourceFormat::Raw => Reader::Raw,
         })
     }
 
@@ -194,10 +234,12 @@ impl ValueDecoder {
 
     /// The schema id `raw` needs fetched before [`Self::decode`] can read it, if any.
     pub(crate) fn unknown_id(&self, raw: &[u8]) -> Option<u32> {
-        if self.is_json() {
-            return None;
+        match self.reader {
+            Reader::Avro(_) | Reader::Protobuf(_) | Reader::JsonSchema(_) => {
+                self.schemas.unknown(raw)
+            }
+            Reader::Json | Reader::Csv(_) | Reader::Raw => None,
         }
-        self.schemas.unknown(raw)
     }
 
     /// Fetches the writer schema of `raw` (its id from [`Self::unknown_id`]).
@@ -206,7 +248,7 @@ impl ValueDecoder {
     /// As [`WriterSchemas::settle`].
     pub(crate) async fn learn(&mut self, id: u32, raw: Bytes) -> Result<(), RuntimeError> {
         let fetched = match &self.reader {
-            Reader::Json => Ok(()),
+            Reader::Json | Reader::Csv(_) | Reader::Raw => Ok(()),
             Reader::Avro(d) => d.deserialize(&raw).await.map(drop),
             Reader::Protobuf(d) => d.deserialize(&raw).await.map(drop),
             Reader::JsonSchema(d) => d.deserialize(&raw).await.map(drop),
@@ -216,17 +258,40 @@ impl ValueDecoder {
 
     /// Reads one record value.
     pub(crate) fn decode(&self, raw: &[u8]) -> Decoded {
-        if self.is_json() {
-            return match serde_json::from_slice(raw) {
-                Ok(v) => Decoded::Value(v),
-                Err(e) => Decoded::Bad(format!("the value is not JSON ({e})")),
-            };
+        match &self.reader {
+            Reader::Json => {
+                return match serde_json::from_slice(raw) {
+                    Ok(v) => Decoded::Value(v),
+                    Err(e) => Decoded::Bad(format!("the value is not JSON ({e})")),
+                }
+            }
+            Reader::Csv(columns) => {
+                let (columns, delimiter) = columns.as_ref();
+                return match std::str::from_utf8(raw) {
+                    Ok(line) => {
+                        match csv_value(columns, *delimiter, line.trim_end_matches(['\r', '\n'])) {
+                            Ok(v) => Decoded::Value(v),
+                            Err(e) => Decoded::Bad(format!(
+                                "the value is not a CSV line of source.columns: {e}"
+                            )),
+                        }
+                    }
+                    Err(e) => Decoded::Bad(format!("the value is not UTF-8 text ({e})")),
+                };
+            }
+            Reader::Raw => {
+                return match std::str::from_utf8(raw) {
+                    Ok(text) => Decoded::Value(serde_json::json!({ "value": text })),
+                    Err(e) => Decoded::Bad(format!("the value is not UTF-8 text ({e})")),
+                };
+            }
+            _ => {}
         }
         if let Some(why) = self.schemas.failure(raw) {
             return Decoded::Bad(why);
         }
         let polled = match &self.reader {
-            Reader::Json => None,
+            Reader::Json | Reader::Csv(_) | Reader::Raw => None,
             Reader::Avro(d) => d
                 .deserialize(raw)
                 .now_or_never()
@@ -252,6 +317,10 @@ enum Writer {
     Avro(AvroSerializer),
     Protobuf(ProtobufSerializer),
     JsonSchema(JsonSchemaSerializer),
+    /// A CSV line of these fields.
+    Csv(Vec<String>),
+    /// The string field `value`, as it is.
+    Raw,
 }
 
 /// Writes the pipeline's JSON outputs in the sink's format (for the sink's topic; late and
@@ -267,12 +336,23 @@ impl ValueEncoder {
     /// # Errors
     /// [`RuntimeError::Schema`] naming the file when it cannot be read or does not parse.
     pub(crate) fn new(
-        format: RecordFormat,
-        schema: Option<&str>,
+        sink: &SinkSpec,
         registry: Option<&SchemaRegistry>,
     ) -> Result<Option<ValueEncoder>, RuntimeError> {
-        if !format.needs_registry() {
-            return Ok(None);
+        let (format, schema) = (sink.value_format, sink.value_schema.as_deref());
+        match format {
+            RecordFormat::Csv => {
+                return Ok(Some(ValueEncoder {
+                    writer: Writer::Csv(sink.value_columns.clone()),
+                }))
+            }
+            RecordFormat::Raw => {
+                return Ok(Some(ValueEncoder {
+                    writer: Writer::Raw,
+                }))
+            }
+            _ if !format.needs_registry() => return Ok(None),
+            _ => {}
         }
         let (Some(schema), Some(registry)) = (schema, registry) else {
             return Err(RuntimeError::Unsupported(format!(
@@ -327,6 +407,15 @@ impl ValueEncoder {
             RuntimeError::Internal(format!("an output value is not UTF-8 JSON: {e}"))
         })?;
         let bytes = match &self.writer {
+            Writer::Csv(columns) => {
+                let mut line = Vec::with_capacity(json.len());
+                csv_line(columns, json, &mut line).map_err(|e| RuntimeError::Encode {
+                    what: format!("writing an output record to '{topic}' as CSV"),
+                    reason: e,
+                })?;
+                return Ok(Bytes::from(line));
+            }
+            Writer::Raw => return raw_value(topic, text),
             Writer::Avro(s) => {
                 let value: Value = serde_json::from_str(text).map_err(|e| {
                     RuntimeError::Internal(format!("an output value is not JSON: {e}"))
@@ -338,5 +427,80 @@ impl ValueEncoder {
         }
         .map_err(failed)?;
         Ok(Bytes::from(bytes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::job::Job;
+    use serde_json::json;
+
+    const HEAD: &str = "name = \"x\"\n[source]\nbrokers = \"b:9092\"\ntopics = [\"in\"]\n";
+    const SINK: &str = "[sink]\ntopic = \"out\"\ntransactional.id.prefix = \"x\"\n";
+
+    fn decoder(source: &str) -> ValueDecoder {
+        let job = Job::parse("j.toml", &format!("{HEAD}{source}{SINK}")).unwrap();
+        ValueDecoder::new(&SourceFormat::new(&job.source, None).unwrap())
+    }
+
+    fn encoder(sink: &str) -> ValueEncoder {
+        let job = Job::parse("j.toml", &format!("{HEAD}{SINK}{sink}")).unwrap();
+        ValueEncoder::new(&job.sink, None).unwrap().unwrap()
+    }
+
+    #[test]
+    fn csv_and_raw_values_become_json_records_or_bad_records_naming_why() {
+        let csv = decoder(
+            "format = \"csv\"\ndelimiter = \";\"\ncolumns = [{ name = \"id\", type = \"long\" }, { name = \"x\", skip = true }, { name = \"name\" }]\n",
+        );
+        let raw = decoder("format = \"raw\"\n");
+        #[rustfmt::skip]
+        let cases: Vec<(&ValueDecoder, &[u8], Decoded)> = vec![
+            (&csv, b"7;q;\"a;b\"",     Decoded::Value(json!({"id": 7, "name": "a;b"}))),
+            (&csv, b"7;q;ann\r\n",     Decoded::Value(json!({"id": 7, "name": "ann"}))),
+            (&csv, b"x;q;ann",         Decoded::Bad("the value is not a CSV line of source.columns: column 1 (id): \"x\" is not a whole number".into())),
+            (&csv, b"7;ann",           Decoded::Bad("the value is not a CSV line of source.columns: expected 3 columns (id, x, name), found 2".into())),
+            (&csv, b"\xff;q;a",        Decoded::Bad("the value is not UTF-8 text (invalid utf-8 sequence of 1 bytes from index 0)".into())),
+            (&raw, b"any text, \"quoted\"", Decoded::Value(json!({"value": "any text, \"quoted\""}))),
+            (&raw, b"",                Decoded::Value(json!({"value": ""}))),
+            (&raw, b"\xc3",            Decoded::Bad("the value is not UTF-8 text (incomplete utf-8 byte sequence from index 0)".into())),
+        ];
+        for (decoder, raw, want) in cases {
+            assert_eq!(decoder.unknown_id(raw), None);
+            assert_eq!(
+                decoder.decode(raw),
+                want,
+                "{}",
+                String::from_utf8_lossy(raw)
+            );
+        }
+        // Bytes that look framed are not a schema id to fetch for these formats.
+        assert_eq!(raw.unknown_id(&[0, 0, 0, 0, 7, 1]), None);
+    }
+
+    #[tokio::test]
+    async fn csv_and_raw_outputs_are_written_from_their_fields_or_name_what_is_missing() {
+        let csv = encoder("format = \"csv\"\ncolumns = [\"id\", \"name\", \"gone\"]\n");
+        let raw = encoder("format = \"raw\"\n");
+        let bytes = csv
+            .encode("out", br#"{"id":7,"name":"a, \"b\"","extra":1}"#)
+            .await
+            .unwrap();
+        assert_eq!(&bytes[..], b"7,\"a, \"\"b\"\"\",");
+        let e = csv.encode("out", b"[1]").await.unwrap_err();
+        assert!(matches!(e, RuntimeError::Encode { .. }), "{e:?}");
+        assert_eq!(
+            raw.encode("out", br#"{"value":"as is"}"#).await.unwrap(),
+            "as is"
+        );
+        assert_eq!(
+            raw.encode("out", br#"{"v":1}"#).await.unwrap_err().to_string(),
+            "writing an output record to 'out' as raw text: it has no field \"value\": format = \"raw\" writes that string field's text (project one into it)"
+        );
+        assert_eq!(
+            raw.encode("out", br#"{"value":1}"#).await.unwrap_err().to_string(),
+            "writing an output record to 'out' as raw text: its field \"value\" is 1, not a string: format = \"raw\" writes that field's text"
+        );
     }
 }

@@ -420,13 +420,9 @@ impl JsonTopology {
         } else {
             Some(super::codec::registry(&job.registry)?)
         };
-        let encoder = ValueEncoder::new(
-            job.sink.value_format,
-            job.sink.value_schema.as_deref(),
-            registry.as_ref(),
-        )?;
+        let encoder = ValueEncoder::new(&job.sink, registry.as_ref())?;
         Ok(JsonTopology {
-            source: SourceFormat::new(job.source.value_format, registry.as_ref())?,
+            source: SourceFormat::new(&job.source, registry.as_ref())?,
             encoder: encoder.map(Arc::new),
             ..JsonTopology::new(&job.pipeline)
         })

@@ -45,6 +45,14 @@ pub enum RuntimeError {
         #[source]
         source: crate::schema::SchemaError,
     },
+    /// An output value cannot be written in the sink's format (`csv`, `raw`): what and why.
+    #[error("{what}: {reason}")]
+    Encode {
+        /// What the runtime was doing.
+        what: String,
+        /// What is wrong with the value and what to change.
+        reason: String,
+    },
     /// A user function of a typed job (`engine::dataflow`) failed: the job stops, naming
     /// the operator.
     #[error("operator {operator}: {message}; fix the function (or the input it cannot handle) and restart from the latest checkpoint")]

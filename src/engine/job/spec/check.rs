@@ -71,7 +71,7 @@ pub(super) fn check_source(
     sink_brokers: Option<Spanned<Brokers>>,
 ) -> Result<SourceSpec, JobError> {
     let span = raw.span();
-    let raw = raw.into_inner();
+    let mut raw = raw.into_inner();
     let file = match raw.kind {
         EndKind::File => Some(check_file_source(loc, &span, &raw)?),
         EndKind::Kafka => {
@@ -79,7 +79,7 @@ pub(super) fn check_source(
             None
         }
     };
-    let (brokers_field, brokers) = match (&file, raw.brokers, sink_brokers) {
+    let (brokers_field, brokers) = match (&file, raw.brokers.take(), sink_brokers) {
         (None, Some(b), _) => ("source.brokers", b),
         (None, None, _) => {
             return Err(loc.at(
@@ -104,10 +104,14 @@ pub(super) fn check_source(
             "no broker given; write e.g. brokers = \"localhost:9092\"",
         ));
     }
-    let topics = check_topics(loc, &span, raw.topics, file.is_some())?;
-    let value_format = match &file {
-        Some(_) => RecordFormat::Json,
-        None => super::records::check_source_format(loc, raw.format.as_ref())?,
+    let topics = check_topics(loc, &span, raw.topics.take(), file.is_some())?;
+    let (value_format, value_columns) = match &file {
+        Some(_) => (RecordFormat::Json, None),
+        None => {
+            let format = super::records::check_source_format(loc, raw.format.as_ref())?;
+            let columns = super::lines::check_value_columns(loc, &span, &raw, format)?;
+            (format, columns)
+        }
     };
     let group = match raw.group.map(|g| g.id) {
         Some(g) if g.get_ref().trim().is_empty() => {
@@ -129,6 +133,7 @@ pub(super) fn check_source(
         partition_discovery_ms: raw.partition.map_or(10_000, |p| *p.discovery.ms.get_ref()),
         start: raw.start,
         value_format,
+        value_columns,
     })
 }
 
@@ -147,9 +152,7 @@ pub(super) fn refuse_file_source_fields(
             raw.max_delay_s.as_ref().map(|p| p.span()),
             "source.max_delay_s",
         ),
-        (raw.columns.as_ref().map(|p| p.span()), "source.columns"),
         (raw.header.as_ref().map(|p| p.span()), "source.header"),
-        (raw.delimiter.as_ref().map(|p| p.span()), "source.delimiter"),
         (raw.time.as_ref().map(|p| p.span()), "source.time"),
         (raw.key.as_ref().map(|p| p.span()), "source.key"),
     ] {

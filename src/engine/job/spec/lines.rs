@@ -9,7 +9,7 @@ use crate::engine::formats::{ColumnType, CsvColumn, CsvFormat, LineFormats};
 use crate::engine::job::JobError;
 
 use super::locator::Locator;
-use super::model::LineFormatSpec;
+use super::model::{LineFormatSpec, RecordFormat};
 use super::raw::{RawColumn, RawSource};
 
 /// The file source's line format, every setting checked (the format is built once here, so
@@ -30,51 +30,7 @@ pub(super) fn check_line_format(
         ),
     ];
     let spec = match name {
-        "csv" => {
-            let columns = match &raw.columns {
-                Some(columns) => Some(check_columns(loc, columns)?),
-                None => None,
-            };
-            let header = raw.header.as_ref().is_some_and(|h| *h.get_ref());
-            if columns.is_none() && !header {
-                return Err(loc.at(
-                    span,
-                    Some("source.columns"),
-                    "format = \"csv\" reads declared columns or the names of a header line: add columns = [{ name = \"id\", type = \"long\" }, ...] or header = true",
-                ));
-            }
-            let delimiter = match &raw.delimiter {
-                None => ',',
-                Some(d) => {
-                    let mut chars = d.get_ref().chars();
-                    match (chars.next(), chars.next()) {
-                        (Some(c), None) => {
-                            CsvFormat::from_header("")
-                                .with_delimiter(c)
-                                .map_err(|m| loc.at(&d.span(), Some("source.delimiter"), m))?;
-                            c
-                        }
-                        _ => {
-                            return Err(loc.at(
-                                &d.span(),
-                                Some("source.delimiter"),
-                                format!(
-                                    "{:?} is not one character: give one, e.g. \",\", \";\", \"\\t\" or \"|\"",
-                                    d.get_ref()
-                                ),
-                            ))
-                        }
-                    }
-                }
-            };
-            LineFormatSpec::Csv {
-                columns,
-                header,
-                delimiter,
-                time: required_time(loc, span, raw, name)?,
-                key: key(loc, raw)?,
-            }
-        }
+        "csv" => csv_spec(loc, span, raw)?,
         "json" => {
             refuse(loc, &csv_only, "only format = \"csv\" has it: remove it")?;
             LineFormatSpec::JsonLines {
@@ -117,6 +73,90 @@ pub(super) fn check_line_format(
         })?;
     }
     Ok(spec)
+}
+
+/// `format = "csv"`: its columns (or a header's names), delimiter, time and key.
+fn csv_spec(
+    loc: &Locator<'_>,
+    span: &Range<usize>,
+    raw: &RawSource,
+) -> Result<LineFormatSpec, JobError> {
+    let columns = match &raw.columns {
+        Some(columns) => Some(check_columns(loc, columns)?),
+        None => None,
+    };
+    let header = raw.header.as_ref().is_some_and(|h| *h.get_ref());
+    if columns.is_none() && !header {
+        return Err(loc.at(
+            span,
+            Some("source.columns"),
+            "format = \"csv\" reads declared columns or the names of a header line: add columns = [{ name = \"id\", type = \"long\" }, ...] or header = true",
+        ));
+    }
+    let delimiter = delimiter(loc, raw)?;
+    Ok(LineFormatSpec::Csv {
+        columns,
+        header,
+        delimiter,
+        time: required_time(loc, span, raw, "csv")?,
+        key: key(loc, raw)?,
+    })
+}
+
+/// `source.delimiter`: one character that can separate CSV fields (`,` when not given).
+fn delimiter(loc: &Locator<'_>, raw: &RawSource) -> Result<char, JobError> {
+    let Some(d) = &raw.delimiter else {
+        return Ok(',');
+    };
+    let mut chars = d.get_ref().chars();
+    match (chars.next(), chars.next()) {
+        (Some(c), None) => {
+            CsvFormat::from_header("")
+                .with_delimiter(c)
+                .map_err(|m| loc.at(&d.span(), Some("source.delimiter"), m))?;
+            Ok(c)
+        }
+        _ => Err(loc.at(
+            &d.span(),
+            Some("source.delimiter"),
+            format!(
+                "{:?} is not one character: give one, e.g. \",\", \";\", \"\\t\" or \"|\"",
+                d.get_ref()
+            ),
+        )),
+    }
+}
+
+/// A Kafka source's `columns` and `delimiter`: required with `format = "csv"` (each value one
+/// line of them), refused with another format.
+pub(super) fn check_value_columns(
+    loc: &Locator<'_>,
+    span: &Range<usize>,
+    raw: &RawSource,
+    format: RecordFormat,
+) -> Result<Option<(Vec<CsvColumn>, char)>, JobError> {
+    if format != RecordFormat::Csv {
+        refuse(
+            loc,
+            &[
+                (raw.columns.as_ref().map(Spanned::span), "source.columns"),
+                (
+                    raw.delimiter.as_ref().map(Spanned::span),
+                    "source.delimiter",
+                ),
+            ],
+            "only format = \"csv\" has it: remove it",
+        )?;
+        return Ok(None);
+    }
+    let Some(columns) = &raw.columns else {
+        return Err(loc.at(
+            span,
+            Some("source.columns"),
+            "format = \"csv\" reads each value as a line of declared columns: add columns = [{ name = \"id\", type = \"long\" }, ...]",
+        ));
+    };
+    Ok(Some((check_columns(loc, columns)?, delimiter(loc, raw)?)))
 }
 
 /// `source.time`: the field of the event time, which a file source needs to order and pace

@@ -43,6 +43,11 @@ pub enum RecordFormat {
     Protobuf,
     /// JSON Schema in the schema registry's wire format.
     JsonSchema,
+    /// A CSV line of declared columns (`columns`, `delimiter`): a JSON object of them for the
+    /// pipeline; written from the fields `columns` names.
+    Csv,
+    /// The value's text as the field `value` of a JSON object; written from that field.
+    Raw,
 }
 
 impl RecordFormat {
@@ -56,8 +61,10 @@ impl RecordFormat {
             "avro" => Ok(RecordFormat::Avro),
             "protobuf" => Ok(RecordFormat::Protobuf),
             "json-schema" => Ok(RecordFormat::JsonSchema),
+            "csv" => Ok(RecordFormat::Csv),
+            "raw" => Ok(RecordFormat::Raw),
             _ => Err(format!(
-                "{name:?} is not a record format: use \"json\", \"avro\", \"protobuf\" or \"json-schema\""
+                "{name:?} is not a record format: use \"json\", \"avro\", \"protobuf\", \"json-schema\", \"csv\" or \"raw\""
             )),
         }
     }
@@ -69,12 +76,17 @@ impl RecordFormat {
             RecordFormat::Avro => "avro",
             RecordFormat::Protobuf => "protobuf",
             RecordFormat::JsonSchema => "json-schema",
+            RecordFormat::Csv => "csv",
+            RecordFormat::Raw => "raw",
         }
     }
 
     /// Whether it reads or writes through the schema registry.
     pub fn needs_registry(self) -> bool {
-        self != RecordFormat::Json
+        matches!(
+            self,
+            RecordFormat::Avro | RecordFormat::Protobuf | RecordFormat::JsonSchema
+        )
     }
 }
 
@@ -100,6 +112,8 @@ pub struct SourceSpec {
     /// Protobuf and JSON Schema records become JSON for the pipeline, see
     /// [`RecordFormat`]).
     pub value_format: RecordFormat,
+    /// With `format = "csv"`: the `columns` of each value and their `delimiter`.
+    pub value_columns: Option<(Vec<CsvColumn>, char)>,
 }
 
 /// `[source] type = "file"`: a checkpointed reader of files of events, one a line (as the
@@ -272,6 +286,8 @@ pub struct SinkSpec {
     /// `schema`: the schema output values are written with (an `.avsc`, a `.proto` with an
     /// optional `#Message`, a JSON Schema `.json`), for the formats of the registry.
     pub value_schema: Option<String>,
+    /// With `format = "csv"`: the fields written, in order (`columns`).
+    pub value_columns: Vec<String>,
 }
 
 /// `sink.delivery.guarantee`.

@@ -37,11 +37,11 @@ pub(super) fn check_sink_format(
             .map_err(|m| loc.at(&f.span(), Some("sink.format"), m))?,
     };
     match (value_format, schema) {
-        (RecordFormat::Json, None) => Ok((value_format, None)),
-        (RecordFormat::Json, Some(s)) => Err(loc.at(
+        (f, None) if !f.needs_registry() => Ok((value_format, None)),
+        (f, Some(s)) if !f.needs_registry() => Err(loc.at(
             &s.span(),
             Some("sink.schema"),
-            "format = \"json\" writes without a schema: set format = \"avro\", \"protobuf\" or \"json-schema\", or remove schema",
+            format!("format = \"{}\" writes without a schema: set format = \"avro\", \"protobuf\" or \"json-schema\", or remove schema", f.name()),
         )),
         (f, None) => Err(loc.at(
             span,

@@ -48,6 +48,8 @@ pub(super) fn check_sink(loc: &Locator<'_>, raw: Spanned<RawSink>) -> Result<Sin
             super::records::check_sink_format(loc, &span, raw.format.take(), raw.schema.take())?
         }
     };
+    // A file sink took its own columns above.
+    let value_columns = check_value_columns(loc, &span, value_format, raw.columns.take())?;
     let guarantee = raw.delivery.map(|d| d.guarantee).unwrap_or_default();
     let prefix_span = raw.transactional.as_ref().map(|t| t.id.prefix.span());
     let prefix = check_prefix(loc, raw.transactional)?;
@@ -74,14 +76,38 @@ pub(super) fn check_sink(loc: &Locator<'_>, raw: Spanned<RawSink>) -> Result<Sin
         transactional_id_prefix: prefix,
         value_format,
         value_schema,
+        value_columns,
     })
+}
+
+/// A Kafka sink's `columns`: the fields a `format = "csv"` sink writes (required), refused
+/// with another format.
+fn check_value_columns(
+    loc: &Locator<'_>,
+    span: &Range<usize>,
+    format: RecordFormat,
+    columns: Option<Spanned<Vec<String>>>,
+) -> Result<Vec<String>, JobError> {
+    match (format, columns) {
+        (RecordFormat::Csv, Some(c)) if !c.get_ref().is_empty() => Ok(c.into_inner()),
+        (RecordFormat::Csv, _) => Err(loc.at(
+            span,
+            Some("sink.columns"),
+            "format = \"csv\" writes the fields columns names, in order: add columns = [\"ride_id\", \"event_time\"]",
+        )),
+        (_, Some(c)) => Err(loc.at(
+            &c.span(),
+            Some("sink.columns"),
+            "only format = \"csv\" or a file sink has it: set format = \"csv\", or remove it",
+        )),
+        (_, None) => Ok(Vec::new()),
+    }
 }
 
 /// A Kafka sink given what only a file sink has.
 pub(super) fn refuse_file_fields(loc: &Locator<'_>, raw: &RawSink) -> Result<(), JobError> {
     let only_files = [
         (raw.path.as_ref().map(|p| p.span()), "sink.path"),
-        (raw.columns.as_ref().map(|p| p.span()), "sink.columns"),
         (
             raw.part.as_ref().map(|p| p.prefix.span()),
             "sink.part.prefix",

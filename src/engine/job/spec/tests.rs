@@ -1022,6 +1022,47 @@ fn malformed_line_formats_name_the_line_and_the_field() {
     );
 }
 
+/// `csv` and `raw` Kafka values: a CSV source needs its columns, a CSV sink the fields it
+/// writes; neither takes a schema or the registry.
+#[test]
+fn csv_and_raw_kafka_values_take_their_columns_and_refuse_what_they_do_not_use() {
+    let job = Job::parse(
+        "j.toml",
+        &format!("{HEAD}format = \"csv\"\ncolumns = [{{ name = \"a\", type = \"long\" }}]\n{SINK}format = \"raw\"\n"),
+    )
+    .unwrap();
+    assert_eq!(job.source.value_format, RecordFormat::Csv);
+    assert_eq!(
+        job.source
+            .value_columns
+            .as_ref()
+            .map(|(c, d)| (c.len(), *d)),
+        Some((1, ','))
+    );
+    assert_eq!(job.sink.value_format, RecordFormat::Raw);
+    let job = Job::parse(
+        "j.toml",
+        &format!("{HEAD}format = \"raw\"\n{SINK}format = \"csv\"\ncolumns = [\"a\", \"b\"]\n"),
+    )
+    .unwrap();
+    assert_eq!(job.sink.value_columns, ["a", "b"]);
+    let cases: Vec<(String, &str, &str)> = vec![
+        (format!("{HEAD}format = \"csv\"\n{SINK}"), "source.columns", "reads each value as a line of declared columns"),
+        (format!("{HEAD}format = \"raw\"\ncolumns = [{{ name = \"a\" }}]\n{SINK}"), "source.columns", "only format = \"csv\" has it"),
+        (format!("{HEAD}delimiter = \";\"\n{SINK}"), "source.delimiter", "only format = \"csv\" has it"),
+        (format!("{HEAD}header = true\n{SINK}"), "source.header", "only a file source has it"),
+        (format!("{HEAD}{SINK}format = \"csv\"\n"), "sink.columns", "format = \"csv\" writes the fields columns names"),
+        (format!("{HEAD}{SINK}columns = [\"a\"]\n"), "sink.columns", "only format = \"csv\" or a file sink has it"),
+        (format!("{HEAD}{SINK}format = \"raw\"\nschema = \"x.avsc\"\n"), "sink.schema", "format = \"raw\" writes without a schema"),
+        (format!("{HEAD}format = \"csv\"\ncolumns = [{{ name = \"a\" }}]\n{SINK}[registry]\nurl = \"http://r:8081\"\n"), "registry", "no end of this job reads or writes through the schema registry"),
+    ];
+    for (text, field, part) in cases {
+        let (_, got_field, message) = invalid(&text);
+        assert_eq!(got_field, field, "{message}\n--- in:\n{text}");
+        assert!(message.contains(part), "{message} (wanted {part:?})");
+    }
+}
+
 #[test]
 fn cluster_mode_takes_a_short_transaction_timeout_and_refuses_what_it_cannot_run() {
     let job = Job::parse(

@@ -37,53 +37,10 @@ pub(super) fn encode(format: &FileFormat, value: &[u8], line: &mut Vec<u8>) -> R
             line.push(b'\n');
         }
         FileFormat::Csv { columns } => {
-            let record: serde_json::Value = serde_json::from_slice(value).map_err(|error| {
-                invalid_record(
-                    value,
-                    format!("CSV output takes JSON objects and this is not JSON ({error}): make the job emit JSON objects"),
-                )
-            })?;
-            let serde_json::Value::Object(fields) = record else {
-                return Err(invalid_record(
-                    value,
-                    "CSV output takes JSON objects (one field per column) and this is another JSON value: make the job emit JSON objects".into(),
-                ));
-            };
-            for (i, column) in columns.iter().enumerate() {
-                if i > 0 {
-                    line.push(b',');
-                }
-                match fields.get(column) {
-                    None | Some(serde_json::Value::Null) => {}
-                    Some(serde_json::Value::String(text)) => push_csv_field(line, text),
-                    Some(serde_json::Value::Number(number)) => {
-                        line.extend_from_slice(number.to_string().as_bytes());
-                    }
-                    Some(serde_json::Value::Bool(flag)) => {
-                        line.extend_from_slice(if *flag { b"true" } else { b"false" });
-                    }
-                    Some(nested) => push_csv_field(line, &nested.to_string()),
-                }
-            }
+            crate::engine::formats::csv_line(columns, value, line)
+                .map_err(|reason| invalid_record(value, reason))?;
             line.push(b'\n');
         }
     }
     Ok(())
-}
-
-/// One CSV field, RFC 4180: quoted (with quotes doubled) when it holds a comma, a quote or a
-/// line break, as it is otherwise.
-pub(super) fn push_csv_field(line: &mut Vec<u8>, text: &str) {
-    if !text.contains([',', '"', '\n', '\r']) {
-        line.extend_from_slice(text.as_bytes());
-        return;
-    }
-    line.push(b'"');
-    for byte in text.bytes() {
-        if byte == b'"' {
-            line.push(b'"');
-        }
-        line.push(byte);
-    }
-    line.push(b'"');
 }

@@ -1,7 +1,7 @@
 //! A sink task's [`FileWriter`]: its open part file, rolling, the barrier and the commit.
 
 use super::*;
-use super::encode::{encode, push_csv_field};
+use super::encode::encode;
 use super::names::{finished_name, in_progress_name, parse_in_progress};
 use super::recover::{commit_in, create_dir, finish_leftover, metadata, rename, sync_dir};
 use crate::engine::sink::SinkCommit;
@@ -59,15 +59,7 @@ impl FileWriter {
         let header = match &config.format {
             FileFormat::JsonLines => None,
             FileFormat::Csv { columns } => {
-                let mut header = Vec::new();
-                for (i, column) in columns.iter().enumerate() {
-                    if i > 0 {
-                        header.push(b',');
-                    }
-                    push_csv_field(&mut header, column);
-                }
-                header.push(b'\n');
-                Some(header)
+                Some(crate::engine::formats::csv_header(columns))
             }
         };
         debug!(

@@ -262,3 +262,105 @@ async fn csv_values_filtered_by_a_typed_column_are_written_as_raw_text_once_each
     assert_eq!(got, want, "{}", log_of(&log));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `format = "avro"` on a file source: Avro container files (several blocks, one deflated),
+/// each record handed on as plain JSON, keyed and timed by its fields. SIGKILLed once its first
+/// output is committed, inside the files, and restarted: the restored reader seeks to the
+/// checkpoint's block and skips the records of it already read, and every record arrives once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avro_container_files_killed_inside_a_block_and_restarted_write_each_record_once() {
+    use onceflow::schema::apache_avro::{
+        types::Record, types::Value as Avro, Codec, Schema, Writer,
+    };
+    let dir = scratch("avro-files");
+    let input = dir.join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    let output = TestTopic::create("avro-files-out", 2).await;
+    let schema = Schema::parse_str(
+        r#"{"type":"record","name":"Reading","namespace":"test","fields":[
+            {"name":"sensor","type":"string"},
+            {"name":"zone","type":["null","string"],"default":null},
+            {"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}},
+            {"name":"celsius","type":"double"}]}"#,
+    )
+    .unwrap();
+    const PER_FILE: i64 = 300;
+    let mut want = Vec::new();
+    for (f, (name, codec)) in [
+        ("a.avro", Codec::Null),
+        ("b.avro", Codec::Deflate(Default::default())),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut w = Writer::with_codec(&schema, Vec::new(), codec).unwrap();
+        for i in 0..PER_FILE {
+            let n = f as i64 * PER_FILE + i;
+            // 50 ms of event time apart, served at 10x: ~3 s a run.
+            let at = 1_700_000_000_000 + 50 * n;
+            let mut r = Record::new(&schema).unwrap();
+            r.put("sensor", format!("s{n}"));
+            r.put(
+                "zone",
+                if n % 2 == 0 {
+                    Avro::Union(1, Box::new(Avro::String(format!("z{}", n % 5))))
+                } else {
+                    Avro::Union(0, Box::new(Avro::Null))
+                },
+            );
+            r.put("at", Avro::TimestampMillis(at));
+            r.put("celsius", n as f64 / 4.0);
+            w.append_value(r).unwrap();
+            if i % 64 == 63 {
+                w.flush().unwrap();
+            }
+            let zone = if n % 2 == 0 {
+                format!("\"z{}\"", n % 5)
+            } else {
+                "null".to_owned()
+            };
+            want.push(format!(
+                r#"{{"at":{at},"celsius":{:?},"sensor":"s{n}","zone":{zone}}}"#,
+                n as f64 / 4.0
+            ));
+        }
+        std::fs::write(input.join(name), w.into_inner().unwrap()).unwrap();
+    }
+    let job = job(
+        &dir,
+        "avro-files",
+        &format!(
+            "path = \"{}\"\nformat = \"avro\"\ntime = \"at\"\nkey = \"sensor\"\n\
+             serving_speed_factor = 10\nmax_delay_s = 1",
+            input.display()
+        ),
+        &output,
+    );
+    let first = dir.join("run1.log");
+    let mut child = start_job(&job, &first, &["--fresh"]);
+    wait_for(&output, 1, &mut child, &first).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = committed(&output).await.len();
+    assert!(
+        before < want.len(),
+        "the first run wrote everything ({before}) before its kill: nothing was restored mid-file"
+    );
+    let second = dir.join("run2.log");
+    let mut child = start_job(&job, &second, &[]);
+    let records = wait_for(&output, want.len(), &mut child, &second).await;
+    stop(child, &second).await;
+    let seen = once_each(&records);
+    let mut got: Vec<String> = seen
+        .keys()
+        .map(|v| String::from_utf8(v.clone()).unwrap())
+        .collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "{}", log_of(&second));
+    for (value, key) in &seen {
+        let v: serde_json::Value = serde_json::from_slice(value).unwrap();
+        assert_eq!(v["sensor"].as_str().unwrap().as_bytes(), &key[..]);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -30,6 +30,7 @@ mod registry;
 mod subject;
 pub mod wire;
 
+pub(crate) use avro::container::Container;
 pub use avro::{apache_avro, AvroDeserializer, AvroRecord, AvroSerializer};
 pub use config::RegistryConfig;
 pub use error::{Result, SchemaError};

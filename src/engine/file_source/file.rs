@@ -16,6 +16,8 @@ use super::{
     delay_ms, serving_wait, step, BufferedLine, FilePosition, FileSourceConfig, FileSourceError,
     Next, FileRecord, Step,
 };
+use super::avro::AvroFile;
+use super::Framing;
 use crate::engine::formats::{LineFormat, ParsedLine};
 
 /// The read buffer per file: large enough that a line rarely spans two refills.
@@ -69,7 +71,26 @@ struct Cursor {
     index: usize,
     offset: u64,
     line: u64,
+    /// In an Avro container file: the records of the block at `offset` already read.
+    in_block: u64,
     reader: Option<Reader>,
+    /// The open Avro container file (with [`Framing::AvroContainer`]); boxed, as it holds the
+    /// file's schema and read buffer.
+    avro: Option<Box<AvroFile>>,
+}
+
+impl Cursor {
+    /// The start of file `index`.
+    fn start(index: usize) -> Cursor {
+        Cursor {
+            index,
+            offset: 0,
+            line: 1,
+            in_block: 0,
+            reader: None,
+            avro: None,
+        }
+    }
 }
 
 /// A line read, not yet parsed.
@@ -92,11 +113,13 @@ struct Input {
     started: bool,
     /// Every file was read to its end.
     done: bool,
+    /// How the files hold their records.
+    framing: Framing,
 }
 
 impl Input {
     /// Lists `root`: the file itself, or the directory's regular, non-hidden files by name.
-    fn list(root: &Path) -> Result<Input, FileSourceError> {
+    fn list(root: &Path, framing: Framing) -> Result<Input, FileSourceError> {
         let shown = root.display().to_string();
         let meta = fs::metadata(root).map_err(|e| match e.kind() {
             io::ErrorKind::NotFound => FileSourceError::PathMissing {
@@ -123,32 +146,29 @@ impl Input {
             root: root.to_path_buf(),
             is_dir,
             files,
-            cursor: Cursor {
-                index: 0,
-                offset: 0,
-                line: 1,
-                reader: None,
-            },
+            cursor: Cursor::start(0),
             started: false,
             done: false,
+            framing,
         })
     }
 
     /// An input with nothing left to read, for a restored position that had finished: the
     /// files need not exist any more.
-    fn finished(root: &Path, position: &FilePosition) -> Input {
+    fn finished(root: &Path, position: &FilePosition, framing: Framing) -> Input {
         Input {
             root: root.to_path_buf(),
             is_dir: false,
             files: position.file.iter().cloned().collect(),
             cursor: Cursor {
-                index: 0,
                 offset: position.offset,
                 line: position.line,
-                reader: None,
+                in_block: position.in_block,
+                ..Cursor::start(0)
             },
             started: position.file.is_some(),
             done: true,
+            framing,
         }
     }
 
@@ -167,22 +187,74 @@ impl Input {
 
     /// Moves the cursor to `name` at `offset` (a restored position) and opens the file there
     /// now, so a file that changed is reported by open rather than by the first read.
-    fn restore(&mut self, name: &str, offset: u64, line: u64) -> Result<(), FileSourceError> {
+    fn restore(&mut self, name: &str, position: &FilePosition) -> Result<(), FileSourceError> {
         let index = self.files.iter().position(|f| f == name).ok_or_else(|| {
             FileSourceError::CheckpointFileGone {
                 file: name.to_owned(),
                 path: self.root.display().to_string(),
             }
         })?;
-        let reader = open_at(&self.path_of(name), &self.display(name), name, offset)?;
+        let (path, shown) = (self.path_of(name), self.display(name));
+        let (offset, in_block) = (position.offset, position.in_block);
         self.cursor = Cursor {
-            index,
             offset,
-            line,
-            reader: Some(reader),
+            line: position.line,
+            in_block,
+            ..Cursor::start(index)
         };
+        match self.framing {
+            Framing::Lines => {
+                self.cursor.reader = Some(open_at(&path, &shown, name, offset)?);
+            }
+            Framing::AvroContainer => {
+                self.cursor.avro = Some(Box::new(AvroFile::open(&path, &shown, offset, in_block)?));
+            }
+        }
         self.started = true;
         Ok(())
+    }
+
+    /// The next record of the Avro container files, as its plain JSON text, or None once every
+    /// file was read to its end. The cursor's offset is the block of the next record.
+    fn read_avro_record(&mut self) -> Result<Option<RawLine>, FileSourceError> {
+        while !self.done {
+            self.started = true;
+            let Some(name) = self.files.get(self.cursor.index).cloned() else {
+                self.done = true;
+                break;
+            };
+            let avro = match self.cursor.avro.take() {
+                Some(avro) => avro,
+                None => Box::new(AvroFile::open(
+                    &self.path_of(&name),
+                    &self.display(&name),
+                    self.cursor.offset,
+                    self.cursor.in_block,
+                )?),
+            };
+            let avro = self.cursor.avro.insert(avro);
+            let Some(text) = avro.next()? else {
+                (self.cursor.offset, self.cursor.in_block) = avro.position();
+                if self.cursor.index + 1 < self.files.len() {
+                    tracing::debug!(file = %name, records = self.cursor.line - 1, "file source: file read");
+                    self.cursor = Cursor::start(self.cursor.index + 1);
+                } else {
+                    // Keep the cursor at the last file's end: that is the position to save.
+                    self.cursor.avro = None;
+                    self.done = true;
+                }
+                continue;
+            };
+            (self.cursor.offset, self.cursor.in_block) = avro.position();
+            let line = self.cursor.line;
+            self.cursor.line += 1;
+            return Ok(Some(RawLine {
+                file: name,
+                line,
+                text,
+            }));
+        }
+        Ok(None)
     }
 
     /// The first line of file `name` (without its terminator), None for an empty file.
@@ -204,6 +276,9 @@ impl Input {
 
     /// The next line of the input, or None once every file was read to its end.
     fn read_line(&mut self) -> Result<Option<RawLine>, FileSourceError> {
+        if self.framing == Framing::AvroContainer {
+            return self.read_avro_record();
+        }
         while !self.done {
             self.started = true;
             let Some(name) = self.files.get(self.cursor.index).cloned() else {
@@ -231,12 +306,7 @@ impl Input {
             if read == 0 {
                 if self.cursor.index + 1 < self.files.len() {
                     tracing::debug!(file = %name, lines = self.cursor.line - 1, "file source: file read");
-                    self.cursor = Cursor {
-                        index: self.cursor.index + 1,
-                        offset: 0,
-                        line: 1,
-                        reader: None,
-                    };
+                    self.cursor = Cursor::start(self.cursor.index + 1);
                 } else {
                     // Keep the cursor at the last file's end: that is the position to save.
                     self.cursor.reader = None;
@@ -441,8 +511,9 @@ impl FileSource {
     /// [`FileSourceError::NotFileOrDirectory`], [`FileSourceError::EmptyDirectory`],
     /// [`FileSourceError::NonUtf8Name`]; restoring, [`FileSourceError::CheckpointFileGone`],
     /// [`FileSourceError::CheckpointBeyondEnd`], [`FileSourceError::NotLineBoundary`], or
-    /// [`FileSourceError::Parse`] for a buffered line the format now rejects;
-    /// [`FileSourceError::Io`].
+    /// [`FileSourceError::Parse`] for a buffered line the format now rejects,
+    /// [`FileSourceError::Container`] for an Avro container file that is not one or not at the
+    /// checkpoint's block; [`FileSourceError::Io`].
     pub fn open(
         config: FileSourceConfig,
         format: Arc<dyn LineFormat>,
@@ -468,9 +539,9 @@ impl FileSource {
         })?;
         let finished = from.as_ref().is_some_and(|p| p.finished);
         let input = if let Some(position) = from.as_ref().filter(|p| p.finished) {
-            Input::finished(&config.path, position)
+            Input::finished(&config.path, position, config.framing)
         } else {
-            Input::list(&config.path)?
+            Input::list(&config.path, config.framing)?
         };
         let mut source = FileSource {
             format,
@@ -505,7 +576,7 @@ impl FileSource {
             return Ok(());
         }
         if let Some(name) = &position.file {
-            self.input.restore(name, position.offset, position.line)?;
+            self.input.restore(name, &position)?;
             if self.format.has_header() {
                 // The format learns or checks its columns from a header: it sees the restored
                 // file's again before parsing the buffered lines (every file's is the same).
@@ -661,15 +732,16 @@ impl FileSource {
     /// opening with it later emits exactly the records not yet returned, in the same order
     /// (as long as the files are unchanged and the format parses the same).
     pub fn position(&self) -> FilePosition {
-        let (file, offset, line) = if self.input.started {
+        let (file, offset, line, in_block) = if self.input.started {
             let cursor = &self.input.cursor;
             (
                 self.input.files.get(cursor.index).cloned(),
                 cursor.offset,
                 cursor.line,
+                cursor.in_block,
             )
         } else {
-            (None, 0, 0)
+            (None, 0, 0, 0)
         };
         let mut buffered: Vec<BufferedLine> =
             self.heap.iter().map(|Reverse(p)| p.line.clone()).collect();
@@ -682,6 +754,7 @@ impl FileSource {
             next_seq: self.next_seq,
             max_event_time: self.max_event_time,
             finished: self.finished,
+            in_block,
         }
     }
 }
@@ -716,6 +789,7 @@ mod tests {
             serving_speed_factor: 0.0,
             max_delay: Duration::from_millis(max_delay_ms),
             skip_header: false,
+            framing: Framing::Lines,
         }
     }
 
@@ -1258,6 +1332,75 @@ mod tests {
         assert_eq!(
             e.to_string(),
             format!("{c}:1: the header names the columns at, label, the first file's named at, name: every file needs the same columns")
+        );
+    }
+
+    /// Avro container files (several blocks each, deflated or not) read record by record as
+    /// plain JSON; restored at every position, the records are those of an uninterrupted
+    /// read. A file that is not a container is named.
+    #[test]
+    fn avro_container_files_are_read_record_by_record_and_restored_anywhere() {
+        use crate::engine::formats::JsonLinesFormat;
+        use crate::schema::apache_avro::{types::Record, Codec, Schema, Writer};
+        let dir = tempfile::tempdir().unwrap();
+        let schema = Schema::parse_str(
+            r#"{"type":"record","name":"E","fields":[{"name":"id","type":"string"},{"name":"at","type":"long"}]}"#,
+        )
+        .unwrap();
+        for (f, codec) in [("a.avro", Codec::Null), ("b.avro", Codec::Deflate(Default::default()))] {
+            let mut w = Writer::with_codec(&schema, Vec::new(), codec).unwrap();
+            for i in 0..9i64 {
+                let n = if f == "a.avro" { i } else { 9 + i };
+                let mut r = Record::new(&schema).unwrap();
+                r.put("id", format!("r{n}"));
+                r.put("at", 1_000 + 10 * n - (n % 3) * 4);
+                w.append_value(r).unwrap();
+                if i % 4 == 3 {
+                    w.flush().unwrap();
+                }
+            }
+            fs::write(dir.path().join(f), w.into_inner().unwrap()).unwrap();
+        }
+        let avro = FileSourceConfig {
+            framing: Framing::AvroContainer,
+            ..config(dir.path(), 15)
+        };
+        let format = || -> Arc<dyn LineFormat> {
+            Arc::new(JsonLinesFormat::new("at").unwrap().with_key("id").unwrap())
+        };
+        let open_with =
+            |from| FileSource::open(avro.clone(), format(), from).unwrap();
+        let whole = all(&mut open_with(None));
+        let mut ids: Vec<String> = whole
+            .iter()
+            .map(|r| String::from_utf8(r.key.clone().unwrap()).unwrap())
+            .collect();
+        assert_eq!(String::from_utf8(whole[0].value.clone()).unwrap(), r#"{"at":1000,"id":"r0"}"#);
+        ids.sort_by_key(|n| n[1..].parse::<u32>().unwrap());
+        assert_eq!(ids, (0..18).map(|i| format!("r{i}")).collect::<Vec<_>>());
+        for cut in 0..=whole.len() {
+            let mut first = open_with(None);
+            let before = take(&mut first, cut);
+            let position = first.position();
+            let mut restored = open_with(Some(position.clone()));
+            let mut got: Vec<Vec<u8>> = before.iter().map(|r| r.value.clone()).collect();
+            got.extend(all(&mut restored).into_iter().map(|r| r.value));
+            let want: Vec<Vec<u8>> = whole.iter().map(|r| r.value.clone()).collect();
+            assert_eq!(got, want, "restored after {cut} records at {position:?}");
+        }
+        fs::write(dir.path().join("c.avro"), "id,at\n").unwrap();
+        let mut source = open_with(None);
+        let e = loop {
+            match source.next() {
+                Ok(Next::End) => panic!("read a file that is not a container"),
+                Ok(_) => {}
+                Err(e) => break e,
+            }
+        };
+        let c = dir.path().join("c.avro").display().to_string();
+        assert_eq!(
+            e.to_string(),
+            format!("{c}: not an Avro container file (it does not start with Obj\\x01): write it with an Avro library's DataFileWriter, or read it with another format")
         );
     }
 

@@ -35,6 +35,7 @@
 //!   largest event time read. Restoring it emits exactly the records not yet returned, in the
 //!   same order.
 
+mod avro;
 mod file;
 
 pub use file::FileSource;
@@ -60,6 +61,19 @@ pub struct FileSourceConfig {
     /// When true, a first line of a file that the format rejects is skipped (a CSV header);
     /// any other rejected line is an error.
     pub skip_header: bool,
+    /// How the files hold their records.
+    pub framing: Framing,
+}
+
+/// How a file source's files hold their records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Framing {
+    /// One a line (`.gz` decompressed); the format parses each line.
+    #[default]
+    Lines,
+    /// Avro container files: each record becomes its plain JSON text (a union's value without
+    /// its branch, decimals and timestamps as numbers), which the format parses as a line.
+    AvroContainer,
 }
 
 /// Where a [`FileSource`] is: what a checkpoint saves. See [`FileSource::position`].
@@ -83,6 +97,10 @@ pub struct FilePosition {
     pub max_event_time: Option<i64>,
     /// Every file read and every line emitted.
     pub finished: bool,
+    /// In an Avro container file: the records of the block at `offset` already read (`offset`
+    /// is that block's start, `line` the next record's number).
+    #[serde(default)]
+    pub in_block: u64,
 }
 
 /// A line in the reordering buffer: read, not yet emitted.
@@ -191,7 +209,16 @@ pub enum FileSourceError {
         /// The checkpoint's offset.
         offset: u64,
     },
-    /// The format rejected a line.
+    /// An Avro container file that cannot be read: not one, damaged, or not at the
+    /// checkpoint's block.
+    #[error("{file}: {message}")]
+    Container {
+        /// The file.
+        file: String,
+        /// What is wrong, and what to do.
+        message: String,
+    },
+    /// A line (or an Avro record) the format rejects.
     #[error("{file}:{line}: {message}")]
     Parse {
         /// The file.

@@ -118,7 +118,7 @@ pub struct ParsedLine {
 /// assert_eq!(format.parse("5,x").unwrap().event_time, 5);
 /// assert_eq!(
 ///     formats.resolve("tsv").err().unwrap().to_string(),
-///     "source.format = \"tsv\": no such line format: use \"csv\" or \"json\", or a registered one: time-and-text"
+///     "source.format = \"tsv\": no such line format: use \"csv\", \"json\" or \"avro\", or a registered one: time-and-text"
 /// );
 /// ```
 #[derive(Clone, Default)]
@@ -222,7 +222,7 @@ impl fmt::Debug for LineFormats {
 /// A job's `[source] format` names no registered format: one line naming it and the
 /// registered ones.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("source.format = \"{name}\": no such line format: use \"csv\" or \"json\", or {}", registered_list(.registered))]
+#[error("source.format = \"{name}\": no such line format: use \"csv\", \"json\" or \"avro\", or {}", registered_list(.registered))]
 pub struct UnknownLineFormat {
     /// The name the job gave.
     pub name: String,
@@ -269,11 +269,11 @@ mod tests {
         let e = formats.resolve("c").err().unwrap();
         assert_eq!(
             e.to_string(),
-            "source.format = \"c\": no such line format: use \"csv\" or \"json\", or a registered one: a, b"
+            "source.format = \"c\": no such line format: use \"csv\", \"json\" or \"avro\", or a registered one: a, b"
         );
         assert_eq!(
             LineFormats::new().resolve("c").err().unwrap().to_string(),
-            "source.format = \"c\": no such line format: use \"csv\" or \"json\", or one the \
+            "source.format = \"c\": no such line format: use \"csv\", \"json\" or \"avro\", or one the \
              program running the job registers (none is: it registers them in RunConfig::formats)"
         );
     }

@@ -8,6 +8,7 @@
 //! the Avro JSON encoding (see [`AvroRecord::to_json`]). A schema that refers to others (the
 //! registry's `references`) is parsed with them, fetched by subject and version.
 
+pub(crate) mod container;
 mod json;
 
 pub use apache_avro;

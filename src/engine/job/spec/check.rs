@@ -230,7 +230,7 @@ pub(super) fn check_file_source(
         return Err(loc.at(
             span,
             Some("source.format"),
-            "a file source needs format = \"csv\" (with its columns), \"json\" (JSON Lines) or \
+            "a file source needs format = \"csv\" (with its columns), \"json\" (JSON Lines), \"avro\" (container files) or \
              the name of a format the program that runs the job registers (an unknown name is \
              refused at start, with the registered ones listed)",
         ));

@@ -31,23 +31,25 @@ pub(super) fn check_line_format(
     ];
     let spec = match name {
         "csv" => csv_spec(loc, span, raw)?,
-        "json" => {
+        "json" | "avro" => {
             refuse(loc, &csv_only, "only format = \"csv\" has it: remove it")?;
-            LineFormatSpec::JsonLines {
-                time: required_time(loc, span, raw, name)?,
-                key: key(loc, raw)?,
+            let (time, key) = (required_time(loc, span, raw, name)?, key(loc, raw)?);
+            if name == "json" {
+                LineFormatSpec::JsonLines { time, key }
+            } else {
+                LineFormatSpec::Avro { time, key }
             }
         }
         "" => {
             return Err(loc.at(
                 &format.span(),
                 Some("source.format"),
-                "the format is empty: name the format of the files (\"csv\", \"json\", or one the program running the job registers)",
+                "the format is empty: name the format of the files (\"csv\", \"json\", \"avro\", or one the program running the job registers)",
             ))
         }
         _ => {
             let registered = format!(
-                "format = \"{name}\" is one the program running the job registers, and it reads its lines its own way: remove it (or use format = \"csv\" or \"json\")"
+                "format = \"{name}\" is one the program running the job registers, and it reads its lines its own way: remove it (or use format = \"csv\", \"json\" or \"avro\")"
             );
             refuse(loc, &csv_only, &registered)?;
             refuse(

@@ -157,6 +157,14 @@ pub enum LineFormatSpec {
         /// The Kafka key's field path.
         key: Option<String>,
     },
+    /// `"avro"`: Avro container files, each record as plain JSON (as a Kafka source reads
+    /// Avro), the event time and key at field paths.
+    Avro {
+        /// The event time's field path.
+        time: String,
+        /// The Kafka key's field path.
+        key: Option<String>,
+    },
     /// Any other name: one of the formats the program running the job registers
     /// ([`LineFormats`](crate::engine::formats::LineFormats)); a name not registered stops the
     /// job at start.
@@ -169,6 +177,7 @@ impl LineFormatSpec {
         match self {
             LineFormatSpec::Csv { .. } => "csv",
             LineFormatSpec::JsonLines { .. } => "json",
+            LineFormatSpec::Avro { .. } => "avro",
             LineFormatSpec::Registered(name) => name,
         }
     }
@@ -204,7 +213,7 @@ impl LineFormatSpec {
                 }
                 Ok(Arc::new(format))
             }
-            LineFormatSpec::JsonLines { time, key } => {
+            LineFormatSpec::JsonLines { time, key } | LineFormatSpec::Avro { time, key } => {
                 let mut format = JsonLinesFormat::new(time)?;
                 if let Some(key) = key {
                     format = format.with_key(key)?;

@@ -984,6 +984,18 @@ fn malformed_line_formats_name_the_line_and_the_field() {
             "only format = \"csv\" has it",
         ),
         (
+            format!("{head}format = \"avro\"\n{sink}"),
+            2,
+            "source.time",
+            "format = \"avro\" needs time = \"<field>\"",
+        ),
+        (
+            format!("{head}format = \"avro\"\ntime = \"t\"\ncolumns = []\n{sink}"),
+            7,
+            "source.columns",
+            "only format = \"csv\" has it",
+        ),
+        (
             format!("{head}format = \"lines\"\ntime = \"t\"\n{sink}"),
             6,
             "source.time",
@@ -1003,6 +1015,18 @@ fn malformed_line_formats_name_the_line_and_the_field() {
         assert_eq!((l, f.as_str()), (line, field), "{m}\n{text}");
         assert!(m.contains(part), "{m:?} lacks {part:?}\n{text}");
     }
+    let avro = Job::parse(
+        "j.toml",
+        &format!("{head}format = \"avro\"\ntime = \"ride.at\"\nkey = \"id\"\n{sink}"),
+    )
+    .unwrap();
+    assert_eq!(
+        avro.source.file.unwrap().format,
+        super::LineFormatSpec::Avro {
+            time: "ride.at".into(),
+            key: Some("id".into())
+        }
+    );
     // A header's names: the columns come from the files, the time and key are checked then.
     let job = Job::parse(
         "j.toml",

@@ -20,7 +20,7 @@ use crate::client::{
     Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, Offset, TopicPartition,
 };
 use crate::engine::checkpoint::{Positions, TaskId};
-use crate::engine::file_source::{FileSource, FileSourceConfig};
+use crate::engine::file_source::{FileSource, FileSourceConfig, Framing};
 use crate::engine::formats::LineFormat;
 use crate::engine::job::{FileSourceSpec, Job, LineFormatSpec};
 use crate::engine::metrics::Metrics;
@@ -323,6 +323,10 @@ fn file_reader(
         // The engine's formats declare a header; a registered one may leave its first line
         // to be skipped when it rejects it (a header it does not know).
         skip_header: matches!(spec.format, LineFormatSpec::Registered(_)),
+        framing: match spec.format {
+            LineFormatSpec::Avro { .. } => Framing::AvroContainer,
+            _ => Framing::Lines,
+        },
     };
     let format = format.ok_or_else(|| {
         RuntimeError::Internal(format!(

@@ -337,7 +337,7 @@ mod tests {
         assert!(matches!(e, RuntimeError::LineFormat(_)), "{e:?}");
         assert_eq!(
             e.to_string(),
-            "source.format = \"x\": no such line format: use \"csv\" or \"json\", or a registered one: lines, tsv"
+            "source.format = \"x\": no such line format: use \"csv\", \"json\" or \"avro\", or a registered one: lines, tsv"
         );
         assert!(!state_dir.exists());
     }

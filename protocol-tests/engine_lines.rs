@@ -364,3 +364,109 @@ async fn avro_container_files_killed_inside_a_block_and_restarted_write_each_rec
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every record of the finished Avro part files in `out`, as plain JSON (hidden in-progress
+/// files left out, as a reader of the directory does).
+fn avro_files(out: &Path) -> Vec<serde_json::Value> {
+    let mut names: Vec<String> = std::fs::read_dir(out)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    let mut records = Vec::new();
+    for name in names.iter().filter(|n| !n.starts_with('.')) {
+        assert!(name.ends_with(".avro"), "{name}");
+        let bytes = std::fs::read(out.join(name)).unwrap();
+        let reader = onceflow::schema::apache_avro::Reader::new(bytes.as_slice())
+            .unwrap_or_else(|e| panic!("{name} is not a whole container file: {e}"));
+        for value in reader {
+            let value = value.unwrap_or_else(|e| panic!("{name}: {e}"));
+            let json: serde_json::Value = value.try_into().unwrap();
+            records.push(json);
+        }
+    }
+    records
+}
+
+/// The cleansing job (d) into Avro container files (`[sink] type = "file"`, `format = "avro"`,
+/// the shipped taxi ride schema, deflate blocks): each finished part file is a whole container
+/// file that apache_avro's own reader reads, and it holds exactly the rides inside the NYC box,
+/// each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cleansing_job_writes_avro_container_files_of_exactly_the_kept_rides() {
+    let dir = scratch("avro-out");
+    let input = TestTopic::create("avro-out-in", 2).await;
+    let out = dir.join("out");
+    let rides: Vec<Ride> = onceflow_taxi::generate::rides(onceflow_taxi::generate::Config {
+        rides: 150,
+        ..Default::default()
+    })
+    .unwrap()
+    .collect();
+    let producer = onceflow::client::Producer::new(producer_config(&broker(), &[]))
+        .await
+        .unwrap();
+    for r in &rides {
+        let mut record = onceflow::client::ProducerRecord::new(
+            input.name.clone(),
+            bytes::Bytes::from(r.to_json()),
+        );
+        record.key = Some(bytes::Bytes::from(r.key()));
+        producer.send(record).await.unwrap().await.unwrap();
+    }
+    let schema = repo().join("fixtures/schemas/taxi-ride.avsc");
+    let job = crate::engine_files::job_from(
+        &dir,
+        "rides-cleansing-to-files.toml",
+        &[
+            ("topics = ", format!("topics = [\"{}\"]", input.name)),
+            ("path = ", format!("path = \"{}\"", out.display())),
+            (
+                "format = ",
+                format!(
+                    "format = \"avro\"\nschema = \"{}\"\ncodec = \"deflate\"",
+                    schema.display()
+                ),
+            ),
+            (
+                "checkpoint.interval.ms = ",
+                "checkpoint.interval.ms = 200".into(),
+            ),
+        ],
+    );
+    let mut want: Vec<(u64, bool)> = rides
+        .iter()
+        .filter(|r| r.inside(&onceflow_taxi::NYC))
+        .map(|r| (r.ride_id, r.is_start))
+        .collect();
+    want.sort();
+    let log = dir.join("run.log");
+    let mut child = start_job(&job, &log, &["--fresh"]);
+    let deadline = std::time::Instant::now() + crate::engine_run::DEADLINE;
+    while avro_files(&out).len() < want.len() {
+        assert!(child.try_wait().unwrap().is_none(), "{}", log_of(&log));
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of {} rides in {}:\n{}",
+            avro_files(&out).len(),
+            want.len(),
+            out.display(),
+            log_of(&log)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    stop(child, &log).await;
+    let mut got: Vec<(u64, bool)> = avro_files(&out)
+        .into_iter()
+        .map(|v| {
+            let ride: Ride =
+                serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{v}: {e}"));
+            (ride.ride_id, ride.is_start)
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got, want, "{}", log_of(&log));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -30,7 +30,7 @@ mod registry;
 mod subject;
 pub mod wire;
 
-pub(crate) use avro::container::Container;
+pub(crate) use avro::container::{Container, ContainerWriter};
 pub use avro::{apache_avro, AvroDeserializer, AvroRecord, AvroSerializer};
 pub use config::RegistryConfig;
 pub use error::{Result, SchemaError};

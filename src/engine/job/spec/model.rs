@@ -231,7 +231,8 @@ impl LineFormatSpec {
 pub struct FileSinkSpec {
     /// `path`: the output directory (this job's alone).
     pub path: PathBuf,
-    /// `format`: `json` (JSON lines, the default) or `csv` (with `columns`).
+    /// `format`: `json` (JSON lines, the default), `csv` (with `columns`) or `avro` (with
+    /// `schema` and `codec`).
     pub format: OutputFormat,
     /// `part.prefix`: part file names start with it (default `part`).
     pub prefix: String,
@@ -250,6 +251,13 @@ pub enum OutputFormat {
     Csv {
         /// The fields written, in order.
         columns: Vec<String>,
+    },
+    /// Avro container files of `schema` (an `.avsc`), blocks compressed with `codec`.
+    Avro {
+        /// The schema file.
+        schema: PathBuf,
+        /// `null`, `deflate`, `snappy` or `zstandard`.
+        codec: String,
     },
 }
 

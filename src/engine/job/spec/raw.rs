@@ -155,6 +155,7 @@ pub(super) struct RawSink {
     pub(super) path: Option<Spanned<String>>,
     pub(super) format: Option<Spanned<String>>,
     pub(super) schema: Option<Spanned<String>>,
+    pub(super) codec: Option<Spanned<String>>,
     pub(super) columns: Option<Spanned<Vec<String>>>,
     pub(super) part: Option<RawPart>,
     pub(super) rolling: Option<RawRolling>,

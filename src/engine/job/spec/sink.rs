@@ -108,6 +108,7 @@ fn check_value_columns(
 pub(super) fn refuse_file_fields(loc: &Locator<'_>, raw: &RawSink) -> Result<(), JobError> {
     let only_files = [
         (raw.path.as_ref().map(|p| p.span()), "sink.path"),
+        (raw.codec.as_ref().map(|p| p.span()), "sink.codec"),
         (
             raw.part.as_ref().map(|p| p.prefix.span()),
             "sink.part.prefix",
@@ -165,14 +166,8 @@ pub(super) fn check_file_sink(
     if path.get_ref().trim().is_empty() {
         return Err(loc.at(&path.span(), Some("sink.path"), "the path is empty"));
     }
-    if let Some(schema) = &raw.schema {
-        return Err(loc.at(
-            &schema.span(),
-            Some("sink.schema"),
-            "a file sink writes JSON lines or CSV, without a schema: remove schema",
-        ));
-    }
-    let format = check_output_format(loc, span, raw.format.as_ref(), raw.columns.take())?;
+    let path = PathBuf::from(path.get_ref());
+    let format = check_output_format(loc, span, raw)?;
     let prefix = match raw.part.as_ref() {
         Some(p) => {
             let text = p.prefix.get_ref();
@@ -195,7 +190,7 @@ pub(super) fn check_file_sink(
     };
     let (roll_size_bytes, roll_interval_ms) = check_rolling(loc, span, raw.rolling.as_ref())?;
     Ok(FileSinkSpec {
-        path: PathBuf::from(path.get_ref()),
+        path,
         format,
         prefix,
         roll_size_bytes,
@@ -203,24 +198,38 @@ pub(super) fn check_file_sink(
     })
 }
 
-/// `sink.format` of a file sink (JSON lines by default) and, for CSV, its `columns`.
+/// `sink.format` of a file sink (JSON lines by default), with CSV's `columns` or Avro's
+/// `schema` and `codec`.
 pub(super) fn check_output_format(
     loc: &Locator<'_>,
     span: &Range<usize>,
-    format: Option<&Spanned<String>>,
-    columns: Option<Spanned<Vec<String>>>,
+    raw: &mut RawSink,
 ) -> Result<OutputFormat, JobError> {
+    let (format, columns) = (raw.format.as_ref(), raw.columns.take());
     let csv = match format.map(|f| (f.get_ref().as_str(), f.span())) {
         None | Some(("json", _)) => false,
         Some(("csv", _)) => true,
+        Some(("avro", _)) => return check_avro_output(loc, span, raw, columns),
         Some((other, at)) => {
             return Err(loc.at(
                 &at,
                 Some("sink.format"),
-                format!("{other:?} is not a file format: use \"json\" (JSON lines) or \"csv\""),
+                format!("{other:?} is not a file format: use \"json\" (JSON lines), \"csv\" or \"avro\" (container files)"),
             ))
         }
     };
+    for (given, field) in [
+        (raw.schema.as_ref().map(Spanned::span), "sink.schema"),
+        (raw.codec.as_ref().map(Spanned::span), "sink.codec"),
+    ] {
+        if let Some(at) = given {
+            return Err(loc.at(
+                &at,
+                Some(field),
+                "only format = \"avro\" files are written with a schema and a codec: set it, or remove this",
+            ));
+        }
+    }
     Ok(match (csv, columns) {
         (false, None) => OutputFormat::JsonLines,
         (false, Some(c)) => {
@@ -238,6 +247,64 @@ pub(super) fn check_output_format(
             Some("sink.columns"),
             "format = \"csv\" needs the fields to write: columns = [\"ride_id\", \"event_time\"]",
         )),
+    })
+}
+
+/// `format = "avro"` files: `schema` (an `.avsc`) and `codec` (`null` by default).
+fn check_avro_output(
+    loc: &Locator<'_>,
+    span: &Range<usize>,
+    raw: &mut RawSink,
+    columns: Option<Spanned<Vec<String>>>,
+) -> Result<OutputFormat, JobError> {
+    if let Some(c) = columns {
+        return Err(loc.at(
+            &c.span(),
+            Some("sink.columns"),
+            "columns are for format = \"csv\": an Avro file's records hold its schema's fields; remove columns",
+        ));
+    }
+    let Some(schema) = raw.schema.take() else {
+        return Err(loc.at(
+            span,
+            Some("sink.schema"),
+            "format = \"avro\" writes with a schema: add schema = \"ride.avsc\" (a file)",
+        ));
+    };
+    if !schema.get_ref().ends_with(".avsc") {
+        return Err(loc.at(
+            &schema.span(),
+            Some("sink.schema"),
+            format!(
+                "format = \"avro\" writes with an Avro schema file ending in .avsc, not {:?}",
+                schema.get_ref()
+            ),
+        ));
+    }
+    let codec = match raw.codec.take() {
+        None => "null".to_owned(),
+        Some(c)
+            if matches!(
+                c.get_ref().as_str(),
+                "null" | "deflate" | "snappy" | "zstandard"
+            ) =>
+        {
+            c.into_inner()
+        }
+        Some(c) => {
+            return Err(loc.at(
+                &c.span(),
+                Some("sink.codec"),
+                format!(
+                    "{:?} is not a codec: use \"null\", \"deflate\", \"snappy\" or \"zstandard\"",
+                    c.get_ref()
+                ),
+            ))
+        }
+    };
+    Ok(OutputFormat::Avro {
+        schema: PathBuf::from(schema.into_inner()),
+        codec,
     })
 }
 

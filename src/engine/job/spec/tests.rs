@@ -1277,15 +1277,52 @@ fn record_formats_and_the_registry_are_read_and_their_mistakes_are_placed() {
         ),
         (
             format!("{HEAD}[sink]\ntype = \"file\"\npath = \"out\"\nformat = \"avro\"\n"),
+            "sink.schema",
+            "format = \"avro\" writes with a schema: add schema = \"ride.avsc\"",
+        ),
+        (
+            format!("{HEAD}[sink]\ntype = \"file\"\npath = \"out\"\nformat = \"avro\"\nschema = \"r.proto\"\n"),
+            "sink.schema",
+            "an Avro schema file ending in .avsc",
+        ),
+        (
+            format!("{HEAD}[sink]\ntype = \"file\"\npath = \"out\"\nformat = \"avro\"\nschema = \"r.avsc\"\ncodec = \"lzo\"\n"),
+            "sink.codec",
+            "\"lzo\" is not a codec",
+        ),
+        (
+            format!("{HEAD}[sink]\ntype = \"file\"\npath = \"out\"\nformat = \"avro\"\nschema = \"r.avsc\"\ncolumns = [\"a\"]\n"),
+            "sink.columns",
+            "columns are for format = \"csv\"",
+        ),
+        (
+            format!("{HEAD}[sink]\ntype = \"file\"\npath = \"out\"\nformat = \"xml\"\n"),
             "sink.format",
-            "\"avro\" is not a file format",
+            "\"xml\" is not a file format",
         ),
         (
             format!("{HEAD}[sink]\ntype = \"file\"\npath = \"out\"\nschema = \"x.avsc\"\n"),
             "sink.schema",
-            "a file sink writes JSON lines or CSV",
+            "only format = \"avro\" files are written with a schema",
+        ),
+        (
+            format!("{HEAD}{SINK}codec = \"deflate\"\n"),
+            "sink.codec",
+            "only a file sink has it",
         ),
     ];
+    let avro = Job::parse(
+        "j.toml",
+        &format!("{HEAD}[sink]\ntype = \"file\"\npath = \"out\"\nformat = \"avro\"\nschema = \"r.avsc\"\ncodec = \"snappy\"\n"),
+    )
+    .unwrap();
+    assert_eq!(
+        avro.sink.file.unwrap().format,
+        super::OutputFormat::Avro {
+            schema: PathBuf::from("r.avsc"),
+            codec: "snappy".into()
+        }
+    );
     for (text, field, part) in cases {
         let (_, got_field, message) = invalid(&text);
         assert_eq!(got_field, field, "{message}\n--- in:\n{text}");

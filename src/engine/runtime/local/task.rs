@@ -207,6 +207,7 @@ fn recover_files(
     generation: u64,
 ) -> Result<RecoveredSinks, RuntimeError> {
     let exactly_once = config.job.sink.guarantee == DeliveryGuarantee::ExactlyOnce;
+    let format = file_format(&file.format)?;
     let restored: Vec<&PreparedFiles> = record
         .committables
         .iter()
@@ -228,18 +229,39 @@ fn recover_files(
             prefix: file.prefix.clone(),
             task: u32::try_from(task).unwrap_or(u32::MAX),
             generation,
-            format: match &file.format {
-                OutputFormat::JsonLines => FileFormat::JsonLines,
-                OutputFormat::Csv { columns } => FileFormat::Csv {
-                    columns: columns.clone(),
-                },
-            },
+            format: format.clone(),
             roll_size_bytes: file.roll_size_bytes,
             roll_interval: Duration::from_millis(file.roll_interval_ms),
             exactly_once,
         })
         .collect();
     Ok(RecoveredSinks::Files { configs, committed })
+}
+
+/// The part files' layout of a job's file sink; an Avro schema file is read (and checked)
+/// now, before anything is recovered.
+///
+/// # Errors
+/// [`RuntimeError::Unsupported`] naming the schema file and what is wrong with it.
+fn file_format(format: &OutputFormat) -> Result<FileFormat, RuntimeError> {
+    Ok(match format {
+        OutputFormat::JsonLines => FileFormat::JsonLines,
+        OutputFormat::Csv { columns } => FileFormat::Csv {
+            columns: columns.clone(),
+        },
+        OutputFormat::Avro { schema, codec } => {
+            let shown = schema.display();
+            let text = std::fs::read_to_string(schema).map_err(|e| {
+                RuntimeError::Unsupported(format!("sink.schema: cannot read {shown}: {e}"))
+            })?;
+            crate::schema::ContainerWriter::new(&text, codec, [0; 16])
+                .map_err(|m| RuntimeError::Unsupported(format!("sink.schema {shown}: {m}")))?;
+            FileFormat::Avro {
+                schema: text,
+                codec: codec.clone(),
+            }
+        }
+    })
 }
 
 /// Refuses what this version does not run, in one line naming the setting.

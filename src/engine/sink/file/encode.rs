@@ -41,6 +41,11 @@ pub(super) fn encode(format: &FileFormat, value: &[u8], line: &mut Vec<u8>) -> R
                 .map_err(|reason| invalid_record(value, reason))?;
             line.push(b'\n');
         }
+        FileFormat::Avro { .. } => {
+            return Err(FileSinkError::Config(
+                "an Avro record is encoded by the writer's container writer".into(),
+            ))
+        }
     }
     Ok(())
 }

@@ -86,6 +86,14 @@ pub enum FileFormat {
         /// The columns, in order: the JSON object's field names.
         columns: Vec<String>,
     },
+    /// An Avro container file of this schema: each record (JSON, as the pipeline holds Avro
+    /// records) encoded with it, in blocks compressed with `codec`.
+    Avro {
+        /// The schema's text (an `.avsc`'s content).
+        schema: String,
+        /// `null`, `deflate`, `snappy` or `zstandard`.
+        codec: String,
+    },
 }
 
 impl FileFormat {
@@ -93,6 +101,7 @@ impl FileFormat {
         match self {
             FileFormat::JsonLines => "jsonl",
             FileFormat::Csv { .. } => "csv",
+            FileFormat::Avro { .. } => "avro",
         }
     }
 }

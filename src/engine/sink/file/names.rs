@@ -12,13 +12,13 @@ pub(super) fn in_progress_name(finished: &str) -> String {
 }
 
 /// The finished name of `name` if it is an in-progress file of `prefix`: exactly
-/// `.<prefix>-<5 digits>-<10 digits>-<8 digits>.<jsonl|csv>.inprogress`, so that another
+/// `.<prefix>-<5 digits>-<10 digits>-<8 digits>.<jsonl|csv|avro>.inprogress`, so that another
 /// prefix that merely starts with this one never matches.
 pub(super) fn parse_in_progress<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
     let finished = name.strip_prefix('.')?.strip_suffix(IN_PROGRESS_SUFFIX)?;
     let rest = finished.strip_prefix(prefix)?.strip_prefix('-')?;
     let (stem, ext) = rest.rsplit_once('.')?;
-    if ext != "jsonl" && ext != "csv" {
+    if !matches!(ext, "jsonl" | "csv" | "avro") {
         return None;
     }
     let mut parts = stem.split('-');

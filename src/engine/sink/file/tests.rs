@@ -476,3 +476,68 @@ fn in_progress_names_parse_only_for_their_prefix() {
     assert_eq!(parse_in_progress(&name, "a"), None);
     assert_eq!(parse_in_progress(&finished, "a.b"), None);
 }
+
+/// Avro output: every part file is a whole container file (header, blocks) whose records read
+/// back as the JSON written; rolling and the barrier each close one; a record that does not
+/// fit the schema is refused and the sink goes on.
+#[test]
+fn avro_part_files_are_whole_container_files_of_the_records_written() {
+    use crate::schema::Container;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let schema = r#"{"type":"record","name":"N","fields":[{"name":"n","type":"long"},{"name":"tag","type":["null","string"],"default":null}]}"#;
+    for codec in ["null", "deflate", "snappy", "zstandard"] {
+        let _ = fs::remove_dir_all(&out);
+        let format = FileFormat::Avro {
+            schema: schema.into(),
+            codec: codec.into(),
+        };
+        let config = FileWriterConfig {
+            roll_size_bytes: 2000,
+            ..FileWriterConfig::new(&out, 0, 1, format)
+        };
+        let mut sink = FileWriter::open(config).unwrap();
+        let written: Vec<String> = (0..700)
+            .map(|n| match n % 3 {
+                0 => format!(r#"{{"n":{n},"tag":"t{n}"}}"#),
+                _ => format!(r#"{{"n":{n},"tag":null}}"#),
+            })
+            .collect();
+        for (i, r) in written.iter().enumerate() {
+            sink.write(r.as_bytes()).unwrap();
+            if i == 350 {
+                let e = sink.write(br#"{"n":"x"}"#).unwrap_err();
+                assert!(matches!(e, FileSinkError::InvalidRecord { .. }), "{e}");
+            }
+        }
+        let pending = sink.on_barrier(1).unwrap().unwrap();
+        assert!(pending.files.len() > 1, "{codec}: rolled by size");
+        sink.commit(&pending).unwrap();
+        let mut read = Vec::new();
+        for name in visible(&out) {
+            assert!(name.ends_with(".avro"), "{name}");
+            let bytes = fs::read(out.join(&name)).unwrap();
+            let mut r = bytes.as_slice();
+            let c = Container::read_header(&mut r).unwrap();
+            while let Some(block) = c.read_block(&mut r).unwrap() {
+                read.extend(c.records(&block).unwrap());
+            }
+        }
+        let want: Vec<String> = written
+            .iter()
+            .map(|r| serde_json::from_str::<serde_json::Value>(r).unwrap().to_string())
+            .collect();
+        assert_eq!(read, want, "{codec}");
+    }
+    let bad = FileWriterConfig::new(
+        &out,
+        0,
+        2,
+        FileFormat::Avro {
+            schema: "{".into(),
+            codec: "null".into(),
+        },
+    );
+    let e = FileWriter::open(bad).unwrap_err();
+    assert!(e.to_string().contains("the Avro output: the schema does not parse"), "{e}");
+}

@@ -5,6 +5,7 @@ use super::encode::encode;
 use super::names::{finished_name, in_progress_name, parse_in_progress};
 use super::recover::{commit_in, create_dir, finish_leftover, metadata, rename, sync_dir};
 use crate::engine::sink::SinkCommit;
+use crate::schema::ContainerWriter;
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, ErrorKind, Write};
@@ -12,14 +13,40 @@ use std::path::Path;
 use std::time::Instant;
 use tracing::{debug, info};
 
+/// An Avro part file's records are written as a block once their encodings reach this size
+/// (and at the file's close).
+const AVRO_BLOCK_BYTES: usize = 64 * 1024;
+
+/// An Avro container's sync marker for this writer's files: 16 random bytes (the standard
+/// library's random hash keys over the writer's directory, task and generation). Any value
+/// works; it need only be unlikely inside the data.
+fn sync_marker(config: &FileWriterConfig) -> [u8; 16] {
+    use std::hash::BuildHasher;
+    let mut out = [0u8; 16];
+    for (i, half) in out.chunks_mut(8).enumerate() {
+        let hash = std::collections::hash_map::RandomState::new().hash_one((
+            i,
+            &config.dir,
+            config.task,
+            config.generation,
+        ));
+        half.copy_from_slice(&hash.to_le_bytes());
+    }
+    out
+}
+
 /// The part file being written.
 #[derive(Debug)]
 pub(super) struct OpenPart {
     file: BufWriter<File>,
     in_progress: String,
     finished: String,
+    /// Bytes written to the file (an Avro file's pending block not yet).
     bytes: u64,
     opened: Instant,
+    /// An Avro file's records not yet written as a block: their encodings and count.
+    block: Vec<u8>,
+    block_count: u64,
 }
 
 /// One file sink task's writer. See the module docs for the life of a checkpoint through it.
@@ -31,8 +58,10 @@ pub struct FileWriter {
     config: FileWriterConfig,
     /// `config.dir` as text, for PendingFiles and messages.
     dir_display: String,
-    /// The CSV header line, written first into every part file.
+    /// The CSV header line or the Avro container header, written first into every part file.
     header: Option<Vec<u8>>,
+    /// Avro: the container writer (records are written in blocks).
+    avro: Option<ContainerWriter>,
     open: Option<OpenPart>,
     next_seq: u64,
     /// Files closed since the last barrier (exactly once).
@@ -56,11 +85,17 @@ impl FileWriter {
     pub fn open(config: FileWriterConfig) -> Result<FileWriter, FileSinkError> {
         check_config(&config)?;
         create_dir(&config.dir)?;
+        let avro = match &config.format {
+            FileFormat::Avro { schema, codec } => Some(
+                ContainerWriter::new(schema, codec, sync_marker(&config))
+                    .map_err(|m| FileSinkError::Config(format!("the Avro output: {m}")))?,
+            ),
+            _ => None,
+        };
         let header = match &config.format {
             FileFormat::JsonLines => None,
-            FileFormat::Csv { columns } => {
-                Some(crate::engine::formats::csv_header(columns))
-            }
+            FileFormat::Csv { columns } => Some(crate::engine::formats::csv_header(columns)),
+            FileFormat::Avro { .. } => avro.as_ref().map(ContainerWriter::header),
         };
         debug!(
             dir = %config.dir.display(),
@@ -73,6 +108,7 @@ impl FileWriter {
             dir_display: config.dir.display().to_string(),
             config,
             header,
+            avro,
             open: None,
             next_seq: 0,
             closed: Vec::new(),
@@ -102,7 +138,13 @@ impl FileWriter {
         self.check_usable()?;
         let mut line = std::mem::take(&mut self.line);
         line.clear();
-        let result = match encode(&self.config.format, value, &mut line) {
+        let encoded = match &self.avro {
+            Some(avro) => avro
+                .datum(value, &mut line)
+                .map_err(|reason| super::encode::invalid_record(value, reason)),
+            None => encode(&self.config.format, value, &mut line),
+        };
+        let result = match encoded {
             Ok(()) => match self.append(&line) {
                 Ok(()) => Ok(()),
                 Err(error) => Err(self.fail(error)),
@@ -288,14 +330,23 @@ impl FileWriter {
             Some(open) => open,
             None => self.new_part(now)?,
         };
-        open.file
-            .write_all(line)
-            .map_err(|source| FileSinkError::Write {
-                path: self.config.dir.join(&open.in_progress),
-                source,
-            })?;
-        open.bytes += line.len() as u64;
-        if open.bytes >= self.config.roll_size_bytes {
+        if self.avro.is_some() {
+            open.block.extend_from_slice(line);
+            open.block_count += 1;
+            if open.block.len() >= AVRO_BLOCK_BYTES {
+                self.write_block(&mut open)?;
+            }
+        } else {
+            open.file
+                .write_all(line)
+                .map_err(|source| FileSinkError::Write {
+                    path: self.config.dir.join(&open.in_progress),
+                    source,
+                })?;
+            open.bytes += line.len() as u64;
+        }
+        // An Avro file's pending block counts uncompressed: it rolls a little early.
+        if open.bytes + open.block.len() as u64 >= self.config.roll_size_bytes {
             self.close(open)
         } else {
             self.open = Some(open);
@@ -349,6 +400,8 @@ impl FileWriter {
             finished,
             bytes: 0,
             opened: now,
+            block: Vec::new(),
+            block_count: 0,
         };
         if let Some(header) = &self.header {
             part.file
@@ -362,7 +415,8 @@ impl FileWriter {
 
     /// Closes a part file: flush, fsync; then pending until its checkpoint's commit (exactly
     /// once), or renamed to its finished name at once (at least once).
-    fn close(&mut self, open: OpenPart) -> Result<(), FileSinkError> {
+    fn close(&mut self, mut open: OpenPart) -> Result<(), FileSinkError> {
+        self.write_block(&mut open)?;
         let path = self.config.dir.join(&open.in_progress);
         let file = open
             .file
@@ -385,6 +439,30 @@ impl FileWriter {
             rename(&self.config.dir, &pending)?;
             sync_dir(&self.config.dir)?;
         }
+        Ok(())
+    }
+
+    /// Writes an Avro file's pending records as one block (none pending: nothing).
+    fn write_block(&self, open: &mut OpenPart) -> Result<(), FileSinkError> {
+        let Some(avro) = &self.avro else {
+            return Ok(());
+        };
+        if open.block_count == 0 {
+            return Ok(());
+        }
+        let path = self.config.dir.join(&open.in_progress);
+        let block = avro
+            .block(open.block_count, &open.block)
+            .map_err(|m| FileSinkError::Write {
+                path: path.clone(),
+                source: std::io::Error::other(m),
+            })?;
+        open.file
+            .write_all(&block)
+            .map_err(|source| FileSinkError::Write { path, source })?;
+        open.bytes += block.len() as u64;
+        open.block.clear();
+        open.block_count = 0;
         Ok(())
     }
 

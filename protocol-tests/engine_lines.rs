@@ -100,6 +100,45 @@ async fn json_lines_arrive_once_each_as_written_keyed_and_timed_by_their_fields(
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Runs `job` until its first output is committed, SIGKILLs it (still inside its files),
+/// runs it again to the end: `output` holds each value of `want` once, keyed by its field
+/// `key`. Removes `dir`.
+async fn killed_and_restarted(
+    dir: &Path,
+    job: &Path,
+    output: &TestTopic,
+    mut want: Vec<String>,
+    key: &str,
+) {
+    let first = dir.join("run1.log");
+    let mut child = start_job(job, &first, &["--fresh"]);
+    wait_for(output, 1, &mut child, &first).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = committed(output).await.len();
+    assert!(
+        before < want.len(),
+        "the first run wrote everything ({before}) before its kill: nothing was restored mid-file"
+    );
+    let second = dir.join("run2.log");
+    let mut child = start_job(job, &second, &[]);
+    let records = wait_for(output, want.len(), &mut child, &second).await;
+    stop(child, &second).await;
+    let seen = once_each(&records);
+    let mut got: Vec<String> = seen
+        .keys()
+        .map(|v| String::from_utf8(v.clone()).unwrap())
+        .collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "{}", log_of(&second));
+    for (value, k) in &seen {
+        let v: serde_json::Value = serde_json::from_slice(value).unwrap();
+        assert_eq!(v[key].as_str().unwrap().as_bytes(), &k[..]);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` of epoch milliseconds (the test's own arithmetic).
 fn rfc3339(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
@@ -168,33 +207,7 @@ async fn a_csv_with_a_header_killed_inside_its_files_and_restarted_writes_each_l
         ),
         &output,
     );
-    let first = dir.join("run1.log");
-    let mut child = start_job(&job, &first, &["--fresh"]);
-    wait_for(&output, 1, &mut child, &first).await;
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let before = committed(&output).await.len();
-    assert!(
-        before < want.len(),
-        "the first run wrote everything ({before}) before its kill: nothing was restored mid-file"
-    );
-    let second = dir.join("run2.log");
-    let mut child = start_job(&job, &second, &[]);
-    let records = wait_for(&output, want.len(), &mut child, &second).await;
-    stop(child, &second).await;
-    let seen = once_each(&records);
-    let mut got: Vec<String> = seen
-        .keys()
-        .map(|v| String::from_utf8(v.clone()).unwrap())
-        .collect();
-    got.sort();
-    want.sort();
-    assert_eq!(got, want, "{}", log_of(&second));
-    for (value, key) in &seen {
-        let v: serde_json::Value = serde_json::from_slice(value).unwrap();
-        assert_eq!(v["id"].as_str().unwrap().as_bytes(), &key[..]);
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    killed_and_restarted(&dir, &job, &output, want, "id").await;
 }
 
 /// `[source] format = "csv"` on a topic: each value one line of declared, typed columns, which
@@ -336,33 +349,7 @@ async fn avro_container_files_killed_inside_a_block_and_restarted_write_each_rec
         ),
         &output,
     );
-    let first = dir.join("run1.log");
-    let mut child = start_job(&job, &first, &["--fresh"]);
-    wait_for(&output, 1, &mut child, &first).await;
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let before = committed(&output).await.len();
-    assert!(
-        before < want.len(),
-        "the first run wrote everything ({before}) before its kill: nothing was restored mid-file"
-    );
-    let second = dir.join("run2.log");
-    let mut child = start_job(&job, &second, &[]);
-    let records = wait_for(&output, want.len(), &mut child, &second).await;
-    stop(child, &second).await;
-    let seen = once_each(&records);
-    let mut got: Vec<String> = seen
-        .keys()
-        .map(|v| String::from_utf8(v.clone()).unwrap())
-        .collect();
-    got.sort();
-    want.sort();
-    assert_eq!(got, want, "{}", log_of(&second));
-    for (value, key) in &seen {
-        let v: serde_json::Value = serde_json::from_slice(value).unwrap();
-        assert_eq!(v["sensor"].as_str().unwrap().as_bytes(), &key[..]);
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    killed_and_restarted(&dir, &job, &output, want, "sensor").await;
 }
 
 /// Every record of the finished Avro part files in `out`, as plain JSON (hidden in-progress

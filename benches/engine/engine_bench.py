@@ -42,7 +42,12 @@ except ImportError:
     tomllib = None
 
 REPO = Path(__file__).resolve().parents[2]
-JOBS = {"cleansing": "rides-cleansing.toml", "per-driver-hourly": "rides-per-driver-hourly.toml"}
+JOBS = {"cleansing": "rides-cleansing.toml", "per-driver-hourly": "rides-per-driver-hourly.toml",
+        "per-driver-hourly-avro": "rides-per-driver-hourly-avro.toml"}
+# A job over Avro (its name ends in -avro) reads the same rides as Avro records through the
+# schema registry at REGISTRY (the input converted once: `consume | produce --value-schema`),
+# writes Avro, and is verified with `-s value=avro -r REGISTRY`; onceflow alone runs it.
+AVRO_RIDE_SCHEMA = "fixtures/schemas/taxi-ride.avsc"
 CLK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -83,6 +88,7 @@ MEM_DRIVERS = env("MEM_DRIVERS", "200000", "20000")
 MEM_EVENT_RATE = env("MEM_EVENT_RATE", "75", "5")
 MEM_BUDGETS = env("MEM_BUDGETS", "8388608:8388608 default", "2097152:2097152").split()
 TIMEOUT = float(env("RUN_TIMEOUT_SECS", "600", "60"))
+REGISTRY = env("REGISTRY", "http://127.0.0.1:8081/apis/ccompat/v7")
 RUN_ID = f"{int(time.time())}-{os.getpid()}"
 LOG = OUT / "logs"
 RESULTS = OUT / "results.tsv"
@@ -153,9 +159,37 @@ def generate(t, rides, *, rate=None, drivers=None, produce_rate=None, wait=True)
     return spawn([BIN, *args, "-b", BOOT], stdout=log, stderr=subprocess.STDOUT)
 
 
+def is_avro(kind):
+    return kind.endswith("-avro")
+
+
+def avro_input(inp):
+    """The Avro copy of the rides topic `inp` (made once): its name."""
+    avro = inp + "-avro"
+    if avro in AVRO_INPUTS:
+        return avro
+    create(avro)
+    consume = subprocess.Popen([BIN, "consume", "-b", BOOT, "-t", inp, "-e", "--format", "value"],
+                               stdout=subprocess.PIPE, stderr=open(LOG / f"avro-{inp}.log", "a"))
+    produce = subprocess.run([BIN, "produce", "-b", BOOT, "-t", avro, "--value-schema",
+                              str(REPO / AVRO_RIDE_SCHEMA), "-r", REGISTRY],
+                             stdin=consume.stdout, stderr=open(LOG / f"avro-{inp}.log", "a"),
+                             timeout=TIMEOUT)
+    consume.wait(timeout=TIMEOUT)
+    if produce.returncode != 0 or consume.returncode != 0:
+        raise BenchError(f"converting {inp} to Avro failed (see {LOG}/avro-{inp}.log)")
+    AVRO_INPUTS.add(avro)
+    return avro
+
+
+AVRO_INPUTS = set()
+
+
 def verify(kind, inp, out):
     """(ok, records read, records expected) from `taxi verify`'s one-line verdict."""
-    line = of(["taxi", "verify", "--job", kind, "--input", inp, "--output", out], check=False)
+    job = kind[: -len("-avro")] if is_avro(kind) else kind
+    avro = ["-s", "value=avro", "-r", REGISTRY] if is_avro(kind) else []
+    line = of(["taxi", "verify", "--job", job, "--input", inp, "--output", out, *avro], check=False)
     line = line.strip()
     m = re.search(r"OK — (\d+) records", line)
     if m:
@@ -205,6 +239,7 @@ def job_file(kind, tag, out, inp, interval, guarantee, window=None, cache=None, 
             ("sink", "transactional.id.prefix"): f'transactional.id.prefix = "{topic(tag)}"',
             ("settings", "checkpoint.interval.ms"): f"checkpoint.interval.ms = {interval}",
             ("settings", "state.dir"): f'state.dir = "{state}"',
+            ("registry", "url"): f'url = "{REGISTRY}"',
             ("pipeline", "window.tumbling"): f'window.tumbling = "{window}"' if window else None,
         }.get((section, key))
         lines.append(new or line)
@@ -417,12 +452,15 @@ def throughput():
     events = 2 * int(TP_RIDES)
     rows = []
     for kind in JOB_KINDS:
-        expected = expected_count(kind, inp)
+        source = avro_input(inp) if is_avro(kind) else inp
+        expected = expected_count(kind, source)
         for rep in range(1, REPS + 1):
             for interval in INTERVALS:
                 for e, g in engine_order(rep):
-                    rows.append(throughput_run(e, kind, interval, g, inp, events, expected, rep))
-    delete(inp)
+                    if e == "onceflow" or not is_avro(kind):
+                        rows.append(throughput_run(e, kind, interval, g, source, events, expected, rep))
+    for t in [inp, *AVRO_INPUTS]:
+        delete(t)
     return rows
 
 

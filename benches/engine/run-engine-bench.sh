@@ -43,7 +43,8 @@
 # Every run ends with `onceflow taxi verify` (must be OK) on a fresh output topic and state dir.
 #
 # Environment (SMOKE defaults in brackets): BOOTSTRAP (127.0.0.1:9092), REPS (3 [1]),
-# JOBS ("cleansing per-driver-hourly"), INTERVALS ("100 1000" [100]), GUARANTEES
+# JOBS ("cleansing per-driver-hourly"; "per-driver-hourly-avro" is job (b) over Avro through
+# the schema registry at REGISTRY (http://127.0.0.1:8081/apis/ccompat/v7), onceflow only), INTERVALS ("100 1000" [100]), GUARANTEES
 # ("exactly-once at-least-once"), PARTITIONS of every topic (1), TP_RIDES (250000 [5000]), LAT_RATE (5000
 # [4000]), LAT_SECS (20 [2]), EVENT_RATE (1 ride per second of event time), REC_RIDES
 # (300000 [200000]), MEM_RIDES (300000 [20000]), MEM_DRIVERS (200000 [20000]), MEM_EVENT_RATE

@@ -477,11 +477,7 @@ impl CsvFormat {
     /// # Errors
     /// A double quote, a line break, or a character beyond ASCII.
     pub fn with_delimiter(mut self, delimiter: char) -> Result<CsvFormat, String> {
-        if !delimiter.is_ascii() || matches!(delimiter, '"' | '\n' | '\r') {
-            return Err(format!(
-                "{delimiter:?} cannot separate fields: use one ASCII character other than a quote or a line break, e.g. \",\", \";\", \"\\t\" or \"|\""
-            ));
-        }
+        check_delimiter(delimiter)?;
         self.delimiter = delimiter;
         Ok(self)
     }
@@ -614,6 +610,20 @@ impl LineFormat for CsvFormat {
         }
         Ok(())
     }
+}
+
+/// Whether `delimiter` can separate CSV fields: one ASCII character, not a quote or a line
+/// break.
+///
+/// # Errors
+/// What to use instead.
+pub(crate) fn check_delimiter(delimiter: char) -> Result<(), String> {
+    if !delimiter.is_ascii() || matches!(delimiter, '"' | '\n' | '\r') {
+        return Err(format!(
+            "{delimiter:?} cannot separate fields: use one ASCII character other than a quote or a line break, e.g. \",\", \";\", \"\\t\" or \"|\""
+        ));
+    }
+    Ok(())
 }
 
 fn count_error(columns: &[CsvColumn], found: usize) -> String {

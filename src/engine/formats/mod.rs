@@ -13,7 +13,7 @@ mod csv;
 mod json_lines;
 
 pub use crate::engine::time::TimestampFormat;
-pub(crate) use csv::{csv_header, csv_line, csv_value};
+pub(crate) use csv::{check_delimiter, csv_header, csv_line, csv_value};
 pub use csv::{ColumnType, CsvColumn, CsvFormat};
 pub use json_lines::JsonLinesFormat;
 

@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use toml::Spanned;
 
-use crate::engine::formats::{ColumnType, CsvColumn, CsvFormat, LineFormats};
+use crate::engine::formats::{check_delimiter, ColumnType, CsvColumn, LineFormats};
 use crate::engine::job::JobError;
 
 use super::locator::Locator;
@@ -113,9 +113,7 @@ fn delimiter(loc: &Locator<'_>, raw: &RawSource) -> Result<char, JobError> {
     let mut chars = d.get_ref().chars();
     match (chars.next(), chars.next()) {
         (Some(c), None) => {
-            CsvFormat::from_header("")
-                .with_delimiter(c)
-                .map_err(|m| loc.at(&d.span(), Some("source.delimiter"), m))?;
+            check_delimiter(c).map_err(|m| loc.at(&d.span(), Some("source.delimiter"), m))?;
             Ok(c)
         }
         _ => Err(loc.at(

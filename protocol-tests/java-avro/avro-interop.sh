@@ -19,9 +19,14 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 jar=$here/target/avro-interop.jar
 
+# The stamp is written once a build has finished (jar and lib/ both complete), and removed
+# before one starts: a caller that checks while another builds sees no stamp and waits for the
+# lock, instead of running a jar whose lib/ is still being copied (NoClassDefFoundError).
+stamp=$here/target/.built
+
 needs_build() {
-  [ -f "$jar" ] && [ -d "$here/target/lib" ] || return 0
-  [ -n "$(find "$here/pom.xml" "$here/src" -newer "$jar" -print -quit)" ]
+  [ -f "$stamp" ] && [ -f "$jar" ] && [ -d "$here/target/lib" ] || return 0
+  [ -n "$(find "$here/pom.xml" "$here/src" -newer "$stamp" -print -quit)" ]
 }
 
 build() {
@@ -29,13 +34,14 @@ build() {
   mkdir -p "$here/target"
   local log=$here/target/build.log
   # A stale lib/ would keep jars of an older dependency set on the manifest's Class-Path.
+  rm -f "$stamp"
   rm -rf "$here/target/lib"
   if ! mvn -q -B -f "$here/pom.xml" package >"$log" 2>&1; then
     tail -40 "$log" >&2
     echo "avro-interop.sh: build failed (full log: $log)" >&2
     exit 1
   fi
-  touch "$jar"
+  touch "$jar" "$stamp"
 }
 
 ensure_built() {

@@ -13,21 +13,27 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 jar=$here/target/interop.jar
 
+# The stamp is written once a build has finished (jar and lib/ both complete), and removed
+# before one starts: a caller that checks while another builds sees no stamp and waits for the
+# lock, instead of running a jar whose lib/ is still being copied (NoClassDefFoundError).
+stamp=$here/target/.built
+
 needs_build() {
-  [ -f "$jar" ] && [ -d "$here/target/lib" ] || return 0
-  [ -n "$(find "$here/pom.xml" "$here/src" -newer "$jar" -print -quit)" ]
+  [ -f "$stamp" ] && [ -f "$jar" ] && [ -d "$here/target/lib" ] || return 0
+  [ -n "$(find "$here/pom.xml" "$here/src" -newer "$stamp" -print -quit)" ]
 }
 
 build() {
   command -v mvn >/dev/null || { echo "interop.sh: mvn not found (apt-get install maven)" >&2; exit 1; }
   mkdir -p "$here/target"
   local log=$here/target/build.log
+  rm -f "$stamp"
   if ! mvn -q -B -f "$here/pom.xml" package >"$log" 2>&1; then
     tail -40 "$log" >&2
     echo "interop.sh: build failed (full log: $log)" >&2
     exit 1
   fi
-  touch "$jar"
+  touch "$jar" "$stamp"
 }
 
 ensure_built() {

@@ -1283,6 +1283,35 @@ mod tests {
         );
     }
 
+    /// Restored at each position of an uninterrupted read (`whole`), a source opened by
+    /// `open_with` emits exactly the records that read had left.
+    fn restored_at_every_cut(
+        whole: &[FileRecord],
+        open_with: impl Fn(Option<FilePosition>) -> FileSource,
+    ) {
+        let want: Vec<&[u8]> = whole.iter().map(|r| &r.value[..]).collect();
+        for cut in 0..=whole.len() {
+            let mut first = open_with(None);
+            let before = take(&mut first, cut);
+            let position = first.position();
+            let mut restored = open_with(Some(position.clone()));
+            let after = all(&mut restored);
+            let got: Vec<&[u8]> = before.iter().chain(&after).map(|r| &r.value[..]).collect();
+            assert_eq!(got, want, "restored after {cut} records at {position:?}");
+        }
+    }
+
+    /// The first error reading `source` gives (it must give one before its end).
+    fn first_error(source: &mut FileSource) -> FileSourceError {
+        loop {
+            match source.next() {
+                Ok(Next::End) => panic!("read to the end without an error"),
+                Ok(_) => {}
+                Err(e) => return e,
+            }
+        }
+    }
+
     /// A format with a header (the engine's CSV reading its columns' names from it) sees each
     /// file's first line as a header, never as a record; restored in the middle of a file, at
     /// every position, it learns the names again from that file before parsing the buffered
@@ -1309,25 +1338,10 @@ mod tests {
         sorted.sort_by_key(|n| n[1..].parse::<u32>().unwrap());
         assert_eq!(sorted, (0..12).map(|i| format!("r{i}")).collect::<Vec<_>>());
         assert!(whole.iter().all(|r| r.line > 1));
-        for cut in 0..=whole.len() {
-            let mut first = open_with(None);
-            let before = take(&mut first, cut);
-            let mut restored = open_with(Some(first.position()));
-            let mut got: Vec<Vec<u8>> = before.iter().map(|r| r.value.clone()).collect();
-            got.extend(all(&mut restored).into_iter().map(|r| r.value));
-            let want: Vec<Vec<u8>> = whole.iter().map(|r| r.value.clone()).collect();
-            assert_eq!(got, want, "restored after {cut} records");
-        }
+        restored_at_every_cut(&whole, open_with);
         // Another file with other columns: named at its first line.
         write_plain(&dir.path().join("c.csv"), &["at,label".into(), "2000,x".into()], "\n", true);
-        let mut source = open_with(None);
-        let e = loop {
-            match source.next() {
-                Ok(Next::End) => panic!("read past a different header"),
-                Ok(_) => {}
-                Err(e) => break e,
-            }
-        };
+        let e = first_error(&mut open_with(None));
         let c = dir.path().join("c.csv").display().to_string();
         assert_eq!(
             e.to_string(),
@@ -1378,25 +1392,9 @@ mod tests {
         assert_eq!(String::from_utf8(whole[0].value.clone()).unwrap(), r#"{"at":1000,"id":"r0"}"#);
         ids.sort_by_key(|n| n[1..].parse::<u32>().unwrap());
         assert_eq!(ids, (0..18).map(|i| format!("r{i}")).collect::<Vec<_>>());
-        for cut in 0..=whole.len() {
-            let mut first = open_with(None);
-            let before = take(&mut first, cut);
-            let position = first.position();
-            let mut restored = open_with(Some(position.clone()));
-            let mut got: Vec<Vec<u8>> = before.iter().map(|r| r.value.clone()).collect();
-            got.extend(all(&mut restored).into_iter().map(|r| r.value));
-            let want: Vec<Vec<u8>> = whole.iter().map(|r| r.value.clone()).collect();
-            assert_eq!(got, want, "restored after {cut} records at {position:?}");
-        }
+        restored_at_every_cut(&whole, open_with);
         fs::write(dir.path().join("c.avro"), "id,at\n").unwrap();
-        let mut source = open_with(None);
-        let e = loop {
-            match source.next() {
-                Ok(Next::End) => panic!("read a file that is not a container"),
-                Ok(_) => {}
-                Err(e) => break e,
-            }
-        };
+        let e = first_error(&mut open_with(None));
         let c = dir.path().join("c.avro").display().to_string();
         assert_eq!(
             e.to_string(),

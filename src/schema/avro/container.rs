@@ -352,7 +352,7 @@ impl Container {
         let unresolved = |e: apache_avro::Error| format!("the file's schema does not resolve: {e}");
         let resolved = ResolvedSchema::try_from(&self.schema).map_err(unresolved)?;
         let reader = GenericDatumReader::builder(&self.schema)
-            .resolved_writer_schemata(ResolvedSchema::try_from(&self.schema).map_err(unresolved)?)
+            .resolved_writer_schemata(resolved.clone())
             .build()
             .map_err(unresolved)?;
         let mut at = block.data.as_slice();

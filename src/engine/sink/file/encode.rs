@@ -1,6 +1,8 @@
-//! A record as a line of the part file: JSON lines, or CSV columns picked from a JSON value.
+//! A record as it goes into the part file: a JSON line, CSV columns picked from a JSON value, or an
+//! Avro record's binary encoding (written in blocks by the writer).
 
 use super::*;
+use crate::schema::ContainerWriter;
 use serde::de::IgnoredAny;
 
 pub(super) fn invalid_record(value: &[u8], reason: String) -> FileSinkError {
@@ -17,7 +19,13 @@ pub(super) fn invalid_record(value: &[u8], reason: String) -> FileSinkError {
 }
 
 /// Encodes one record into `line`, checked whole before anything reaches the file.
-pub(super) fn encode(format: &FileFormat, value: &[u8], line: &mut Vec<u8>) -> Result<(), FileSinkError> {
+/// An Avro record is encoded by `avro`, the writer's container writer (its schema parsed once).
+pub(super) fn encode(
+    format: &FileFormat,
+    avro: Option<&ContainerWriter>,
+    value: &[u8],
+    line: &mut Vec<u8>,
+) -> Result<(), FileSinkError> {
     match format {
         FileFormat::JsonLines => {
             // A lone '\r' ends a line for many readers too.
@@ -42,9 +50,11 @@ pub(super) fn encode(format: &FileFormat, value: &[u8], line: &mut Vec<u8>) -> R
             line.push(b'\n');
         }
         FileFormat::Avro { .. } => {
-            return Err(FileSinkError::Config(
-                "an Avro record is encoded by the writer's container writer".into(),
-            ))
+            let avro = avro.ok_or_else(|| {
+                FileSinkError::Config("the Avro output has no container writer".into())
+            })?;
+            avro.datum(value, line)
+                .map_err(|reason| invalid_record(value, reason))?;
         }
     }
     Ok(())

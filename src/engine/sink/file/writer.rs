@@ -138,13 +138,7 @@ impl FileWriter {
         self.check_usable()?;
         let mut line = std::mem::take(&mut self.line);
         line.clear();
-        let encoded = match &self.avro {
-            Some(avro) => avro
-                .datum(value, &mut line)
-                .map_err(|reason| super::encode::invalid_record(value, reason)),
-            None => encode(&self.config.format, value, &mut line),
-        };
-        let result = match encoded {
+        let result = match encode(&self.config.format, self.avro.as_ref(), value, &mut line) {
             Ok(()) => match self.append(&line) {
                 Ok(()) => Ok(()),
                 Err(error) => Err(self.fail(error)),

@@ -70,6 +70,10 @@ impl AggregateFunction<Ride, (u64, u64), (u64, u64)> for RidesAndPassengers {
         acc.1 += u64::from(ride.passengers);
     }
 
+    fn merge(&self, a: (u64, u64), b: (u64, u64)) -> (u64, u64) {
+        (a.0 + b.0, a.1 + b.1)
+    }
+
     fn get_result(&self, acc: &(u64, u64)) -> (u64, u64) {
         *acc
     }

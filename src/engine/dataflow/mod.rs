@@ -20,6 +20,7 @@
 //! impl AggregateFunction<Ride, u64, u64> for CountRides {
 //!     fn create_accumulator(&self) -> u64 { 0 }
 //!     fn add(&self, _ride: &Ride, acc: &mut u64) { *acc += 1 }
+//!     fn merge(&self, a: u64, b: u64) -> u64 { a + b }
 //!     fn get_result(&self, acc: &u64) -> u64 { *acc }
 //! }
 //!
@@ -53,7 +54,7 @@
 //! - [`KeyedStream`]: one key exchange per job; [`KeyedProcessFunction`] with keyed state
 //!   ([`ValueStateDescriptor`], [`MapStateDescriptor`], [`ListStateDescriptor`]) and
 //!   event-time timers, or event-time windows ([`TumblingEventTimeWindows`],
-//!   [`SlidingEventTimeWindows`]) with allowed lateness, a late side output and an
+//!   [`SlidingEventTimeWindows`], [`EventTimeSessionWindows`]) with allowed lateness, a late side output and an
 //!   [`AggregateFunction`].
 //! - [`ResultStream`]: filter, map, flat_map after the keyed stage, then the sink; no second
 //!   key_by (it has none).
@@ -81,8 +82,8 @@ pub use state::{
 };
 pub use stream::{JobGraph, KeyedStream, ResultStream, SourceStream, Stream};
 pub use window::{
-    AggregateFunction, SlidingEventTimeWindows, TumblingEventTimeWindows, WindowAssigner,
-    WindowedStream,
+    AggregateFunction, EventTimeSessionWindows, SlidingEventTimeWindows, TumblingEventTimeWindows,
+    WindowAssigner, WindowedStream,
 };
 
 pub use crate::engine::job::{DeliveryGuarantee, ErrorTolerance, StartPosition};

@@ -335,6 +335,9 @@ impl AggregateFunction<Ev, (i64, u32), i64> for Sum {
         acc.0 += e.v;
         acc.1 += 1;
     }
+    fn merge(&self, a: (i64, u32), b: (i64, u32)) -> (i64, u32) {
+        (a.0 + b.0, a.1 + b.1)
+    }
     fn get_result(&self, acc: &(i64, u32)) -> i64 {
         acc.0
     }
@@ -511,6 +514,23 @@ fn sliding_windows_count_an_element_in_each_of_its_windows() {
     assert_eq!(step(&mut h, "a", 10, 2), ["A[0,10)=1"]);
     assert_eq!(step(&mut h, "a", 15, 4), ["A[5,15)=3"]);
     assert_eq!(step(&mut h, "a", 30, 8), ["A[10,20)=6", "A[15,25)=4"]);
+}
+
+#[test]
+fn session_windows_merge_elements_at_most_the_gap_apart_with_the_accumulators_merge() {
+    let dir = tempfile::tempdir().unwrap();
+    let flow = windowed(
+        EventTimeSessionWindows::with_gap(Duration::from_millis(10)),
+        0,
+    );
+    let mut h = Harness::open(dir.path(), &flow, RestoreFrom::Fresh);
+    // Watermark = the element's time (out-of-orderness 0); the a-session [1, 11) would fire
+    // at 11, but 8 comes first and extends it; b's element at 30 closes both.
+    assert!(step(&mut h, "a", 1, 1).is_empty());
+    assert!(step(&mut h, "b", 2, 2).is_empty());
+    assert!(step(&mut h, "a", 8, 4).is_empty());
+    assert_eq!(step(&mut h, "b", 30, 8), ["A[1,18)=5", "B[2,12)=2"]);
+    assert_eq!(step(&mut h, "a", 50, 16), ["B[30,40)=8"]);
 }
 
 #[test]

@@ -29,6 +29,9 @@ pub trait AggregateFunction<T, Acc, R>: Send + Sync + 'static {
     fn create_accumulator(&self) -> Acc;
     /// Adds `value` to `acc`.
     fn add(&self, value: &T, acc: &mut Acc);
+    /// One accumulator of the elements of both: session windows merge when an element
+    /// bridges them (the other windows never call it).
+    fn merge(&self, a: Acc, b: Acc) -> Acc;
     /// The window's result from its accumulator.
     fn get_result(&self, acc: &Acc) -> R;
 }
@@ -37,8 +40,8 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// Which windows an element belongs to: [`TumblingEventTimeWindows`] or
-/// [`SlidingEventTimeWindows`].
+/// Which windows an element belongs to: [`TumblingEventTimeWindows`],
+/// [`SlidingEventTimeWindows`] or [`EventTimeSessionWindows`].
 pub trait WindowAssigner: sealed::Sealed {
     /// The windows' kind, or what is wrong with the sizes.
     #[doc(hidden)]
@@ -99,6 +102,32 @@ impl WindowAssigner for SlidingEventTimeWindows {
             ));
         }
         Ok(WindowKind::Sliding { size, slide })
+    }
+}
+
+/// Per key, sessions of elements at most `gap` apart in event time: an element opens the
+/// window `[t, t + gap)`, and windows of one key that overlap or touch merge into one (their
+/// accumulators merged by [`AggregateFunction::merge`]), `[first, last + gap)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventTimeSessionWindows {
+    gap: Duration,
+}
+
+impl EventTimeSessionWindows {
+    /// Sessions that end after `gap` (at least 1 ms) without an element.
+    pub fn with_gap(gap: Duration) -> EventTimeSessionWindows {
+        EventTimeSessionWindows { gap }
+    }
+}
+
+impl sealed::Sealed for EventTimeSessionWindows {}
+
+impl WindowAssigner for EventTimeSessionWindows {
+    fn window_kind(&self) -> Result<WindowKind, String> {
+        match millis(self.gap) {
+            0 => Err("EventTimeSessionWindows::with_gap: the gap must be at least 1 ms".into()),
+            gap => Ok(WindowKind::Session { gap }),
+        }
     }
 }
 
@@ -233,6 +262,10 @@ where
     }
     fn add(&self, acc: &mut Acc, input: &T) {
         self.funcs.0.add(input, acc);
+    }
+    fn merge(&self, acc: &mut Acc, other: Acc) {
+        let a = std::mem::replace(acc, self.funcs.0.create_accumulator());
+        *acc = self.funcs.0.merge(a, other);
     }
     fn encode(&self, acc: &Acc) -> Result<Vec<u8>, String> {
         encode("accumulator", acc).map_err(|e| e.to_string())

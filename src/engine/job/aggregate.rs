@@ -144,6 +144,60 @@ impl AggregateSpec {
         }
     }
 
+    /// Merges `other` into `acc` (two session windows became one): the same result as adding
+    /// both windows' records to one accumulator.
+    pub(crate) fn merge(&self, acc: &mut Accumulator, other: Accumulator) {
+        for (slot, other) in acc.slots.iter_mut().zip(other.slots) {
+            match (slot, other) {
+                (Slot::Count(c), Slot::Count(o)) => *c = c.saturating_add(o),
+                (
+                    Slot::Sum {
+                        int,
+                        float,
+                        floats,
+                        n,
+                    },
+                    Slot::Sum {
+                        int: oi,
+                        float: of,
+                        floats: ofs,
+                        n: on,
+                    },
+                ) => {
+                    *int = int.saturating_add(oi);
+                    *float += of;
+                    *floats |= ofs;
+                    *n = n.saturating_add(on);
+                }
+                (Slot::Min(m), Slot::Min(Some(o)))
+                    if m.is_none_or(|cur| o.cmp_num(&cur).is_some_and(|c| c.is_lt())) =>
+                {
+                    *m = Some(o);
+                }
+                (Slot::Max(m), Slot::Max(Some(o)))
+                    if m.is_none_or(|cur| o.cmp_num(&cur).is_some_and(|c| c.is_gt())) =>
+                {
+                    *m = Some(o);
+                }
+                (
+                    Slot::Avg { int, float, n },
+                    Slot::Avg {
+                        int: oi,
+                        float: of,
+                        n: on,
+                    },
+                ) => {
+                    *int = int.saturating_add(oi);
+                    *float += of;
+                    *n = n.saturating_add(on);
+                }
+                // An empty min or max, or slots of another spec (refused at start, as in
+                // `add`): nothing to merge.
+                _ => {}
+            }
+        }
+    }
+
     /// The results, by output name.
     pub(crate) fn results(&self, acc: &Accumulator) -> Vec<(String, Value)> {
         self.outputs

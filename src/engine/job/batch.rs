@@ -12,10 +12,10 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::aggregate::Accumulator;
+use super::aggregate::{Accumulator, WindowAggregate};
 use super::project::Key;
 use super::spec::Operator;
-use crate::engine::time::Window;
+use crate::engine::time::{Window, WindowKind};
 
 /// The records a pipeline emits, and what it dropped.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -63,6 +63,8 @@ where
     };
     let mut out = BatchOutput::default();
     let mut windows: BTreeMap<(Window, Key), Accumulator> = BTreeMap::new();
+    // Session windows: each key's records, sessionized at the end.
+    let mut sessions: BTreeMap<Key, Vec<(i64, Value)>> = BTreeMap::new();
     for (kafka_key, value) in input {
         let Some((carried, value)) =
             stateless_counted(before, Carried::Input(kafka_key), value, &mut out)
@@ -80,6 +82,10 @@ where
                     out.no_key += 1;
                     continue;
                 };
+                if let WindowKind::Session { .. } = w.kind {
+                    sessions.entry(key).or_default().push((t, value));
+                    continue;
+                }
                 for win in w.kind.assign(t) {
                     let acc = windows
                         .entry((win, key.clone()))
@@ -91,6 +97,13 @@ where
         }
     }
     if let Some(Operator::WindowAggregate(w)) = window {
+        if let WindowKind::Session { gap } = w.kind {
+            for (key, records) in sessions {
+                for (win, acc) in sessionize(w, gap, records) {
+                    windows.insert((win, key.clone()), acc);
+                }
+            }
+        }
         let mut fired: Vec<_> = windows.into_iter().collect();
         fired.sort_by(|((a, ka), _), ((b, kb), _)| (a.end, a.start, ka).cmp(&(b.end, b.start, kb)));
         for ((win, key), acc) in fired {
@@ -102,6 +115,33 @@ where
                 stateless_counted(after, Carried::Keyed(key), result, &mut out)
             {
                 out.records.push((carried.kafka_key(), v));
+            }
+        }
+    }
+    out
+}
+
+/// One key's records cut into sessions: sorted by event time, a new session wherever two
+/// records are more than `gap` apart; each session `[first, last + gap)` with its records
+/// aggregated in event-time order.
+fn sessionize(
+    w: &WindowAggregate,
+    gap: i64,
+    mut records: Vec<(i64, Value)>,
+) -> Vec<(Window, Accumulator)> {
+    records.sort_by_key(|(t, _)| *t);
+    let mut out: Vec<(Window, Accumulator)> = Vec::new();
+    for (t, value) in records {
+        let end = t.saturating_add(gap);
+        match out.last_mut() {
+            Some((win, acc)) if t <= win.end => {
+                win.end = win.end.max(end);
+                w.aggregate.add(acc, &value);
+            }
+            _ => {
+                let mut acc = w.aggregate.accumulator();
+                w.aggregate.add(&mut acc, &value);
+                out.push((Window { start: t, end }, acc));
             }
         }
     }
@@ -250,6 +290,33 @@ mod tests {
                 Some(b"a".to_vec()),
                 json!({"k": "a", "window_start": 0, "window_end": 10, "n": 2})
             )]
+        );
+    }
+
+    #[test]
+    fn session_windows_in_batch_hold_the_records_at_most_the_gap_apart() {
+        let job = Job::parse(
+            "s.toml",
+            "name = \"s\"\n[source]\nbrokers = \"b:1\"\ntopics = [\"in\"]\n\
+             [[pipeline]]\nkey_by = \"k\"\n\
+             [[pipeline]]\nwindow = { session = \"10ms\", time = \"t\" }\n\
+             [[pipeline]]\naggregate = { n = \"count\", s = { sum = \"v\" } }\n\
+             [sink]\ntopic = \"o\"\ndelivery.guarantee = \"none\"\n",
+        )
+        .unwrap();
+        // Out of order: 30 bridges nothing, 20 and 10 are exactly the gap apart.
+        let input = [(20, 1), (3, 2), (10, 4), (41, 8), (30, 16)]
+            .into_iter()
+            .map(|(t, v)| (None, json!({"k": "a", "t": t, "v": v})))
+            .collect::<Vec<_>>();
+        let out = run_batch(&job.pipeline, input);
+        let a = Some(b"a".to_vec());
+        assert_eq!(
+            out.records,
+            vec![
+                (a.clone(), json!({"k": "a", "window_start": 3, "window_end": 40, "n": 4, "s": 23})),
+                (a, json!({"k": "a", "window_start": 41, "window_end": 51, "n": 1, "s": 8})),
+            ]
         );
     }
 }

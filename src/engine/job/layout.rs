@@ -45,6 +45,7 @@ impl Job {
                         WindowKind::Sliding { size, slide } => {
                             format!("sliding {size}ms every {slide}ms")
                         }
+                        WindowKind::Session { gap } => format!("session gap {gap}ms"),
                     };
                     out.insert("window".into(), format!("{kind} on {}", w.time));
                     let fns: Vec<String> = w

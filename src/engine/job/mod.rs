@@ -30,6 +30,8 @@ internal_modules! {
     mod path;
 }
 pub(crate) mod codec;
+#[cfg(test)]
+mod streaming_vs_batch;
 pub(crate) mod topology;
 
 // The job model's value types: a field path, a JSON number, a window's kind.

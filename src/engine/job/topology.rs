@@ -205,6 +205,9 @@ impl WindowFunction for JsonAggregate {
     fn add(&self, acc: &mut Accumulator, input: &Value) {
         self.0.aggregate.add(acc, input);
     }
+    fn merge(&self, acc: &mut Accumulator, other: Accumulator) {
+        self.0.aggregate.merge(acc, other);
+    }
     fn encode(&self, acc: &Accumulator) -> Result<Vec<u8>, String> {
         serde_json::to_vec(acc).map_err(|e| e.to_string())
     }

@@ -6,6 +6,8 @@
 //!   restart at any parallelism does not re-open windows that fired.
 //! - `window_operator`: the one keyed window operator (accumulators per key and window, fire
 //!   and cleanup timers, firing in bounded chunks), over the aggregate a front end gives it.
+//! - `session`: session windows' merging and the buckets that say when their timers may be
+//!   due (pure).
 //! - `timers`: the event-time timer service of keyed process functions (an in-memory queue
 //!   over the checkpointed timers, for timers at arbitrary times).
 //!
@@ -19,6 +21,7 @@
 mod pattern;
 pub(crate) mod rfc3339;
 mod rules;
+pub(crate) mod session;
 pub(crate) mod stored_watermark;
 pub(crate) mod timers;
 pub(crate) mod window_operator;

@@ -45,9 +45,10 @@ impl Window {
     }
 }
 
-/// Tumbling or sliding, sizes in milliseconds (both > 0, slide ≤ size: checked when the job
-/// is loaded).
+/// Tumbling, sliding or session windows, sizes in milliseconds (all > 0, slide ≤ size:
+/// checked when the job is loaded).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WindowKind {
     /// Back-to-back windows of `size`.
     Tumbling {
@@ -61,6 +62,12 @@ pub enum WindowKind {
         /// Distance between window starts.
         slide: i64,
     },
+    /// Per key, the records no more than `gap` apart, merged into one window
+    /// `[first, last + gap)` (`super::session`).
+    Session {
+        /// The inactivity gap that ends a session.
+        gap: i64,
+    },
 }
 
 /// A window start as a state map key that sorts like the number (sign bit flipped, big
@@ -70,17 +77,26 @@ pub fn start_key(start: i64) -> [u8; 8] {
 }
 
 impl WindowKind {
-    /// (size, slide): a tumbling window slides by its size.
+    /// (size, slide): a tumbling window slides by its size; a session's own window (before
+    /// it merges) is the gap long and one starts at every record.
     pub fn size_and_slide(&self) -> (i64, i64) {
         match *self {
             WindowKind::Tumbling { size } => (size, size),
             WindowKind::Sliding { size, slide } => (size, slide),
+            WindowKind::Session { gap } => (gap, 1),
         }
     }
 
     /// The windows an event at `t` belongs to, by ascending start. Windows whose bounds would
-    /// not fit an i64 are left out; a non-positive size or slide gives none.
+    /// not fit an i64 are left out; a non-positive size or slide gives none. For sessions, the
+    /// record's own session `[t, t + gap)`, before it merges with the key's others.
     pub fn assign(&self, t: i64) -> Vec<Window> {
+        if let WindowKind::Session { gap } = *self {
+            return match t.checked_add(gap) {
+                Some(end) if gap > 0 => vec![Window { start: t, end }],
+                _ => Vec::new(),
+            };
+        }
         let (size, slide) = self.size_and_slide();
         if size <= 0 || slide <= 0 {
             return Vec::new();

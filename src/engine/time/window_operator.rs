@@ -16,10 +16,17 @@
 //! end or cleanup ([`timers_may_be_due`]), and a watermark that makes many windows due fires
 //! them a chunk at a time ([`FIRE_CHUNK`] results, by key group; per key in time order), so a
 //! watermark closing an hour for a million keys never holds every result in memory at once.
+//!
+//! Session windows keep, per key, each open session's end and accumulator under its start
+//! (`SESSIONS`); a record's session merges with the ones it touches ([`super::session`]), their
+//! accumulators merged ([`WindowFunction::merge`]) and their timers moved to the merged end.
+//! Their ends fall anywhere, so in place of the residue rule a [`TimerBuckets`] in memory
+//! (loaded from the stored timers at restore) says when a scan may find one due.
 
 use std::ops::Range;
 
-use super::rules::{route, start_key, Admission, Window, WindowKind};
+use super::rules::{admit, route, start_key, Admission, Window, WindowKind};
+use super::session::{merge_session, TimerBuckets};
 use super::stored_watermark::StoredWatermark;
 use crate::engine::runtime::RuntimeError;
 use crate::engine::state::{MapState, OperatorState, TimerState, ValueState};
@@ -32,6 +39,8 @@ const FIRE: TimerState = TimerState::new(1);
 const CLEANUP: TimerState = TimerState::new(2);
 /// The subtask's watermark, in every key group of its range.
 const WATERMARK: ValueState = ValueState::new(3);
+/// Per record key, session windows: start (as [`start_key`]) → end (i64 BE) and accumulator.
+const SESSIONS: MapState = MapState::new(4);
 
 /// Results a firing hands out at most per call before the rest waits for
 /// [`WindowOperator::fire_more`] (a firing of more is split, by key group).
@@ -47,6 +56,8 @@ pub(crate) trait WindowFunction {
     fn create(&self) -> Self::Acc;
     /// Adds one input.
     fn add(&self, acc: &mut Self::Acc, input: &Self::Input);
+    /// Merges `other` into `acc` (two sessions became one).
+    fn merge(&self, acc: &mut Self::Acc, other: Self::Acc);
     /// The accumulator as stored.
     ///
     /// # Errors
@@ -84,6 +95,8 @@ pub(crate) struct WindowOperator<F> {
     scanned_to: Option<i64>,
     /// A firing under way: its watermark and the key groups not fired yet.
     firing: Option<(i64, Range<u16>)>,
+    /// Session windows: where timers may be (module docs); `None` for the others.
+    buckets: Option<TimerBuckets>,
 }
 
 /// Whether a timer may have become due as the watermark went from `scanned` to `w`. Window
@@ -119,6 +132,20 @@ impl<F: WindowFunction> WindowOperator<F> {
         state: OperatorState,
     ) -> Result<WindowOperator<F>, RuntimeError> {
         let (watermark, stored) = StoredWatermark::restore(&state, WATERMARK)?;
+        let buckets = match kind {
+            WindowKind::Session { gap } => {
+                let mut buckets = TimerBuckets::for_gap(gap);
+                for kg in state.key_groups() {
+                    for timers in [FIRE, CLEANUP] {
+                        for (time, _) in timers.due_in_group(&state, kg, i64::MAX)? {
+                            buckets.register(time);
+                        }
+                    }
+                }
+                Some(buckets)
+            }
+            _ => None,
+        };
         Ok(WindowOperator {
             function,
             kind,
@@ -130,6 +157,7 @@ impl<F: WindowFunction> WindowOperator<F> {
             // None: the first advance after a restore looks at the restored timers.
             scanned_to: None,
             firing: None,
+            buckets,
         })
     }
 
@@ -151,6 +179,9 @@ impl<F: WindowFunction> WindowOperator<F> {
         fired: &mut Vec<Fired<F::Acc>>,
     ) -> Result<bool, RuntimeError> {
         let judged_by = self.stored.for_key(&self.state, key, self.watermark);
+        if let WindowKind::Session { gap } = self.kind {
+            return self.add_to_session(key, t, gap, judged_by, input, fired);
+        }
         let routed = route(self.kind, t, judged_by, self.lateness);
         for &(window, admission) in &routed.windows {
             if admission == Admission::Late {
@@ -181,6 +212,119 @@ impl<F: WindowFunction> WindowOperator<F> {
         Ok(routed.is_late())
     }
 
+    /// [`WindowOperator::add`] for session windows: the record's session merges with the
+    /// key's open ones it touches; the merged session is judged by the window rules. A
+    /// session already past its cleanup (not yet scanned away) is dropped, not merged.
+    fn add_to_session(
+        &mut self,
+        key: &[u8],
+        t: i64,
+        gap: i64,
+        judged_by: Option<i64>,
+        input: &F::Input,
+        fired: &mut Vec<Fired<F::Acc>>,
+    ) -> Result<bool, RuntimeError> {
+        let Some(end) = t.checked_add(gap) else {
+            // No session fits the i64 range: the record cannot count anywhere.
+            return Ok(true);
+        };
+        let mut open = Vec::new();
+        for (start, value) in SESSIONS.entries(&self.state, key)? {
+            let (window, acc) = self.session_entry(&start, &value)?;
+            if window.expired(judged_by, self.lateness) {
+                self.remove_session(key, window);
+            } else {
+                open.push((window, acc));
+            }
+        }
+        let windows: Vec<Window> = open.iter().map(|(w, _)| *w).collect();
+        let merge = merge_session(&windows, Window { start: t, end });
+        let admission = admit(merge.merged, judged_by, self.lateness);
+        if admission == Admission::Late {
+            return Ok(true);
+        }
+        let mut acc = self.function.create();
+        for (window, bytes) in open {
+            if merge.absorbed.contains(&window) {
+                let other = self.decode_acc(&bytes)?;
+                self.function.merge(&mut acc, other);
+                self.remove_session(key, window);
+            }
+        }
+        self.function.add(&mut acc, input);
+        let window = merge.merged;
+        let mut value = window.end.to_be_bytes().to_vec();
+        value.extend(
+            self.function
+                .encode(&acc)
+                .map_err(|e| self.internal("accumulator", e))?,
+        );
+        SESSIONS.insert(&mut self.state, key, &start_key(window.start), &value);
+        let cleanup = window.end.saturating_add(self.lateness);
+        CLEANUP.register(&mut self.state, key, cleanup);
+        let buckets = self.buckets.get_or_insert_with(|| TimerBuckets::for_gap(gap));
+        buckets.register(cleanup);
+        if admission == Admission::LateUpdate {
+            fired.push(Fired {
+                key: key.to_vec(),
+                window,
+                acc,
+            });
+        } else {
+            FIRE.register(&mut self.state, key, window.end);
+            buckets.register(window.end);
+        }
+        Ok(false)
+    }
+
+    /// A stored session: its window and its accumulator's bytes.
+    fn session_entry(&self, start: &[u8], value: &[u8]) -> Result<(Window, Vec<u8>), RuntimeError> {
+        let start = <[u8; 8]>::try_from(start).ok().map(|b| {
+            let flipped = u64::from_be_bytes(b) ^ (1 << 63);
+            flipped as i64
+        });
+        let end = value
+            .get(..8)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(i64::from_be_bytes);
+        match (start, end) {
+            (Some(start), Some(end)) => Ok((Window { start, end }, value[8..].to_vec())),
+            _ => Err(self.internal("stored session", "not a start and an end".into())),
+        }
+    }
+
+    /// The key's session ending at `end`, with its accumulator's bytes.
+    fn session_ending(
+        &self,
+        key: &[u8],
+        end: i64,
+    ) -> Result<Option<(Window, Vec<u8>)>, RuntimeError> {
+        for (start, value) in SESSIONS.entries(&self.state, key)? {
+            let (window, acc) = self.session_entry(&start, &value)?;
+            if window.end == end {
+                return Ok(Some((window, acc)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Removes a session and its timers.
+    fn remove_session(&mut self, key: &[u8], window: Window) {
+        SESSIONS.remove(&mut self.state, key, &start_key(window.start));
+        FIRE.delete(&mut self.state, key, window.end);
+        CLEANUP.delete(
+            &mut self.state,
+            key,
+            window.end.saturating_add(self.lateness),
+        );
+    }
+
+    fn decode_acc(&self, bytes: &[u8]) -> Result<F::Acc, RuntimeError> {
+        self.function
+            .decode(bytes)
+            .map_err(|e| self.internal("stored accumulator", e))
+    }
+
     fn accumulator(&self, key: &[u8], window: Window) -> Result<F::Acc, RuntimeError> {
         match ACCUMULATORS.get(&self.state, key, &start_key(window.start))? {
             Some(bytes) => self
@@ -206,9 +350,18 @@ impl<F: WindowFunction> WindowOperator<F> {
         }
         self.watermark = Some(w);
         self.stored.advanced(w);
-        let (size, slide) = self.kind.size_and_slide();
-        if !timers_may_be_due(self.scanned_to, w, size, slide, self.lateness) {
+        let due = match &self.buckets {
+            Some(buckets) => buckets.due(self.scanned_to, w),
+            None => {
+                let (size, slide) = self.kind.size_and_slide();
+                timers_may_be_due(self.scanned_to, w, size, slide, self.lateness)
+            }
+        };
+        if !due {
             return Ok(());
+        }
+        if let Some(buckets) = &mut self.buckets {
+            buckets.scanned(w);
         }
         self.scanned_to = Some(w);
         self.firing = Some((w, self.state.key_groups()));
@@ -250,6 +403,9 @@ impl<F: WindowFunction> WindowOperator<F> {
         w: i64,
         fired: &mut Vec<Fired<F::Acc>>,
     ) -> Result<(), RuntimeError> {
+        if matches!(self.kind, WindowKind::Session { .. }) {
+            return self.fire_sessions(kg, w, fired);
+        }
         let (size, _) = self.kind.size_and_slide();
         for (end, key) in FIRE.due_in_group(&self.state, kg, w)? {
             FIRE.delete(&mut self.state, &key, end);
@@ -264,6 +420,35 @@ impl<F: WindowFunction> WindowOperator<F> {
             CLEANUP.delete(&mut self.state, &key, at);
             let start = at - self.lateness - size;
             ACCUMULATORS.remove(&mut self.state, &key, &start_key(start));
+        }
+        Ok(())
+    }
+
+    /// [`Self::fire_group`] for sessions: each timer finds its session by its end.
+    fn fire_sessions(
+        &mut self,
+        kg: u16,
+        w: i64,
+        fired: &mut Vec<Fired<F::Acc>>,
+    ) -> Result<(), RuntimeError> {
+        for (end, key) in FIRE.due_in_group(&self.state, kg, w)? {
+            FIRE.delete(&mut self.state, &key, end);
+            if let Some((window, bytes)) = self.session_ending(&key, end)? {
+                let acc = self.decode_acc(&bytes)?;
+                fired.push(Fired { key, window, acc });
+            }
+        }
+        // A cleanup drops every session of its key past end + lateness (not only the one
+        // whose end it was set for): a session is found by what it is, not by the lateness
+        // its timer was computed with.
+        for (at, key) in CLEANUP.due_in_group(&self.state, kg, w)? {
+            CLEANUP.delete(&mut self.state, &key, at);
+            for (start, value) in SESSIONS.entries(&self.state, &key)? {
+                let (window, _) = self.session_entry(&start, &value)?;
+                if window.expired(Some(w), self.lateness) {
+                    self.remove_session(&key, window);
+                }
+            }
         }
         Ok(())
     }
@@ -300,6 +485,9 @@ mod tests {
         }
         fn add(&self, acc: &mut u64, (): &()) {
             *acc += 1;
+        }
+        fn merge(&self, acc: &mut u64, other: u64) {
+            *acc += other;
         }
         fn encode(&self, acc: &u64) -> Result<Vec<u8>, String> {
             Ok(acc.to_be_bytes().to_vec())
@@ -346,6 +534,7 @@ mod tests {
     fn firing_and_cleanup_table() {
         let tumbling = WindowKind::Tumbling { size: 10 };
         let sliding = WindowKind::Sliding { size: 10, slide: 5 };
+        let session = WindowKind::Session { gap: 10 };
         #[rustfmt::skip]
         let cases: Vec<(&str, WindowKind, i64, Vec<Row>)> = vec![
             ("a window fires once its end is reached, not before", tumbling, 0, vec![
@@ -396,6 +585,35 @@ mod tests {
                 (Advance(10), vec![("a", 0, 1)], false),
                 (Add("a", 8), vec![], false),
                 (Advance(15), vec![("a", 5, 2)], false),
+            ]),
+            ("a session holds the records at most the gap apart and fires at last + gap", session, 0, vec![
+                (Add("a", 1), vec![], false),
+                (Add("a", 5), vec![], false),
+                (Add("b", 3), vec![], false),
+                (Advance(14), vec![("b", 3, 1)], false),
+                (Advance(15), vec![("a", 1, 2)], false),
+                (Add("a", 40), vec![], false),
+                (Advance(50), vec![("a", 40, 1)], false),
+            ]),
+            ("a record between two sessions merges them into one result", session, 0, vec![
+                (Add("a", 1), vec![], false),
+                (Add("a", 18), vec![], false),
+                (Add("a", 10), vec![], false),
+                (Advance(27), vec![], false),
+                (Advance(28), vec![("a", 1, 3)], false),
+            ]),
+            ("a merge moves the session's timers: the old end fires nothing", session, 0, vec![
+                (Add("a", 1), vec![], false),
+                (Add("a", 9), vec![], false),
+                (Advance(11), vec![], false),
+                (Advance(19), vec![("a", 1, 2)], false),
+            ]),
+            ("within the lateness a record for a fired session fires it again, merged", session, 5, vec![
+                (Add("a", 1), vec![], false),
+                (Advance(14), vec![("a", 1, 1)], false),
+                (Add("a", 2), vec![("a", 1, 2)], false),
+                (Advance(20), vec![], false),
+                (Add("a", 3), vec![], true),
             ]),
         ];
         for (name, kind, lateness, steps) in cases {

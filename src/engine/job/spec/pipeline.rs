@@ -231,7 +231,7 @@ pub(super) fn check_window(
     agg: Spanned<BTreeMap<String, Spanned<RawAgg>>>,
     key_name: String,
 ) -> Result<WindowAggregate, JobError> {
-    let kind = check_window_kind(loc, wspan, w.tumbling, w.sliding)?;
+    let kind = check_window_kind(loc, wspan, w.tumbling, w.sliding, w.session)?;
     let late_topic = match w.late_topic {
         Some(t) if t.get_ref().trim().is_empty() => {
             return Err(loc.at(
@@ -254,16 +254,29 @@ pub(super) fn check_window(
     })
 }
 
-/// `window.tumbling` or `window.sliding`: exactly one, with sizes above 0 and a slide of at
-/// most the size.
+/// `window.tumbling`, `window.sliding` or `window.session`: exactly one, with sizes above 0
+/// and a slide of at most the size.
 pub(super) fn check_window_kind(
     loc: &Locator<'_>,
     wspan: Range<usize>,
     tumbling: Option<Spanned<Duration>>,
     sliding: Option<Spanned<RawSliding>>,
+    session: Option<Spanned<Duration>>,
 ) -> Result<WindowKind, JobError> {
-    Ok(match (tumbling, sliding) {
-        (Some(size), None) => {
+    Ok(match (tumbling, sliding, session) {
+        (None, None, Some(gap)) => {
+            if gap.get_ref().0 <= 0 {
+                return Err(loc.at(
+                    &gap.span(),
+                    Some("window.session"),
+                    "the gap must be more than 0",
+                ));
+            }
+            WindowKind::Session {
+                gap: gap.get_ref().0,
+            }
+        }
+        (Some(size), None, None) => {
             if size.get_ref().0 <= 0 {
                 return Err(loc.at(
                     &size.span(),
@@ -275,7 +288,7 @@ pub(super) fn check_window_kind(
                 size: size.get_ref().0,
             }
         }
-        (None, Some(s)) => {
+        (None, Some(s), None) => {
             let s = s.into_inner();
             let (size, slide) = (s.size.get_ref().0, s.slide.get_ref().0);
             if size <= 0 {
@@ -298,7 +311,8 @@ pub(super) fn check_window_kind(
             return Err(loc.at(
                 &wspan,
                 Some("window"),
-                "give exactly one of tumbling = \"1h\" or sliding = { size = \"1h\", slide = \"5m\" }",
+                "give exactly one of tumbling = \"1h\", sliding = { size = \"1h\", slide = \"5m\" } \
+                 or session = \"30m\" (the gap)",
             ));
         }
     })

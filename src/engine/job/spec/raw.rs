@@ -122,6 +122,7 @@ pub(super) struct RawProject {
 pub(super) struct RawWindow {
     pub(super) tumbling: Option<Spanned<Duration>>,
     pub(super) sliding: Option<Spanned<RawSliding>>,
+    pub(super) session: Option<Spanned<Duration>>,
     pub(super) time: FieldPath,
     pub(super) out_of_orderness: Option<Duration>,
     pub(super) allowed_lateness: Option<Duration>,

@@ -428,6 +428,18 @@ fn malformed_files_name_the_line_and_the_field() {
             "followed directly by an aggregate",
         ),
         (
+            stage("key_by = \"k\"\n[[pipeline]]\nwindow = { session = \"0s\", time = \"t\" }\n[[pipeline]]\naggregate.n = \"count\""),
+            8,
+            "window.session",
+            "the gap must be more than 0",
+        ),
+        (
+            stage("key_by = \"k\"\n[[pipeline]]\nwindow = { session = \"30m\", tumbling = \"1h\", time = \"t\" }\n[[pipeline]]\naggregate.n = \"count\""),
+            8,
+            "window",
+            "or session = \"30m\" (the gap)",
+        ),
+        (
             stage("key_by = \"k\"\n[[pipeline]]\nwindow = { tumbling = \"1 hour\", time = \"t\" }\n[[pipeline]]\naggregate.n = \"count\""),
             8,
             "window.tumbling",

@@ -32,7 +32,8 @@
 //! verifier report duplicates. Both again, with fewer kills, over Avro in and out
 //! (jobs/rides-per-driver-hourly-avro.toml through the test registry: the feeder writes Avro
 //! rides, `taxi verify -s value=avro` reads both ends). And once with the broker (a private one) killed and restarted
-//! mid-run. Transactional: run at TV2 (9192) and TV1 (9196).
+//! mid-run. And the driver-shifts job (session windows) under the same kills, with its
+//! inverse. Transactional: run at TV2 (9192) and TV1 (9196).
 
 use crate::engine_run::{chaos_seed, job_file, log_of, spawn_run, taxi_at};
 use crate::support::broker::PrivateBroker;
@@ -69,6 +70,8 @@ const DEFAULT_KILLS: usize = 12;
 /// The Avro runs' kills: four, one of each kind (the JSON runs cover the kinds' races at
 /// length; these show the formats do not change the outcome).
 const AVRO_KILLS: usize = 4;
+/// The driver-shifts runs' kills: eight, two of each kind.
+const SHIFTS_KILLS: usize = 8;
 
 /// Where a kill lands (module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -241,24 +244,62 @@ struct Chaos {
     start: Instant,
     /// The registry's URL when the job reads and writes Avro (the shipped Avro job).
     registry: Option<String>,
+    /// `taxi verify --job`: the shipped job that runs.
+    verified: &'static str,
 }
+
+/// A shipped job the chaos runs: its file in jobs/ and its `taxi verify --job` name.
+#[derive(Debug, Clone, Copy)]
+struct Shipped {
+    file: &'static str,
+    verified: &'static str,
+}
+
+/// Job (b), hourly tumbling windows.
+const HOURLY: Shipped = Shipped {
+    file: "rides-per-driver-hourly.toml",
+    verified: "per-driver-hourly",
+};
+/// Job (b) over Avro.
+const HOURLY_AVRO: Shipped = Shipped {
+    file: "rides-per-driver-hourly-avro.toml",
+    verified: "per-driver-hourly",
+};
+/// Each driver's shifts: session windows (merging, their timers anywhere in time).
+const SHIFTS: Shipped = Shipped {
+    file: "driver-shifts.toml",
+    verified: "driver-shifts",
+};
 
 impl Chaos {
     /// Topics, the job file (checkpoint interval and guarantee set), the proxy; feeding.
     async fn new(label: &'static str, broker: &str, guarantee: &str, interval_ms: u64) -> Chaos {
-        Chaos::of(label, broker, (guarantee, interval_ms), None).await
+        Chaos::of(label, broker, HOURLY, (guarantee, interval_ms), None).await
+    }
+
+    /// [`Self::new`] of the driver-shifts job (jobs/driver-shifts.toml).
+    async fn shifts(label: &'static str, guarantee: &str, interval_ms: u64) -> Chaos {
+        Chaos::of(label, &broker(), SHIFTS, (guarantee, interval_ms), None).await
     }
 
     /// [`Self::new`] of job (b) over Avro (`jobs/rides-per-driver-hourly-avro.toml`): the
     /// feeder writes Avro rides through the test registry, the verifier reads both ends so.
     async fn avro(label: &'static str, guarantee: &str, interval_ms: u64) -> Chaos {
         let url = registry_url().await.to_owned();
-        Chaos::of(label, &broker(), (guarantee, interval_ms), Some(url)).await
+        Chaos::of(
+            label,
+            &broker(),
+            HOURLY_AVRO,
+            (guarantee, interval_ms),
+            Some(url),
+        )
+        .await
     }
 
     async fn of(
         label: &'static str,
         broker: &str,
+        shipped: Shipped,
         (guarantee, interval_ms): (&str, u64),
         registry: Option<String>,
     ) -> Chaos {
@@ -269,11 +310,7 @@ impl Chaos {
         let dir = std::env::temp_dir().join(unique_topic("onceflow-chaos"));
         std::fs::create_dir_all(&dir).unwrap();
         let prefix = unique_topic("chaos");
-        let shipped = match registry {
-            None => "rides-per-driver-hourly.toml",
-            Some(_) => "rides-per-driver-hourly-avro.toml",
-        };
-        let job = job_file(&dir, shipped, &input.name, &output.name, &prefix);
+        let job = job_file(&dir, shipped.file, &input.name, &output.name, &prefix);
         let text = std::fs::read_to_string(&job).unwrap();
         let schemas = repo().join("fixtures/schemas");
         let text: Vec<String> = text
@@ -322,6 +359,7 @@ impl Chaos {
             feeder: Some(feeder),
             start: Instant::now(),
             registry,
+            verified: shipped.verified,
         };
         chaos.job_bootstrap = chaos.proxy.addr.clone();
         chaos
@@ -483,7 +521,7 @@ impl Chaos {
         let mut args = vec![
             "verify",
             "--job",
-            "per-driver-hourly",
+            self.verified,
             "--input",
             &self.input.name,
             "--output",
@@ -677,6 +715,51 @@ async fn per_driver_hourly_over_avro_at_least_once_under_kills_writes_duplicates
         .kill(
             &[Kill::Random, Kill::AfterOutput],
             kill_count().min(AVRO_KILLS),
+        )
+        .await;
+    let rides = chaos.stop_feeding().await;
+    let verdict = chaos.last_run_verdict().await;
+    chaos.summary(rides, &verdict);
+    assert!(
+        verdict.contains("duplicated"),
+        "chaos seed {}: at-least-once under kills should duplicate output, got: {verdict}",
+        chaos.seed
+    );
+}
+
+/// The driver-shifts job (jobs/driver-shifts.toml: session windows, which merge, and whose
+/// fire and cleanup timers fall anywhere in time) under the four kinds of kill, fewer of them:
+/// every shift once, none lost or duplicated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn driver_shifts_killed_at_random_and_at_both_commit_points_verifies_exactly_once() {
+    let _heavy = crate::support::turns::heavy().await;
+    let mut chaos = Chaos::shifts("shifts-exactly-once", "exactly-once", INTERVAL_MS).await;
+    let kinds = [
+        Kill::Random,
+        Kill::Persisted,
+        Kill::Unanswered,
+        Kill::AfterOutput,
+    ];
+    chaos.kill(&kinds, kill_count().min(SHIFTS_KILLS)).await;
+    let rides = chaos.stop_feeding().await;
+    let verdict = chaos.last_run_verdict().await;
+    chaos.summary(rides, &verdict);
+    assert!(
+        verdict.starts_with("verify: OK"),
+        "chaos seed {}: {verdict}",
+        chaos.seed
+    );
+}
+
+/// The inverse for the shifts: at-least-once under kills duplicates shifts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn driver_shifts_at_least_once_under_kills_writes_duplicates() {
+    let _heavy = crate::support::turns::heavy().await;
+    let mut chaos = Chaos::shifts("shifts-at-least-once", "at-least-once", 1000).await;
+    chaos
+        .kill(
+            &[Kill::Random, Kill::AfterOutput],
+            kill_count().min(SHIFTS_KILLS),
         )
         .await;
     let rides = chaos.stop_feeding().await;

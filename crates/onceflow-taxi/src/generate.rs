@@ -16,6 +16,15 @@
 //! or ends (or both) outside [`NYC`](super::NYC); every point keeps at least 0.01° from the
 //! box's edges, inside or out.
 //!
+//! **Shifts.** A driver works shifts of `shift_ms` every `shift_period_ms` (8 h every 12 h by
+//! default), the drivers' shifts staggered evenly over the period, and a ride's driver is drawn
+//! among the drivers on duty at its pick-up: each driver's rides come in runs separated by the
+//! hours off, which is what a session window finds (`shift_ms == shift_period_ms`: every
+//! driver always on duty). On duty are the `on = drivers · shift / period` drivers with
+//! indexes in the cyclic range `(hi − on, hi]`, where `hi = ⌊phase · drivers / period⌋` moves
+//! on by one every `period / drivers` ms of event time; so each driver is on duty for `on` such
+//! steps in a row, about `shift_ms`.
+//!
 //! **Out of order, bounded.** Each event "arrives" `0..max_disorder_ms` (a random delay)
 //! after its event time, and events are emitted in arrival order (ties by generation order).
 //! For two events emitted one after the other, `arrival(a) ≤ arrival(b)` gives
@@ -77,6 +86,10 @@ pub struct Config {
     pub min_ride_ms: i64,
     /// The longest ride, ms.
     pub max_ride_ms: i64,
+    /// A driver's shift, ms: at most `shift_period_ms` (equal: always on duty).
+    pub shift_ms: i64,
+    /// How often a driver's shift starts, ms.
+    pub shift_period_ms: i64,
 }
 
 impl Default for Config {
@@ -91,6 +104,8 @@ impl Default for Config {
             max_disorder_ms: 60_000,
             min_ride_ms: 5 * 60_000,
             max_ride_ms: 45 * 60_000,
+            shift_ms: 8 * 3_600_000,
+            shift_period_ms: 12 * 3_600_000,
         }
     }
 }
@@ -142,7 +157,28 @@ impl Config {
                 self.max_disorder_ms, self.min_ride_ms, self.max_ride_ms
             ));
         }
+        if self.shift_ms < 1 || self.shift_period_ms < self.shift_ms {
+            return bad(format!(
+                "shifts must satisfy 1 <= shift ({}) <= shift period ({}) ms",
+                self.shift_ms, self.shift_period_ms
+            ));
+        }
         Ok(())
+    }
+
+    /// How many drivers are on duty at any time (module docs): at least one.
+    fn on_duty(&self) -> u64 {
+        let on = u128::from(self.drivers) * self.shift_ms.max(1) as u128
+            / self.shift_period_ms.max(1) as u128;
+        (on as u64).clamp(1, self.drivers.max(1))
+    }
+
+    /// The driver index of the `k`-th (`k < on_duty()`) driver on duty at `time`.
+    fn driver_on_duty(&self, time: i64, k: u64) -> u64 {
+        let period = self.shift_period_ms.max(1);
+        let phase = time.saturating_sub(self.start_ms).rem_euclid(period) as u128;
+        let hi = (phase * u128::from(self.drivers) / period as u128) as u64;
+        (hi + self.drivers - k % self.drivers) % self.drivers
     }
 
     /// The event time of ride `index`'s pick-up (index from 0).
@@ -310,7 +346,9 @@ impl Rides {
         let index = self.next_ride;
         self.next_ride += 1;
         let start_time = self.config.start_of(index);
-        let d = self.rng.below(self.config.drivers);
+        let d = self
+            .config
+            .driver_on_duty(start_time, self.rng.below(self.config.on_duty()));
         let duration = self
             .rng
             .between(self.config.min_ride_ms, self.config.max_ride_ms);
@@ -644,6 +682,8 @@ mod tests {
     fn drivers_come_from_the_fixed_pool_and_keep_their_taxi() {
         let events = all(Config {
             drivers: 7,
+            shift_ms: 3_600_000,
+            shift_period_ms: 3_600_000,
             ..with_rides(1000)
         });
         let drivers: std::collections::BTreeSet<u64> = events.iter().map(|e| e.driver_id).collect();
@@ -652,6 +692,48 @@ mod tests {
             .iter()
             .all(|e| e.taxi_id - FIRST_TAXI_ID == e.driver_id - FIRST_DRIVER_ID));
         assert!(events.iter().all(|e| (1..=4).contains(&e.passengers)));
+    }
+
+    /// A day of pick-ups, 20 drivers on 8-hour shifts every 12 hours: every driver drives,
+    /// about 2/3 of them at any time, and a driver's pick-ups come in runs of about a shift
+    /// separated by about the hours off.
+    #[test]
+    fn drivers_pick_up_only_on_their_shifts() {
+        let h = 3_600_000;
+        let config = Config {
+            drivers: 20,
+            rides_per_second: 1,
+            ..with_rides(24 * 3600)
+        };
+        let mut pickups: std::collections::BTreeMap<u64, Vec<i64>> = Default::default();
+        for e in all(config).into_iter().filter(|e| e.is_start) {
+            pickups.entry(e.driver_id).or_default().push(e.event_time);
+        }
+        assert_eq!(pickups.len(), 20);
+        for (driver, times) in &mut pickups {
+            times.sort_unstable();
+            // Runs split where a driver has no pick-up for more than an hour.
+            let mut runs = vec![(times[0], times[0])];
+            for &t in &times[1..] {
+                let last = runs.last_mut().unwrap();
+                if t - last.1 > h {
+                    runs.push((t, t));
+                } else {
+                    last.1 = t;
+                }
+            }
+            for pair in runs.windows(2) {
+                let off = pair[1].0 - pair[0].1;
+                assert!((3 * h..=5 * h).contains(&off), "driver {driver}: {runs:?}");
+            }
+            for &(from, to) in &runs[1..runs.len() - 1] {
+                let shift = to - from;
+                assert!(
+                    (7 * h..=9 * h).contains(&shift),
+                    "driver {driver}: {runs:?}"
+                );
+            }
+        }
     }
 
     #[test]

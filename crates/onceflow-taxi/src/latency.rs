@@ -137,7 +137,7 @@ impl Causes {
                     .entry((ride.ride_id, ride.is_start))
                     .or_insert(input.timestamp);
             }
-            Job::PerDriverHourly => {
+            Job::PerDriverHourly | Job::DriverShifts => {
                 let h = self.partitions.entry(r.partition).or_default();
                 let newest = h
                     .newest
@@ -171,7 +171,7 @@ impl Causes {
                 let ride: Ride = serde_json::from_slice(value).ok()?;
                 self.events.get(&(ride.ride_id, ride.is_start)).copied()
             }
-            Job::PerDriverHourly => {
+            Job::PerDriverHourly | Job::DriverShifts => {
                 let w: WindowCount = serde_json::from_slice(value).ok()?;
                 // Fires when newest − out_of_orderness ≥ end.
                 let at_least = w.window_end.saturating_add(self.out_of_orderness_ms);

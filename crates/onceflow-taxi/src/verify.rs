@@ -10,6 +10,11 @@
 //! - [`Job::PerDriverHourly`]: per driver and event-time tumbling hour `[start, start + 1 h)`
 //!   of `event_time`, the number of rides ended (END events) and the sum of their passengers,
 //!   as [`WindowCount`]. A window with no END event has no output.
+//! - [`Job::DriverShifts`]: per driver, its shifts as session windows over its END events'
+//!   event times: drop-offs at most [`SHIFT_GAP_MS`] apart are one shift `[first, last +
+//!   gap)`, with its rides and passengers, as [`WindowCount`]. A shift is required when the
+//!   slowest partition's watermark has passed its end (no event still to come can reach it:
+//!   a later event is newer than that watermark, so more than the gap after the shift's last).
 //! - [`Job::Copy`]: every input event, unchanged, exactly once (e.g. a file source to a file
 //!   sink). Its order is not checked: the file source reorders events by design (it emits
 //!   them within a bounded delay, not in file order), so any order is right.
@@ -39,6 +44,9 @@ use std::fmt;
 /// One hour in ms: the per-driver window's size.
 pub const HOUR_MS: i64 = 3_600_000;
 
+/// The driver-shifts job's session gap: 30 minutes without a drop-off end a shift.
+pub const SHIFT_GAP_MS: i64 = 30 * 60_000;
+
 /// Coordinates may differ by this much and still count as equal.
 const FLOAT_TOLERANCE: f64 = 1e-9;
 
@@ -52,6 +60,8 @@ pub enum Job {
     PerDriverHourly,
     /// Every input event unchanged, in any order.
     Copy,
+    /// Rides and passengers per driver per shift (session windows of drop-offs).
+    DriverShifts,
 }
 
 impl Job {
@@ -66,6 +76,7 @@ impl Job {
             Job::Cleansing => "cleansing",
             Job::PerDriverHourly => "per-driver-hourly",
             Job::Copy => "copy",
+            Job::DriverShifts => "driver-shifts",
         }
     }
 
@@ -82,14 +93,16 @@ impl Job {
     }
 }
 
-/// The per-driver-hourly job's output record.
+/// The per-driver-hourly and driver-shifts jobs' output record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WindowCount {
     /// The driver.
     pub driver_id: u64,
-    /// The window's first ms (inclusive), a multiple of an hour since the epoch.
+    /// The window's first ms (inclusive): a multiple of an hour since the epoch, or a
+    /// shift's first drop-off.
     pub window_start: i64,
-    /// The window's end (exclusive): `window_start` + 1 h.
+    /// The window's end (exclusive): `window_start` + 1 h, or the shift's last drop-off + the
+    /// gap.
     pub window_end: i64,
     /// Rides that ended in the window (END events).
     pub rides: u64,
@@ -216,6 +229,8 @@ pub struct ExpectationBuilder {
     newest: BTreeMap<i32, i64>,
     /// Per-driver-hourly: the END events' ride ids not yet found late.
     ends: std::collections::HashSet<u64>,
+    /// Driver shifts: each driver's drop-offs (event time, passengers).
+    drop_offs: BTreeMap<u64, Vec<(i64, u32)>>,
 }
 
 impl ExpectationBuilder {
@@ -235,6 +250,7 @@ impl ExpectationBuilder {
             windows: BTreeMap::new(),
             newest: BTreeMap::new(),
             ends: std::collections::HashSet::new(),
+            drop_offs: BTreeMap::new(),
         }
     }
 
@@ -279,6 +295,14 @@ impl ExpectationBuilder {
                     let w = self.windows.entry((ride.driver_id, start)).or_default();
                     w.0 += 1;
                     w.1 += u64::from(ride.passengers);
+                }
+            }
+            Job::DriverShifts => {
+                if !ride.is_start {
+                    self.drop_offs
+                        .entry(ride.driver_id)
+                        .or_default()
+                        .push((ride.event_time, ride.passengers));
                 }
             }
         }
@@ -360,13 +384,15 @@ impl ExpectationBuilder {
                     })
                     .collect()
             }
+            Job::DriverShifts => {
+                let closed_by = self.closed_by();
+                shifts(self.drop_offs)
+                    .into_iter()
+                    .map(|w| window_record(w, closed_by))
+                    .collect()
+            }
             Job::PerDriverHourly => {
-                // The slowest partition's watermark: every window ending by it has closed.
-                let closed_by = self
-                    .newest
-                    .values()
-                    .min()
-                    .map_or(i64::MIN, |t| t.saturating_sub(self.out_of_orderness_ms));
+                let closed_by = self.closed_by();
                 self.windows
                     .into_iter()
                     .map(|((driver_id, window_start), (rides, passengers))| {
@@ -377,15 +403,7 @@ impl ExpectationBuilder {
                             rides,
                             passengers,
                         };
-                        ExpectedRecord {
-                            id: RecordId::Window {
-                                driver_id,
-                                window_start,
-                            },
-                            driver_id,
-                            required: w.window_end <= closed_by,
-                            value: serde_json::to_value(&w).unwrap_or(Value::Null),
-                        }
+                        window_record(w, closed_by)
                     })
                     .collect()
             }
@@ -394,6 +412,60 @@ impl ExpectationBuilder {
             job: self.job,
             records,
         }
+    }
+}
+
+impl ExpectationBuilder {
+    /// The slowest partition's watermark: every window ending by it has closed.
+    fn closed_by(&self) -> i64 {
+        self.newest
+            .values()
+            .min()
+            .map_or(i64::MIN, |t| t.saturating_sub(self.out_of_orderness_ms))
+    }
+}
+
+/// Each driver's drop-offs cut into shifts: sorted by time, a new shift wherever two are more
+/// than [`SHIFT_GAP_MS`] apart; `[first, last + gap)`.
+fn shifts(drop_offs: BTreeMap<u64, Vec<(i64, u32)>>) -> Vec<WindowCount> {
+    let mut out = Vec::new();
+    for (driver_id, mut times) in drop_offs {
+        times.sort_unstable();
+        let mut current: Option<WindowCount> = None;
+        for (t, passengers) in times {
+            match &mut current {
+                Some(w) if t <= w.window_end => {
+                    w.window_end = w.window_end.max(t + SHIFT_GAP_MS);
+                    w.rides += 1;
+                    w.passengers += u64::from(passengers);
+                }
+                _ => {
+                    out.extend(current.take());
+                    current = Some(WindowCount {
+                        driver_id,
+                        window_start: t,
+                        window_end: t + SHIFT_GAP_MS,
+                        rides: 1,
+                        passengers: u64::from(passengers),
+                    });
+                }
+            }
+        }
+        out.extend(current);
+    }
+    out
+}
+
+/// The expected record of a window, required when it closed by `closed_by`.
+fn window_record(w: WindowCount, closed_by: i64) -> ExpectedRecord {
+    ExpectedRecord {
+        id: RecordId::Window {
+            driver_id: w.driver_id,
+            window_start: w.window_start,
+        },
+        driver_id: w.driver_id,
+        required: w.window_end <= closed_by,
+        value: serde_json::to_value(&w).unwrap_or(Value::Null),
     }
 }
 
@@ -580,7 +652,7 @@ fn parse(job: Job, value: Option<&[u8]>) -> Result<Parsed, String> {
                 value,
             })
         }
-        Job::PerDriverHourly => {
+        Job::PerDriverHourly | Job::DriverShifts => {
             let w: WindowCount = serde_json::from_value(value.clone())
                 .map_err(|e| format!("not a per-driver window count: {e}"))?;
             Ok(Parsed {
@@ -1226,6 +1298,8 @@ mod tests {
             rides: 3 * 3600,
             rides_per_second: 1,
             drivers: 5,
+            shift_ms: HOUR_MS,
+            shift_period_ms: HOUR_MS,
             ..Config::default()
         })
         .unwrap()

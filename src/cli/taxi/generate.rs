@@ -52,6 +52,14 @@ pub struct GenerateArgs {
     /// Size of the driver pool.
     #[arg(long, default_value_t = 200)]
     drivers: u64,
+    /// Hours of a driver's shift: a ride's driver is one on duty at its pick-up (the drivers'
+    /// shifts staggered over the shift period), so each driver's rides come in shifts.
+    #[arg(long, default_value_t = 8)]
+    shift_hours: u32,
+    /// Hours from the start of a driver's shift to the start of the next (equal to
+    /// --shift-hours: every driver always on duty).
+    #[arg(long, default_value_t = 12)]
+    shift_period_hours: u32,
     /// Percent of the rides that start or end outside the NYC box.
     #[arg(long, default_value_t = 10)]
     outside_percent: u32,
@@ -96,6 +104,12 @@ fn generator_config(a: &GenerateArgs) -> Result<Config> {
             a.outside_percent
         )));
     }
+    if a.shift_hours == 0 || a.shift_period_hours < a.shift_hours {
+        return Err(CliError::Usage(format!(
+            "--shift-hours must be at least 1 and at most --shift-period-hours ({}), got {}",
+            a.shift_period_hours, a.shift_hours
+        )));
+    }
     if a.partitions < 1 {
         return Err(CliError::Usage(format!(
             "--partitions must be at least 1, got {}",
@@ -108,6 +122,8 @@ fn generator_config(a: &GenerateArgs) -> Result<Config> {
         rides_per_second: a.rate,
         drivers: a.drivers,
         outside_per_mille: a.outside_percent * 10,
+        shift_ms: i64::from(a.shift_hours) * 3_600_000,
+        shift_period_ms: i64::from(a.shift_period_hours) * 3_600_000,
         ..Config::default()
     })
 }
@@ -315,6 +331,8 @@ mod tests {
             partitions,
             drivers,
             outside_percent,
+            shift_hours: 8,
+            shift_period_hours: 12,
             produce_rate: 0,
         }
     }
@@ -326,6 +344,13 @@ mod tests {
             (args(1, 0, 10, 1), "--drivers"),
             (args(1, 1, 101, 1), "--outside-percent"),
             (args(1, 1, 10, 0), "--partitions"),
+            (
+                GenerateArgs {
+                    shift_hours: 13,
+                    ..args(1, 1, 10, 1)
+                },
+                "--shift-hours",
+            ),
         ] {
             let e = generator_config(&a).unwrap_err().to_string();
             assert!(e.starts_with(flag), "{e}");

@@ -26,6 +26,9 @@ pub enum JobName {
     /// Every input event unchanged, exactly once, in any order (e.g. a file source to a file
     /// sink: the source reorders events by design, so the order is not checked).
     Copy,
+    /// Rides and passengers per driver per shift: session windows of drop-offs 30 minutes
+    /// apart at most.
+    DriverShifts,
 }
 
 impl From<JobName> for Job {
@@ -34,6 +37,7 @@ impl From<JobName> for Job {
             JobName::Cleansing => Job::Cleansing,
             JobName::PerDriverHourly => Job::PerDriverHourly,
             JobName::Copy => Job::Copy,
+            JobName::DriverShifts => Job::DriverShifts,
         }
     }
 }

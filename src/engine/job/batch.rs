@@ -293,6 +293,51 @@ mod tests {
         );
     }
 
+    /// The shipped driver-shifts job in batch over a day of generated rides (drivers on
+    /// shifts) writes what `taxi verify --job driver-shifts` expects: the verifier's own
+    /// sessionizing agrees with the engine's batch reference.
+    #[test]
+    fn the_driver_shifts_job_in_batch_writes_the_verifiers_shifts() {
+        use onceflow_taxi::generate::{rides, Config};
+        use onceflow_taxi::verify::{expected, Job as Verified, TopicRecord};
+        let job = Job::parse("s.toml", include_str!("../../../jobs/driver-shifts.toml")).unwrap();
+        let config = Config {
+            rides: 24 * 3600,
+            rides_per_second: 1,
+            drivers: 20,
+            ..Config::default()
+        };
+        let events: Vec<_> = rides(config).unwrap().collect();
+        let input: Vec<TopicRecord> = events
+            .iter()
+            .enumerate()
+            .map(|(i, r)| TopicRecord {
+                partition: 0,
+                offset: i as i64,
+                value: Some(r.to_json().into_bytes()),
+            })
+            .collect();
+        let want: Vec<Value> = expected(Verified::DriverShifts, 60_000, &input)
+            .unwrap()
+            .records
+            .into_iter()
+            .map(|r| r.value)
+            .collect();
+        let batch = events
+            .iter()
+            .map(|r| keyed(serde_json::from_str(&r.to_json()).unwrap()));
+        let mut got: Vec<Value> = run_batch(&job.pipeline, batch)
+            .records
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+        let by_driver = |v: &Value| (v["driver_id"].as_u64(), v["window_start"].as_i64());
+        got.sort_by_key(by_driver);
+        assert_eq!(got, want);
+        // A day of 8-hour shifts every 12 hours: about two shifts a driver.
+        assert!((30..=70).contains(&want.len()), "{} shifts", want.len());
+    }
+
     #[test]
     fn session_windows_in_batch_hold_the_records_at_most_the_gap_apart() {
         let job = Job::parse(

@@ -325,20 +325,28 @@ impl OperatorState {
 
     /// Every stored entry under `prefix`, with both deltas laid over fjall.
     fn scan(&self, prefix: &[u8]) -> Result<Entries> {
-        self.scan_until(prefix, prefix, |_| false)
+        self.scan_until(prefix, prefix, None, |_| false)
     }
 
-    /// The stored entries under `prefix` from `start` on, up to the first key for which
-    /// `past_end` holds, with both deltas laid over fjall (a delete in a delta removes the
-    /// key from the result's values: it stays as `None`).
+    /// The stored entries under `prefix` from `start` on, before `end` (exclusive, if given)
+    /// and up to the first key for which `past_end` holds, with both deltas laid over fjall
+    /// (a delete in a delta removes the key from the result's values: it stays as `None`).
+    /// `end` bounds fjall's own iteration: without it, the deleted keys after the last one
+    /// wanted (tombstones until a compaction drops them) are all stepped over on the way to
+    /// the first live key `past_end` would stop at.
     fn scan_until(
         &self,
         prefix: &[u8],
         start: &[u8],
+        end: Option<&[u8]>,
         past_end: impl Fn(&[u8]) -> bool,
     ) -> Result<Entries> {
         let mut merged = Entries::new();
-        for guard in self.keyspace.range(start.to_vec()..) {
+        let range: Box<dyn Iterator<Item = _>> = match end {
+            Some(end) => Box::new(self.keyspace.range(start.to_vec()..end.to_vec())),
+            None => Box::new(self.keyspace.range(start.to_vec()..)),
+        };
+        for guard in range {
             let (k, v) = guard.into_inner().map_err(|e| fjall_error(&self.dir, e))?;
             if !k.starts_with(prefix) || past_end(&k) {
                 break;
@@ -580,10 +588,33 @@ impl TimerState {
         kg: u16,
         up_to: i64,
     ) -> Result<Vec<(i64, Vec<u8>)>> {
+        self.due_in_group_after(op, kg, None, up_to)
+    }
+
+    /// [`TimerState::due_in_group`], only the timers after `after` (`None`: all): an operator
+    /// that fired every timer up to `after` before, and registers none at or below its
+    /// watermark, scans from there, and the deleted timers before it (tombstones until the
+    /// store compacts them) are never visited again.
+    ///
+    /// # Errors
+    /// A fjall read error, or a corrupt timer key.
+    pub fn due_in_group_after(
+        &self,
+        op: &OperatorState,
+        kg: u16,
+        after: Option<i64>,
+        up_to: i64,
+    ) -> Result<Vec<(i64, Vec<u8>)>> {
         let prefix = timer_prefix(kg, self.id);
+        let start = match after.and_then(|a| a.checked_add(1)) {
+            Some(from) => timer_key(kg, self.id, from, &[]),
+            None if after.is_some() => return Ok(Vec::new()),
+            None => prefix.clone(),
+        };
         let past = |k: &[u8]| decode_timer_key(k).is_none_or(|(t, _)| t > up_to);
+        let end = up_to.checked_add(1).map(|e| timer_key(kg, self.id, e, &[]));
         let mut out = Vec::new();
-        for (k, v) in op.scan_until(&prefix, &prefix, past)? {
+        for (k, v) in op.scan_until(&prefix, &start, end.as_deref(), past)? {
             if v.is_none() {
                 continue;
             }

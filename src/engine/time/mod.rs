@@ -16,7 +16,10 @@
 //! only when the watermark crosses one of those, and fires what it finds in bounded chunks:
 //! its memory does not grow with the number of keys. A process function's timers fall at any
 //! time, so a scan on every watermark advance would visit every key group each time; there
-//! an in-memory queue of the timers answers "what is due" from its head.
+//! an in-memory queue of the timers answers "what is due" from its head. Session windows sit
+//! between: their ends fall anywhere, but one per open session; the window operator keeps
+//! only which key groups hold a timer in which time bucket (`session::TimerBuckets`), and
+//! scans those key groups when the watermark reaches the bucket.
 
 mod pattern;
 pub(crate) mod rfc3339;

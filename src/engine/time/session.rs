@@ -11,7 +11,7 @@
 //!   merged session: it fires when the watermark reaches its end, is kept for the allowed
 //!   lateness after, and a record whose merged session is past end + lateness is late.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::rules::Window;
 
@@ -45,21 +45,57 @@ pub(crate) fn merge_session(sessions: &[Window], proto: Window) -> SessionMerge 
     SessionMerge { merged, absorbed }
 }
 
-/// The times at which timers may be registered, coarsened to buckets, kept in memory so that
-/// the window operator scans the stored timers (one range scan per key group) only when the
-/// watermark reaches a bucket that holds one. Session ends fall at any millisecond, so the
-/// residue rule of tumbling and sliding windows does not apply, and a scan on every advance
-/// would visit every key group per record.
+/// A key's open sessions as stored: one value per key (a point read per record, where a map
+/// per key would be a range scan over every version the store still holds of it), each
+/// session's start and end (i64 BE) and its accumulator (u32 BE length, then the bytes).
+pub(crate) type Sessions = Vec<(Window, Vec<u8>)>;
+
+/// [`Sessions`] as stored.
+pub(crate) fn encode_sessions(sessions: &Sessions) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (w, acc) in sessions {
+        out.extend_from_slice(&w.start.to_be_bytes());
+        out.extend_from_slice(&w.end.to_be_bytes());
+        out.extend_from_slice(&u32::try_from(acc.len()).unwrap_or(u32::MAX).to_be_bytes());
+        out.extend_from_slice(acc);
+    }
+    out
+}
+
+/// The stored [`Sessions`]; `None` when the bytes are not a list of them.
+pub(crate) fn decode_sessions(mut bytes: &[u8]) -> Option<Sessions> {
+    fn take<const N: usize>(bytes: &mut &[u8]) -> Option<[u8; N]> {
+        let (head, rest) = bytes.split_first_chunk::<N>()?;
+        *bytes = rest;
+        Some(*head)
+    }
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let start = i64::from_be_bytes(take::<8>(&mut bytes)?);
+        let end = i64::from_be_bytes(take::<8>(&mut bytes)?);
+        let len = u32::from_be_bytes(take::<4>(&mut bytes)?) as usize;
+        let acc = bytes.get(..len)?.to_vec();
+        bytes = &bytes[len..];
+        out.push((Window { start, end }, acc));
+    }
+    Some(out)
+}
+
+/// Where timers may be registered: per time bucket, the key groups that registered one there,
+/// kept in memory so that the window operator scans the stored timers only of the key groups
+/// with a timer in a bucket the watermark reached. Session ends fall at any millisecond, so
+/// the residue rule of tumbling and sliding windows does not apply, and a scan of every key
+/// group on every advance would cost a range scan per key group per record.
 ///
 /// Exact, not a sampling: a timer is always registered above the watermark (an on-time
 /// session ends after it; a late update's cleanup is after it), so every timer in (scanned,
-/// w] lies in a bucket that overlaps that interval, and [`TimerBuckets::due`] says so. A
-/// bucket stays marked after its timer is deleted by a merge (one scan too many, never one
-/// too few), and is forgotten once a scan has passed all of it.
+/// w] lies in a bucket that overlaps that interval, and [`TimerBuckets::due`] names its key
+/// group. A mark stays after its timer is deleted by a merge (one scan too many, never one
+/// too few), and goes once a scan has passed all of its bucket.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TimerBuckets {
     width: i64,
-    buckets: BTreeSet<i64>,
+    buckets: BTreeMap<i64, BTreeSet<u16>>,
 }
 
 impl TimerBuckets {
@@ -67,7 +103,7 @@ impl TimerBuckets {
     pub(crate) fn new(width: i64) -> TimerBuckets {
         TimerBuckets {
             width: width.max(1),
-            buckets: BTreeSet::new(),
+            buckets: BTreeMap::new(),
         }
     }
 
@@ -77,23 +113,36 @@ impl TimerBuckets {
         TimerBuckets::new(gap / 8)
     }
 
-    /// A timer at `time`.
-    pub(crate) fn register(&mut self, time: i64) {
-        self.buckets.insert(time.div_euclid(self.width));
+    /// A timer of key group `kg` at `time`.
+    pub(crate) fn register(&mut self, kg: u16, time: i64) {
+        self.buckets
+            .entry(time.div_euclid(self.width))
+            .or_default()
+            .insert(kg);
     }
 
-    /// Whether a timer may be due as the watermark goes from `scanned` (`None`: never
-    /// scanned, so yes) to `w`.
-    pub(crate) fn due(&self, scanned: Option<i64>, w: i64) -> bool {
+    /// The key groups whose timers may be due as the watermark goes from `scanned` to `w`
+    /// (`scanned` `None`: never scanned, so every one of `all`), in order.
+    pub(crate) fn due(
+        &self,
+        scanned: Option<i64>,
+        w: i64,
+        all: std::ops::Range<u16>,
+    ) -> Vec<u16> {
         let Some(s) = scanned else {
-            return true;
+            return all.collect();
         };
         if w <= s {
-            return false;
+            return Vec::new();
         }
         // Buckets overlapping (s, w]: from the bucket of s + 1 to the bucket of w.
         let (from, to) = ((s + 1).div_euclid(self.width), w.div_euclid(self.width));
-        self.buckets.range(from..=to).next().is_some()
+        let groups: BTreeSet<u16> = self
+            .buckets
+            .range(from..=to)
+            .flat_map(|(_, kgs)| kgs.iter().copied())
+            .collect();
+        groups.into_iter().collect()
     }
 
     /// A scan fired every timer at or before `w`: forgets the buckets wholly at or before it.
@@ -150,24 +199,37 @@ mod tests {
     }
 
     #[test]
-    fn timer_buckets_say_when_a_scan_may_find_a_due_timer() {
+    fn stored_sessions_round_trip_and_garbage_is_refused() {
+        let sessions = vec![(w(-5, 10), b"{\"n\":1}".to_vec()), (w(40, 70), Vec::new())];
+        let bytes = encode_sessions(&sessions);
+        assert_eq!(decode_sessions(&bytes), Some(sessions));
+        assert_eq!(decode_sessions(&[]), Some(Vec::new()));
+        assert_eq!(decode_sessions(&bytes[..bytes.len() - 1]), None);
+        assert_eq!(decode_sessions(&[0; 19]), None);
+    }
+
+    #[test]
+    fn timer_buckets_name_the_key_groups_a_scan_may_find_a_due_timer_in() {
+        let all = 0..4;
         let mut b = TimerBuckets::new(10);
-        assert!(b.due(None, 0), "never scanned: scan");
-        assert!(!b.due(Some(0), 100), "no timer anywhere");
-        b.register(25); // bucket 2: 20..=29
-        b.register(47); // bucket 4
-        // (scanned, w, expected)
-        let cases = [
-            (Some(0), 19, false),
-            (Some(0), 20, true), // bucket 2 overlaps (0, 20]
-            (Some(19), 21, true),
-            (Some(29), 39, false), // bucket 2 lies at or before the last scan
-            (Some(30), 40, true),  // bucket 4
-            (Some(40), 40, false), // no advance
-            (Some(49), 60, false),
+        assert_eq!(b.due(None, 0, all.clone()), [0, 1, 2, 3], "never scanned: all");
+        assert!(b.due(Some(0), 100, all.clone()).is_empty(), "no timer anywhere");
+        b.register(1, 25); // bucket 2: 20..=29
+        b.register(3, 47); // bucket 4
+        b.register(1, 41);
+        // (scanned, w, key groups)
+        let cases: [(Option<i64>, i64, &[u16]); 8] = [
+            (Some(0), 19, &[]),
+            (Some(0), 20, &[1]), // bucket 2 overlaps (0, 20]
+            (Some(19), 21, &[1]),
+            (Some(29), 39, &[]), // bucket 2 lies at or before the last scan
+            (Some(30), 40, &[1, 3]),
+            (Some(40), 40, &[]), // no advance
+            (Some(49), 60, &[]),
+            (Some(0), 60, &[1, 3]),
         ];
         for (scanned, w, want) in cases {
-            assert_eq!(b.due(scanned, w), want, "{scanned:?} → {w}");
+            assert_eq!(b.due(scanned, w, all.clone()), want, "{scanned:?} → {w}");
         }
         b.scanned(29);
         assert_eq!(b.len(), 1, "bucket 2 is wholly at or before 29");
@@ -176,8 +238,8 @@ mod tests {
         b.scanned(49);
         assert_eq!(b.len(), 0);
         let mut n = TimerBuckets::new(10);
-        n.register(-5);
-        assert!(n.due(Some(-20), -10), "bucket -1 (-10..=-1) overlaps (-20, -10]");
-        assert!(!n.due(Some(-1), 5));
+        n.register(2, -5);
+        assert_eq!(n.due(Some(-20), -10, all.clone()), [2], "bucket -1 overlaps (-20, -10]");
+        assert!(n.due(Some(-1), 5, all).is_empty());
     }
 }

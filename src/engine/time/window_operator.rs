@@ -17,16 +17,14 @@
 //! them a chunk at a time ([`FIRE_CHUNK`] results, by key group; per key in time order), so a
 //! watermark closing an hour for a million keys never holds every result in memory at once.
 //!
-//! Session windows keep, per key, each open session's end and accumulator under its start
-//! (`SESSIONS`); a record's session merges with the ones it touches ([`super::session`]), their
+//! Session windows keep, per key, its open sessions and their accumulators in one value
+//! (`SESSIONS`, [`super::session::Sessions`]); a record's session merges with the ones it touches ([`super::session`]), their
 //! accumulators merged ([`WindowFunction::merge`]) and their timers moved to the merged end.
 //! Their ends fall anywhere, so in place of the residue rule a [`TimerBuckets`] in memory
 //! (loaded from the stored timers at restore) says when a scan may find one due.
 
-use std::ops::Range;
-
 use super::rules::{admit, route, start_key, Admission, Window, WindowKind};
-use super::session::{merge_session, TimerBuckets};
+use super::session::{decode_sessions, encode_sessions, merge_session, Sessions, TimerBuckets};
 use super::stored_watermark::StoredWatermark;
 use crate::engine::runtime::RuntimeError;
 use crate::engine::state::{MapState, OperatorState, TimerState, ValueState};
@@ -39,8 +37,8 @@ const FIRE: TimerState = TimerState::new(1);
 const CLEANUP: TimerState = TimerState::new(2);
 /// The subtask's watermark, in every key group of its range.
 const WATERMARK: ValueState = ValueState::new(3);
-/// Per record key, session windows: start (as [`start_key`]) → end (i64 BE) and accumulator.
-const SESSIONS: MapState = MapState::new(4);
+/// Per record key, its open session windows and their accumulators.
+const SESSIONS: ValueState = ValueState::new(4);
 
 /// Results a firing hands out at most per call before the rest waits for
 /// [`WindowOperator::fire_more`] (a firing of more is split, by key group).
@@ -93,8 +91,9 @@ pub(crate) struct WindowOperator<F> {
     /// The watermark up to which timers were last looked for (a look visits every key group
     /// of the range).
     scanned_to: Option<i64>,
-    /// A firing under way: its watermark and the key groups not fired yet.
-    firing: Option<(i64, Range<u16>)>,
+    /// A firing under way: the watermark of the scan before (its timers are fired already:
+    /// `None` after a restore), its watermark and the key groups not fired yet.
+    firing: Option<(Option<i64>, i64, std::vec::IntoIter<u16>)>,
     /// Session windows: where timers may be (module docs); `None` for the others.
     buckets: Option<TimerBuckets>,
 }
@@ -138,7 +137,7 @@ impl<F: WindowFunction> WindowOperator<F> {
                 for kg in state.key_groups() {
                     for timers in [FIRE, CLEANUP] {
                         for (time, _) in timers.due_in_group(&state, kg, i64::MAX)? {
-                            buckets.register(time);
+                            buckets.register(kg, time);
                         }
                     }
                 }
@@ -228,11 +227,10 @@ impl<F: WindowFunction> WindowOperator<F> {
             // No session fits the i64 range: the record cannot count anywhere.
             return Ok(true);
         };
-        let mut open = Vec::new();
-        for (start, value) in SESSIONS.entries(&self.state, key)? {
-            let (window, acc) = self.session_entry(&start, &value)?;
+        let mut open = Sessions::new();
+        for (window, acc) in self.sessions(key)? {
             if window.expired(judged_by, self.lateness) {
-                self.remove_session(key, window);
+                self.delete_timers(key, window);
             } else {
                 open.push((window, acc));
             }
@@ -244,26 +242,30 @@ impl<F: WindowFunction> WindowOperator<F> {
             return Ok(true);
         }
         let mut acc = self.function.create();
+        let mut kept = Sessions::new();
         for (window, bytes) in open {
             if merge.absorbed.contains(&window) {
                 let other = self.decode_acc(&bytes)?;
                 self.function.merge(&mut acc, other);
-                self.remove_session(key, window);
+                self.delete_timers(key, window);
+            } else {
+                kept.push((window, bytes));
             }
         }
         self.function.add(&mut acc, input);
         let window = merge.merged;
-        let mut value = window.end.to_be_bytes().to_vec();
-        value.extend(
-            self.function
-                .encode(&acc)
-                .map_err(|e| self.internal("accumulator", e))?,
-        );
-        SESSIONS.insert(&mut self.state, key, &start_key(window.start), &value);
+        let bytes = self
+            .function
+            .encode(&acc)
+            .map_err(|e| self.internal("accumulator", e))?;
+        kept.push((window, bytes));
+        kept.sort_by_key(|(w, _)| w.start);
+        self.store_sessions(key, &kept);
         let cleanup = window.end.saturating_add(self.lateness);
         CLEANUP.register(&mut self.state, key, cleanup);
+        let kg = self.state.key_group(key);
         let buckets = self.buckets.get_or_insert_with(|| TimerBuckets::for_gap(gap));
-        buckets.register(cleanup);
+        buckets.register(kg, cleanup);
         if admission == Admission::LateUpdate {
             fired.push(Fired {
                 key: key.to_vec(),
@@ -272,45 +274,32 @@ impl<F: WindowFunction> WindowOperator<F> {
             });
         } else {
             FIRE.register(&mut self.state, key, window.end);
-            buckets.register(window.end);
+            buckets.register(kg, window.end);
         }
         Ok(false)
     }
 
-    /// A stored session: its window and its accumulator's bytes.
-    fn session_entry(&self, start: &[u8], value: &[u8]) -> Result<(Window, Vec<u8>), RuntimeError> {
-        let start = <[u8; 8]>::try_from(start).ok().map(|b| {
-            let flipped = u64::from_be_bytes(b) ^ (1 << 63);
-            flipped as i64
-        });
-        let end = value
-            .get(..8)
-            .and_then(|b| <[u8; 8]>::try_from(b).ok())
-            .map(i64::from_be_bytes);
-        match (start, end) {
-            (Some(start), Some(end)) => Ok((Window { start, end }, value[8..].to_vec())),
-            _ => Err(self.internal("stored session", "not a start and an end".into())),
+    /// The key's stored sessions.
+    fn sessions(&self, key: &[u8]) -> Result<Sessions, RuntimeError> {
+        match SESSIONS.get(&self.state, key)? {
+            None => Ok(Sessions::new()),
+            Some(bytes) => decode_sessions(&bytes).ok_or_else(|| {
+                self.internal("stored sessions", "not a list of sessions".into())
+            }),
         }
     }
 
-    /// The key's session ending at `end`, with its accumulator's bytes.
-    fn session_ending(
-        &self,
-        key: &[u8],
-        end: i64,
-    ) -> Result<Option<(Window, Vec<u8>)>, RuntimeError> {
-        for (start, value) in SESSIONS.entries(&self.state, key)? {
-            let (window, acc) = self.session_entry(&start, &value)?;
-            if window.end == end {
-                return Ok(Some((window, acc)));
-            }
+    /// Stores the key's sessions (none: the key's value goes).
+    fn store_sessions(&mut self, key: &[u8], sessions: &Sessions) {
+        if sessions.is_empty() {
+            SESSIONS.clear(&mut self.state, key);
+        } else {
+            SESSIONS.set(&mut self.state, key, &encode_sessions(sessions));
         }
-        Ok(None)
     }
 
-    /// Removes a session and its timers.
-    fn remove_session(&mut self, key: &[u8], window: Window) {
-        SESSIONS.remove(&mut self.state, key, &start_key(window.start));
+    /// Deletes a session's timers (it merged into another, or is dropped).
+    fn delete_timers(&mut self, key: &[u8], window: Window) {
         FIRE.delete(&mut self.state, key, window.end);
         CLEANUP.delete(
             &mut self.state,
@@ -350,21 +339,26 @@ impl<F: WindowFunction> WindowOperator<F> {
         }
         self.watermark = Some(w);
         self.stored.advanced(w);
-        let due = match &self.buckets {
-            Some(buckets) => buckets.due(self.scanned_to, w),
+        let groups: Vec<u16> = match &mut self.buckets {
+            Some(buckets) => {
+                let due = buckets.due(self.scanned_to, w, self.state.key_groups());
+                buckets.scanned(w);
+                due
+            }
             None => {
                 let (size, slide) = self.kind.size_and_slide();
-                timers_may_be_due(self.scanned_to, w, size, slide, self.lateness)
+                if !timers_may_be_due(self.scanned_to, w, size, slide, self.lateness) {
+                    return Ok(());
+                }
+                self.state.key_groups().collect()
             }
         };
-        if !due {
-            return Ok(());
+        // No timer in (scanned, w] outside `groups`: after them, every timer at or before w
+        // has fired.
+        let from = self.scanned_to.replace(w);
+        if !groups.is_empty() {
+            self.firing = Some((from, w, groups.into_iter()));
         }
-        if let Some(buckets) = &mut self.buckets {
-            buckets.scanned(w);
-        }
-        self.scanned_to = Some(w);
-        self.firing = Some((w, self.state.key_groups()));
         self.fire_more(fired)
     }
 
@@ -374,7 +368,7 @@ impl<F: WindowFunction> WindowOperator<F> {
     /// # Errors
     /// The store failed, or an accumulator does not decode.
     pub(crate) fn fire_more(&mut self, fired: &mut Vec<Fired<F::Acc>>) -> Result<(), RuntimeError> {
-        let Some((w, mut groups)) = self.firing.take() else {
+        let Some((from, w, mut groups)) = self.firing.take() else {
             return Ok(());
         };
         let start = fired.len();
@@ -382,10 +376,10 @@ impl<F: WindowFunction> WindowOperator<F> {
             let Some(kg) = groups.next() else {
                 break;
             };
-            self.fire_group(kg, w, fired)?;
+            self.fire_group(kg, (from, w), fired)?;
         }
-        if !groups.is_empty() {
-            self.firing = Some((w, groups));
+        if groups.len() > 0 {
+            self.firing = Some((from, w, groups));
         }
         Ok(())
     }
@@ -395,19 +389,21 @@ impl<F: WindowFunction> WindowOperator<F> {
         self.firing.is_some()
     }
 
-    /// Key group `kg`'s due windows at watermark `w` (by end, then key), then its expired
-    /// windows dropped.
+    /// Key group `kg`'s windows due in (`from`, `w`] (by end, then key), then its expired
+    /// windows dropped. Every timer at or before `from` fired in an earlier scan, and none is
+    /// registered at or below the watermark (an on-time window ends after it, a late update's
+    /// cleanup is after it), so the scan starts after `from`.
     fn fire_group(
         &mut self,
         kg: u16,
-        w: i64,
+        (from, w): (Option<i64>, i64),
         fired: &mut Vec<Fired<F::Acc>>,
     ) -> Result<(), RuntimeError> {
         if matches!(self.kind, WindowKind::Session { .. }) {
-            return self.fire_sessions(kg, w, fired);
+            return self.fire_sessions(kg, (from, w), fired);
         }
         let (size, _) = self.kind.size_and_slide();
-        for (end, key) in FIRE.due_in_group(&self.state, kg, w)? {
+        for (end, key) in FIRE.due_in_group_after(&self.state, kg, from, w)? {
             FIRE.delete(&mut self.state, &key, end);
             let window = Window {
                 start: end - size,
@@ -416,7 +412,7 @@ impl<F: WindowFunction> WindowOperator<F> {
             let acc = self.accumulator(&key, window)?;
             fired.push(Fired { key, window, acc });
         }
-        for (at, key) in CLEANUP.due_in_group(&self.state, kg, w)? {
+        for (at, key) in CLEANUP.due_in_group_after(&self.state, kg, from, w)? {
             CLEANUP.delete(&mut self.state, &key, at);
             let start = at - self.lateness - size;
             ACCUMULATORS.remove(&mut self.state, &key, &start_key(start));
@@ -428,12 +424,13 @@ impl<F: WindowFunction> WindowOperator<F> {
     fn fire_sessions(
         &mut self,
         kg: u16,
-        w: i64,
+        (from, w): (Option<i64>, i64),
         fired: &mut Vec<Fired<F::Acc>>,
     ) -> Result<(), RuntimeError> {
-        for (end, key) in FIRE.due_in_group(&self.state, kg, w)? {
+        for (end, key) in FIRE.due_in_group_after(&self.state, kg, from, w)? {
             FIRE.delete(&mut self.state, &key, end);
-            if let Some((window, bytes)) = self.session_ending(&key, end)? {
+            let ending = self.sessions(&key)?.into_iter().find(|(w, _)| w.end == end);
+            if let Some((window, bytes)) = ending {
                 let acc = self.decode_acc(&bytes)?;
                 fired.push(Fired { key, window, acc });
             }
@@ -441,13 +438,17 @@ impl<F: WindowFunction> WindowOperator<F> {
         // A cleanup drops every session of its key past end + lateness (not only the one
         // whose end it was set for): a session is found by what it is, not by the lateness
         // its timer was computed with.
-        for (at, key) in CLEANUP.due_in_group(&self.state, kg, w)? {
+        for (at, key) in CLEANUP.due_in_group_after(&self.state, kg, from, w)? {
             CLEANUP.delete(&mut self.state, &key, at);
-            for (start, value) in SESSIONS.entries(&self.state, &key)? {
-                let (window, _) = self.session_entry(&start, &value)?;
-                if window.expired(Some(w), self.lateness) {
-                    self.remove_session(&key, window);
+            let (expired, kept): (Sessions, Sessions) = self
+                .sessions(&key)?
+                .into_iter()
+                .partition(|(window, _)| window.expired(Some(w), self.lateness));
+            if !expired.is_empty() {
+                for (window, _) in expired {
+                    self.delete_timers(&key, window);
                 }
+                self.store_sessions(&key, &kept);
             }
         }
         Ok(())

@@ -392,6 +392,25 @@ async fn setup(label: &str, shipped: &str) -> Setup {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_of_job_b_under_kills_pauses_joins_and_leaves_count_every_ride_once() {
+    members_under_chaos(
+        "members-b",
+        "rides-per-driver-hourly.toml",
+        "per-driver-hourly",
+    )
+    .await;
+}
+
+/// The driver-shifts job (session windows: merging state, timers anywhere in time, moved
+/// with their key groups between members) under the same chaos.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_of_the_shifts_job_under_kills_pauses_joins_and_leaves_count_every_shift_once(
+) {
+    members_under_chaos("members-shifts", "driver-shifts.toml", "driver-shifts").await;
+}
+
+/// One member, then three, then two, of the shipped job `shipped`, with kills and pauses in
+/// between while rides arrive; `taxi verify --job verified` must then say OK.
+async fn members_under_chaos(label: &'static str, shipped: &str, verified: &'static str) {
     let _heavy = crate::support::turns::heavy().await;
     let seed = chaos_seed();
     let mut rng = StdRng::seed_from_u64(seed);
@@ -402,11 +421,12 @@ async fn three_members_of_job_b_under_kills_pauses_joins_and_leaves_count_every_
         job,
         _internal,
         ..
-    } = setup("members-b", "rides-per-driver-hourly.toml").await;
+    } = setup(label, shipped).await;
     // 15000 rides at 1500 events/s: ~20 s of input arriving while members come and go; at one
-    // ride per event-time second that closes four hours for 200 drivers.
+    // ride per event-time second that closes four hours for 200 drivers (and ends about 50
+    // shifts: one ends every 3.6 minutes of event time).
     let feed = feeder(&input.name, 15_000, 1_500);
-    let mut ms = Members::new("job (b) members", job, dir.clone(), seed);
+    let mut ms = Members::new(label, job, dir.clone(), seed);
     // One member, then three (the second and third join while it runs), then two (one
     // leaves), with kills and pauses in between: the job rescales 1 → 3 → 2 without a stop.
     ms.start(0);
@@ -445,7 +465,7 @@ async fn three_members_of_job_b_under_kills_pauses_joins_and_leaves_count_every_
     let (input_name, output_name) = (input.name.clone(), output.name.clone());
     let verdict = ms
         .settle(
-            || verify("per-driver-hourly", &input_name, &output_name),
+            || verify(verified, &input_name, &output_name),
             |v| v.starts_with("verify: OK") && !v.contains(" 0 records"),
         )
         .await;

@@ -217,15 +217,21 @@ async fn verify_accepts_a_faithful_per_driver_hourly_output() {
         "1",
         "--drivers",
         "20",
+        "--shift-hours",
+        "12",
+        "--shift-period-hours",
+        "12",
     ])
     .await;
     assert!(o.status.success(), "{}", shown(&o));
     // The windows from the generator's own events (one pseudo-partition; which windows are
-    // still open does not matter when all of them are written).
+    // still open does not matter when all of them are written); every driver on duty.
     let events = generate::rides(Config {
         rides: 10_800,
         rides_per_second: 1,
         drivers: 20,
+        shift_ms: 12 * 3_600_000,
+        shift_period_ms: 12 * 3_600_000,
         ..Config::default()
     })
     .unwrap();

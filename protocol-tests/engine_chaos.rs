@@ -636,17 +636,16 @@ impl Drop for Chaos {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn per_driver_hourly_killed_at_random_and_at_both_commit_points_verifies_exactly_once() {
-    let _heavy = crate::support::turns::heavy().await;
-    let mut chaos = Chaos::new("exactly-once", &broker(), "exactly-once", INTERVAL_MS).await;
+/// Kills the job `kills` times, the four kinds in turn; then the last run catches up and the
+/// verifier must say OK. Returns the chaos for what the caller checks besides.
+async fn kills_keep_exactly_once(mut chaos: Chaos, kills: usize) -> Chaos {
     let kinds = [
         Kill::Random,
         Kill::Persisted,
         Kill::Unanswered,
         Kill::AfterOutput,
     ];
-    chaos.kill(&kinds, kill_count()).await;
+    chaos.kill(&kinds, kills).await;
     let rides = chaos.stop_feeding().await;
     let verdict = chaos.last_run_verdict().await;
     chaos.summary(rides, &verdict);
@@ -655,6 +654,29 @@ async fn per_driver_hourly_killed_at_random_and_at_both_commit_points_verifies_e
         "chaos seed {}: {verdict}",
         chaos.seed
     );
+    chaos
+}
+
+/// The inverse: `kills` kills (at random and after new output: without transactions the two
+/// commit points do not exist) of an at-least-once job replay the output of the records since
+/// the last checkpoint, which the verifier must report as duplicates.
+async fn kills_write_duplicates(mut chaos: Chaos, kills: usize) {
+    chaos.kill(&[Kill::Random, Kill::AfterOutput], kills).await;
+    let rides = chaos.stop_feeding().await;
+    let verdict = chaos.last_run_verdict().await;
+    chaos.summary(rides, &verdict);
+    assert!(
+        verdict.contains("duplicated"),
+        "chaos seed {}: at-least-once under kills should duplicate output, got: {verdict}",
+        chaos.seed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_driver_hourly_killed_at_random_and_at_both_commit_points_verifies_exactly_once() {
+    let _heavy = crate::support::turns::heavy().await;
+    let chaos = Chaos::new("exactly-once", &broker(), "exactly-once", INTERVAL_MS).await;
+    let chaos = kills_keep_exactly_once(chaos, kill_count()).await;
     assert!(
         chaos.resumed > 0,
         "chaos seed {}: no restart resumed a restored committable: the kills never left one",
@@ -662,25 +684,13 @@ async fn per_driver_hourly_killed_at_random_and_at_both_commit_points_verifies_e
     );
 }
 
-/// The inverse: at-least-once under the same chaos replays the output of the records since
-/// the last checkpoint: the verifier reports duplicates. (The shipped 1 s interval: kills
-/// after new output then land before the next checkpoint.)
+/// The inverse: at-least-once under the same chaos writes duplicates. (The shipped 1 s
+/// interval: kills after new output then land before the next checkpoint.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_driver_hourly_at_least_once_under_the_same_chaos_writes_duplicates() {
     let _heavy = crate::support::turns::heavy().await;
-    let mut chaos = Chaos::new("at-least-once", &broker(), "at-least-once", 1000).await;
-    // No transactions: the two commit points do not exist.
-    chaos
-        .kill(&[Kill::Random, Kill::AfterOutput], kill_count().min(10))
-        .await;
-    let rides = chaos.stop_feeding().await;
-    let verdict = chaos.last_run_verdict().await;
-    chaos.summary(rides, &verdict);
-    assert!(
-        verdict.contains("duplicated"),
-        "chaos seed {}: at-least-once under kills should duplicate output, got: {verdict}",
-        chaos.seed
-    );
+    let chaos = Chaos::new("at-least-once", &broker(), "at-least-once", 1000).await;
+    kills_write_duplicates(chaos, kill_count().min(10)).await;
 }
 
 /// Job (b) over Avro in and out (jobs/rides-per-driver-hourly-avro.toml) under the same kinds
@@ -688,43 +698,16 @@ async fn per_driver_hourly_at_least_once_under_the_same_chaos_writes_duplicates(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_driver_hourly_over_avro_killed_at_both_commit_points_verifies_exactly_once() {
     let _heavy = crate::support::turns::heavy().await;
-    let mut chaos = Chaos::avro("avro-exactly-once", "exactly-once", INTERVAL_MS).await;
-    let kinds = [
-        Kill::Random,
-        Kill::Persisted,
-        Kill::Unanswered,
-        Kill::AfterOutput,
-    ];
-    chaos.kill(&kinds, kill_count().min(AVRO_KILLS)).await;
-    let rides = chaos.stop_feeding().await;
-    let verdict = chaos.last_run_verdict().await;
-    chaos.summary(rides, &verdict);
-    assert!(
-        verdict.starts_with("verify: OK"),
-        "chaos seed {}: {verdict}",
-        chaos.seed
-    );
+    let chaos = Chaos::avro("avro-exactly-once", "exactly-once", INTERVAL_MS).await;
+    kills_keep_exactly_once(chaos, kill_count().min(AVRO_KILLS)).await;
 }
 
 /// The inverse over Avro: at-least-once under kills duplicates output.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_driver_hourly_over_avro_at_least_once_under_kills_writes_duplicates() {
     let _heavy = crate::support::turns::heavy().await;
-    let mut chaos = Chaos::avro("avro-at-least-once", "at-least-once", 1000).await;
-    chaos
-        .kill(
-            &[Kill::Random, Kill::AfterOutput],
-            kill_count().min(AVRO_KILLS),
-        )
-        .await;
-    let rides = chaos.stop_feeding().await;
-    let verdict = chaos.last_run_verdict().await;
-    chaos.summary(rides, &verdict);
-    assert!(
-        verdict.contains("duplicated"),
-        "chaos seed {}: at-least-once under kills should duplicate output, got: {verdict}",
-        chaos.seed
-    );
+    let chaos = Chaos::avro("avro-at-least-once", "at-least-once", 1000).await;
+    kills_write_duplicates(chaos, kill_count().min(AVRO_KILLS)).await;
 }
 
 /// The driver-shifts job (jobs/driver-shifts.toml: session windows, which merge, and whose
@@ -733,43 +716,16 @@ async fn per_driver_hourly_over_avro_at_least_once_under_kills_writes_duplicates
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn driver_shifts_killed_at_random_and_at_both_commit_points_verifies_exactly_once() {
     let _heavy = crate::support::turns::heavy().await;
-    let mut chaos = Chaos::shifts("shifts-exactly-once", "exactly-once", INTERVAL_MS).await;
-    let kinds = [
-        Kill::Random,
-        Kill::Persisted,
-        Kill::Unanswered,
-        Kill::AfterOutput,
-    ];
-    chaos.kill(&kinds, kill_count().min(SHIFTS_KILLS)).await;
-    let rides = chaos.stop_feeding().await;
-    let verdict = chaos.last_run_verdict().await;
-    chaos.summary(rides, &verdict);
-    assert!(
-        verdict.starts_with("verify: OK"),
-        "chaos seed {}: {verdict}",
-        chaos.seed
-    );
+    let chaos = Chaos::shifts("shifts-exactly-once", "exactly-once", INTERVAL_MS).await;
+    kills_keep_exactly_once(chaos, kill_count().min(SHIFTS_KILLS)).await;
 }
 
 /// The inverse for the shifts: at-least-once under kills duplicates shifts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn driver_shifts_at_least_once_under_kills_writes_duplicates() {
     let _heavy = crate::support::turns::heavy().await;
-    let mut chaos = Chaos::shifts("shifts-at-least-once", "at-least-once", 1000).await;
-    chaos
-        .kill(
-            &[Kill::Random, Kill::AfterOutput],
-            kill_count().min(SHIFTS_KILLS),
-        )
-        .await;
-    let rides = chaos.stop_feeding().await;
-    let verdict = chaos.last_run_verdict().await;
-    chaos.summary(rides, &verdict);
-    assert!(
-        verdict.contains("duplicated"),
-        "chaos seed {}: at-least-once under kills should duplicate output, got: {verdict}",
-        chaos.seed
-    );
+    let chaos = Chaos::shifts("shifts-at-least-once", "at-least-once", 1000).await;
+    kills_write_duplicates(chaos, kill_count().min(SHIFTS_KILLS)).await;
 }
 
 /// The broker (a private one, wiped after) is SIGKILLed while the job runs and started again

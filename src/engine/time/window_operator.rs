@@ -188,10 +188,7 @@ impl<F: WindowFunction> WindowOperator<F> {
             }
             let mut acc = self.accumulator(key, window)?;
             self.function.add(&mut acc, input);
-            let bytes = self
-                .function
-                .encode(&acc)
-                .map_err(|e| self.internal("accumulator", e))?;
+            let bytes = self.encode_acc(&acc)?;
             ACCUMULATORS.insert(&mut self.state, key, &start_key(window.start), &bytes);
             if admission == Admission::LateUpdate {
                 fired.push(Fired {
@@ -254,11 +251,7 @@ impl<F: WindowFunction> WindowOperator<F> {
         }
         self.function.add(&mut acc, input);
         let window = merge.merged;
-        let bytes = self
-            .function
-            .encode(&acc)
-            .map_err(|e| self.internal("accumulator", e))?;
-        kept.push((window, bytes));
+        kept.push((window, self.encode_acc(&acc)?));
         kept.sort_by_key(|(w, _)| w.start);
         self.store_sessions(key, &kept);
         let cleanup = window.end.saturating_add(self.lateness);
@@ -306,6 +299,12 @@ impl<F: WindowFunction> WindowOperator<F> {
             key,
             window.end.saturating_add(self.lateness),
         );
+    }
+
+    fn encode_acc(&self, acc: &F::Acc) -> Result<Vec<u8>, RuntimeError> {
+        self.function
+            .encode(acc)
+            .map_err(|e| self.internal("accumulator", e))
     }
 
     fn decode_acc(&self, bytes: &[u8]) -> Result<F::Acc, RuntimeError> {

@@ -103,6 +103,52 @@ async fn generate_creates_the_topic_and_writes_every_ride_keyed_by_driver_in_ord
     assert_eq!(by_driver, want);
 }
 
+/// `--fares`: beside the rides, one fare per ride in a second topic, keyed by ride id, each
+/// the fare the generator's `fare::fares` gives; per ride id, in the rides' START order.
+#[tokio::test]
+async fn generate_with_fares_writes_one_fare_per_ride_keyed_by_ride_id() {
+    let rides = TestTopic::create("taxi-fares-rides", 2).await;
+    let fares = TestTopic::create("taxi-fares", 2).await;
+    let o = taxi(&[
+        "generate",
+        "-t",
+        &rides.name,
+        "--fares",
+        &fares.name,
+        "--count",
+        "1000",
+        "--seed",
+        "3",
+    ])
+    .await;
+    assert!(o.status.success(), "{}", shown(&o));
+    assert!(
+        stdout(&o).contains(&format!(" and 1000 fares to {}", fares.name)),
+        "{}",
+        shown(&o)
+    );
+    let records = read_all(&fares.name, 1000).await;
+    assert_eq!(records.len(), 1000, "one fare per ride, no more");
+    let mut got: HashMap<u64, onceflow_taxi::fare::Fare> = HashMap::new();
+    for r in &records {
+        let fare: onceflow_taxi::fare::Fare =
+            serde_json::from_slice(r.value.as_deref().unwrap()).unwrap();
+        assert_eq!(r.key.as_deref(), Some(fare.key().as_slice()), "{fare:?}");
+        got.insert(fare.ride_id, fare);
+    }
+    let config = Config {
+        seed: 3,
+        rides: 1000,
+        ..Config::default()
+    };
+    let want: HashMap<u64, onceflow_taxi::fare::Fare> = onceflow_taxi::fare::fares(config)
+        .unwrap()
+        .map(|f| (f.ride_id, f))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(read_all(&rides.name, 2000).await.len(), 2000, "the rides too");
+}
+
 /// An input topic filled by `taxi generate` (seed 1), an empty output topic, and the
 /// cleansing job's expected output computed from the generator (not from the topic), in
 /// emission order.

@@ -7,6 +7,8 @@
 //!   id); [`BoundingBox`] and [`NYC`], the box the cleansing job keeps.
 //! - [`generate`]: a deterministic generator of ride events (the same settings give the same
 //!   events on every platform), in arrival order or in event-time order.
+//! - [`fare`]: one fare per ride (the rides-and-fares enrichment's second stream),
+//!   deterministic per ride and apart from the rides' generator.
 //! - [`csv`]: the TaxiRide CSV line of Flink's training exercises, to and from a [`Ride`].
 //! - [`files`]: rides in files read as the records a topic would hold: a job's CSV input and a
 //!   file sink's finished output files.
@@ -37,6 +39,7 @@
 #![warn(missing_docs)]
 
 pub mod csv;
+pub mod fare;
 pub mod files;
 pub mod generate;
 pub mod latency;

@@ -51,30 +51,33 @@ pub async fn producer(conn: &Conn) -> Result<Producer> {
     Ok(Producer::new(config).await?)
 }
 
-/// Produces `events` to `topic` (keyed by driver), event `i` not before `start` +
-/// [`send_due`]`(i, rate)` (the demo aims its kills from the same `start`); returns once every
-/// one is acknowledged, and closes the producer.
+/// The record of ride event `ride` in `topic`: keyed by driver.
+pub fn ride_record(topic: &str, ride: &Ride) -> ProducerRecord {
+    ProducerRecord::new(topic.to_owned(), Bytes::from(ride.to_json()))
+        .with_key(Bytes::from(ride.key()))
+}
+
+/// Produces `records`, record `i` not before `start` + [`send_due`]`(i, rate)` (the demo aims
+/// its kills from the same `start`); returns once every one is acknowledged, and closes the
+/// producer.
 ///
 /// # Errors
 /// The producer's error when a record cannot be delivered.
 pub async fn feed(
     producer: Producer,
-    topic: String,
-    events: impl IntoIterator<Item = Ride>,
+    records: impl IntoIterator<Item = ProducerRecord>,
     rate: u32,
     start: Instant,
 ) -> Result<Fed> {
     let mut unacked: VecDeque<DeliveryFuture> = VecDeque::new();
     let mut sent = 0u64;
-    for ride in events {
+    for record in records {
         // Sleeping per record costs more than it evens out: only when 5 ms ahead.
         if let Some(at) = send_due(sent, rate).map(|d| start + d) {
             if at > Instant::now() + Duration::from_millis(5) {
                 tokio::time::sleep_until(at.into()).await;
             }
         }
-        let record = ProducerRecord::new(topic.clone(), Bytes::from(ride.to_json()))
-            .with_key(Bytes::from(ride.key()));
         unacked.push_back(producer.send(record).await?);
         sent += 1;
         if unacked.len() > MAX_UNACKED {

@@ -1,12 +1,15 @@
 //! `onceflow taxi generate`: deterministic ride events ([`onceflow_taxi::generate`]) produced
-//! to a topic, keyed by driver id, with the idempotent producer ([`super::feed`]), or written as
-//! a TaxiRide CSV file ([`onceflow_taxi::csv`], `--format csv`) in event-time order.
+//! to a topic, keyed by driver id, with the idempotent producer ([`super::feed`]) — and with
+//! `--fares`, each ride's fare ([`onceflow_taxi::fare`]) to a second topic —, or written as a
+//! TaxiRide CSV file ([`onceflow_taxi::csv`], `--format csv`) in event-time order.
 
 use super::feed;
 use crate::error::{CliError, Result};
 use crate::props::Conn;
+use bytes::Bytes;
 use onceflow::client::admin::NewTopic;
-use onceflow::client::Admin;
+use onceflow::client::{Admin, ProducerRecord};
+use onceflow_taxi::fare;
 use onceflow_taxi::generate::{self, Config};
 use onceflow_taxi::{csv, Ride, NYC};
 use std::io::Write;
@@ -22,6 +25,10 @@ pub struct GenerateArgs {
     /// Topic to write (created with --partitions if missing), with --format json.
     #[arg(short = 't', long)]
     topic: Option<String>,
+    /// Also a fare per ride to this topic (created like --topic), keyed by ride id, produced
+    /// beside its ride's START event: the second stream of the rides-and-fares enrichment.
+    #[arg(long, value_name = "TOPIC")]
+    fares: Option<String>,
     /// What to write: json, the ride events as JSON records produced to --topic (keyed by
     /// driver id, in arrival order); or csv, the TaxiRide CSV lines of the Flink training
     /// exercises written to --output, in event-time order (START before END at equal times)
@@ -131,6 +138,9 @@ fn generator_config(a: &GenerateArgs) -> Result<Config> {
 /// Where to write, from --format, --topic, --output and the flags that go with them.
 fn destination(a: &GenerateArgs) -> Result<Destination> {
     let usage = |s: &str| Err(CliError::Usage(s.to_owned()));
+    if a.fares.is_some() && a.format == Format::Csv {
+        return usage("--fares produces to a topic: leave it out with --format csv");
+    }
     match (a.format, &a.topic, &a.output) {
         (Format::Json, Some(topic), None) if !a.header => Ok(Destination::Topic(topic.clone())),
         (Format::Json, _, Some(_)) => usage(
@@ -234,22 +244,44 @@ pub async fn run(a: GenerateArgs) -> Result<ExitCode> {
 }
 
 async fn generate_to_topic(a: &GenerateArgs, config: Config, topic: &str) -> Result<ExitCode> {
+    let seed = config.seed;
     let events = generate::rides(config).map_err(|e| CliError::Usage(e.to_string()))?;
     let admin = Admin::new(a.conn.brokers_only()?.client()?).await?;
     let partitions = ensure_topic(&admin, topic, a.partitions).await?;
+    if let Some(fares) = &a.fares {
+        ensure_topic(&admin, fares, a.partitions).await?;
+    }
     let producer = feed::producer(&a.conn).await?;
     let mut generated = Generated::new();
-    let counted = events.inspect(|ride| generated.count(ride));
+    let (rides_topic, fares_topic) = (topic.to_owned(), a.fares.clone());
+    let records = events
+        .inspect(|ride| generated.count(ride))
+        .flat_map(move |ride| {
+            let fare = match (&fares_topic, ride.is_start) {
+                (Some(t), true) => {
+                    let fare = fare::fare_of(&ride, seed);
+                    let value = Bytes::from(fare.to_json());
+                    Some(ProducerRecord::new(t.clone(), value).with_key(Bytes::from(fare.key())))
+                }
+                _ => None,
+            };
+            std::iter::once(feed::ride_record(&rides_topic, &ride)).chain(fare)
+        });
     let start = Instant::now();
-    let fed = feed::feed(producer, topic.to_owned(), counted, a.produce_rate, start).await?;
+    let fed = feed::feed(producer, records, a.produce_rate, start).await?;
     let sent = fed.events;
     let secs = fed.secs;
+    let fares = match &a.fares {
+        Some(t) => format!(" and {} fares to {t}", a.count),
+        None => String::new(),
+    };
     println!(
-        "taxi generate: {sent} events ({} rides, {} leaving the NYC box) to {topic} ({partitions} partitions), seed {}, {}; {secs:.2} s, {:.0} events/s",
+        "taxi generate: {} events ({} rides, {} leaving the NYC box) to {topic} ({partitions} partitions){fares}, seed {}, {}; {secs:.2} s, {:.0} records/s",
+        2 * a.count,
         a.count,
         generated.outside,
         a.seed,
-        generated.span(sent),
+        generated.span(2 * a.count),
         sent as f64 / secs.max(1e-9)
     );
     Ok(ExitCode::SUCCESS)
@@ -322,6 +354,7 @@ mod tests {
                 config_file: None,
             },
             topic: Some("rides".into()),
+            fares: None,
             format: Format::Json,
             output: None,
             header: false,

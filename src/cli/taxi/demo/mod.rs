@@ -249,12 +249,12 @@ async fn demo(args: &Args, setup: &Setup, (events, kills): Plan) -> Result<ExitC
     let start = Instant::now();
     // Aborted when dropped: a demo that fails must not keep producing (the broker would
     // create the deleted input topic again).
+    let topic = setup.input.clone();
+    let records = events
+        .into_iter()
+        .map(move |ride| feed::ride_record(&topic, &ride));
     let mut feed = feed::Task(tokio::spawn(feed::feed(
-        producer,
-        setup.input.clone(),
-        events,
-        args.rate,
-        start,
+        producer, records, args.rate, start,
     )));
     let mut watch = Watch {
         probe: &mut probe,

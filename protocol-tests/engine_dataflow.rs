@@ -16,7 +16,7 @@ use crate::support::*;
 use onceflow::client::ProducerRecord;
 use onceflow::engine::dataflow::{
     Collector, Context, Dataflow, FunctionError, JobBuilder, Json, KafkaSink, KeyedProcessFunction,
-    RunOptions,
+    RunOptions, TimeDomain,
 };
 use onceflow::engine::metrics::Metrics;
 use onceflow::engine::runtime::{RunSummary, RuntimeError};
@@ -362,6 +362,87 @@ async fn long_ride_timers_fire_after_a_restart_for_the_ride_that_never_ended_onl
             start_time: T0 + MINUTE,
         }]
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Emits a ride's id 300 ms of wall-clock time after its first event: a processing-time
+/// timer (the job has no watermark strategy, so no event-time timer could ever fire).
+#[derive(Clone)]
+struct Later;
+
+impl KeyedProcessFunction<u64, Ride, u64> for Later {
+    fn process_element(
+        &mut self,
+        _ride_id: &u64,
+        _ride: Ride,
+        ctx: &mut Context<'_>,
+        _out: &mut Collector<u64>,
+    ) -> Result<(), FunctionError> {
+        let at = ctx.current_processing_time() + 300;
+        ctx.register_processing_time_timer(at);
+        Ok(())
+    }
+
+    fn on_timer(
+        &mut self,
+        ride_id: &u64,
+        _timestamp: i64,
+        ctx: &mut Context<'_>,
+        out: &mut Collector<u64>,
+    ) -> Result<(), FunctionError> {
+        assert_eq!(ctx.time_domain(), TimeDomain::ProcessingTime);
+        out.collect(*ride_id);
+        Ok(())
+    }
+}
+
+/// A running job's keyed subtask fires processing-time timers by the wall clock while no
+/// input arrives: each ride's id is written once, read_committed.
+#[tokio::test]
+async fn processing_time_timers_fire_in_a_running_job_with_no_input_arriving() {
+    let input = TestTopic::create("df-later-in", 1).await;
+    let output = TestTopic::create("df-later-out", 1).await;
+    let dir = std::env::temp_dir().join(unique_topic("onceflow-df-later"));
+    let rides: Vec<Ride> = (1..=5).map(|id| ride(id, true, T0)).collect();
+    send(&input.name, &rides).await;
+    let flow = JobBuilder::new("later")
+        .brokers(broker())
+        .transactional_id_prefix(unique_topic("df-later"))
+        .state_dir(dir.join("state"))
+        .checkpoint_interval(Duration::from_millis(200))
+        .source([input.name.as_str()], Json::<Ride>::new())
+        .key_by(|r| r.ride_id)
+        .process(Later)
+        .uid("later")
+        .sink(KafkaSink::json(output.name.clone()))
+        .build()
+        .unwrap();
+    let mut job = start(flow, RestoreFrom::Fresh);
+    job.wait_for("five timers fired", |s| s.records_out >= 5)
+        .await;
+    let start_time = Instant::now();
+    while committed_count(&output).await < 5 {
+        job.assert_running("the output").await;
+        assert!(
+            start_time.elapsed() < DEADLINE,
+            "the timers' output was not committed within {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    job.stop().await;
+    let records = consume_all(
+        &broker(),
+        &output,
+        1,
+        &[("isolation.level", "read_committed")],
+    )
+    .await;
+    let mut ids: Vec<u64> = records
+        .iter()
+        .map(|r| serde_json::from_slice(r.value.as_ref().unwrap()).unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 2, 3, 4, 5]);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -146,7 +146,11 @@ async fn generate_with_fares_writes_one_fare_per_ride_keyed_by_ride_id() {
         .map(|f| (f.ride_id, f))
         .collect();
     assert_eq!(got, want);
-    assert_eq!(read_all(&rides.name, 2000).await.len(), 2000, "the rides too");
+    assert_eq!(
+        read_all(&rides.name, 2000).await.len(),
+        2000,
+        "the rides too"
+    );
 }
 
 /// An input topic filled by `taxi generate` (seed 1), an empty output topic, and the

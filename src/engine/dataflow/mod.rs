@@ -72,7 +72,7 @@ mod topology;
 mod window;
 
 pub use builder::JobBuilder;
-pub use process::{Collector, Context, KeyedProcessFunction};
+pub use process::{Collector, Context, KeyedProcessFunction, TimeDomain};
 pub use registered::{Avro, Protobuf};
 pub use sink::{FileSink, KafkaSink, Sink};
 pub use source::{Deserializer, Json, Prefetch, SourceRecord};

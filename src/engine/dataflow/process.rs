@@ -1,5 +1,5 @@
-//! [`KeyedProcessFunction`]: a user function on a keyed stream with keyed state and
-//! event-time timers (Flink's), and the keyed stage that runs it.
+//! [`KeyedProcessFunction`]: a user function on a keyed stream with keyed state, event-time
+//! and processing-time timers (Flink's), and the keyed stage that runs it.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -20,10 +20,23 @@ use crate::engine::state::{OperatorState, TimerState, ValueState};
 use crate::engine::time::StoredWatermark;
 use crate::engine::time::TimerService;
 
-/// The stage's timers (ids above [`super::MAX_STATE_ID`] are the operator's own).
+/// The stage's event-time timers (ids above [`super::MAX_STATE_ID`] are the operator's own).
 const TIMERS: TimerState = TimerState::new(255);
 /// The keyed subtask's watermark.
 const WATERMARK: ValueState = ValueState::new(254);
+/// The stage's processing-time timers.
+const PROCESSING_TIMERS: TimerState = TimerState::new(253);
+
+/// Which clock a timer follows (Flink's `TimeDomain`): what [`Context::time_domain`] says in
+/// [`KeyedProcessFunction::on_timer`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TimeDomain {
+    /// Event time: the timer fired because the watermark reached it.
+    EventTime,
+    /// Processing time: the timer fired because the wall clock reached it.
+    ProcessingTime,
+}
 
 /// A function over a keyed stream's elements, with keyed state and event-time timers (Flink's
 /// `KeyedProcessFunction<K, I, O>`). Each keyed subtask runs its own clone; what must survive
@@ -42,8 +55,9 @@ pub trait KeyedProcessFunction<K, I, O>: Clone + Send + 'static {
         out: &mut Collector<O>,
     ) -> Result<(), FunctionError>;
 
-    /// `key`'s timer at `timestamp` fired (the watermark passed it); `ctx.timestamp()` is the
-    /// timer's time. Does nothing by default.
+    /// `key`'s timer at `timestamp` fired: an event-time timer once the watermark reached it,
+    /// a processing-time timer once the wall clock did (`ctx.time_domain()` says which);
+    /// `ctx.timestamp()` is the timer's time. Does nothing by default.
     ///
     /// # Errors
     /// As [`Self::process_element`].
@@ -84,6 +98,8 @@ pub struct Context<'a> {
     key: &'a [u8],
     state: &'a mut OperatorState,
     timers: &'a mut TimerService,
+    processing: &'a mut TimerService,
+    domain: TimeDomain,
 }
 
 impl Context<'_> {
@@ -107,6 +123,31 @@ impl Context<'_> {
     /// Deletes the current key's timer at `time`, if any.
     pub fn delete_event_time_timer(&mut self, time: i64) {
         self.timers.delete(self.state, self.key, time);
+    }
+
+    /// The wall clock, ms since the epoch.
+    pub fn current_processing_time(&self) -> i64 {
+        i64::try_from(crate::engine::clock::now_ms()).unwrap_or(i64::MAX)
+    }
+
+    /// A processing-time timer for the current key at `time` (ms since the epoch):
+    /// `on_timer` runs once the wall clock reaches it (a time already past fires at once).
+    /// Checkpointed like event-time timers: after a restore, one whose time passed while
+    /// the job was down fires as soon as the job runs. Which records the function has seen
+    /// when it fires depends on the clock, so output that depends on it may differ between a
+    /// run and its replay after a failure (each run's output is still written exactly once).
+    pub fn register_processing_time_timer(&mut self, time: i64) {
+        self.processing.register(self.state, self.key, time);
+    }
+
+    /// Deletes the current key's processing-time timer at `time`, if any.
+    pub fn delete_processing_time_timer(&mut self, time: i64) {
+        self.processing.delete(self.state, self.key, time);
+    }
+
+    /// In `on_timer`, the fired timer's clock; in `process_element`, event time.
+    pub fn time_domain(&self) -> TimeDomain {
+        self.domain
     }
 
     /// The current key's value state of `desc`.
@@ -145,6 +186,7 @@ pub(crate) struct ProcessStage<K, I, O, F> {
     pub(crate) f: F,
     pub(crate) state: OperatorState,
     pub(crate) timers: TimerService,
+    pub(crate) processing: TimerService,
     pub(crate) watermark: Option<i64>,
     /// What checkpoints keep of the watermark (per key group).
     pub(crate) stored: StoredWatermark,
@@ -177,17 +219,20 @@ where
         name: String,
     ) -> Result<Self, RuntimeError> {
         let timers = TimerService::restore(&state, TIMERS)?;
+        let processing = TimerService::restore(&state, PROCESSING_TIMERS)?;
         let (watermark, stored) = StoredWatermark::restore(&state, WATERMARK)?;
         tracing::info!(
             operator = %name,
             key_groups = ?state.key_groups(),
             timers = timers.len(),
+            processing_timers = processing.len(),
             watermark = ?watermark,
             "keyed process function started"
         );
         Ok(ProcessStage {
             f,
             timers,
+            processing,
             watermark,
             stored,
             state,
@@ -214,10 +259,22 @@ where
         Ok(())
     }
 
-    /// Fires every timer at or before `w`, in time order (timers a firing registers at or
-    /// before `w` fire too).
-    fn fire_timers(&mut self, w: i64, out: &mut Vec<Output>) -> Result<(), RuntimeError> {
-        while let Some((time, key_bytes)) = self.timers.pop_due(&mut self.state, w) {
+    /// Fires every timer of `domain` at or before `w`, in time order (timers a firing
+    /// registers at or before `w` fire too).
+    fn fire_timers(
+        &mut self,
+        domain: TimeDomain,
+        w: i64,
+        out: &mut Vec<Output>,
+    ) -> Result<(), RuntimeError> {
+        loop {
+            let due = match domain {
+                TimeDomain::EventTime => self.timers.pop_due(&mut self.state, w),
+                TimeDomain::ProcessingTime => self.processing.pop_due(&mut self.state, w),
+            };
+            let Some((time, key_bytes)) = due else {
+                return Ok(());
+            };
             let key: K = serde_json::from_slice(&key_bytes).map_err(|e| {
                 RuntimeError::Internal(format!("{}: a timer's key does not decode: {e}", self.name))
             })?;
@@ -228,12 +285,13 @@ where
                 key: &key_bytes,
                 state: &mut self.state,
                 timers: &mut self.timers,
+                processing: &mut self.processing,
+                domain,
             };
             let result = self.f.on_timer(&key, time, &mut ctx, &mut col);
             result.map_err(|e| self.failed(e))?;
             self.emit(col.items, out)?;
         }
-        Ok(())
     }
 }
 
@@ -260,6 +318,8 @@ where
             key,
             state: &mut self.state,
             timers: &mut self.timers,
+            processing: &mut self.processing,
+            domain: TimeDomain::EventTime,
         };
         let result = self.f.process_element(&k, value, &mut ctx, &mut col);
         result.map_err(|e| self.failed(e))?;
@@ -272,7 +332,15 @@ where
         }
         self.watermark = Some(watermark);
         self.stored.advanced(watermark);
-        self.fire_timers(watermark, out)
+        self.fire_timers(TimeDomain::EventTime, watermark, out)
+    }
+
+    fn next_processing_timer(&self) -> Option<i64> {
+        self.processing.next()
+    }
+
+    fn on_processing_time(&mut self, now: i64, out: &mut Vec<Output>) -> Result<(), RuntimeError> {
+        self.fire_timers(TimeDomain::ProcessingTime, now, out)
     }
 
     fn state_mut(&mut self) -> &mut OperatorState {

@@ -322,6 +322,100 @@ fn timers_and_the_watermark_survive_a_restore_from_the_checkpoint() {
     assert_eq!(values(&h.advance(60)), ["a@50"]);
 }
 
+/// Processing time: `v` > 0 sets a processing-time timer at `t` (ms since the epoch) and an
+/// event-time timer at `t + v`; `v` < 0 deletes the processing-time timer at `t`. A timer
+/// says which clock fired it.
+#[derive(Clone)]
+struct Clocks;
+
+impl KeyedProcessFunction<String, Ev, String> for Clocks {
+    fn process_element(
+        &mut self,
+        _key: &String,
+        ev: Ev,
+        ctx: &mut Context<'_>,
+        _out: &mut Collector<String>,
+    ) -> Result<(), FunctionError> {
+        assert_eq!(ctx.time_domain(), TimeDomain::EventTime);
+        if ev.v < 0 {
+            ctx.delete_processing_time_timer(ev.t);
+        } else {
+            ctx.register_processing_time_timer(ev.t);
+            ctx.register_event_time_timer(ev.t + ev.v);
+        }
+        Ok(())
+    }
+
+    fn on_timer(
+        &mut self,
+        key: &String,
+        timestamp: i64,
+        ctx: &mut Context<'_>,
+        out: &mut Collector<String>,
+    ) -> Result<(), FunctionError> {
+        let clock = match ctx.time_domain() {
+            TimeDomain::ProcessingTime => "wall",
+            _ => "event",
+        };
+        out.collect(format!("{key}@{timestamp}:{clock}"));
+        Ok(())
+    }
+}
+
+fn clocks() -> Dataflow {
+    job()
+        .source(["in"], Json::<Ev>::new())
+        .event_time(|e: &Ev| e.t, Duration::ZERO)
+        .key_by(|e| e.k.clone())
+        .process(Clocks)
+        .uid("clocks")
+        .sink(KafkaSink::with_serializer("out", |s: &String| {
+            s.clone().into_bytes()
+        }))
+        .build()
+        .unwrap()
+}
+
+fn at_wall_clock(h: &mut Harness, now: i64) -> Vec<String> {
+    let mut out = Vec::new();
+    h.stage.on_processing_time(now, &mut out).unwrap();
+    values(&out)
+}
+
+#[test]
+fn processing_time_timers_fire_by_the_wall_clock_apart_from_the_watermark_and_are_checkpointed() {
+    let dir = tempfile::tempdir().unwrap();
+    let flow = clocks();
+    {
+        let mut h = Harness::open(dir.path(), &flow, RestoreFrom::Fresh);
+        h.ev("a", 1_000, 5);
+        h.ev("b", 2_000, 5);
+        h.ev("c", 3_000, 5);
+        h.ev("c", 3_000, -1); // deleted
+        assert_eq!(h.stage.next_processing_timer(), Some(1_000));
+        assert_eq!(
+            values(&h.advance(1_004)),
+            Vec::<String>::new(),
+            "the watermark fires no wall timer"
+        );
+        assert_eq!(at_wall_clock(&mut h, 999), Vec::<String>::new());
+        assert_eq!(at_wall_clock(&mut h, 1_500), ["a@1000:wall"]);
+        assert_eq!(values(&h.advance(1_005)), ["a@1005:event"]);
+        h.checkpoint(1);
+        assert_eq!(
+            at_wall_clock(&mut h, 5_000),
+            ["b@2000:wall"],
+            "lost with the crash"
+        );
+    }
+    // Restored: b's timer is due again (its firing came after the checkpoint), c's stays
+    // deleted.
+    let mut h = Harness::open(dir.path(), &flow, RestoreFrom::Latest);
+    assert_eq!(h.stage.next_processing_timer(), Some(2_000));
+    assert_eq!(at_wall_clock(&mut h, 10_000), ["b@2000:wall"]);
+    assert_eq!(h.stage.next_processing_timer(), None);
+}
+
 // ---------------------------------------------------------------------------------------
 // Windows.
 

@@ -139,6 +139,22 @@ pub(crate) trait KeyedStage: Send {
         Ok(false)
     }
 
+    /// When the stage's earliest processing-time timer is due (ms since the epoch), if it
+    /// has one: the keyed subtask calls [`KeyedStage::on_processing_time`] once the wall clock
+    /// reaches it.
+    fn next_processing_timer(&self) -> Option<i64> {
+        None
+    }
+
+    /// The wall clock is `now` (ms since the epoch): fires the processing-time timers due.
+    ///
+    /// # Errors
+    /// The state store failed, or a user function did.
+    fn on_processing_time(&mut self, now: i64, out: &mut Vec<Output>) -> Result<(), RuntimeError> {
+        let _ = (now, out);
+        Ok(())
+    }
+
     /// The stage's state, for snapshots.
     fn state_mut(&mut self) -> &mut OperatorState;
 

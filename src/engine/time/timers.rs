@@ -1,4 +1,6 @@
-//! Event-time timers of a keyed process function.
+//! The timers of a keyed process function: event-time timers (fired by the watermark) and
+//! processing-time timers (fired by the wall clock), each a [`TimerService`] on its own
+//! checkpointed [`TimerState`].
 //!
 //! Timers live twice: in the checkpointed [`TimerState`] (so they survive a restart) and in
 //! an in-memory queue ordered by (time, key) (Flink's heap timer service), loaded from the
@@ -10,7 +12,7 @@ use std::collections::BTreeSet;
 use crate::engine::runtime::RuntimeError;
 use crate::engine::state::{OperatorState, TimerState};
 
-/// A keyed subtask's event-time timers (module docs).
+/// A keyed subtask's timers of one time domain (module docs).
 #[derive(Debug, Default)]
 pub(crate) struct TimerService {
     queue: BTreeSet<(i64, Vec<u8>)>,
@@ -48,6 +50,11 @@ impl TimerService {
                 t.delete(state, key, time);
             }
         }
+    }
+
+    /// The earliest timer's time.
+    pub(crate) fn next(&self) -> Option<i64> {
+        self.queue.first().map(|(t, _)| *t)
     }
 
     /// How many timers are registered.

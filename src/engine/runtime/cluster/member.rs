@@ -179,6 +179,9 @@ pub(super) async fn run(
         if let Err(e) = w.process(records).await {
             break Err(e);
         }
+        if let Err(e) = w.fire_processing_timers().await {
+            break Err(e);
+        }
         if !stopping && last_commit.elapsed() >= plan.interval {
             last_commit = Instant::now();
             if let Err(e) = w.commit(&meta.get(), Some(group.consumer())).await {
@@ -437,6 +440,26 @@ impl Worker {
             }
         }
         Ok(true)
+    }
+
+    /// Fires the keyed tasks' processing-time timers the wall clock has reached (looked at
+    /// after every poll, so at most the poll's wait late).
+    async fn fire_processing_timers(&mut self) -> Result<(), Exit> {
+        let now = i64::try_from(crate::engine::clock::now_ms()).unwrap_or(i64::MAX);
+        let due: Vec<i32> = self
+            .keyed
+            .iter()
+            .filter(|(_, t)| t.stage.next_processing_timer().is_some_and(|at| at <= now))
+            .map(|(p, _)| *p)
+            .collect();
+        for p in due {
+            let mut out = Vec::new();
+            if let Some(task) = self.keyed.get_mut(&p) {
+                task.stage.on_processing_time(now, &mut out)?;
+            }
+            self.send_outputs(out).await?;
+        }
+        Ok(())
     }
 
     async fn keyed_record(&mut self, r: &ConsumerRecord) -> Result<bool, Exit> {

@@ -17,6 +17,19 @@ use crate::engine::runtime::topology::KeyedStage;
 use crate::engine::runtime::RuntimeError;
 use crate::engine::time::InputWatermarks;
 
+/// The wall clock, ms since the epoch (what processing-time timers are set in).
+fn wall_ms() -> i64 {
+    i64::try_from(crate::engine::clock::now_ms()).unwrap_or(i64::MAX)
+}
+
+/// Sleeps until `at` (for ever without one: the caller's `select!` guard leaves that out).
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// One keyed subtask.
 pub(crate) struct KeyedSubtask {
     pub task: TaskId,
@@ -67,12 +80,23 @@ impl KeyedSubtask {
             }
             let start = self.next;
             self.next = (self.next + 1) % self.inputs.len().max(1);
+            // The stage's next processing-time timer, as a point on the monotonic clock.
+            let timer = self.stage.next_processing_timer();
+            let due = timer.map(|t| {
+                let wait = t.saturating_sub(wall_ms()).max(0);
+                tokio::time::Instant::now() + Duration::from_millis(wait.unsigned_abs())
+            });
             tokio::select! {
                 biased;
                 c = self.control.recv() => match c {
                     Some(c) => self.on_control(c).await?,
                     None => return Ok(()),
                 },
+                () = sleep_until_some(due), if due.is_some() => {
+                    let mut out = Vec::new();
+                    self.stage.on_processing_time(wall_ms(), &mut out)?;
+                    self.sink.write(out).await?;
+                }
                 d = recv_unblocked(&mut self.inputs, &self.alignment, start) => match d {
                     Some((i, d)) => self.on_data(i, d).await?,
                     None => return Ok(()),

@@ -210,7 +210,10 @@ impl<F: WindowFunction> WindowOperator<F> {
 
     /// [`WindowOperator::add`] for session windows: the record's session merges with the
     /// key's open ones it touches; the merged session is judged by the window rules. A
-    /// session already past its cleanup (not yet scanned away) is dropped, not merged.
+    /// session already past its cleanup (its cleanup timer not reached by a scan yet: a key
+    /// group's watermark floor after a rescale) is left as it is, for that timer: never
+    /// merged, never dropped here (dropping it without storing the list when the record then
+    /// turns out late would leave it without a timer for ever).
     fn add_to_session(
         &mut self,
         key: &[u8],
@@ -224,14 +227,10 @@ impl<F: WindowFunction> WindowOperator<F> {
             // No session fits the i64 range: the record cannot count anywhere.
             return Ok(true);
         };
-        let mut open = Sessions::new();
-        for (window, acc) in self.sessions(key)? {
-            if window.expired(judged_by, self.lateness) {
-                self.delete_timers(key, window);
-            } else {
-                open.push((window, acc));
-            }
-        }
+        let (expired, open): (Sessions, Sessions) = self
+            .sessions(key)?
+            .into_iter()
+            .partition(|(window, _)| window.expired(judged_by, self.lateness));
         let windows: Vec<Window> = open.iter().map(|(w, _)| *w).collect();
         let merge = merge_session(&windows, Window { start: t, end });
         let admission = admit(merge.merged, judged_by, self.lateness);
@@ -239,7 +238,7 @@ impl<F: WindowFunction> WindowOperator<F> {
             return Ok(true);
         }
         let mut acc = self.function.create();
-        let mut kept = Sessions::new();
+        let mut kept = expired;
         for (window, bytes) in open {
             if merge.absorbed.contains(&window) {
                 let other = self.decode_acc(&bytes)?;

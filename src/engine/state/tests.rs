@@ -756,6 +756,28 @@ fn timers_fire_in_time_order_across_key_groups_and_survive_a_checkpoint() {
         ]
     );
     assert_eq!(WINDOWS.due(&op, i64::MAX).expect("due").len(), 5);
+    // A key group's timers after a bound, up to another: stored and unpersisted alike.
+    let kg = op.key_group(b"abc");
+    WINDOWS.register(&mut op, b"abc", 4_000);
+    // (after, up to, times)
+    let cases: [(Option<i64>, i64, &[i64]); 7] = [
+        (None, 9_000, &[2_500, 4_000, 9_000]), // "late" shares the key group
+        (Some(2_000), 9_000, &[2_500, 4_000, 9_000]),
+        (Some(2_500), 3_999, &[]),
+        (Some(4_000), 9_000, &[9_000]),
+        (Some(3_999), 4_000, &[4_000]),
+        (Some(9_000), i64::MAX, &[]),
+        (Some(i64::MAX), i64::MAX, &[]),
+    ];
+    for (after, up_to, want) in cases {
+        let got: Vec<i64> = WINDOWS
+            .due_in_group_after(&op, kg, after, up_to)
+            .expect("due")
+            .into_iter()
+            .map(|(t, _)| t)
+            .collect();
+        assert_eq!(got, want, "after {after:?}, up to {up_to}");
+    }
     // Timers do not leak into value state of the same operator (other state ids).
     assert_eq!(COUNT.get(&op, b"abc").expect("read"), None);
 }

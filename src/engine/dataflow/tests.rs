@@ -262,18 +262,24 @@ impl KeyedProcessFunction<String, Ev, String> for Alarm {
     }
 }
 
-fn alarm() -> Dataflow {
+/// `f` on the events keyed by `k`, event time `t` (out-of-orderness 0), named `uid`,
+/// writing its strings.
+fn timed(f: impl KeyedProcessFunction<String, Ev, String>, uid: &str) -> Dataflow {
     job()
         .source(["in"], Json::<Ev>::new())
         .event_time(|e: &Ev| e.t, Duration::ZERO)
         .key_by(|e| e.k.clone())
-        .process(Alarm)
-        .uid("alarm")
+        .process(f)
+        .uid(uid)
         .sink(KafkaSink::with_serializer("out", |s: &String| {
             s.clone().into_bytes()
         }))
         .build()
         .unwrap()
+}
+
+fn alarm() -> Dataflow {
+    timed(Alarm, "alarm")
 }
 
 #[test]
@@ -363,17 +369,7 @@ impl KeyedProcessFunction<String, Ev, String> for Clocks {
 }
 
 fn clocks() -> Dataflow {
-    job()
-        .source(["in"], Json::<Ev>::new())
-        .event_time(|e: &Ev| e.t, Duration::ZERO)
-        .key_by(|e| e.k.clone())
-        .process(Clocks)
-        .uid("clocks")
-        .sink(KafkaSink::with_serializer("out", |s: &String| {
-            s.clone().into_bytes()
-        }))
-        .build()
-        .unwrap()
+    timed(Clocks, "clocks")
 }
 
 fn at_wall_clock(h: &mut Harness, now: i64) -> Vec<String> {

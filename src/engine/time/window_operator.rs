@@ -190,14 +190,7 @@ impl<F: WindowFunction> WindowOperator<F> {
             self.function.add(&mut acc, input);
             let bytes = self.encode_acc(&acc)?;
             ACCUMULATORS.insert(&mut self.state, key, &start_key(window.start), &bytes);
-            if admission == Admission::LateUpdate {
-                fired.push(Fired {
-                    key: key.to_vec(),
-                    window,
-                    acc,
-                });
-            } else {
-                FIRE.register(&mut self.state, key, window.end);
+            if self.fire_now_or_later(key, window, acc, admission, fired) {
                 CLEANUP.register(
                     &mut self.state,
                     key,
@@ -258,17 +251,34 @@ impl<F: WindowFunction> WindowOperator<F> {
         let kg = self.state.key_group(key);
         let buckets = self.buckets.get_or_insert_with(|| TimerBuckets::for_gap(gap));
         buckets.register(kg, cleanup);
+        if self.fire_now_or_later(key, window, acc, admission, fired) {
+            if let Some(buckets) = &mut self.buckets {
+                buckets.register(kg, window.end);
+            }
+        }
+        Ok(false)
+    }
+
+    /// A late update fires `window` at once into `fired`; otherwise its fire timer is set at
+    /// its end, and this returns true.
+    fn fire_now_or_later(
+        &mut self,
+        key: &[u8],
+        window: Window,
+        acc: F::Acc,
+        admission: Admission,
+        fired: &mut Vec<Fired<F::Acc>>,
+    ) -> bool {
         if admission == Admission::LateUpdate {
             fired.push(Fired {
                 key: key.to_vec(),
                 window,
                 acc,
             });
-        } else {
-            FIRE.register(&mut self.state, key, window.end);
-            buckets.register(kg, window.end);
+            return false;
         }
-        Ok(false)
+        FIRE.register(&mut self.state, key, window.end);
+        true
     }
 
     /// The key's stored sessions.

@@ -9,12 +9,16 @@
 //! the key's [`Key::kafka_key`].
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::aggregate::{Accumulator, WindowAggregate};
+use super::join::{IntervalJoin, Refused};
 use super::project::Key;
 use super::spec::Operator;
+use crate::engine::metrics::OperatorCounter;
+use crate::engine::time::interval_join::Side;
 use crate::engine::time::{Window, WindowKind};
 
 /// The records a pipeline emits, and what it dropped.
@@ -47,6 +51,71 @@ impl Carried {
             Carried::Keyed(k) => Some(k.kafka_key()),
         }
     }
+}
+
+/// Runs `pipeline` over the records of several topics ((topic, Kafka key, JSON value) in
+/// input order): a pipeline that starts with a join gives each side its topic's records;
+/// any other reads them all alike ([`run_batch`]).
+pub fn run_batch_of_topics<I>(pipeline: &[Operator], input: I) -> BatchOutput
+where
+    I: IntoIterator<Item = (String, Option<Vec<u8>>, Value)>,
+{
+    match pipeline.first() {
+        Some(Operator::Join(join)) => join_batch(join, &pipeline[1..], input),
+        _ => run_batch(pipeline, input.into_iter().map(|(_, k, v)| (k, v))),
+    }
+}
+
+/// An interval join over finite inputs: every left and right record of a key whose times are
+/// within the bounds make a pair (every record on time), by key, then left in input order,
+/// then right in input order; each pair through the operators after the join.
+fn join_batch<I>(join: &IntervalJoin, after: &[Operator], input: I) -> BatchOutput
+where
+    I: IntoIterator<Item = (String, Option<Vec<u8>>, Value)>,
+{
+    let mut out = BatchOutput::default();
+    // Per key, its left and its right records with their times, in input order.
+    type Sides = (Vec<(i64, Value)>, Vec<(i64, Value)>);
+    let mut sides: BTreeMap<Key, Sides> = BTreeMap::new();
+    for (topic, _, value) in input {
+        let Some(side) = join.side_of(&topic) else {
+            continue;
+        };
+        let (key, t) = match join.side(side).admit(&value) {
+            Ok(kt) => kt,
+            Err(Refused::Filtered) => continue,
+            Err(Refused::Bad(_)) => {
+                if join.side(side).key.lookup(&value).is_none() {
+                    out.no_key += 1;
+                } else {
+                    out.no_event_time += 1;
+                }
+                continue;
+            }
+        };
+        let (lefts, rights) = sides.entry(key).or_default();
+        match side {
+            Side::Left => lefts.push((t, value)),
+            Side::Right => rights.push((t, value)),
+        }
+    }
+    let bounds = join.bounds();
+    for (key, (lefts, rights)) in sides {
+        for (l, left) in &lefts {
+            for (r, right) in &rights {
+                if !bounds.matches(*l, *r) {
+                    continue;
+                }
+                let record = join.result_record(left.clone(), right.clone());
+                if let Some((carried, v)) =
+                    stateless_counted(after, Carried::Keyed(key.clone()), record, &mut out)
+                {
+                    out.records.push((carried.kafka_key(), v));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Runs `pipeline` over `input` ((Kafka key, JSON value) in input order).
@@ -180,11 +249,32 @@ pub(crate) fn stateless(
             Operator::KeyBy(k) => {
                 carried = Carried::Keyed(k.extract(&value).ok_or(Dropped::NoKey)?)
             }
-            // Only one window per job (check_pipeline); the caller splits there.
-            Operator::WindowAggregate(_) => {}
+            // Only one window or join per job (check_pipeline); the caller splits there.
+            Operator::WindowAggregate(_) | Operator::Join(_) => {}
         }
     }
     Ok((carried, value, projected))
+}
+
+/// [`stateless`] one operator at a time when observed, counting each operator's records in
+/// and out (the same result: `stateless` is a fold over the operators).
+pub(crate) fn counted(
+    ops: &[Operator],
+    counters: &[Arc<OperatorCounter>],
+    carried: Carried,
+    value: Value,
+) -> Result<(Carried, Value, bool), Dropped> {
+    if counters.len() != ops.len() {
+        return stateless(ops, carried, value);
+    }
+    let (mut carried, mut value, mut changed) = (carried, value, false);
+    for (op, counter) in ops.iter().zip(counters) {
+        counter.record_in();
+        let (c, v, projected) = stateless(std::slice::from_ref(op), carried, value)?;
+        counter.records_out(1);
+        (carried, value, changed) = (c, v, changed || projected);
+    }
+    Ok((carried, value, changed))
 }
 
 /// [`stateless`], counting what key_by drops.

@@ -62,6 +62,21 @@ impl Job {
                         .collect();
                     out.insert("aggregate".into(), fns.join(","));
                 }
+                Operator::Join(j) => {
+                    let side = |s: &crate::engine::job::join::JoinSide| {
+                        format!("{} {} on {} at {}", s.topic, s.name, s.key, s.time)
+                    };
+                    out.insert(
+                        "join".into(),
+                        format!(
+                            "{} with {} between {}ms and {}ms",
+                            side(&j.left),
+                            side(&j.right),
+                            j.lower,
+                            j.upper
+                        ),
+                    );
+                }
                 Operator::Filter(_) | Operator::Project(_) => {}
             }
         }

@@ -14,13 +14,16 @@
 //! - [`project::KeyBy`]: the record's key, as stable bytes;
 //! - [`aggregate::WindowAggregate`]: keyed count / sum / min / max / avg per event-time window,
 //!   with the window assignment, watermark and lateness rules of `crate::engine::time`;
-//! - `batch::run_batch`: a whole pipeline over a finite input, in memory: the expected output
-//!   a streaming run is verified against;
+//! - [`join::IntervalJoin`]: an interval join of two topics on a key within event-time bounds
+//!   (the rules are `crate::engine::time::interval_join`'s), run by `join_stage`;
+//! - `batch::run_batch` (and `run_batch_of_topics` for a join's two inputs): a whole pipeline
+//!   over a finite input, in memory: the expected output a streaming run is verified against;
 //! - `layout`: what a checkpoint's state depends on, to refuse a changed job naming what
 //!   differs.
 
 pub mod aggregate;
 pub mod filter;
+pub mod join;
 pub mod project;
 mod spec;
 internal_modules! {
@@ -30,6 +33,10 @@ internal_modules! {
     mod path;
 }
 pub(crate) mod codec;
+mod element;
+mod join_stage;
+#[cfg(test)]
+mod join_vs_batch;
 #[cfg(test)]
 mod streaming_vs_batch;
 pub(crate) mod topology;

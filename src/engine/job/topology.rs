@@ -10,8 +10,12 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::aggregate::{Accumulator, WindowAggregate};
-use super::batch::{stateless, Carried, Dropped};
+use super::batch::{counted, Carried, Dropped};
 use super::codec::{Decoded, SourceFormat, ValueDecoder, ValueEncoder};
+pub(crate) use super::element::Input;
+use super::element::JsonElement;
+use super::join::IntervalJoin;
+use super::join_stage::{JoinPrefix, JoinStage, JOIN_KIND, JOIN_UID};
 use super::project::Key;
 use super::Operator;
 use crate::engine::job::spec::Job;
@@ -28,10 +32,6 @@ use crate::engine::time::window_operator::{Fired, WindowFunction, WindowOperator
 pub(crate) const WINDOW_UID: &str = "window";
 /// Its kind in the state layout.
 pub(crate) const WINDOW_KIND: &str = "window-aggregate";
-
-/// An input record as it came (Kafka key and bytes): what `window.late_topic` receives when
-/// the record is late, so a reader can tell which input records the aggregate left out.
-pub(crate) type Input = (Option<Vec<u8>>, Bytes);
 
 /// What the stateless prefix made of an input record.
 #[derive(Debug, Clone, PartialEq)]
@@ -359,33 +359,14 @@ impl WindowStage {
     }
 }
 
-/// [`stateless`] one operator at a time when observed, counting each operator's records in
-/// and out (the same result: `stateless` is a fold over the operators).
-fn counted(
-    ops: &[Operator],
-    counters: &[Arc<OperatorCounter>],
-    carried: Carried,
-    value: Value,
-) -> Result<(Carried, Value, bool), Dropped> {
-    if counters.len() != ops.len() {
-        return stateless(ops, carried, value);
-    }
-    let (mut carried, mut value, mut changed) = (carried, value, false);
-    for (op, counter) in ops.iter().zip(counters) {
-        counter.record_in();
-        let (c, v, projected) = stateless(std::slice::from_ref(op), carried, value)?;
-        counter.records_out(1);
-        (carried, value, changed) = (c, v, changed || projected);
-    }
-    Ok((carried, value, changed))
-}
-
 /// The job file's operators as the runtime runs them: the stateless prefix in each source
 /// subtask, the window aggregate (and what follows it) as the keyed stage.
 #[derive(Clone)]
 pub(crate) struct JsonTopology {
     pipeline: Vec<Operator>,
     window: Option<WindowAggregate>,
+    /// The join, when the pipeline starts with one (then it has no window).
+    join: Option<IntervalJoin>,
     /// The source's record format, and the registry it reads through.
     source: SourceFormat,
     /// The sink's encoder, unless it writes JSON.
@@ -408,6 +389,10 @@ impl JsonTopology {
         JsonTopology {
             pipeline: pipeline.to_vec(),
             window: Prefix::new(pipeline).window().cloned(),
+            join: match pipeline.first() {
+                Some(Operator::Join(j)) => Some((**j).clone()),
+                _ => None,
+            },
             source: SourceFormat::Json,
             encoder: None,
         }
@@ -432,14 +417,14 @@ impl JsonTopology {
     }
 }
 
-/// A keyed JSON record crossing the exchange to the window.
-struct JsonElement {
-    value: Value,
-    input: Option<Input>,
-}
-
 impl Topology for JsonTopology {
     fn keyed(&self) -> Option<KeyedLayout> {
+        if self.join.is_some() {
+            return Some(KeyedLayout {
+                uid: JOIN_UID.into(),
+                kind: JOIN_KIND.into(),
+            });
+        }
         self.window.as_ref().map(|_| KeyedLayout {
             uid: WINDOW_UID.into(),
             kind: WINDOW_KIND.into(),
@@ -447,10 +432,18 @@ impl Topology for JsonTopology {
     }
 
     fn out_of_orderness(&self) -> Option<i64> {
+        if let Some(j) = &self.join {
+            return Some(j.out_of_orderness);
+        }
         self.window.as_ref().map(|w| w.out_of_orderness)
     }
 
     fn source_chain(&self, metrics: &Arc<Metrics>) -> Box<dyn SourceChain> {
+        if let Some(j) = &self.join {
+            let counters = metrics.operators(&self.pipeline);
+            let decoder = ValueDecoder::new(&self.source);
+            return Box::new(JoinPrefix::new(j.clone(), decoder, &counters));
+        }
         let prefix = Prefix::new(&self.pipeline).observed(metrics.operators(&self.pipeline));
         Box::new(prefix.decoding(ValueDecoder::new(&self.source)))
     }
@@ -464,6 +457,10 @@ impl Topology for JsonTopology {
         state: OperatorState,
         metrics: &Arc<Metrics>,
     ) -> Result<Box<dyn KeyedStage>, RuntimeError> {
+        if self.join.is_some() {
+            let stage = JoinStage::new(&self.pipeline, state)?.observed(metrics, &self.pipeline);
+            return Ok(Box::new(stage));
+        }
         let stage = WindowStage::new(&self.pipeline, state)?.observed(metrics, &self.pipeline);
         Ok(Box::new(stage))
     }
@@ -481,60 +478,6 @@ impl Topology for JsonTopology {
         })?;
         Ok(Box::new(e))
     }
-}
-
-impl JsonElement {
-    /// `flags (u8: 1 = with input, 2 = input has a key) | value JSON length (u32 BE) | value
-    /// JSON [| key length (u32 BE) | key] [| input length (u32 BE) | input]`.
-    fn encode(&self) -> Vec<u8> {
-        let value = serde_json::to_vec(&self.value).unwrap_or_default();
-        let mut out = Vec::with_capacity(value.len() + 16);
-        let flags = match &self.input {
-            None => 0u8,
-            Some((None, _)) => 1,
-            Some((Some(_), _)) => 3,
-        };
-        out.push(flags);
-        put_chunk(&mut out, &value);
-        if let Some((key, raw)) = &self.input {
-            if let Some(k) = key {
-                put_chunk(&mut out, k);
-            }
-            put_chunk(&mut out, raw);
-        }
-        out
-    }
-
-    fn decode(bytes: &[u8]) -> Option<JsonElement> {
-        let (&flags, mut rest) = bytes.split_first()?;
-        if flags & !3 != 0 {
-            return None;
-        }
-        let value = serde_json::from_slice(take_chunk(&mut rest)?).ok()?;
-        let input = if flags & 1 == 1 {
-            let key = if flags & 2 == 2 {
-                Some(take_chunk(&mut rest)?.to_vec())
-            } else {
-                None
-            };
-            Some((key, Bytes::copy_from_slice(take_chunk(&mut rest)?)))
-        } else {
-            None
-        };
-        rest.is_empty().then_some(JsonElement { value, input })
-    }
-}
-
-fn put_chunk(out: &mut Vec<u8>, chunk: &[u8]) {
-    out.extend_from_slice(&u32::try_from(chunk.len()).unwrap_or(u32::MAX).to_be_bytes());
-    out.extend_from_slice(chunk);
-}
-
-fn take_chunk<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
-    let len = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
-    let chunk = rest.get(4..4 + len)?;
-    *rest = &rest[4 + len..];
-    Some(chunk)
 }
 
 impl SourceChain for Prefix {
@@ -556,7 +499,11 @@ impl SourceChain for Prefix {
             } => out.push(Emitted::Keyed {
                 key: key.into_bytes(),
                 time,
-                element: Box::new(JsonElement { value, input }),
+                element: Box::new(JsonElement {
+                    value,
+                    input,
+                    side: None,
+                }),
             }),
             Prefixed::Filtered => {}
             Prefixed::Bad(reason) => out.push(Emitted::Bad { reason }),
@@ -617,19 +564,29 @@ impl KeyedStage for WindowStage {
 mod tests {
     use super::*;
     use crate::engine::metrics::Metrics;
+    use crate::engine::time::interval_join::Side;
     use crate::engine::time::window_operator::FIRE_CHUNK;
 
     #[test]
     fn a_keyed_element_survives_the_repartition_topic_and_garbage_is_refused() {
         let t = JsonTopology::new(&[]);
-        for input in [
-            None,
-            Some((None, Bytes::from_static(b"{\"a\":1}"))),
-            Some((Some(b"7".to_vec()), Bytes::from_static(b"raw"))),
+        for (input, side) in [
+            (None, None),
+            (Some((None, Bytes::from_static(b"{\"a\":1}"))), None),
+            (
+                Some((Some(b"7".to_vec()), Bytes::from_static(b"raw"))),
+                None,
+            ),
+            (None, Some(Side::Left)),
+            (
+                Some((Some(b"7".to_vec()), Bytes::from_static(b"raw"))),
+                Some(Side::Right),
+            ),
         ] {
             let e = JsonElement {
                 value: serde_json::json!({"driver_id": 7, "x": [1.5, "y"]}),
                 input: input.clone(),
+                side,
             };
             let bytes = t.encode_element(&(Box::new(e) as Element)).unwrap();
             let back: JsonElement = downcast(t.decode_element(&bytes).unwrap(), "t").unwrap();
@@ -637,11 +594,13 @@ mod tests {
                 back.value,
                 serde_json::json!({"driver_id": 7, "x": [1.5, "y"]})
             );
-            assert_eq!(back.input, input);
+            assert_eq!((back.input, back.side), (input, side));
         }
         for garbage in [
             &b""[..],
             b"\x00",
+            b"\x0c\x00\x00\x00\x02{}",
+            b"\x10\x00\x00\x00\x02{}",
             b"\x08\x00\x00\x00\x01{",
             b"\x00\x00\x00\x00\x02{}x",
         ] {

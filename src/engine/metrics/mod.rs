@@ -343,6 +343,7 @@ pub(crate) fn operator_kind(op: &Operator) -> &'static str {
         Operator::Project(_) => "project",
         Operator::KeyBy(_) => "key_by",
         Operator::WindowAggregate(_) => "window_aggregate",
+        Operator::Join(_) => "join",
     }
 }
 

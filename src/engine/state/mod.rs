@@ -28,6 +28,7 @@ mod tests;
 
 pub use error::{Result, StateError};
 pub use keys::key_group;
+pub(crate) use keys::{decode_list, encode_list};
 pub use layout::{Layout, OperatorLayout};
 pub use operator::{FrozenDelta, ListState, MapState, OperatorState, TimerState, ValueState};
 pub use store::{

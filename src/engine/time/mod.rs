@@ -8,6 +8,9 @@
 //!   and cleanup timers, firing in bounded chunks), over the aggregate a front end gives it.
 //! - `session`: session windows' merging and the buckets that say when their timers may be
 //!   due (pure).
+//! - `interval_join`: the keyed interval join of two inputs (match, keep and lateness rules,
+//!   pure; the operator over the keyed state, its cleanup timers found through the same
+//!   buckets).
 //! - `timers`: the event-time timer service of keyed process functions (an in-memory queue
 //!   over the checkpointed timers, for timers at arbitrary times).
 //!
@@ -24,6 +27,7 @@
 mod pattern;
 pub(crate) mod rfc3339;
 mod rules;
+pub(crate) mod interval_join;
 pub(crate) mod session;
 pub(crate) mod stored_watermark;
 pub(crate) mod timers;

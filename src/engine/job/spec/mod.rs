@@ -13,14 +13,17 @@
 //! - `lines`: a file source's line format (`csv` with its columns, `json`, or a registered
 //!   name).
 //! - `records`: the record formats of the Kafka ends and the `[registry]` they use.
-//! - `check`: from the shape to the model: the name and the source here, then `pipeline`,
-//!   `sink` and `settings`, each with its cross-field rules.
+//! - `check`: from the shape to the model: the name and the source here, then `pipeline`
+//!   (with `predicate` for filters and `join` for a join's sides and bounds), `sink` and
+//!   `settings`, each with its cross-field rules.
 
 mod check;
+mod join;
 mod lines;
 mod locator;
 mod model;
 mod pipeline;
+mod predicate;
 mod raw;
 mod records;
 mod settings;

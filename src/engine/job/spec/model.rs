@@ -7,6 +7,7 @@ use crate::engine::formats::{CsvColumn, CsvFormat, JsonLinesFormat, LineFormat, 
 
 use crate::engine::job::aggregate::WindowAggregate;
 use crate::engine::job::filter::Predicate;
+use crate::engine::job::join::IntervalJoin;
 use crate::engine::job::project::{KeyBy, Projection};
 pub(crate) use crate::engine::settings::SinkFacts;
 pub use crate::engine::settings::{ErrorTolerance, Mode, Settings};
@@ -285,6 +286,8 @@ pub enum Operator {
     KeyBy(KeyBy),
     /// A `window` and the `aggregate` that follows it.
     WindowAggregate(WindowAggregate),
+    /// An interval `join` of the source's two topics (the pipeline's first operator).
+    Join(Box<IntervalJoin>),
 }
 
 /// The sink: a Kafka topic (the default), or files (`type = "file"`).

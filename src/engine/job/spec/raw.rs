@@ -86,6 +86,31 @@ pub(super) enum RawStage {
     KeyBy(Spanned<FieldPath>),
     Window(Spanned<RawWindow>),
     Aggregate(Spanned<BTreeMap<String, Spanned<RawAgg>>>),
+    Join(Box<Spanned<RawJoin>>),
+}
+
+/// `join`: an interval join of two topics.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawJoin {
+    pub(super) left: Spanned<RawJoinSide>,
+    pub(super) right: Spanned<RawJoinSide>,
+    pub(super) between: Spanned<Vec<Spanned<SignedDuration>>>,
+    pub(super) out_of_orderness: Option<Duration>,
+    pub(super) allowed_lateness: Option<Duration>,
+    pub(super) late_topic: Option<Spanned<String>>,
+}
+
+/// `join.left` / `join.right`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawJoinSide {
+    pub(super) topic: Spanned<String>,
+    #[serde(rename = "as")]
+    pub(super) name: Option<Spanned<String>>,
+    pub(super) key: FieldPath,
+    pub(super) time: FieldPath,
+    pub(super) filter: Option<Spanned<RawPred>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -371,6 +396,35 @@ pub(super) fn parse_duration(text: &str) -> Option<i64> {
         _ => return None,
     };
     n.checked_mul(scale)
+}
+
+/// A duration that may be negative (`"-1m"`), as a join's bounds are; in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct SignedDuration(pub(super) i64);
+
+impl<'de> Deserialize<'de> for SignedDuration {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = SignedDuration;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{DURATION_HINT}, or one with a leading '-'")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<SignedDuration, E> {
+                let t = v.trim();
+                let parsed = match t.strip_prefix('-') {
+                    Some(rest) => parse_duration(rest).map(|ms| -ms),
+                    None => parse_duration(t),
+                };
+                parsed.map(SignedDuration).ok_or_else(|| {
+                    E::custom(format!(
+                        "expected {DURATION_HINT}, or one with a leading '-' (\"-1m\"), got {v:?}"
+                    ))
+                })
+            }
+        }
+        deserializer.deserialize_str(V)
+    }
 }
 
 impl<'de> Deserialize<'de> for Duration {

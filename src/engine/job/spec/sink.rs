@@ -374,15 +374,58 @@ pub(super) fn check_ends(
         }
         _ => {}
     }
-    let late = pipeline
-        .iter()
-        .any(|op| matches!(op, Operator::WindowAggregate(w) if w.late_topic.is_some()));
+    let late = pipeline.iter().any(|op| match op {
+        Operator::WindowAggregate(w) => w.late_topic.is_some(),
+        Operator::Join(j) => j.late_topic.is_some(),
+        _ => false,
+    });
     if late && sink.file.is_some() {
         return Err(loc.at(
             sink_span,
             Some("sink.type"),
-            "window.late_topic writes late records to Kafka, and this job's sink is files: remove late_topic",
+            "late_topic writes late records to Kafka, and this job's sink is files: remove late_topic",
         ));
     }
+    if let Some(Operator::Join(j)) = pipeline.first() {
+        check_join_topics(loc, source, j)?;
+    }
     Ok(())
+}
+
+/// A join reads the source's topics, one side each: the source lists exactly the sides'.
+fn check_join_topics(
+    loc: &Locator<'_>,
+    source: &SourceSpec,
+    join: &crate::engine::job::join::IntervalJoin,
+) -> Result<(), JobError> {
+    if source.file.is_some() {
+        return Err(loc.at_field(
+            "join",
+            &["[source]"],
+            "a join reads two Kafka topics: its source is Kafka (remove type = \"file\")",
+        ));
+    }
+    let sides = [&join.left.topic, &join.right.topic];
+    let missing: Vec<&str> = sides
+        .iter()
+        .filter(|t| !source.topics.contains(t))
+        .map(|t| t.as_str())
+        .collect();
+    let extra: Vec<&str> = source
+        .topics
+        .iter()
+        .filter(|t| !sides.contains(t))
+        .map(String::as_str)
+        .collect();
+    if missing.is_empty() && extra.is_empty() {
+        return Ok(());
+    }
+    Err(loc.at_field(
+        "source.topics",
+        &["topics", "[source]"],
+        format!(
+            "a join's source reads its two sides' topics and no other: write topics = [{:?}, {:?}] (missing: {:?}, not a side: {:?})",
+            join.left.topic, join.right.topic, missing, extra
+        ),
+    ))
 }

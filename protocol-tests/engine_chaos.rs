@@ -33,7 +33,8 @@
 //! (jobs/rides-per-driver-hourly-avro.toml through the test registry: the feeder writes Avro
 //! rides, `taxi verify -s value=avro` reads both ends). And once with the broker (a private one) killed and restarted
 //! mid-run. And the driver-shifts job (session windows) under the same kills, with its
-//! inverse. Transactional: run at TV2 (9192) and TV1 (9196).
+//! inverse, and the rides-and-fares join (its fares fed to a second topic beside the rides)
+//! with its inverse. Transactional: run at TV2 (9192) and TV1 (9196).
 
 use crate::engine_run::{chaos_seed, job_file, log_of, spawn_run, taxi_at};
 use crate::support::broker::PrivateBroker;
@@ -45,6 +46,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use onceflow::client::{Admin, DeliveryFuture, IsolationLevel, Offset, Producer, ProducerRecord};
 use onceflow::schema::{AvroSerializer, Part, RegistryConfig, SchemaRegistry};
+use onceflow_taxi::fare::fare_of;
 use onceflow_taxi::generate::{self, Config};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -74,6 +76,8 @@ const AVRO_KILLS: usize = 4;
 /// about 1.5 times job (b)'s: in CI's first minutes, with every other test running, eight
 /// kills took 276 s at TV1).
 const SHIFTS_KILLS: usize = 4;
+/// The rides-and-fares runs' kills: four, one of each kind.
+const JOIN_KILLS: usize = 4;
 
 /// Where a kill lands (module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -141,7 +145,7 @@ fn records_read(verdict: &str) -> u64 {
 /// (START events).
 fn feed(
     broker: String,
-    topic: String,
+    (topic, fares): (String, Option<String>),
     seed: u64,
     avro: Option<AvroSerializer>,
     mut granted: watch::Receiver<Option<u64>>,
@@ -181,18 +185,29 @@ fn feed(
                         Bytes::from(avro.serialize_json(&topic, &json).await.unwrap())
                     }
                 };
-                let record =
-                    ProducerRecord::new(topic.clone(), value).with_key(Bytes::from(ride.key()));
-                // A send refused while the broker is away (the buffer full) is sent again: it
-                // was never queued.
-                let refused = Instant::now();
-                loop {
-                    match producer.send(record.clone()).await {
-                        Ok(f) => break pending.push(f),
-                        Err(e) if refused.elapsed() < WAIT => {
-                            eprintln!("chaos feeder: {e}; sending again")
+                let mut records = vec![
+                    ProducerRecord::new(topic.clone(), value).with_key(Bytes::from(ride.key()))
+                ];
+                // The fare goes out beside its ride's START event, as `taxi generate --fares`.
+                if let (Some(fares), true) = (&fares, ride.is_start) {
+                    let fare = fare_of(&ride, seed);
+                    let value = Bytes::from(serde_json::to_vec(&fare).unwrap());
+                    records.push(
+                        ProducerRecord::new(fares.clone(), value).with_key(Bytes::from(fare.key())),
+                    );
+                }
+                for record in records {
+                    // A send refused while the broker is away (the buffer full) is sent again:
+                    // it was never queued.
+                    let refused = Instant::now();
+                    loop {
+                        match producer.send(record.clone()).await {
+                            Ok(f) => break pending.push(f),
+                            Err(e) if refused.elapsed() < WAIT => {
+                                eprintln!("chaos feeder: {e}; sending again")
+                            }
+                            Err(e) => panic!("chaos feeder: sends refused for {WAIT:?}: {e}"),
                         }
-                        Err(e) => panic!("chaos feeder: sends refused for {WAIT:?}: {e}"),
                     }
                 }
                 sent += 1;
@@ -231,6 +246,8 @@ struct Chaos {
     /// What the job is given as `-b`: the proxy, or the cluster's three addresses.
     job_bootstrap: String,
     input: TestTopic,
+    /// The fares topic, for the rides-and-fares join.
+    fares: Option<TestTopic>,
     output: TestTopic,
     dir: PathBuf,
     job: PathBuf,
@@ -255,22 +272,33 @@ struct Chaos {
 struct Shipped {
     file: &'static str,
     verified: &'static str,
+    /// Whether it joins the rides with a fares topic (fed beside the rides).
+    fares: bool,
 }
 
 /// Job (b), hourly tumbling windows.
 const HOURLY: Shipped = Shipped {
     file: "rides-per-driver-hourly.toml",
     verified: "per-driver-hourly",
+    fares: false,
 };
 /// Job (b) over Avro.
 const HOURLY_AVRO: Shipped = Shipped {
     file: "rides-per-driver-hourly-avro.toml",
     verified: "per-driver-hourly",
+    fares: false,
 };
 /// Each driver's shifts: session windows (merging, their timers anywhere in time).
 const SHIFTS: Shipped = Shipped {
     file: "driver-shifts.toml",
     verified: "driver-shifts",
+    fares: false,
+};
+/// Each ride enriched with its fare: an interval join of two topics.
+const RIDES_AND_FARES: Shipped = Shipped {
+    file: "rides-and-fares.toml",
+    verified: "rides-and-fares",
+    fares: true,
 };
 
 impl Chaos {
@@ -282,6 +310,13 @@ impl Chaos {
     /// [`Self::new`] of the driver-shifts job (jobs/driver-shifts.toml).
     async fn shifts(label: &'static str, guarantee: &str, interval_ms: u64) -> Chaos {
         Chaos::of(label, &broker(), SHIFTS, (guarantee, interval_ms), None).await
+    }
+
+    /// [`Self::new`] of the rides-and-fares join (jobs/rides-and-fares.toml), its fares fed
+    /// to a second topic beside the rides.
+    async fn rides_and_fares(label: &'static str, guarantee: &str, interval_ms: u64) -> Chaos {
+        let shipped = RIDES_AND_FARES;
+        Chaos::of(label, &broker(), shipped, (guarantee, interval_ms), None).await
     }
 
     /// [`Self::new`] of job (b) over Avro (`jobs/rides-per-driver-hourly-avro.toml`): the
@@ -308,6 +343,10 @@ impl Chaos {
         let seed = chaos_seed();
         eprintln!("chaos {label}: seed {seed} (ONCEFLOW_CHAOS_SEED={seed} replays it)");
         let input = TestTopic::create_with(broker, "chaos-in", 3, &[]).await;
+        let fares = match shipped.fares {
+            true => Some(TestTopic::create_with(broker, "chaos-fares", 3, &[]).await),
+            false => None,
+        };
         let output = TestTopic::create_with(broker, "chaos-out", 3, &[]).await;
         let dir = std::env::temp_dir().join(unique_topic("onceflow-chaos"));
         std::fs::create_dir_all(&dir).unwrap();
@@ -324,6 +363,15 @@ impl Chaos {
                     format!("delivery.guarantee = \"{guarantee}\"")
                 } else if let (true, Some(url)) = (l.starts_with("url = "), &registry) {
                     format!("url = \"{url}\"")
+                } else if let Some(fares) = &fares {
+                    // The join's two topics: the rides (the input) and the fares.
+                    let (rides, fares) = (&input.name, &fares.name);
+                    if l.starts_with("topics = ") {
+                        format!("topics = [\"{rides}\", \"{fares}\"]")
+                    } else {
+                        l.replace("topic = \"rides\"", &format!("topic = \"{rides}\""))
+                            .replace("topic = \"fares\"", &format!("topic = \"{fares}\""))
+                    }
                 } else {
                     l.replace("\"fixtures/schemas/", &format!("\"{}/", schemas.display()))
                 }
@@ -340,7 +388,8 @@ impl Chaos {
                 Some(AvroSerializer::new(client, &schema, Part::Value).unwrap())
             }
         };
-        let feeder = feed(broker.to_owned(), input.name.clone(), seed, avro, grants);
+        let topics = (input.name.clone(), fares.as_ref().map(|f| f.name.clone()));
+        let feeder = feed(broker.to_owned(), topics, seed, avro, grants);
         let first = broker.split(',').next().unwrap_or(broker);
         let mut chaos = Chaos {
             label,
@@ -350,6 +399,7 @@ impl Chaos {
             proxy: Proxy::start(first).await,
             job_bootstrap: String::new(),
             input,
+            fares,
             output,
             dir,
             job,
@@ -533,6 +583,9 @@ impl Chaos {
         ];
         if let Some(url) = &self.registry {
             args.extend(["-s", "value=avro", "-r", url]);
+        }
+        if let Some(fares) = &self.fares {
+            args.extend(["--fares", &fares.name]);
         }
         let o = taxi_at(&self.broker, &args).await;
         let verdict = stdout(&o);
@@ -730,6 +783,23 @@ async fn driver_shifts_at_least_once_under_kills_writes_duplicates() {
     // Twice the kills: four after new output make duplicates certain, and the run ends at
     // the first verdict that has them (it runs at TV2 only).
     kills_write_duplicates(chaos, kill_count().min(2 * SHIFTS_KILLS)).await;
+}
+
+/// The rides-and-fares join (two input topics, state on both sides) under the four kinds of
+/// kill, one each: the output verifies exactly once, one enriched record per ride.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rides_and_fares_killed_at_random_and_at_both_commit_points_verifies_exactly_once() {
+    let _heavy = crate::support::turns::heavy().await;
+    let chaos = Chaos::rides_and_fares("join-exactly-once", "exactly-once", INTERVAL_MS).await;
+    kills_keep_exactly_once(chaos, kill_count().min(JOIN_KILLS)).await;
+}
+
+/// The inverse for the join: at-least-once under kills duplicates enriched rides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rides_and_fares_at_least_once_under_kills_writes_duplicates() {
+    let _heavy = crate::support::turns::heavy().await;
+    let chaos = Chaos::rides_and_fares("join-at-least-once", "at-least-once", 1000).await;
+    kills_write_duplicates(chaos, kill_count().min(2 * JOIN_KILLS)).await;
 }
 
 /// The broker (a private one, wiped after) is SIGKILLed while the job runs and started again

@@ -284,18 +284,9 @@ impl Members {
     }
 }
 
-/// A shipped job as a cluster job of this test: its own topics, group, prefix, interval.
-pub(crate) fn cluster_job(
-    dir: &Path,
-    shipped: &str,
-    input: &str,
-    output: &str,
-    name: &str,
-) -> PathBuf {
-    cluster_job_with(dir, shipped, input, output, name, &[])
-}
-
-/// [`cluster_job`] with more `(prefix, line)` replacements (they win over its own).
+/// A shipped job as a cluster job of this test: its own topics, group, prefix, interval; it
+/// reads `input` and writes `output` under the group and transactional id `name`, with more
+/// `(prefix, line)` replacements (they win over its own).
 pub(crate) fn cluster_job_with(
     dir: &Path,
     shipped: &str,
@@ -344,7 +335,12 @@ async fn fed(mut feeder: Guarded) {
 }
 
 async fn verify(job: &str, input: &str, output: &str) -> Output {
-    taxi(&[
+    verify_joined(job, (input, None), output).await
+}
+
+/// [`verify`] of a job whose input is the rides and, for the join, the fares.
+async fn verify_joined(job: &str, (input, fares): (&str, Option<&str>), output: &str) -> Output {
+    let mut args = vec![
         "verify",
         "--job",
         job,
@@ -354,8 +350,11 @@ async fn verify(job: &str, input: &str, output: &str) -> Output {
         output,
         "--read-timeout-ms",
         "60000",
-    ])
-    .await
+    ];
+    if let Some(fares) = fares {
+        args.extend(["--fares", fares]);
+    }
+    taxi(&args).await
 }
 
 /// One test's directory, topics (3 partitions each; the job's internal ones deleted on drop
@@ -371,12 +370,36 @@ struct Setup {
 }
 
 async fn setup(label: &str, shipped: &str) -> Setup {
+    setup_joined(label, shipped, None).await
+}
+
+/// [`setup`]; with `fares`, the shipped rides-and-fares join reading the input and `fares`.
+async fn setup_joined(label: &str, shipped: &str, fares: Option<&str>) -> Setup {
     let dir = std::env::temp_dir().join(unique_topic(&format!("onceflow-{label}")));
     std::fs::create_dir_all(&dir).unwrap();
     let input = TestTopic::create(&format!("{label}-in"), 3).await;
     let output = TestTopic::create(&format!("{label}-out"), 3).await;
     let name = unique_topic(label);
-    let job = cluster_job(&dir, shipped, &input.name, &output.name, &name);
+    let more: Vec<(&str, String)> = match fares {
+        None => Vec::new(),
+        Some(fares) => {
+            let text = std::fs::read_to_string(repo().join("jobs").join(shipped)).unwrap();
+            let line = |prefix: &str| {
+                let l = text.lines().find(|l| l.starts_with(prefix)).unwrap();
+                l.replace("topic = \"rides\"", &format!("topic = \"{}\"", input.name))
+                    .replace("topic = \"fares\"", &format!("topic = \"{fares}\""))
+            };
+            vec![
+                (
+                    "topics = ",
+                    format!("topics = [\"{}\", \"{fares}\"]", input.name),
+                ),
+                ("join.left = ", line("join.left = ")),
+                ("join.right = ", line("join.right = ")),
+            ]
+        }
+    };
+    let job = cluster_job_with(&dir, shipped, &input.name, &output.name, &name, &more);
     Setup {
         _internal: vec![
             TestTopic::adopt(&format!("{name}-repartition")),
@@ -408,12 +431,25 @@ async fn three_members_of_the_shifts_job_under_kills_pauses_joins_and_leaves_cou
     members_under_chaos("members-shifts", "driver-shifts.toml", "driver-shifts").await;
 }
 
+/// The rides-and-fares join (two input topics read by every member, both sides' state moved
+/// with its key groups) under the same chaos: one enriched record per ride.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_of_the_rides_and_fares_join_under_kills_pauses_joins_and_leaves_enrich_every_ride_once(
+) {
+    members_under_chaos("members-join", "rides-and-fares.toml", "rides-and-fares").await;
+}
+
 /// One member, then three, then two, of the shipped job `shipped`, with kills and pauses in
 /// between while rides arrive; `taxi verify --job verified` must then say OK.
 async fn members_under_chaos(label: &'static str, shipped: &str, verified: &'static str) {
     let _heavy = crate::support::turns::heavy().await;
     let seed = chaos_seed();
     let mut rng = StdRng::seed_from_u64(seed);
+    // The join reads the fares too: a second input topic, fed beside the rides.
+    let fares = match shipped {
+        "rides-and-fares.toml" => Some(TestTopic::create(&format!("{label}-fares"), 3).await),
+        _ => None,
+    };
     let Setup {
         dir,
         input,
@@ -421,11 +457,17 @@ async fn members_under_chaos(label: &'static str, shipped: &str, verified: &'sta
         job,
         _internal,
         ..
-    } = setup(label, shipped).await;
+    } = setup_joined(label, shipped, fares.as_ref().map(|f| f.name.as_str())).await;
     // 15000 rides at 1500 events/s: ~20 s of input arriving while members come and go; at one
     // ride per event-time second that closes four hours for 200 drivers (and ends about 50
     // shifts: one ends every 3.6 minutes of event time).
-    let feed = feeder(&input.name, 15_000, 1_500);
+    let feed = match &fares {
+        None => feeder(&input.name, 15_000, 1_500),
+        Some(f) => {
+            let extra = ["--rate", "1", "--fares", f.name.as_str()];
+            crate::engine_run::feed_with(&input.name, 15_000, 1_500, &extra)
+        }
+    };
     let mut ms = Members::new(label, job, dir.clone(), seed);
     // One member, then three (the second and third join while it runs), then two (one
     // leaves), with kills and pauses in between: the job rescales 1 → 3 → 2 without a stop.
@@ -463,9 +505,10 @@ async fn members_under_chaos(label: &'static str, shipped: &str, verified: &'sta
     }
     fed(feed).await;
     let (input_name, output_name) = (input.name.clone(), output.name.clone());
+    let fares_name = fares.as_ref().map(|f| f.name.clone());
     let verdict = ms
         .settle(
-            || verify(verified, &input_name, &output_name),
+            || verify_joined(verified, (&input_name, fares_name.as_deref()), &output_name),
             |v| v.starts_with("verify: OK") && !v.contains(" 0 records"),
         )
         .await;

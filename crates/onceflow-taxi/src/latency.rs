@@ -13,6 +13,10 @@
 //!   *earliest appended* of each partition's first such record. The job cannot have fired the
 //!   window before reading one of them, and with the job keeping up it reads them in about
 //!   append order; the approximation can only make a latency longer, never hide one.
+//! - [`Job::RidesAndFares`] writes a ride's START event joined with its fare: its cause is the
+//!   later appended of the two, approximated by the START event's append time (the fares are
+//!   not read; the generator appends each fare right after its ride's START event). The
+//!   approximation can only make a latency longer, never hide one.
 //!
 //! The computation is pure: [`Causes`] from the input's [`Appended`] records, [`Summary`] of
 //! the output's [`Visible`] records. The reader that tails the output topic and stamps each
@@ -21,6 +25,7 @@
 
 use crate::verify::{Job, TopicRecord, VerifyError, WindowCount};
 use crate::Ride;
+use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -81,7 +86,8 @@ impl History {
 pub struct Causes {
     job: Job,
     out_of_orderness_ms: i64,
-    /// Cleansing: (ride id, START) → the first append time of that event.
+    /// Cleansing, copy, rides and fares: (ride id, START) → the first append time of that
+    /// event.
     events: HashMap<(u64, bool), i64>,
     /// Per-driver-hourly: per input partition, its history.
     partitions: BTreeMap<i32, History>,
@@ -132,7 +138,7 @@ impl Causes {
             .ok_or_else(|| bad("it has no value".into()))?;
         let ride: Ride = serde_json::from_slice(value).map_err(|e| bad(e.to_string()))?;
         match self.job {
-            Job::Cleansing | Job::Copy => {
+            Job::Cleansing | Job::Copy | Job::RidesAndFares => {
                 self.events
                     .entry((ride.ride_id, ride.is_start))
                     .or_insert(input.timestamp);
@@ -170,6 +176,13 @@ impl Causes {
             Job::Cleansing | Job::Copy => {
                 let ride: Ride = serde_json::from_slice(value).ok()?;
                 self.events.get(&(ride.ride_id, ride.is_start)).copied()
+            }
+            Job::RidesAndFares => {
+                let ride_id = serde_json::from_slice::<Value>(value)
+                    .ok()?
+                    .get("ride_id")?
+                    .as_u64()?;
+                self.events.get(&(ride_id, true)).copied()
             }
             Job::PerDriverHourly | Job::DriverShifts => {
                 let w: WindowCount = serde_json::from_slice(value).ok()?;
@@ -425,6 +438,20 @@ mod tests {
         };
         let e = c.push(&bad).unwrap_err().to_string();
         assert!(e.starts_with("input partition 3 offset 4"), "{e}");
+    }
+
+    #[test]
+    fn the_cause_of_a_ride_with_its_fare_is_its_start_event() {
+        let mut c = Causes::new(Job::RidesAndFares, 60_000);
+        c.push(&appended(0, 0, &ride(1, true, 5), 100)).unwrap();
+        c.push(&appended(0, 1, &ride(1, false, 9), 300)).unwrap();
+        for (value, want) in [
+            (r#"{"ride_id":1,"driver_id":7,"tip":1.5}"#, Some(100)),
+            (r#"{"ride_id":2,"driver_id":7,"tip":1.5}"#, None),
+            ("not json", None),
+        ] {
+            assert_eq!(c.cause(value.as_bytes()), want, "{value}");
+        }
     }
 
     #[test]

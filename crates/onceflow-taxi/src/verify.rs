@@ -18,6 +18,13 @@
 //! - [`Job::Copy`]: every input event, unchanged, exactly once (e.g. a file source to a file
 //!   sink). Its order is not checked: the file source reorders events by design (it emits
 //!   them within a bounded delay, not in file order), so any order is right.
+//! - [`Job::RidesAndFares`]: each START event of the rides joined with the fare of the same
+//!   ride id whose event time is within [`FARE_WITHIN_MS`] of the START's (an interval join
+//!   of two topics, the fares pushed with [`ExpectationBuilder::push_fare`]). Each pair is one
+//!   output record, emitted as soon as both halves are in, so every pair is required: the
+//!   ride's fields with `event_time` named `start_time`, and the fare's amounts. A ride
+//!   without a fare in the bound has no output. Its output is keyed by ride id, so the order
+//!   is checked per ride, not per driver.
 //!
 //! **Windows still open.** A streaming job emits a window once its watermark passes the
 //! window's end, and the watermark stops with the input: the last windows never close. A
@@ -26,15 +33,19 @@
 //! the job tracks watermarks per partition or globally. Later windows are optional: absent
 //! is fine, present must be right and not duplicated.
 //!
-//! **Identity and order.** An output record is identified by (ride id, START/END) or by
-//! (driver, window start); the key for ordering is its driver id (the jobs key by it). The
+//! **Identity and order.** An output record is identified by (ride id, START/END), by
+//! (driver, window start) or, for rides-and-fares, by its ride id; the key for ordering is
+//! what the job keys its output by: the driver id, or the ride id for rides-and-fares. The
 //! expected order per driver is the input's order (cleansing: the input is keyed by driver,
-//! so a driver's events sit in one partition, in order) or ascending window start.
+//! so a driver's events sit in one partition, in order) or ascending window start. When one
+//! identity is expected more than once (a ride with two fares in the bound), each output
+//! record of it matches any one of the expected values not matched yet, in any order.
 //!
 //! Values are compared field by field as JSON: integers exactly, other numbers within 10⁻⁹
 //! (a job that parses and re-prints a coordinate may differ in the last bit), and a field
 //! added or dropped is a difference.
 
+use crate::fare::Fare;
 use crate::{Ride, NYC};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -46,6 +57,11 @@ pub const HOUR_MS: i64 = 3_600_000;
 
 /// The driver-shifts job's session gap: 30 minutes without a drop-off end a shift.
 pub const SHIFT_GAP_MS: i64 = 30 * 60_000;
+
+/// The rides-and-fares join's bound: a START event meets the fares of its ride whose event
+/// time is at most this many ms before or after its own, both ends inclusive (the job file's
+/// `join.between = ["-1m", "1m"]`).
+pub const FARE_WITHIN_MS: i64 = 60_000;
 
 /// Coordinates may differ by this much and still count as equal.
 const FLOAT_TOLERANCE: f64 = 1e-9;
@@ -62,6 +78,8 @@ pub enum Job {
     Copy,
     /// Rides and passengers per driver per shift (session windows of drop-offs).
     DriverShifts,
+    /// Each ride's START event joined with its fare (`jobs/rides-and-fares.toml`).
+    RidesAndFares,
 }
 
 impl Job {
@@ -77,11 +95,12 @@ impl Job {
             Job::PerDriverHourly => "per-driver-hourly",
             Job::Copy => "copy",
             Job::DriverShifts => "driver-shifts",
+            Job::RidesAndFares => "rides-and-fares",
         }
     }
 
-    /// Whether the order of the job's output per driver is checked (not for [`Job::Copy`]:
-    /// its file source reorders events by design).
+    /// Whether the order of the job's output per key (module docs) is checked (not for
+    /// [`Job::Copy`]: its file source reorders events by design).
     ///
     /// ```
     /// use onceflow_taxi::verify::Job;
@@ -127,6 +146,11 @@ pub enum RecordId {
         /// The window's start, ms since the epoch.
         window_start: i64,
     },
+    /// A ride's START event joined with its fare (rides-and-fares).
+    Enriched {
+        /// The ride.
+        ride_id: u64,
+    },
 }
 
 impl fmt::Display for RecordId {
@@ -141,6 +165,7 @@ impl fmt::Display for RecordId {
                 driver_id,
                 window_start,
             } => write!(f, "driver {driver_id} window {window_start}"),
+            RecordId::Enriched { ride_id } => write!(f, "ride {ride_id} with its fare"),
         }
     }
 }
@@ -170,6 +195,17 @@ pub enum VerifyError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A record of the fares topic that is not a fare, or a fare given to a job that does not
+    /// join fares.
+    #[error("fares partition {partition} offset {offset} is not a fare: {reason}")]
+    Fare {
+        /// Partition.
+        partition: i32,
+        /// Offset.
+        offset: i64,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A record of the late topic that the input cannot explain.
     #[error("late record at partition {partition} offset {offset}: {reason}")]
     Late {
@@ -187,7 +223,8 @@ pub enum VerifyError {
 pub struct ExpectedRecord {
     /// Its identity.
     pub id: RecordId,
-    /// Its ordering key: the driver.
+    /// The driver: the ordering key of every job but [`Job::RidesAndFares`], which keys its
+    /// output by ride (module docs).
     pub driver_id: u64,
     /// Its value, as JSON.
     pub value: Value,
@@ -231,6 +268,10 @@ pub struct ExpectationBuilder {
     ends: std::collections::HashSet<u64>,
     /// Driver shifts: each driver's drop-offs (event time, passengers).
     drop_offs: BTreeMap<u64, Vec<(i64, u32)>>,
+    /// Rides and fares: the START events by ride id, each with its input position.
+    starts: BTreeMap<u64, Vec<((i32, i64), Ride)>>,
+    /// Rides and fares: the fares by ride id, each with its position in the fares topic.
+    fares: BTreeMap<u64, Vec<((i32, i64), Fare)>>,
 }
 
 impl ExpectationBuilder {
@@ -251,6 +292,8 @@ impl ExpectationBuilder {
             newest: BTreeMap::new(),
             ends: std::collections::HashSet::new(),
             drop_offs: BTreeMap::new(),
+            starts: BTreeMap::new(),
+            fares: BTreeMap::new(),
         }
     }
 
@@ -305,7 +348,62 @@ impl ExpectationBuilder {
                         .push((ride.event_time, ride.passengers));
                 }
             }
+            Job::RidesAndFares => {
+                if ride.is_start {
+                    self.starts
+                        .entry(ride.ride_id)
+                        .or_default()
+                        .push(((record.partition, record.offset), ride));
+                }
+            }
         }
+        Ok(())
+    }
+
+    /// Takes one record of the fares topic, the second input of [`Job::RidesAndFares`] (each
+    /// partition in offset order; partitions may interleave; before or after the rides).
+    ///
+    /// # Errors
+    /// [`VerifyError::Fare`] when the value is missing or not a fare's JSON, or when the job
+    /// is not rides-and-fares (no other job reads fares).
+    ///
+    /// ```
+    /// use onceflow_taxi::generate::Config;
+    /// use onceflow_taxi::verify::{ExpectationBuilder, Job, TopicRecord};
+    /// let config = Config { rides: 10, ..Config::default() };
+    /// let mut builder = ExpectationBuilder::new(Job::RidesAndFares, 60_000);
+    /// for (offset, ride) in onceflow_taxi::generate::rides(config.clone())?.enumerate() {
+    ///     let value = Some(ride.to_json().into_bytes());
+    ///     builder.push(&TopicRecord { partition: 0, offset: offset as i64, value })?;
+    /// }
+    /// for (offset, fare) in onceflow_taxi::fare::fares(config)?.enumerate() {
+    ///     let value = Some(fare.to_json().into_bytes());
+    ///     builder.push_fare(&TopicRecord { partition: 0, offset: offset as i64, value })?;
+    /// }
+    /// assert_eq!(builder.finish().records.len(), 10); // every ride with its fare
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn push_fare(&mut self, record: &TopicRecord) -> Result<(), VerifyError> {
+        let bad = |reason: String| VerifyError::Fare {
+            partition: record.partition,
+            offset: record.offset,
+            reason,
+        };
+        if self.job != Job::RidesAndFares {
+            return Err(bad(format!(
+                "the {} job reads no fares: only rides-and-fares takes fares",
+                self.job.name()
+            )));
+        }
+        let value = record
+            .value
+            .as_deref()
+            .ok_or_else(|| bad("it has no value".into()))?;
+        let fare: Fare = serde_json::from_slice(value).map_err(|e| bad(e.to_string()))?;
+        self.fares
+            .entry(fare.ride_id)
+            .or_default()
+            .push(((record.partition, record.offset), fare));
         Ok(())
     }
 
@@ -391,6 +489,7 @@ impl ExpectationBuilder {
                     .map(|w| window_record(w, closed_by))
                     .collect()
             }
+            Job::RidesAndFares => joined(self.starts, self.fares),
             Job::PerDriverHourly => {
                 let closed_by = self.closed_by();
                 self.windows
@@ -454,6 +553,58 @@ fn shifts(drop_offs: BTreeMap<u64, Vec<(i64, u32)>>) -> Vec<WindowCount> {
         out.extend(current);
     }
     out
+}
+
+/// The rides-and-fares join: for each ride id (ascending), each START event with each fare
+/// of that ride within [`FARE_WITHIN_MS`] of it, the STARTs and the fares each in input
+/// order (partition, offset), so the expectation does not depend on how partitions
+/// interleaved while they were read.
+fn joined(
+    starts: BTreeMap<u64, Vec<((i32, i64), Ride)>>,
+    mut fares: BTreeMap<u64, Vec<((i32, i64), Fare)>>,
+) -> Vec<ExpectedRecord> {
+    let mut out = Vec::new();
+    for (ride_id, mut rides) in starts {
+        let Some(fares) = fares.get_mut(&ride_id) else {
+            continue;
+        };
+        rides.sort_by_key(|(at, _)| *at);
+        fares.sort_by_key(|(at, _)| *at);
+        for (_, ride) in &rides {
+            for (_, fare) in fares.iter() {
+                let apart = fare.event_time.saturating_sub(ride.event_time);
+                if (-FARE_WITHIN_MS..=FARE_WITHIN_MS).contains(&apart) {
+                    out.push(ExpectedRecord {
+                        id: RecordId::Enriched { ride_id },
+                        driver_id: ride.driver_id,
+                        value: enriched(ride, fare),
+                        required: true,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The rides-and-fares output value: the job's projection of the ride and its fare (the
+/// ride's `event_time` named `start_time`).
+fn enriched(ride: &Ride, fare: &Fare) -> Value {
+    serde_json::json!({
+        "ride_id": ride.ride_id,
+        "driver_id": ride.driver_id,
+        "taxi_id": ride.taxi_id,
+        "passengers": ride.passengers,
+        "start_time": ride.event_time,
+        "start_lon": ride.start_lon,
+        "start_lat": ride.start_lat,
+        "end_lon": ride.end_lon,
+        "end_lat": ride.end_lat,
+        "payment_type": fare.payment_type,
+        "tip": fare.tip,
+        "tolls": fare.tolls,
+        "total_fare": fare.total_fare,
+    })
 }
 
 /// The expected record of a window, required when it closed by `closed_by`.
@@ -636,6 +787,23 @@ struct Parsed {
     value: Value,
 }
 
+impl Parsed {
+    /// The key whose records' order the job keeps (module docs), described for a verdict.
+    fn order_key(&self) -> (u64, String) {
+        match self.id {
+            RecordId::Enriched { ride_id } => (ride_id, format!("ride {ride_id}")),
+            _ => (self.driver_id, format!("driver {}", self.driver_id)),
+        }
+    }
+}
+
+/// What identifies a rides-and-fares output record; its other fields are only compared.
+#[derive(Deserialize)]
+struct EnrichedId {
+    ride_id: u64,
+    driver_id: u64,
+}
+
 fn parse(job: Job, value: Option<&[u8]>) -> Result<Parsed, String> {
     let bytes = value.ok_or("no value (a tombstone)")?;
     let value: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
@@ -661,6 +829,15 @@ fn parse(job: Job, value: Option<&[u8]>) -> Result<Parsed, String> {
                     window_start: w.window_start,
                 },
                 driver_id: w.driver_id,
+                value,
+            })
+        }
+        Job::RidesAndFares => {
+            let e: EnrichedId = serde_json::from_value(value.clone())
+                .map_err(|e| format!("not a ride with its fare: {e}"))?;
+            Ok(Parsed {
+                id: RecordId::Enriched { ride_id: e.ride_id },
+                driver_id: e.driver_id,
                 value,
             })
         }
@@ -747,28 +924,30 @@ pub fn compare_located(
         order_not_checked: !expected.job.checks_order(),
         ..Comparison::default()
     };
-    // Per identity: its first position in the expectation, how often it is expected, and how
-    // many right and wrong copies were read.
+    // Per identity: its positions in the expectation (the first is its place in the order),
+    // which of them a right record matched, and how many right and wrong copies were read.
     struct Seen {
-        index: usize,
-        expected: usize,
+        indices: Vec<usize>,
+        matched: Vec<bool>,
         right: usize,
         wrong: usize,
+        counted: bool,
     }
     let mut seen: HashMap<RecordId, Seen> = HashMap::new();
     for (index, r) in expected.records.iter().enumerate() {
-        seen.entry(r.id)
-            .or_insert(Seen {
-                index,
-                expected: 0,
-                right: 0,
-                wrong: 0,
-            })
-            .expected += 1;
+        let s = seen.entry(r.id).or_insert(Seen {
+            indices: Vec::new(),
+            matched: Vec::new(),
+            right: 0,
+            wrong: 0,
+            counted: false,
+        });
+        s.indices.push(index);
+        s.matched.push(false);
     }
     let mut sorted: Vec<&TopicRecord> = actual.iter().collect();
     sorted.sort_by_key(|r| (r.partition, r.offset));
-    // Per driver: the latest expected position among its right records read so far.
+    // Per ordering key: the latest expected position among its right records read so far.
     let mut latest: HashMap<u64, usize> = HashMap::new();
     for r in sorted {
         let at = || locate(r.partition, r.offset);
@@ -785,39 +964,42 @@ pub fn compare_located(
             });
             continue;
         };
-        let want = &expected.records[s.index];
-        let diff = differences(&want.value, &p.value);
-        if !diff.is_empty() {
+        // The expected values of this identity the record equals: the first not matched yet
+        // makes it right; equal only to matched ones, it is a duplicate; equal to none, wrong.
+        let equal: Vec<usize> = (0..s.indices.len())
+            .filter(|&i| differences(&expected.records[s.indices[i]].value, &p.value).is_empty())
+            .collect();
+        if equal.is_empty() {
             s.wrong += 1;
+            let diff = differences(&expected.records[s.indices[0]].value, &p.value);
             cmp.wrong
                 .add(1, || format!("{} at {}: {}", p.id, at(), diff.join(", ")));
             continue;
         }
-        s.right += 1;
-        if s.right > s.expected {
+        let Some(&free) = equal.iter().find(|&&i| !s.matched[i]) else {
             cmp.duplicated
                 .add(1, || format!("{} again at {}", p.id, at()));
             continue;
-        }
+        };
+        s.matched[free] = true;
+        s.right += 1;
         cmp.right += 1;
-        // Order per driver: a record whose expected position is before that of an earlier
-        // record of the same driver was written out of order. Only first copies count, so a
-        // duplicate is not also an order violation.
+        // Order per key: a record whose expected position is before that of an earlier
+        // record of the same key was written out of order. An identity's place is its first
+        // position, so its copies (several fares of one ride) may come in any order among
+        // themselves, and a duplicate is not also an order violation.
+        let index = s.indices[0];
         if s.right == 1 && !cmp.order_not_checked {
-            match latest.get(&p.driver_id) {
-                Some(&before) if before > s.index => {
+            let (key, key_name) = p.order_key();
+            match latest.get(&key) {
+                Some(&before) if before > index => {
                     let earlier = expected.records[before].id;
                     cmp.out_of_order.add(1, || {
-                        format!(
-                            "driver {}: {} at {} after {earlier}",
-                            p.driver_id,
-                            p.id,
-                            at()
-                        )
+                        format!("{key_name}: {} at {} after {earlier}", p.id, at())
                     });
                 }
                 _ => {
-                    latest.insert(p.driver_id, s.index);
+                    latest.insert(key, index);
                 }
             }
         }
@@ -827,16 +1009,16 @@ pub fn compare_located(
         let Some(s) = seen.get_mut(&r.id) else {
             continue;
         };
-        if s.expected == 0 {
+        if s.counted {
             continue; // already counted under another copy of the id
         }
-        let absent = s.expected.saturating_sub(s.right + s.wrong);
+        let absent = s.indices.len().saturating_sub(s.right + s.wrong);
         if r.required {
             cmp.missing.add(absent, || r.id.to_string());
         } else {
             cmp.open_absent += absent;
         }
-        s.expected = 0;
+        s.counted = true;
     }
     cmp
 }
@@ -1338,6 +1520,261 @@ mod tests {
             ),
             "{}",
             c.verdict()
+        );
+    }
+
+    fn fare(ride_id: u64, t: i64, tip: f64) -> Fare {
+        Fare {
+            ride_id,
+            taxi_id: 1000 + ride_id,
+            driver_id: ride_id,
+            payment_type: "CARD".into(),
+            tip,
+            tolls: 0.0,
+            total_fare: 12.5 + tip,
+            event_time: t,
+        }
+    }
+
+    /// Fares topic records, partitioned by ride id (the generator keys fares by it).
+    fn fares_input(fares: &[Fare]) -> Vec<TopicRecord> {
+        let mut next: HashMap<u64, i64> = HashMap::new();
+        fares
+            .iter()
+            .map(|f| {
+                let p = f.ride_id % 3;
+                let o = next.entry(p).or_default();
+                *o += 1;
+                rec(p as i32, *o - 1, &f.to_json())
+            })
+            .collect()
+    }
+
+    /// The rides-and-fares expectation of `rides` and `fares`.
+    fn joined_expected(rides: &[Ride], fares: &[Fare]) -> Expected {
+        let mut b = ExpectationBuilder::new(Job::RidesAndFares, 60_000);
+        for r in input(rides) {
+            b.push(&r).unwrap();
+        }
+        for f in fares_input(fares) {
+            b.push_fare(&f).unwrap();
+        }
+        b.finish()
+    }
+
+    /// The expected records written as the job writes them: keyed by ride id, so a driver's
+    /// records spread over partitions.
+    fn written_by_ride(e: &Expected) -> Vec<TopicRecord> {
+        let mut next: HashMap<u64, i64> = HashMap::new();
+        e.records
+            .iter()
+            .map(|r| {
+                let RecordId::Enriched { ride_id } = r.id else {
+                    panic!("not a joined record: {}", r.id);
+                };
+                let p = ride_id % 4;
+                let o = next.entry(p).or_default();
+                *o += 1;
+                rec(p as i32, *o - 1, &r.value.to_string())
+            })
+            .collect()
+    }
+
+    /// The generator's rides and fares: every ride joined with its fare once, the value the
+    /// job's projection, and the exact output (keyed by ride id) verifies.
+    #[test]
+    fn generated_rides_and_fares_verify_against_their_own_expected_output() {
+        let config = Config {
+            rides: 2000,
+            drivers: 20,
+            ..Config::default()
+        };
+        let rides: Vec<Ride> = generate::rides(config.clone()).unwrap().collect();
+        let fares: Vec<Fare> = crate::fare::fares(config).unwrap().collect();
+        let e = joined_expected(&rides, &fares);
+        assert_eq!(e.records.len(), 2000);
+        assert!(e.records.iter().all(|r| r.required));
+        let ids: Vec<u64> = e
+            .records
+            .iter()
+            .map(|r| match r.id {
+                RecordId::Enriched { ride_id } => ride_id,
+                _ => panic!("{}", r.id),
+            })
+            .collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "sorted by ride id");
+        let start = rides.iter().find(|r| r.is_start).unwrap();
+        let its_fare = fares.iter().find(|f| f.ride_id == start.ride_id).unwrap();
+        let record = e
+            .records
+            .iter()
+            .find(|r| {
+                r.id == RecordId::Enriched {
+                    ride_id: start.ride_id,
+                }
+            })
+            .unwrap();
+        assert_eq!(record.driver_id, start.driver_id);
+        assert_eq!(
+            record.id.to_string(),
+            format!("ride {} with its fare", start.ride_id)
+        );
+        assert_eq!(
+            record.value,
+            serde_json::json!({
+                "ride_id": start.ride_id, "driver_id": start.driver_id, "taxi_id": start.taxi_id,
+                "passengers": start.passengers, "start_time": start.event_time,
+                "start_lon": start.start_lon, "start_lat": start.start_lat,
+                "end_lon": start.end_lon, "end_lat": start.end_lat,
+                "payment_type": its_fare.payment_type, "tip": its_fare.tip,
+                "tolls": its_fare.tolls, "total_fare": its_fare.total_fare,
+            })
+        );
+        assert!(record.value["start_time"].is_i64() && record.value["passengers"].is_u64());
+        let c = compare(&e, &written_by_ride(&e));
+        assert_eq!(
+            c.verdict(),
+            "verify: OK — 2000 records, no loss, no duplicates, order kept per key"
+        );
+        // The fares pushed before the rides give the same expectation.
+        let mut b = ExpectationBuilder::new(Job::RidesAndFares, 60_000);
+        for f in fares_input(&fares) {
+            b.push_fare(&f).unwrap();
+        }
+        for r in input(&rides) {
+            b.push(&r).unwrap();
+        }
+        assert_eq!(b.finish(), e);
+        assert_eq!(
+            (Job::RidesAndFares.name(), Job::RidesAndFares.checks_order()),
+            ("rides-and-fares", true)
+        );
+    }
+
+    #[test]
+    fn a_ride_without_a_fare_has_no_expected_record() {
+        // Rides 1 and 3 have a fare, ride 2 none; a fare without a ride (9) joins nothing.
+        let fares = [
+            fare(1, 1_000, 1.0),
+            fare(3, 6_000, 0.0),
+            fare(9, 6_000, 0.0),
+        ];
+        let e = joined_expected(&sample(), &fares);
+        let ids: Vec<String> = e.records.iter().map(|r| r.id.to_string()).collect();
+        assert_eq!(ids, ["ride 1 with its fare", "ride 3 with its fare"]);
+        // Ride 2 written anyway is not expected.
+        let mut actual = written_by_ride(&e);
+        let mut extra = e.records[0].value.clone();
+        extra["ride_id"] = serde_json::json!(2);
+        actual.push(rec(7, 0, &extra.to_string()));
+        assert_eq!(
+            compare(&e, &actual).verdict(),
+            "verify: FAILED — 1 unexpected (first: ride 2 with its fare at partition 7 offset \
+             0, which the job should not write); 3 records read, 2 expected"
+        );
+    }
+
+    #[test]
+    fn a_fare_outside_the_bound_is_not_joined() {
+        // Ride 1 starts at 1 000, ride 3 at 6 000, ride 4 at 3 h, ride 2 at 2 000.
+        let fares = [
+            fare(1, 1_000 + FARE_WITHIN_MS, 1.0), // the bound's upper end: joined
+            fare(3, 6_000 + FARE_WITHIN_MS + 1, 2.0), // 1 ms after it: not
+            fare(4, 3 * HOUR_MS - FARE_WITHIN_MS, 3.0), // the lower end: joined
+            fare(2, 2_000 - FARE_WITHIN_MS - 1, 4.0), // 1 ms before it: not
+        ];
+        let e = joined_expected(&sample(), &fares);
+        let ids: Vec<String> = e.records.iter().map(|r| r.id.to_string()).collect();
+        assert_eq!(ids, ["ride 1 with its fare", "ride 4 with its fare"]);
+        // A ride with two fares in the bound: a record each, matched in either order.
+        let two = [fare(1, 0, 1.0), fare(1, 2_000, 2.0)];
+        let e = joined_expected(&sample(), &two);
+        assert_eq!(e.records.len(), 2);
+        let mut actual = written_by_ride(&e);
+        actual.reverse();
+        for (i, r) in actual.iter_mut().enumerate() {
+            r.offset = i as i64;
+        }
+        let c = compare(&e, &actual);
+        assert!(c.is_ok(), "{}", c.verdict());
+        // The same fare twice instead: one duplicated, one missing.
+        let c = compare(
+            &e,
+            &[
+                actual[0].clone(),
+                rec(1, 5, &e.records[1].value.to_string()),
+            ],
+        );
+        assert_eq!(
+            (c.duplicated.count, c.missing.count),
+            (1, 1),
+            "{}",
+            c.verdict()
+        );
+    }
+
+    #[test]
+    fn a_duplicated_rides_and_fares_record_is_reported_as_duplicated() {
+        let fares = [
+            fare(1, 1_000, 1.0),
+            fare(3, 6_000, 0.0),
+            fare(4, 3 * HOUR_MS, 2.5),
+        ];
+        let e = joined_expected(&sample(), &fares);
+        let good = written_by_ride(&e);
+        let again = rec(9, 0, &e.records[1].value.to_string());
+        let c = compare(&e, &[good.clone(), vec![again]].concat());
+        assert_eq!(
+            c.verdict(),
+            "verify: FAILED — 1 duplicated (first: ride 3 with its fare again at partition 9 \
+             offset 0); 4 records read, 3 expected"
+        );
+        // A changed amount is wrong, named by its field.
+        let mut changed = e.records[2].value.clone();
+        changed["tip"] = serde_json::json!(3.0);
+        let c = compare(
+            &e,
+            &[
+                good[0].clone(),
+                good[1].clone(),
+                rec(0, 9, &changed.to_string()),
+            ],
+        );
+        assert!(
+            c.verdict()
+                .contains("1 wrong (first: ride 4 with its fare at partition 0 offset 9: tip 3.0 (expected 2.5))"),
+            "{}",
+            c.verdict()
+        );
+    }
+
+    #[test]
+    fn a_fares_record_that_is_not_a_fare_is_named() {
+        let mut b = ExpectationBuilder::new(Job::RidesAndFares, 60_000);
+        let e = b.push_fare(&rec(2, 7, "{\"ride_id\":1}")).unwrap_err();
+        let s = e.to_string();
+        assert!(
+            s.starts_with("fares partition 2 offset 7 is not a fare: missing field"),
+            "{s}"
+        );
+        let tomb = TopicRecord {
+            partition: 0,
+            offset: 3,
+            value: None,
+        };
+        assert_eq!(
+            b.push_fare(&tomb).unwrap_err().to_string(),
+            "fares partition 0 offset 3 is not a fare: it has no value"
+        );
+        // Only rides-and-fares takes fares.
+        let mut b = ExpectationBuilder::new(Job::Cleansing, 60_000);
+        let e = b
+            .push_fare(&rec(0, 0, &fare(1, 0, 0.0).to_json()))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "fares partition 0 offset 0 is not a fare: the cleansing job reads no fares: only \
+             rides-and-fares takes fares"
         );
     }
 }

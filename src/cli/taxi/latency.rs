@@ -40,13 +40,23 @@ pub struct LatencyArgs {
 
 /// Runs `onceflow taxi latency`.
 pub async fn run(a: LatencyArgs) -> Result<ExitCode> {
+    // The expected count comes from the input alone, and rides-and-fares needs its fares too.
+    if Job::from(a.job) == Job::RidesAndFares && a.expect.is_none() {
+        return Err(CliError::Usage(
+            "taxi latency reads no fares, so it cannot count the rides-and-fares job's \
+             expected output: give --expect N"
+                .into(),
+        ));
+    }
     let admin = Admin::new(a.conn.brokers_only()?.client()?).await?;
+    // The causes come from the rides alone (see `onceflow_taxi::latency`).
     let topics = JobTopics {
         decoders: None,
         job: Job::from(a.job),
         input: &a.input,
         output: &a.output,
         out_of_orderness_ms: a.out_of_orderness_ms,
+        fares: None,
         late: None,
     };
     let deadline = Instant::now() + Duration::from_millis(a.timeout_ms);
@@ -100,6 +110,7 @@ async fn expected_count(
             input: &input,
             output: &output,
             out_of_orderness_ms: ooo,
+            fares: None,
             late: None,
         };
         topics.expectation(&conn, &admin, deadline).await

@@ -1,6 +1,6 @@
 //! `onceflow taxi verify`: a shipped job's expected output ([`onceflow_taxi::verify`]) from a
 //! read_committed snapshot of its input topic (or its CSV input files,
-//! [`onceflow_taxi::files`]), compared with a read_committed snapshot of its output topic (or a
+//! [`onceflow_taxi::files`]) and, for rides-and-fares, of its fares topic, compared with a read_committed snapshot of its output topic (or a
 //! file sink's finished files); a one-line verdict (exit 0 on OK, 1 on FAILED). [`JobTopics`]
 //! is the same reading for the latency command and the demo.
 
@@ -29,6 +29,9 @@ pub enum JobName {
     /// Rides and passengers per driver per shift: session windows of drop-offs 30 minutes
     /// apart at most.
     DriverShifts,
+    /// Each ride's START event joined with its fare (within a minute of it), keyed by ride id:
+    /// the fares topic is its second input (--fares).
+    RidesAndFares,
 }
 
 impl From<JobName> for Job {
@@ -38,6 +41,7 @@ impl From<JobName> for Job {
             JobName::PerDriverHourly => Job::PerDriverHourly,
             JobName::Copy => Job::Copy,
             JobName::DriverShifts => Job::DriverShifts,
+            JobName::RidesAndFares => Job::RidesAndFares,
         }
     }
 }
@@ -62,6 +66,10 @@ pub struct VerifyArgs {
     /// Each file stands for one input partition.
     #[arg(long, value_name = "PATH")]
     input_file: Option<PathBuf>,
+    /// The rides-and-fares job's second input: the fares topic (`taxi generate --fares`),
+    /// read with isolation.level=read_committed.
+    #[arg(long, value_name = "TOPIC")]
+    fares: Option<String>,
     /// The job's output topic, read with isolation.level=read_committed; or --output-dir.
     #[arg(
         long,
@@ -105,9 +113,11 @@ pub async fn run(a: VerifyArgs) -> Result<ExitCode> {
         ..a
     };
     let job = Job::from(a.job);
+    check_fares(job, a.fares.as_deref())?;
     let deadline = Instant::now() + Duration::from_millis(a.read_timeout_ms);
     // A broker only for a topic: files alone are verified without one.
-    let admin = if a.input.is_some() || a.output.is_some() || a.late.is_some() {
+    let admin = if a.input.is_some() || a.output.is_some() || a.late.is_some() || a.fares.is_some()
+    {
         Some(Admin::new(a.conn.brokers_only()?.client()?).await?)
     } else {
         None
@@ -130,6 +140,9 @@ pub async fn run(a: VerifyArgs) -> Result<ExitCode> {
                 "give the job's input: --input TOPIC or --input-file PATH".into(),
             ))
         }
+    }
+    if let (Some(fares), Some(admin)) = (&a.fares, &admin) {
+        expect_fares(&a.conn, admin, fares, (deadline, decoders), &mut expectation).await?;
     }
     if let (Some(late), Some(admin)) = (&a.late, &admin) {
         exclude_late(&a.conn, admin, late, (deadline, decoders), &mut expectation).await?;
@@ -167,6 +180,9 @@ pub struct JobTopics<'a> {
     pub input: &'a str,
     pub output: &'a str,
     pub out_of_orderness_ms: i64,
+    /// The rides-and-fares job's fares topic, its second input (required for that job, and
+    /// only for it).
+    pub fares: Option<&'a str>,
     /// The job's `window.late_topic`: its records are taken out of the expectation.
     pub late: Option<&'a str>,
     /// How the topics' values are read when they are not JSON (`-s`).
@@ -174,16 +190,21 @@ pub struct JobTopics<'a> {
 }
 
 impl JobTopics<'_> {
-    /// The job's expected output, from a read_committed snapshot of its input.
+    /// The job's expected output, from a read_committed snapshot of its input (and of its
+    /// fares, for rides-and-fares).
     pub async fn expectation(
         &self,
         conn: &Conn,
         admin: &Admin,
         deadline: Instant,
     ) -> Result<verify::Expected> {
+        check_fares(self.job, self.fares)?;
         let mut expectation = ExpectationBuilder::new(self.job, self.out_of_orderness_ms);
         let reading = (deadline, self.decoders);
         expect_from_topic(conn, admin, self.input, reading, &mut expectation).await?;
+        if let Some(fares) = self.fares {
+            expect_fares(conn, admin, fares, reading, &mut expectation).await?;
+        }
         if let Some(late) = self.late {
             exclude_late(conn, admin, late, reading, &mut expectation).await?;
         }
@@ -271,6 +292,46 @@ async fn expect_from_topic(
     .await?;
     match input_error {
         Some(e) => Err(bad_input(input, e)),
+        None => Ok(()),
+    }
+}
+
+/// The fares topic is given for the rides-and-fares job, which joins it, and for no other.
+fn check_fares(job: Job, fares: Option<&str>) -> Result<()> {
+    match (job, fares) {
+        (Job::RidesAndFares, None) => Err(CliError::Usage(
+            "--job rides-and-fares joins the rides with their fares: add --fares TOPIC (the \
+             fares topic of `taxi generate --fares`)"
+                .into(),
+        )),
+        (Job::RidesAndFares, Some(_)) | (_, None) => Ok(()),
+        (other, Some(_)) => Err(CliError::Usage(format!(
+            "--fares is the rides-and-fares job's second input: only --job rides-and-fares \
+             reads fares, not --job {}",
+            other.name()
+        ))),
+    }
+}
+
+/// Pushes a read_committed snapshot of the fares topic into `expectation`.
+async fn expect_fares(
+    conn: &Conn,
+    admin: &Admin,
+    fares: &str,
+    (deadline, decoders): (Instant, Option<&Decoders>),
+    expectation: &mut ExpectationBuilder,
+) -> Result<()> {
+    let mut fare_error = None;
+    read_committed(conn, admin, (fares, "--fares"), deadline, decoders, |r| {
+        if fare_error.is_none() {
+            fare_error = expectation.push_fare(&topic_record(r)).err();
+        }
+    })
+    .await?;
+    match fare_error {
+        Some(e) => Err(CliError::Input(format!(
+            "{fares}: {e}; --fares must be the fares of `onceflow taxi generate --fares`"
+        ))),
         None => Ok(()),
     }
 }

@@ -368,6 +368,7 @@ impl Topics {
             input: &self.input,
             output: &self.output,
             out_of_orderness_ms: OUT_OF_ORDERNESS_MS,
+            fares: None,
             late: None,
         }
     }

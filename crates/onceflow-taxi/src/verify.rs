@@ -241,6 +241,9 @@ pub struct Expected {
     pub records: Vec<ExpectedRecord>,
 }
 
+/// Records by ride id, each with its position (partition, offset) in its topic.
+type ByRide<T> = BTreeMap<u64, Vec<((i32, i64), T)>>;
+
 /// Builds [`Expected`] from the input read record by record (each partition in offset order;
 /// partitions may interleave), keeping only what the expectation needs.
 #[derive(Debug)]
@@ -269,9 +272,9 @@ pub struct ExpectationBuilder {
     /// Driver shifts: each driver's drop-offs (event time, passengers).
     drop_offs: BTreeMap<u64, Vec<(i64, u32)>>,
     /// Rides and fares: the START events by ride id, each with its input position.
-    starts: BTreeMap<u64, Vec<((i32, i64), Ride)>>,
+    starts: ByRide<Ride>,
     /// Rides and fares: the fares by ride id, each with its position in the fares topic.
-    fares: BTreeMap<u64, Vec<((i32, i64), Fare)>>,
+    fares: ByRide<Fare>,
 }
 
 impl ExpectationBuilder {
@@ -559,19 +562,16 @@ fn shifts(drop_offs: BTreeMap<u64, Vec<(i64, u32)>>) -> Vec<WindowCount> {
 /// of that ride within [`FARE_WITHIN_MS`] of it, the STARTs and the fares each in input
 /// order (partition, offset), so the expectation does not depend on how partitions
 /// interleaved while they were read.
-fn joined(
-    starts: BTreeMap<u64, Vec<((i32, i64), Ride)>>,
-    mut fares: BTreeMap<u64, Vec<((i32, i64), Fare)>>,
-) -> Vec<ExpectedRecord> {
+fn joined(starts: ByRide<Ride>, mut fares: ByRide<Fare>) -> Vec<ExpectedRecord> {
     let mut out = Vec::new();
     for (ride_id, mut rides) in starts {
-        let Some(fares) = fares.get_mut(&ride_id) else {
+        let Some(its_fares) = fares.get_mut(&ride_id) else {
             continue;
         };
         rides.sort_by_key(|(at, _)| *at);
-        fares.sort_by_key(|(at, _)| *at);
+        its_fares.sort_by_key(|(at, _)| *at);
         for (_, ride) in &rides {
-            for (_, fare) in fares.iter() {
+            for (_, fare) in its_fares.iter() {
                 let apart = fare.event_time.saturating_sub(ride.event_time);
                 if (-FARE_WITHIN_MS..=FARE_WITHIN_MS).contains(&apart) {
                     out.push(ExpectedRecord {

@@ -142,7 +142,14 @@ pub async fn run(a: VerifyArgs) -> Result<ExitCode> {
         }
     }
     if let (Some(fares), Some(admin)) = (&a.fares, &admin) {
-        expect_fares(&a.conn, admin, fares, (deadline, decoders), &mut expectation).await?;
+        expect_fares(
+            &a.conn,
+            admin,
+            fares,
+            (deadline, decoders),
+            &mut expectation,
+        )
+        .await?;
     }
     if let (Some(late), Some(admin)) = (&a.late, &admin) {
         exclude_late(&a.conn, admin, late, (deadline, decoders), &mut expectation).await?;
@@ -472,4 +479,37 @@ async fn read_committed(
         }
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every job with and without --fares: only rides-and-fares takes them, and needs them.
+    #[test]
+    fn fares_are_required_by_rides_and_fares_and_refused_by_the_others() {
+        assert!(check_fares(Job::RidesAndFares, Some("fares")).is_ok());
+        let e = check_fares(Job::RidesAndFares, None).unwrap_err();
+        assert!(matches!(e, CliError::Usage(_)), "{e}");
+        assert!(e.to_string().contains("add --fares TOPIC"), "{e}");
+        for job in [
+            JobName::Cleansing,
+            JobName::PerDriverHourly,
+            JobName::Copy,
+            JobName::DriverShifts,
+        ] {
+            let job = Job::from(job);
+            assert!(check_fares(job, None).is_ok(), "{}", job.name());
+            let e = check_fares(job, Some("fares")).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "--fares is the rides-and-fares job's second input: only --job \
+                     rides-and-fares reads fares, not --job {}",
+                    job.name()
+                )
+            );
+        }
+        assert_eq!(Job::from(JobName::RidesAndFares).name(), "rides-and-fares");
+    }
 }

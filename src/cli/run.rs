@@ -1,6 +1,7 @@
-//! `onceflow run JOB.toml`: runs a job file until SIGINT/SIGTERM (a graceful stop: exit 0 once
-//! a final checkpoint is committed) or a fatal error (one line on stderr, exit 1). See
-//! `engine::runtime`.
+//! `onceflow run JOB.toml|JOB.sql`: runs a job file (or a SQL job) until SIGINT/SIGTERM (a
+//! graceful stop: exit 0 once a final checkpoint is committed) or a fatal error (one line on
+//! stderr, exit 1). See `engine::runtime`. `--explain` (or a SQL job's `EXPLAIN INSERT …`)
+//! prints the plan instead.
 
 use super::error::{CliError, Result};
 use super::progress::Progress;
@@ -13,6 +14,7 @@ use onceflow::engine::metrics::http::MetricsServer;
 use onceflow::engine::metrics::Metrics;
 use onceflow::engine::runtime::RestoreFrom;
 use onceflow::engine::runtime::{self, RunConfig};
+use onceflow::engine::sql::SqlJob;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,8 +22,11 @@ use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The job file (TOML; see jobs/).
+    /// The job file: TOML, or SQL when it ends in .sql (see jobs/).
     job: PathBuf,
+    /// Print the job's plan (its operators, where each runs) and exit without running it.
+    #[arg(long)]
+    explain: bool,
     /// Bootstrap broker(s), host:port[,host:port...]; overrides the job file's source.brokers.
     #[arg(short = 'b', long = "brokers")]
     broker: Option<String>,
@@ -43,8 +48,25 @@ pub struct Args {
     metrics_addr: Option<SocketAddr>,
 }
 
+/// The job of a job file, or of a SQL file; and whether its plan is all that is asked for.
+fn load(path: &std::path::Path) -> Result<(Job, bool)> {
+    let sql = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("sql"));
+    let loaded = if sql {
+        SqlJob::load(path).map(|s| (s.job, s.explain))
+    } else {
+        Job::load(path).map(|j| (j, false))
+    };
+    loaded.map_err(|e| CliError::Input(e.to_string()))
+}
+
 pub async fn run(a: Args) -> Result<ExitCode> {
-    let job = Job::load(&a.job).map_err(|e| CliError::Input(e.to_string()))?;
+    let (job, explain) = load(&a.job)?;
+    if explain || a.explain {
+        print!("{}", job.explain());
+        return Ok(ExitCode::SUCCESS);
+    }
     let conn = Conn {
         broker: a
             .broker

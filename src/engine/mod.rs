@@ -28,6 +28,7 @@ pub mod formats;
 pub mod job;
 pub mod metrics;
 pub mod runtime;
+pub mod sql;
 internal_modules! {
     mod checkpoint;
     mod file_source;

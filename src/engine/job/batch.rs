@@ -29,6 +29,8 @@ pub struct BatchOutput {
     pub records: Vec<(Option<Vec<u8>>, Value)>,
     /// Records dropped by `key_by` (key field missing or null).
     pub no_key: u64,
+    /// Records a SQL expression could not be computed for.
+    pub bad: u64,
     /// Records dropped by the window (event time missing or not an integer).
     pub no_event_time: u64,
 }
@@ -218,12 +220,14 @@ fn sessionize(
 }
 
 /// Why the stateless operators dropped a record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Dropped {
     /// A filter did not match.
     Filtered,
     /// `key_by`'s field is missing or null.
     NoKey,
+    /// A SQL expression could not be computed for the record: why.
+    Bad(String),
 }
 
 /// Filters, projections and key_by, shared by the batch runner and the runtime: the record's
@@ -248,6 +252,15 @@ pub(crate) fn stateless(
             }
             Operator::KeyBy(k) => {
                 carried = Carried::Keyed(k.extract(&value).ok_or(Dropped::NoKey)?)
+            }
+            Operator::Where(e) => {
+                if !e.holds(&value).map_err(|e| Dropped::Bad(format!("WHERE: {e}")))? {
+                    return Err(Dropped::Filtered);
+                }
+            }
+            Operator::Select(s) => {
+                value = s.apply(&value).map_err(|e| Dropped::Bad(format!("SELECT: {e}")))?;
+                projected = true;
             }
             // Only one window or join per job (check_pipeline); the caller splits there.
             Operator::WindowAggregate(_) | Operator::Join(_) => {}
@@ -277,6 +290,15 @@ pub(crate) fn counted(
     Ok((carried, value, changed))
 }
 
+/// A keyed stage's result that an operator after it cannot compute (a SQL expression of the
+/// SELECT list failing on it): left out, counted as skipped and logged, never silently.
+pub(crate) fn result_left_out(metrics: Option<&crate::engine::metrics::Metrics>, why: &str) {
+    if let Some(m) = metrics {
+        m.record_skipped();
+    }
+    tracing::warn!(reason = why, "a result of the keyed stage is left out");
+}
+
 /// [`stateless`], counting what key_by drops.
 fn stateless_counted(
     ops: &[Operator],
@@ -291,6 +313,10 @@ fn stateless_counted(
             None
         }
         Err(Dropped::Filtered) => None,
+        Err(Dropped::Bad(_)) => {
+            out.bad += 1;
+            None
+        }
     }
 }
 

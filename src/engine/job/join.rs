@@ -5,6 +5,7 @@
 
 use serde_json::{Map, Value};
 
+use super::expr::Expr;
 use super::filter::Predicate;
 use super::path::FieldPath;
 use super::project::Key;
@@ -23,6 +24,8 @@ pub struct JoinSide {
     pub time: FieldPath,
     /// Only the records that match take part (`filter`, as the pipeline's).
     pub filter: Option<Predicate>,
+    /// Only the records for which it is TRUE take part (a SQL condition on this side alone).
+    pub condition: Option<Expr>,
 }
 
 /// Why a side's record takes no part in the join.
@@ -39,6 +42,13 @@ impl JoinSide {
     pub(crate) fn admit(&self, record: &Value) -> Result<(Key, i64), Refused> {
         if self.filter.as_ref().is_some_and(|p| !p.matches(record)) {
             return Err(Refused::Filtered);
+        }
+        if let Some(c) = &self.condition {
+            match c.holds(record) {
+                Ok(true) => {}
+                Ok(false) => return Err(Refused::Filtered),
+                Err(e) => return Err(Refused::Bad(format!("the condition on {}: {e}", self.name))),
+            }
         }
         let key = self.key.lookup(record).map(Key::of).ok_or_else(|| {
             Refused::Bad(format!(

@@ -77,7 +77,10 @@ impl Job {
                         ),
                     );
                 }
-                Operator::Filter(_) | Operator::Project(_) => {}
+                Operator::Filter(_)
+                | Operator::Project(_)
+                | Operator::Where(_)
+                | Operator::Select(_) => {}
             }
         }
         out

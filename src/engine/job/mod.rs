@@ -22,6 +22,7 @@
 //!   differs.
 
 pub mod aggregate;
+pub mod expr;
 pub mod filter;
 pub mod join;
 pub mod project;
@@ -34,12 +35,15 @@ internal_modules! {
 }
 pub(crate) mod codec;
 mod element;
+mod explain;
 mod join_stage;
 #[cfg(test)]
 mod join_vs_batch;
 #[cfg(test)]
 mod streaming_vs_batch;
 pub(crate) mod topology;
+
+pub(crate) use spec::parse_duration as parse_duration_text;
 
 // The job model's value types: a field path, a JSON number, a window's kind.
 pub use crate::engine::time::WindowKind;
@@ -73,6 +77,18 @@ pub enum JobError {
         /// What the TOML parser says.
         message: String,
     },
+    /// A SQL job that cannot be planned: where, and what to change.
+    #[error("{file}:{line}:{column}: {message}")]
+    Sql {
+        /// The path as given.
+        file: String,
+        /// 1-based line.
+        line: u64,
+        /// 1-based column.
+        column: u64,
+        /// What is wrong and what to change.
+        message: String,
+    },
     /// TOML, but not a valid job: a wrong type, an unknown or missing field, or a value that
     /// does not make sense (with what to change).
     #[error("{file}:{line}: {field}: {message}")]
@@ -94,6 +110,7 @@ impl JobError {
         match self {
             JobError::Read { .. } => None,
             JobError::Syntax { line, .. } | JobError::Invalid { line, .. } => Some(*line),
+            JobError::Sql { line, .. } => usize::try_from(*line).ok(),
         }
     }
 

@@ -128,6 +128,31 @@ pub struct KeyBy {
     pub field: FieldPath,
 }
 
+impl std::fmt::Display for Projection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.keep {
+            Some(keep) => {
+                let cols: Vec<String> = keep
+                    .iter()
+                    .map(|(p, name)| match p.last() == name {
+                        true => p.to_string(),
+                        false => format!("{p} AS {name}"),
+                    })
+                    .collect();
+                write!(f, "keep {}", cols.join(", "))
+            }
+            None => {
+                let cols: Vec<String> = self
+                    .rename
+                    .iter()
+                    .map(|(a, b)| format!("{a} AS {b}"))
+                    .collect();
+                write!(f, "rename {}", cols.join(", "))
+            }
+        }
+    }
+}
+
 /// A record's key: the field's value as compact JSON with object keys sorted, so equal values
 /// always give equal bytes, in every process and version (`42`, `"abc"`, `{"a":1,"b":2}`).
 /// Different JSON types never collide (`42` and `"42"` differ).

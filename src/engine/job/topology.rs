@@ -10,7 +10,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::aggregate::{Accumulator, WindowAggregate};
-use super::batch::{counted, Carried, Dropped};
+use super::batch::{counted, result_left_out, Carried, Dropped};
 use super::codec::{Decoded, SourceFormat, ValueDecoder, ValueEncoder};
 pub(crate) use super::element::Input;
 use super::element::JsonElement;
@@ -140,6 +140,7 @@ impl Prefix {
                 Ok(c) => c,
                 Err(Dropped::Filtered) => return (Prefixed::Filtered, time),
                 Err(Dropped::NoKey) => return (Prefixed::Bad(self.no_key()), time),
+                Err(Dropped::Bad(why)) => return (Prefixed::Bad(why), time),
             };
         let Some(window) = self.window.as_ref() else {
             // Unchanged JSON records go out as they came (bytes and all).
@@ -346,13 +347,15 @@ impl WindowStage {
         for (key, result) in results {
             // A filter after the window leaves results out; a key_by after it re-keys the
             // result records, which carry the fields the aggregate writes.
-            if let Ok((carried, v, _)) = counted(&self.after, after, Carried::Keyed(key), result) {
-                out.push(Output {
+            match counted(&self.after, after, Carried::Keyed(key), result) {
+                Ok((carried, v, _)) => out.push(Output {
                     topic: None,
                     key: carried.kafka_key(),
                     value: Bytes::from(v.to_string()),
                     headers: Vec::new(),
-                });
+                }),
+                Err(Dropped::Bad(why)) => result_left_out(self.metrics.as_deref(), &why),
+                Err(_) => {}
             }
         }
         out

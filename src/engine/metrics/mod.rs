@@ -344,6 +344,8 @@ pub(crate) fn operator_kind(op: &Operator) -> &'static str {
         Operator::KeyBy(_) => "key_by",
         Operator::WindowAggregate(_) => "window_aggregate",
         Operator::Join(_) => "join",
+        Operator::Where(_) => "where",
+        Operator::Select(_) => "select",
     }
 }
 

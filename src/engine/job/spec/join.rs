@@ -104,6 +104,7 @@ fn check_side(
         key: raw.key,
         time: raw.time,
         filter,
+        condition: None,
     })
 }
 

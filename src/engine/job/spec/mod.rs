@@ -37,6 +37,7 @@ use locator::Locator;
 use raw::RawJob;
 
 pub use model::*;
+pub(crate) use raw::parse_duration;
 
 impl Job {
     /// Reads and checks a job file.

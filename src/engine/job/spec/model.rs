@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::engine::formats::{CsvColumn, CsvFormat, JsonLinesFormat, LineFormat, LineFormats};
 
 use crate::engine::job::aggregate::WindowAggregate;
+use crate::engine::job::expr::{Expr, Select};
 use crate::engine::job::filter::Predicate;
 use crate::engine::job::join::IntervalJoin;
 use crate::engine::job::project::{KeyBy, Projection};
@@ -288,6 +289,10 @@ pub enum Operator {
     WindowAggregate(WindowAggregate),
     /// An interval `join` of the source's two topics (the pipeline's first operator).
     Join(Box<IntervalJoin>),
+    /// A SQL `WHERE`: keeps the records for which the expression is TRUE.
+    Where(Expr),
+    /// A SQL `SELECT` list: the record becomes the named expressions' values.
+    Select(Select),
 }
 
 /// The sink: a Kafka topic (the default), or files (`type = "file"`).

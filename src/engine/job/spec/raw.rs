@@ -382,7 +382,7 @@ pub(super) struct Duration(pub(super) i64);
 
 pub(super) const DURATION_HINT: &str = "a duration like \"1h\", \"15m\", \"30s\" or \"250ms\"";
 
-pub(super) fn parse_duration(text: &str) -> Option<i64> {
+pub(crate) fn parse_duration(text: &str) -> Option<i64> {
     let t = text.trim();
     let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (n, unit) = t.split_at(digits);

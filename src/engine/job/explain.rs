@@ -1,0 +1,168 @@
+//! A job's plan as text (`EXPLAIN` of a SQL job; any job's topology): the source, each
+//! operator in order with where it runs (chained in the source subtasks, or in the keyed
+//! subtasks after the key exchange), and the sink.
+
+use std::fmt::Write as _;
+
+use super::aggregate::AggFn;
+use super::filter::{CmpOp, Literal, Predicate};
+use super::join::JoinSide;
+use super::spec::{DeliveryGuarantee, Job, Operator};
+use crate::engine::time::WindowKind;
+
+fn agg(name: &str, f: &AggFn) -> String {
+    match f {
+        AggFn::Count => format!("{name} = count(*)"),
+        AggFn::Sum(p) => format!("{name} = sum({p})"),
+        AggFn::Min(p) => format!("{name} = min({p})"),
+        AggFn::Max(p) => format!("{name} = max({p})"),
+        AggFn::Avg(p) => format!("{name} = avg({p})"),
+    }
+}
+
+/// A job file's filter as it reads.
+fn predicate(p: &Predicate) -> String {
+    match p {
+        Predicate::Compare { field, op, value } => {
+            let op = match op {
+                CmpOp::Eq => "=",
+                CmpOp::Ne => "!=",
+                CmpOp::Lt => "<",
+                CmpOp::Le => "<=",
+                CmpOp::Gt => ">",
+                _ => ">=",
+            };
+            let value = match value {
+                Literal::Number(n) => n.to_json().to_string(),
+                Literal::String(s) => format!("{s:?}"),
+                Literal::Bool(b) => b.to_string(),
+            };
+            format!("{field} {op} {value}")
+        }
+        Predicate::And(all) => all.iter().map(predicate).collect::<Vec<_>>().join(" and "),
+        Predicate::Or(any) => {
+            let parts: Vec<String> = any.iter().map(|p| format!("({})", predicate(p))).collect();
+            parts.join(" or ")
+        }
+        Predicate::Not(inner) => format!("not ({})", predicate(inner)),
+        Predicate::Within(b) => format!(
+            "({}, {}) within [{}, {}, {}, {}]",
+            b.lon, b.lat, b.west, b.south, b.east, b.north
+        ),
+    }
+}
+
+fn side(s: &JoinSide) -> String {
+    let mut out = format!("{} as {}: key {}, time {}", s.topic, s.name, s.key, s.time);
+    if let Some(f) = &s.filter {
+        let _ = write!(out, ", filter {}", predicate(f));
+    }
+    if let Some(c) = &s.condition {
+        let _ = write!(out, ", where {c}");
+    }
+    out
+}
+
+/// One operator, in a line (or two for a join's sides).
+fn operator(op: &Operator) -> String {
+    match op {
+        Operator::Filter(p) => format!("filter {}", predicate(p)),
+        Operator::Project(p) => format!("project {p}"),
+        Operator::KeyBy(k) => format!("key_by {}  -- key exchange: by key group to the keyed subtasks", k.field),
+        Operator::WindowAggregate(w) => {
+            let kind = match w.kind {
+                WindowKind::Tumbling { size } => format!("tumbling {size} ms"),
+                WindowKind::Sliding { size, slide } => format!("sliding {size} ms every {slide} ms"),
+                WindowKind::Session { gap } => format!("session gap {gap} ms"),
+            };
+            let fns: Vec<String> = w.aggregate.outputs.iter().map(|(n, f)| agg(n, f)).collect();
+            format!(
+                "window {kind} on {} (watermark: newest - {} ms, lateness {} ms): {}",
+                w.time,
+                w.out_of_orderness,
+                w.allowed_lateness,
+                fns.join(", ")
+            )
+        }
+        Operator::Join(j) => format!(
+            "interval join, {} - {} within [{} ms, {} ms] (watermark: newest - {} ms)  -- key exchange on the join key\n      left  {}\n      right {}",
+            j.right.name,
+            j.left.name,
+            j.lower,
+            j.upper,
+            j.out_of_orderness,
+            side(&j.left),
+            side(&j.right)
+        ),
+        Operator::Where(e) => format!("where {e}"),
+        Operator::Select(s) => {
+            let cols: Vec<String> = s.columns.iter().map(|(n, e)| format!("{e} AS {n}")).collect();
+            format!("select {}", cols.join(", "))
+        }
+    }
+}
+
+impl Job {
+    /// The job's plan, one operator a line (module docs).
+    ///
+    /// ```
+    /// let job = onceflow::engine::job::Job::parse("j.toml", r#"
+    /// name = "j"
+    /// [source]
+    /// brokers = "localhost:9092"
+    /// topics = ["in"]
+    /// [[pipeline]]
+    /// filter = { field = "x", op = ">", value = 1 }
+    /// [sink]
+    /// topic = "out"
+    /// delivery.guarantee = "at-least-once"
+    /// "#)?;
+    /// let plan = job.explain();
+    /// assert!(plan.starts_with("source  kafka [in]"), "{plan}");
+    /// assert!(plan.ends_with("sink    kafka out, at-least-once\n"), "{plan}");
+    /// # Ok::<(), onceflow::engine::job::JobError>(())
+    /// ```
+    pub fn explain(&self) -> String {
+        let mut out = String::new();
+        let format = self.source.value_format.name();
+        match &self.source.file {
+            Some(f) => {
+                let _ = writeln!(
+                    out,
+                    "source  files {} ({})",
+                    f.path.display(),
+                    f.format.name()
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "source  kafka [{}] ({format}), read_committed",
+                    self.source.topics.join(", ")
+                );
+            }
+        }
+        let mut keyed = false;
+        for op in &self.pipeline {
+            // A join's sides are read in the source subtasks; the join itself runs keyed.
+            keyed |= matches!(op, Operator::Join(_));
+            let at = if keyed { "keyed " } else { "source" };
+            let _ = writeln!(out, "  {at}  {}", operator(op));
+            keyed |= matches!(op, Operator::KeyBy(_));
+        }
+        let guarantee = match self.sink.guarantee {
+            DeliveryGuarantee::ExactlyOnce => "exactly-once",
+            DeliveryGuarantee::AtLeastOnce => "at-least-once",
+            DeliveryGuarantee::None => "none",
+        };
+        match &self.sink.file {
+            Some(f) => {
+                let _ = writeln!(out, "sink    files {}, {guarantee}", f.path.display());
+            }
+            None => {
+                let _ = writeln!(out, "sink    kafka {}, {guarantee}", self.sink.topic);
+            }
+        }
+        out
+    }
+}

@@ -380,26 +380,15 @@ async fn setup_joined(label: &str, shipped: &str, fares: Option<&str>) -> Setup 
     let input = TestTopic::create(&format!("{label}-in"), 3).await;
     let output = TestTopic::create(&format!("{label}-out"), 3).await;
     let name = unique_topic(label);
-    let more: Vec<(&str, String)> = match fares {
-        None => Vec::new(),
-        Some(fares) => {
-            let text = std::fs::read_to_string(repo().join("jobs").join(shipped)).unwrap();
-            let line = |prefix: &str| {
-                let l = text.lines().find(|l| l.starts_with(prefix)).unwrap();
-                l.replace("topic = \"rides\"", &format!("topic = \"{}\"", input.name))
-                    .replace("topic = \"fares\"", &format!("topic = \"{fares}\""))
-            };
-            vec![
-                (
-                    "topics = ",
-                    format!("topics = [\"{}\", \"{fares}\"]", input.name),
-                ),
-                ("join.left = ", line("join.left = ")),
-                ("join.right = ", line("join.right = ")),
-            ]
-        }
+    let job = match shipped.strip_suffix(".sql") {
+        Some(sink) => cluster_sql_job(
+            &dir,
+            shipped,
+            (&input.name, fares, sink, &output.name),
+            &name,
+        ),
+        None => cluster_toml_job(&dir, shipped, (&input.name, fares, &output.name), &name),
     };
-    let job = cluster_job_with(&dir, shipped, &input.name, &output.name, &name, &more);
     Setup {
         _internal: vec![
             TestTopic::adopt(&format!("{name}-repartition")),
@@ -413,11 +402,68 @@ async fn setup_joined(label: &str, shipped: &str, fares: Option<&str>) -> Setup 
     }
 }
 
+/// A shipped SQL job as a cluster job of this test (as [`cluster_job_with`] makes a job
+/// file one): its sink topic is its file's name.
+fn cluster_sql_job(
+    dir: &Path,
+    shipped: &str,
+    (input, fares, sink, output): (&str, Option<&str>, &str, &str),
+    name: &str,
+) -> PathBuf {
+    let mut topics = vec![("rides", input), (sink, output)];
+    if let Some(f) = fares {
+        topics.push(("fares", f));
+    }
+    let sets = [
+        ("mode", "cluster".to_owned()),
+        ("checkpoint.interval.ms", "200".to_owned()),
+        ("transaction.timeout.ms", TRANSACTION_MS.to_string()),
+    ];
+    let group = format!("'properties.group.id' = '{name}'");
+    let rewrite = crate::engine_run::SqlRewrite {
+        topics: &topics,
+        guarantee: "exactly-once",
+        prefix: name,
+        source_options: &group,
+        sets: &sets,
+    };
+    crate::engine_run::sql_job_file(dir, shipped, &rewrite)
+}
+
+/// A shipped job file as a cluster job of this test; with `fares`, the rides-and-fares join
+/// reading the input and the fares.
+fn cluster_toml_job(
+    dir: &Path,
+    shipped: &str,
+    (input, fares, output): (&str, Option<&str>, &str),
+    name: &str,
+) -> PathBuf {
+    let more: Vec<(&str, String)> = match fares {
+        None => Vec::new(),
+        Some(fares) => {
+            let text = std::fs::read_to_string(repo().join("jobs").join(shipped)).unwrap();
+            let line = |prefix: &str| {
+                let l = text.lines().find(|l| l.starts_with(prefix)).unwrap();
+                l.replace("topic = \"rides\"", &format!("topic = \"{input}\""))
+                    .replace("topic = \"fares\"", &format!("topic = \"{fares}\""))
+            };
+            vec![
+                ("topics = ", format!("topics = [\"{input}\", \"{fares}\"]")),
+                ("join.left = ", line("join.left = ")),
+                ("join.right = ", line("join.right = ")),
+            ]
+        }
+    };
+    cluster_job_with(dir, shipped, input, output, name, &more)
+}
+
+/// Job (b) in its SQL form (jobs/rides-per-driver-hourly.sql; its job file runs under the
+/// local chaos of engine_chaos).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_of_job_b_under_kills_pauses_joins_and_leaves_count_every_ride_once() {
     members_under_chaos(
         "members-b",
-        "rides-per-driver-hourly.toml",
+        "rides-per-driver-hourly.sql",
         "per-driver-hourly",
     )
     .await;
@@ -431,12 +477,12 @@ async fn three_members_of_the_shifts_job_under_kills_pauses_joins_and_leaves_cou
     members_under_chaos("members-shifts", "driver-shifts.toml", "driver-shifts").await;
 }
 
-/// The rides-and-fares join (two input topics read by every member, both sides' state moved
-/// with its key groups) under the same chaos: one enriched record per ride.
+/// The rides-and-fares join in its SQL form (two input topics read by every member, both
+/// sides' state moved with its key groups) under the same chaos: one enriched record per ride.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_of_the_rides_and_fares_join_under_kills_pauses_joins_and_leaves_enrich_every_ride_once(
 ) {
-    members_under_chaos("members-join", "rides-and-fares.toml", "rides-and-fares").await;
+    members_under_chaos("members-join", "rides-and-fares.sql", "rides-and-fares").await;
 }
 
 /// One member, then three, then two, of the shipped job `shipped`, with kills and pauses in
@@ -446,9 +492,9 @@ async fn members_under_chaos(label: &'static str, shipped: &str, verified: &'sta
     let seed = chaos_seed();
     let mut rng = StdRng::seed_from_u64(seed);
     // The join reads the fares too: a second input topic, fed beside the rides.
-    let fares = match shipped {
-        "rides-and-fares.toml" => Some(TestTopic::create(&format!("{label}-fares"), 3).await),
-        _ => None,
+    let fares = match shipped.starts_with("rides-and-fares.") {
+        true => Some(TestTopic::create(&format!("{label}-fares"), 3).await),
+        false => None,
     };
     let Setup {
         dir,

@@ -58,6 +58,68 @@ pub(crate) fn job_file(
     path
 }
 
+/// How a test runs a shipped SQL job (`jobs/*.sql`).
+pub(crate) struct SqlRewrite<'a> {
+    /// `'topic' = 'from'` becomes `'topic' = 'to'`, per pair.
+    pub topics: &'a [(&'a str, &'a str)],
+    /// The sink's `sink.delivery-guarantee`.
+    pub guarantee: &'a str,
+    /// The sink's `sink.transactional-id-prefix`.
+    pub prefix: &'a str,
+    /// More WITH options of every table the job reads (after its `'scan.startup.mode'`).
+    pub source_options: &'a str,
+    /// The SET statements (the shipped ones are dropped; `state.dir` is the test's).
+    pub sets: &'a [(&'a str, String)],
+}
+
+/// The shipped SQL job `shipped` rewritten for a test (see [`SqlRewrite`]), in `dir`.
+pub(crate) fn sql_job_file(dir: &Path, shipped: &str, r: &SqlRewrite<'_>) -> PathBuf {
+    let text = std::fs::read_to_string(repo().join("jobs").join(shipped)).unwrap();
+    let state = dir.join("state");
+    let mut lines = vec![format!("SET 'state.dir' = '{}';", state.display())];
+    lines.extend(r.sets.iter().map(|(k, v)| format!("SET '{k}' = '{v}';")));
+    let mut seen = (0, false);
+    for l in text.lines() {
+        let t = l.trim_start();
+        if t.starts_with("SET '") && !t.starts_with("SET 'pipeline.name'") {
+            continue;
+        }
+        if t.starts_with("'sink.delivery-guarantee'") {
+            continue;
+        }
+        let mut line = l.to_owned();
+        for (from, to) in r.topics {
+            let (a, b) = (format!("'topic' = '{from}'"), format!("'topic' = '{to}'"));
+            if line.contains(&a) {
+                seen.0 += 1;
+                line = line.replace(&a, &b);
+            }
+        }
+        if t.starts_with("'sink.transactional-id-prefix'") {
+            seen.1 = true;
+            line = format!(
+                "  'sink.transactional-id-prefix' = '{}', 'sink.delivery-guarantee' = '{}'",
+                r.prefix, r.guarantee
+            );
+        }
+        if t.starts_with("'scan.startup.mode'") && !r.source_options.is_empty() {
+            line = format!(
+                "  'scan.startup.mode' = 'earliest-offset', {},",
+                r.source_options
+            );
+        }
+        lines.push(line);
+    }
+    assert_eq!(
+        seen,
+        (r.topics.len(), true),
+        "{shipped}: topics or sink prefix not found"
+    );
+    let path = dir.join(shipped);
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    path
+}
+
 /// `onceflow run JOB -b BROKER EXTRA` in the background, its stderr into `log`.
 pub(crate) fn start_job(job: &Path, log: &Path, extra: &[&str]) -> Child {
     start_job_with_env(job, log, extra, &[])

@@ -26,6 +26,12 @@ pub enum AggFn {
     Max(FieldPath),
     /// Mean of a numeric field (a float).
     Avg(FieldPath),
+    /// Number of records whose field is present and not null (SQL's `COUNT(field)`).
+    CountOf(FieldPath),
+    /// Number of distinct values of a field, null and missing left out (SQL's
+    /// `COUNT(DISTINCT field)`); values compare as their canonical JSON (`1` and `1.0` differ,
+    /// as `42` and `"42"` do).
+    CountDistinct(FieldPath),
 }
 
 /// The aggregate functions of a window, each with its output name, in output-name order.
@@ -52,6 +58,8 @@ enum Slot {
         float: f64,
         n: u64,
     },
+    /// The distinct values seen, as canonical JSON.
+    Distinct(std::collections::BTreeSet<String>),
 }
 
 /// The running state of one key's window: one slot per output, in the spec's order.
@@ -69,7 +77,8 @@ impl AggregateSpec {
                 .outputs
                 .iter()
                 .map(|(_, f)| match f {
-                    AggFn::Count => Slot::Count(0),
+                    AggFn::Count | AggFn::CountOf(_) => Slot::Count(0),
+                    AggFn::CountDistinct(_) => Slot::Distinct(Default::default()),
                     AggFn::Sum(_) => Slot::Sum {
                         int: 0,
                         float: 0.0,
@@ -94,6 +103,17 @@ impl AggregateSpec {
             let num = |path: &FieldPath| path.lookup(record).and_then(Num::from_value);
             match (f, slot) {
                 (AggFn::Count, Slot::Count(c)) => *c = c.saturating_add(1),
+                (AggFn::CountOf(p), Slot::Count(c)) => {
+                    if p.lookup(record).is_some_and(|v| !v.is_null()) {
+                        *c = c.saturating_add(1);
+                    }
+                }
+                (AggFn::CountDistinct(p), Slot::Distinct(seen)) => {
+                    if let Some(v) = p.lookup(record).filter(|v| !v.is_null()) {
+                        let key = super::project::Key::of(v);
+                        seen.insert(String::from_utf8_lossy(key.as_bytes()).into_owned());
+                    }
+                }
                 (
                     AggFn::Sum(p),
                     Slot::Sum {
@@ -150,6 +170,7 @@ impl AggregateSpec {
         for (slot, other) in acc.slots.iter_mut().zip(other.slots) {
             match (slot, other) {
                 (Slot::Count(c), Slot::Count(o)) => *c = c.saturating_add(o),
+                (Slot::Distinct(seen), Slot::Distinct(o)) => seen.extend(o),
                 (
                     Slot::Sum {
                         int,
@@ -212,6 +233,7 @@ impl AggregateSpec {
 fn slot_result(slot: &Slot) -> Value {
     match slot {
         Slot::Count(c) => Value::from(*c),
+        Slot::Distinct(seen) => Value::from(seen.len() as u64),
         Slot::Sum { n: 0, .. } | Slot::Avg { n: 0, .. } => Value::Null,
         Slot::Sum {
             int, float, floats, ..

@@ -17,6 +17,8 @@ fn agg(name: &str, f: &AggFn) -> String {
         AggFn::Min(p) => format!("{name} = min({p})"),
         AggFn::Max(p) => format!("{name} = max({p})"),
         AggFn::Avg(p) => format!("{name} = avg({p})"),
+        AggFn::CountOf(p) => format!("{name} = count({p})"),
+        AggFn::CountDistinct(p) => format!("{name} = count(distinct {p})"),
     }
 }
 

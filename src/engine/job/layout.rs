@@ -57,6 +57,8 @@ impl Job {
                             AggFn::Sum(p) => format!("{name}=sum({p})"),
                             AggFn::Min(p) => format!("{name}=min({p})"),
                             AggFn::Max(p) => format!("{name}=max({p})"),
+                            AggFn::CountOf(p) => format!("{name}=count({p})"),
+                            AggFn::CountDistinct(p) => format!("{name}=count_distinct({p})"),
                             AggFn::Avg(p) => format!("{name}=avg({p})"),
                         })
                         .collect();

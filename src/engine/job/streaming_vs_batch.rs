@@ -44,7 +44,8 @@ fn job(window: &str, lateness: &str) -> Job {
              [[pipeline]]\nwindow = {{ {window}, time = \"t\", out_of_orderness = \"{BOUND}ms\", \
              allowed_lateness = \"{lateness}\" }}\n\
              [[pipeline]]\naggregate = {{ n = \"count\", s = {{ sum = \"v\" }}, lo = {{ min = \"v\" }}, \
-             hi = {{ max = \"v\" }}, a = {{ avg = \"v\" }} }}\n\
+             hi = {{ max = \"v\" }}, a = {{ avg = \"v\" }}, \
+             d = {{ count_distinct = \"v\" }} }}\n\
              [sink]\ntopic = \"o\"\ndelivery.guarantee = \"none\"\n"
         ),
     )

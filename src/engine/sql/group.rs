@@ -127,10 +127,11 @@ impl Grouped<'_> {
         let FunctionArguments::List(list) = &f.args else {
             return fail(f.span(), format!("{name}(...) needs an argument"));
         };
-        if matches!(list.duplicate_treatment, Some(DuplicateTreatment::Distinct)) {
+        let distinct = matches!(list.duplicate_treatment, Some(DuplicateTreatment::Distinct));
+        if distinct && name != "COUNT" {
             return fail(
                 f.span(),
-                format!("{name}(DISTINCT ...) is not supported yet"),
+                format!("{name}(DISTINCT ...) is not supported: COUNT(DISTINCT column) is"),
             );
         }
         let written = f.to_string();
@@ -140,12 +141,8 @@ impl Grouped<'_> {
             ));
         }
         let agg = match (name, list.args.as_slice()) {
-            ("COUNT", [FunctionArg::Unnamed(FunctionArgExpr::Wildcard)]) => AggFn::Count,
-            ("COUNT", _) => {
-                return fail(
-                    f.span(),
-                    "COUNT(*) counts the window's records; COUNT(column) is not supported yet",
-                )
+            ("COUNT", [FunctionArg::Unnamed(FunctionArgExpr::Wildcard)]) if !distinct => {
+                AggFn::Count
             }
             (_, [FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))]) => {
                 let mut scope = OneTable(self.from);
@@ -153,6 +150,8 @@ impl Grouped<'_> {
                     return fail(arg.span(), format!("{name}'s argument is a column (compute others in a query before this one)"));
                 };
                 match name {
+                    "COUNT" if distinct => AggFn::CountDistinct(path),
+                    "COUNT" => AggFn::CountOf(path),
                     "SUM" => AggFn::Sum(path),
                     "MIN" => AggFn::Min(path),
                     "MAX" => AggFn::Max(path),

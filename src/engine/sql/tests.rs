@@ -102,7 +102,7 @@ fn sql_mistakes_name_their_line_column_and_what_to_change() {
         (q("INSERT INTO out SELECT ride_id FROM rides WHERE ride_id LIKE 'x%';"), 3, 49, "is not supported in a SQL job"),
         (q("INSERT INTO out SELECT driver_id, COUNT(*) AS n FROM rides GROUP BY driver_id;"), 3, 17, "GROUP BY one key column and one window"),
         (q("INSERT INTO out SELECT passengers, COUNT(*) AS n FROM rides GROUP BY driver_id, TUMBLE(event_time, INTERVAL '1' HOUR);"), 3, 24, "column passengers is neither grouped nor aggregated"),
-        (q("INSERT INTO out SELECT driver_id, COUNT(DISTINCT ride_id) AS n FROM rides GROUP BY driver_id, TUMBLE(event_time, INTERVAL '1' HOUR);"), 3, 35, "COUNT(DISTINCT ...) is not supported yet"),
+        (q("INSERT INTO out SELECT driver_id, SUM(DISTINCT passengers) AS n FROM rides GROUP BY driver_id, TUMBLE(event_time, INTERVAL '1' HOUR);"), 3, 35, "SUM(DISTINCT ...) is not supported: COUNT(DISTINCT column) is"),
         (q("INSERT INTO out SELECT driver_id FROM rides GROUP BY driver_id, TUMBLE(ride_id, INTERVAL '1' HOUR);"), 3, 72, "TUMBLE runs on table rides's event time event_time"),
         (q("INSERT INTO out SELECT driver_id FROM rides GROUP BY driver_id, HOP(event_time, INTERVAL '2' HOUR, INTERVAL '1' HOUR);"), 3, 65, "the slide is at most the size"),
         (q("INSERT INTO out SELECT driver_id FROM rides GROUP BY driver_id, TUMBLE(event_time, INTERVAL '1' FORTNIGHT);"), 3, 97, "Expected: ), found: FORTNIGHT"),
@@ -127,6 +127,37 @@ fn sql_mistakes_name_their_line_column_and_what_to_change() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn count_of_a_column_and_count_distinct_within_a_window() {
+    let text = format!(
+        "{}\nINSERT INTO out SELECT driver_id, COUNT(*) AS n, COUNT(passengers) AS known, \
+         COUNT(DISTINCT passengers) AS kinds FROM rides \
+         GROUP BY driver_id, TUMBLE(event_time, INTERVAL '1' HOUR);",
+        "CREATE TABLE rides (driver_id BIGINT, passengers INT, event_time BIGINT) WITH \
+         ('connector' = 'kafka', 'topic' = 'rides', 'properties.bootstrap.servers' = 'b:1', \
+         'event_time' = 'event_time');\n\
+         CREATE TABLE out WITH ('connector' = 'kafka', 'topic' = 'o', \
+         'sink.delivery-guarantee' = 'none');"
+    );
+    let job = SqlJob::parse("c.sql", &text, "c").unwrap().job;
+    let input = [(1, 2), (1, 2), (1, 3), (1, -1), (2, 1)].map(|(d, p)| {
+        let v = if p < 0 { Value::Null } else { Value::from(p) };
+        ("rides".to_owned(), None, serde_json::json!({"driver_id": d, "passengers": v, "event_time": 5}))
+    });
+    let out: Vec<Value> = run_batch_of_topics(&job.pipeline, input)
+        .records
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(
+        out,
+        [
+            serde_json::json!({"driver_id": 1, "n": 4, "known": 3, "kinds": 2}),
+            serde_json::json!({"driver_id": 2, "n": 1, "known": 1, "kinds": 1}),
+        ]
+    );
 }
 
 #[test]

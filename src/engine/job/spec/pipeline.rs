@@ -256,6 +256,7 @@ pub(super) fn check_aggregate(
             RawAgg::Min(p) => AggFn::Min(p),
             RawAgg::Max(p) => AggFn::Max(p),
             RawAgg::Avg(p) => AggFn::Avg(p),
+            RawAgg::CountDistinct(p) => AggFn::CountDistinct(p),
         };
         outputs.push((name, f));
     }

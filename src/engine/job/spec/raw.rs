@@ -169,6 +169,8 @@ pub(super) enum RawAgg {
     Min(FieldPath),
     Max(FieldPath),
     Avg(FieldPath),
+    #[serde(rename = "count_distinct")]
+    CountDistinct(FieldPath),
 }
 
 #[derive(serde::Deserialize)]

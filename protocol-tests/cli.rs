@@ -246,19 +246,33 @@ fn a_sql_job_explains_its_plan_and_names_a_mistake_by_line_and_column() {
     assert!(o.status.success(), "{}", stderr(&o));
     let plan = String::from_utf8(o.stdout).unwrap();
     assert!(plan.starts_with("source  kafka [rides, fares]"), "{plan}");
-    assert!(plan.contains("interval join, f - r within [-60000 ms, 60000 ms]"), "{plan}");
-    assert!(plan.contains("right fares as f: key ride_id, time event_time"), "{plan}");
-    assert!(plan.ends_with("sink    kafka rides-and-fares, exactly-once\n"), "{plan}");
+    assert!(
+        plan.contains("interval join, f - r within [-60000 ms, 60000 ms]"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("right fares as f: key ride_id, time event_time"),
+        "{plan}"
+    );
+    assert!(
+        plan.ends_with("sink    kafka rides-and-fares, exactly-once\n"),
+        "{plan}"
+    );
     let toml = jobs.join("rides-and-fares.toml");
     let (o, _) = onceflow(&["run", "--explain", toml.to_str().unwrap()], "");
     assert!(o.status.success(), "{}", stderr(&o));
     let dir = std::env::temp_dir().join(unique_topic("onceflow-sql"));
     std::fs::create_dir_all(&dir).unwrap();
     let bad = dir.join("bad.sql");
-    let text = std::fs::read_to_string(&sql).unwrap().replace("f.tip,", "f.tips,");
+    let text = std::fs::read_to_string(&sql)
+        .unwrap()
+        .replace("f.tip,", "f.tips,");
     std::fs::write(&bad, text).unwrap();
     let (o, _) = onceflow(&["run", bad.to_str().unwrap()], "");
     assert_one_line_error(&o, "bad.sql:");
-    assert_one_line_error(&o, "table fares has no column tips: its columns are ride_id");
+    assert_one_line_error(
+        &o,
+        "table fares has no column tips: its columns are ride_id",
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -133,8 +133,9 @@ fn check_between(
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::invalid;
     use crate::engine::job::batch::run_batch_of_topics;
-    use crate::engine::job::{Job, JobError, Operator};
+    use crate::engine::job::{Job, Operator};
     use serde_json::json;
 
     const RIDES_AND_FARES: &str = include_str!("../../../../jobs/rides-and-fares.toml");
@@ -168,19 +169,6 @@ mod tests {
             "end_lat": 40.8, "payment_type": "CARD", "tip": 2.5, "tolls": 0.0,
             "total_fare": 17.25});
         assert_eq!(out, [(Some(b"42".to_vec()), want)]);
-    }
-
-    fn invalid(text: &str) -> (usize, String, String) {
-        match Job::parse("jobs/x.toml", text) {
-            Ok(job) => panic!("expected an error, got {job:?}\n{text}"),
-            Err(JobError::Invalid {
-                line,
-                field,
-                message,
-                ..
-            }) => (line, field, message),
-            Err(other) => panic!("expected Invalid, got {other}"),
-        }
     }
 
     #[test]

@@ -307,7 +307,7 @@ fn durations_table() {
 }
 
 /// Parses `text` expecting an error; returns (line, field, message).
-fn invalid(text: &str) -> (usize, String, String) {
+pub(super) fn invalid(text: &str) -> (usize, String, String) {
     match Job::parse("jobs/x.toml", text) {
         Ok(job) => panic!("expected an error, got {job:?}\n{text}"),
         Err(JobError::Invalid {

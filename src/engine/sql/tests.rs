@@ -144,7 +144,11 @@ fn count_of_a_column_and_count_distinct_within_a_window() {
     let job = SqlJob::parse("c.sql", &text, "c").unwrap().job;
     let input = [(1, 2), (1, 2), (1, 3), (1, -1), (2, 1)].map(|(d, p)| {
         let v = if p < 0 { Value::Null } else { Value::from(p) };
-        ("rides".to_owned(), None, serde_json::json!({"driver_id": d, "passengers": v, "event_time": 5}))
+        (
+            "rides".to_owned(),
+            None,
+            serde_json::json!({"driver_id": d, "passengers": v, "event_time": 5}),
+        )
     });
     let out: Vec<Value> = run_batch_of_topics(&job.pipeline, input)
         .records

@@ -296,3 +296,16 @@ async fn a_static_member_that_restarts_gets_its_partitions_back_without_a_rebala
 async fn a_member_that_stops_polling_loses_its_partitions_and_is_told_so() {
     a_member_that_stops_polling_loses_its_partitions("group-slow", &[]).await;
 }
+
+/// The same, the other member joining while the slow one is still in the group: the slow
+/// member's heartbeat has seen the rebalance (it waits to rejoin) when its poll interval runs
+/// out, and it polls again after the coordinator removed it but before it has heard so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_stops_polling_while_waiting_to_rejoin_loses_its_partitions() {
+    a_member_that_stops_polling_loses_its_partitions_when(
+        "group-slow-rejoin",
+        &[],
+        OtherJoins::WhileItWaitsToRejoin,
+    )
+    .await;
+}

@@ -1,12 +1,15 @@
 //! Consumer-group members for tests: a member's properties, a member polling in its own task
 //! as an application would, a listener that records the callbacks, and waiting for a condition.
 
+use super::proxy::Proxy;
 use super::{broker, consumer_config, producer, TestTopic};
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use onceflow::client::group::{GroupConsumer, RebalanceListener};
+use kafka_protocol::messages::ApiKey;
+use onceflow::client::group::{GroupConsumer, GroupState, RebalanceListener};
 use onceflow::client::{ProducerRecord, TopicPartition};
 use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tracing::Instrument;
@@ -175,10 +178,39 @@ impl RebalanceListener for Recorder {
 /// A member that stops polling for longer than max.poll.interval.ms leaves the group; the
 /// other member takes both partitions, and the slow one's next poll reports them lost (not
 /// revoked: it could not commit for them). `protocol`: the group.protocol property, if any,
-/// so that the same scenario runs under the classic and the consumer protocol.
+/// so that the same scenario runs under the classic and the consumer protocol. The other
+/// member joins at once ([`OtherJoins::AtOnce`]).
 pub async fn a_member_that_stops_polling_loses_its_partitions(
     prefix: &str,
     protocol: &[(&str, &str)],
+) {
+    a_member_that_stops_polling_loses_its_partitions_when(prefix, protocol, OtherJoins::AtOnce)
+        .await;
+}
+
+/// When and how the other member joins the group of the member that stopped polling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtherJoins {
+    /// At once, both members talking to the broker directly. Whether the slow member's
+    /// heartbeat sees the rebalance before its poll interval runs out, and whether its next
+    /// poll comes before or after it has heard its LeaveGroup answered, is left to timing.
+    AtOnce,
+    /// Classic protocol only: while the slow member is still in the group and waits to rejoin,
+    /// each step waited for through the fault proxy in front of the slow member. Its heartbeat
+    /// is held at the proxy until the other member's JoinGroup has begun a rebalance that
+    /// still counts the slow member in, so that heartbeat is answered REBALANCE_IN_PROGRESS;
+    /// then its poll interval runs out and it sends LeaveGroup, whose answer the proxy holds:
+    /// the slow member polls again after the coordinator removed it and handed its partitions
+    /// on, but before it has heard so.
+    WhileItWaitsToRejoin,
+}
+
+/// [`a_member_that_stops_polling_loses_its_partitions`], the other member joining as `joins`
+/// says.
+pub async fn a_member_that_stops_polling_loses_its_partitions_when(
+    prefix: &str,
+    protocol: &[(&str, &str)],
+    joins: OtherJoins,
 ) {
     const LONG: u64 = 120;
     let topic = TestTopic::create(prefix, 2).await;
@@ -186,7 +218,18 @@ pub async fn a_member_that_stops_polling_loses_its_partitions(
     let events = Recorder::new();
     let mut props = protocol.to_vec();
     props.push(("max.poll.interval.ms", "2000"));
-    let mut slow = member(&group, &props).await;
+    let proxy = match joins {
+        OtherJoins::AtOnce => None,
+        OtherJoins::WhileItWaitsToRejoin => {
+            // The held LeaveGroup answer leaves the slow member's connection silent until the
+            // request times out; the last poll then goes on over a new connection. Not shorter
+            // than the session: the held heartbeat must not time out before it is answered.
+            props.push(("request.timeout.ms", "10000"));
+            Some(Proxy::start(&broker()).await)
+        }
+    };
+    let addr = proxy.as_ref().map_or_else(broker, |p| p.addr.clone());
+    let mut slow = member_at(&addr, &group, &props).await;
     slow.set_listener(events.clone());
     slow.subscribe(&[topic.name.as_str()]);
     let deadline = Instant::now() + Duration::from_secs(LONG);
@@ -197,19 +240,96 @@ pub async fn a_member_that_stops_polling_loses_its_partitions(
             "waited {LONG}s for the slow member to own both partitions"
         );
     }
+    // The slow member has polled for the last time before the test's final poll.
+    let held = match &proxy {
+        Some(proxy) => Some(hold_the_next_heartbeat(proxy, &group).await),
+        None => None,
+    };
     let mut other = member(&group, protocol).await;
     other.subscribe(&[topic.name.as_str()]);
     let other = run(other);
+    if let (Some(proxy), Some(held)) = (&proxy, held) {
+        answer_the_heartbeat_once_rebalancing(proxy, &group, &slow, held).await;
+    }
     wait_for(LONG, "the other member owns both partitions", || {
         other.check();
         other.assignment().len() == 2
     })
     .await;
+    if let Some(proxy) = &proxy {
+        wait_for(
+            LONG,
+            "the coordinator answered the slow member's LeaveGroup",
+            || proxy.faults.held_responses.load(Ordering::SeqCst) >= 1,
+        )
+        .await;
+        *proxy.faults.hold_responses.lock().unwrap() = None;
+    }
     slow.poll(Duration::from_millis(100)).await.unwrap();
     let log = events.log();
     assert!(log.contains(&"lost 2".to_owned()), "{log:?}");
+    assert!(
+        !log.iter().any(|e| e.starts_with("revoked")),
+        "partitions the member no longer owned were reported revoked: {log:?}"
+    );
     let (o, _) = other.stop().await;
     o.close().await.unwrap();
+}
+
+/// [`OtherJoins::WhileItWaitsToRejoin`], before the other member joins: the slow member's next
+/// heartbeat waits at the proxy (it went out before the poll interval ran out: past it the
+/// member sends LeaveGroup instead), and the answer to the LeaveGroup it sends later will be
+/// held. Returns about when the heartbeat was held (a little after).
+async fn hold_the_next_heartbeat(proxy: &Proxy, group: &str) -> Instant {
+    *proxy.faults.hold_responses.lock().unwrap() = Some(ApiKey::LeaveGroup);
+    *proxy.faults.gate_next_request.lock().unwrap() = Some(ApiKey::Heartbeat);
+    wait_for(
+        120,
+        &format!("a heartbeat of the slow member of '{group}' held at the proxy"),
+        || proxy.faults.gated_requests.load(Ordering::SeqCst) >= 1,
+    )
+    .await;
+    Instant::now()
+}
+
+/// [`OtherJoins::WhileItWaitsToRejoin`], once the other member's JoinGroup is in: the group is
+/// rebalancing with the slow member still in it, and the heartbeat held since `held` goes on
+/// to the coordinator, which answers REBALANCE_IN_PROGRESS.
+async fn answer_the_heartbeat_once_rebalancing(
+    proxy: &Proxy,
+    group: &str,
+    slow: &GroupConsumer,
+    held: Instant,
+) {
+    let admin = onceflow::client::Admin::new(super::client_config(&broker()))
+        .await
+        .unwrap();
+    let me = slow.group_metadata().member_id;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let g = admin.describe_group(group).await.unwrap();
+        if g.state == GroupState::PreparingRebalance {
+            assert!(
+                g.members.iter().any(|m| m.member_id == me),
+                "the slow member {me} left before the rebalance began: {g:?}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "waited 120s for the other member to begin a rebalance: {g:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.faults.open_gate();
+    // Held close to the session timeout (10 s, also the slow member's request timeout), the
+    // heartbeat may have timed out, or the session expired, instead of being answered
+    // REBALANCE_IN_PROGRESS: the case this run was to exercise did not happen.
+    assert!(
+        held.elapsed() < Duration::from_secs(8),
+        "the slow member's heartbeat was held {:?}, too close to its session timeout",
+        held.elapsed()
+    );
 }
 
 /// After `a` gave `moved` up to `b`, each with 10 records read: `a` committed their positions

@@ -2,7 +2,7 @@
 //! membership is stable; its answers tell of a rebalance, an expired session or fencing, and
 //! the task gives the membership up when poll stalls past max.poll.interval.ms.
 
-use super::leave::give_up_membership;
+use super::leave::poll_was_late;
 use super::member_phase::MemberEvent;
 use super::{fenced_error, reaction, GroupApi, Reaction, Shared};
 use crate::client::coordinator::CoordinatorKind;
@@ -11,6 +11,7 @@ use crate::protocol::ErrorCode;
 use kafka_protocol::messages::{GroupId, HeartbeatRequest};
 use kafka_protocol::protocol::StrBytes;
 use std::sync::Arc;
+use std::time::Instant;
 use tracing::{debug, warn};
 
 /// Heartbeats while the membership is stable; notices rebalances, expiry, fencing, and a poll
@@ -19,15 +20,16 @@ pub(super) async fn heartbeat_loop(shared: Arc<Shared>) {
     let cfg = shared.config.clone();
     loop {
         tokio::time::sleep(cfg.heartbeat_interval).await;
-        let (phase, generation, member_id, last_poll) = {
-            let st = shared.lock();
-            (st.phase, st.generation, st.member_id.clone(), st.last_poll)
+        let (phase, generation, member_id, late) = {
+            let mut st = shared.lock();
+            let late = st.give_up_if_poll_late(Instant::now(), cfg.max_poll_interval);
+            (st.phase, st.generation, st.member_id.clone(), late)
         };
-        if !phase.heartbeats() {
+        if let Some(gone) = late {
+            poll_was_late(&shared, gone).await;
             continue;
         }
-        if last_poll.is_some_and(|t| t.elapsed() > cfg.max_poll_interval) {
-            give_up_membership(&shared).await;
+        if !phase.heartbeats() {
             continue;
         }
         let req = HeartbeatRequest::default()

@@ -1,7 +1,6 @@
 //! Leaving the group under the classic protocol: LeaveGroup when the member closes, and the
 //! membership given up when the application stops polling (max.poll.interval.ms).
 
-use super::member_phase::MemberEvent;
 use super::Shared;
 use crate::client::coordinator::CoordinatorKind;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
@@ -9,9 +8,10 @@ use kafka_protocol::messages::{GroupId, LeaveGroupRequest};
 use kafka_protocol::protocol::StrBytes;
 use tracing::{debug, warn};
 
-/// The application did not poll within max.poll.interval.ms: the member leaves the group, and
-/// the next poll reports its partitions lost.
-pub(super) async fn give_up_membership(shared: &Shared) {
+/// The application did not poll within max.poll.interval.ms, and the member has already
+/// recorded that its membership is gone (`MemberState::give_up_if_poll_late`: the next poll
+/// reports its partitions lost): a dynamic member now leaves the group as `member_id`.
+pub(super) async fn poll_was_late(shared: &Shared, member_id: String) {
     let cfg = &shared.config;
     warn!(
         "poll was not called within max.poll.interval.ms={} ms; giving up the membership",
@@ -21,24 +21,20 @@ pub(super) async fn give_up_membership(shared: &Shared) {
     // for it until session.timeout.ms, and it stops heartbeating so that they do not
     // wait longer.
     if cfg.group_instance_id.is_none() {
-        leave_group(shared).await;
+        leave_group_as(shared, member_id).await;
     }
-    let mut st = shared.lock();
-    st.on(MemberEvent::MembershipGone);
-    st.member_id.clear();
-    st.generation = -1;
 }
 
 /// Sends LeaveGroup for the member, if it has a member id (best effort: a failure is only
 /// logged, and the coordinator removes the member when its session expires).
 pub(super) async fn leave_group(shared: &Shared) {
-    let (member_id, instance) = {
-        let st = shared.lock();
-        (
-            st.member_id.clone(),
-            shared.config.group_instance_id.clone(),
-        )
-    };
+    let member_id = shared.lock().member_id.clone();
+    leave_group_as(shared, member_id).await;
+}
+
+/// Sends LeaveGroup for `member_id` (best effort, as [`leave_group`]).
+async fn leave_group_as(shared: &Shared, member_id: String) {
+    let instance = shared.config.group_instance_id.clone();
     if member_id.is_empty() {
         return;
     }

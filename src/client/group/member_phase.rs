@@ -12,9 +12,12 @@
 //! ```
 //!
 //! Heartbeats run only in `Stable` and `RejoinNeeded`; `poll` rebalances in every phase but
-//! `Stable` (and `Failed`, which it reports instead).
+//! `Stable` (and `Failed`, which it reports instead). In those two phases a poll that comes more
+//! than max.poll.interval.ms after the last one ([`poll_too_late`]) finds the membership gone,
+//! whether the heartbeat task gave it up first or the late poll does.
 
 use crate::client::error::Error;
+use std::time::Duration;
 
 /// A group member's phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -57,6 +60,19 @@ impl MemberPhase {
     }
 }
 
+/// Whether the application came back too late for its membership: the member is in a
+/// generation (the phases that heartbeat) and the last poll began more than
+/// max.poll.interval.ms ago (`None`: it never polled). The membership is then given up —
+/// `MembershipGone` — by whichever notices first, the heartbeat task or the late poll itself;
+/// the other then finds it gone. Pure.
+pub(crate) fn poll_too_late(
+    phase: MemberPhase,
+    since_last_poll: Option<Duration>,
+    max_poll_interval: Duration,
+) -> bool {
+    phase.heartbeats() && since_last_poll.is_some_and(|d| d > max_poll_interval)
+}
+
 /// What happens to the member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum MemberEvent {
@@ -69,7 +85,7 @@ pub(crate) enum MemberEvent {
     /// partitions up, which another round hands to their new owner.
     Joined { rejoin: bool },
     /// The coordinator no longer has this membership (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION),
-    /// or the member gave it up (poll too late).
+    /// or the member gave it up (poll too late: [`poll_too_late`]).
     MembershipGone,
     /// `poll` reported the lost partitions.
     LossReported,
@@ -164,6 +180,34 @@ mod tests {
         for (phase, event, want) in table {
             let got = next(*phase, *event).ok();
             assert_eq!(got, *want, "{phase:?} + {event:?}");
+        }
+    }
+
+    #[test]
+    fn a_poll_is_too_late_only_past_the_interval_and_only_in_a_generation() {
+        const MAX: Duration = Duration::from_millis(2000);
+        let ms = |n| Some(Duration::from_millis(n));
+        // (phase, time since the last poll began, too late)
+        let table = [
+            (Stable, ms(2001), true),
+            // The heartbeat saw a rebalance: still a member until the interval runs out.
+            (RejoinNeeded, ms(2001), true),
+            (Stable, ms(2000), false),
+            (RejoinNeeded, ms(1999), false),
+            (Stable, None, false),
+            // Not in a generation: nothing to give up (a round under way or failed, a loss
+            // still to be reported, never joined, fenced).
+            (Joining, ms(60_000), false),
+            (Lost, ms(60_000), false),
+            (Unjoined, ms(60_000), false),
+            (Failed, ms(60_000), false),
+        ];
+        for (phase, since, late) in table {
+            assert_eq!(
+                poll_too_late(phase, since, MAX),
+                late,
+                "{phase:?}, last poll {since:?} ago"
+            );
         }
     }
 

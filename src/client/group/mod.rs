@@ -12,11 +12,11 @@
 //! [`Consumer`] underneath and to `on_assigned` once its starting offset is known. When the
 //! coordinator says REBALANCE_IN_PROGRESS the next poll rejoins. Under `range` (eager) every
 //! partition is revoked first; under `cooperative-sticky` only those moving to another member,
-//! in a second rebalance. If the application does not poll within max.poll.interval.ms the task
-//! gives the membership up (a dynamic member sends LeaveGroup, a static one just stops
-//! heartbeating) and the next poll reports the partitions *lost* — another member may already
-//! own them. A member fenced by another with the same group.instance.id stops for good: every
-//! later poll returns [`Error::Fenced`].
+//! in a second rebalance. If the application does not poll within max.poll.interval.ms the
+//! membership is given up, by the task or by the late poll if that comes first (a dynamic
+//! member sends LeaveGroup, a static one just stops heartbeating), and that poll reports the
+//! partitions *lost*: another member may already own them. A member fenced by another with the
+//! same group.instance.id stops for good: every later poll returns [`Error::Fenced`].
 //!
 //! Rebalance callbacks run inside `poll`, in the application's task, like the Java client's:
 //! `on_revoked` finishes before the partitions are given up, so a transactional application
@@ -148,6 +148,50 @@ impl MemberState {
                 warn!(error = %e, phase = ?self.phase, ?event, "group member transition refused")
             }
         }
+    }
+
+    /// A poll begins at `now`. If the last one began more than max.poll.interval.ms ago while
+    /// the member was in a generation, this poll gives the membership up itself
+    /// ([`Self::give_up_if_poll_late`]) and so reports the partitions lost, whatever the
+    /// heartbeat task has seen or done by then. Left to the heartbeat task, the outcome would
+    /// hang on its timing: another member joins; the heartbeat sees REBALANCE_IN_PROGRESS
+    /// (RejoinNeeded); the poll interval runs out while the task's next tick is still ahead;
+    /// the application polls. The phase says RejoinNeeded, so that poll would revoke the
+    /// partitions (`on_revoked`, with auto commit a commit) and rejoin — but the coordinator,
+    /// which has been waiting for the member to rejoin, may have removed it already and handed
+    /// the partitions on: they are lost, not given up.
+    ///
+    /// Returns the member id to send LeaveGroup for, when this poll gave the membership up.
+    fn poll_started(&mut self, now: Instant, max_poll_interval: Duration) -> Option<String> {
+        let gone = self.give_up_if_poll_late(now, max_poll_interval);
+        self.last_poll = Some(now);
+        gone
+    }
+
+    /// Gives the membership up if the poll is late ([`member_phase::poll_too_late`]): Lost, and
+    /// the member id and generation forgotten, in one step under the lock, before any LeaveGroup
+    /// goes out. Returns the member id LeaveGroup names.
+    ///
+    /// Before LeaveGroup, because its arrival is what lets the coordinator hand the partitions
+    /// on. Recorded only once the answer is back, the heartbeat task would lose this race: it
+    /// sends LeaveGroup; the coordinator removes the member and completes the rebalance; the
+    /// other member takes the partitions; the application polls before the answer is back and
+    /// finds the member still in its generation. In one step, because the late poll decides
+    /// this too: were check and record apart, both could give the membership up — the late
+    /// poll reports the loss and joins again with a new member id, then the heartbeat task
+    /// records its own give-up over it and marks the new round lost.
+    fn give_up_if_poll_late(
+        &mut self,
+        now: Instant,
+        max_poll_interval: Duration,
+    ) -> Option<String> {
+        let since = self.last_poll.map(|t| now.saturating_duration_since(t));
+        if !member_phase::poll_too_late(self.phase, since, max_poll_interval) {
+            return None;
+        }
+        self.on(MemberEvent::MembershipGone);
+        self.generation = -1;
+        Some(std::mem::take(&mut self.member_id))
     }
 
     /// The member can go on no more: every poll returns `e`.
@@ -661,7 +705,13 @@ impl GroupConsumer {
     /// ```
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
         let deadline = Instant::now() + timeout;
-        self.shared.lock().last_poll = Some(Instant::now());
+        let late = self
+            .shared
+            .lock()
+            .poll_started(Instant::now(), self.shared.config.max_poll_interval);
+        if let Some(member_id) = late {
+            leave::poll_was_late(&self.shared, member_id).await;
+        }
         self.stop_if_fatal().await?;
         let rebalanced = if self.shared.consumer_protocol() {
             self.reconcile(deadline).await
@@ -1006,6 +1056,105 @@ mod tests {
         for (api, code, want) in table {
             assert_eq!(reaction(*api, *code), *want, "{api:?} answered {code}");
         }
+    }
+
+    /// A member in generation 3 owning two partitions; its last poll began at `t0`.
+    fn member_in_a_generation(t0: Instant) -> MemberState {
+        MemberState {
+            member_id: "m-1".into(),
+            generation: 3,
+            assigned: vec![TopicPartition::new("t", 0), TopicPartition::new("t", 1)],
+            phase: MemberPhase::Stable,
+            last_poll: Some(t0),
+            ..Default::default()
+        }
+    }
+
+    /// What the member went through since its last poll, how long after it the next poll
+    /// begins, and the phase that poll acts on: a poll more than max.poll.interval.ms after the
+    /// last one finds the membership gone (its partitions are reported lost, never revoked),
+    /// whatever the heartbeat task saw or has done meanwhile.
+    #[test]
+    fn a_poll_after_max_poll_interval_finds_the_membership_gone() {
+        use MemberEvent::*;
+        use MemberPhase::*;
+        const MAX: Duration = Duration::from_millis(2000);
+        let ms = Duration::from_millis;
+        // (events since the last poll, time since it began, the phase the next poll acts on)
+        let table: &[(&[MemberEvent], Duration, MemberPhase)] = &[
+            // Another member joined: the heartbeat saw REBALANCE_IN_PROGRESS. Then the poll
+            // interval ran out, and the heartbeat task has not given the membership up yet (its
+            // tick is still ahead, or its LeaveGroup is under way and the coordinator already
+            // handed the partitions over): lost, not revoked.
+            (&[RejoinRequested], ms(2500), Lost),
+            // The same, the heartbeat task having given the membership up first.
+            (&[RejoinRequested, MembershipGone], ms(2500), Lost),
+            // No rebalance seen: lost all the same.
+            (&[], ms(2500), Lost),
+            (&[MembershipGone], ms(2500), Lost),
+            // In time: a rebalance seen is an ordinary rejoin (eager: revoke first) ...
+            (&[RejoinRequested], ms(1500), RejoinNeeded),
+            // ... and nothing seen, an ordinary poll. "Within" includes the bound itself.
+            (&[], ms(1500), Stable),
+            (&[], MAX, Stable),
+            // A membership already gone stays to be reported, in time or not.
+            (&[MembershipGone], ms(1500), Lost),
+            // Fenced: the poll returns the error, late or not.
+            (&[Fatal], ms(2500), Failed),
+        ];
+        let t0 = Instant::now();
+        for (events, since, want) in table {
+            let mut st = member_in_a_generation(t0);
+            for e in *events {
+                st.on(*e);
+            }
+            let gone = st.poll_started(t0 + *since, MAX);
+            assert_eq!(
+                st.phase, *want,
+                "{events:?}, then a poll {since:?} after the last"
+            );
+            // The poll gave the membership up itself: it leaves as the member it was.
+            let gave_up = *want == Lost && !events.contains(&MembershipGone);
+            assert_eq!(
+                gone.as_deref(),
+                gave_up.then_some("m-1"),
+                "{events:?}, then a poll {since:?} after the last"
+            );
+            if gave_up {
+                assert_eq!((st.member_id.as_str(), st.generation), ("", -1));
+            }
+        }
+    }
+
+    /// The heartbeat task and a late poll both watch max.poll.interval.ms: whichever notices
+    /// first gives the membership up (and sends LeaveGroup), the other finds it gone and does
+    /// nothing — also not to the membership the next round brings.
+    #[test]
+    fn the_heartbeat_task_and_a_late_poll_give_the_membership_up_once() {
+        const MAX: Duration = Duration::from_millis(2000);
+        let t0 = Instant::now();
+        let late = t0 + Duration::from_millis(2500);
+
+        // The heartbeat task first: the poll finds the loss to report, and leaves no one.
+        let mut st = member_in_a_generation(t0);
+        st.on(MemberEvent::RejoinRequested);
+        assert_eq!(st.give_up_if_poll_late(late, MAX).as_deref(), Some("m-1"));
+        assert_eq!(st.poll_started(late, MAX), None);
+        assert_eq!(st.phase, MemberPhase::Lost);
+
+        // The poll first: it reports the loss and joins again, with a new member id; the
+        // heartbeat task's tick finds nothing to give up.
+        let mut st = member_in_a_generation(t0);
+        st.on(MemberEvent::RejoinRequested);
+        assert_eq!(st.poll_started(late, MAX).as_deref(), Some("m-1"));
+        st.on(MemberEvent::LossReported);
+        st.phase = next(st.phase, MemberEvent::JoinStarted).unwrap();
+        st.member_id = "m-2".into();
+        assert_eq!(st.give_up_if_poll_late(late, MAX), None);
+        assert_eq!(
+            (st.phase, st.member_id.as_str()),
+            (MemberPhase::Joining, "m-2")
+        );
     }
 
     #[test]

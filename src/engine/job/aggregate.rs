@@ -103,11 +103,13 @@ impl AggregateSpec {
             let num = |path: &FieldPath| path.lookup(record).and_then(Num::from_value);
             match (f, slot) {
                 (AggFn::Count, Slot::Count(c)) => *c = c.saturating_add(1),
-                (AggFn::CountOf(p), Slot::Count(c)) => {
-                    if p.lookup(record).is_some_and(|v| !v.is_null()) {
-                        *c = c.saturating_add(1);
-                    }
+                (AggFn::CountOf(p), Slot::Count(c))
+                    if p.lookup(record).is_some_and(|v| !v.is_null()) =>
+                {
+                    *c = c.saturating_add(1);
                 }
+                // A missing or null field is not counted.
+                (AggFn::CountOf(_), Slot::Count(_)) => {}
                 (AggFn::CountDistinct(p), Slot::Distinct(seen)) => {
                     if let Some(v) = p.lookup(record).filter(|v| !v.is_null()) {
                         let key = super::project::Key::of(v);

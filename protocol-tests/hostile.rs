@@ -1329,23 +1329,50 @@ async fn a_damaged_offset_out_of_range_does_not_move_the_position() {
     let mut seen = BTreeMap::<usize, u32>::new();
     let mut armed = false;
     let api = Duration::from_millis(API_TIMEOUT_MS);
-    within("reading every value", api * 3, async {
-        while seen.len() < n {
+    let damaged = || proxy.faults.hostile.damaged(Damage::OutOfRange);
+    within(
+        "reading every value, a Fetch answer damaged",
+        api * 3,
+        async {
+            while seen.len() < n || damaged() == 0 {
+                for r in c.poll(Duration::from_millis(200)).await.expect("poll") {
+                    let i = index_of(r.value.as_deref().unwrap_or_default()).expect("a value");
+                    *seen.entry(i).or_insert(0) += 1;
+                }
+                if seen.len() >= n / 2 && !armed {
+                    armed = true;
+                    proxy
+                        .faults
+                        .hostile
+                        .add(Rule::next(1, ApiKey::Fetch, Damage::OutOfRange));
+                }
+            }
+        },
+    )
+    .await;
+    assert_eq!(damaged(), 1);
+    // The consumer fetches ahead, so the damaged answer may have come after the last value was
+    // read: one more value, read after the damage, shows whether the position moved (a reset
+    // to the beginning hands every value out again before it).
+    let p = Producer::new(producer_config(&broker(), &[]))
+        .await
+        .unwrap();
+    let sent = p
+        .send(ProducerRecord::new(topic.name.clone(), value(n)))
+        .await
+        .unwrap();
+    p.flush().await.unwrap();
+    sent.await.unwrap();
+    p.close().await.unwrap();
+    within("reading the value sent after the damage", api * 3, async {
+        while !seen.contains_key(&n) {
             for r in c.poll(Duration::from_millis(200)).await.expect("poll") {
                 let i = index_of(r.value.as_deref().unwrap_or_default()).expect("a value");
                 *seen.entry(i).or_insert(0) += 1;
             }
-            if seen.len() >= n / 2 && !armed {
-                armed = true;
-                proxy
-                    .faults
-                    .hostile
-                    .add(Rule::next(1, ApiKey::Fetch, Damage::OutOfRange));
-            }
         }
     })
     .await;
-    assert_eq!(proxy.faults.hostile.damaged(Damage::OutOfRange), 1);
     let dups: Vec<_> = seen.iter().filter(|(_, c)| **c > 1).take(10).collect();
     assert!(
         dups.is_empty(),

@@ -10,12 +10,9 @@ use serde_json::{json, Value};
 use super::batch::run_batch_of_topics;
 use super::codec::ValueDecoder;
 use super::join_stage::{JoinPrefix, JoinStage, JOIN_KIND, JOIN_UID};
-use super::streaming_vs_batch::Rng;
+use super::streaming_vs_batch::{replayed, Rng};
 use super::{Job, Operator};
 use crate::engine::runtime::topology::{Emitted, InputRecord, KeyedStage, Output, SourceChain};
-use crate::engine::state::{
-    FrozenDelta, Layout, OperatorLayout, RestoreFrom, StateStore, StoreOptions,
-};
 
 /// Out-of-orderness of every job here, ms.
 const BOUND: i64 = 3_000;
@@ -64,33 +61,17 @@ fn input(rng: &mut Rng, n: usize) -> Vec<(String, Value)> {
         .collect()
 }
 
-/// The streaming run: one partition per topic, one keyed subtask over 4 key groups, the
-/// watermark the smaller of the two partitions'; after each record a checkpoint (1 in 50) or
-/// a crash (1 in 100, back to the last checkpoint).
+/// The join job's streaming run ([`replayed`]): one partition per topic, the watermark the
+/// smaller of the two partitions'.
 fn stream(job: &Job, records: &[(String, Value)], rng: &mut Rng) -> Vec<Value> {
     let Some(Operator::Join(join)) = job.pipeline.first() else {
         panic!("not a join job");
     };
-    let dir = tempfile::tempdir().unwrap();
-    let layout = Layout {
-        key_groups: 4,
-        operators: vec![OperatorLayout::new(JOIN_UID, JOIN_KIND)],
-        sink_prefix: None,
-        sink_ids: 0,
-    };
-    let open = |from| StateStore::open(dir.path(), layout.clone(), StoreOptions::default(), from);
-    let (mut store, _) = open(RestoreFrom::Fresh).unwrap();
-    let stage_of = |store: &StateStore| {
-        JoinStage::new(&job.pipeline, store.operator(JOIN_UID).unwrap()).unwrap()
-    };
-    let mut stage = stage_of(&store);
-    let mut prefix = JoinPrefix::new((**join).clone(), ValueDecoder::json(), &[]);
-    let (mut committed, mut pending): (Vec<Output>, Vec<Output>) = (Vec::new(), Vec::new());
-    let (mut at, mut checkpointed_at, mut n) = (0, 0, 0);
-    let mut newest: [Option<i64>; 2] = [None, None];
-    while at < records.len() {
-        let (topic, value) = &records[at];
-        at += 1;
+    let step = |(prefix, newest): &mut (JoinPrefix, [Option<i64>; 2]),
+                stage: &mut JoinStage,
+                i: usize,
+                out: &mut Vec<Output>| {
+        let (topic, value) = &records[i];
         let raw = Bytes::from(value.to_string());
         let record = InputRecord {
             topic,
@@ -105,45 +86,32 @@ fn stream(job: &Job, records: &[(String, Value)], rng: &mut Rng) -> Vec<Value> {
         for e in emitted {
             match e {
                 Emitted::Keyed { key, time, element } => {
-                    stage.process(&key, time, element, &mut pending).unwrap();
+                    stage.process(&key, time, element, out).unwrap();
                 }
                 Emitted::Out(_) | Emitted::Bad { .. } => panic!("{value}: not keyed"),
             }
         }
-        let i = usize::from(topic == "b");
-        newest[i] = newest[i].max(time);
-        if let [Some(a), Some(b)] = newest {
-            stage.advance_to(a.min(b) - BOUND, &mut pending).unwrap();
+        let side = usize::from(topic == "b");
+        newest[side] = newest[side].max(time);
+        if let [Some(a), Some(b)] = *newest {
+            stage.advance_to(a.min(b) - BOUND, out).unwrap();
         }
-        match rng.below(100) {
-            0 | 1 => {
-                n += 1;
-                let delta = stage.snapshot(n).unwrap();
-                store
-                    .persist(n, &FrozenDelta::merge([delta]), Vec::new(), Vec::new())
-                    .unwrap();
-                stage.state_mut().complete(n).unwrap();
-                committed.append(&mut pending);
-                checkpointed_at = at;
-            }
-            2 => {
-                drop(stage);
-                drop(store);
-                pending.clear();
-                (store, _) = open(RestoreFrom::Latest).unwrap();
-                stage = stage_of(&store);
-                prefix = JoinPrefix::new((**join).clone(), ValueDecoder::json(), &[]);
-                at = checkpointed_at;
-                newest = [None, None];
-            }
-            _ => {}
-        }
-    }
-    committed.extend(pending);
-    committed
-        .into_iter()
-        .map(|o| serde_json::from_slice(&o.value).unwrap())
-        .collect()
+    };
+    replayed(
+        (JOIN_UID, JOIN_KIND),
+        records.len(),
+        rng,
+        |state| JoinStage::new(&job.pipeline, state).unwrap(),
+        || {
+            let prefix = JoinPrefix::new((**join).clone(), ValueDecoder::json(), &[]);
+            (prefix, [None, None])
+        },
+        step,
+        |_, _| {},
+    )
+    .into_iter()
+    .map(|o| serde_json::from_slice(&o.value).unwrap())
+    .collect()
 }
 
 #[test]

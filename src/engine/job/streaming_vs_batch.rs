@@ -12,7 +12,7 @@ use super::topology::{Prefix, Prefixed, WindowStage, WINDOW_KIND, WINDOW_UID};
 use super::Job;
 use crate::engine::runtime::topology::{KeyedStage, Output};
 use crate::engine::state::{
-    FrozenDelta, Layout, OperatorLayout, RestoreFrom, StateStore, StoreOptions,
+    FrozenDelta, Layout, OperatorLayout, OperatorState, RestoreFrom, StateStore, StoreOptions,
 };
 
 /// SplitMix64: a seeded sequence, the seed named in every failure.
@@ -77,29 +77,73 @@ fn input(rng: &mut Rng, n: usize) -> Vec<(Option<Vec<u8>>, Value)> {
         .collect()
 }
 
-/// The streaming run: one source partition, one keyed subtask over 4 key groups; after each
-/// record a checkpoint (1 in 50) or a crash (1 in 100, back to the last checkpoint).
-fn stream(job: &Job, records: &[(Option<Vec<u8>>, Value)], rng: &mut Rng) -> Vec<(Vec<u8>, Value)> {
+/// A keyed stage's streaming run on a real state store, as the runtime would make it: `step`
+/// feeds input `i` (through the source side `C`, whose watermark a crash forgets), and after
+/// each a checkpoint (1 in 50: its output committed) or a crash (1 in 100: what the last
+/// checkpoint did not hold is gone, the stage restored from it and the input replayed from its
+/// position). One keyed subtask over 4 key groups. `finish` flushes the stage at the end; the
+/// committed output is returned.
+pub(super) fn replayed<S: KeyedStage, C>(
+    (uid, kind): (&str, &str),
+    len: usize,
+    rng: &mut Rng,
+    stage_of: impl Fn(OperatorState) -> S,
+    fresh: impl Fn() -> C,
+    mut step: impl FnMut(&mut C, &mut S, usize, &mut Vec<Output>),
+    finish: impl FnOnce(&mut S, &mut Vec<Output>),
+) -> Vec<Output> {
     let dir = tempfile::tempdir().unwrap();
     let layout = Layout {
         key_groups: 4,
-        operators: vec![OperatorLayout::new(WINDOW_UID, WINDOW_KIND)],
+        operators: vec![OperatorLayout::new(uid, kind)],
         sink_prefix: None,
         sink_ids: 0,
     };
     let open = |from| StateStore::open(dir.path(), layout.clone(), StoreOptions::default(), from);
     let (mut store, _) = open(RestoreFrom::Fresh).unwrap();
-    let stage_of = |store: &StateStore| {
-        WindowStage::new(&job.pipeline, store.operator(WINDOW_UID).unwrap()).unwrap()
-    };
-    let mut stage = stage_of(&store);
-    let mut prefix = Prefix::new(&job.pipeline);
+    let mut stage = stage_of(store.operator(uid).unwrap());
+    let mut source = fresh();
     let (mut committed, mut pending): (Vec<Output>, Vec<Output>) = (Vec::new(), Vec::new());
     let (mut at, mut checkpointed_at, mut n) = (0, 0, 0);
-    let mut newest: Option<i64> = None;
-    while at < records.len() {
-        let (key, value) = &records[at];
+    while at < len {
+        step(&mut source, &mut stage, at, &mut pending);
         at += 1;
+        match rng.below(100) {
+            0 | 1 => {
+                n += 1;
+                let delta = stage.snapshot(n).unwrap();
+                store
+                    .persist(n, &FrozenDelta::merge([delta]), Vec::new(), Vec::new())
+                    .unwrap();
+                stage.state_mut().complete(n).unwrap();
+                committed.append(&mut pending);
+                checkpointed_at = at;
+            }
+            2 => {
+                drop(stage);
+                drop(store);
+                pending.clear();
+                (store, _) = open(RestoreFrom::Latest).unwrap();
+                stage = stage_of(store.operator(uid).unwrap());
+                source = fresh();
+                at = checkpointed_at;
+            }
+            _ => {}
+        }
+    }
+    committed.extend(pending);
+    finish(&mut stage, &mut committed);
+    committed
+}
+
+/// The window job's streaming run ([`replayed`]): one source partition, its watermark the
+/// newest event time less the bound.
+fn stream(job: &Job, records: &[(Option<Vec<u8>>, Value)], rng: &mut Rng) -> Vec<(Vec<u8>, Value)> {
+    let step = |(prefix, newest): &mut (Prefix, Option<i64>),
+                stage: &mut WindowStage,
+                i: usize,
+                out: &mut Vec<Output>| {
+        let (key, value) = &records[i];
         let raw = Bytes::from(value.to_string());
         let Prefixed::Keyed {
             key, time, value, ..
@@ -107,52 +151,33 @@ fn stream(job: &Job, records: &[(Option<Vec<u8>>, Value)], rng: &mut Rng) -> Vec
         else {
             panic!("not keyed: {raw:?}");
         };
-        pending.extend(stage.add(&key, time, &value, None).unwrap());
-        newest = newest.max(Some(time));
-        if let Some(w) = newest {
-            let mut out = Vec::new();
-            KeyedStage::advance_to(&mut stage, w - BOUND, &mut out).unwrap();
-            while KeyedStage::fire_more(&mut stage, &mut out).unwrap() {}
-            pending.extend(out);
+        out.extend(stage.add(&key, time, &value, None).unwrap());
+        *newest = (*newest).max(Some(time));
+        if let Some(w) = *newest {
+            KeyedStage::advance_to(stage, w - BOUND, out).unwrap();
+            while KeyedStage::fire_more(stage, out).unwrap() {}
         }
-        match rng.below(100) {
-            0 | 1 => {
-                n += 1;
-                let delta = stage.snapshot(n).unwrap();
-                let merged = FrozenDelta::merge([delta]);
-                store.persist(n, &merged, Vec::new(), Vec::new()).unwrap();
-                stage.state_mut().complete(n).unwrap();
-                committed.append(&mut pending);
-                checkpointed_at = at;
-            }
-            2 => {
-                // A crash: what the last checkpoint did not hold is gone; the source replays
-                // from its position with a fresh watermark, as after a restart.
-                drop(stage);
-                drop(store);
-                pending.clear();
-                (store, _) = open(RestoreFrom::Latest).unwrap();
-                stage = stage_of(&store);
-                prefix = Prefix::new(&job.pipeline);
-                at = checkpointed_at;
-                newest = None;
-            }
-            _ => {}
-        }
-    }
-    let mut out = Vec::new();
-    KeyedStage::advance_to(&mut stage, i64::MAX, &mut out).unwrap();
-    while KeyedStage::fire_more(&mut stage, &mut out).unwrap() {}
-    committed.extend(pending);
-    committed.extend(out);
-    assert_eq!(stage.late, 0, "nothing is late within the bound");
-    committed
-        .into_iter()
-        .map(|o| {
-            let v: Value = serde_json::from_slice(&o.value).unwrap();
-            (o.key.unwrap_or_default(), v)
-        })
-        .collect()
+    };
+    let finish = |stage: &mut WindowStage, out: &mut Vec<Output>| {
+        KeyedStage::advance_to(stage, i64::MAX, out).unwrap();
+        while KeyedStage::fire_more(stage, out).unwrap() {}
+        assert_eq!(stage.late, 0, "nothing is late within the bound");
+    };
+    replayed(
+        (WINDOW_UID, WINDOW_KIND),
+        records.len(),
+        rng,
+        |state| WindowStage::new(&job.pipeline, state).unwrap(),
+        || (Prefix::new(&job.pipeline), None),
+        step,
+        finish,
+    )
+    .into_iter()
+    .map(|o| {
+        let v: Value = serde_json::from_slice(&o.value).unwrap();
+        (o.key.unwrap_or_default(), v)
+    })
+    .collect()
 }
 
 #[test]

@@ -92,9 +92,36 @@ pub(super) fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's algorithm).
+pub(crate) fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn civil_dates_of_day_counts_invert_days_from_civil() {
+        for (days, want) in [
+            (0, (1970, 1, 1)),
+            (59, (1970, 3, 1)),
+            (11_016, (2000, 2, 29)),
+            (-1, (1969, 12, 31)),
+        ] {
+            assert_eq!(civil_from_days(days), want, "{days}");
+            assert_eq!(days_from_civil(want.0, want.1, want.2), days, "{want:?}");
+        }
+    }
+
 
     #[test]
     fn rfc3339_times_table() {

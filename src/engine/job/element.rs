@@ -84,3 +84,22 @@ fn take_chunk<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
     *rest = &rest[4 + len..];
     Some(chunk)
 }
+
+/// A record a keyed stage found late: counted into `metrics`, and, when the job names a late
+/// topic, the input as it came for it (written in the same transaction as the main output).
+pub(crate) fn late(
+    metrics: Option<&crate::engine::metrics::Metrics>,
+    late_topic: Option<&String>,
+    input: Option<Input>,
+) -> Option<crate::engine::runtime::topology::Output> {
+    if let Some(m) = metrics {
+        m.late_record();
+    }
+    let (topic, (key, raw)) = late_topic.zip(input)?;
+    Some(crate::engine::runtime::topology::Output {
+        topic: Some(topic.clone()),
+        key,
+        value: raw,
+        headers: Vec::new(),
+    })
+}

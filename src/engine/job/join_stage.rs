@@ -177,17 +177,12 @@ impl JoinStage {
         let added = self.operator.add(side, key, time, &bytes, &mut joined)?;
         let mut out = Vec::new();
         if added == Added::Late {
-            if let Some(m) = &self.metrics {
-                m.late_record();
-            }
-            if let (Some(topic), Some((k, raw))) = (self.spec.late_topic.as_ref(), e.input) {
-                out.push(Output {
-                    topic: Some(topic.clone()),
-                    key: k,
-                    value: raw,
-                    headers: Vec::new(),
-                });
-            }
+            let late_topic = self.spec.late_topic.as_ref();
+            out.extend(super::element::late(
+                self.metrics.as_deref(),
+                late_topic,
+                e.input,
+            ));
         }
         self.finish(joined, &mut out)?;
         Ok(out)

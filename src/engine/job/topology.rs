@@ -291,20 +291,13 @@ impl WindowStage {
         let late = self.window.add(key.as_bytes(), t, value, &mut fired)?;
         let mut out = Vec::new();
         if late {
-            // Counted either way; written to the side topic, in the same transaction as the
-            // main output, when the job has one.
             self.late += 1;
-            if let Some(m) = &self.metrics {
-                m.late_record();
-            }
-            if let (Some(topic), Some((k, raw))) = (self.spec.late_topic.as_ref(), input) {
-                out.push(Output {
-                    topic: Some(topic.clone()),
-                    key: k,
-                    value: raw,
-                    headers: Vec::new(),
-                });
-            }
+            let late_topic = self.spec.late_topic.as_ref();
+            out.extend(super::element::late(
+                self.metrics.as_deref(),
+                late_topic,
+                input,
+            ));
         }
         out.extend(self.finish(fired));
         Ok(out)

@@ -69,6 +69,7 @@ mod source;
 mod state;
 mod stream;
 mod topology;
+mod ttl;
 mod window;
 
 pub use builder::JobBuilder;
@@ -81,6 +82,7 @@ pub use state::{
     ValueStateDescriptor, ValueStateHandle, MAX_STATE_ID,
 };
 pub use stream::{JobGraph, KeyedStream, ResultStream, SourceStream, Stream};
+pub use ttl::{StateTtl, TtlTime, TtlUpdate};
 pub use window::{
     AggregateFunction, EventTimeSessionWindows, SlidingEventTimeWindows, TumblingEventTimeWindows,
     WindowAssigner, WindowedStream,

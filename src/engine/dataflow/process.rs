@@ -9,9 +9,10 @@ use serde::Serialize;
 
 use super::chain::{count_in, count_out, Downstream};
 use super::state::{
-    ListStateDescriptor, ListStateHandle, MapStateDescriptor, MapStateHandle, ValueStateDescriptor,
-    ValueStateHandle,
+    Access, ListStateDescriptor, ListStateHandle, MapStateDescriptor, MapStateHandle,
+    ValueStateDescriptor, ValueStateHandle,
 };
+use super::ttl::{TtlCleanup, TtlClock, CLEANUP_STEP};
 use super::FunctionError;
 use crate::engine::metrics::OperatorCounter;
 use crate::engine::runtime::topology::{downcast, Element, KeyedStage, Output};
@@ -100,6 +101,9 @@ pub struct Context<'a> {
     timers: &'a mut TimerService,
     processing: &'a mut TimerService,
     domain: TimeDomain,
+    /// The wall clock when the element or timer came (a processing-time timer's time).
+    now_ms: i64,
+    ttl: &'a mut TtlCleanup,
 }
 
 impl Context<'_> {
@@ -127,7 +131,21 @@ impl Context<'_> {
 
     /// The wall clock, ms since the epoch.
     pub fn current_processing_time(&self) -> i64 {
-        i64::try_from(crate::engine::clock::now_ms()).unwrap_or(i64::MAX)
+        wall_ms()
+    }
+
+    /// What a state handle reaches.
+    fn access(&mut self) -> Access<'_> {
+        Access {
+            state: self.state,
+            key: self.key,
+            clock: TtlClock {
+                now_ms: self.now_ms,
+                event_time: self.timestamp,
+                watermark: self.watermark,
+            },
+            cleanup: self.ttl,
+        }
     }
 
     /// A processing-time timer for the current key at `time` (ms since the epoch):
@@ -153,8 +171,7 @@ impl Context<'_> {
     /// The current key's value state of `desc`.
     pub fn value_state<T>(&mut self, desc: &ValueStateDescriptor<T>) -> ValueStateHandle<'_, T> {
         ValueStateHandle {
-            state: self.state,
-            key: self.key,
+            access: self.access(),
             desc: *desc,
         }
     }
@@ -165,8 +182,7 @@ impl Context<'_> {
         desc: &MapStateDescriptor<UK, UV>,
     ) -> MapStateHandle<'_, UK, UV> {
         MapStateHandle {
-            state: self.state,
-            key: self.key,
+            access: self.access(),
             desc: *desc,
         }
     }
@@ -174,11 +190,15 @@ impl Context<'_> {
     /// The current key's list state of `desc`.
     pub fn list_state<T>(&mut self, desc: &ListStateDescriptor<T>) -> ListStateHandle<'_, T> {
         ListStateHandle {
-            state: self.state,
-            key: self.key,
+            access: self.access(),
             desc: *desc,
         }
     }
+}
+
+/// The wall clock, ms since the epoch.
+fn wall_ms() -> i64 {
+    i64::try_from(crate::engine::clock::now_ms()).unwrap_or(i64::MAX)
 }
 
 /// The keyed stage running a [`KeyedProcessFunction`] and the operators after it.
@@ -196,6 +216,8 @@ pub(crate) struct ProcessStage<K, I, O, F> {
     pub(crate) index: usize,
     /// `<uid> (process)`, for errors.
     pub(crate) name: String,
+    /// The states with a TTL the function used, and their cleanup.
+    pub(crate) ttl: TtlCleanup,
     pub(crate) _types: PhantomData<fn(K, I) -> O>,
 }
 
@@ -240,8 +262,26 @@ where
             counters,
             index,
             name,
+            ttl: TtlCleanup::default(),
             _types: PhantomData,
         })
+    }
+
+    /// A cleanup step on every state with a TTL the function used (a watermark or the wall
+    /// clock moved on: values may have expired though their keys get no elements).
+    fn clean_ttl(&mut self, now_ms: i64) -> Result<(), RuntimeError> {
+        let clock = TtlClock {
+            now_ms,
+            event_time: self.watermark.unwrap_or(i64::MIN),
+            watermark: self.watermark,
+        };
+        self.ttl
+            .step_all(&mut self.state, &clock, CLEANUP_STEP)
+            .map_err(|e| RuntimeError::Function {
+                operator: self.name.clone(),
+                message: format!("state time-to-live cleanup: {e}"),
+            })?;
+        Ok(())
     }
 
     fn failed(&self, e: FunctionError) -> RuntimeError {
@@ -287,6 +327,11 @@ where
                 timers: &mut self.timers,
                 processing: &mut self.processing,
                 domain,
+                now_ms: match domain {
+                    TimeDomain::ProcessingTime => time,
+                    TimeDomain::EventTime => wall_ms(),
+                },
+                ttl: &mut self.ttl,
             };
             let result = self.f.on_timer(&key, time, &mut ctx, &mut col);
             result.map_err(|e| self.failed(e))?;
@@ -320,6 +365,8 @@ where
             timers: &mut self.timers,
             processing: &mut self.processing,
             domain: TimeDomain::EventTime,
+            now_ms: wall_ms(),
+            ttl: &mut self.ttl,
         };
         let result = self.f.process_element(&k, value, &mut ctx, &mut col);
         result.map_err(|e| self.failed(e))?;
@@ -332,7 +379,8 @@ where
         }
         self.watermark = Some(watermark);
         self.stored.advanced(watermark);
-        self.fire_timers(TimeDomain::EventTime, watermark, out)
+        self.fire_timers(TimeDomain::EventTime, watermark, out)?;
+        self.clean_ttl(wall_ms())
     }
 
     fn next_processing_timer(&self) -> Option<i64> {
@@ -340,7 +388,8 @@ where
     }
 
     fn on_processing_time(&mut self, now: i64, out: &mut Vec<Output>) -> Result<(), RuntimeError> {
-        self.fire_timers(TimeDomain::ProcessingTime, now, out)
+        self.fire_timers(TimeDomain::ProcessingTime, now, out)?;
+        self.clean_ttl(now)
     }
 
     fn state_mut(&mut self) -> &mut OperatorState {

@@ -9,6 +9,7 @@ use std::marker::PhantomData;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::ttl::{judge, stamped, Judged, Shape, StateTtl, TtlCleanup, TtlClock, CLEANUP_STEP};
 use crate::engine::state::{ListState, MapState, OperatorState, StateError, ValueState};
 
 /// The largest state id a descriptor may use; larger ones hold the operator's own timers and
@@ -98,6 +99,7 @@ macro_rules! descriptor {
         pub struct $name<$($p),+> {
             id: u8,
             name: &'static str,
+            ttl: Option<StateTtl>,
             _types: PhantomData<fn() -> ($($p,)+)>,
         }
 
@@ -105,7 +107,21 @@ macro_rules! descriptor {
             /// The state with id `id` (0 to [`MAX_STATE_ID`], unique within the operator: it
             /// names the state in checkpoints) and a name for messages.
             pub const fn new(id: u8, name: &'static str) -> Self {
-                Self { id, name, _types: PhantomData }
+                Self { id, name, ttl: None, _types: PhantomData }
+            }
+
+            /// The same state, its values living `ttl` ([`StateTtl`]): expired values are
+            /// never read back, and are deleted as the state is used. Giving a TTL to a state
+            /// restored from a checkpoint, or taking it away, keeps its values readable.
+            #[must_use]
+            pub const fn with_ttl(mut self, ttl: StateTtl) -> Self {
+                self.ttl = Some(ttl);
+                self
+            }
+
+            /// Its time-to-live, if it has one.
+            pub const fn ttl(&self) -> Option<StateTtl> {
+                self.ttl
             }
 
             /// Its id.
@@ -129,7 +145,11 @@ macro_rules! descriptor {
 
         impl<$($p),+> std::fmt::Debug for $name<$($p),+> {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                write!(f, "{}({}, {:?})", stringify!($name), self.id, self.name)
+                write!(f, "{}({}, {:?}", stringify!($name), self.id, self.name)?;
+                match &self.ttl {
+                    Some(ttl) => write!(f, ", {ttl:?})"),
+                    None => write!(f, ")"),
+                }
             }
         }
     };
@@ -149,10 +169,59 @@ descriptor!(
     ListStateDescriptor<T>
 );
 
-/// The current key's value state (from [`Context::value_state`](super::Context::value_state)).
-pub struct ValueStateHandle<'a, T> {
+/// What a handle reaches: the current key's state, the clocks a TTL reads, and the subtask's
+/// TTL cleanup.
+pub(crate) struct Access<'a> {
     pub(crate) state: &'a mut OperatorState,
     pub(crate) key: &'a [u8],
+    pub(crate) clock: TtlClock,
+    pub(crate) cleanup: &'a mut TtlCleanup,
+}
+
+impl Access<'_> {
+    /// What to store for `json` under `ttl`: stamped now, or as it is.
+    fn stored(&self, ttl: Option<&StateTtl>, json: &[u8]) -> Vec<u8> {
+        match ttl {
+            Some(ttl) => stamped(ttl.stamp(&self.clock), json),
+            None => json.to_vec(),
+        }
+    }
+
+    /// `stored` judged for a user's read.
+    fn judged<'b>(
+        &self,
+        name: &'static str,
+        ttl: Option<&StateTtl>,
+        stored: &'b [u8],
+    ) -> Result<Judged<'b>, StateAccessError> {
+        judge(ttl, stored, &self.clock, true).ok_or_else(|| StateAccessError::Decode {
+            name,
+            type_name: "stamped value",
+            message: "the time-to-live stamp is cut short".into(),
+        })
+    }
+
+    /// A cleanup step on state `id` when it has a TTL.
+    fn clean(
+        &mut self,
+        name: &'static str,
+        id: u8,
+        ttl: Option<StateTtl>,
+        shape: Shape,
+    ) -> Result<(), StateAccessError> {
+        if let Some(ttl) = ttl {
+            self.cleanup.track(id, ttl, shape);
+            self.cleanup
+                .step(self.state, id, &self.clock, CLEANUP_STEP)
+                .map_err(store(name))?;
+        }
+        Ok(())
+    }
+}
+
+/// The current key's value state (from [`Context::value_state`](super::Context::value_state)).
+pub struct ValueStateHandle<'a, T> {
+    pub(crate) access: Access<'a>,
     pub(crate) desc: ValueStateDescriptor<T>,
 }
 
@@ -161,42 +230,67 @@ impl<T: Serialize + DeserializeOwned> ValueStateHandle<'_, T> {
         Ok(ValueState::new(checked(self.desc.name, self.desc.id)?))
     }
 
-    /// The value, `None` when unset.
+    fn clean(&mut self) -> Result<(), StateAccessError> {
+        let d = self.desc;
+        self.access.clean(d.name, d.id, d.ttl, Shape::Single)
+    }
+
+    /// The value, `None` when unset (or expired: [`ValueStateDescriptor::with_ttl`]). Under
+    /// [`StateTtl::refreshed_on_read`] the read renews its time.
     ///
     /// # Errors
     /// A reserved id, a stored value of another type, or a store failure.
-    pub fn value(&self) -> Result<Option<T>, StateAccessError> {
-        let name = self.desc.name;
-        match self.raw()?.get(self.state, self.key).map_err(store(name))? {
-            Some(bytes) => decode(name, &bytes).map(Some),
-            None => Ok(None),
-        }
+    pub fn value(&mut self) -> Result<Option<T>, StateAccessError> {
+        let (name, ttl, raw) = (self.desc.name, self.desc.ttl, self.raw()?);
+        let a = &mut self.access;
+        let found = match raw.get(a.state, a.key).map_err(store(name))? {
+            None => None,
+            Some(bytes) => match a.judged(name, ttl.as_ref(), &bytes)? {
+                Judged::Expired => {
+                    raw.clear(a.state, a.key);
+                    None
+                }
+                Judged::Live { json, restamp } => {
+                    let value = decode(name, json)?;
+                    if restamp {
+                        let again = a.stored(ttl.as_ref(), json);
+                        raw.set(a.state, a.key, &again);
+                    }
+                    Some(value)
+                }
+            },
+        };
+        self.clean()?;
+        Ok(found)
     }
 
     /// Sets the value.
     ///
     /// # Errors
-    /// A reserved id, or a value serde_json cannot encode.
+    /// A reserved id, a value serde_json cannot encode, or a store failure (the TTL cleanup
+    /// reads the store).
     pub fn update(&mut self, value: &T) -> Result<(), StateAccessError> {
-        let bytes = encode(self.desc.name, value)?;
-        self.raw()?.set(self.state, self.key, &bytes);
-        Ok(())
+        let raw = self.raw()?;
+        let json = encode(self.desc.name, value)?;
+        let bytes = self.access.stored(self.desc.ttl.as_ref(), &json);
+        raw.set(self.access.state, self.access.key, &bytes);
+        self.clean()
     }
 
     /// Unsets the value.
     ///
     /// # Errors
-    /// A reserved id.
+    /// A reserved id, or a store failure (the TTL cleanup reads the store).
     pub fn clear(&mut self) -> Result<(), StateAccessError> {
-        self.raw()?.clear(self.state, self.key);
-        Ok(())
+        self.raw()?.clear(self.access.state, self.access.key);
+        self.clean()
     }
 }
 
-/// The current key's map state (from [`Context::map_state`](super::Context::map_state)).
+/// The current key's map state (from [`Context::map_state`](super::Context::map_state)). With a
+/// TTL, each entry has its own time.
 pub struct MapStateHandle<'a, UK, UV> {
-    pub(crate) state: &'a mut OperatorState,
-    pub(crate) key: &'a [u8],
+    pub(crate) access: Access<'a>,
     pub(crate) desc: MapStateDescriptor<UK, UV>,
 }
 
@@ -209,57 +303,97 @@ where
         Ok(MapState::new(checked(self.desc.name, self.desc.id)?))
     }
 
-    /// The value under `k`.
+    fn clean(&mut self) -> Result<(), StateAccessError> {
+        let d = self.desc;
+        self.access.clean(d.name, d.id, d.ttl, Shape::Single)
+    }
+
+    /// The live value of entry `mk` (its stored bytes given), renewed when the TTL says so;
+    /// an expired one is removed.
+    fn live(
+        &mut self,
+        raw: MapState,
+        mk: &[u8],
+        bytes: &[u8],
+    ) -> Result<Option<UV>, StateAccessError> {
+        let (name, ttl) = (self.desc.name, self.desc.ttl);
+        let a = &mut self.access;
+        match a.judged(name, ttl.as_ref(), bytes)? {
+            Judged::Expired => {
+                raw.remove(a.state, a.key, mk);
+                Ok(None)
+            }
+            Judged::Live { json, restamp } => {
+                let value = decode(name, json)?;
+                if restamp {
+                    let again = a.stored(ttl.as_ref(), json);
+                    raw.insert(a.state, a.key, mk, &again);
+                }
+                Ok(Some(value))
+            }
+        }
+    }
+
+    /// The value under `k` (`None`: absent or expired).
     ///
     /// # Errors
     /// A reserved id, a stored value of another type, or a store failure.
-    pub fn get(&self, k: &UK) -> Result<Option<UV>, StateAccessError> {
-        let name = self.desc.name;
+    pub fn get(&mut self, k: &UK) -> Result<Option<UV>, StateAccessError> {
+        let (name, raw) = (self.desc.name, self.raw()?);
         let mk = encode(name, k)?;
-        match self
-            .raw()?
-            .get(self.state, self.key, &mk)
-            .map_err(store(name))?
-        {
-            Some(bytes) => decode(name, &bytes).map(Some),
-            None => Ok(None),
-        }
+        let stored = raw
+            .get(self.access.state, self.access.key, &mk)
+            .map_err(store(name))?;
+        let found = match stored {
+            Some(bytes) => self.live(raw, &mk, &bytes)?,
+            None => None,
+        };
+        self.clean()?;
+        Ok(found)
     }
 
     /// Puts `v` under `k`.
     ///
     /// # Errors
-    /// A reserved id, or a key or value serde_json cannot encode.
+    /// A reserved id, a key or value serde_json cannot encode, or a store failure (the TTL
+    /// cleanup reads the store).
     pub fn put(&mut self, k: &UK, v: &UV) -> Result<(), StateAccessError> {
-        let name = self.desc.name;
-        let (mk, bytes) = (encode(name, k)?, encode(name, v)?);
-        self.raw()?.insert(self.state, self.key, &mk, &bytes);
-        Ok(())
+        let (name, raw) = (self.desc.name, self.raw()?);
+        let (mk, json) = (encode(name, k)?, encode(name, v)?);
+        let bytes = self.access.stored(self.desc.ttl.as_ref(), &json);
+        raw.insert(self.access.state, self.access.key, &mk, &bytes);
+        self.clean()
     }
 
     /// Removes `k`.
     ///
     /// # Errors
-    /// A reserved id, or a key serde_json cannot encode.
+    /// A reserved id, a key serde_json cannot encode, or a store failure (the TTL cleanup
+    /// reads the store).
     pub fn remove(&mut self, k: &UK) -> Result<(), StateAccessError> {
+        let raw = self.raw()?;
         let mk = encode(self.desc.name, k)?;
-        self.raw()?.remove(self.state, self.key, &mk);
-        Ok(())
+        raw.remove(self.access.state, self.access.key, &mk);
+        self.clean()
     }
 
-    /// Every entry, ordered by the keys' JSON bytes.
+    /// Every live entry, ordered by the keys' JSON bytes.
     ///
     /// # Errors
     /// A reserved id, a stored entry of another type, or a store failure.
-    pub fn entries(&self) -> Result<Vec<(UK, UV)>, StateAccessError> {
-        let name = self.desc.name;
-        let raw = self
-            .raw()?
-            .entries(self.state, self.key)
+    pub fn entries(&mut self) -> Result<Vec<(UK, UV)>, StateAccessError> {
+        let (name, raw) = (self.desc.name, self.raw()?);
+        let stored = raw
+            .entries(self.access.state, self.access.key)
             .map_err(store(name))?;
-        raw.iter()
-            .map(|(k, v)| Ok((decode(name, k)?, decode(name, v)?)))
-            .collect()
+        let mut out = Vec::with_capacity(stored.len());
+        for (mk, bytes) in stored {
+            if let Some(v) = self.live(raw, &mk, &bytes)? {
+                out.push((decode(name, &mk)?, v));
+            }
+        }
+        self.clean()?;
+        Ok(out)
     }
 
     /// Removes every entry.
@@ -268,14 +402,17 @@ where
     /// A reserved id, or a store failure.
     pub fn clear(&mut self) -> Result<(), StateAccessError> {
         let name = self.desc.name;
-        self.raw()?.clear(self.state, self.key).map_err(store(name))
+        let raw = self.raw()?;
+        raw.clear(self.access.state, self.access.key)
+            .map_err(store(name))?;
+        self.clean()
     }
 }
 
-/// The current key's list state (from [`Context::list_state`](super::Context::list_state)).
+/// The current key's list state (from [`Context::list_state`](super::Context::list_state)). With
+/// a TTL, each item has its own time.
 pub struct ListStateHandle<'a, T> {
-    pub(crate) state: &'a mut OperatorState,
-    pub(crate) key: &'a [u8],
+    pub(crate) access: Access<'a>,
     pub(crate) desc: ListStateDescriptor<T>,
 }
 
@@ -284,14 +421,41 @@ impl<T: Serialize + DeserializeOwned> ListStateHandle<'_, T> {
         Ok(ListState::new(checked(self.desc.name, self.desc.id)?))
     }
 
-    /// The list (empty when unset).
+    fn clean(&mut self) -> Result<(), StateAccessError> {
+        let d = self.desc;
+        self.access.clean(d.name, d.id, d.ttl, Shape::List)
+    }
+
+    /// The list's live items (empty when unset).
     ///
     /// # Errors
     /// A reserved id, a stored item of another type, or a store failure.
-    pub fn get(&self) -> Result<Vec<T>, StateAccessError> {
-        let name = self.desc.name;
-        let items = self.raw()?.get(self.state, self.key).map_err(store(name))?;
-        items.iter().map(|b| decode(name, b)).collect()
+    pub fn get(&mut self) -> Result<Vec<T>, StateAccessError> {
+        let (name, ttl, raw) = (self.desc.name, self.desc.ttl, self.raw()?);
+        let a = &mut self.access;
+        let items = raw.get(a.state, a.key).map_err(store(name))?;
+        let mut out = Vec::with_capacity(items.len());
+        let mut kept = Vec::with_capacity(items.len());
+        let mut changed = false;
+        for item in &items {
+            match a.judged(name, ttl.as_ref(), item)? {
+                Judged::Expired => changed = true,
+                Judged::Live { json, restamp } => {
+                    out.push(decode(name, json)?);
+                    if restamp {
+                        kept.push(a.stored(ttl.as_ref(), json));
+                        changed = true;
+                    } else {
+                        kept.push(item.clone());
+                    }
+                }
+            }
+        }
+        if changed {
+            raw.update(a.state, a.key, &kept);
+        }
+        self.clean()?;
+        Ok(out)
     }
 
     /// Appends `item`.
@@ -299,33 +463,35 @@ impl<T: Serialize + DeserializeOwned> ListStateHandle<'_, T> {
     /// # Errors
     /// A reserved id, an item serde_json cannot encode, or a store failure.
     pub fn add(&mut self, item: &T) -> Result<(), StateAccessError> {
-        let name = self.desc.name;
-        let bytes = encode(name, item)?;
-        self.raw()?
-            .push(self.state, self.key, &bytes)
-            .map_err(store(name))
+        let (name, raw) = (self.desc.name, self.raw()?);
+        let json = encode(name, item)?;
+        let bytes = self.access.stored(self.desc.ttl.as_ref(), &json);
+        raw.push(self.access.state, self.access.key, &bytes)
+            .map_err(store(name))?;
+        self.clean()
     }
 
     /// Replaces the list (empty: unsets it).
     ///
     /// # Errors
-    /// A reserved id, or an item serde_json cannot encode.
+    /// A reserved id, an item serde_json cannot encode, or a store failure (the TTL cleanup
+    /// reads the store).
     pub fn update(&mut self, items: &[T]) -> Result<(), StateAccessError> {
-        let name = self.desc.name;
+        let (name, ttl, raw) = (self.desc.name, self.desc.ttl, self.raw()?);
         let encoded = items
             .iter()
-            .map(|i| encode(name, i))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.raw()?.update(self.state, self.key, &encoded);
-        Ok(())
+            .map(|i| Ok(self.access.stored(ttl.as_ref(), &encode(name, i)?)))
+            .collect::<Result<Vec<_>, StateAccessError>>()?;
+        raw.update(self.access.state, self.access.key, &encoded);
+        self.clean()
     }
 
     /// Unsets the list.
     ///
     /// # Errors
-    /// A reserved id.
+    /// A reserved id, or a store failure (the TTL cleanup reads the store).
     pub fn clear(&mut self) -> Result<(), StateAccessError> {
-        self.raw()?.clear(self.state, self.key);
-        Ok(())
+        self.raw()?.clear(self.access.state, self.access.key);
+        self.clean()
     }
 }

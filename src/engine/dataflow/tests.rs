@@ -413,6 +413,199 @@ fn processing_time_timers_fire_by_the_wall_clock_apart_from_the_watermark_and_ar
 }
 
 // ---------------------------------------------------------------------------------------
+// State time-to-live.
+
+/// Event time, 10 ms; refreshed on read when `RENEWED`.
+const LAST: ValueStateDescriptor<i64> =
+    ValueStateDescriptor::new(0, "last").with_ttl(StateTtl::event_time(Duration::from_millis(10)));
+const RENEWED: ValueStateDescriptor<i64> = ValueStateDescriptor::new(1, "renewed")
+    .with_ttl(StateTtl::event_time(Duration::from_millis(10)).refreshed_on_read());
+const BY_TIME: MapStateDescriptor<i64, i64> =
+    MapStateDescriptor::new(2, "by time").with_ttl(StateTtl::event_time(Duration::from_millis(10)));
+const ITEMS: ListStateDescriptor<i64> =
+    ListStateDescriptor::new(3, "items").with_ttl(StateTtl::event_time(Duration::from_millis(10)));
+/// Processing time, one second.
+const WALL: ValueStateDescriptor<i64> = ValueStateDescriptor::new(4, "wall")
+    .with_ttl(StateTtl::processing_time(Duration::from_secs(1)));
+
+/// `v` >= 0 reads what each state holds (emitted as `k:last|renewed|map|list`), then writes
+/// `v` to the value states, under `t` in the map and at the end of the list; `v` == -1 only
+/// reads. `v` == -2 writes `WALL` and sets a processing-time timer at `t`, which reads it.
+#[derive(Clone)]
+struct Forgetful;
+
+impl KeyedProcessFunction<String, Ev, String> for Forgetful {
+    fn process_element(
+        &mut self,
+        key: &String,
+        ev: Ev,
+        ctx: &mut Context<'_>,
+        out: &mut Collector<String>,
+    ) -> Result<(), FunctionError> {
+        if ev.v == -2 {
+            ctx.value_state(&WALL).update(&1)?;
+            ctx.register_processing_time_timer(ev.t);
+            return Ok(());
+        }
+        let last = ctx.value_state(&LAST).value()?;
+        let renewed = ctx.value_state(&RENEWED).value()?;
+        let map = ctx.map_state(&BY_TIME).entries()?;
+        let list = ctx.list_state(&ITEMS).get()?;
+        out.collect(format!("{key}:{last:?}|{renewed:?}|{map:?}|{list:?}"));
+        if ev.v >= 0 {
+            ctx.value_state(&LAST).update(&ev.v)?;
+            if renewed.is_none() {
+                ctx.value_state(&RENEWED).update(&ev.v)?;
+            }
+            ctx.map_state(&BY_TIME).put(&ev.t, &ev.v)?;
+            ctx.list_state(&ITEMS).add(&ev.v)?;
+        }
+        Ok(())
+    }
+
+    fn on_timer(
+        &mut self,
+        key: &String,
+        timestamp: i64,
+        ctx: &mut Context<'_>,
+        out: &mut Collector<String>,
+    ) -> Result<(), FunctionError> {
+        let wall = ctx.value_state(&WALL).value()?;
+        out.collect(format!("{key}@{timestamp}:{wall:?}"));
+        Ok(())
+    }
+}
+
+fn forgetful() -> Dataflow {
+    timed(Forgetful, "forgetful")
+}
+
+/// Feeds `k` at `t` with `v`, then moves the watermark to `t`; returns what it emitted.
+fn at(h: &mut Harness, k: &str, t: i64, v: i64) -> Vec<String> {
+    let out = values(&h.ev(k, t, v));
+    h.advance(t);
+    out
+}
+
+#[test]
+fn a_value_is_not_read_back_once_the_watermark_is_its_ttl_past_the_time_it_was_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::open(dir.path(), &forgetful(), RestoreFrom::Fresh);
+    // (time, value, what the element read): each element reads at the watermark the element
+    // before it left (its own time comes after the read).
+    let cases = [
+        (0, 1, "a:None|None|[]|[]"),
+        (5, 2, "a:Some(1)|Some(1)|[(0, 1)]|[1]"),
+        (14, 3, "a:Some(2)|Some(1)|[(0, 1), (5, 2)]|[1, 2]"),
+        // At 14 the map entry and list item written at 0 expired (each has its own time);
+        // those written at 5 live until 15. The map's keys are ordered as JSON bytes.
+        (16, -1, "a:Some(3)|Some(1)|[(14, 3), (5, 2)]|[2, 3]"),
+        (24, -1, "a:Some(3)|Some(1)|[(14, 3)]|[3]"),
+        // At 24 the values written at 14 expired; the renewed one was read at 24.
+        (25, -1, "a:None|Some(1)|[]|[]"),
+    ];
+    for (t, v, read) in cases {
+        assert_eq!(at(&mut h, "a", t, v), [read], "at {t}");
+    }
+    // Unread from 25 to 35: the renewed value expired too.
+    h.advance(35);
+    assert_eq!(at(&mut h, "a", 36, -1), ["a:None|None|[]|[]"]);
+}
+
+#[test]
+fn expired_values_of_keys_that_get_no_more_elements_are_deleted_as_the_watermark_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::open(dir.path(), &forgetful(), RestoreFrom::Fresh);
+    let stored = |h: &mut Harness, id: u8| {
+        let state = h.stage.state_mut();
+        state
+            .some_entries_of(id, None, 10_000)
+            .unwrap()
+            .entries
+            .len()
+    };
+    for i in 0..40 {
+        h.ev(&format!("k{i}"), i, 1);
+    }
+    assert_eq!(stored(&mut h, LAST.id()), 40);
+    assert_eq!(stored(&mut h, BY_TIME.id()), 40);
+    // Each watermark looks at a few entries of each state: enough of them clean them all.
+    for w in 50..80 {
+        h.advance(w);
+    }
+    h.ev("late", 80, 1);
+    for id in [LAST.id(), RENEWED.id(), BY_TIME.id(), ITEMS.id()] {
+        assert_eq!(stored(&mut h, id), 1, "state {id}: only the late key's");
+    }
+    assert_eq!(
+        at(&mut h, "late", 85, -1),
+        ["late:Some(1)|Some(1)|[(80, 1)]|[1]"]
+    );
+}
+
+/// Writes `v` to state 0 without a TTL.
+#[derive(Clone)]
+struct Plain;
+
+impl KeyedProcessFunction<String, Ev, String> for Plain {
+    fn process_element(
+        &mut self,
+        _key: &String,
+        ev: Ev,
+        ctx: &mut Context<'_>,
+        _out: &mut Collector<String>,
+    ) -> Result<(), FunctionError> {
+        const PLAIN: ValueStateDescriptor<i64> = ValueStateDescriptor::new(0, "last");
+        ctx.value_state(&PLAIN).update(&ev.v)?;
+        Ok(())
+    }
+}
+
+#[test]
+fn ttl_stamps_are_checkpointed_and_a_ttl_given_later_starts_counting_then() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut h = Harness::open(dir.path(), &timed(Plain, "forgetful"), RestoreFrom::Fresh);
+        h.ev("a", 0, 5);
+        h.advance(0);
+        h.checkpoint(1);
+    }
+    {
+        // a's value is plain JSON: read as it is, and stamped by the cleanup at b's time, 100.
+        let mut h = Harness::open(dir.path(), &forgetful(), RestoreFrom::Latest);
+        assert_eq!(at(&mut h, "b", 100, 7), ["b:None|None|[]|[]"]);
+        h.checkpoint(2);
+    }
+    let mut h = Harness::open(dir.path(), &forgetful(), RestoreFrom::Latest);
+    assert_eq!(
+        at(&mut h, "b", 105, -1),
+        ["b:Some(7)|Some(7)|[(100, 7)]|[7]"]
+    );
+    let last = |out: Vec<String>| out[0].split('|').next().unwrap().to_owned();
+    assert_eq!(last(at(&mut h, "a", 106, -1)), "a:Some(5)");
+    h.advance(110);
+    assert_eq!(last(at(&mut h, "a", 111, -1)), "a:None");
+    assert_eq!(last(at(&mut h, "b", 112, -1)), "b:None");
+}
+
+#[test]
+fn a_processing_time_ttl_runs_on_the_wall_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::open(dir.path(), &forgetful(), RestoreFrom::Fresh);
+    let now = i64::try_from(crate::engine::clock::now_ms()).unwrap();
+    // Written now (the wall clock, a TTL of 1 s); read by timers at 0.5 s and a minute.
+    h.ev("a", now + 500, -2);
+    h.ev("b", now + 60_000, -2);
+    assert_eq!(
+        at_wall_clock(&mut h, now + 60_000),
+        [
+            format!("a@{}:Some(1)", now + 500),
+            format!("b@{}:None", now + 60_000),
+        ]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
 // Windows.
 
 struct Sum;

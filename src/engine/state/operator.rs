@@ -98,6 +98,14 @@ enum Phase {
     InFlight(FrozenDelta),
 }
 
+/// What [`OperatorState::some_entries_of`] found: live entries (stored key, user bytes), and
+/// the stored key the next scan goes on after (`None`: it starts over).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ScanStep {
+    pub entries: Vec<(Vec<u8>, Vec<u8>)>,
+    pub resume: Option<Vec<u8>>,
+}
+
 /// One stateful operator's state, owned by its task. Writes land in the active delta; fjall
 /// only ever sees whole checkpoints (written by the persister), so a crash before
 /// [`super::StateStore::persist`] loses exactly the writes since the last checkpoint.
@@ -366,6 +374,105 @@ impl OperatorState {
         }
         overlay(&self.active);
         Ok(merged)
+    }
+
+    /// Live entries (stored key, user bytes) of state `id`, in key order through this
+    /// handle's key groups from after the stored key `after` (`None`: from the first group):
+    /// `limit` stored keys looked at (deleted ones count), and the key to go on after; `None`
+    /// once the last group's end was reached (the next scan starts over). Fjall and both
+    /// deltas are merged as they are walked, so a scan costs `limit` keys however many the
+    /// deltas hold.
+    ///
+    /// # Errors
+    /// A fjall read error, or a stored value with an unknown format byte.
+    pub(crate) fn some_entries_of(
+        &self,
+        id: u8,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<ScanStep> {
+        let mut out = Vec::new();
+        let mut looked = 0;
+        let no_flight = Entries::new();
+        let frozen = match &self.phase {
+            Phase::InFlight(f) => &f.entries,
+            Phase::Open => &no_flight,
+        };
+        let first = after
+            .and_then(|k| k.get(..2))
+            .map_or(self.groups.start, |b| u16::from_be_bytes([b[0], b[1]]))
+            .max(self.groups.start);
+        for kg in first..self.groups.end {
+            let prefix = timer_prefix(kg, id);
+            // The next state id's prefix (a typed state's id is below 240).
+            let end = timer_prefix(kg, id.saturating_add(1));
+            let start = match after {
+                Some(k) if k.starts_with(&prefix) => [k, &[0]].concat(),
+                _ => prefix,
+            };
+            let mut stored = self
+                .keyspace
+                .range(start.clone()..end.clone())
+                .map(|g| g.into_inner())
+                .peekable();
+            let mut in_flight = frozen.range(start.clone()..end.clone()).peekable();
+            let mut active = self.active.range(start..end).peekable();
+            loop {
+                let on_disk = match stored.peek() {
+                    None => None,
+                    Some(Ok((k, _))) => Some(k.to_vec()),
+                    Some(Err(_)) => match stored.next() {
+                        Some(Err(e)) => return Err(fjall_error(&self.dir, e)),
+                        _ => None,
+                    },
+                };
+                let next = [
+                    on_disk.as_deref(),
+                    in_flight.peek().map(|(k, _)| k.as_slice()),
+                    active.peek().map(|(k, _)| k.as_slice()),
+                ]
+                .into_iter()
+                .flatten()
+                .min()
+                .map(<[u8]>::to_vec);
+                let Some(key) = next else { break };
+                // The newest write of the key wins: active, then the frozen delta, then fjall.
+                let mut value = None;
+                if on_disk.as_deref() == Some(key.as_slice()) {
+                    if let Some(Ok((_, v))) = stored.next() {
+                        value = Some(v.to_vec());
+                    }
+                }
+                if in_flight.peek().is_some_and(|(k, _)| **k == key) {
+                    value = in_flight.next().and_then(|(_, v)| v.clone());
+                }
+                if active.peek().is_some_and(|(k, _)| **k == key) {
+                    value = active.next().and_then(|(_, v)| v.clone());
+                }
+                looked += 1;
+                if let Some(v) = value {
+                    let user = decode_value(&v)
+                        .ok_or_else(|| self.corrupt("a value with an unknown format byte"))?;
+                    out.push((key.clone(), user.to_vec()));
+                }
+                if looked >= limit {
+                    return Ok(ScanStep {
+                        entries: out,
+                        resume: Some(key),
+                    });
+                }
+            }
+        }
+        Ok(ScanStep {
+            entries: out,
+            resume: None,
+        })
+    }
+
+    /// Writes user bytes `value` (`None`: deletes) under a stored key one of this handle's
+    /// scans returned.
+    pub(crate) fn put_stored(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        self.write(key, value.map(|v| encode_value(&v)));
     }
 
     fn corrupt(&self, what: &str) -> StateError {

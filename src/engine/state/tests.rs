@@ -898,3 +898,56 @@ fn a_small_memtable_moves_state_out_of_memory() {
         );
     }
 }
+
+/// Scans of a few entries at a time, through fjall and both deltas, see each live entry of the
+/// state once, in key order, and only that state's.
+#[test]
+fn a_scan_a_few_entries_at_a_time_sees_every_live_entry_once_across_fjall_and_the_deltas() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut store, _) = open(dir.path(), 2, RestoreFrom::Fresh).expect("fresh");
+    let mut op = store.operator("counts").expect("op").for_key_groups(0..64);
+    let keys: Vec<String> = (0..60).map(|i| format!("k{i}")).collect();
+    let ours: Vec<&String> = keys.iter().filter(|k| op.key_group(k.as_bytes()) < 64).collect();
+    // In fjall: every key; then deleted and rewritten in the frozen delta and the active one.
+    for k in &keys {
+        COUNT.set(&mut op, k.as_bytes(), b"disk");
+        SEEN.insert(&mut op, k.as_bytes(), b"m", b"other state");
+    }
+    checkpoint(&mut store, &mut op, 1);
+    for k in ours.iter().step_by(3) {
+        COUNT.clear(&mut op, k.as_bytes());
+    }
+    let _in_flight = op.snapshot(2).expect("snapshot");
+    for k in ours.iter().step_by(5) {
+        COUNT.set(&mut op, k.as_bytes(), b"active");
+    }
+    let mut expected: Vec<(Vec<u8>, Vec<u8>)> = ours
+        .iter()
+        .enumerate()
+        .filter_map(|(i, k)| {
+            let value = match (i % 5 == 0, i % 3 == 0) {
+                (true, _) => "active",
+                (false, true) => return None,
+                (false, false) => "disk",
+            };
+            let kg = op.key_group(k.as_bytes());
+            Some((keys::state_key(kg, 0, k.as_bytes()), value.as_bytes().to_vec()))
+        })
+        .collect();
+    expected.sort();
+    for limit in [1, 2, 7, 1000] {
+        let (mut seen, mut after, mut scans) = (Vec::new(), None, 0);
+        loop {
+            let step = op.some_entries_of(0, after.as_deref(), limit).expect("scan");
+            assert!(step.entries.len() <= limit, "at most {limit} a scan");
+            seen.extend(step.entries);
+            scans += 1;
+            match step.resume {
+                Some(k) => after = Some(k),
+                None => break,
+            }
+        }
+        assert_eq!(seen, expected, "limit {limit}");
+        assert!(scans >= ours.len() / limit, "limit {limit}: {scans} scans");
+    }
+}

@@ -410,63 +410,83 @@ impl OperatorState {
                 Some(k) if k.starts_with(&prefix) => [k, &[0]].concat(),
                 _ => prefix,
             };
-            let mut stored = self
-                .keyspace
-                .range(start.clone()..end.clone())
-                .map(|g| g.into_inner())
-                .peekable();
-            let mut in_flight = frozen.range(start.clone()..end.clone()).peekable();
-            let mut active = self.active.range(start..end).peekable();
-            loop {
-                let on_disk = match stored.peek() {
-                    None => None,
-                    Some(Ok((k, _))) => Some(k.to_vec()),
-                    Some(Err(_)) => match stored.next() {
-                        Some(Err(e)) => return Err(fjall_error(&self.dir, e)),
-                        _ => None,
-                    },
-                };
-                let next = [
-                    on_disk.as_deref(),
-                    in_flight.peek().map(|(k, _)| k.as_slice()),
-                    active.peek().map(|(k, _)| k.as_slice()),
-                ]
-                .into_iter()
-                .flatten()
-                .min()
-                .map(<[u8]>::to_vec);
-                let Some(key) = next else { break };
-                // The newest write of the key wins: active, then the frozen delta, then fjall.
-                let mut value = None;
-                if on_disk.as_deref() == Some(key.as_slice()) {
-                    if let Some(Ok((_, v))) = stored.next() {
-                        value = Some(v.to_vec());
-                    }
-                }
-                if in_flight.peek().is_some_and(|(k, _)| **k == key) {
-                    value = in_flight.next().and_then(|(_, v)| v.clone());
-                }
-                if active.peek().is_some_and(|(k, _)| **k == key) {
-                    value = active.next().and_then(|(_, v)| v.clone());
-                }
-                looked += 1;
-                if let Some(v) = value {
-                    let user = decode_value(&v)
-                        .ok_or_else(|| self.corrupt("a value with an unknown format byte"))?;
-                    out.push((key.clone(), user.to_vec()));
-                }
-                if looked >= limit {
-                    return Ok(ScanStep {
-                        entries: out,
-                        resume: Some(key),
-                    });
-                }
+            let (n, stopped) = self.walk_merged(start..end, frozen, limit - looked, &mut out)?;
+            looked += n;
+            if stopped.is_some() {
+                return Ok(ScanStep {
+                    entries: out,
+                    resume: stopped,
+                });
             }
         }
         Ok(ScanStep {
             entries: out,
             resume: None,
         })
+    }
+
+    /// Walks the stored keys in `range`, fjall's merged with the `frozen` delta's and the active
+    /// one's, pushing the live ones onto `out`, until `budget` keys were looked at: returns how
+    /// many were, and the last one when the budget ran out first.
+    fn walk_merged(
+        &self,
+        range: Range<Vec<u8>>,
+        frozen: &Entries,
+        budget: usize,
+        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<(usize, Option<Vec<u8>>)> {
+        let mut stored = self
+            .keyspace
+            .range(range.clone())
+            .map(|g| g.into_inner())
+            .peekable();
+        let mut in_flight = frozen.range(range.clone()).peekable();
+        let mut active = self.active.range(range).peekable();
+        let mut looked = 0;
+        loop {
+            let on_disk = match stored.peek() {
+                None => None,
+                Some(Ok((k, _))) => Some(k.to_vec()),
+                Some(Err(_)) => match stored.next() {
+                    Some(Err(e)) => return Err(fjall_error(&self.dir, e)),
+                    _ => None,
+                },
+            };
+            let next = [
+                on_disk.as_deref(),
+                in_flight.peek().map(|(k, _)| k.as_slice()),
+                active.peek().map(|(k, _)| k.as_slice()),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(<[u8]>::to_vec);
+            let Some(key) = next else {
+                return Ok((looked, None));
+            };
+            // The newest write of the key wins: active, then the frozen delta, then fjall.
+            let mut value = None;
+            if on_disk.as_deref() == Some(key.as_slice()) {
+                if let Some(Ok((_, v))) = stored.next() {
+                    value = Some(v.to_vec());
+                }
+            }
+            if in_flight.peek().is_some_and(|(k, _)| **k == key) {
+                value = in_flight.next().and_then(|(_, v)| v.clone());
+            }
+            if active.peek().is_some_and(|(k, _)| **k == key) {
+                value = active.next().and_then(|(_, v)| v.clone());
+            }
+            looked += 1;
+            if let Some(v) = value {
+                let user = decode_value(&v)
+                    .ok_or_else(|| self.corrupt("a value with an unknown format byte"))?;
+                out.push((key.clone(), user.to_vec()));
+            }
+            if looked >= budget {
+                return Ok((looked, Some(key)));
+            }
+        }
     }
 
     /// Writes user bytes `value` (`None`: deletes) under a stored key one of this handle's

@@ -22,7 +22,8 @@ use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The job file: TOML, or SQL when it ends in .sql (see jobs/).
+    /// The job file: TOML, or SQL when it ends in .sql or is a TOML file holding only
+    /// sql = '''...''' (see jobs/).
     job: PathBuf,
     /// Print the job's plan (its operators, where each runs) and exit without running it.
     #[arg(long)]
@@ -50,13 +51,10 @@ pub struct Args {
 
 /// The job of a job file, or of a SQL file; and whether its plan is all that is asked for.
 fn load(path: &std::path::Path) -> Result<(Job, bool)> {
-    let sql = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("sql"));
-    let loaded = if sql {
-        SqlJob::load(path).map(|s| (s.job, s.explain))
-    } else {
-        Job::load(path).map(|j| (j, false))
+    let loaded = match SqlJob::load_if_sql(path) {
+        Ok(Some(sql)) => Ok((sql.job, sql.explain)),
+        Ok(None) => Job::load(path).map(|j| (j, false)),
+        Err(e) => Err(e),
     };
     loaded.map_err(|e| CliError::Input(e.to_string()))
 }

@@ -19,12 +19,16 @@
 //! GROUP BY driver_id, SESSION(event_time, INTERVAL '30' MINUTE);
 //! ```
 //!
+//! The same statements may stand in a TOML job file as its only key, `sql = '''…'''`
+//! (`embedded`).
+//!
 //! - `catalog`: the tables and their options; `ends`: the source, sink and settings they make
 //!   (through the job file's own checks); `plan`, `group`, `join`: the query; `scalar`: its
 //!   expressions. Every mistake is one line `file:LINE:COLUMN: what is wrong and what to
 //!   change`.
 
 mod catalog;
+mod embedded;
 mod ends;
 mod error;
 mod group;
@@ -62,13 +66,26 @@ impl SqlJob {
     /// # Errors
     /// [`JobError::Read`] when the file cannot be read; otherwise as [`SqlJob::parse`].
     pub fn load(path: &Path) -> Result<SqlJob, JobError> {
-        let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| JobError::Read {
-            file: file.clone(),
-            source,
-        })?;
-        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
-        SqlJob::parse(&file, &text, stem.as_deref().unwrap_or("sql-job"))
+        let (file, text, stem) = read(path)?;
+        SqlJob::parse(&file, &text, &stem)
+    }
+
+    /// A SQL job, if `path` holds one: a `.sql` file, or a TOML job file whose only key is
+    /// `sql = '''…'''`; `None` for any other job file ([`Job::load`] reads those). The job
+    /// is named by its `SET 'pipeline.name'`, else by the file's stem.
+    ///
+    /// # Errors
+    /// As [`SqlJob::load`]; for a TOML job file, also a key beside `sql` (settings go in SET
+    /// statements). A mistake in embedded SQL is named at its line and column in the job file.
+    pub fn load_if_sql(path: &Path) -> Result<Option<SqlJob>, JobError> {
+        if path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("sql"))
+        {
+            return SqlJob::load(path).map(Some);
+        }
+        let (file, text, stem) = read(path)?;
+        embedded::parse(&file, &text, &stem)
     }
 
     /// Parses and plans SQL text; `file` names it in messages, `default_name` names the job
@@ -98,6 +115,17 @@ impl SqlJob {
             message: e.message,
         })
     }
+}
+
+/// A job file's name in messages, its text, and its stem (the job's default name).
+fn read(path: &Path) -> Result<(String, String, String), JobError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| JobError::Read {
+        file: file.clone(),
+        source,
+    })?;
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+    Ok((file, text, stem.unwrap_or_else(|| "sql-job".into())))
 }
 
 /// A job name from a file name: the characters a job name allows.

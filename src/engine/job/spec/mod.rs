@@ -59,6 +59,19 @@ impl Job {
     /// [`JobError::Syntax`] when the text is not TOML, [`JobError::Invalid`] when it is not a
     /// valid job: each names the line (and the field) to change.
     pub fn parse(file: &str, text: &str) -> Result<Job, JobError> {
+        if let Ok(table) = toml::from_str::<toml::Table>(text) {
+            if table.contains_key("sql") {
+                let line = text.lines().position(|l| l.trim_start().starts_with("sql"));
+                return Err(JobError::Invalid {
+                    file: file.to_owned(),
+                    line: line.map_or(1, |i| i + 1),
+                    field: "sql".into(),
+                    message: "this job file holds a SQL job: `onceflow run` runs it (in Rust, \
+                              `engine::sql::SqlJob::load_if_sql` reads it)"
+                        .into(),
+                });
+            }
+        }
         let loc = Locator::new(file, text);
         let raw: RawJob = toml::from_str(text).map_err(|e| loc.toml_error(&e))?;
         check(&loc, raw)

@@ -1341,3 +1341,17 @@ fn record_formats_and_the_registry_are_read_and_their_mistakes_are_placed() {
         assert!(message.contains(part), "{message} (wanted {part:?})");
     }
 }
+
+#[test]
+fn a_job_file_holding_sql_is_named_as_one_for_the_sql_loader() {
+    let e = Job::parse(
+        "a.toml",
+        "# SQL\nsql = '''INSERT INTO b SELECT 1 FROM a;'''\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("a.toml:2: sql: this job file holds a SQL job: `onceflow run` runs it"),
+        "{e}"
+    );
+}

@@ -530,7 +530,8 @@ impl Accumulator {
 
     /// After an epoch bump: every partition starts again at sequence 0 under the new identity,
     /// and every batch not yet acknowledged is renumbered in order. Called only when nothing is
-    /// in flight, so no batch with an old sequence can still land.
+    /// in flight and no batch an unanswered attempt may have written is left unresolved (see
+    /// `drain`), so no batch with an old sequence can still land and none is written twice.
     pub fn rebase(&mut self, identity: Identity) -> Vec<(ProducerBatch, RecordError)> {
         self.identity = Some(identity);
         self.bump = EpochBump::NotNeeded;
@@ -653,7 +654,24 @@ impl Accumulator {
         let mut wanted_add: HashSet<TopicPartition> = HashSet::new();
         let bumping =
             matches!(self.bump, EpochBump::Needed) && identity.is_some() && !transactional;
-        if bumping && self.total_in_flight() == 0 {
+        // Before the bump, a batch whose attempt went unanswered goes out again under the old
+        // epoch and its sequence, until the broker says what became of it: renumbered under
+        // the new epoch, a batch already in the log would be written a second time (the broker
+        // deduplicates by producer id, epoch and sequence; a new epoch starts a new history).
+        //   1. batches A (sequence 0) and B (1) of a partition are written; A's answer comes
+        //      back damaged (a non-retriable code), B's is lost (retry, maybe written);
+        //   2. A fails: a sequence gap may exist, the epoch must be bumped;
+        //   3. renumbered at once, B would go out as sequence 0 of the new epoch and be
+        //      written again. Resent as it was, the broker answers it as a duplicate (or
+        //      writes it, or refuses it as out of order: then it is not in the log, and is
+        //      renumbered with the rest).
+        // Only a queue's head needs it: a batch behind one the broker never wrote cannot be in
+        // the log either (the broker refuses sequences out of order).
+        let unresolved = |q: &PartitionQueue| q.ready.front().is_some_and(|b| b.maybe_written);
+        if bumping
+            && self.total_in_flight() == 0
+            && !self.partitions.values().any(|q| unresolved(q))
+        {
             out.bump_now = identity;
         }
         // Each leader's readiness, asked once per round.
@@ -671,7 +689,7 @@ impl Accumulator {
                 &mut out,
             );
             next_wake = wake.map_or(next_wake, |w| min_instant(next_wake, w));
-            if bumping || closed_txn {
+            if closed_txn || (bumping && !unresolved(q)) {
                 continue;
             }
             match follow_incarnation(tp, q, cluster, identity, transactional, &mut out) {
@@ -940,6 +958,8 @@ fn renumber(
         match rewrite_producer_fields(&mut data, fields) {
             Ok(()) => {
                 b.data = data.freeze();
+                // Under the new identity nothing of it has been sent yet.
+                b.maybe_written = false;
                 b.base_sequence = q.next_sequence;
                 q.next_sequence = next_seq(q.next_sequence, b.record_count());
                 q.ready.push_back(b);
@@ -1405,6 +1425,60 @@ mod drain_tests {
             id: Some(id),
             generation,
         }
+    }
+
+    /// See `drain`: a batch an unanswered attempt may have written goes out again under the old
+    /// epoch and sequence before an epoch bump renumbers the queue; only once the broker said
+    /// it is not in the log (or acknowledged it) does the bump come.
+    #[test]
+    fn an_epoch_bump_first_resends_what_an_unanswered_attempt_may_have_written() {
+        let old = Identity {
+            producer_id: 7,
+            epoch: 0,
+        };
+        let mut acc = Accumulator {
+            identity: Some(old),
+            ..Accumulator::default()
+        };
+        let now = Instant::now();
+        // The producer epoch of a v2 record batch: bytes 51 and 52.
+        let epoch = |b: &ProducerBatch| i16::from_be_bytes([b.data[51], b.data[52]]);
+        closed_batch(&mut acc, b"lost");
+        let mut d = acc.drain(now, false, &CONFIG, &at(OLD, 1), |_| true);
+        let (_, mut lost) = d.to_send.pop().expect("sent");
+        // Its answer was lost: it may be in the log.
+        lost.attempts = 1;
+        lost.maybe_written = true;
+        let q = acc.queue(&tp());
+        q.in_flight = 0;
+        q.requeue(lost);
+        closed_batch(&mut acc, b"never sent");
+        // A batch of another partition failed: a sequence gap may exist.
+        acc.need_bump();
+        let mut d = acc.drain(now, false, &CONFIG, &at(OLD, 1), |_| true);
+        assert_eq!(d.bump_now, None, "no bump while it may be in the log");
+        let (_, mut again) = d.to_send.pop().expect("the lost batch, again");
+        assert!(d.to_send.is_empty(), "nothing else goes out before the bump");
+        assert_eq!((again.order, again.base_sequence, epoch(&again)), (0, 0, 0));
+        // In flight: still no bump.
+        let d = acc.drain(now, false, &CONFIG, &at(OLD, 1), |_| true);
+        assert_eq!((d.bump_now, d.to_send.len()), (None, 0));
+        // The broker refused it as out of order: not in the log after all (the sender clears
+        // the flag, `verdict::refused_as_unwritten`).
+        again.maybe_written = false;
+        let q = acc.queue(&tp());
+        q.in_flight = 0;
+        q.requeue(again);
+        let d = acc.drain(now, false, &CONFIG, &at(OLD, 1), |_| true);
+        assert_eq!(d.bump_now, Some(old));
+        acc.rebase(Identity { epoch: 1, ..old });
+        let queue: Vec<(u64, i32, i16, bool)> = acc
+            .queue(&tp())
+            .ready
+            .iter()
+            .map(|b| (b.order, b.base_sequence, epoch(b), b.maybe_written))
+            .collect();
+        assert_eq!(queue, vec![(0, 0, 1, false), (1, 1, 1, false)]);
     }
 
     #[test]

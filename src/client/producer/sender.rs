@@ -562,6 +562,7 @@ fn finish(inner: &Arc<Inner>, b: ProducerBatch, outcome: Result<PartitionResult,
             ready_head_order: q.and_then(|q| q.ready.front().map(|r| r.order)),
             acked_through: q.map_or(-1, |q| q.acked_through),
             last_acked_offset: q.map_or(-1, |q| q.last_acked_offset),
+            bump_pending: matches!(acc.bump, EpochBump::Needed),
         }
     };
     let now = Instant::now();
@@ -672,7 +673,11 @@ fn retry(
     debug!(tp = %b.tp, attempt = b.attempts, sequence = b.base_sequence, error = %error, ?wait, "retrying batch");
     b.retry_at = Some(now + wait);
     b.last_error = Some(error.to_string());
-    b.maybe_written |= super::verdict::may_have_been_written(error);
+    if super::verdict::refused_as_unwritten(error) {
+        b.maybe_written = false;
+    } else {
+        b.maybe_written |= super::verdict::may_have_been_written(error);
+    }
     if refresh {
         let cluster = inner.cluster.clone();
         let g = cluster.metadata().generation;

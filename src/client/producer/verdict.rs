@@ -31,6 +31,8 @@ pub(crate) struct PartitionView {
     pub acked_through: i32,
     /// Offset of the last acknowledged record, -1 if none.
     pub last_acked_offset: i64,
+    /// An epoch bump is pending (a batch failed): the batches before it are being resolved.
+    pub bump_pending: bool,
 }
 
 impl Default for PartitionView {
@@ -42,6 +44,7 @@ impl Default for PartitionView {
             ready_head_order: None,
             acked_through: -1,
             last_acked_offset: -1,
+            bump_pending: false,
         }
     }
 }
@@ -68,6 +71,10 @@ pub(crate) enum Verdict {
 /// but could not replicate it in time. Any other broker error means the batch was not
 /// appended. Decides whether a batch may go to a recreated topic (see
 /// `accumulator::Incarnation`): one the deleted topic may hold must not be written again.
+///
+/// A batch the broker refused as out of order is not in the log under its producer id and
+/// epoch (a written one is answered as a duplicate), whatever earlier attempts left unknown:
+/// [`refused_as_unwritten`].
 pub(crate) fn may_have_been_written(error: &Error) -> bool {
     match error.code() {
         Some(code) => matches!(
@@ -133,6 +140,17 @@ pub(crate) fn verdict(
                 code,
             },
         },
+        // Resent under the old epoch before a bump (an unanswered attempt may have written
+        // it): refused, so it is not in the log; the bump renumbers it with the rest.
+        ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER
+            if b.base_sequence >= 0 && view.bump_pending && !view.transactional =>
+        {
+            Verdict::Retry {
+                error: Error::broker(context(), code),
+                bump: false,
+                refresh: false,
+            }
+        }
         ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER if b.base_sequence >= 0 => {
             // Another batch of this partition still unsettled (this one counts as in flight
             // until it is settled), or an earlier one queued for a retry.
@@ -203,6 +221,12 @@ pub(crate) fn verdict(
             }
         }
     }
+}
+
+/// Whether `error` says the broker does not hold the batch under its sequence (see
+/// [`may_have_been_written`]).
+pub(crate) fn refused_as_unwritten(error: &Error) -> bool {
+    error.code() == Some(ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER)
 }
 
 #[cfg(test)]
@@ -313,6 +337,10 @@ mod tests {
             in_flight: 2,
             ..acked
         };
+        let bumping = PartitionView {
+            bump_pending: true,
+            ..acked
+        };
         let earlier_queued = PartitionView {
             ready_head_order: Some(4),
             ..acked
@@ -342,6 +370,12 @@ mod tests {
                 answer(ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER, 0), Want::Fail(Fatal)),
             ("out of order at the expected sequence", earlier_in_flight, batch(5, 5),
                 answer(ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER, 0), Want::Fail(Fatal)),
+            ("out of order, resent before a bump: not in the log, renumbered by the bump",
+                bumping, batch(5, 10), answer(ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER, 0),
+                Want::Retry { bump: false, refresh: false }),
+            ("out of order before a bump, transactional (no bump of its own)",
+                PartitionView { transactional: true, ..bumping }, batch(5, 10),
+                answer(ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER, 0), Want::Fail(Abortable)),
             ("unknown producer id, transactional", txn, batch(0, 0),
                 answer(ErrorCode::UNKNOWN_PRODUCER_ID, 0), Want::Fail(Abortable)),
             ("unknown producer id, log start past the last ack", acked, batch(5, 10),

@@ -654,24 +654,7 @@ impl Accumulator {
         let mut wanted_add: HashSet<TopicPartition> = HashSet::new();
         let bumping =
             matches!(self.bump, EpochBump::Needed) && identity.is_some() && !transactional;
-        // Before the bump, a batch whose attempt went unanswered goes out again under the old
-        // epoch and its sequence, until the broker says what became of it: renumbered under
-        // the new epoch, a batch already in the log would be written a second time (the broker
-        // deduplicates by producer id, epoch and sequence; a new epoch starts a new history).
-        //   1. batches A (sequence 0) and B (1) of a partition are written; A's answer comes
-        //      back damaged (a non-retriable code), B's is lost (retry, maybe written);
-        //   2. A fails: a sequence gap may exist, the epoch must be bumped;
-        //   3. renumbered at once, B would go out as sequence 0 of the new epoch and be
-        //      written again. Resent as it was, the broker answers it as a duplicate (or
-        //      writes it, or refuses it as out of order: then it is not in the log, and is
-        //      renumbered with the rest).
-        // Only a queue's head needs it: a batch behind one the broker never wrote cannot be in
-        // the log either (the broker refuses sequences out of order).
-        let unresolved = |q: &PartitionQueue| q.ready.front().is_some_and(|b| b.maybe_written);
-        if bumping
-            && self.total_in_flight() == 0
-            && !self.partitions.values().any(|q| unresolved(q))
-        {
+        if bumping && self.bump_due() {
             out.bump_now = identity;
         }
         // Each leader's readiness, asked once per round.
@@ -769,9 +752,37 @@ impl Accumulator {
     }
 
     /// Batches in flight across all partitions.
+    /// Whether a pending epoch bump may happen now: nothing in flight, and no queue's head a
+    /// batch an unanswered attempt may have written.
+    ///
+    /// Before the bump, such a batch goes out again under the old epoch and its sequence
+    /// (`drain` sends only those while a bump is pending), until the broker says what became
+    /// of it: renumbered under the new epoch, a batch already in the log would be written a
+    /// second time (the broker deduplicates by producer id, epoch and sequence; a new epoch
+    /// starts a new history).
+    ///   1. batches A (sequence 0) and B (1) of a partition are written; A's answer comes back
+    ///      damaged (a non-retriable code), B's is lost (a retry, maybe written);
+    ///   2. A fails: a sequence gap may exist, the epoch must be bumped;
+    ///   3. renumbered at once, B would go out as sequence 0 of the new epoch and be written
+    ///      again. Resent as it was, the broker answers it as a duplicate (or writes it, or
+    ///      refuses it as out of order: then it is not in the log, and is renumbered with the
+    ///      rest).
+    ///
+    /// Only a queue's head needs it: a batch behind one the broker never wrote cannot be in the
+    /// log either (the broker refuses sequences out of order).
+    fn bump_due(&self) -> bool {
+        self.total_in_flight() == 0 && !self.partitions.values().any(unresolved)
+    }
+
     pub fn total_in_flight(&self) -> usize {
         self.partitions.values().map(|q| q.in_flight).sum()
     }
+}
+
+/// Whether the queue's head is a batch an unanswered attempt may have written (see
+/// `Accumulator::bump_due`).
+fn unresolved(q: &PartitionQueue) -> bool {
+    q.ready.front().is_some_and(|b| b.maybe_written)
 }
 
 /// Whether sequence `a` comes after `b`, allowing for the wrap at i32::MAX: `a` is ahead by

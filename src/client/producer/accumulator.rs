@@ -751,7 +751,6 @@ impl Accumulator {
         }
     }
 
-    /// Batches in flight across all partitions.
     /// Whether a pending epoch bump may happen now: nothing in flight, and no queue's head a
     /// batch an unanswered attempt may have written.
     ///
@@ -774,6 +773,7 @@ impl Accumulator {
         self.total_in_flight() == 0 && !self.partitions.values().any(unresolved)
     }
 
+    /// Batches in flight across all partitions.
     pub fn total_in_flight(&self) -> usize {
         self.partitions.values().map(|q| q.in_flight).sum()
     }
@@ -1438,7 +1438,7 @@ mod drain_tests {
         }
     }
 
-    /// See `drain`: a batch an unanswered attempt may have written goes out again under the old
+    /// See `Accumulator::bump_due`: a batch an unanswered attempt may have written goes out again under the old
     /// epoch and sequence before an epoch bump renumbers the queue; only once the broker said
     /// it is not in the log (or acknowledged it) does the bump come.
     #[test]

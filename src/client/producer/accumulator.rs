@@ -1438,9 +1438,9 @@ mod drain_tests {
         }
     }
 
-    /// See `Accumulator::bump_due`: a batch an unanswered attempt may have written goes out again under the old
-    /// epoch and sequence before an epoch bump renumbers the queue; only once the broker said
-    /// it is not in the log (or acknowledged it) does the bump come.
+    /// See `Accumulator::bump_due`: a batch an unanswered attempt may have written goes out
+    /// again under the old epoch and sequence before an epoch bump renumbers the queue; only
+    /// once the broker said it is not in the log (or acknowledged it) does the bump come.
     #[test]
     fn an_epoch_bump_first_resends_what_an_unanswered_attempt_may_have_written() {
         let old = Identity {

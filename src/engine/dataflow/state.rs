@@ -169,6 +169,9 @@ descriptor!(
     ListStateDescriptor<T>
 );
 
+/// A live value a read found, and the bytes to store instead when the read renews it.
+type Read<V> = (V, Option<Vec<u8>>);
+
 /// What a handle reaches: the current key's state, the clocks a TTL reads, and the subtask's
 /// TTL cleanup.
 pub(crate) struct Access<'a> {
@@ -187,18 +190,28 @@ impl Access<'_> {
         }
     }
 
-    /// `stored` judged for a user's read.
-    fn judged<'b>(
+    /// What a user's read of `stored` finds: `None` when expired (the caller deletes it), else
+    /// the value and, when the read renews it (or it was stored before the state had a TTL
+    /// and the TTL renews on reads), the bytes to store instead.
+    fn read<V: DeserializeOwned>(
         &self,
         name: &'static str,
         ttl: Option<&StateTtl>,
-        stored: &'b [u8],
-    ) -> Result<Judged<'b>, StateAccessError> {
-        judge(ttl, stored, &self.clock, true).ok_or_else(|| StateAccessError::Decode {
-            name,
-            type_name: "stamped value",
-            message: "the time-to-live stamp is cut short".into(),
-        })
+        stored: &[u8],
+    ) -> Result<Option<Read<V>>, StateAccessError> {
+        let judged =
+            judge(ttl, stored, &self.clock, true).ok_or_else(|| StateAccessError::Decode {
+                name,
+                type_name: "stamped value",
+                message: "the time-to-live stamp is cut short".into(),
+            })?;
+        match judged {
+            Judged::Expired => Ok(None),
+            Judged::Live { json, restamp } => {
+                let again = restamp.then(|| self.stored(ttl, json));
+                Ok(Some((decode(name, json)?, again)))
+            }
+        }
     }
 
     /// A cleanup step on state `id` when it has a TTL.
@@ -243,22 +256,19 @@ impl<T: Serialize + DeserializeOwned> ValueStateHandle<'_, T> {
     pub fn value(&mut self) -> Result<Option<T>, StateAccessError> {
         let (name, ttl, raw) = (self.desc.name, self.desc.ttl, self.raw()?);
         let a = &mut self.access;
-        let found = match raw.get(a.state, a.key).map_err(store(name))? {
+        let stored = raw.get(a.state, a.key).map_err(store(name))?;
+        let found = match stored.map(|b| a.read(name, ttl.as_ref(), &b)).transpose()? {
             None => None,
-            Some(bytes) => match a.judged(name, ttl.as_ref(), &bytes)? {
-                Judged::Expired => {
-                    raw.clear(a.state, a.key);
-                    None
+            Some(None) => {
+                raw.clear(a.state, a.key);
+                None
+            }
+            Some(Some((value, again))) => {
+                if let Some(again) = again {
+                    raw.set(a.state, a.key, &again);
                 }
-                Judged::Live { json, restamp } => {
-                    let value = decode(name, json)?;
-                    if restamp {
-                        let again = a.stored(ttl.as_ref(), json);
-                        raw.set(a.state, a.key, &again);
-                    }
-                    Some(value)
-                }
-            },
+                Some(value)
+            }
         };
         self.clean()?;
         Ok(found)
@@ -318,15 +328,13 @@ where
     ) -> Result<Option<UV>, StateAccessError> {
         let (name, ttl) = (self.desc.name, self.desc.ttl);
         let a = &mut self.access;
-        match a.judged(name, ttl.as_ref(), bytes)? {
-            Judged::Expired => {
+        match a.read(name, ttl.as_ref(), bytes)? {
+            None => {
                 raw.remove(a.state, a.key, mk);
                 Ok(None)
             }
-            Judged::Live { json, restamp } => {
-                let value = decode(name, json)?;
-                if restamp {
-                    let again = a.stored(ttl.as_ref(), json);
+            Some((value, again)) => {
+                if let Some(again) = again {
                     raw.insert(a.state, a.key, mk, &again);
                 }
                 Ok(Some(value))
@@ -438,16 +446,12 @@ impl<T: Serialize + DeserializeOwned> ListStateHandle<'_, T> {
         let mut kept = Vec::with_capacity(items.len());
         let mut changed = false;
         for item in &items {
-            match a.judged(name, ttl.as_ref(), item)? {
-                Judged::Expired => changed = true,
-                Judged::Live { json, restamp } => {
-                    out.push(decode(name, json)?);
-                    if restamp {
-                        kept.push(a.stored(ttl.as_ref(), json));
-                        changed = true;
-                    } else {
-                        kept.push(item.clone());
-                    }
+            match a.read(name, ttl.as_ref(), item)? {
+                None => changed = true,
+                Some((value, again)) => {
+                    out.push(value);
+                    changed |= again.is_some();
+                    kept.push(again.unwrap_or_else(|| item.clone()));
                 }
             }
         }

@@ -35,7 +35,8 @@
 //! rides, `taxi verify -s value=avro` reads both ends). And once with the broker (a private one) killed and restarted
 //! mid-run. And the driver-shifts job (session windows) under the same kills, with its
 //! inverse, and the rides-and-fares join (its fares fed to a second topic beside the rides)
-//! with its inverse. Transactional: run at TV2 (9192) and TV1 (9196).
+//! with its inverse, and the hourly top drivers by tips (two keyed stages, over the fares
+//! alone) with its inverse. Transactional: run at TV2 (9192) and TV1 (9196).
 
 use crate::engine_run::{chaos_seed, job_file, log_of, spawn_run, taxi_at};
 use crate::support::broker::PrivateBroker;
@@ -79,6 +80,8 @@ const AVRO_KILLS: usize = 4;
 const SHIFTS_KILLS: usize = 4;
 /// The rides-and-fares runs' kills: four, one of each kind.
 const JOIN_KILLS: usize = 4;
+/// The hourly top tips runs' kills: eight, two of each kind (a run takes seconds).
+const TOP_TIPS_KILLS: usize = 8;
 
 /// Where a kill lands (module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -247,8 +250,10 @@ struct Chaos {
     /// What the job is given as `-b`: the proxy, or the cluster's three addresses.
     job_bootstrap: String,
     input: TestTopic,
-    /// The fares topic, for the rides-and-fares join.
+    /// The fares topic, for the jobs that read fares.
     fares: Option<TestTopic>,
+    /// Whether the job reads the rides (else the fares are its input).
+    reads_rides: bool,
     output: TestTopic,
     dir: PathBuf,
     job: PathBuf,
@@ -273,8 +278,12 @@ struct Chaos {
 struct Shipped {
     file: &'static str,
     verified: &'static str,
-    /// Whether it joins the rides with a fares topic (fed beside the rides).
+    /// Whether it reads a fares topic (fed beside the rides).
     fares: bool,
+    /// Whether it reads the rides (a job of the fares alone does not).
+    rides: bool,
+    /// The parallelism it runs at (the job file's when 1).
+    parallelism: u32,
 }
 
 /// Job (b), hourly tumbling windows.
@@ -282,12 +291,16 @@ const HOURLY: Shipped = Shipped {
     file: "rides-per-driver-hourly.toml",
     verified: "per-driver-hourly",
     fares: false,
+    rides: true,
+    parallelism: 1,
 };
 /// Job (b) over Avro.
 const HOURLY_AVRO: Shipped = Shipped {
     file: "rides-per-driver-hourly-avro.toml",
     verified: "per-driver-hourly",
     fares: false,
+    rides: true,
+    parallelism: 1,
 };
 /// Each driver's shifts: session windows (merging, their timers anywhere in time), the SQL
 /// form (its job file runs under the cluster chaos of engine_members).
@@ -295,12 +308,26 @@ const SHIFTS: Shipped = Shipped {
     file: "driver-shifts.sql",
     verified: "driver-shifts",
     fares: false,
+    rides: true,
+    parallelism: 1,
 };
 /// Each ride enriched with its fare: an interval join of two topics.
 const RIDES_AND_FARES: Shipped = Shipped {
     file: "rides-and-fares.toml",
     verified: "rides-and-fares",
     fares: true,
+    rides: true,
+    parallelism: 1,
+};
+/// The three drivers with the most tips each hour: two keyed stages (each driver's hourly sum,
+/// then the hour's ranking) over the fares alone.
+const TOP_TIPS: Shipped = Shipped {
+    file: "hourly-top-drivers-by-tips.toml",
+    verified: "hourly-top-drivers-by-tips",
+    fares: true,
+    rides: false,
+    // Two subtasks per stage: barriers and watermarks cross between the stages' subtasks.
+    parallelism: 2,
 };
 
 impl Chaos {
@@ -319,6 +346,12 @@ impl Chaos {
     async fn rides_and_fares(label: &'static str, guarantee: &str, interval_ms: u64) -> Chaos {
         let shipped = RIDES_AND_FARES;
         Chaos::of(label, &broker(), shipped, (guarantee, interval_ms), None).await
+    }
+
+    /// [`Self::new`] of the hourly top drivers by tips (jobs/hourly-top-drivers-by-tips.toml),
+    /// which reads the fares alone.
+    async fn top_tips(label: &'static str, guarantee: &str, interval_ms: u64) -> Chaos {
+        Chaos::of(label, &broker(), TOP_TIPS, (guarantee, interval_ms), None).await
     }
 
     /// [`Self::new`] of job (b) over Avro (`jobs/rides-per-driver-hourly-avro.toml`): the
@@ -380,14 +413,19 @@ impl Chaos {
             .map(|l| {
                 if l.starts_with("checkpoint.interval.ms = ") {
                     format!("checkpoint.interval.ms = {interval_ms}")
+                } else if l.starts_with("parallelism = ") && shipped.parallelism > 1 {
+                    format!("parallelism = {}", shipped.parallelism)
                 } else if l.starts_with("delivery.guarantee = ") {
                     format!("delivery.guarantee = \"{guarantee}\"")
                 } else if let (true, Some(url)) = (l.starts_with("url = "), &registry) {
                     format!("url = \"{url}\"")
                 } else if let Some(fares) = &fares {
-                    // The join's two topics: the rides (the input) and the fares.
+                    // The join's two topics: the rides (the input) and the fares; or the
+                    // fares alone.
                     let (rides, fares) = (&input.name, &fares.name);
-                    if l.starts_with("topics = ") {
+                    if l.starts_with("topics = ") && !shipped.rides {
+                        format!("topics = [\"{fares}\"]")
+                    } else if l.starts_with("topics = ") {
                         format!("topics = [\"{rides}\", \"{fares}\"]")
                     } else {
                         l.replace("topic = \"rides\"", &format!("topic = \"{rides}\""))
@@ -421,6 +459,7 @@ impl Chaos {
             job_bootstrap: String::new(),
             input,
             fares,
+            reads_rides: shipped.rides,
             output,
             dir,
             job,
@@ -591,12 +630,17 @@ impl Chaos {
 
     /// `taxi verify` of the job's output; `None` when it gave no verdict (a broker restarting).
     async fn verify(&self) -> Option<String> {
+        // A job of the fares alone has them as its input.
+        let input = match (&self.fares, self.reads_rides) {
+            (Some(fares), false) => &fares.name,
+            _ => &self.input.name,
+        };
         let mut args = vec![
             "verify",
             "--job",
             self.verified,
             "--input",
-            &self.input.name,
+            input,
             "--output",
             &self.output.name,
             "--read-timeout-ms",
@@ -605,7 +649,7 @@ impl Chaos {
         if let Some(url) = &self.registry {
             args.extend(["-s", "value=avro", "-r", url]);
         }
-        if let Some(fares) = &self.fares {
+        if let (Some(fares), true) = (&self.fares, self.reads_rides) {
             args.extend(["--fares", &fares.name]);
         }
         let o = taxi_at(&self.broker, &args).await;
@@ -823,6 +867,24 @@ async fn rides_and_fares_at_least_once_under_kills_writes_duplicates() {
     // A join writes as records arrive, so every kill after the first checkpoint replays
     // output: the four kills make duplicates certain.
     kills_write_duplicates(chaos, kill_count().min(JOIN_KILLS)).await;
+}
+
+/// The hourly top drivers by tips (two keyed stages: the drivers' hourly sums, then each
+/// hour's ranking, their state and the barriers between them) under the four kinds of kill,
+/// one each: every hour's ranking once, none lost or duplicated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hourly_top_tips_killed_at_random_and_at_both_commit_points_verifies_exactly_once() {
+    let _heavy = crate::support::turns::heavy().await;
+    let chaos = Chaos::top_tips("top-tips-exactly-once", "exactly-once", INTERVAL_MS).await;
+    kills_keep_exactly_once(chaos, kill_count().min(TOP_TIPS_KILLS)).await;
+}
+
+/// The inverse for the two stages: at-least-once under kills duplicates rankings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hourly_top_tips_at_least_once_under_kills_writes_duplicates() {
+    let _heavy = crate::support::turns::heavy().await;
+    let chaos = Chaos::top_tips("top-tips-at-least-once", "at-least-once", 1000).await;
+    kills_write_duplicates(chaos, kill_count().min(TOP_TIPS_KILLS)).await;
 }
 
 /// The broker (a private one, wiped after) is SIGKILLed while the job runs and started again

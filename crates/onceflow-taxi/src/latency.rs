@@ -17,6 +17,8 @@
 //!   later appended of the two, approximated by the START event's append time (the fares are
 //!   not read; the generator appends each fare right after its ride's START event). The
 //!   approximation can only make a latency longer, never hide one.
+//! - [`Job::HourlyTopTips`] is not timed: its input is the fares, which [`Causes::push`]
+//!   refuses as not ride events.
 //!
 //! The computation is pure: [`Causes`] from the input's [`Appended`] records, [`Summary`] of
 //! the output's [`Visible`] records. The reader that tails the output topic and stamps each
@@ -143,7 +145,7 @@ impl Causes {
                     .entry((ride.ride_id, ride.is_start))
                     .or_insert(input.timestamp);
             }
-            Job::PerDriverHourly | Job::DriverShifts => {
+            Job::PerDriverHourly | Job::DriverShifts | Job::HourlyTopTips => {
                 let h = self.partitions.entry(r.partition).or_default();
                 let newest = h
                     .newest
@@ -184,7 +186,7 @@ impl Causes {
                     .as_u64()?;
                 self.events.get(&(ride_id, true)).copied()
             }
-            Job::PerDriverHourly | Job::DriverShifts => {
+            Job::PerDriverHourly | Job::DriverShifts | Job::HourlyTopTips => {
                 let w: WindowCount = serde_json::from_slice(value).ok()?;
                 // Fires when newest − out_of_orderness ≥ end.
                 let at_least = w.window_end.saturating_add(self.out_of_orderness_ms);

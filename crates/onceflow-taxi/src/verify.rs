@@ -25,6 +25,15 @@
 //!   ride's fields with `event_time` named `start_time`, and the fare's amounts. A ride
 //!   without a fare in the bound has no output. Its output is keyed by ride id, so the order
 //!   is checked per ride, not per driver.
+//! - [`Job::HourlyTopTips`] reads the fares topic alone (its input records are [`Fare`]s):
+//!   per event-time tumbling hour `[start, start + 1 h)` of `event_time`, the [`TOP_DRIVERS`]
+//!   drivers with the largest sum of `tip` in it, one record each with its rank, 1 for the
+//!   largest, as [`RankedTips`] (a window Top-N). A driver's sum is the exact sum of its tips
+//!   rounded once to the nearest f64 (ties to even), the same in any record order; a driver
+//!   with cash fares only sums to `0.0` and ranks too. Equal sums rank by the driver id's
+//!   decimal text, ascending (`10` before `9`): the job breaks ties by the rest of the
+//!   record's JSON text, in which only the driver id differs. An hour with no fare has no
+//!   output; one with fewer drivers has fewer ranks.
 //!
 //! **Windows still open.** A streaming job emits a window once its watermark passes the
 //! window's end, and the watermark stops with the input: the last windows never close. A
@@ -34,16 +43,20 @@
 //! is fine, present must be right and not duplicated.
 //!
 //! **Identity and order.** An output record is identified by (ride id, START/END), by
-//! (driver, window start) or, for rides-and-fares, by its ride id; the key for ordering is
-//! what the job keys its output by: the driver id, or the ride id for rides-and-fares. The
+//! (driver, window start), for rides-and-fares by its ride id, and for the hourly top tips by
+//! (window start, rank); the key for ordering is what the job keys its output by: the driver
+//! id, the ride id for rides-and-fares, or the hour's start for the hourly top tips. The
 //! expected order per driver is the input's order (cleansing: the input is keyed by driver,
-//! so a driver's events sit in one partition, in order) or ascending window start. When one
+//! so a driver's events sit in one partition, in order) or ascending window start; per hour,
+//! ascending rank. When one
 //! identity is expected more than once (a ride with two fares in the bound), each output
 //! record of it matches any one of the expected values not matched yet, in any order.
 //!
 //! Values are compared field by field as JSON: integers exactly, other numbers within 10⁻⁹
 //! (a job that parses and re-prints a coordinate may differ in the last bit), and a field
-//! added or dropped is a difference.
+//! added or dropped is a difference. The hourly top tips are the exception: their sums are
+//! exact by design, so every number is compared exactly (a float bit for bit, read from the
+//! output's text correctly rounded).
 
 use crate::fare::Fare;
 use crate::{Ride, NYC};
@@ -63,8 +76,21 @@ pub const SHIFT_GAP_MS: i64 = 30 * 60_000;
 /// `join.between = ["-1m", "1m"]`).
 pub const FARE_WITHIN_MS: i64 = 60_000;
 
+/// The hourly top tips job's ranking: how many drivers an hour keeps.
+pub const TOP_DRIVERS: usize = 3;
+
 /// Coordinates may differ by this much and still count as equal.
 const FLOAT_TOLERANCE: f64 = 1e-9;
+
+/// 2⁷⁰: a tip times this is a whole number (see [`tip_units`]).
+const TIP_SCALE: f64 = (1u128 << 70) as f64;
+
+/// 2⁻⁷⁰ dollars, the unit of an exact tip sum (exact: a power of two).
+const TIP_UNIT: f64 = 1.0 / TIP_SCALE;
+
+/// The largest tip taken, in [`TIP_UNIT`]s: 2¹⁰⁰ (2³⁰ dollars, about 10⁹), far above any
+/// fare, and low enough that 2²⁶ of them still sum inside an i128 (the sum is checked too).
+const TIP_UNITS_MAX: f64 = (1u128 << 100) as f64;
 
 /// A shipped job whose output can be verified.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +106,9 @@ pub enum Job {
     DriverShifts,
     /// Each ride's START event joined with its fare (`jobs/rides-and-fares.toml`).
     RidesAndFares,
+    /// The three drivers with the most tips per event-time hour, from the fares
+    /// (`jobs/hourly-top-drivers-by-tips.toml`).
+    HourlyTopTips,
 }
 
 impl Job {
@@ -96,6 +125,7 @@ impl Job {
             Job::Copy => "copy",
             Job::DriverShifts => "driver-shifts",
             Job::RidesAndFares => "rides-and-fares",
+            Job::HourlyTopTips => "hourly-top-drivers-by-tips",
         }
     }
 
@@ -129,6 +159,21 @@ pub struct WindowCount {
     pub passengers: u64,
 }
 
+/// The hourly top tips job's output record: one driver's rank in an hour.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankedTips {
+    /// The driver.
+    pub driver_id: u64,
+    /// 1 for the largest sum of the hour, up to [`TOP_DRIVERS`] (ties: module docs).
+    pub rank: u64,
+    /// The sum of the driver's tips in the hour, dollars (module docs).
+    pub tips: f64,
+    /// The hour's first ms (inclusive): a multiple of an hour since the epoch.
+    pub window_start: i64,
+    /// The hour's end (exclusive): `window_start` + 1 h.
+    pub window_end: i64,
+}
+
 /// What identifies an output record: the unit of missing and duplicated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RecordId {
@@ -151,6 +196,13 @@ pub enum RecordId {
         /// The ride.
         ride_id: u64,
     },
+    /// A rank of an hour (hourly top tips).
+    Rank {
+        /// The hour's start, ms since the epoch.
+        window_start: i64,
+        /// 1 for the largest sum.
+        rank: u64,
+    },
 }
 
 impl fmt::Display for RecordId {
@@ -166,6 +218,9 @@ impl fmt::Display for RecordId {
                 window_start,
             } => write!(f, "driver {driver_id} window {window_start}"),
             RecordId::Enriched { ride_id } => write!(f, "ride {ride_id} with its fare"),
+            RecordId::Rank { window_start, rank } => {
+                write!(f, "hour {window_start} rank {rank}")
+            }
         }
     }
 }
@@ -195,8 +250,8 @@ pub enum VerifyError {
         /// What is wrong with it.
         reason: String,
     },
-    /// A record of the fares topic that is not a fare, or a fare given to a job that does not
-    /// join fares.
+    /// A record of the fares topic that is not a fare (or one whose tip the hourly top tips
+    /// cannot sum exactly), or a fare given to a job that does not join fares.
     #[error("fares partition {partition} offset {offset} is not a fare: {reason}")]
     Fare {
         /// Partition.
@@ -224,7 +279,7 @@ pub struct ExpectedRecord {
     /// Its identity.
     pub id: RecordId,
     /// The driver: the ordering key of every job but [`Job::RidesAndFares`], which keys its
-    /// output by ride (module docs).
+    /// output by ride, and [`Job::HourlyTopTips`], which keys it by hour (module docs).
     pub driver_id: u64,
     /// Its value, as JSON.
     pub value: Value,
@@ -275,6 +330,8 @@ pub struct ExpectationBuilder {
     starts: ByRide<Ride>,
     /// Rides and fares: the fares by ride id, each with its position in the fares topic.
     fares: ByRide<Fare>,
+    /// Hourly top tips: (hour start, driver) → the exact sum of the tips, in [`TIP_UNIT`]s.
+    tips: BTreeMap<(i64, u64), i128>,
 }
 
 impl ExpectationBuilder {
@@ -297,13 +354,27 @@ impl ExpectationBuilder {
             drop_offs: BTreeMap::new(),
             starts: BTreeMap::new(),
             fares: BTreeMap::new(),
+            tips: BTreeMap::new(),
         }
     }
 
-    /// Takes one input record.
+    /// The job whose expectation this builds.
+    ///
+    /// ```
+    /// use onceflow_taxi::verify::{ExpectationBuilder, Job};
+    /// assert_eq!(ExpectationBuilder::new(Job::HourlyTopTips, 0).job(), Job::HourlyTopTips);
+    /// ```
+    pub fn job(&self) -> Job {
+        self.job
+    }
+
+    /// Takes one input record: a ride event, or for [`Job::HourlyTopTips`] a fare.
     ///
     /// # Errors
-    /// [`VerifyError::Input`] when the value is missing or not a ride event's JSON.
+    /// [`VerifyError::Input`] when the value is missing or not a ride event's JSON;
+    /// for [`Job::HourlyTopTips`], [`VerifyError::Fare`] when it is not a fare's JSON or its
+    /// tip cannot be summed exactly (not a whole multiple of 2⁻⁷⁰ dollars, which every tip
+    /// of at least 2⁻¹⁸ is, or beyond 2³⁰ dollars).
     ///
     /// ```
     /// use onceflow_taxi::verify::{ExpectationBuilder, Job, TopicRecord};
@@ -316,6 +387,9 @@ impl ExpectationBuilder {
     /// );
     /// ```
     pub fn push(&mut self, record: &TopicRecord) -> Result<(), VerifyError> {
+        if self.job == Job::HourlyTopTips {
+            return self.push_tip(record);
+        }
         let bad = |reason: String| VerifyError::Input {
             partition: record.partition,
             offset: record.offset,
@@ -359,7 +433,44 @@ impl ExpectationBuilder {
                         .push(((record.partition, record.offset), ride));
                 }
             }
+            // Its input records are fares, taken by `push_tip` above.
+            Job::HourlyTopTips => {}
         }
+        Ok(())
+    }
+
+    /// [`ExpectationBuilder::push`] for [`Job::HourlyTopTips`]: a fare's tip added to its
+    /// driver's sum for its hour.
+    fn push_tip(&mut self, record: &TopicRecord) -> Result<(), VerifyError> {
+        let bad = |reason: String| VerifyError::Fare {
+            partition: record.partition,
+            offset: record.offset,
+            reason,
+        };
+        let value = record
+            .value
+            .as_deref()
+            .ok_or_else(|| bad("it has no value".into()))?;
+        let fare: Fare = serde_json::from_slice(value).map_err(|e| bad(e.to_string()))?;
+        let units = tip_units(fare.tip).ok_or_else(|| {
+            bad(format!(
+                "its tip {:?} cannot be summed exactly: not a whole multiple of 2^-70 dollars \
+                 below 2^30 dollars (the generator's tips are whole cents)",
+                fare.tip
+            ))
+        })?;
+        let newest = self.newest.entry(record.partition).or_insert(i64::MIN);
+        *newest = (*newest).max(fare.event_time);
+        let sum = self
+            .tips
+            .entry((hour_of(fare.event_time), fare.driver_id))
+            .or_default();
+        *sum = sum.checked_add(units).ok_or_else(|| {
+            bad(format!(
+                "driver {}'s tips in its hour overflow the exact sum",
+                fare.driver_id
+            ))
+        })?;
         Ok(())
     }
 
@@ -368,7 +479,8 @@ impl ExpectationBuilder {
     ///
     /// # Errors
     /// [`VerifyError::Fare`] when the value is missing or not a fare's JSON, or when the job
-    /// is not rides-and-fares (no other job reads fares).
+    /// is not rides-and-fares (no other job has fares as a second input; the fares of
+    /// [`Job::HourlyTopTips`] are its input, taken by [`ExpectationBuilder::push`]).
     ///
     /// ```
     /// use onceflow_taxi::generate::Config;
@@ -392,6 +504,13 @@ impl ExpectationBuilder {
             offset: record.offset,
             reason,
         };
+        if self.job == Job::HourlyTopTips {
+            return Err(bad(
+                "the fares are the hourly-top-drivers-by-tips job's only input: push them as \
+                 its input records, not as a second input"
+                    .into(),
+            ));
+        }
         if self.job != Job::RidesAndFares {
             return Err(bad(format!(
                 "the {} job reads no fares: only rides-and-fares takes fares",
@@ -493,6 +612,21 @@ impl ExpectationBuilder {
                     .collect()
             }
             Job::RidesAndFares => joined(self.starts, self.fares),
+            Job::HourlyTopTips => {
+                let closed_by = self.closed_by();
+                top_tips(self.tips)
+                    .into_iter()
+                    .map(|r| ExpectedRecord {
+                        id: RecordId::Rank {
+                            window_start: r.window_start,
+                            rank: r.rank,
+                        },
+                        driver_id: r.driver_id,
+                        required: r.window_end <= closed_by,
+                        value: serde_json::to_value(&r).unwrap_or(Value::Null),
+                    })
+                    .collect()
+            }
             Job::PerDriverHourly => {
                 let closed_by = self.closed_by();
                 self.windows
@@ -554,6 +688,70 @@ fn shifts(drop_offs: BTreeMap<u64, Vec<(i64, u32)>>) -> Vec<WindowCount> {
             }
         }
         out.extend(current);
+    }
+    out
+}
+
+/// The start of the event-time hour of `t` (rounded down, also before the epoch).
+fn hour_of(t: i64) -> i64 {
+    // Saturating: an absurd event time must not overflow; its hour is then clamped.
+    t.div_euclid(HOUR_MS).saturating_mul(HOUR_MS)
+}
+
+/// A tip in [`TIP_UNIT`]s (2⁻⁷⁰ dollars), exactly; `None` when it is not finite, not a whole
+/// number of them, or above [`TIP_UNITS_MAX`].
+///
+/// Summing these integers and rounding the total once gives the exact sum of the f64 tips
+/// correctly rounded, as the job's sum does, whatever the order: every f64 of at least 2⁻¹⁸
+/// (a cent is 0.01) is a whole multiple of 2⁻⁷⁰, since an f64 has 53 significant bits.
+fn tip_units(tip: f64) -> Option<i128> {
+    // Multiplying by a power of two only moves the exponent: exact for any finite tip that
+    // does not overflow, which the bound below rules out.
+    let scaled = tip * TIP_SCALE;
+    // `as` is exact here: a whole number below 2¹⁰⁰ in magnitude.
+    (scaled.is_finite() && scaled.fract() == 0.0 && scaled.abs() <= TIP_UNITS_MAX)
+        .then_some(scaled as i128)
+}
+
+/// An exact sum of tips, in [`TIP_UNIT`]s, as dollars: rounded once to the nearest f64, ties
+/// to even (what Rust's i128 to f64 `as` does); the scaling by 2⁻⁷⁰ is exact.
+fn tip_dollars(units: i128) -> f64 {
+    units as f64 * TIP_UNIT
+}
+
+/// Each hour's ranking (hours ascending, then ranks): its drivers by their sum of tips,
+/// largest first, equal sums by the driver id's decimal text ascending, at most
+/// [`TOP_DRIVERS`].
+fn top_tips(sums: BTreeMap<(i64, u64), i128>) -> Vec<RankedTips> {
+    let mut hours: BTreeMap<i64, Vec<(f64, u64)>> = BTreeMap::new();
+    for ((window_start, driver_id), units) in sums {
+        hours
+            .entry(window_start)
+            .or_default()
+            .push((tip_dollars(units), driver_id));
+    }
+    let mut out = Vec::new();
+    for (window_start, mut drivers) in hours {
+        // The job ranks the rounded sums, so two exact sums that round to the same f64 are a
+        // tie; it breaks ties by the record's JSON text, which for equal tips in one hour
+        // differs only in the driver id's digits.
+        drivers.sort_by(|(a_tips, a_driver), (b_tips, b_driver)| {
+            b_tips
+                .total_cmp(a_tips)
+                .then_with(|| a_driver.to_string().cmp(&b_driver.to_string()))
+        });
+        out.extend(
+            (1..)
+                .zip(drivers)
+                .take(TOP_DRIVERS)
+                .map(|(rank, (tips, driver_id))| RankedTips {
+                    driver_id,
+                    rank,
+                    tips,
+                    window_start,
+                    window_end: window_start.saturating_add(HOUR_MS),
+                }),
+        );
     }
     out
 }
@@ -792,6 +990,10 @@ impl Parsed {
     fn order_key(&self) -> (u64, String) {
         match self.id {
             RecordId::Enriched { ride_id } => (ride_id, format!("ride {ride_id}")),
+            // Reinterpreting the i64 is one to one, and a comparison has one kind of key.
+            RecordId::Rank { window_start, .. } => {
+                (window_start as u64, format!("hour {window_start}"))
+            }
             _ => (self.driver_id, format!("driver {}", self.driver_id)),
         }
     }
@@ -802,6 +1004,13 @@ impl Parsed {
 struct EnrichedId {
     ride_id: u64,
     driver_id: u64,
+}
+
+/// What identifies an hourly top tips output record; its other fields are only compared.
+#[derive(Deserialize)]
+struct RankId {
+    window_start: i64,
+    rank: u64,
 }
 
 fn parse(job: Job, value: Option<&[u8]>) -> Result<Parsed, String> {
@@ -841,6 +1050,22 @@ fn parse(job: Job, value: Option<&[u8]>) -> Result<Parsed, String> {
                 value,
             })
         }
+        Job::HourlyTopTips => {
+            // The sums are compared bit for bit: serde_json reads floats correctly rounded
+            // (its `float_roundtrip` feature, Cargo.toml).
+            let r: RankId = serde_json::from_value(value.clone())
+                .map_err(|e| format!("not a driver's rank by tips in an hour: {e}"))?;
+            Ok(Parsed {
+                id: RecordId::Rank {
+                    window_start: r.window_start,
+                    rank: r.rank,
+                },
+                // Not the ordering key (the hour is), and not required to identify the record:
+                // a wrong or absent driver id is a wrong record.
+                driver_id: 0,
+                value,
+            })
+        }
     }
 }
 
@@ -857,16 +1082,68 @@ fn numbers_equal(a: &serde_json::Number, b: &serde_json::Number) -> bool {
     }
 }
 
-fn values_equal(a: &Value, b: &Value) -> bool {
+/// Whether two numbers are the same exactly: integers equal, floats equal bit for bit, and an
+/// integer equal to a float only when the float is that whole number (`30` is `30.0`).
+fn numbers_exactly_equal(a: &serde_json::Number, b: &serde_json::Number) -> bool {
+    let int = |n: &serde_json::Number| {
+        n.as_i64()
+            .map(i128::from)
+            .or_else(|| n.as_u64().map(i128::from))
+    };
+    match (int(a), int(b)) {
+        (Some(x), Some(y)) => x == y,
+        // `as` saturates beyond i128, where no 64-bit integer is.
+        (Some(i), None) => b
+            .as_f64()
+            .is_some_and(|f| f.fract() == 0.0 && f as i128 == i),
+        (None, Some(i)) => a
+            .as_f64()
+            .is_some_and(|f| f.fract() == 0.0 && f as i128 == i),
+        (None, None) => match (a.as_f64(), b.as_f64()) {
+            (Some(x), Some(y)) => x.to_bits() == y.to_bits(),
+            _ => false,
+        },
+    }
+}
+
+/// How a comparison takes numbers (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Numbers {
+    /// Floats within [`FLOAT_TOLERANCE`].
+    Tolerant,
+    /// [`numbers_exactly_equal`].
+    Exact,
+}
+
+impl Numbers {
+    /// How `job`'s output numbers compare: exactly for the hourly top tips, whose sums are
+    /// exact by design, else with the tolerance.
+    fn of(job: Job) -> Numbers {
+        if job == Job::HourlyTopTips {
+            Numbers::Exact
+        } else {
+            Numbers::Tolerant
+        }
+    }
+
+    fn equal(self, a: &serde_json::Number, b: &serde_json::Number) -> bool {
+        match self {
+            Numbers::Tolerant => numbers_equal(a, b),
+            Numbers::Exact => numbers_exactly_equal(a, b),
+        }
+    }
+}
+
+fn values_equal(a: &Value, b: &Value, numbers: Numbers) -> bool {
     match (a, b) {
-        (Value::Number(x), Value::Number(y)) => numbers_equal(x, y),
+        (Value::Number(x), Value::Number(y)) => numbers.equal(x, y),
         _ => a == b,
     }
 }
 
 /// The fields in which `actual` differs from `expected`, as `field got G (expected E)`;
 /// empty when they match.
-fn differences(expected: &Value, actual: &Value) -> Vec<String> {
+fn differences(expected: &Value, actual: &Value, numbers: Numbers) -> Vec<String> {
     let empty = Map::new();
     let e = expected.as_object().unwrap_or(&empty);
     let a = actual.as_object().unwrap_or(&empty);
@@ -874,7 +1151,9 @@ fn differences(expected: &Value, actual: &Value) -> Vec<String> {
     for (k, ev) in e {
         match a.get(k) {
             None => out.push(format!("{k} absent (expected {ev})")),
-            Some(av) if !values_equal(ev, av) => out.push(format!("{k} {av} (expected {ev})")),
+            Some(av) if !values_equal(ev, av, numbers) => {
+                out.push(format!("{k} {av} (expected {ev})"))
+            }
             Some(_) => {}
         }
     }
@@ -945,6 +1224,7 @@ pub fn compare_located(
         s.indices.push(index);
         s.matched.push(false);
     }
+    let numbers = Numbers::of(expected.job);
     let mut sorted: Vec<&TopicRecord> = actual.iter().collect();
     sorted.sort_by_key(|r| (r.partition, r.offset));
     // Per ordering key: the latest expected position among its right records read so far.
@@ -967,11 +1247,13 @@ pub fn compare_located(
         // The expected values of this identity the record equals: the first not matched yet
         // makes it right; equal only to matched ones, it is a duplicate; equal to none, wrong.
         let equal: Vec<usize> = (0..s.indices.len())
-            .filter(|&i| differences(&expected.records[s.indices[i]].value, &p.value).is_empty())
+            .filter(|&i| {
+                differences(&expected.records[s.indices[i]].value, &p.value, numbers).is_empty()
+            })
             .collect();
         if equal.is_empty() {
             s.wrong += 1;
-            let diff = differences(&expected.records[s.indices[0]].value, &p.value);
+            let diff = differences(&expected.records[s.indices[0]].value, &p.value, numbers);
             cmp.wrong
                 .add(1, || format!("{} at {}: {}", p.id, at(), diff.join(", ")));
             continue;
@@ -1775,6 +2057,300 @@ mod tests {
             e.to_string(),
             "fares partition 0 offset 0 is not a fare: the cleansing job reads no fares: only \
              rides-and-fares takes fares"
+        );
+    }
+
+    /// A fare of `driver_id` at `t`: by card with `tip`, or in cash when `tip` is 0.
+    fn tip_fare(ride_id: u64, driver_id: u64, t: i64, tip: f64) -> Fare {
+        Fare {
+            ride_id,
+            taxi_id: 1000 + driver_id,
+            driver_id,
+            payment_type: if tip == 0.0 { "CASH" } else { "CARD" }.into(),
+            tip,
+            tolls: 0.0,
+            total_fare: 10.0 + tip,
+            event_time: t,
+        }
+    }
+
+    /// The hourly top tips expectation of fares, each given with its input partition.
+    fn top_tips_expected(fares: &[(i32, Fare)], out_of_orderness_ms: i64) -> Expected {
+        let mut next: HashMap<i32, i64> = HashMap::new();
+        let mut b = ExpectationBuilder::new(Job::HourlyTopTips, out_of_orderness_ms);
+        for (p, f) in fares {
+            let o = next.entry(*p).or_default();
+            *o += 1;
+            b.push(&rec(*p, *o - 1, &f.to_json())).unwrap();
+        }
+        b.finish()
+    }
+
+    /// The required expected records written as the job writes them: keyed by the hour, so
+    /// an hour's ranks sit in one partition (here the hour's number modulo 2), in rank order.
+    fn written_by_hour(e: &Expected) -> Vec<TopicRecord> {
+        let mut next: HashMap<i32, i64> = HashMap::new();
+        e.records
+            .iter()
+            .filter(|r| r.required)
+            .map(|r| {
+                let RecordId::Rank { window_start, .. } = r.id else {
+                    panic!("not a rank: {}", r.id);
+                };
+                let p = window_start.div_euclid(HOUR_MS).rem_euclid(2) as i32;
+                let o = next.entry(p).or_default();
+                *o += 1;
+                rec(p, *o - 1, &r.value.to_string())
+            })
+            .collect()
+    }
+
+    /// A rank record as the job writes it.
+    fn ranked(driver_id: u64, rank: u64, tips: f64, window_start: i64) -> Value {
+        serde_json::json!({"driver_id": driver_id, "rank": rank, "tips": tips,
+                           "window_start": window_start, "window_end": window_start + HOUR_MS})
+    }
+
+    /// Two hours of fares on two partitions, and a third hour that is still open: hour 0 has
+    /// a tie (drivers 10 and 9) and a fourth driver left out, hour 1 a cash-only driver.
+    fn two_hours_of_fares() -> Vec<(i32, Fare)> {
+        let h = HOUR_MS;
+        vec![
+            (0, tip_fare(1, 7, 1_000, 5.25)),
+            (1, tip_fare(2, 10, 2_000, 3.0)),
+            (0, tip_fare(3, 9, 3_000, 1.0)),
+            (1, tip_fare(4, 4, 4_000, 1.0)),
+            (1, tip_fare(5, 7, h - 1, 2.5)),
+            (0, tip_fare(6, 9, 10_000, 2.0)),
+            (0, tip_fare(7, 7, h, 0.0)),
+            (1, tip_fare(8, 1, h + 5_000, 2.0)),
+            (1, tip_fare(9, 7, 2 * h - 1, 0.0)),
+            // Both partitions past 2 h + 60 s: hour 1 closed, hour 2 open.
+            (0, tip_fare(10, 2, 2 * h + 60_000, 1.0)),
+            (1, tip_fare(11, 3, 2 * h + 61_000, 1.5)),
+        ]
+    }
+
+    #[test]
+    fn hourly_top_tips_rank_each_hours_drivers_by_their_tips() {
+        let e = top_tips_expected(&two_hours_of_fares(), 60_000);
+        let got: Vec<(String, Value, bool)> = e
+            .records
+            .iter()
+            .map(|r| (r.id.to_string(), r.value.clone(), r.required))
+            .collect();
+        let h = HOUR_MS;
+        let want = |id: &str, value: Value, required: bool| (id.to_owned(), value, required);
+        assert_eq!(
+            got,
+            [
+                want("hour 0 rank 1", ranked(7, 1, 7.75, 0), true),
+                want("hour 0 rank 2", ranked(10, 2, 3.0, 0), true),
+                want("hour 0 rank 3", ranked(9, 3, 3.0, 0), true),
+                want("hour 3600000 rank 1", ranked(1, 1, 2.0, h), true),
+                want("hour 3600000 rank 2", ranked(7, 2, 0.0, h), true),
+                want("hour 7200000 rank 1", ranked(3, 1, 1.5, 2 * h), false),
+                want("hour 7200000 rank 2", ranked(2, 2, 1.0, 2 * h), false),
+            ]
+        );
+        // The cash-only driver's sum is a float, as the job writes it.
+        assert!(e.records[4].value.to_string().contains(r#""tips":0.0"#));
+        assert_eq!(e.records[4].driver_id, 7);
+        let c = compare(&e, &written_by_hour(&e));
+        assert_eq!(
+            c.verdict(),
+            "verify: OK — 5 records, no loss, no duplicates, order kept per key (2 windows \
+             still open at the input's end not yet written, as allowed)"
+        );
+        // Partition 1 not past 2 h + 60 s: hour 1 has not closed everywhere.
+        let mut fares = two_hours_of_fares();
+        fares.pop();
+        let required: Vec<bool> = top_tips_expected(&fares, 60_000)
+            .records
+            .iter()
+            .map(|r| r.required)
+            .collect();
+        assert_eq!(required, [true, true, true, false, false, false]);
+        // Ties by the driver id's text: 1 before 10 before 9.
+        let tied = [
+            (0, tip_fare(1, 9, 0, 1.0)),
+            (0, tip_fare(2, 10, 0, 1.0)),
+            (1, tip_fare(3, 1, 0, 1.0)),
+        ];
+        let ids: Vec<u64> = top_tips_expected(&tied, 0)
+            .records
+            .iter()
+            .map(|r| r.driver_id)
+            .collect();
+        assert_eq!(ids, [1, 10, 9]);
+        assert_eq!(
+            (Job::HourlyTopTips.name(), Job::HourlyTopTips.checks_order()),
+            ("hourly-top-drivers-by-tips", true)
+        );
+    }
+
+    #[test]
+    fn hourly_tips_are_summed_exactly_in_any_order() {
+        // 0.1 + 0.2 + 0.3 rounds twice (to 0.6000000000000001); the exact sum of the three
+        // f64s, rounded once, is the f64 0.6.
+        assert_ne!(0.1 + 0.2 + 0.3, 0.6);
+        let tips = [0.1, 0.2, 0.3];
+        for order in [[0, 1, 2], [2, 1, 0], [1, 2, 0]] {
+            let fares: Vec<(i32, Fare)> = order
+                .iter()
+                .map(|&i| (0, tip_fare(i as u64, 5, 1_000, tips[i])))
+                .collect();
+            let e = top_tips_expected(&fares, 60_000);
+            let tips = e.records[0].value["tips"].as_f64();
+            assert_eq!(tips.map(f64::to_bits), Some(0.6f64.to_bits()));
+        }
+        // Before the epoch, an hour starts at the multiple of an hour below.
+        assert_eq!(
+            (hour_of(-1), hour_of(0), hour_of(HOUR_MS - 1)),
+            (-HOUR_MS, 0, 0)
+        );
+        // A tip that is not a whole number of 2^-70 dollars is named, not rounded.
+        assert_eq!(tip_units(1e-30), None);
+        assert_eq!(tip_units(f64::NAN), None);
+        assert_eq!(tip_units(0.01).map(tip_dollars), Some(0.01));
+        let mut b = ExpectationBuilder::new(Job::HourlyTopTips, 60_000);
+        let s = b
+            .push(&rec(1, 4, &tip_fare(1, 5, 0, 1e-30).to_json()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            s.starts_with("fares partition 1 offset 4 is not a fare: its tip ")
+                && s.ends_with(
+                    "tip 1e-30 cannot be summed exactly: not a whole multiple of 2^-70 dollars below \
+                     2^30 dollars (the generator's tips are whole cents)"
+                ),
+            "{s}"
+        );
+        let e = b.push(&rec(0, 2, &sample()[0].to_json())).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("fares partition 0 offset 2 is not a fare: missing field"),
+            "{e}"
+        );
+        // Its fares are its input, not a second one.
+        let e = b
+            .push_fare(&rec(0, 0, &tip_fare(1, 5, 0, 1.0).to_json()))
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("the fares are the hourly-top-drivers-by-tips job's only input"),
+            "{e}"
+        );
+    }
+
+    /// A sum whose shortest text has 17 digits, which serde_json's default float parsing
+    /// reads one unit in the last place off (as 0.21), verifies; 0.21 itself does not,
+    /// although it is well within the tolerance of the other jobs. (The hour is still open:
+    /// 0 expected, but what is written must be right.)
+    #[test]
+    fn hourly_tips_are_compared_bit_for_bit() {
+        let fares = [(0, tip_fare(1, 5, 0, 0.01)), (1, tip_fare(2, 5, 1, 0.2))];
+        let e = top_tips_expected(&fares, 0);
+        let exact = e.records[0].value.to_string();
+        assert!(exact.contains(r#""tips":0.21000000000000002"#), "{exact}");
+        assert!(compare(&e, &[rec(0, 0, &exact)]).is_ok());
+        let off = exact.replace("0.21000000000000002", "0.21");
+        assert_eq!(
+            compare(&e, &[rec(0, 0, &off)]).verdict(),
+            "verify: FAILED — 1 wrong (first: hour 0 rank 1 at partition 0 offset 0: tips 0.21 \
+             (expected 0.21000000000000002)); 1 records read, 0 expected"
+        );
+        // A whole sum printed as an integer is the same number.
+        let e = top_tips_expected(&[(0, tip_fare(1, 5, 0, 30.0))], 0);
+        let int = e.records[0].value.to_string().replace("30.0", "30");
+        assert!(compare(&e, &[rec(0, 0, &int)]).is_ok(), "{int}");
+    }
+
+    #[test]
+    fn a_wrong_missing_duplicated_or_reordered_rank_is_reported() {
+        let e = top_tips_expected(&two_hours_of_fares(), 60_000);
+        // Hour 0's ranks on partition 0 (offsets 0–2), hour 1's on partition 1 (offsets 0–1).
+        let good = written_by_hour(&e);
+        let value = |i: usize| e.records[i].value.clone();
+        let replaced = |i: usize, v: &Value| {
+            let mut out = good.clone();
+            out[i].value = Some(v.to_string().into_bytes());
+            out
+        };
+        // 7.75 one unit in the last place off: within 10⁻⁹, still wrong.
+        let mut off = value(0);
+        off["tips"] = serde_json::json!(f64::from_bits(7.75f64.to_bits() + 1));
+        let mut swapped = good.clone();
+        swapped[1].value = Some(ranked(9, 2, 3.0, 0).to_string().into_bytes());
+        swapped[2].value = Some(ranked(10, 3, 3.0, 0).to_string().into_bytes());
+        let mut reordered = good.clone();
+        reordered.swap(0, 1);
+        reordered[0].offset = 0;
+        reordered[1].offset = 1;
+        let cases: Vec<(&str, Vec<TopicRecord>, &str)> =
+            vec![
+            (
+                "wrong tips",
+                replaced(0, &off),
+                "verify: FAILED — 1 wrong (first: hour 0 rank 1 at partition 0 offset 0: tips \
+                 7.750000000000001 (expected 7.75)); 5 records read, 5 expected",
+            ),
+            (
+                "tie broken the other way",
+                swapped,
+                "verify: FAILED — 2 wrong (first: hour 0 rank 2 at partition 0 offset 1: \
+                 driver_id 9 (expected 10)); 5 records read, 5 expected",
+            ),
+            (
+                "missing hour",
+                good[..3].to_vec(),
+                "verify: FAILED — 2 missing (first: hour 3600000 rank 1); 3 records read, 5 \
+                 expected",
+            ),
+            (
+                "duplicated",
+                [good.clone(), vec![rec(1, 2, &value(3).to_string())]].concat(),
+                "verify: FAILED — 1 duplicated (first: hour 3600000 rank 1 again at partition \
+                 1 offset 2); 6 records read, 5 expected",
+            ),
+            (
+                "out of order",
+                reordered,
+                "verify: FAILED — 1 out of order (first: hour 0: hour 0 rank 1 at partition 0 \
+                 offset 1 after hour 0 rank 2); 5 records read, 5 expected",
+            ),
+            (
+                "a fourth rank",
+                [good.clone(), vec![rec(0, 3, &ranked(4, 4, 1.0, 0).to_string())]].concat(),
+                "verify: FAILED — 1 unexpected (first: hour 0 rank 4 at partition 0 offset 3, \
+                 which the job should not write); 6 records read, 5 expected",
+            ),
+            (
+                "not a rank",
+                [good.clone(), vec![rec(1, 2, r#"{"window_start": 0}"#)]].concat(),
+                "verify: FAILED — 1 unexpected (first: partition 1 offset 2: not a driver's rank \
+                 by tips in an hour: missing field `rank`); 6 records read, 5 expected",
+            ),
+        ];
+        for (name, actual, verdict) in cases {
+            assert_eq!(compare(&e, &actual).verdict(), verdict, "{name}");
+        }
+        // The open hour written wrong is wrong too; written right, it is fine.
+        let mut open = value(6);
+        open["tips"] = serde_json::json!(1.25);
+        let c = compare(
+            &e,
+            &[good.clone(), vec![rec(0, 3, &open.to_string())]].concat(),
+        );
+        assert_eq!(c.wrong.count, 1, "{}", c.verdict());
+        let open = [
+            rec(0, 3, &value(5).to_string()),
+            rec(0, 4, &value(6).to_string()),
+        ];
+        let c = compare(&e, &[good, open.to_vec()].concat());
+        assert_eq!(
+            c.verdict(),
+            "verify: OK — 7 records, no loss, no duplicates, order kept per key"
         );
     }
 }

@@ -1,12 +1,15 @@
 //! `onceflow taxi verify`: a shipped job's expected output ([`onceflow_taxi::verify`]) from a
 //! read_committed snapshot of its input topic (or its CSV input files,
-//! [`onceflow_taxi::files`]) and, for rides-and-fares, of its fares topic, compared with a read_committed snapshot of its output topic (or a
-//! file sink's finished files); a one-line verdict (exit 0 on OK, 1 on FAILED). [`JobTopics`]
-//! is the same reading for the latency command and the demo.
+//! [`onceflow_taxi::files`]) and, for rides-and-fares, of its fares topic, compared with a
+//! read_committed snapshot of its output topic (or a file sink's finished files); a one-line
+//! verdict (exit 0 on OK, 1 on FAILED). The input is the ride events, but for
+//! hourly-top-drivers-by-tips, which reads the fares topic alone. [`JobTopics`] is the same
+//! reading for the latency command and the demo.
 
 use crate::error::{CliError, Result};
 use crate::props::Conn;
 use crate::schema::{Decoders, RegistryArgs, Serdes};
+use clap::builder::PossibleValue;
 use onceflow::client::{Admin, Consumer, ConsumerRecord, IsolationLevel, Offset, TopicPartition};
 use onceflow_taxi::files::Files;
 use onceflow_taxi::latency::{Appended, Causes};
@@ -16,7 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-/// `--job`: the shipped job whose output is checked (or timed).
+/// `--job` of `taxi latency`: a shipped job whose output is timed (or checked: see
+/// [`VerifyJobName`] for the jobs `taxi verify` checks).
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum JobName {
     /// Rides that start and end in the NYC box, events unchanged.
@@ -46,6 +50,51 @@ impl From<JobName> for Job {
     }
 }
 
+/// `--job` of `taxi verify`: every [`JobName`], and the jobs whose output is checked but not
+/// timed (`taxi latency` reads ride events, and their input is not).
+#[derive(Clone, Copy)]
+enum VerifyJobName {
+    /// A job `taxi latency` times too.
+    Timed(JobName),
+    /// The three drivers with the most tips per event-time hour.
+    HourlyTopDriversByTips,
+}
+
+impl clap::ValueEnum for VerifyJobName {
+    fn value_variants<'a>() -> &'a [Self] {
+        // Every `JobName` (a test checks none is left out), then the jobs of verify alone.
+        &[
+            VerifyJobName::Timed(JobName::Cleansing),
+            VerifyJobName::Timed(JobName::PerDriverHourly),
+            VerifyJobName::Timed(JobName::Copy),
+            VerifyJobName::Timed(JobName::DriverShifts),
+            VerifyJobName::Timed(JobName::RidesAndFares),
+            VerifyJobName::HourlyTopDriversByTips,
+        ]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        match self {
+            VerifyJobName::Timed(job) => job.to_possible_value(),
+            VerifyJobName::HourlyTopDriversByTips => {
+                Some(PossibleValue::new(Job::HourlyTopTips.name()).help(
+                    "The three drivers with the most tips per event-time hour, a record per \
+                     rank, keyed by the hour: its only input is the fares topic (--input)",
+                ))
+            }
+        }
+    }
+}
+
+impl From<VerifyJobName> for Job {
+    fn from(j: VerifyJobName) -> Job {
+        match j {
+            VerifyJobName::Timed(job) => Job::from(job),
+            VerifyJobName::HourlyTopDriversByTips => Job::HourlyTopTips,
+        }
+    }
+}
+
 #[derive(clap::Args)]
 pub struct VerifyArgs {
     // -X properties apply to the consumers; the admin client gets the brokers.
@@ -53,8 +102,9 @@ pub struct VerifyArgs {
     conn: Conn,
     /// The job whose output to check.
     #[arg(long, value_enum)]
-    job: JobName,
-    /// The job's input topic (ride events); or --input-file.
+    job: VerifyJobName,
+    /// The job's input topic: the ride events, or for hourly-top-drivers-by-tips the fares
+    /// (`taxi generate --fares`); or --input-file.
     #[arg(
         long,
         required_unless_present = "input_file",
@@ -63,11 +113,13 @@ pub struct VerifyArgs {
     input: Option<String>,
     /// The job's input as TaxiRide CSV instead of a topic: a file, or a directory whose files
     /// (names starting with '.' skipped) are read in name order; a name ending .gz is gzip.
-    /// Each file stands for one input partition.
+    /// Each file stands for one input partition. Not for hourly-top-drivers-by-tips, which
+    /// reads fares.
     #[arg(long, value_name = "PATH")]
     input_file: Option<PathBuf>,
     /// The rides-and-fares job's second input: the fares topic (`taxi generate --fares`),
-    /// read with isolation.level=read_committed.
+    /// read with isolation.level=read_committed. Not for hourly-top-drivers-by-tips, whose
+    /// fares are its --input.
     #[arg(long, value_name = "TOPIC")]
     fares: Option<String>,
     /// The job's output topic, read with isolation.level=read_committed; or --output-dir.
@@ -114,6 +166,7 @@ pub async fn run(a: VerifyArgs) -> Result<ExitCode> {
     };
     let job = Job::from(a.job);
     check_fares(job, a.fares.as_deref())?;
+    check_input_file(job, a.input_file.as_deref())?;
     let deadline = Instant::now() + Duration::from_millis(a.read_timeout_ms);
     // A broker only for a topic: files alone are verified without one.
     let admin = if a.input.is_some() || a.output.is_some() || a.late.is_some() || a.fares.is_some()
@@ -254,15 +307,20 @@ impl JobTopics<'_> {
         )
         .await?;
         match input_error {
-            Some(e) => Err(bad_input(self.input, e)),
+            Some(e) => Err(bad_input(self.job, self.input, e)),
             None => Ok(causes),
         }
     }
 }
 
-fn bad_input(input: &str, e: verify::VerifyError) -> CliError {
+fn bad_input(job: Job, input: &str, e: verify::VerifyError) -> CliError {
+    let what = if job == Job::HourlyTopTips {
+        "the fares of `onceflow taxi generate --fares`"
+    } else {
+        "the ride events of `onceflow taxi generate`"
+    };
     CliError::Input(format!(
-        "{input}: {e}; the job's input must be the ride events of `onceflow taxi generate` (--input)"
+        "{input}: {e}; the job's input must be {what} (--input)"
     ))
 }
 
@@ -298,14 +356,20 @@ async fn expect_from_topic(
     })
     .await?;
     match input_error {
-        Some(e) => Err(bad_input(input, e)),
+        Some(e) => Err(bad_input(expectation.job(), input, e)),
         None => Ok(()),
     }
 }
 
-/// The fares topic is given for the rides-and-fares job, which joins it, and for no other.
+/// The fares topic is given for the rides-and-fares job, which joins it, and for no other
+/// (hourly-top-drivers-by-tips reads the fares as its only input, --input).
 fn check_fares(job: Job, fares: Option<&str>) -> Result<()> {
     match (job, fares) {
+        (Job::HourlyTopTips, Some(_)) => Err(CliError::Usage(
+            "--job hourly-top-drivers-by-tips reads the fares as its only input: give the \
+             fares topic as --input TOPIC, without --fares"
+                .into(),
+        )),
         (Job::RidesAndFares, None) => Err(CliError::Usage(
             "--job rides-and-fares joins the rides with their fares: add --fares TOPIC (the \
              fares topic of `taxi generate --fares`)"
@@ -317,6 +381,19 @@ fn check_fares(job: Job, fares: Option<&str>) -> Result<()> {
              reads fares, not --job {}",
             other.name()
         ))),
+    }
+}
+
+/// Input files are ride events (TaxiRide CSV): not the input of hourly-top-drivers-by-tips,
+/// which reads fares.
+fn check_input_file(job: Job, input_file: Option<&Path>) -> Result<()> {
+    match (job, input_file) {
+        (Job::HourlyTopTips, Some(_)) => Err(CliError::Usage(
+            "--input-file holds ride events, but --job hourly-top-drivers-by-tips reads the \
+             fares: give the fares topic as --input TOPIC"
+                .into(),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -485,7 +562,8 @@ async fn read_committed(
 mod tests {
     use super::*;
 
-    /// Every job with and without --fares: only rides-and-fares takes them, and needs them.
+    /// Every job with and without --fares: only rides-and-fares takes them, and needs them;
+    /// hourly-top-drivers-by-tips is told to give them as --input.
     #[test]
     fn fares_are_required_by_rides_and_fares_and_refused_by_the_others() {
         assert!(check_fares(Job::RidesAndFares, Some("fares")).is_ok());
@@ -511,5 +589,55 @@ mod tests {
             );
         }
         assert_eq!(Job::from(JobName::RidesAndFares).name(), "rides-and-fares");
+        assert!(check_fares(Job::HourlyTopTips, None).is_ok());
+        assert_eq!(
+            check_fares(Job::HourlyTopTips, Some("fares"))
+                .unwrap_err()
+                .to_string(),
+            "--job hourly-top-drivers-by-tips reads the fares as its only input: give the \
+             fares topic as --input TOPIC, without --fares"
+        );
+        let e = check_input_file(Job::HourlyTopTips, Some(Path::new("rides.csv"))).unwrap_err();
+        assert!(matches!(e, CliError::Usage(_)), "{e}");
+        assert!(check_input_file(Job::HourlyTopTips, None).is_ok());
+        assert!(check_input_file(Job::Cleansing, Some(Path::new("rides.csv"))).is_ok());
+    }
+
+    /// `taxi verify --job` takes every job `taxi latency` does, by the same name, and
+    /// hourly-top-drivers-by-tips; `taxi latency` does not take the latter.
+    #[test]
+    fn verify_names_every_job() {
+        use clap::ValueEnum;
+        let names = |values: Vec<Option<PossibleValue>>| -> Vec<String> {
+            values
+                .into_iter()
+                .flatten()
+                .map(|v| v.get_name().to_owned())
+                .collect()
+        };
+        let timed = names(
+            JobName::value_variants()
+                .iter()
+                .map(ValueEnum::to_possible_value)
+                .collect(),
+        );
+        let verified = names(
+            VerifyJobName::value_variants()
+                .iter()
+                .map(ValueEnum::to_possible_value)
+                .collect(),
+        );
+        assert_eq!(
+            verified,
+            [timed.clone(), vec!["hourly-top-drivers-by-tips".to_owned()]].concat()
+        );
+        for j in VerifyJobName::value_variants() {
+            let job = Job::from(*j);
+            let name = j.to_possible_value().map(|v| v.get_name().to_owned());
+            assert_eq!(name.as_deref(), Some(job.name()));
+        }
+        let hourly = VerifyJobName::from_str("hourly-top-drivers-by-tips", false).unwrap();
+        assert_eq!(Job::from(hourly), Job::HourlyTopTips);
+        assert!(JobName::from_str("hourly-top-drivers-by-tips", false).is_err());
     }
 }

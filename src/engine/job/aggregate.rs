@@ -3,12 +3,14 @@
 //!
 //! Values that are missing, `null` or not numbers are skipped by sum / min / max / avg (as SQL
 //! skips NULL); `count` counts records. Sums of integers stay exact integers (i128 inside,
-//! saturating); once a float is added the sum is a float. With no value, sum / min / max / avg
+//! saturating); once a float is added the sum is a float, the floats' exact sum rounded once
+//! (module `fsum`: the same bits in any order of the records). With no value, sum / min / max / avg
 //! give `null` and count gives 0 (SQL again).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::fsum::ExactSum;
 use super::num::Num;
 use super::path::FieldPath;
 use crate::engine::time::{Window, WindowKind};
@@ -32,6 +34,9 @@ pub enum AggFn {
     /// `COUNT(DISTINCT field)`); values compare as their canonical JSON (`1` and `1.0` differ,
     /// as `42` and `"42"` do).
     CountDistinct(FieldPath),
+    /// The records with the largest values of a field, as the fields they keep, largest
+    /// first (module `top`).
+    Top(super::top::TopN),
 }
 
 /// The aggregate functions of a window, each with its output name, in output-name order.
@@ -47,19 +52,28 @@ enum Slot {
     Count(u64),
     Sum {
         int: i128,
+        /// Floats summed with `+=` (checkpoints written before `exact`; 0 since).
         float: f64,
         floats: bool,
         n: u64,
+        /// The floats' exact sum (module `fsum`).
+        #[serde(default)]
+        exact: ExactSum,
     },
     Min(Option<Num>),
     Max(Option<Num>),
     Avg {
         int: i128,
+        /// As in `Sum`.
         float: f64,
         n: u64,
+        #[serde(default)]
+        exact: ExactSum,
     },
     /// The distinct values seen, as canonical JSON.
     Distinct(std::collections::BTreeSet<String>),
+    /// The best records so far, best first.
+    Top(Vec<super::top::Ranked>),
 }
 
 /// The running state of one key's window: one slot per output, in the spec's order.
@@ -79,11 +93,13 @@ impl AggregateSpec {
                 .map(|(_, f)| match f {
                     AggFn::Count | AggFn::CountOf(_) => Slot::Count(0),
                     AggFn::CountDistinct(_) => Slot::Distinct(Default::default()),
+                    AggFn::Top(_) => Slot::Top(Vec::new()),
                     AggFn::Sum(_) => Slot::Sum {
                         int: 0,
                         float: 0.0,
                         floats: false,
                         n: 0,
+                        exact: ExactSum::default(),
                     },
                     AggFn::Min(_) => Slot::Min(None),
                     AggFn::Max(_) => Slot::Max(None),
@@ -91,6 +107,7 @@ impl AggregateSpec {
                         int: 0,
                         float: 0.0,
                         n: 0,
+                        exact: ExactSum::default(),
                     },
                 })
                 .collect(),
@@ -110,6 +127,7 @@ impl AggregateSpec {
                 }
                 // A missing or null field is not counted.
                 (AggFn::CountOf(_), Slot::Count(_)) => {}
+                (AggFn::Top(t), Slot::Top(best)) => t.add(best, record),
                 (AggFn::CountDistinct(p), Slot::Distinct(seen)) => {
                     if let Some(v) = p.lookup(record).filter(|v| !v.is_null()) {
                         let key = super::project::Key::of(v);
@@ -120,9 +138,10 @@ impl AggregateSpec {
                     AggFn::Sum(p),
                     Slot::Sum {
                         int,
-                        float,
                         floats,
                         n,
+                        exact,
+                        ..
                     },
                 ) => {
                     if let Some(v) = num(p) {
@@ -130,7 +149,7 @@ impl AggregateSpec {
                         match v {
                             Num::Int(i) => *int = int.saturating_add(i),
                             Num::Float(x) => {
-                                *float += x;
+                                exact.add(x);
                                 *floats = true;
                             }
                         }
@@ -150,12 +169,12 @@ impl AggregateSpec {
                         }
                     }
                 }
-                (AggFn::Avg(p), Slot::Avg { int, float, n }) => {
+                (AggFn::Avg(p), Slot::Avg { int, n, exact, .. }) => {
                     if let Some(v) = num(p) {
                         *n += 1;
                         match v {
                             Num::Int(i) => *int = int.saturating_add(i),
-                            Num::Float(x) => *float += x,
+                            Num::Float(x) => exact.add(x),
                         }
                     }
                 }
@@ -169,8 +188,17 @@ impl AggregateSpec {
     /// Merges `other` into `acc` (two session windows became one): the same result as adding
     /// both windows' records to one accumulator.
     pub(crate) fn merge(&self, acc: &mut Accumulator, other: Accumulator) {
-        for (slot, other) in acc.slots.iter_mut().zip(other.slots) {
+        for ((_, f), (slot, other)) in self
+            .outputs
+            .iter()
+            .zip(acc.slots.iter_mut().zip(other.slots))
+        {
             match (slot, other) {
+                (Slot::Top(best), Slot::Top(o)) => {
+                    if let AggFn::Top(t) = f {
+                        t.merge(best, o);
+                    }
+                }
                 (Slot::Count(c), Slot::Count(o)) => *c = c.saturating_add(o),
                 (Slot::Distinct(seen), Slot::Distinct(o)) => seen.extend(o),
                 (
@@ -179,18 +207,21 @@ impl AggregateSpec {
                         float,
                         floats,
                         n,
+                        exact,
                     },
                     Slot::Sum {
                         int: oi,
                         float: of,
                         floats: ofs,
                         n: on,
+                        exact: oe,
                     },
                 ) => {
                     *int = int.saturating_add(oi);
                     *float += of;
                     *floats |= ofs;
                     *n = n.saturating_add(on);
+                    exact.merge(&oe);
                 }
                 (Slot::Min(m), Slot::Min(Some(o)))
                     if m.is_none_or(|cur| o.cmp_num(&cur).is_some_and(|c| c.is_lt())) =>
@@ -203,16 +234,23 @@ impl AggregateSpec {
                     *m = Some(o);
                 }
                 (
-                    Slot::Avg { int, float, n },
+                    Slot::Avg {
+                        int,
+                        float,
+                        n,
+                        exact,
+                    },
                     Slot::Avg {
                         int: oi,
                         float: of,
                         n: on,
+                        exact: oe,
                     },
                 ) => {
                     *int = int.saturating_add(oi);
                     *float += of;
                     *n = n.saturating_add(on);
+                    exact.merge(&oe);
                 }
                 // An empty min or max, or slots of another spec (refused at start, as in
                 // `add`): nothing to merge.
@@ -231,23 +269,43 @@ impl AggregateSpec {
     }
 }
 
+/// A slot's float sum: the exact one, and what a checkpoint written before it summed with `+=`.
+fn float_total(float: f64, exact: &ExactSum) -> f64 {
+    if float == 0.0 {
+        return exact.total();
+    }
+    let mut all = exact.clone();
+    all.add(float);
+    all.total()
+}
+
 #[allow(clippy::cast_precision_loss)]
 fn slot_result(slot: &Slot) -> Value {
     match slot {
         Slot::Count(c) => Value::from(*c),
         Slot::Distinct(seen) => Value::from(seen.len() as u64),
+        Slot::Top(best) => super::top::TopN::result(best),
         Slot::Sum { n: 0, .. } | Slot::Avg { n: 0, .. } => Value::Null,
         Slot::Sum {
-            int, float, floats, ..
+            int,
+            float,
+            floats,
+            exact,
+            ..
         } => {
             if *floats {
-                Num::Float(*int as f64 + float).to_json()
+                Num::Float(*int as f64 + float_total(*float, exact)).to_json()
             } else {
                 Num::Int(*int).to_json()
             }
         }
         Slot::Min(m) | Slot::Max(m) => m.map_or(Value::Null, Num::to_json),
-        Slot::Avg { int, float, n } => Num::Float((*int as f64 + float) / *n as f64).to_json(),
+        Slot::Avg {
+            int,
+            float,
+            n,
+            exact,
+        } => Num::Float((*int as f64 + float_total(*float, exact)) / *n as f64).to_json(),
     }
 }
 
@@ -277,6 +335,24 @@ impl WindowAggregate {
     /// (a record the job cannot process: its `errors.tolerance` decides).
     pub fn event_time(&self, record: &Value) -> Option<i64> {
         crate::engine::time::epoch_ms_of(self.time.lookup(record)?)
+    }
+
+    /// The output records of one key's window: its result record, or with a `top` stage one
+    /// record per ranked record (module `top`).
+    pub(crate) fn result_records(
+        &self,
+        key: &Value,
+        window: Window,
+        acc: &Accumulator,
+    ) -> Vec<Value> {
+        if let ([(_, AggFn::Top(t))], [Slot::Top(best)]) =
+            (self.aggregate.outputs.as_slice(), acc.slots.as_slice())
+        {
+            if let Some(rank) = &t.rank {
+                return super::top::TopN::rows(best, rank);
+            }
+        }
+        vec![self.result_record(key, window, acc)]
     }
 
     /// The output record of one key's window:

@@ -25,7 +25,7 @@ use crate::engine::time::{Window, WindowKind};
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct BatchOutput {
     /// (Kafka key, value), stateless records in input order, then window results by window
-    /// end, start and key.
+    /// end, start and key (of the last window, when windows follow each other).
     pub records: Vec<(Option<Vec<u8>>, Value)>,
     /// Records dropped by `key_by` (key field missing or null).
     pub no_key: u64,
@@ -175,21 +175,50 @@ where
                 }
             }
         }
-        let mut fired: Vec<_> = windows.into_iter().collect();
-        fired.sort_by(|((a, ka), _), ((b, kb), _)| (a.end, a.start, ka).cmp(&(b.end, b.start, kb)));
-        for ((win, key), acc) in fired {
-            let Some(key_value) = key.to_value() else {
+        fire_all(w, windows, after, &mut out);
+    }
+    out
+}
+
+/// Every window's results, by window end, start and key, through the operators `after` the
+/// window, into `out`.
+fn fire_all(
+    w: &WindowAggregate,
+    windows: BTreeMap<(Window, Key), Accumulator>,
+    after: &[Operator],
+    out: &mut BatchOutput,
+) {
+    // A window after this one: this one's results are its input, as a keyed stage's outputs
+    // are the next stage's (their Kafka key is the result's key).
+    let next_stage = after
+        .iter()
+        .any(|op| matches!(op, Operator::WindowAggregate(_)));
+    let mut results = Vec::new();
+    let mut fired: Vec<_> = windows.into_iter().collect();
+    fired.sort_by(|((a, ka), _), ((b, kb), _)| (a.end, a.start, ka).cmp(&(b.end, b.start, kb)));
+    for ((win, key), acc) in fired {
+        let Some(key_value) = key.to_value() else {
+            continue;
+        };
+        for result in w.result_records(&key_value, win, &acc) {
+            if next_stage {
+                results.push((Some(key.kafka_key()), result));
                 continue;
-            };
-            let result = w.result_record(&key_value, win, &acc);
+            }
             if let Some((carried, v)) =
-                stateless_counted(after, Carried::Keyed(key), result, &mut out)
+                stateless_counted(after, Carried::Keyed(key.clone()), result, out)
             {
                 out.records.push((carried.kafka_key(), v));
             }
         }
     }
-    out
+    if next_stage {
+        let next = run_batch(after, results);
+        out.records.extend(next.records);
+        out.no_key += next.no_key;
+        out.bad += next.bad;
+        out.no_event_time += next.no_event_time;
+    }
 }
 
 /// One key's records cut into sessions: sorted by event time, a new session wherever two

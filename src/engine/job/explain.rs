@@ -19,6 +19,7 @@ fn agg(name: &str, f: &AggFn) -> String {
         AggFn::Avg(p) => format!("{name} = avg({p})"),
         AggFn::CountOf(p) => format!("{name} = count({p})"),
         AggFn::CountDistinct(p) => format!("{name} = count(distinct {p})"),
+        AggFn::Top(t) => format!("{name} = {t}"),
     }
 }
 
@@ -145,12 +146,31 @@ impl Job {
             }
         }
         let mut keyed = false;
+        // Windows so far: a window after another is a keyed stage of its own.
+        let mut windows = 0;
         for op in &self.pipeline {
             // A join's sides are read in the source subtasks; the join itself runs keyed.
             keyed |= matches!(op, Operator::Join(_));
             let at = if keyed { "keyed " } else { "source" };
-            let _ = writeln!(out, "  {at}  {}", operator(op));
+            let line = match op {
+                Operator::WindowAggregate(_) if windows > 0 => operator(op).replacen(
+                    &format!("(watermark: newest - {} ms,", 0),
+                    &format!(
+                        "(keyed stage {}, watermark: stage {windows}'s,",
+                        windows + 1
+                    ),
+                    1,
+                ),
+                Operator::KeyBy(k) if windows > 0 => format!(
+                    "key_by {}  -- key exchange: by key group to keyed stage {}",
+                    k.field,
+                    windows + 1
+                ),
+                _ => operator(op),
+            };
+            let _ = writeln!(out, "  {at}  {line}");
             keyed |= matches!(op, Operator::KeyBy(_));
+            windows += usize::from(matches!(op, Operator::WindowAggregate(_)));
         }
         let guarantee = match self.sink.guarantee {
             DeliveryGuarantee::ExactlyOnce => "exactly-once",

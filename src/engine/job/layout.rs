@@ -34,10 +34,16 @@ impl Job {
                 .clone()
                 .unwrap_or_default(),
         );
+        // A job with several windows: the second stage's entries are `key_by.2`, `window.2`...
+        let mut stage = 1;
+        let name = |base: &str, stage: usize| match stage {
+            1 => base.to_owned(),
+            n => format!("{base}.{n}"),
+        };
         for op in &self.pipeline {
             match op {
                 Operator::KeyBy(k) => {
-                    out.insert("key_by".into(), k.field.to_string());
+                    out.insert(name("key_by", stage), k.field.to_string());
                 }
                 Operator::WindowAggregate(w) => {
                     let kind = match w.kind {
@@ -47,7 +53,7 @@ impl Job {
                         }
                         WindowKind::Session { gap } => format!("session gap {gap}ms"),
                     };
-                    out.insert("window".into(), format!("{kind} on {}", w.time));
+                    out.insert(name("window", stage), format!("{kind} on {}", w.time));
                     let fns: Vec<String> = w
                         .aggregate
                         .outputs
@@ -60,9 +66,11 @@ impl Job {
                             AggFn::CountOf(p) => format!("{name}=count({p})"),
                             AggFn::CountDistinct(p) => format!("{name}=count_distinct({p})"),
                             AggFn::Avg(p) => format!("{name}=avg({p})"),
+                            AggFn::Top(t) => format!("{name}={t}"),
                         })
                         .collect();
-                    out.insert("aggregate".into(), fns.join(","));
+                    out.insert(name("aggregate", stage), fns.join(","));
+                    stage += 1;
                 }
                 Operator::Join(j) => {
                     let side = |s: &crate::engine::job::join::JoinSide| {

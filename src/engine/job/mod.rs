@@ -27,6 +27,7 @@ pub mod filter;
 pub mod join;
 pub mod project;
 mod spec;
+pub mod top;
 internal_modules! {
     mod batch;
     mod layout;
@@ -36,9 +37,12 @@ internal_modules! {
 pub(crate) mod codec;
 mod element;
 mod explain;
+mod fsum;
 mod join_stage;
 #[cfg(test)]
 mod join_vs_batch;
+#[cfg(test)]
+mod stages_vs_batch;
 #[cfg(test)]
 mod streaming_vs_batch;
 pub(crate) mod topology;

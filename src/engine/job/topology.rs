@@ -28,8 +28,18 @@ use crate::engine::runtime::RuntimeError;
 use crate::engine::state::OperatorState;
 use crate::engine::time::window_operator::{Fired, WindowFunction, WindowOperator};
 
-/// The uid (keyspace `op-window`) of the one window operator a job may have.
+/// The uid (keyspace `op-window`) of a job's first window operator; window k + 1 of a job
+/// with several is `window-<k + 1>` ([`window_uid`]).
 pub(crate) const WINDOW_UID: &str = "window";
+
+/// The uid of the job's window `k` (0-based): the first keeps the name a job with one window
+/// has always had, so its checkpoints stay restorable.
+pub(crate) fn window_uid(k: usize) -> String {
+    match k {
+        0 => WINDOW_UID.to_owned(),
+        k => format!("{WINDOW_UID}-{}", k + 1),
+    }
+}
 /// Its kind in the state layout.
 pub(crate) const WINDOW_KIND: &str = "window-aggregate";
 
@@ -268,9 +278,12 @@ impl WindowStage {
     }
 
     /// The stage, counting the window's results and the records of the operators after it
-    /// (as [`Prefix::observed`]).
-    pub(crate) fn observed(mut self, metrics: &Arc<Metrics>, pipeline: &[Operator]) -> WindowStage {
-        let counters = metrics.operators(pipeline);
+    /// (as [`Prefix::observed`]; `counters` are those of the operators the stage was made of).
+    pub(crate) fn observed(
+        mut self,
+        metrics: &Arc<Metrics>,
+        counters: Vec<Arc<OperatorCounter>>,
+    ) -> WindowStage {
         if counters.len() == self.operators {
             self.counters = counters;
         }
@@ -325,9 +338,10 @@ impl WindowStage {
             .filter_map(|f| {
                 let key = Key::from_bytes(f.key);
                 let key_value = key.to_value()?;
-                let result = self.spec.result_record(&key_value, f.window, &f.acc);
-                Some((key, result))
+                let results = self.spec.result_records(&key_value, f.window, &f.acc);
+                Some(results.into_iter().map(move |r| (key.clone(), r)))
             })
+            .flatten()
             .collect();
         if results.is_empty() {
             return Vec::new();
@@ -361,6 +375,8 @@ impl WindowStage {
 pub(crate) struct JsonTopology {
     pipeline: Vec<Operator>,
     window: Option<WindowAggregate>,
+    /// The index in the pipeline of each window (one keyed stage per window).
+    windows: Vec<usize>,
     /// The join, when the pipeline starts with one (then it has no window).
     join: Option<IntervalJoin>,
     /// The source's record format, and the registry it reads through.
@@ -385,6 +401,12 @@ impl JsonTopology {
         JsonTopology {
             pipeline: pipeline.to_vec(),
             window: Prefix::new(pipeline).window().cloned(),
+            windows: pipeline
+                .iter()
+                .enumerate()
+                .filter(|(_, op)| matches!(op, Operator::WindowAggregate(_)))
+                .map(|(i, _)| i)
+                .collect(),
             join: match pipeline.first() {
                 Some(Operator::Join(j)) => Some((**j).clone()),
                 _ => None,
@@ -427,6 +449,43 @@ impl Topology for JsonTopology {
         })
     }
 
+    fn stages(&self) -> Vec<KeyedLayout> {
+        if self.join.is_some() {
+            return self.keyed().into_iter().collect();
+        }
+        (0..self.windows.len())
+            .map(|k| KeyedLayout {
+                uid: window_uid(k),
+                kind: WINDOW_KIND.into(),
+            })
+            .collect()
+    }
+
+    fn keyed_stage_at(
+        &self,
+        k: usize,
+        state: OperatorState,
+        metrics: &Arc<Metrics>,
+    ) -> Result<Box<dyn KeyedStage>, RuntimeError> {
+        if k == 0 {
+            return self.keyed_stage(state, metrics);
+        }
+        let ops = self.stage_operators(k).ok_or_else(|| no_stage(k))?;
+        let counters = self.counters(metrics, ops.clone());
+        let stage = WindowStage::new(&self.pipeline[ops], state)?.observed(metrics, counters);
+        Ok(Box::new(stage))
+    }
+
+    fn link(&self, k: usize, metrics: &Arc<Metrics>) -> Option<Box<dyn SourceChain>> {
+        // From the operator after window k up to window k + 1: a prefix as the sources run.
+        let from = self.windows.get(k)? + 1;
+        let to = self.windows.get(k + 1)? + 1;
+        let counters = self.counters(metrics, from..to);
+        Some(Box::new(
+            Prefix::new(&self.pipeline[from..to]).observed(counters),
+        ))
+    }
+
     fn out_of_orderness(&self) -> Option<i64> {
         if let Some(j) = &self.join {
             return Some(j.out_of_orderness);
@@ -457,7 +516,9 @@ impl Topology for JsonTopology {
             let stage = JoinStage::new(&self.pipeline, state)?.observed(metrics, &self.pipeline);
             return Ok(Box::new(stage));
         }
-        let stage = WindowStage::new(&self.pipeline, state)?.observed(metrics, &self.pipeline);
+        let ops = self.stage_operators(0).ok_or_else(|| no_stage(0))?;
+        let counters = self.counters(metrics, ops.clone());
+        let stage = WindowStage::new(&self.pipeline[ops], state)?.observed(metrics, counters);
         Ok(Box::new(stage))
     }
 
@@ -474,6 +535,40 @@ impl Topology for JsonTopology {
         })?;
         Ok(Box::new(e))
     }
+}
+
+impl JsonTopology {
+    /// The operators keyed stage `k` runs: window k and, for the last window, what follows
+    /// it (else the link to the next stage runs that).
+    fn stage_operators(&self, k: usize) -> Option<std::ops::Range<usize>> {
+        let at = *self.windows.get(k)?;
+        let start = match k {
+            0 => 0,
+            k => self.windows.get(k - 1)? + 1,
+        };
+        let end = match self.windows.get(k + 1) {
+            Some(_) => at + 1,
+            None => self.pipeline.len(),
+        };
+        Some(start..end)
+    }
+
+    /// The counters of the pipeline's operators in `range`.
+    fn counters(
+        &self,
+        metrics: &Arc<Metrics>,
+        range: std::ops::Range<usize>,
+    ) -> Vec<Arc<OperatorCounter>> {
+        metrics
+            .operators(&self.pipeline)
+            .get(range)
+            .map(<[_]>::to_vec)
+            .unwrap_or_default()
+    }
+}
+
+fn no_stage(k: usize) -> RuntimeError {
+    RuntimeError::Internal(format!("the job has no keyed stage {k}"))
 }
 
 impl SourceChain for Prefix {
@@ -713,7 +808,7 @@ mod tests {
         let mut p = Prefix::new(&job.pipeline).observed(metrics.operators(&job.pipeline));
         let mut stage = WindowStage::new(&job.pipeline, state)
             .expect("stage")
-            .observed(&metrics, &job.pipeline);
+            .observed(&metrics, metrics.operators(&job.pipeline));
         let hour = 3_600_000;
         // A start (filtered out), an end in hour 0, an end in hour 2 (the watermark it brings,
         // 2 h − 60 s, fires hour 0).

@@ -4,14 +4,20 @@
 //! operators (`job::topology::JsonTopology`) and the typed Rust builder
 //! ([`crate::engine::dataflow`]).
 //!
-//! A topology has at most one key exchange, so a job is:
+//! A job is:
 //! - a [`SourceChain`], run chained in each source subtask: one input record in, any number
 //!   of outputs for the sink ([`Emitted::Out`]) or keyed elements for the exchange
 //!   ([`Emitted::Keyed`]), plus the record's event time, which drives the source's watermark;
 //! - with a key exchange, a [`KeyedStage`], run in the keyed subtask that owns the element's
 //!   key group, on that subtask's slice of one operator's state ([`KeyedLayout`]): elements
 //!   and watermarks in, outputs for the sink out; its state is snapshotted at each aligned
-//!   barrier.
+//!   barrier;
+//! - with several key exchanges (a job file's window after a window: [`Topology::stages`]),
+//!   a keyed stage per exchange; the outputs of stage k that go to the sink's own topic
+//!   (`Output::topic` is `None`) pass through a link ([`Topology::link`]), a source chain
+//!   that makes them stage k + 1's keyed elements; stage k's watermark, once a firing is
+//!   written, is stage k + 1's input watermark. Other outputs (late records for a late
+//!   topic, dead letters) pass on as they are to the last stage's sink.
 //!
 //! Elements cross the exchange in process, type-erased ([`Element`]): the stage that made
 //! them and the stage that takes them come from the same topology, so the downcast cannot
@@ -187,8 +193,39 @@ pub(crate) struct KeyedLayout {
 
 /// What a job computes (module docs).
 pub(crate) trait Topology: Send + Sync + Debug {
-    /// The keyed stage's layout, when the job has a key exchange.
+    /// The keyed stage's layout, when the job has a key exchange (the first one's, when it
+    /// has several).
     fn keyed(&self) -> Option<KeyedLayout>;
+
+    /// Every keyed stage's layout, in order (empty: no key exchange).
+    fn stages(&self) -> Vec<KeyedLayout> {
+        self.keyed().into_iter().collect()
+    }
+
+    /// Keyed stage `k`'s instance on `state` (restricted to the subtask's key groups).
+    ///
+    /// # Errors
+    /// As [`Topology::keyed_stage`], or the topology has no stage `k`.
+    fn keyed_stage_at(
+        &self,
+        k: usize,
+        state: OperatorState,
+        metrics: &Arc<Metrics>,
+    ) -> Result<Box<dyn KeyedStage>, RuntimeError> {
+        match k {
+            0 => self.keyed_stage(state, metrics),
+            _ => Err(RuntimeError::Internal(format!(
+                "the topology has no keyed stage {k}"
+            ))),
+        }
+    }
+
+    /// The chain from keyed stage `k`'s outputs to stage `k + 1`'s elements (each output's
+    /// value is the chain's input record's value), when there is a stage `k + 1`.
+    fn link(&self, k: usize, metrics: &Arc<Metrics>) -> Option<Box<dyn SourceChain>> {
+        let _ = (k, metrics);
+        None
+    }
 
     /// The sources' bounded out-of-orderness (ms), when the job uses event time.
     fn out_of_orderness(&self) -> Option<i64>;
@@ -250,9 +287,10 @@ pub(crate) const POOL_SIZE: usize = 3;
 /// What a checkpoint of this job depends on, as the state store checks it.
 pub(crate) fn state_layout(job: &Job, topology: &dyn Topology) -> Layout {
     let operators = topology
-        .keyed()
-        .map(|k| vec![OperatorLayout::new(k.uid, k.kind)])
-        .unwrap_or_default();
+        .stages()
+        .into_iter()
+        .map(|k| OperatorLayout::new(k.uid, k.kind))
+        .collect();
     Layout {
         key_groups: u16::try_from(job.settings.key_groups).unwrap_or(u16::MAX),
         operators,

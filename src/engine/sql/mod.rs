@@ -38,6 +38,7 @@ mod scalar;
 mod scope;
 #[cfg(test)]
 mod tests;
+mod top_n;
 
 use std::collections::BTreeMap;
 use std::path::Path;

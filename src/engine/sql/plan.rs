@@ -1,12 +1,14 @@
 //! `INSERT INTO sink SELECT …`: the query planned onto the job file's operators (the same
 //! topology a job file or a typed job runs): `WHERE` and the `SELECT` list as expression
 //! operators; `GROUP BY` a column and `TUMBLE` / `HOP` / `SESSION` as key_by and the window
-//! aggregate (`group`); `JOIN … ON` an equality and a time bound as the interval join (`join`).
+//! aggregate (`group`); `JOIN … ON` an equality and a time bound as the interval join (`join`);
+//! `ROW_NUMBER() OVER (PARTITION BY window_start ORDER BY … DESC)` over a grouped subquery as a
+//! second keyed stage, the window Top-N (`top_n`).
 
 use std::collections::BTreeMap;
 
 use sqlparser::ast::{
-    GroupByExpr, Insert, Query, Select, SetExpr, Spanned, TableObject, TableWithJoins,
+    GroupByExpr, Insert, Query, Select, SetExpr, Spanned, TableFactor, TableObject, TableWithJoins,
 };
 
 use super::catalog::{simple_name, Table};
@@ -63,6 +65,15 @@ pub(super) fn plan_insert(
             "FROM reads one table, or two joined with JOIN ... ON",
         );
     };
+    if matches!(relation, TableFactor::Derived { .. }) && joins.is_empty() {
+        let Some((source, pipeline)) = super::top_n::plan_top_n(select, tables)? else {
+            return fail(
+                relation.span(),
+                "FROM reads a table declared by CREATE TABLE",
+            );
+        };
+        return planned(vec![source], sink, name, pipeline);
+    }
     let left = from_of(relation, tables)?;
     let grouped = !matches!(&select.group_by, GroupByExpr::Expressions(e, _) if e.is_empty());
     let (sources, pipeline) = match joins.as_slice() {
@@ -81,6 +92,16 @@ pub(super) fn plan_insert(
         }
         _ => return fail(select.span(), "a query joins at most two tables"),
     };
+    planned(sources, sink, name, pipeline)
+}
+
+/// The planned query, unless it reads the table it writes.
+fn planned(
+    sources: Vec<String>,
+    sink: String,
+    name: &sqlparser::ast::ObjectName,
+    pipeline: Vec<Operator>,
+) -> Result<Planned, SqlError> {
     if sources.contains(&sink) {
         return fail(
             name.span(),

@@ -13,6 +13,8 @@ const HOURLY_SQL: &str = include_str!("../../../jobs/rides-per-driver-hourly.sql
 const HOURLY_TOML: &str = include_str!("../../../jobs/rides-per-driver-hourly.toml");
 const JOIN_SQL: &str = include_str!("../../../jobs/rides-and-fares.sql");
 const JOIN_TOML: &str = include_str!("../../../jobs/rides-and-fares.toml");
+const TOP_SQL: &str = include_str!("../../../jobs/hourly-top-drivers-by-tips.sql");
+const TOP_TOML: &str = include_str!("../../../jobs/hourly-top-drivers-by-tips.toml");
 
 /// A day of rides of 20 drivers (one ride a second) and their fares, as (topic, key, value).
 fn input() -> Vec<(String, Option<Vec<u8>>, Value)> {
@@ -57,6 +59,7 @@ fn each_shipped_sql_job_computes_what_its_job_file_does() {
         ("driver-shifts", SHIFTS_SQL, SHIFTS_TOML),
         ("rides-per-driver-hourly", HOURLY_SQL, HOURLY_TOML),
         ("rides-and-fares", JOIN_SQL, JOIN_TOML),
+        ("hourly-top-drivers-by-tips", TOP_SQL, TOP_TOML),
     ] {
         let from_sql = SqlJob::parse(&format!("{name}.sql"), sql, "x").unwrap().job;
         let from_toml = Job::parse(&format!("{name}.toml"), toml).unwrap();
@@ -68,6 +71,15 @@ fn each_shipped_sql_job_computes_what_its_job_file_does() {
         assert!(a.len() > 10, "{name}: only {} records", a.len());
         assert_eq!(a, b, "{name}");
     }
+}
+
+/// A window Top-N over the rides' hourly counts (`ws`, `n`), ranked in `r`.
+fn top(over: &str, filter: &str, window: &str) -> String {
+    format!(
+        "INSERT INTO out SELECT * FROM (SELECT *, ROW_NUMBER() OVER ({over}) AS r FROM (\
+         SELECT driver_id, {window}_START(event_time, INTERVAL '1' HOUR) AS ws, COUNT(*) AS n \
+         FROM rides GROUP BY driver_id, {window}(event_time, INTERVAL '1' HOUR))) WHERE {filter};"
+    )
 }
 
 fn sql_error(text: &str) -> (u64, u64, String) {
@@ -118,6 +130,14 @@ fn sql_mistakes_name_their_line_column_and_what_to_change() {
         ("CREATE TABLE t (a BIGINT) WITH ('connector' = 'file');".to_owned(), 1, 47, "connector 'file' is not supported"),
         ("CREATE TABLE t (a TIMESTAMP) WITH ('connector' = 'kafka');".to_owned(), 1, 17, "type TIMESTAMP is not supported"),
         (q("CREATE TABLE out2 WITH ('connector' = 'kafka', 'topic' = 'o2');\nINSERT INTO out2 SELECT ride_id FROM rides;"), 3, 14, "'sink.transactional-id-prefix'"),
+        (q(&top("PARTITION BY window_start ORDER BY n DESC", "r <= 3", "TUMBLE")), 3, 42, "PARTITION BY the grouped query's window start"),
+        (q(&top("PARTITION BY ws ORDER BY n", "r <= 3", "TUMBLE")), 3, 86, "ORDER BY ... DESC"),
+        (q(&top("PARTITION BY ws, driver_id ORDER BY n DESC", "r <= 3", "TUMBLE")), 3, 42, "PARTITION BY driver_id: a window Top-N partitions by the window"),
+        (q(&top("PARTITION BY ws ORDER BY nope DESC", "r <= 3", "TUMBLE")), 3, 42, "ORDER BY nope: the grouped query has no such column"),
+        (q(&top("PARTITION BY ws ORDER BY n DESC", "r >= 3", "TUMBLE")), 3, 265, "WHERE r <= N"),
+        (q(&top("PARTITION BY ws ORDER BY n DESC", "r <= 0", "TUMBLE")), 3, 270, "N must be at least 1"),
+        (q(&top("PARTITION BY ws ORDER BY n DESC", "r <= 3", "SESSION")), 3, 105, "ranks the rows of a TUMBLE window"),
+        (q("INSERT INTO out SELECT * FROM (SELECT ride_id FROM rides);"), 3, 32, "a window Top-N reads"),
     ];
     let mut wrong = Vec::new();
     for (text, line, column, part) in cases {

@@ -17,9 +17,12 @@ use super::model::*;
 use super::predicate::check_pred;
 use super::raw::*;
 
-/// Order rules: at most one `key_by`, `window` and `aggregate`; `window` needs a `key_by`
-/// before it and an `aggregate` right after it; `aggregate` needs the `window` right before it.
-/// `filter` and `project` may go anywhere (after the aggregate they see its output records).
+/// Order rules: `window` needs a `key_by` before it (since the previous aggregate, if any) and
+/// an `aggregate` right after it; `aggregate` needs the `window` right before it; at most one
+/// `key_by` before each window and one after the last. A window after another is a keyed
+/// stage of its own: it sees the previous window's result records, re-keyed by its own
+/// `key_by`, and its watermark is the previous stage's (so it has no `out_of_orderness`).
+/// `filter` and `project` may go anywhere (after an aggregate they see its output records).
 /// A `join` is the first stage, and only `filter` and `project` follow it (they see the joined
 /// records).
 pub(super) fn check_pipeline(
@@ -31,13 +34,15 @@ pub(super) fn check_pipeline(
     let mut pending_window: Option<(Range<usize>, RawWindow)> = None;
     let mut aggregated = false;
     let mut joined = false;
+    // The key_by since the last aggregate (a window's), if any.
+    let mut stage_key: Option<FieldPath> = None;
     for stage in stages {
         let stage = stage.into_inner();
         if joined {
             refuse_after_join(loc, &stage)?;
         }
-        if let (Some((span, _)), false) = (&pending_window, matches!(stage, RawStage::Aggregate(_)))
-        {
+        let closes = matches!(stage, RawStage::Aggregate(_) | RawStage::Top(_));
+        if let (Some((span, _)), false) = (&pending_window, closes) {
             return Err(unfinished_window(loc, span));
         }
         match stage {
@@ -55,44 +60,45 @@ pub(super) fn check_pipeline(
                 out.push(Operator::Project(proj));
             }
             RawStage::KeyBy(field) => {
-                if key.is_some() {
+                if stage_key.is_some() {
                     return Err(loc.at(
                         &field.span(),
                         Some("key_by"),
-                        "a job has at most one key_by",
+                        "a second key_by before the window (or after the last aggregate) \
+                         replaces the first; keep one",
                     ));
                 }
                 let field = field.into_inner();
                 key = Some(field.clone());
+                stage_key = Some(field.clone());
                 out.push(Operator::KeyBy(KeyBy { field }));
             }
             RawStage::Window(w) => {
                 let span = w.span();
-                if key.is_none() {
-                    return Err(loc.at(
-                        &span,
-                        Some("window"),
-                        "a window needs a key_by before it; add [[pipeline]] key_by = \"<field>\"",
-                    ));
-                }
-                if aggregated {
-                    return Err(loc.at(&span, Some("window"), "a job has at most one window"));
-                }
-                pending_window = Some((span, w.into_inner()));
+                let keyed = (key.is_some(), stage_key.is_some());
+                let w = admit_window(loc, &span, w.into_inner(), keyed, aggregated)?;
+                pending_window = Some((span, w));
             }
             RawStage::Aggregate(a) => {
-                let Some((wspan, window)) = pending_window.take() else {
-                    return Err(loc.at(
-                        &a.span(),
-                        Some("aggregate"),
-                        "an aggregate needs a window right before it (and a key_by before that)",
-                    ));
-                };
-                let key_name = key.as_ref().map_or("key", FieldPath::last).to_owned();
-                out.push(Operator::WindowAggregate(check_window(
-                    loc, wspan, window, a, key_name,
-                )?));
-                aggregated = true;
+                let (wspan, window, key_name) = closing(
+                    loc,
+                    &mut pending_window,
+                    &a.span(),
+                    "aggregate",
+                    key.as_ref(),
+                )?;
+                let outputs = check_aggregate(loc, a, &key_name)?;
+                let w = check_window(loc, wspan, window, outputs, key_name)?;
+                out.push(Operator::WindowAggregate(w));
+                (aggregated, stage_key) = (true, None);
+            }
+            RawStage::Top(t) => {
+                let (wspan, window, key_name) =
+                    closing(loc, &mut pending_window, &t.span(), "top", key.as_ref())?;
+                let outputs = check_top_stage(loc, t)?;
+                let w = check_window(loc, wspan, window, outputs, key_name)?;
+                out.push(Operator::WindowAggregate(w));
+                (aggregated, stage_key) = (true, None);
             }
         }
     }
@@ -102,12 +108,67 @@ pub(super) fn check_pipeline(
     Ok(out)
 }
 
+/// A window where it stands: `(keyed, stage_keyed)` say whether a key_by came before it, and
+/// since the last aggregate; after an aggregate it is a later stage's window.
+fn admit_window(
+    loc: &Locator<'_>,
+    span: &Range<usize>,
+    w: RawWindow,
+    (keyed, stage_keyed): (bool, bool),
+    aggregated: bool,
+) -> Result<RawWindow, JobError> {
+    if !stage_keyed && aggregated {
+        return Err(loc.at(
+            span,
+            Some("window"),
+            "a window after an aggregate needs a key_by of its own between them \
+             (it re-keys the results, e.g. key_by = \"window_start\")",
+        ));
+    }
+    if !keyed {
+        return Err(loc.at(
+            span,
+            Some("window"),
+            "a window needs a key_by before it; add [[pipeline]] key_by = \"<field>\"",
+        ));
+    }
+    if let (true, Some(_)) = (aggregated, &w.out_of_orderness) {
+        return Err(loc.at(
+            span,
+            Some("window.out_of_orderness"),
+            "a window after another takes its watermark from the one before it; \
+             remove out_of_orderness here (the first window's bounds the input)",
+        ));
+    }
+    Ok(w)
+}
+
+/// The window an `aggregate` (or `top`) at `span` closes, and the name of its key in the
+/// result records.
+fn closing(
+    loc: &Locator<'_>,
+    pending: &mut Option<(Range<usize>, RawWindow)>,
+    span: &Range<usize>,
+    what: &str,
+    key: Option<&FieldPath>,
+) -> Result<(Range<usize>, RawWindow, String), JobError> {
+    let Some((wspan, window)) = pending.take() else {
+        return Err(loc.at(
+            span,
+            Some(what),
+            format!("{what} needs a window right before it (and a key_by before that)"),
+        ));
+    };
+    let key_name = key.map_or("key", FieldPath::last).to_owned();
+    Ok((wspan, window, key_name))
+}
+
 /// A window not followed directly by its aggregate.
 fn unfinished_window(loc: &Locator<'_>, span: &Range<usize>) -> JobError {
     loc.at(
         span,
         Some("window"),
-        "a window must be followed directly by an aggregate; add [[pipeline]] \
+        "a window must be followed directly by an aggregate (or a top); add [[pipeline]] \
          aggregate.count = \"count\" (or the functions you want) after it",
     )
 }
@@ -118,6 +179,7 @@ fn refuse_after_join(loc: &Locator<'_>, stage: &RawStage) -> Result<(), JobError
         RawStage::KeyBy(s) => ("key_by", s.span()),
         RawStage::Window(s) => ("window", s.span()),
         RawStage::Aggregate(s) => ("aggregate", s.span()),
+        RawStage::Top(s) => ("top", s.span()),
         RawStage::Join(s) => ("join", s.as_ref().span()),
         RawStage::Filter(_) | RawStage::Project(_) => return Ok(()),
     };
@@ -132,7 +194,7 @@ pub(super) fn check_window(
     loc: &Locator<'_>,
     wspan: Range<usize>,
     w: RawWindow,
-    agg: Spanned<BTreeMap<String, Spanned<RawAgg>>>,
+    outputs: Vec<(String, AggFn)>,
     key_name: String,
 ) -> Result<WindowAggregate, JobError> {
     let kind = check_window_kind(loc, wspan, w.tumbling, w.sliding, w.session)?;
@@ -146,7 +208,6 @@ pub(super) fn check_window(
         }
         t => t.map(Spanned::into_inner),
     };
-    let outputs = check_aggregate(loc, agg, &key_name)?;
     Ok(WindowAggregate {
         kind,
         time: w.time,
@@ -257,8 +318,77 @@ pub(super) fn check_aggregate(
             RawAgg::Max(p) => AggFn::Max(p),
             RawAgg::Avg(p) => AggFn::Avg(p),
             RawAgg::CountDistinct(p) => AggFn::CountDistinct(p),
+            RawAgg::Top(t) => AggFn::Top(check_top(loc, &name, t)?),
         };
         outputs.push((name, f));
     }
     Ok(outputs)
+}
+
+/// `aggregate.<name>.top`: at least one record kept, and at least one field of each.
+fn check_top(
+    loc: &Locator<'_>,
+    name: &str,
+    t: Spanned<RawTop>,
+) -> Result<crate::engine::job::top::TopN, JobError> {
+    let t = t.into_inner();
+    let n = usize::try_from(*t.n.get_ref())
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| {
+            loc.at(
+                &t.n.span(),
+                Some(&format!("aggregate.{name}.top.n")),
+                "how many records to keep: a whole number of at least 1",
+            )
+        })?;
+    if t.keep.get_ref().is_empty() {
+        return Err(loc.at(
+            &t.keep.span(),
+            Some(&format!("aggregate.{name}.top.keep")),
+            "name the fields each kept record has, e.g. keep = [\"driver_id\", \"tips\"]",
+        ));
+    }
+    Ok(crate::engine::job::top::TopN {
+        n,
+        by: t.by,
+        keep: t.keep.into_inner(),
+        rank: None,
+    })
+}
+
+/// The `top` stage: its one output, the ranked records a row each with their rank.
+fn check_top_stage(
+    loc: &Locator<'_>,
+    t: Spanned<RawTopStage>,
+) -> Result<Vec<(String, AggFn)>, JobError> {
+    let t = t.into_inner();
+    let n = usize::try_from(*t.n.get_ref())
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| {
+            loc.at(
+                &t.n.span(),
+                Some("top.n"),
+                "how many records to keep: a whole number of at least 1",
+            )
+        })?;
+    let rank = match t.rank {
+        Some(r) if r.get_ref().trim().is_empty() => {
+            return Err(loc.at(
+                &r.span(),
+                Some("top.rank"),
+                "the rank's field name is empty",
+            ));
+        }
+        Some(r) => r.into_inner(),
+        None => "rank".to_owned(),
+    };
+    let top = crate::engine::job::top::TopN {
+        n,
+        by: t.by,
+        keep: Vec::new(),
+        rank: Some(rank.clone()),
+    };
+    Ok(vec![(rank, AggFn::Top(top))])
 }

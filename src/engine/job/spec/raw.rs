@@ -87,6 +87,16 @@ pub(super) enum RawStage {
     Window(Spanned<RawWindow>),
     Aggregate(Spanned<BTreeMap<String, Spanned<RawAgg>>>),
     Join(Box<Spanned<RawJoin>>),
+    Top(Spanned<RawTopStage>),
+}
+
+/// `top = { n = 3, by = "tips", rank = "rank" }` after a window: its N best records, a row each.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTopStage {
+    pub(super) n: Spanned<i64>,
+    pub(super) by: FieldPath,
+    pub(super) rank: Option<Spanned<String>>,
 }
 
 /// `join`: an interval join of two topics.
@@ -171,6 +181,16 @@ pub(super) enum RawAgg {
     Avg(FieldPath),
     #[serde(rename = "count_distinct")]
     CountDistinct(FieldPath),
+    Top(Spanned<RawTop>),
+}
+
+/// `aggregate.<name>.top = { n = 3, by = "tips", keep = ["driver_id", "tips"] }`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTop {
+    pub(super) n: Spanned<i64>,
+    pub(super) by: FieldPath,
+    pub(super) keep: Spanned<Vec<FieldPath>>,
 }
 
 #[derive(serde::Deserialize)]

@@ -422,6 +422,36 @@ fn malformed_files_name_the_line_and_the_field() {
             "needs a window right before it",
         ),
         (
+            stage("key_by = \"k\"\n[[pipeline]]\nwindow = { tumbling = \"1h\", time = \"t\" }\n[[pipeline]]\naggregate.n = \"count\"\n[[pipeline]]\nwindow = { tumbling = \"1h\", time = \"window_start\" }\n[[pipeline]]\naggregate.m = \"count\""),
+            12,
+            "window",
+            "a window after an aggregate needs a key_by of its own",
+        ),
+        (
+            stage("key_by = \"k\"\n[[pipeline]]\nwindow = { tumbling = \"1h\", time = \"t\" }\n[[pipeline]]\naggregate.n = \"count\"\n[[pipeline]]\nkey_by = \"window_start\"\n[[pipeline]]\nwindow = { tumbling = \"1h\", time = \"window_start\", out_of_orderness = \"1s\" }\n[[pipeline]]\naggregate.m = \"count\""),
+            14,
+            "window.out_of_orderness",
+            "takes its watermark from the one before it",
+        ),
+        (
+            stage("key_by = \"k\"\n[[pipeline]]\nkey_by = \"j\""),
+            8,
+            "key_by",
+            "replaces the first; keep one",
+        ),
+        (
+            stage("key_by = \"k\"\n[[pipeline]]\nwindow = { tumbling = \"1h\", time = \"t\" }\n[[pipeline]]\naggregate.b.top = { n = 0, by = \"v\", keep = [\"k\"] }"),
+            10,
+            "aggregate.b.top.n",
+            "a whole number of at least 1",
+        ),
+        (
+            stage("key_by = \"k\"\n[[pipeline]]\nwindow = { tumbling = \"1h\", time = \"t\" }\n[[pipeline]]\naggregate.b.top = { n = 3, by = \"v\", keep = [] }"),
+            10,
+            "aggregate.b.top.keep",
+            "name the fields each kept record has",
+        ),
+        (
             stage("key_by = \"k\"\n[[pipeline]]\nwindow = { tumbling = \"1h\", time = \"t\" }"),
             8,
             "window",
@@ -1354,4 +1384,41 @@ fn a_job_file_holding_sql_is_named_as_one_for_the_sql_loader() {
         e.starts_with("a.toml:2: sql: this job file holds a SQL job: `onceflow run` runs it"),
         "{e}"
     );
+}
+
+#[test]
+fn the_shipped_top_tips_job_ranks_each_hours_driver_sums_in_a_second_keyed_stage() {
+    let text = include_str!("../../../../jobs/hourly-top-drivers-by-tips.toml");
+    let job = Job::parse("jobs/hourly-top-drivers-by-tips.toml", text).unwrap();
+    let fares = [
+        (1, 3_600_000, 2.5),
+        (2, 3_600_001, 1.0),
+        (1, 3_700_000, 0.25),
+        (3, 3_700_000, 0.0),
+        (4, 3_800_000, 2.75),
+        (2, 7_300_000, 5.0),
+    ];
+    let input = fares.iter().map(|(d, t, tip)| {
+        let fare = serde_json::json!({"driver_id": d, "event_time": t, "tip": tip});
+        (None, fare)
+    });
+    let out = crate::engine::job::batch::run_batch(&job.pipeline, input);
+    let values: Vec<serde_json::Value> = out.records.iter().map(|(_, v)| v.clone()).collect();
+    let row = |d: u64, rank: u64, tips: f64, start: i64| {
+        serde_json::json!({"driver_id": d, "rank": rank, "tips": tips,
+                           "window_start": start, "window_end": start + 3_600_000})
+    };
+    assert_eq!(
+        values,
+        vec![
+            row(1, 1, 2.75, 3_600_000),
+            row(4, 2, 2.75, 3_600_000),
+            row(2, 3, 1.0, 3_600_000),
+            row(2, 1, 5.0, 7_200_000),
+        ]
+    );
+    assert_eq!(out.records[0].0.as_deref(), Some(&b"3600000"[..]));
+    let layout = job.state_layout();
+    assert_eq!(layout["key_by.2"], "window_start");
+    assert_eq!(layout["aggregate.2"], "rank=top(3 by tips, ranked in rank)");
 }

@@ -73,6 +73,12 @@ pub(crate) async fn run(
             "mode = \"cluster\" needs sink.transactional.id.prefix (unique to this job on the cluster)".into(),
         )
     })?;
+    if topology.stages().len() > 1 {
+        return Err(RuntimeError::Unsupported(format!(
+            "this job has {} keyed stages (a window after a window); mode = \"cluster\" runs one: run it with mode = \"local\"",
+            topology.stages().len()
+        )));
+    }
     let layout = super::topology::state_layout(&job, topology.as_ref());
     let key_groups = layout.key_groups;
     let store = open_store(&config, layout).await?;

@@ -607,17 +607,24 @@ impl Master {
     }
 }
 
-/// Keyed subtask i's handle on the window's state, restricted to its key groups.
-fn window_states(store: &StateStore, plan: &Plan) -> Result<Vec<OperatorState>, RuntimeError> {
-    let uid = plan
-        .topology
-        .keyed()
-        .map(|k| k.uid)
-        .ok_or_else(|| RuntimeError::Internal("no keyed stage to restore state for".into()))?;
-    (0..plan.parallelism)
-        .map(|i| {
-            let groups = key_group_range(i, plan.parallelism, plan.key_groups);
-            Ok(store.operator(&uid)?.for_key_groups(groups))
+/// Per keyed stage, keyed subtask i's handle on the stage's state, restricted to its key
+/// groups.
+fn window_states(store: &StateStore, plan: &Plan) -> Result<Vec<Vec<OperatorState>>, RuntimeError> {
+    let stages = plan.topology.stages();
+    if stages.is_empty() {
+        return Err(RuntimeError::Internal(
+            "no keyed stage to restore state for".into(),
+        ));
+    }
+    stages
+        .iter()
+        .map(|stage| {
+            (0..plan.parallelism)
+                .map(|i| {
+                    let groups = key_group_range(i, plan.parallelism, plan.key_groups);
+                    Ok(store.operator(&stage.uid)?.for_key_groups(groups))
+                })
+                .collect()
         })
         .collect()
 }

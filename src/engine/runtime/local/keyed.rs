@@ -1,6 +1,7 @@
 //! A keyed subtask: owns a contiguous range of key groups (routing::key_group_range), reads one
-//! bounded channel per source subtask, runs the window stage on its slice of the state, writes
-//! to its own sink (task id = subtask index), and aligns barriers (alignment::Alignment) before
+//! bounded channel per subtask upstream (the sources, or the previous keyed stage), runs its
+//! keyed stage on its slice of the state, writes to its own sink (task id = subtask index) or
+//! on to the next keyed stage (`stage_out`), and aligns barriers (alignment::Alignment) before
 //! it snapshots and acks with its state delta and its sink's committables.
 
 use std::task::Poll;
@@ -12,6 +13,7 @@ use tokio::sync::mpsc::{Receiver, UnboundedReceiver, UnboundedSender};
 use super::alignment::{Alignment, Step};
 use super::message::{Control, Data, Report};
 use super::output::SinkTask;
+use super::stage_out::StageOut;
 use crate::engine::checkpoint::{CheckpointId, Positions, TaskId};
 use crate::engine::runtime::topology::KeyedStage;
 use crate::engine::runtime::RuntimeError;
@@ -33,13 +35,17 @@ async fn sleep_until_some(at: Option<tokio::time::Instant>) {
 /// One keyed subtask.
 pub(crate) struct KeyedSubtask {
     pub task: TaskId,
-    /// Input i is the channel from source subtask i (`None` once that source is gone).
+    /// Input i is the channel from upstream subtask i (`None` once it is gone).
     pub inputs: Vec<Option<Receiver<Data>>>,
     pub alignment: Alignment,
     pub stage: Box<dyn KeyedStage>,
-    /// The sources' watermarks (those with partitions), the smallest drives the window.
+    /// The upstream watermarks (of sources with partitions), the smallest drives the stage.
     pub watermarks: InputWatermarks,
-    pub sink: SinkTask,
+    /// The sink, or the next keyed stage.
+    pub out: StageOut,
+    /// A watermark the stage reached whose firing is still being written: the next stage
+    /// hears it once the firing is done (`stage_out`).
+    pub unsent_watermark: Option<i64>,
     pub control: UnboundedReceiver<Control>,
     pub reports: UnboundedSender<Report>,
     /// How long held outputs may wait for a free pool slot.
@@ -56,9 +62,9 @@ impl KeyedSubtask {
     /// Runs until the coordinator or every source is gone (Ok) or an error.
     pub(crate) async fn run(mut self) -> Result<(), RuntimeError> {
         loop {
-            if self.sink.is_holding() {
-                self.sink.flush().await?;
-                if self.sink.is_holding() {
+            if self.out.is_holding() {
+                self.out.flush().await?;
+                if self.out.is_holding() {
                     let control = SinkTask::wait_for_control(&mut self.control, self.patience);
                     match control.await? {
                         Some(c) => self.on_control(c).await?,
@@ -74,8 +80,13 @@ impl KeyedSubtask {
                 // The rest of a watermark's firing, a chunk per turn, each written (or held)
                 // before the next: no input is read until it is done, so no barrier passes it.
                 let mut out = Vec::new();
-                self.stage.fire_more(&mut out)?;
-                self.sink.write(out).await?;
+                let more = self.stage.fire_more(&mut out)?;
+                self.out.write(out).await?;
+                if !more {
+                    if let Some(w) = self.unsent_watermark.take() {
+                        self.out.watermark(w).await?;
+                    }
+                }
                 continue;
             }
             let start = self.next;
@@ -95,7 +106,7 @@ impl KeyedSubtask {
                 () = sleep_until_some(due), if due.is_some() => {
                     let mut out = Vec::new();
                     self.stage.on_processing_time(wall_ms(), &mut out)?;
-                    self.sink.write(out).await?;
+                    self.out.write(out).await?;
                 }
                 d = recv_unblocked(&mut self.inputs, &self.alignment, start) => match d {
                     Some((i, d)) => self.on_data(i, d).await?,
@@ -135,13 +146,13 @@ impl KeyedSubtask {
                 checkpoint,
                 committable,
             } => {
-                let outcome = self.sink.commit(checkpoint, &committable).await?;
+                let outcome = self.out.commit(checkpoint, &committable).await?;
                 let _ = self.reports.send(Report::CommitResult {
                     committable,
                     outcome,
                 });
             }
-            Control::Release(c) => self.sink.release(&c),
+            Control::Release(c) => self.out.release(&c),
             Control::InjectBarrier(id) | Control::InjectFinalBarrier(id) => {
                 return Err(RuntimeError::Internal(format!(
                 "{}: barrier {id} injected into a keyed subtask (barriers come from the sources)",
@@ -157,9 +168,9 @@ impl KeyedSubtask {
             Data::Record { key, time, element } => {
                 let mut out = Vec::new();
                 self.stage.process(&key, time, element, &mut out)?;
-                self.sink.write(out).await?;
+                self.out.write(out).await?;
             }
-            Data::Output(out) => self.sink.write(vec![out]).await?,
+            Data::Output(out) => self.out.write(vec![out]).await?,
             Data::Watermark(w) => {
                 let input = u32::try_from(input).unwrap_or(u32::MAX);
                 let before = self.watermarks.current();
@@ -206,7 +217,12 @@ impl KeyedSubtask {
         if let Some(combined) = combined.filter(|c| before.is_none_or(|b| *c > b)) {
             let mut out = Vec::new();
             self.stage.advance_to(combined, &mut out)?;
-            self.sink.write(out).await?;
+            self.out.write(out).await?;
+            if self.stage.firing() {
+                self.unsent_watermark = Some(combined);
+            } else {
+                self.out.watermark(combined).await?;
+            }
         }
         Ok(())
     }
@@ -227,7 +243,7 @@ impl KeyedSubtask {
             }
         }
         let delta = self.stage.snapshot(id.0)?;
-        let committables = self.sink.barrier(id).await?;
+        let committables = self.out.barrier(id).await?;
         tracing::debug!(task = %self.task, checkpoint = id.0, watermark = ?self.stage.watermark(), "aligned and snapshotted");
         let _ = self.reports.send(Report::Ack {
             id,

@@ -1,6 +1,7 @@
 //! Starting the subtasks once recovery decided StartTasks: P source subtasks (each seeking its
 //! consumer to the restored positions of its partitions) and, for a job with a window, P keyed
-//! subtasks, wired by bounded channels (one per source × keyed pair).
+//! subtasks per keyed stage, wired by bounded channels (one per source × keyed pair, and one
+//! per pair of subtasks of consecutive keyed stages).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use super::message::{Control, Counters, Data, Report};
 use super::output::{SinkTask, TaskSink};
 use super::partitions::{resolve, start_offset, Discovery};
 use super::source::{Downstream, FileReader, Input, PartitionWatermarks, SourceSubtask};
+use super::stage_out::{NextStage, StageOut};
 use crate::client::{
     Admin, ClientConfig, Cluster, Consumer, ConsumerConfig, Offset, TopicPartition,
 };
@@ -60,17 +62,20 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    /// Whether the job has a key exchange (then keyed subtasks run its keyed stage).
+    /// Whether the job has a key exchange (then keyed subtasks run its keyed stages).
     pub(crate) fn has_window(&self) -> bool {
         self.topology.keyed().is_some()
     }
 
-    /// The tasks that ack a checkpoint: sources 0..P, then keyed subtasks P..2P (with a
-    /// window). The sink of subtask i (keyed, or the source without a window) is sink task i.
+    /// The tasks that ack a checkpoint: sources 0..P, then the keyed subtasks of stage k at
+    /// (k + 1)·P..(k + 2)·P. The sink of subtask i (of the last keyed stage, or the source
+    /// without one) is sink task i.
     pub(crate) fn task_ids(&self) -> Vec<TaskId> {
         let p = u32::try_from(self.parallelism).unwrap_or(u32::MAX);
-        let n = if self.has_window() { 2 * p } else { p };
-        (0..n).map(TaskId).collect()
+        let stages = u32::try_from(self.topology.stages().len()).unwrap_or(u32::MAX);
+        (0..p.saturating_mul(stages.saturating_add(1)))
+            .map(TaskId)
+            .collect()
     }
 }
 
@@ -127,11 +132,11 @@ fn sink_tasks<'a>(
 }
 
 /// Starts every subtask from `positions`, with sink task i's started `sinks[i]` and keyed
-/// subtask i's window state `states[i]` (restricted to its key groups). `positioned` is
-/// given every source partition's start once all are resolved, before any source reads.
+/// stage k's subtask i's state `states[k][i]` (restricted to its key groups). `positioned`
+/// is given every source partition's start once all are resolved, before any source reads.
 pub(crate) async fn launch(
     plan: &Plan,
-    states: Vec<OperatorState>,
+    states: Vec<Vec<OperatorState>>,
     sinks: Vec<TaskSink>,
     positions: &Positions,
     counters: &Arc<Counters>,
@@ -259,48 +264,78 @@ fn channels(p: usize, window: bool) -> Channels {
     (senders, receivers)
 }
 
-/// Starts keyed subtask i on `receivers[i]`, `states[i]` and the next sink.
+/// Starts the keyed subtasks of every stage: stage 0's subtask i on `receivers[i]` (from the
+/// sources), stage k's on channels from stage k - 1, each on its `states[k][i]`; the last
+/// stage's subtask i writes to the next sink.
 fn launch_keyed(
     plan: &Plan,
     receivers: Vec<Vec<Option<mpsc::Receiver<Data>>>>,
-    states: Vec<OperatorState>,
+    states: Vec<Vec<OperatorState>>,
     sinks: &mut impl Iterator<Item = SinkTask>,
     reports: &UnboundedSender<Report>,
     launched: &mut Launched,
 ) -> Result<(), RuntimeError> {
     let p = plan.parallelism;
+    let stages = states.len();
     // Only sources that read something send watermarks; the others must not hold them back.
-    let watermark_inputs: Vec<u32> = (0..p)
+    // Every subtask of a keyed stage sends its watermark on.
+    let mut watermark_inputs: Vec<u32> = (0..p)
         .filter(|&s| plan.assignment.get(s).is_some_and(|a| !a.is_empty()))
         .map(|s| u32::try_from(s).unwrap_or(u32::MAX))
         .collect();
-    let mut states = states.into_iter();
-    for (i, inputs) in receivers.into_iter().enumerate() {
-        let task = TaskId(u32::try_from(p + i).unwrap_or(u32::MAX));
-        let (control_tx, control) = mpsc::unbounded_channel();
-        let groups = key_group_range(i, p, plan.key_groups);
-        let state = states.next().ok_or_else(|| {
-            RuntimeError::Internal(format!("no window state for keyed subtask {i}"))
-        })?;
-        let keyed = KeyedSubtask {
-            task,
-            inputs,
-            alignment: Alignment::default(),
-            stage: plan.topology.keyed_stage(state, &plan.metrics)?,
-            watermarks: super::source::watermarks_of(watermark_inputs.iter().copied()),
-            sink: sinks.next().ok_or_else(|| missing_sink(i))?,
-            control,
-            reports: reports.clone(),
-            patience: plan.patience,
-            next: 0,
-            unaligned: crate::engine::runtime::hook::skipped(
-                crate::engine::runtime::hook::Protection::Alignment,
-            ),
-            last_unaligned: None,
-        };
-        tracing::info!(task = p + i, key_groups = ?groups, "keyed subtask starting");
-        launched.handles.push(spawn(task, reports, keyed.run()));
-        launched.controls.insert(task, control_tx);
+    let mut receivers = receivers;
+    for (k, states) in states.into_iter().enumerate() {
+        let last = k + 1 == stages;
+        let (mut senders, next_receivers) = channels(p, !last);
+        let mut states = states.into_iter();
+        for (i, inputs) in std::mem::take(&mut receivers).into_iter().enumerate() {
+            let index = (k + 1) * p + i;
+            let task = TaskId(u32::try_from(index).unwrap_or(u32::MAX));
+            let (control_tx, control) = mpsc::unbounded_channel();
+            let groups = key_group_range(i, p, plan.key_groups);
+            let state = states.next().ok_or_else(|| {
+                RuntimeError::Internal(format!("no state for keyed subtask {i} of stage {k}"))
+            })?;
+            let out = match last {
+                true => StageOut::Sink(Box::new(sinks.next().ok_or_else(|| missing_sink(i))?)),
+                false => StageOut::Next(NextStage {
+                    link: plan.topology.link(k, &plan.metrics).ok_or_else(|| {
+                        RuntimeError::Internal(format!("no link after keyed stage {k}"))
+                    })?,
+                    channels: std::mem::take(&mut senders[i]),
+                    key_groups: plan.key_groups,
+                    index: i,
+                    stage: k + 1,
+                    errors: plan.job.settings.errors.clone(),
+                    metrics: plan.metrics.clone(),
+                    sequence: 0,
+                }),
+            };
+            let keyed = KeyedSubtask {
+                task,
+                inputs,
+                alignment: Alignment::default(),
+                stage: plan.topology.keyed_stage_at(k, state, &plan.metrics)?,
+                watermarks: super::source::watermarks_of(watermark_inputs.iter().copied()),
+                out,
+                unsent_watermark: None,
+                control,
+                reports: reports.clone(),
+                patience: plan.patience,
+                next: 0,
+                unaligned: crate::engine::runtime::hook::skipped(
+                    crate::engine::runtime::hook::Protection::Alignment,
+                ),
+                last_unaligned: None,
+            };
+            tracing::info!(task = index, stage = k, key_groups = ?groups, "keyed subtask starting");
+            launched.handles.push(spawn(task, reports, keyed.run()));
+            launched.controls.insert(task, control_tx);
+        }
+        receivers = next_receivers;
+        watermark_inputs = (0..p)
+            .map(|s| u32::try_from(s).unwrap_or(u32::MAX))
+            .collect();
     }
     Ok(())
 }

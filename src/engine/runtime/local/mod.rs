@@ -7,7 +7,8 @@
 //!   coordinator's positions to the store's and back.
 //! - `launch`: starts the subtasks at a parallelism; `source` (a source subtask: its consumer,
 //!   partitions from `partitions`, per-partition watermarks), `keyed` (a keyed subtask and its
-//!   barrier `alignment`), `output` (a sink task), exchanging `message`s.
+//!   barrier `alignment`; `stage_out`: its sink or the next keyed stage), `output` (a sink
+//!   task), exchanging `message`s.
 //! - `offsets` (group offsets for monitoring), `retire` (after a rescale down, the open
 //!   transactions of sink tasks that no longer exist).
 
@@ -23,6 +24,7 @@ mod persist;
 mod positions;
 mod retire;
 mod source;
+mod stage_out;
 mod task;
 
 pub(crate) use task::run;

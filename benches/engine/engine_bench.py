@@ -43,7 +43,12 @@ except ImportError:
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = {"cleansing": "rides-cleansing.toml", "per-driver-hourly": "rides-per-driver-hourly.toml",
-        "per-driver-hourly-avro": "rides-per-driver-hourly-avro.toml"}
+        "per-driver-hourly-avro": "rides-per-driver-hourly-avro.toml",
+        "driver-shifts": "driver-shifts.toml", "rides-and-fares": "rides-and-fares.toml"}
+# The jobs that read the fares too (`taxi generate --fares`): their second input is the rides
+# topic's name + "-fares" (a peer gets it as FARES), and their input events are the rides'
+# events and the fares (one per ride).
+FARES_JOBS = {"rides-and-fares"}
 # A job over Avro (its name ends in -avro) reads the same rides as Avro records through the
 # schema registry at REGISTRY (the input converted once: `consume | produce --value-schema`),
 # writes Avro, and is verified with `-s value=avro -r REGISTRY`; onceflow alone runs it.
@@ -148,8 +153,26 @@ def delete(t):
         of(["topics", "delete", "-t", t], check=False)
 
 
-def generate(t, rides, *, rate=None, drivers=None, produce_rate=None, wait=True):
+def fares_of(inp):
+    """The fares topic beside the rides topic `inp`."""
+    return inp + "-fares"
+
+
+def reads_fares(kind):
+    return kind in FARES_JOBS
+
+
+def input_events(kind, rides):
+    """The input records a job reads for `rides` rides: START and END, and a fare each."""
+    return (3 if reads_fares(kind) else 2) * int(rides)
+
+
+def generate(t, rides, *, rate=None, drivers=None, produce_rate=None, wait=True, fares=None):
+    """`rides` rides into t; and their fares into fares_of(t) when `fares` (default: when a job
+    of JOBS reads them)."""
     args = ["taxi", "generate", "-t", t, "--count", str(rides), "--partitions", PARTS]
+    if fares if fares is not None else any(reads_fares(k) for k in JOB_KINDS):
+        args += ["--fares", fares_of(t)]
     for flag, v in (("--rate", rate), ("--drivers", drivers), ("--produce-rate", produce_rate)):
         if v is not None:
             args += [flag, str(v)]
@@ -189,7 +212,9 @@ def verify(kind, inp, out):
     """(ok, records read, records expected) from `taxi verify`'s one-line verdict."""
     job = kind[: -len("-avro")] if is_avro(kind) else kind
     avro = ["-s", "value=avro", "-r", REGISTRY] if is_avro(kind) else []
-    line = of(["taxi", "verify", "--job", job, "--input", inp, "--output", out, *avro], check=False)
+    fares = ["--fares", fares_of(inp)] if reads_fares(kind) else []
+    line = of(["taxi", "verify", "--job", job, "--input", inp, "--output", out, *avro, *fares],
+              check=False)
     line = line.strip()
     m = re.search(r"OK — (\d+) records", line)
     if m:
@@ -231,9 +256,14 @@ def job_file(kind, tag, out, inp, interval, guarantee, window=None, cache=None, 
         m = re.match(r"\s*\[+([^\]]+)\]+\s*$", line)
         section = m.group(1) if m else section
         key = line.split("=")[0].strip() if "=" in line and not line.lstrip().startswith("#") else None
+        topics = [inp, fares_of(inp)] if reads_fares(kind) else [inp]
+        if key in ("join.left", "join.right"):
+            # A join's sides name their topics.
+            line = line.replace('topic = "rides"', f'topic = "{inp}"')
+            line = line.replace('topic = "fares"', f'topic = "{fares_of(inp)}"')
         new = {
             ("source", "brokers"): f'brokers = "{BOOT}"',
-            ("source", "topics"): f'topics = ["{inp}"]',
+            ("source", "topics"): "topics = [" + ", ".join(f'"{t}"' for t in topics) + "]",
             ("sink", "topic"): f'topic = "{out}"',
             ("sink", "delivery.guarantee"): f'delivery.guarantee = "{guarantee}"',
             ("sink", "transactional.id.prefix"): f'transactional.id.prefix = "{topic(tag)}"',
@@ -250,7 +280,7 @@ def job_file(kind, tag, out, inp, interval, guarantee, window=None, cache=None, 
     text = "\n".join(lines) + "\n"
     if tomllib:
         parsed = tomllib.loads(text)
-        assert parsed["source"]["topics"] == [inp] and parsed["sink"]["topic"] == out, text
+        assert parsed["source"]["topics"] == topics and parsed["sink"]["topic"] == out, text
         assert parsed["settings"]["checkpoint"]["interval"]["ms"] == interval, text
         assert parsed["sink"]["delivery"]["guarantee"] == guarantee, text
     path = OUT / "jobs" / f"{tag}.toml"
@@ -285,6 +315,8 @@ class EngineRun:
             self.env = dict(os.environ, BOOTSTRAP=BOOT, JOB=kind, INPUT=inp, OUTPUT=out,
                             INTERVAL_MS=str(interval), GUARANTEE=guarantee,
                             STATE_DIR=str(self.state), NAME=self.name)
+            if reads_fares(kind):
+                self.env["FARES"] = fares_of(inp)
         self.proc = None
 
     # The log line after which the job reads its input (latency waits for it before producing).
@@ -449,9 +481,9 @@ def throughput():
     inp = topic("tp-in")
     gen = generate(inp, TP_RIDES, rate=EVENT_RATE)
     print(f"  input: {gen}", flush=True)
-    events = 2 * int(TP_RIDES)
     rows = []
     for kind in JOB_KINDS:
+        events = input_events(kind, TP_RIDES)
         source = avro_input(inp) if is_avro(kind) else inp
         expected = expected_count(kind, source)
         for rep in range(1, REPS + 1):
@@ -459,7 +491,7 @@ def throughput():
                 for e, g in engine_order(rep):
                     if e == "onceflow" or not is_avro(kind):
                         rows.append(throughput_run(e, kind, interval, g, source, events, expected, rep))
-    for t in [inp, *AVRO_INPUTS]:
+    for t in [inp, fares_of(inp), *AVRO_INPUTS]:
         delete(t)
     return rows
 
@@ -470,6 +502,8 @@ def latency_run(engine, kind, interval, guarantee, rides, expected, rep):
     tag = run_tag(f"lat-{kind[:5]}-{interval}-{guarantee[:2]}-{rep}", engine)
     inp, out = topic(tag + "-in"), topic(tag)
     create(inp)
+    if reads_fares(kind):
+        create(fares_of(inp))
     create(out, log_append_time=True)
     run = EngineRun(engine, kind, tag, out, inp, interval, guarantee)
     probe = spawn(
@@ -478,7 +512,8 @@ def latency_run(engine, kind, interval, guarantee, rides, expected, rep):
         stdout=subprocess.PIPE, stderr=open(LOG / f"latency-{tag}.log", "w"), text=True)
     job = run.start()
     run.wait_started(60 if engine == "onceflow" else 180)
-    gen = generate(inp, rides, rate=EVENT_RATE, produce_rate=LAT_RATE, wait=False)
+    gen = generate(inp, rides, rate=EVENT_RATE, produce_rate=LAT_RATE, wait=False,
+                   fares=reads_fares(kind))
     watch(job, lambda: probe.poll() is not None)
     cpu, _, hwm = proc_stats(job.pid)
     line = probe.stdout.read().strip()
@@ -488,10 +523,12 @@ def latency_run(engine, kind, interval, guarantee, rides, expected, rep):
         raise BenchError(f"taxi latency exited {probe.returncode}: {line!r} (see {LOG})")
     run.finish()
     delete(inp)
+    delete(fares_of(inp))
     n, p50, p99, mx = (int(x) for x in m.groups())
     return record("latency", engine=engine, job=kind, interval_ms=interval, guarantee=guarantee, rep=rep,
                   rate=LAT_RATE, results=n, p50_ms=p50, p99_ms=p99, max_ms=mx,
-                  cpu_s_per_m=round(cpu / (2 * rides) * 1e6, 2), peak_rss_mb=round(hwm / 2**20, 1))
+                  cpu_s_per_m=round(cpu / input_events(kind, rides) * 1e6, 2),
+                  peak_rss_mb=round(hwm / 2**20, 1))
 
 
 def latency():
@@ -499,11 +536,13 @@ def latency():
     rides = LAT_RATE * LAT_SECS // 2
     scratch = topic("lat-scratch")
     generate(scratch, rides, rate=EVENT_RATE)
-    expected = {kind: expected_count(kind, scratch) for kind in JOB_KINDS}
+    kinds = JOB_KINDS
+    expected = {kind: expected_count(kind, scratch) for kind in kinds}
     delete(scratch)
+    delete(fares_of(scratch))
     rows = []
     for rep in range(1, REPS + 1):
-        for kind in JOB_KINDS:
+        for kind in kinds:
             for interval in INTERVALS:
                 for e, g in engine_order(rep):
                     rows.append(latency_run(e, kind, interval, g, rides, expected[kind], rep))
@@ -513,7 +552,7 @@ def latency():
 # --- recovery ---------------------------------------------------------------------------------
 
 # Output records that must be visible before the kill (the job is mid-run by then).
-BEFORE_KILL = {"cleansing": 1000, "per-driver-hourly": 1}
+BEFORE_KILL = {"cleansing": 1000, "per-driver-hourly": 1, "driver-shifts": 1, "rides-and-fares": 1000}
 RECOVERY_CHECK_SECS = 20
 
 
@@ -584,6 +623,7 @@ def recovery():
                 for e, _ in engine_order(rep, ["exactly-once"]):
                     rows.append(recovery_run(e, kind, interval, inp, expected, rep))
     delete(inp)
+    delete(fares_of(inp))
     return rows
 
 

@@ -68,6 +68,9 @@ where
     }
 }
 
+/// A key's left and right records with their times, in input order.
+type SideRecords = (Vec<(i64, Value)>, Vec<(i64, Value)>);
+
 /// An interval join over finite inputs: every left and right record of a key whose times are
 /// within the bounds make a pair (every record on time), by key, then left in input order,
 /// then right in input order; each pair through the operators after the join.
@@ -76,9 +79,7 @@ where
     I: IntoIterator<Item = (String, Option<Vec<u8>>, Value)>,
 {
     let mut out = BatchOutput::default();
-    // Per key, its left and its right records with their times, in input order.
-    type Sides = (Vec<(i64, Value)>, Vec<(i64, Value)>);
-    let mut sides: BTreeMap<Key, Sides> = BTreeMap::new();
+    let mut sides: BTreeMap<Key, SideRecords> = BTreeMap::new();
     for (topic, _, value) in input {
         let Some(side) = join.side_of(&topic) else {
             continue;
@@ -101,6 +102,10 @@ where
             Side::Right => rights.push((t, value)),
         }
     }
+    if let Some(kind) = join.window {
+        window_pairs(join, kind, after, sides, &mut out);
+        return out;
+    }
     let bounds = join.bounds();
     for (key, (lefts, rights)) in sides {
         for (l, left) in &lefts {
@@ -118,6 +123,40 @@ where
         }
     }
     out
+}
+
+/// A window join's pairs: per window (by end, then start) and key, every left × right pair of
+/// the key's records in that window (left records in input order, each with the right ones in
+/// input order), each through the operators after the join.
+fn window_pairs(
+    join: &IntervalJoin,
+    kind: WindowKind,
+    after: &[Operator],
+    sides: BTreeMap<Key, SideRecords>,
+    out: &mut BatchOutput,
+) {
+    let mut windows: BTreeMap<(i64, i64, Key), super::join::Sides> =
+        BTreeMap::new();
+    for (key, (lefts, rights)) in sides {
+        for (side, records) in [(Side::Left, lefts), (Side::Right, rights)] {
+            for (t, v) in records {
+                for w in kind.assign(t) {
+                    let entry = windows.entry((w.end, w.start, key.clone())).or_default();
+                    entry.push(side, v.clone());
+                }
+            }
+        }
+    }
+    for ((_, _, key), sides) in windows {
+        for (l, r) in sides.pairs() {
+            let record = join.result_record(l.clone(), r.clone());
+            if let Some((carried, v)) =
+                stateless_counted(after, Carried::Keyed(key.clone()), record, out)
+            {
+                out.records.push((carried.kafka_key(), v));
+            }
+        }
+    }
 }
 
 /// Runs `pipeline` over `input` ((Kafka key, JSON value) in input order).

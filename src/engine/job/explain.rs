@@ -66,18 +66,26 @@ fn side(s: &JoinSide) -> String {
     out
 }
 
+/// A window's kind as the plan shows it.
+fn window_kind(kind: WindowKind) -> String {
+    match kind {
+        WindowKind::Tumbling { size } => format!("tumbling {size} ms"),
+        WindowKind::Sliding { size, slide } => format!("sliding {size} ms every {slide} ms"),
+        WindowKind::Session { gap } => format!("session gap {gap} ms"),
+    }
+}
+
 /// One operator, in a line (or two for a join's sides).
 fn operator(op: &Operator) -> String {
     match op {
         Operator::Filter(p) => format!("filter {}", predicate(p)),
         Operator::Project(p) => format!("project {p}"),
-        Operator::KeyBy(k) => format!("key_by {}  -- key exchange: by key group to the keyed subtasks", k.field),
+        Operator::KeyBy(k) => format!(
+            "key_by {}  -- key exchange: by key group to the keyed subtasks",
+            k.field
+        ),
         Operator::WindowAggregate(w) => {
-            let kind = match w.kind {
-                WindowKind::Tumbling { size } => format!("tumbling {size} ms"),
-                WindowKind::Sliding { size, slide } => format!("sliding {size} ms every {slide} ms"),
-                WindowKind::Session { gap } => format!("session gap {gap} ms"),
-            };
+            let kind = window_kind(w.kind);
             let fns: Vec<String> = w.aggregate.outputs.iter().map(|(n, f)| agg(n, f)).collect();
             format!(
                 "window {kind} on {} (watermark: newest - {} ms, lateness {} ms): {}",
@@ -87,19 +95,31 @@ fn operator(op: &Operator) -> String {
                 fns.join(", ")
             )
         }
-        Operator::Join(j) => format!(
-            "interval join, {} - {} within [{} ms, {} ms] (watermark: newest - {} ms)  -- key exchange on the join key\n      left  {}\n      right {}",
-            j.right.name,
-            j.left.name,
-            j.lower,
-            j.upper,
-            j.out_of_orderness,
-            side(&j.left),
-            side(&j.right)
-        ),
+        Operator::Join(j) => {
+            let how = match j.window {
+                Some(kind) => format!(
+                    "window join, {} (pairs written as each window closes)",
+                    window_kind(kind)
+                ),
+                None => format!(
+                    "interval join, {} - {} within [{} ms, {} ms]",
+                    j.right.name, j.left.name, j.lower, j.upper
+                ),
+            };
+            format!(
+                "{how} (watermark: newest - {} ms)  -- key exchange on the join key\n      left  {}\n      right {}",
+                j.out_of_orderness,
+                side(&j.left),
+                side(&j.right)
+            )
+        }
         Operator::Where(e) => format!("where {e}"),
         Operator::Select(s) => {
-            let cols: Vec<String> = s.columns.iter().map(|(n, e)| format!("{e} AS {n}")).collect();
+            let cols: Vec<String> = s
+                .columns
+                .iter()
+                .map(|(n, e)| format!("{e} AS {n}"))
+                .collect();
             format!("select {}", cols.join(", "))
         }
     }

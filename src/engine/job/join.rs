@@ -1,8 +1,11 @@
-//! A job file's interval join: two input topics, each with its key, event time and optional
-//! filter, joined on equal keys within event-time bounds (the rules are
-//! `crate::engine::time::interval_join`'s). Its output record holds each side's record under
-//! the side's name: `{"ride": {...}, "fare": {...}}`, keyed by the join key.
+//! A job file's join of two input topics, each with its key, event time and optional filter,
+//! joined on equal keys: an interval join within event-time bounds (the rules are
+//! `crate::engine::time::interval_join`'s), or a window join, the pairs of a key whose records
+//! fall in the same window, written when the window closes (`job::window_join`). Its output
+//! record holds each side's record under the side's name: `{"ride": {...}, "fare": {...}}`,
+//! keyed by the join key.
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::expr::Expr;
@@ -10,6 +13,7 @@ use super::filter::Predicate;
 use super::path::FieldPath;
 use super::project::Key;
 use crate::engine::time::interval_join::{Bounds, Side};
+use crate::engine::time::WindowKind;
 
 /// One input of a join.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,7 +75,7 @@ impl JoinSide {
     }
 }
 
-/// `join`: an inner interval join of two topics (module docs).
+/// `join`: an inner join of two topics (module docs), within bounds or within windows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IntervalJoin {
     /// The first input.
@@ -83,6 +87,9 @@ pub struct IntervalJoin {
     pub lower: i64,
     /// See `lower`.
     pub upper: i64,
+    /// `window = { tumbling = ... }` (or sliding): a window join, whose pairs are the records of
+    /// a key in the same window (then `lower` and `upper` are not used).
+    pub window: Option<WindowKind>,
     /// Bounded out-of-orderness of the inputs, ms.
     pub out_of_orderness: i64,
     /// Allowed lateness, ms: a record is late (joins nothing) when its time is before the
@@ -126,5 +133,36 @@ impl IntervalJoin {
         out.insert(self.left.name.clone(), left);
         out.insert(self.right.name.clone(), right);
         Value::Object(out)
+    }
+}
+
+/// One key's records of one window, by side, in arrival order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Sides {
+    left: Vec<Value>,
+    right: Vec<Value>,
+}
+
+impl Sides {
+    /// Every left × right pair, left records in arrival order, each with the right ones in
+    /// arrival order.
+    pub(crate) fn pairs(&self) -> impl Iterator<Item = (&Value, &Value)> {
+        self.left
+            .iter()
+            .flat_map(move |l| self.right.iter().map(move |r| (l, r)))
+    }
+
+    /// Adds `other`'s records after these.
+    pub(crate) fn extend(&mut self, other: Sides) {
+        self.left.extend(other.left);
+        self.right.extend(other.right);
+    }
+
+    /// Adds a record of `side`.
+    pub(crate) fn push(&mut self, side: Side, value: Value) {
+        match side {
+            Side::Left => self.left.push(value),
+            Side::Right => self.right.push(value),
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! store, checkpointed, crashed and restored at random points, each input replayed from the
 //! checkpoint's position) writes exactly the pairs the batch reference
 //! (`batch::run_batch_of_topics`) computes, whenever each input's disorder stays within the
-//! join's out-of-orderness.
+//! join's out-of-orderness: interval joins and window joins.
 
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -11,13 +11,15 @@ use super::batch::run_batch_of_topics;
 use super::codec::ValueDecoder;
 use super::join_stage::{JoinPrefix, JoinStage, JOIN_KIND, JOIN_UID};
 use super::streaming_vs_batch::{replayed, Rng};
+use super::window_join::{WindowJoinStage, WINDOW_JOIN_KIND};
 use super::{Job, Operator};
 use crate::engine::runtime::topology::{Emitted, InputRecord, KeyedStage, Output, SourceChain};
 
 /// Out-of-orderness of every job here, ms.
 const BOUND: i64 = 3_000;
 
-fn job(between: &str, lateness: &str) -> Job {
+/// A join job; `how` is `between = [...]` or `window = {...}`.
+fn job(how: &str, lateness: &str) -> Job {
     Job::parse(
         "j.toml",
         &format!(
@@ -25,13 +27,13 @@ fn job(between: &str, lateness: &str) -> Job {
              [[pipeline]]\njoin.left = {{ topic = \"a\", key = \"k\", time = \"t\", \
              filter = {{ field = \"keep\", op = \"=\", value = true }} }}\n\
              join.right = {{ topic = \"b\", as = \"bee\", key = \"k\", time = \"t\" }}\n\
-             join.between = {between}\n\
+             join.{how}\n\
              join.out_of_orderness = \"{BOUND}ms\"\njoin.allowed_lateness = \"{lateness}\"\n\
              [[pipeline]]\nfilter = {{ field = \"bee.v\", op = \"!=\", value = 7 }}\n\
              [sink]\ntopic = \"o\"\ndelivery.guarantee = \"none\"\n"
         ),
     )
-    .unwrap_or_else(|e| panic!("{between}: {e}"))
+    .unwrap_or_else(|e| panic!("{how}: {e}"))
 }
 
 /// `n` records of topics a and b, up to 4 keys, event times on a 500 ms grid advancing by 0–1 s
@@ -63,12 +65,17 @@ fn input(rng: &mut Rng, n: usize) -> Vec<(String, Value)> {
 
 /// The join job's streaming run ([`replayed`]): one partition per topic, the watermark the
 /// smaller of the two partitions'.
-fn stream(job: &Job, records: &[(String, Value)], rng: &mut Rng) -> Vec<Value> {
+fn stream<S: KeyedStage>(
+    job: &Job,
+    records: &[(String, Value)],
+    rng: &mut Rng,
+    (kind, stage_of): (&str, impl Fn(crate::engine::state::OperatorState) -> S),
+) -> Vec<Value> {
     let Some(Operator::Join(join)) = job.pipeline.first() else {
         panic!("not a join job");
     };
     let step = |(prefix, newest): &mut (JoinPrefix, [Option<i64>; 2]),
-                stage: &mut JoinStage,
+                stage: &mut S,
                 i: usize,
                 out: &mut Vec<Output>| {
         let (topic, value) = &records[i];
@@ -95,19 +102,23 @@ fn stream(job: &Job, records: &[(String, Value)], rng: &mut Rng) -> Vec<Value> {
         newest[side] = newest[side].max(time);
         if let [Some(a), Some(b)] = *newest {
             stage.advance_to(a.min(b) - BOUND, out).unwrap();
+            while stage.fire_more(out).unwrap() {}
         }
     };
     replayed(
-        (JOIN_UID, JOIN_KIND),
+        (JOIN_UID, kind),
         records.len(),
         rng,
-        |state| JoinStage::new(&job.pipeline, state).unwrap(),
+        stage_of,
         || {
             let prefix = JoinPrefix::new((**join).clone(), ValueDecoder::json(), &[]);
             (prefix, [None, None])
         },
         step,
-        |_, _| {},
+        |stage, out| {
+            stage.advance_to(i64::MAX, out).unwrap();
+            while stage.fire_more(out).unwrap() {}
+        },
     )
     .into_iter()
     .map(|o| serde_json::from_slice(&o.value).unwrap())
@@ -117,10 +128,15 @@ fn stream(job: &Job, records: &[(String, Value)], rng: &mut Rng) -> Vec<Value> {
 #[test]
 fn a_streaming_join_restored_at_random_checkpoints_writes_the_batch_reference() {
     let cases = [
-        ("[\"-2s\", \"1s\"]", "0ms"),
-        ("[\"0s\", \"0s\"]", "0ms"),
-        ("[\"500ms\", \"4s\"]", "2s"),
-        ("[\"-5s\", \"-1s\"]", "0ms"),
+        ("between = [\"-2s\", \"1s\"]", "0ms"),
+        ("between = [\"0s\", \"0s\"]", "0ms"),
+        ("between = [\"500ms\", \"4s\"]", "2s"),
+        ("between = [\"-5s\", \"-1s\"]", "0ms"),
+        ("window = { tumbling = \"5s\" }", "0ms"),
+        (
+            "window = { sliding = { size = \"6s\", slide = \"2s\" } }",
+            "0ms",
+        ),
     ];
     let seeds: u64 = std::env::var("ONCEFLOW_REFERENCE_SEEDS")
         .ok()
@@ -139,10 +155,25 @@ fn a_streaming_join_restored_at_random_checkpoints_writes_the_batch_reference() 
             .into_iter()
             .map(|(_, v)| v.to_string())
             .collect();
-            let mut got: Vec<String> = stream(&job, &records, &mut rng)
-                .into_iter()
-                .map(|v| v.to_string())
-                .collect();
+            let got = match between.starts_with("window") {
+                true => stream(
+                    &job,
+                    &records,
+                    &mut rng,
+                    (WINDOW_JOIN_KIND, |state| {
+                        WindowJoinStage::new(&job.pipeline, state).unwrap()
+                    }),
+                ),
+                false => stream(
+                    &job,
+                    &records,
+                    &mut rng,
+                    (JOIN_KIND, |state| {
+                        JoinStage::new(&job.pipeline, state).unwrap()
+                    }),
+                ),
+            };
+            let mut got: Vec<String> = got.into_iter().map(|v| v.to_string()).collect();
             assert!(
                 want.len() > 5,
                 "seed {seed}, {between}: only {} pairs",

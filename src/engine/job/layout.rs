@@ -76,15 +76,13 @@ impl Job {
                     let side = |s: &crate::engine::job::join::JoinSide| {
                         format!("{} {} on {} at {}", s.topic, s.name, s.key, s.time)
                     };
+                    let how = match j.window {
+                        Some(kind) => format!("in {kind:?}"),
+                        None => format!("between {}ms and {}ms", j.lower, j.upper),
+                    };
                     out.insert(
                         "join".into(),
-                        format!(
-                            "{} with {} between {}ms and {}ms",
-                            side(&j.left),
-                            side(&j.right),
-                            j.lower,
-                            j.upper
-                        ),
+                        format!("{} with {} {how}", side(&j.left), side(&j.right)),
                     );
                 }
                 Operator::Filter(_)

@@ -46,6 +46,7 @@ mod stages_vs_batch;
 #[cfg(test)]
 mod streaming_vs_batch;
 pub(crate) mod topology;
+mod window_join;
 
 pub(crate) use spec::parse_duration as parse_duration_text;
 

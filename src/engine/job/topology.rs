@@ -437,10 +437,14 @@ impl JsonTopology {
 
 impl Topology for JsonTopology {
     fn keyed(&self) -> Option<KeyedLayout> {
-        if self.join.is_some() {
+        if let Some(join) = &self.join {
+            let kind = match join.window {
+                Some(_) => super::window_join::WINDOW_JOIN_KIND,
+                None => JOIN_KIND,
+            };
             return Some(KeyedLayout {
                 uid: JOIN_UID.into(),
-                kind: JOIN_KIND.into(),
+                kind: kind.into(),
             });
         }
         self.window.as_ref().map(|_| KeyedLayout {
@@ -512,7 +516,12 @@ impl Topology for JsonTopology {
         state: OperatorState,
         metrics: &Arc<Metrics>,
     ) -> Result<Box<dyn KeyedStage>, RuntimeError> {
-        if self.join.is_some() {
+        if let Some(join) = &self.join {
+            if join.window.is_some() {
+                let stage = super::window_join::WindowJoinStage::new(&self.pipeline, state)?
+                    .observed(metrics, &self.pipeline);
+                return Ok(Box::new(stage));
+            }
             let stage = JoinStage::new(&self.pipeline, state)?.observed(metrics, &self.pipeline);
             return Ok(Box::new(stage));
         }

@@ -246,6 +246,7 @@ pub(super) fn plan_join(
         right: join_side(right, rkey, rt, rc),
         lower,
         upper,
+        window: None,
         out_of_orderness: lw.max(rw),
         allowed_lateness: 0,
         late_topic: None,

@@ -49,7 +49,26 @@ pub(super) fn check_join(
             ),
         ));
     }
-    let (lower, upper) = check_between(loc, raw.between)?;
+    let ((lower, upper), window) = match (raw.between, raw.window) {
+        (Some(between), None) => (check_between(loc, between)?, None),
+        (None, Some(w)) => ((0, 0), Some(check_join_window(loc, w)?)),
+        _ => {
+            return Err(loc.at(
+                &span,
+                Some("join"),
+                "give exactly one of join.between = [\"-1m\", \"1m\"] (an interval join) or \
+                 join.window = { tumbling = \"1h\" } (a window join)",
+            ))
+        }
+    };
+    if window.is_some() && raw.allowed_lateness.is_some_and(|d| d.0 != 0) {
+        return Err(loc.at(
+            &span,
+            Some("join.allowed_lateness"),
+            "a window join writes each window's pairs once, when it closes: remove \
+             allowed_lateness (late records are counted, and written to join.late_topic if set)",
+        ));
+    }
     let late_topic = match raw.late_topic {
         Some(t) if t.get_ref().trim().is_empty() => {
             return Err(loc.at(
@@ -65,6 +84,7 @@ pub(super) fn check_join(
         right,
         lower,
         upper,
+        window,
         out_of_orderness: raw.out_of_orderness.map_or(0, |d| d.0),
         allowed_lateness: raw.allowed_lateness.map_or(0, |d| d.0),
         late_topic,
@@ -106,6 +126,24 @@ fn check_side(
         filter,
         condition: None,
     })
+}
+
+/// `window = { tumbling = "1h" }` or sliding (a session of two streams is not supported).
+fn check_join_window(
+    loc: &Locator<'_>,
+    raw: Spanned<RawJoinWindow>,
+) -> Result<crate::engine::time::WindowKind, JobError> {
+    let span = raw.span();
+    let w = raw.into_inner();
+    if let Some(s) = &w.session {
+        return Err(loc.at(
+            &s.span(),
+            Some("join.window.session"),
+            "a window join takes tumbling or sliding windows: session windows of two streams \
+             are not supported",
+        ));
+    }
+    super::window_kind::check_window_kind(loc, span, w.tumbling, w.sliding, None)
 }
 
 /// `between = ["-1m", "1m"]`: two durations, the first at most the second.
@@ -185,6 +223,42 @@ mod tests {
         let with = |extra: &str| format!("{sides}\n{extra}");
         // (file text, line, field, part of the message)
         let cases: Vec<(String, usize, &str, &str)> = vec![
+            (
+                job(
+                    "[\"a\", \"b\"]",
+                    &with("join.between = [\"-1m\", \"1m\"]\njoin.window = { tumbling = \"1h\" }"),
+                    "",
+                ),
+                6,
+                "join",
+                "give exactly one of join.between",
+            ),
+            (
+                job("[\"a\", \"b\"]", sides, ""),
+                6,
+                "join",
+                "give exactly one of join.between",
+            ),
+            (
+                job(
+                    "[\"a\", \"b\"]",
+                    &with("join.window = { session = \"30m\" }"),
+                    "",
+                ),
+                8,
+                "join.window.session",
+                "session windows of two streams are not supported",
+            ),
+            (
+                job(
+                    "[\"a\", \"b\"]",
+                    &with("join.window = { tumbling = \"1h\" }\njoin.allowed_lateness = \"1m\""),
+                    "",
+                ),
+                6,
+                "join.allowed_lateness",
+                "a window join writes each window's pairs once",
+            ),
             (
                 job(
                     "[\"a\", \"b\"]",

@@ -28,6 +28,7 @@ mod raw;
 mod records;
 mod settings;
 mod sink;
+mod window_kind;
 
 use std::path::Path;
 

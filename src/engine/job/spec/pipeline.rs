@@ -9,13 +9,13 @@ use crate::engine::job::aggregate::{AggFn, AggregateSpec, WindowAggregate};
 use crate::engine::job::path::FieldPath;
 use crate::engine::job::project::{KeyBy, Projection};
 use crate::engine::job::JobError;
-use crate::engine::time::WindowKind;
 
 use super::join::check_join;
 use super::locator::Locator;
 use super::model::*;
 use super::predicate::check_pred;
 use super::raw::*;
+use super::window_kind::check_window_kind;
 
 /// Order rules: `window` needs a `key_by` before it (since the previous aggregate, if any) and
 /// an `aggregate` right after it; `aggregate` needs the `window` right before it; at most one
@@ -60,17 +60,8 @@ pub(super) fn check_pipeline(
                 out.push(Operator::Project(proj));
             }
             RawStage::KeyBy(field) => {
-                if stage_key.is_some() {
-                    return Err(loc.at(
-                        &field.span(),
-                        Some("key_by"),
-                        "a second key_by before the window (or after the last aggregate) \
-                         replaces the first; keep one",
-                    ));
-                }
-                let field = field.into_inner();
-                key = Some(field.clone());
-                stage_key = Some(field.clone());
+                let field = admit_key_by(loc, field, stage_key.is_some())?;
+                (key, stage_key) = (Some(field.clone()), Some(field.clone()));
                 out.push(Operator::KeyBy(KeyBy { field }));
             }
             RawStage::Window(w) => {
@@ -106,6 +97,23 @@ pub(super) fn check_pipeline(
         return Err(unfinished_window(loc, &span));
     }
     Ok(out)
+}
+
+/// A key_by, unless one came since the last aggregate (`keyed`): it would replace it.
+fn admit_key_by(
+    loc: &Locator<'_>,
+    field: Spanned<FieldPath>,
+    keyed: bool,
+) -> Result<FieldPath, JobError> {
+    if keyed {
+        return Err(loc.at(
+            &field.span(),
+            Some("key_by"),
+            "a second key_by before the window (or after the last aggregate) replaces the \
+             first; keep one",
+        ));
+    }
+    Ok(field.into_inner())
 }
 
 /// A window where it stands: `(keyed, stage_keyed)` say whether a key_by came before it, and
@@ -216,70 +224,6 @@ pub(super) fn check_window(
         late_topic,
         key_name,
         aggregate: AggregateSpec { outputs },
-    })
-}
-
-/// `window.tumbling`, `window.sliding` or `window.session`: exactly one, with sizes above 0
-/// and a slide of at most the size.
-pub(super) fn check_window_kind(
-    loc: &Locator<'_>,
-    wspan: Range<usize>,
-    tumbling: Option<Spanned<Duration>>,
-    sliding: Option<Spanned<RawSliding>>,
-    session: Option<Spanned<Duration>>,
-) -> Result<WindowKind, JobError> {
-    Ok(match (tumbling, sliding, session) {
-        (None, None, Some(gap)) => {
-            if gap.get_ref().0 <= 0 {
-                return Err(loc.at(
-                    &gap.span(),
-                    Some("window.session"),
-                    "the gap must be more than 0",
-                ));
-            }
-            WindowKind::Session {
-                gap: gap.get_ref().0,
-            }
-        }
-        (Some(size), None, None) => {
-            if size.get_ref().0 <= 0 {
-                return Err(loc.at(
-                    &size.span(),
-                    Some("window.tumbling"),
-                    "the size must be more than 0",
-                ));
-            }
-            WindowKind::Tumbling {
-                size: size.get_ref().0,
-            }
-        }
-        (None, Some(s), None) => {
-            let s = s.into_inner();
-            let (size, slide) = (s.size.get_ref().0, s.slide.get_ref().0);
-            if size <= 0 {
-                return Err(loc.at(
-                    &s.size.span(),
-                    Some("window.sliding.size"),
-                    "the size must be more than 0",
-                ));
-            }
-            if slide <= 0 || slide > size {
-                return Err(loc.at(
-                    &s.slide.span(),
-                    Some("window.sliding.slide"),
-                    "the slide must be more than 0 and at most the size",
-                ));
-            }
-            WindowKind::Sliding { size, slide }
-        }
-        _ => {
-            return Err(loc.at(
-                &wspan,
-                Some("window"),
-                "give exactly one of tumbling = \"1h\", sliding = { size = \"1h\", slide = \"5m\" } \
-                 or session = \"30m\" (the gap)",
-            ));
-        }
     })
 }
 

@@ -99,13 +99,23 @@ pub(super) struct RawTopStage {
     pub(super) rank: Option<Spanned<String>>,
 }
 
-/// `join`: an interval join of two topics.
+/// `join.window`: a window join's windows.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawJoinWindow {
+    pub(super) tumbling: Option<Spanned<Duration>>,
+    pub(super) sliding: Option<Spanned<RawSliding>>,
+    pub(super) session: Option<Spanned<Duration>>,
+}
+
+/// `join`: an interval join (or a window join) of two topics.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawJoin {
     pub(super) left: Spanned<RawJoinSide>,
     pub(super) right: Spanned<RawJoinSide>,
-    pub(super) between: Spanned<Vec<Spanned<SignedDuration>>>,
+    pub(super) between: Option<Spanned<Vec<Spanned<SignedDuration>>>>,
+    pub(super) window: Option<Spanned<RawJoinWindow>>,
     pub(super) out_of_orderness: Option<Duration>,
     pub(super) allowed_lateness: Option<Duration>,
     pub(super) late_topic: Option<Spanned<String>>,

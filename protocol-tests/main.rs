@@ -35,6 +35,7 @@ mod engine_repartition;
 mod engine_restore;
 mod engine_run;
 mod engine_sink;
+mod engine_stages;
 mod engine_start;
 mod engine_start_latest;
 mod engine_stop;

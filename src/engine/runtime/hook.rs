@@ -162,6 +162,8 @@ pub(crate) enum Protection {
     RevokeMarkers,
     /// A cluster job's repartition topic keeps its records for ever (`retention.ms=-1`).
     RepartitionRetention,
+    /// A keyed stage passes its watermark on to the next one only once a firing is sent.
+    StageWatermark,
 }
 
 impl Protection {
@@ -176,6 +178,7 @@ impl Protection {
             Protection::CopyAge => "copy-age",
             Protection::RevokeMarkers => "revoke-markers",
             Protection::RepartitionRetention => "repartition-retention",
+            Protection::StageWatermark => "stage-watermark",
         }
     }
 }
@@ -191,6 +194,7 @@ fn skip_of(spec: &str) -> Option<Protection> {
         Protection::CopyAge,
         Protection::RevokeMarkers,
         Protection::RepartitionRetention,
+        Protection::StageWatermark,
     ]
     .into_iter()
     .find(|p| p.name() == spec.trim())

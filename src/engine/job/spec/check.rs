@@ -47,6 +47,13 @@ pub(super) fn check(loc: &Locator<'_>, raw: RawJob) -> Result<Job, JobError> {
             Some("mode = \"cluster\" reads and writes Kafka only: a file source or sink runs with mode = \"local\"")
         } else if source.start == StartPosition::Latest {
             Some("mode = \"cluster\" starts a partition without committed offsets at its beginning: remove source.start = \"latest\" (or run with mode = \"local\")")
+        } else if pipeline
+            .iter()
+            .filter(|op| matches!(op, Operator::WindowAggregate(_)))
+            .count()
+            > 1
+        {
+            Some("mode = \"cluster\" runs one keyed stage, and this job has a window after a window: run it with mode = \"local\"")
         } else {
             None
         };

@@ -1164,6 +1164,12 @@ fn cluster_mode_takes_a_short_transaction_timeout_and_refuses_what_it_cannot_run
             "settings.mode",
             "remove source.start = \"latest\"",
         ),
+        (
+            include_str!("../../../../jobs/hourly-top-drivers-by-tips.toml")
+                .replace("parallelism = 1", "mode = \"cluster\"\nparallelism = 1"),
+            "settings.mode",
+            "mode = \"cluster\" runs one keyed stage",
+        ),
     ];
     for (text, field, part) in cases {
         let (_, got_field, message) = invalid(&text);

@@ -26,17 +26,23 @@ import org.apache.kafka.streams.Topology;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.JoinWindows;
+import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Named;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.SessionWindows;
+import org.apache.kafka.streams.kstream.StreamJoined;
 import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.processor.TimestampExtractor;
+import org.apache.kafka.streams.state.SessionStore;
 import org.apache.kafka.streams.state.WindowStore;
 
 /**
  * The Kafka Streams peer of onceflow's engine benchmark (benches/engine): the taxi jobs
- * (a) {@code cleansing} and (b) {@code per-driver-hourly} in the Streams DSL. Configured by the
+ * (a) {@code cleansing}, (b) {@code per-driver-hourly}, (c) {@code driver-shifts} and
+ * (d) {@code rides-and-fares} in the Streams DSL. Configured by the
  * environment (see run.sh and README.md); prints {@code peer: started} to stderr once the
  * application is RUNNING, then runs until it is killed (SIGTERM closes it cleanly).
  */
@@ -56,7 +62,55 @@ public final class KStreamsPeer {
         public long event_time;
     }
 
-    /** Rides ended and passengers, per driver and hour (the window's aggregate). */
+    /** One fare of `onceflow taxi generate --fares` (unknown fields are ignored). */
+    public static final class Fare {
+        public long ride_id;
+        public long taxi_id;
+        public long driver_id;
+        public String payment_type;
+        public double tip;
+        public double tolls;
+        public double total_fare;
+        public long event_time;
+    }
+
+    /**
+     * (d)'s output value: the ride's START event with its fare, the projection of
+     * jobs/rides-and-fares.toml (the ride's event_time named start_time).
+     */
+    public static final class Enriched {
+        public long ride_id;
+        public long driver_id;
+        public long taxi_id;
+        public int passengers;
+        public long start_time;
+        public double start_lon;
+        public double start_lat;
+        public double end_lon;
+        public double end_lat;
+        public String payment_type;
+        public double tip;
+        public double tolls;
+        public double total_fare;
+
+        Enriched(Ride ride, Fare fare) {
+            ride_id = ride.ride_id;
+            driver_id = ride.driver_id;
+            taxi_id = ride.taxi_id;
+            passengers = ride.passengers;
+            start_time = ride.event_time;
+            start_lon = ride.start_lon;
+            start_lat = ride.start_lat;
+            end_lon = ride.end_lon;
+            end_lat = ride.end_lat;
+            payment_type = fare.payment_type;
+            tip = fare.tip;
+            tolls = fare.tolls;
+            total_fare = fare.total_fare;
+        }
+    }
+
+    /** Rides ended and passengers, per driver and window (the window's aggregate). */
     public static final class Counts {
         final long rides;
         final long passengers;
@@ -68,6 +122,10 @@ public final class KStreamsPeer {
 
         Counts add(Ride r) {
             return new Counts(rides + 1, passengers + r.passengers);
+        }
+
+        Counts merge(Counts other) {
+            return new Counts(rides + other.rides, passengers + other.passengers);
         }
     }
 
@@ -82,15 +140,29 @@ public final class KStreamsPeer {
         }
     }
 
+    static byte[] json(Object value) {
+        try {
+            return value == null ? null : JSON.writeValueAsBytes(value);
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    static Fare parseFare(byte[] value) {
+        try {
+            return JSON.readValue(value, Fare.class);
+        } catch (IOException e) {
+            throw new UncheckedIOException("not a fare: " + new String(value, StandardCharsets.UTF_8), e);
+        }
+    }
+
     static final Serde<Ride> RIDE_SERDE = Serdes.serdeFrom(
-        (Serializer<Ride>) (topic, ride) -> {
-            try {
-                return ride == null ? null : JSON.writeValueAsBytes(ride);
-            } catch (IOException e) {
-                throw new UncheckedIOException(e);
-            }
-        },
+        (Serializer<Ride>) (topic, ride) -> json(ride),
         (Deserializer<Ride>) (topic, bytes) -> bytes == null ? null : parse(bytes));
+
+    static final Serde<Fare> FARE_SERDE = Serdes.serdeFrom(
+        (Serializer<Fare>) (topic, fare) -> json(fare),
+        (Deserializer<Fare>) (topic, bytes) -> bytes == null ? null : parseFare(bytes));
 
     static final Serde<Counts> COUNTS_SERDE = Serdes.serdeFrom(
         (Serializer<Counts>) (topic, c) ->
@@ -109,6 +181,25 @@ public final class KStreamsPeer {
         public long extract(ConsumerRecord<Object, Object> record, long partitionTime) {
             return ((Ride) record.value()).event_time;
         }
+    }
+
+    /** Event time of a fare: its event_time (the ride's pick-up); the value is already a Fare. */
+    public static final class FareTime implements TimestampExtractor {
+        @Override
+        public long extract(ConsumerRecord<Object, Object> record, long partitionTime) {
+            return ((Fare) record.value()).event_time;
+        }
+    }
+
+    /** The output value of the windowed jobs (b) and (c), as onceflow writes it. */
+    static byte[] windowJson(byte[] driverKey, long start, long end, Counts c) {
+        long driver = Long.parseLong(new String(driverKey, StandardCharsets.UTF_8).trim());
+        String json = "{\"driver_id\":" + driver
+            + ",\"window_start\":" + start
+            + ",\"window_end\":" + end
+            + ",\"rides\":" + c.rides
+            + ",\"passengers\":" + c.passengers + "}";
+        return json.getBytes(StandardCharsets.UTF_8);
     }
 
     // The NYC box, edges included: longitude -74.05..-73.70, latitude 40.50..41.00.
@@ -142,16 +233,64 @@ public final class KStreamsPeer {
                     .withValueSerde(COUNTS_SERDE))
             .suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()).withName("window-closed"))
             .toStream(Named.as("closed-windows"))
-            .map((window, c) -> {
-                long driver = Long.parseLong(new String(window.key(), StandardCharsets.UTF_8).trim());
-                String json = "{\"driver_id\":" + driver
-                    + ",\"window_start\":" + window.window().start()
-                    + ",\"window_end\":" + window.window().end()
-                    + ",\"rides\":" + c.rides
-                    + ",\"passengers\":" + c.passengers + "}";
-                return KeyValue.pair(window.key(), json.getBytes(StandardCharsets.UTF_8));
-            }, Named.as("to-json"))
+            .map((window, c) -> KeyValue.pair(window.key(),
+                    windowJson(window.key(), window.window().start(), window.window().end(), c)),
+                Named.as("to-json"))
             .to(output, Produced.with(Serdes.ByteArray(), Serdes.ByteArray()));
+        return b.build();
+    }
+
+    /** The gap of inactivity that ends a driver's shift (c). */
+    static final Duration SHIFT_GAP = Duration.ofMinutes(30);
+
+    /**
+     * (c) Each driver's shifts: session windows of its END events 30 min apart at most (grace
+     * 60 s), each shift emitted once when it closes. A Streams session window ends at its last
+     * record's time; onceflow's (and the output's) window_end is that + the gap.
+     */
+    static Topology driverShifts(String input, String output) {
+        StreamsBuilder b = new StreamsBuilder();
+        b.stream(input, Consumed.with(Serdes.ByteArray(), RIDE_SERDE).withTimestampExtractor(new EventTime()))
+            .filter((driver, ride) -> !ride.is_start, Named.as("ride-ends"))
+            .groupByKey(Grouped.with(Serdes.ByteArray(), RIDE_SERDE)) // the key already is the driver
+            .windowedBy(SessionWindows.ofInactivityGapAndGrace(SHIFT_GAP, Duration.ofSeconds(60)))
+            .aggregate(() -> new Counts(0, 0), (driver, ride, counts) -> counts.add(ride),
+                (driver, left, right) -> left.merge(right),
+                Named.as("driver-shifts"),
+                Materialized.<byte[], Counts, SessionStore<Bytes, byte[]>>as("driver-shifts-store")
+                    .withKeySerde(Serdes.ByteArray())
+                    .withValueSerde(COUNTS_SERDE))
+            .suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()).withName("shift-closed"))
+            .toStream(Named.as("closed-shifts"))
+            .map((session, c) -> KeyValue.pair(session.key(),
+                    windowJson(session.key(), session.window().start(), session.window().end() + SHIFT_GAP.toMillis(), c)),
+                Named.as("to-json"))
+            .to(output, Produced.with(Serdes.ByteArray(), Serdes.ByteArray()));
+        return b.build();
+    }
+
+    /**
+     * (d) Each ride's START event joined with the fares of its ride whose event times are at most
+     * 1 min from its own (both bounds inclusive; grace 60 s unless JOIN_GRACE_MS says otherwise,
+     * see README.md): both streams re-keyed by ride id (two repartition topics), a windowed
+     * stream-stream inner join, output keyed by the ride id's decimal text.
+     */
+    static Topology ridesAndFares(String rides, String fares, String output, Duration grace) {
+        StreamsBuilder b = new StreamsBuilder();
+        KStream<String, Ride> starts = b
+            .stream(rides, Consumed.with(Serdes.ByteArray(), RIDE_SERDE).withTimestampExtractor(new EventTime()))
+            .filter((driver, ride) -> ride.is_start, Named.as("ride-starts"))
+            .selectKey((driver, ride) -> Long.toString(ride.ride_id), Named.as("rides-by-ride-id"));
+        KStream<String, Fare> faresByRide = b
+            .stream(fares, Consumed.with(Serdes.ByteArray(), FARE_SERDE).withTimestampExtractor(new FareTime()))
+            .selectKey((ride, fare) -> Long.toString(fare.ride_id), Named.as("fares-by-ride-id"));
+        starts
+            .join(faresByRide, (ride, fare) -> json(new Enriched(ride, fare)),
+                JoinWindows.ofTimeDifferenceAndGrace(Duration.ofMinutes(1), grace),
+                StreamJoined.with(Serdes.String(), RIDE_SERDE, FARE_SERDE)
+                    .withName("rides-and-fares")
+                    .withStoreName("rides-and-fares-store"))
+            .to(output, Produced.with(Serdes.String(), Serdes.ByteArray()));
         return b.build();
     }
 
@@ -180,8 +319,11 @@ public final class KStreamsPeer {
         Topology topology = switch (job) {
             case "cleansing" -> cleansing(input, output);
             case "per-driver-hourly" -> perDriverHourly(input, output);
+            case "driver-shifts" -> driverShifts(input, output);
+            case "rides-and-fares" -> ridesAndFares(input, need("FARES"), output, Duration.ofMillis(
+                Long.parseLong(System.getenv().getOrDefault("JOIN_GRACE_MS", "60000"))));
             default -> {
-                System.err.println("kstreams peer: JOB must be cleansing or per-driver-hourly");
+                System.err.println("kstreams peer: JOB must be cleansing, per-driver-hourly, driver-shifts or rides-and-fares");
                 System.exit(2);
                 yield null;
             }
@@ -200,6 +342,15 @@ public final class KStreamsPeer {
         // 2025-01-01), so with the default (1 day) the broker's retention check deletes them
         // within minutes and a restore after a kill comes back with lost counts. 10 years.
         p.put(StreamsConfig.WINDOW_STORE_CHANGE_LOG_ADDITIONAL_RETENTION_MS_CONFIG, 10L * 365 * 24 * 3600 * 1000);
+        if (job.equals("rides-and-fares")) {
+            // The join's task reads two repartition topics. With the default (0) it processes one of
+            // them alone as soon as the other has nothing buffered and no lag, which under EOS is
+            // the case between two upstream commits: stream time then runs ahead of the other side
+            // and its records come back too late for the join's store (most joins lost, README.md).
+            // Wait for both sides up to a commit interval + 10 s, so the join task merges them by
+            // timestamp.
+            p.put(StreamsConfig.MAX_TASK_IDLE_MS_CONFIG, Long.parseLong(need("INTERVAL_MS")) + 10_000L);
+        }
         // Extra properties for experiments (not used by the benchmark): KSTREAMS_PROPS="k=v k=v".
         String extra = System.getenv("KSTREAMS_PROPS");
         if (extra != null) {

@@ -4,7 +4,7 @@
 #
 # Environment (all required):
 #   BOOTSTRAP    Kafka bootstrap servers
-#   JOB          cleansing | per-driver-hourly
+#   JOB          cleansing | per-driver-hourly (DataStream API) | driver-shifts | rides-and-fares (SQL)
 #   INPUT        input topic (ride events)
 #   OUTPUT       output topic
 #   INTERVAL_MS  checkpoint interval, ms
@@ -12,10 +12,11 @@
 #   STATE_DIR    this run's directory: checkpoints under STATE_DIR/checkpoints; a run started on a
 #                directory that holds a completed checkpoint resumes from the newest one
 #   NAME         unique per run: transactional id prefix, consumer group id and client id prefix
+#   FARES        the fares topic (JOB=rides-and-fares only)
 # Optional:
 #   FLINK_PEER_HEAP  the JVM's maximum heap (-Xmx), default 1g
 #   FLINK_PEER_OPTS  more JVM options
-# Prints "peer: started" on stderr once the source has its partition and is about to read.
+# Prints "peer: started" on stderr once the sources have their partitions and are about to read.
 set -euo pipefail
 dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
@@ -23,6 +24,10 @@ for v in BOOTSTRAP JOB INPUT OUTPUT INTERVAL_MS GUARANTEE STATE_DIR NAME; do
   [ -n "${!v:-}" ] || { echo "run.sh: $v is not set" >&2; exit 2; }
 done
 export BOOTSTRAP JOB INPUT OUTPUT INTERVAL_MS GUARANTEE STATE_DIR NAME
+if [ "$JOB" = rides-and-fares ]; then
+  [ -n "${FARES:-}" ] || { echo "run.sh: FARES is not set (JOB=rides-and-fares)" >&2; exit 2; }
+  export FARES
+fi
 
 jar=$("$dir/build.sh")
 mkdir -p "$STATE_DIR"

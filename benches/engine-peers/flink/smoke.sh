@@ -1,27 +1,35 @@
 #!/usr/bin/env bash
 # Checks the Flink peer end to end against a running broker, the way the benchmark driver uses it:
-# generates rides into a fresh flink-* input topic, starts run.sh, waits for "peer: started",
+# generates rides (and, for rides-and-fares, their fares) into fresh flink-smoke-* topics, starts
+# run.sh, waits for "peer: started",
 # optionally SIGKILLs the JVM once some output is committed and starts run.sh again on the same
 # STATE_DIR, polls `onceflow taxi verify` until it says OK, stops the job, verifies once more,
 # and deletes its topics.
 #
 #   smoke.sh JOB GUARANTEE RIDES [KILLS]
+#   JOB: cleansing | per-driver-hourly | driver-shifts | rides-and-fares
 #   KILLS: how many times to SIGKILL the JVM and start run.sh again (default 0): the first kill
 #   once some output is committed, each further one a random 0.5-4 s after the restart; with
 #   KILL_AT=checkpoint every kill comes instead right after a new checkpoint's _metadata appears,
 #   i.e. mostly before the sink has committed that checkpoint's transaction
 #   env: BIN (onceflow binary; default REPO/target/release/onceflow), BOOTSTRAP (127.0.0.1:9092),
 #        INTERVAL_MS (1000), TIMEOUT_S (600: how long the output may take), KEEP=1 keeps the topics,
-#        KILL_AT (above)
+#        KILL_AT (above), PARTITIONS (of the input topics; 1)
 set -euo pipefail
 dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$dir/../../.." && pwd)
-job=${1:?JOB: cleansing | per-driver-hourly}; guarantee=${2:?GUARANTEE}; rides=${3:?RIDES}; kills=${4:-0}
+job=${1:?JOB: cleansing | per-driver-hourly | driver-shifts | rides-and-fares}; guarantee=${2:?GUARANTEE}; rides=${3:?RIDES}; kills=${4:-0}
 BIN=${BIN:-$repo/target/release/onceflow}
 export BOOTSTRAP=${BOOTSTRAP:-127.0.0.1:9092} INTERVAL_MS=${INTERVAL_MS:-1000}
 timeout_s=${TIMEOUT_S:-600}
 tag=flink-smoke-$$-$(date +%s)
 export JOB=$job GUARANTEE=$guarantee INPUT=$tag-in OUTPUT=$tag-out NAME=$tag
+fares=()
+if [ "$job" = rides-and-fares ]; then
+  export FARES=$tag-fares
+  fares=(--fares "$FARES")
+fi
+partitions=${PARTITIONS:-1}
 export STATE_DIR=${STATE_DIR:-$dir/target/smoke/$tag}
 log=$STATE_DIR.log
 mkdir -p "$(dirname "$STATE_DIR")"
@@ -33,13 +41,14 @@ cleanup() {
   if [ "${KEEP:-}" != 1 ]; then
     "$BIN" topics delete -b "$BOOTSTRAP" -t "$INPUT" >/dev/null 2>&1 || true
     "$BIN" topics delete -b "$BOOTSTRAP" -t "$OUTPUT" >/dev/null 2>&1 || true
+    [ "$job" != rides-and-fares ] || "$BIN" topics delete -b "$BOOTSTRAP" -t "$FARES" >/dev/null 2>&1 || true
   fi
 }
 trap cleanup EXIT
 
 "$dir/build.sh" >/dev/null
 "$BIN" topics create -b "$BOOTSTRAP" -t "$OUTPUT" --partitions 1 >&2
-"$BIN" taxi generate -b "$BOOTSTRAP" -t "$INPUT" --count "$rides" --rate 1 --partitions 1 >&2
+"$BIN" taxi generate -b "$BOOTSTRAP" -t "$INPUT" "${fares[@]}" --count "$rides" --rate 1 --partitions "$partitions" >&2
 
 starts=0
 start() {
@@ -66,7 +75,7 @@ wait_new_checkpoint() {
   done
 }
 
-verify() { "$BIN" taxi verify -b "$BOOTSTRAP" --job "$job" --input "$INPUT" --output "$OUTPUT" 2>&1; }
+verify() { "$BIN" taxi verify -b "$BOOTSTRAP" --job "$job" --input "$INPUT" "${fares[@]}" --output "$OUTPUT" 2>&1; }
 
 start
 t_start=$SECONDS

@@ -7,6 +7,8 @@ import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.time.Duration;
 import java.util.Comparator;
+import java.util.HashMap;
+import java.util.Map;
 import java.util.Optional;
 import java.util.stream.Stream;
 import onceflow.peer.Records.DriverHour;
@@ -42,10 +44,11 @@ import org.apache.flink.streaming.api.windowing.windows.TimeWindow;
 import org.apache.flink.util.Collector;
 
 /**
- * The Flink peer of onceflow's engine benchmark: job (a) "cleansing" or (b) "per-driver-hourly"
- * from Kafka to Kafka, in a local MiniCluster (this JVM), parallelism 1, checkpointed to
- * STATE_DIR/checkpoints and restored from the newest completed checkpoint there. Configured by
- * environment variables (see run.sh and README.md).
+ * The Flink peer of onceflow's engine benchmark: job "cleansing" or "per-driver-hourly" (DataStream
+ * API, here) or "driver-shifts" or "rides-and-fares" (Flink SQL, {@link SqlJob}) from Kafka to
+ * Kafka, in a local MiniCluster (this JVM), parallelism 1, checkpointed to STATE_DIR/checkpoints
+ * and restored from the newest completed checkpoint there. Configured by environment variables
+ * (see run.sh and README.md).
  */
 public final class FlinkPeer {
     private FlinkPeer() {}
@@ -93,15 +96,39 @@ public final class FlinkPeer {
             System.err.println("peer: restoring from " + latest.get());
         }
 
-        StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
-
+        String jobName = "onceflow-peer " + job + " " + name;
         switch (job) {
-            case "cleansing": cleansing(env, bootstrap, input, output, name, delivery); break;
-            case "per-driver-hourly": perDriverHourly(env, bootstrap, input, output, name, delivery); break;
-            default: throw new IllegalArgumentException("JOB must be cleansing or per-driver-hourly, not " + job);
+            case "cleansing":
+            case "per-driver-hourly": {
+                StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
+                if (job.equals("cleansing")) {
+                    cleansing(env, bootstrap, input, output, name, delivery);
+                } else {
+                    perDriverHourly(env, bootstrap, input, output, name, delivery);
+                }
+                // Runs until the JVM is killed: the Kafka source is unbounded.
+                env.execute(jobName);
+                break;
+            }
+            case "driver-shifts":
+            case "rides-and-fares": {
+                Map<String, String> vars = new HashMap<>();
+                vars.put("BOOTSTRAP", bootstrap);
+                vars.put("INPUT", input);
+                vars.put("OUTPUT", output);
+                vars.put("NAME", name);
+                vars.put("GUARANTEE", guarantee);
+                if (job.equals("rides-and-fares")) {
+                    vars.put("FARES", env("FARES"));
+                }
+                // Runs until the JVM is killed, like the DataStream jobs.
+                SqlJob.run(conf, job, jobName, vars);
+                break;
+            }
+            default:
+                throw new IllegalArgumentException("JOB must be cleansing, per-driver-hourly, driver-shifts or "
+                        + "rides-and-fares, not " + job);
         }
-        // Runs until the JVM is killed: the Kafka source is unbounded.
-        env.execute("onceflow-peer " + job + " " + name);
     }
 
     // ---- job (a) ----------------------------------------------------------------------------
@@ -210,7 +237,7 @@ public final class FlinkPeer {
                 .setProperty("isolation.level", "read_committed")
                 .build();
         TypeInformation<T> type = deserializer.getProducedType();
-        return new StartedSignal<>(kafka, type);
+        return new StartedSignal<>(kafka, type, topic);
     }
 
     static <T> KafkaSink<T> sink(String bootstrap, String name, DeliveryGuarantee delivery,
@@ -282,7 +309,7 @@ public final class FlinkPeer {
         }
     }
 
-    private static String env(String key) {
+    static String env(String key) {
         String v = System.getenv(key);
         if (v == null || v.isEmpty()) {
             throw new IllegalArgumentException("environment variable " + key + " is not set");

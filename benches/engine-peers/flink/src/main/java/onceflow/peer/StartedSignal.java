@@ -1,8 +1,9 @@
 package onceflow.peer;
 
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.ConcurrentHashMap;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.connector.source.Boundedness;
 import org.apache.flink.api.connector.source.ReaderOutput;
@@ -18,26 +19,37 @@ import org.apache.flink.core.io.InputStatus;
 import org.apache.flink.core.io.SimpleVersionedSerializer;
 
 /**
- * Instrumentation only: a Source that is the given source (the KafkaSource), except that the first
- * time one of its readers is handed its splits (partitions with their start offsets: from the
- * enumerator on a fresh start, from the checkpoint on a restore), the JVM prints {@code peer:
- * started} on stderr once. That is the moment the benchmark driver waits for: the job is deployed,
- * its state restored and its source about to read.
+ * Instrumentation only: a Source that is the given source (a KafkaSource), except that once a
+ * reader of every such source of the job (they are told apart by their names) has been handed its
+ * splits (partitions with their start offsets: from the enumerator on a fresh start, from the
+ * checkpoint on a restore), the JVM prints {@code peer: started} on stderr, once. That is the
+ * moment the benchmark driver waits for: the job is deployed, its state restored and its sources
+ * about to read. The DataStream jobs wrap their one source themselves; the SQL jobs get every
+ * Kafka table's source wrapped by {@link SqlJob.SignallingEnvironment}.
  */
 public final class StartedSignal<T, S extends SourceSplit, E>
         implements Source<T, S, E>, ResultTypeQueryable<T> {
-    private static final AtomicBoolean PRINTED = new AtomicBoolean();
+    /** The names of the sources made in this JVM (when the job is built, before it runs). */
+    private static final Set<String> SOURCES = ConcurrentHashMap.newKeySet();
+    /** Those of them whose reader has been handed splits. */
+    private static final Set<String> STARTED = ConcurrentHashMap.newKeySet();
+    private static boolean printed;
 
     private final Source<T, S, E> inner;
     private final TypeInformation<T> type;
+    private final String name;
 
-    public StartedSignal(Source<T, S, E> inner, TypeInformation<T> type) {
+    public StartedSignal(Source<T, S, E> inner, TypeInformation<T> type, String name) {
         this.inner = inner;
         this.type = type;
+        this.name = name;
+        SOURCES.add(name);
     }
 
-    static void started() {
-        if (PRINTED.compareAndSet(false, true)) {
+    static synchronized void started(String name) {
+        STARTED.add(name);
+        if (!printed && STARTED.containsAll(SOURCES)) {
+            printed = true;
             System.err.println("peer: started");
             System.err.flush();
         }
@@ -75,15 +87,17 @@ public final class StartedSignal<T, S extends SourceSplit, E>
 
     @Override
     public SourceReader<T, S> createReader(SourceReaderContext ctx) throws Exception {
-        return new Reader<>(inner.createReader(ctx));
+        return new Reader<>(inner.createReader(ctx), name);
     }
 
     /** Delegates every call; signals on the first non-empty addSplits. */
     private static final class Reader<T, S extends SourceSplit> implements SourceReader<T, S> {
         private final SourceReader<T, S> inner;
+        private final String name;
 
-        Reader(SourceReader<T, S> inner) {
+        Reader(SourceReader<T, S> inner, String name) {
             this.inner = inner;
+            this.name = name;
         }
 
         @Override
@@ -110,7 +124,7 @@ public final class StartedSignal<T, S extends SourceSplit, E>
         public void addSplits(List<S> splits) {
             inner.addSplits(splits);
             if (!splits.isEmpty()) {
-                started();
+                started(name);
             }
         }
 

@@ -1,5 +1,6 @@
 //! A keyed JSON record on its way from a source subtask to the keyed stage (the window or the
-//! join), and its bytes when it crosses processes through a repartition topic.
+//! join), and its bytes when it crosses processes through a repartition topic; what a keyed
+//! stage sends to its sink (a late record, a result through the operators after the stage).
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -102,4 +103,27 @@ pub(crate) fn late(
         value: raw,
         headers: Vec::new(),
     })
+}
+
+/// A keyed stage's result `record` of key `key` through the operators `after` the stage
+/// (counted into `counters` when observed), onto `out` for the sink. A filter may leave it out;
+/// a record they cannot compute is left out, counted and logged (`batch::result_left_out`).
+pub(crate) fn emit_result(
+    after: &[super::Operator],
+    counters: &[std::sync::Arc<crate::engine::metrics::OperatorCounter>],
+    metrics: Option<&crate::engine::metrics::Metrics>,
+    key: super::batch::Carried,
+    record: Value,
+    out: &mut Vec<crate::engine::runtime::topology::Output>,
+) {
+    match super::batch::counted(after, counters, key, record) {
+        Ok((carried, v, _)) => out.push(crate::engine::runtime::topology::Output {
+            topic: None,
+            key: carried.kafka_key(),
+            value: Bytes::from(v.to_string()),
+            headers: Vec::new(),
+        }),
+        Err(super::batch::Dropped::Bad(why)) => super::batch::result_left_out(metrics, &why),
+        Err(_) => {}
+    }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::batch::{counted, result_left_out, Carried, Dropped};
+use super::batch::Carried;
 use super::codec::{Decoded, ValueDecoder};
 use super::element::JsonElement;
 use super::join::{IntervalJoin, Refused};
@@ -206,16 +206,8 @@ impl JoinStage {
                 .spec
                 .result_record(parse(&pair.left)?, parse(&pair.right)?);
             let key = Carried::Keyed(Key::from_bytes(pair.key));
-            match counted(&self.after, after, key, record) {
-                Ok((carried, v, _)) => out.push(Output {
-                    topic: None,
-                    key: carried.kafka_key(),
-                    value: Bytes::from(v.to_string()),
-                    headers: Vec::new(),
-                }),
-                Err(Dropped::Bad(why)) => result_left_out(self.metrics.as_deref(), &why),
-                Err(_) => {}
-            }
+            let metrics = self.metrics.as_deref();
+            super::element::emit_result(&self.after, after, metrics, key, record, out);
         }
         Ok(())
     }

@@ -10,10 +10,10 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::aggregate::{Accumulator, WindowAggregate};
-use super::batch::{counted, result_left_out, Carried, Dropped};
+use super::batch::{counted, Carried, Dropped};
 use super::codec::{Decoded, SourceFormat, ValueDecoder, ValueEncoder};
 pub(crate) use super::element::Input;
-use super::element::JsonElement;
+use super::element::{emit_result, JsonElement};
 use super::join::IntervalJoin;
 use super::join_stage::{JoinPrefix, JoinStage, JOIN_KIND, JOIN_UID};
 use super::project::Key;
@@ -354,16 +354,15 @@ impl WindowStage {
         for (key, result) in results {
             // A filter after the window leaves results out; a key_by after it re-keys the
             // result records, which carry the fields the aggregate writes.
-            match counted(&self.after, after, Carried::Keyed(key), result) {
-                Ok((carried, v, _)) => out.push(Output {
-                    topic: None,
-                    key: carried.kafka_key(),
-                    value: Bytes::from(v.to_string()),
-                    headers: Vec::new(),
-                }),
-                Err(Dropped::Bad(why)) => result_left_out(self.metrics.as_deref(), &why),
-                Err(_) => {}
-            }
+            let metrics = self.metrics.as_deref();
+            emit_result(
+                &self.after,
+                after,
+                metrics,
+                Carried::Keyed(key),
+                result,
+                &mut out,
+            );
         }
         out
     }

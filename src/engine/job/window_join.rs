@@ -13,10 +13,9 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use serde_json::Value;
 
-use super::batch::{counted, result_left_out, Carried, Dropped};
+use super::batch::Carried;
 use super::element::JsonElement;
 use super::join::{IntervalJoin, Sides};
 use super::project::Key;
@@ -109,16 +108,8 @@ impl WindowJoinStage {
                 n += 1;
                 let record = self.spec.result_record(l.clone(), r.clone());
                 let key = Carried::Keyed(Key::from_bytes(f.key.clone()));
-                match counted(&self.after, after, key, record) {
-                    Ok((carried, v, _)) => out.push(Output {
-                        topic: None,
-                        key: carried.kafka_key(),
-                        value: Bytes::from(v.to_string()),
-                        headers: Vec::new(),
-                    }),
-                    Err(Dropped::Bad(why)) => result_left_out(self.metrics.as_deref(), &why),
-                    Err(_) => {}
-                }
+                let metrics = self.metrics.as_deref();
+                super::element::emit_result(&self.after, after, metrics, key, record, out);
             }
             if let Some(c) = self.counters.first() {
                 c.records_out(n);

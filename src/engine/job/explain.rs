@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::aggregate::AggFn;
+use super::aggregate::{AggFn, WindowAggregate};
 use super::filter::{CmpOp, Literal, Predicate};
 use super::join::JoinSide;
 use super::spec::{DeliveryGuarantee, Job, Operator};
@@ -75,6 +75,23 @@ fn window_kind(kind: WindowKind) -> String {
     }
 }
 
+/// A window and its aggregate, the job's window number `earlier` (0-based): the first takes
+/// its watermark from the sources, a later one from the stage before it.
+fn window_line(w: &WindowAggregate, earlier: usize) -> String {
+    let kind = window_kind(w.kind);
+    let fns: Vec<String> = w.aggregate.outputs.iter().map(|(n, f)| agg(n, f)).collect();
+    let watermark = match earlier {
+        0 => format!("watermark: newest - {} ms", w.out_of_orderness),
+        k => format!("keyed stage {}, watermark: stage {k}'s", k + 1),
+    };
+    format!(
+        "window {kind} on {} ({watermark}, lateness {} ms): {}",
+        w.time,
+        w.allowed_lateness,
+        fns.join(", ")
+    )
+}
+
 /// One operator, in a line (or two for a join's sides).
 fn operator(op: &Operator) -> String {
     match op {
@@ -84,17 +101,7 @@ fn operator(op: &Operator) -> String {
             "key_by {}  -- key exchange: by key group to the keyed subtasks",
             k.field
         ),
-        Operator::WindowAggregate(w) => {
-            let kind = window_kind(w.kind);
-            let fns: Vec<String> = w.aggregate.outputs.iter().map(|(n, f)| agg(n, f)).collect();
-            format!(
-                "window {kind} on {} (watermark: newest - {} ms, lateness {} ms): {}",
-                w.time,
-                w.out_of_orderness,
-                w.allowed_lateness,
-                fns.join(", ")
-            )
-        }
+        Operator::WindowAggregate(w) => window_line(w, 0),
         Operator::Join(j) => {
             let how = match j.window {
                 Some(kind) => format!(
@@ -173,14 +180,7 @@ impl Job {
             keyed |= matches!(op, Operator::Join(_));
             let at = if keyed { "keyed " } else { "source" };
             let line = match op {
-                Operator::WindowAggregate(_) if windows > 0 => operator(op).replacen(
-                    &format!("(watermark: newest - {} ms,", 0),
-                    &format!(
-                        "(keyed stage {}, watermark: stage {windows}'s,",
-                        windows + 1
-                    ),
-                    1,
-                ),
+                Operator::WindowAggregate(w) => window_line(w, windows),
                 Operator::KeyBy(k) if windows > 0 => format!(
                     "key_by {}  -- key exchange: by key group to keyed stage {}",
                     k.field,

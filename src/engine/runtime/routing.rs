@@ -13,6 +13,16 @@ pub(crate) fn subtask_of(kg: u16, parallelism: usize, key_groups: u16) -> usize 
     (usize::from(kg) * parallelism.max(1) / g).min(parallelism.max(1) - 1)
 }
 
+/// The keyed subtask (0..P) that owns the key with canonical bytes `key`: [`subtask_of`] of its
+/// key group. What a source subtask and a keyed stage sending to the next one both decide.
+pub(crate) fn subtask_of_key(key: &[u8], parallelism: usize, key_groups: u16) -> usize {
+    subtask_of(
+        crate::engine::state::key_group(key, key_groups),
+        parallelism,
+        key_groups,
+    )
+}
+
 /// The key groups keyed subtask `subtask` owns: exactly those `kg` with
 /// [`subtask_of`]`(kg) == subtask`, i.e. ⌈i·G/P⌉..⌈(i+1)·G/P⌉ (empty when P > G leaves the
 /// subtask none).

@@ -276,16 +276,7 @@ fn check_top(
     t: Spanned<RawTop>,
 ) -> Result<crate::engine::job::top::TopN, JobError> {
     let t = t.into_inner();
-    let n = usize::try_from(*t.n.get_ref())
-        .ok()
-        .filter(|n| *n >= 1)
-        .ok_or_else(|| {
-            loc.at(
-                &t.n.span(),
-                Some(&format!("aggregate.{name}.top.n")),
-                "how many records to keep: a whole number of at least 1",
-            )
-        })?;
+    let n = check_top_n(loc, &t.n, &format!("aggregate.{name}.top.n"))?;
     if t.keep.get_ref().is_empty() {
         return Err(loc.at(
             &t.keep.span(),
@@ -307,16 +298,7 @@ fn check_top_stage(
     t: Spanned<RawTopStage>,
 ) -> Result<Vec<(String, AggFn)>, JobError> {
     let t = t.into_inner();
-    let n = usize::try_from(*t.n.get_ref())
-        .ok()
-        .filter(|n| *n >= 1)
-        .ok_or_else(|| {
-            loc.at(
-                &t.n.span(),
-                Some("top.n"),
-                "how many records to keep: a whole number of at least 1",
-            )
-        })?;
+    let n = check_top_n(loc, &t.n, "top.n")?;
     let rank = match t.rank {
         Some(r) if r.get_ref().trim().is_empty() => {
             return Err(loc.at(
@@ -335,4 +317,18 @@ fn check_top_stage(
         rank: Some(rank.clone()),
     };
     Ok(vec![(rank, AggFn::Top(top))])
+}
+
+/// A Top-N's `n` (at `field`): how many records it keeps, at least 1.
+fn check_top_n(loc: &Locator<'_>, n: &Spanned<i64>, field: &str) -> Result<usize, JobError> {
+    usize::try_from(*n.get_ref())
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| {
+            loc.at(
+                &n.span(),
+                Some(field),
+                "how many records to keep: a whole number of at least 1",
+            )
+        })
 }

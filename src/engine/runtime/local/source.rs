@@ -26,11 +26,10 @@ use crate::engine::runtime::bad_record;
 use crate::engine::runtime::hook::{self, Protection};
 use crate::engine::runtime::idle::{IdleTimer, IDLE_AFTER};
 use crate::engine::runtime::observe;
-use crate::engine::runtime::routing::{owner_of, subtask_of};
+use crate::engine::runtime::routing::{owner_of, subtask_of_key};
 use crate::engine::runtime::topology::{Emitted, InputRecord, SourceChain};
 use crate::engine::runtime::RuntimeError;
 use crate::engine::settings::ErrorTolerance;
-use crate::engine::state::key_group;
 use crate::engine::time::{InputWatermarks, Watermark};
 
 /// How long one poll waits for records (the subtask reads its control messages in between).
@@ -482,7 +481,7 @@ impl SourceSubtask {
                         key_groups,
                     },
                 ) => {
-                    let i = subtask_of(key_group(&key, *key_groups), channels.len(), *key_groups);
+                    let i = subtask_of_key(&key, channels.len(), *key_groups);
                     let ch = channels.get(i).ok_or_else(|| gone(i))?;
                     ch.send(Data::Record { key, time, element })
                         .await

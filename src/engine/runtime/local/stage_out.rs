@@ -18,11 +18,10 @@ use super::output::SinkTask;
 use crate::engine::checkpoint::{CheckpointId, CommitOutcome};
 use crate::engine::metrics::Metrics;
 use crate::engine::runtime::bad_record;
-use crate::engine::runtime::routing::subtask_of;
+use crate::engine::runtime::routing::subtask_of_key;
 use crate::engine::runtime::topology::{Emitted, InputRecord, Output, SourceChain};
 use crate::engine::runtime::RuntimeError;
 use crate::engine::settings::ErrorTolerance;
-use crate::engine::state::key_group;
 
 /// A keyed subtask's downstream.
 pub(crate) enum StageOut {
@@ -174,11 +173,7 @@ impl NextStage {
             for e in emitted.drain(..) {
                 match e {
                     Emitted::Keyed { key, time, element } => {
-                        let i = subtask_of(
-                            key_group(&key, self.key_groups),
-                            self.channels.len(),
-                            self.key_groups,
-                        );
+                        let i = subtask_of_key(&key, self.channels.len(), self.key_groups);
                         let ch = self.channels.get(i).ok_or_else(|| gone(self.stage, i))?;
                         ch.send(Data::Record { key, time, element })
                             .await

@@ -234,14 +234,14 @@ where
     /// The restored state cannot be read.
     pub(crate) fn new(
         f: F,
-        state: OperatorState,
+        mut state: OperatorState,
         next: Downstream<O>,
         counters: Vec<Arc<OperatorCounter>>,
         index: usize,
         name: String,
     ) -> Result<Self, RuntimeError> {
-        let timers = TimerService::restore(&state, TIMERS)?;
-        let processing = TimerService::restore(&state, PROCESSING_TIMERS)?;
+        let timers = TimerService::restore(&mut state, TIMERS)?;
+        let processing = TimerService::restore(&mut state, PROCESSING_TIMERS)?;
         let (watermark, stored) = StoredWatermark::restore(&state, WATERMARK)?;
         tracing::info!(
             operator = %name,

@@ -47,6 +47,16 @@ pub(crate) fn map_entry_key(kg: u16, state: u8, key: &[u8], map_key: &[u8]) -> V
     out
 }
 
+/// The first key after every key that starts with `prefix` (`None`: no such key, the prefix
+/// is empty or all 0xFF): the exclusive end of a prefix's range, so that a range read stops
+/// at the prefix's end instead of stepping over the deleted keys after it.
+pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let last = prefix.iter().rposition(|&b| b != 0xFF)?;
+    let mut end = prefix[..=last].to_vec();
+    end[last] += 1;
+    Some(end)
+}
+
 /// `kg | timer state id` : the prefix of one key group's timers.
 pub(crate) fn timer_prefix(kg: u16, state: u8) -> Vec<u8> {
     let mut out = Vec::with_capacity(3);
@@ -202,6 +212,24 @@ mod tests {
         assert!(!entry_of_a.starts_with(&a));
         assert!(map_entry_key(7, 1, b"ab", b"x").starts_with(&a));
         assert!(state_key(7, 1, b"zz") < state_key(8, 0, b"a"));
+    }
+
+    #[test]
+    fn a_prefix_ends_at_the_first_key_past_all_of_its_keys() {
+        #[rustfmt::skip]
+        let cases: Vec<(&str, &[u8], Option<&[u8]>)> = vec![
+            ("the last byte goes up one", &[0, 1, 2], Some(&[0, 1, 3])),
+            ("trailing 0xFF bytes carry into the byte before", &[0, 1, 0xFF, 0xFF], Some(&[0, 2])),
+            ("all 0xFF: every key after it starts with it", &[0xFF, 0xFF], None),
+            ("the empty prefix has no end", &[], None),
+        ];
+        for (name, prefix, end) in cases {
+            assert_eq!(prefix_end(prefix).as_deref(), end, "{name}");
+            if let Some(end) = end {
+                let longest_inside = [prefix, &[0xFF; 8]].concat();
+                assert!(longest_inside.as_slice() < end && prefix < end, "{name}");
+            }
+        }
     }
 
     #[test]

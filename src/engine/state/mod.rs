@@ -23,6 +23,7 @@ mod keys;
 mod layout;
 mod operator;
 mod store;
+mod timer_head;
 #[cfg(test)]
 mod tests;
 

@@ -1,15 +1,16 @@
 //! One operator's state: the in-memory delta buffers over its fjall keyspace, and the
 //! value / map / list handles that read and write through them.
 
-use std::collections::BTreeMap;
-use std::ops::Range;
+use std::collections::{BTreeMap, HashMap};
+use std::ops::{Bound, Range};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::error::{fjall_error, Result, StateError, RESTORE_OLDER};
+use super::timer_head::TimerHead;
 use super::keys::{
     decode_list, decode_timer_key, decode_value, encode_list, encode_value, key_group,
-    map_entry_key, state_key, timer_key, timer_prefix,
+    map_entry_key, prefix_end, state_key, timer_key, timer_prefix,
 };
 
 /// Changes since the last snapshot: stored key → stored value (format byte included), or
@@ -120,6 +121,9 @@ pub struct OperatorState {
     active: Entries,
     active_bytes: usize,
     phase: Phase,
+    /// Per (timer state id, key group) this handle has scanned, the head of its timers
+    /// ([`TimerHead`]): the scans it answers do not read the store.
+    timer_heads: HashMap<(u8, u16), TimerHead>,
 }
 
 impl std::fmt::Debug for OperatorState {
@@ -152,6 +156,7 @@ impl OperatorState {
             active: Entries::new(),
             active_bytes: 0,
             phase: Phase::Open,
+            timer_heads: HashMap::new(),
         }
     }
 
@@ -319,6 +324,13 @@ impl OperatorState {
     }
 
     fn write(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        // A write under a key group's timers not made by [`TimerState`] (which keeps the
+        // head exact) leaves its head unknown.
+        if !self.timer_heads.is_empty() {
+            if let Some(&[hi, lo, id]) = key.get(..3) {
+                self.timer_heads.remove(&(id, u16::from_be_bytes([hi, lo])));
+            }
+        }
         let key_len = key.len();
         let new_len = value.as_ref().map_or(0, Vec::len);
         match self.active.insert(key, value) {
@@ -331,9 +343,11 @@ impl OperatorState {
         }
     }
 
-    /// Every stored entry under `prefix`, with both deltas laid over fjall.
+    /// Every stored entry under `prefix`, with both deltas laid over fjall. Fjall's read ends
+    /// at the prefix's end: the deleted keys after it (tombstones until a compaction drops
+    /// them, such as a join's expired rows) are never stepped over.
     fn scan(&self, prefix: &[u8]) -> Result<Entries> {
-        self.scan_until(prefix, prefix, None, |_| false)
+        self.scan_until(prefix, prefix, prefix_end(prefix).as_deref(), |_| false)
     }
 
     /// The stored entries under `prefix` from `start` on, before `end` (exclusive, if given)
@@ -410,7 +424,8 @@ impl OperatorState {
                 Some(k) if k.starts_with(&prefix) => [k, &[0]].concat(),
                 _ => prefix,
             };
-            let (n, stopped) = self.walk_merged(start..end, frozen, limit - looked, &mut out)?;
+            let range = (Bound::Included(start), Bound::Excluded(end));
+            let (n, stopped) = self.walk_merged(range, frozen, limit - looked, &mut out)?;
             looked += n;
             if stopped.is_some() {
                 return Ok(ScanStep {
@@ -430,7 +445,7 @@ impl OperatorState {
     /// many were, and the last one when the budget ran out first.
     fn walk_merged(
         &self,
-        range: Range<Vec<u8>>,
+        range: (Bound<Vec<u8>>, Bound<Vec<u8>>),
         frozen: &Entries,
         budget: usize,
         out: &mut Vec<(Vec<u8>, Vec<u8>)>,
@@ -487,6 +502,41 @@ impl OperatorState {
                 return Ok((looked, Some(key)));
             }
         }
+    }
+
+    /// The first `n` live stored keys from `start` on, before `end` (fjall's and both deltas'
+    /// merged), and whether they are all there are.
+    ///
+    /// # Errors
+    /// A fjall read error, or a stored value with an unknown format byte.
+    fn first_live_in(&self, start: &[u8], end: &[u8], n: usize) -> Result<(Vec<Vec<u8>>, bool)> {
+        let no_flight = Entries::new();
+        let frozen = match &self.phase {
+            Phase::InFlight(f) => &f.entries,
+            Phase::Open => &no_flight,
+        };
+        let mut live = Vec::new();
+        let mut start = start.to_vec();
+        loop {
+            let range = (Bound::Included(start), Bound::Excluded(end.to_vec()));
+            let (_, stopped) = self.walk_merged(range, frozen, n, &mut live)?;
+            if live.len() >= n {
+                live.truncate(n);
+                return Ok((live.into_iter().map(|(k, _)| k).collect(), false));
+            }
+            match stopped {
+                // `n` keys looked at, some of them deleted: go on after the last.
+                Some(last) => start = [last.as_slice(), &[0]].concat(),
+                None => return Ok((live.into_iter().map(|(k, _)| k).collect(), true)),
+            }
+        }
+    }
+
+    /// How many timers a key group's head holds: a few thousand over all the handle's key
+    /// groups, at least 8 and at most 256 each.
+    fn head_size(&self) -> usize {
+        let groups = usize::from(self.groups.end.saturating_sub(self.groups.start)).max(1);
+        (8192 / groups).clamp(8, 256)
     }
 
     /// Writes user bytes `value` (`None`: deletes) under a stored key one of this handle's
@@ -693,14 +743,24 @@ impl TimerState {
 
     /// Registers a timer for `key` at `time` (ms); registering it twice keeps one.
     pub fn register(&self, op: &mut OperatorState, key: &[u8], time: i64) {
-        let k = timer_key(op.key_group(key), self.id, time, key);
-        op.write(k, Some(encode_value(&[])));
+        let kg = op.key_group(key);
+        let head = op.timer_heads.remove(&(self.id, kg));
+        op.write(timer_key(kg, self.id, time, key), Some(encode_value(&[])));
+        if let Some(mut head) = head {
+            head.registered(time, key);
+            op.timer_heads.insert((self.id, kg), head);
+        }
     }
 
     /// Deletes the timer for `key` at `time` (fired or no longer needed).
     pub fn delete(&self, op: &mut OperatorState, key: &[u8], time: i64) {
-        let k = timer_key(op.key_group(key), self.id, time, key);
-        op.write(k, None);
+        let kg = op.key_group(key);
+        let head = op.timer_heads.remove(&(self.id, kg));
+        op.write(timer_key(kg, self.id, time, key), None);
+        if let Some(mut head) = head {
+            head.deleted(time, key);
+            op.timer_heads.insert((self.id, kg), head);
+        }
     }
 
     /// The timers of key group `kg` at or before `up_to`, ordered by time, then key: one key
@@ -711,7 +771,7 @@ impl TimerState {
     /// A fjall read error, or a corrupt timer key.
     pub fn due_in_group(
         &self,
-        op: &OperatorState,
+        op: &mut OperatorState,
         kg: u16,
         up_to: i64,
     ) -> Result<Vec<(i64, Vec<u8>)>> {
@@ -723,15 +783,27 @@ impl TimerState {
     /// watermark, scans from there, and the deleted timers before it (tombstones until the
     /// store compacts them) are never visited again.
     ///
+    /// After reading the store, a scan reads on to the key group's next live timers and the
+    /// handle keeps them ([`TimerHead`]): later calls it answers (`after` at or past this
+    /// call's `up_to`, `up_to` within what it holds) do not read the store, so an operator
+    /// that asks on every watermark reads it about once per head's worth of timers.
+    ///
     /// # Errors
     /// A fjall read error, or a corrupt timer key.
     pub fn due_in_group_after(
         &self,
-        op: &OperatorState,
+        op: &mut OperatorState,
         kg: u16,
         after: Option<i64>,
         up_to: i64,
     ) -> Result<Vec<(i64, Vec<u8>)>> {
+        if let Some(due) = op
+            .timer_heads
+            .get(&(self.id, kg))
+            .and_then(|head| head.answer(after, up_to))
+        {
+            return Ok(due);
+        }
         let prefix = timer_prefix(kg, self.id);
         let start = match after.and_then(|a| a.checked_add(1)) {
             Some(from) => timer_key(kg, self.id, from, &[]),
@@ -740,14 +812,29 @@ impl TimerState {
         };
         let past = |k: &[u8]| decode_timer_key(k).is_none_or(|(t, _)| t > up_to);
         let end = up_to.checked_add(1).map(|e| timer_key(kg, self.id, e, &[]));
+        let decode = |k: &[u8]| -> Result<(i64, Vec<u8>)> {
+            let (time, key) = decode_timer_key(k)
+                .ok_or_else(|| op.corrupt("a timer key too short for its time"))?;
+            Ok((time, key.to_vec()))
+        };
         let mut out = Vec::new();
         for (k, v) in op.scan_until(&prefix, &start, end.as_deref(), past)? {
-            if v.is_none() {
-                continue;
+            if v.is_some() {
+                out.push(decode(&k)?);
             }
-            let (time, key) = decode_timer_key(&k)
-                .ok_or_else(|| op.corrupt("a timer key too short for its time"))?;
-            out.push((time, key.to_vec()));
+        }
+        let next = match (&end, prefix_end(&prefix)) {
+            (Some(end), Some(group_end)) => {
+                let (keys, complete) = op.first_live_in(end, &group_end, op.head_size())?;
+                let next = keys.iter().map(|k| decode(k)).collect::<Result<Vec<_>>>()?;
+                Some(TimerHead::after_scan(up_to, next, complete))
+            }
+            (None, _) => Some(TimerHead::after_scan(up_to, Vec::new(), true)),
+            // A prefix of 0xFF bytes only (key group 65535): no head.
+            (Some(_), None) => None,
+        };
+        if let Some(head) = next {
+            op.timer_heads.insert((self.id, kg), head);
         }
         Ok(out)
     }
@@ -757,7 +844,7 @@ impl TimerState {
     ///
     /// # Errors
     /// A fjall read error, or a corrupt timer key.
-    pub fn due(&self, op: &OperatorState, up_to: i64) -> Result<Vec<(i64, Vec<u8>)>> {
+    pub fn due(&self, op: &mut OperatorState, up_to: i64) -> Result<Vec<(i64, Vec<u8>)>> {
         let mut out = Vec::new();
         for kg in op.groups.clone() {
             for (time, key) in self.due_in_group(op, kg, up_to)? {

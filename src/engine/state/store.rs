@@ -485,11 +485,18 @@ impl StateStore {
                 batch.remove(&self.meta, checkpoint_key(id));
             }
         }
-        for guard in self.undo.range(..undo_floor.to_be_bytes().to_vec()) {
-            let key = guard.key().map_err(|e| fjall_error(&self.dir, e))?;
-            batch.remove(&self.undo, key);
+        // The images below the last floor went in the batch that raised it: the read starts
+        // there, not over their tombstones (until a compaction drops them, one per key written
+        // in every checkpoint since).
+        let last_floor = self.read_u64(UNDO_FLOOR_KEY)?.unwrap_or(0);
+        if last_floor < undo_floor {
+            let gone = last_floor.to_be_bytes().to_vec()..undo_floor.to_be_bytes().to_vec();
+            for guard in self.undo.range(gone) {
+                let key = guard.key().map_err(|e| fjall_error(&self.dir, e))?;
+                batch.remove(&self.undo, key);
+            }
         }
-        let floor = self.read_u64(UNDO_FLOOR_KEY)?.unwrap_or(0).max(undo_floor);
+        let floor = last_floor.max(undo_floor);
         batch.insert(&self.meta, UNDO_FLOOR_KEY, floor.to_be_bytes());
         self.commit(batch)?;
         self.latest = n;

@@ -736,7 +736,7 @@ fn timers_fire_in_time_order_across_key_groups_and_survive_a_checkpoint() {
     }
     let (store, _) = open(dir.path(), 2, RestoreFrom::Latest).expect("reopen");
     let mut op = store.operator("counts").expect("op");
-    let due = WINDOWS.due(&op, 3_000).expect("due");
+    let due = WINDOWS.due(&mut op, 3_000).expect("due");
     let want: Vec<(i64, Vec<u8>)> = vec![
         (-1_000, b"foobar".to_vec()),
         (2_000, b"abc".to_vec()),
@@ -748,14 +748,14 @@ fn timers_fire_in_time_order_across_key_groups_and_survive_a_checkpoint() {
     WINDOWS.delete(&mut op, b"abc", 2_000);
     WINDOWS.register(&mut op, b"late", 2_500);
     assert_eq!(
-        WINDOWS.due(&op, 2_999).expect("due"),
+        WINDOWS.due(&mut op, 2_999).expect("due"),
         vec![
             (-1_000, b"foobar".to_vec()),
             (2_000, b"foobar".to_vec()),
             (2_500, b"late".to_vec()),
         ]
     );
-    assert_eq!(WINDOWS.due(&op, i64::MAX).expect("due").len(), 5);
+    assert_eq!(WINDOWS.due(&mut op, i64::MAX).expect("due").len(), 5);
     // A key group's timers after a bound, up to another: stored and unpersisted alike.
     let kg = op.key_group(b"abc");
     WINDOWS.register(&mut op, b"abc", 4_000);
@@ -771,7 +771,7 @@ fn timers_fire_in_time_order_across_key_groups_and_survive_a_checkpoint() {
     ];
     for (after, up_to, want) in cases {
         let got: Vec<i64> = WINDOWS
-            .due_in_group_after(&op, kg, after, up_to)
+            .due_in_group_after(&mut op, kg, after, up_to)
             .expect("due")
             .into_iter()
             .map(|(t, _)| t)
@@ -813,13 +813,13 @@ fn subtasks_on_key_group_ranges_merge_their_deltas_and_scan_only_their_timers() 
             .expect("persist");
     }
     let (store, _) = open(dir.path(), 2, RestoreFrom::Latest).expect("reopen");
-    let low = store.operator("counts").expect("op").for_key_groups(0..64);
-    let high = store
+    let mut low = store.operator("counts").expect("op").for_key_groups(0..64);
+    let mut high = store
         .operator("counts")
         .expect("op")
         .for_key_groups(64..128);
-    let all = store.operator("counts").expect("op");
-    let due = |op: &OperatorState| -> Vec<Vec<u8>> {
+    let mut all = store.operator("counts").expect("op");
+    let due = |op: &mut OperatorState| -> Vec<Vec<u8>> {
         WINDOWS
             .due(op, i64::MAX)
             .expect("due")
@@ -827,9 +827,9 @@ fn subtasks_on_key_group_ranges_merge_their_deltas_and_scan_only_their_timers() 
             .map(|(_, k)| k)
             .collect()
     };
-    assert_eq!(due(&low), vec![b"foobar".to_vec(), b"abc".to_vec()]);
-    assert_eq!(due(&high), vec![b"21".to_vec()]);
-    assert_eq!(due(&all).len(), 3);
+    assert_eq!(due(&mut low), vec![b"foobar".to_vec(), b"abc".to_vec()]);
+    assert_eq!(due(&mut high), vec![b"21".to_vec()]);
+    assert_eq!(due(&mut all).len(), 3);
     assert_eq!(
         COUNT.get_in_group(&low, 0, b"watermark").expect("read"),
         Some(b"5".to_vec())
@@ -949,5 +949,115 @@ fn a_scan_a_few_entries_at_a_time_sees_every_live_entry_once_across_fjall_and_th
         }
         assert_eq!(seen, expected, "limit {limit}");
         assert!(scans >= ours.len() / limit, "limit {limit}: {scans} scans");
+    }
+}
+
+/// The timer heads a handle keeps (the scans they answer do not read the store) answer what
+/// the store would, through registrations below and above the watermark, deletions, writes of
+/// timer keys not made by the timer state, and checkpoints completed and cancelled: a model
+/// of the live timers is compared with every scan, at random (the seed in every failure).
+#[test]
+fn timer_scans_answer_like_a_model_of_the_live_timers() {
+    use std::collections::BTreeSet;
+    for seed in 1..=6u64 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut store, _) = open(dir.path(), 2, RestoreFrom::Fresh).expect("fresh");
+        let mut op = store.operator("counts").expect("op");
+        let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut below = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n.max(1)
+        };
+        // Keys of two key groups: a group's head (64 timers with 128 groups) runs out often.
+        let kg_of = |k: &[u8]| key_group(k, 128);
+        let groups = [kg_of(b"k0"), kg_of(b"k1")];
+        let keys: Vec<Vec<u8>> = (0..5_000)
+            .map(|i| format!("k{i}").into_bytes())
+            .filter(|k| groups.contains(&kg_of(k)))
+            .take(300)
+            .collect();
+        let mut live: BTreeSet<(u16, i64, Vec<u8>)> = BTreeSet::new();
+        let (mut w, mut next_checkpoint, mut in_flight) = (0i64, 1u64, None::<FrozenDelta>);
+        for step in 0..4_000 {
+            let key = keys[below(keys.len() as u64) as usize].clone();
+            let kg = kg_of(&key);
+            let why = format!("seed {seed}, step {step}, watermark {w}");
+            match below(100) {
+                0..=44 => {
+                    // Mostly after the watermark; some at or below it (not due from here on).
+                    let t = w - 200 + below(4_000) as i64;
+                    WINDOWS.register(&mut op, &key, t);
+                    live.insert((kg, t, key));
+                }
+                45..=59 => {
+                    let nth = below(live.len() as u64) as usize;
+                    if let Some((kg, t, key)) = live.iter().nth(nth).cloned() {
+                        WINDOWS.delete(&mut op, &key, t);
+                        live.remove(&(kg, t, key));
+                    }
+                }
+                60..=64 => {
+                    // A timer key written as a stored key (as a state-wide rewrite does).
+                    let t = w + below(3_000) as i64;
+                    let stored = super::keys::timer_key(kg, 3, t, &key);
+                    if below(2) == 0 {
+                        op.put_stored(stored, Some(Vec::new()));
+                        live.insert((kg, t, key));
+                    } else {
+                        op.put_stored(stored, None);
+                        live.remove(&(kg, t, key));
+                    }
+                }
+                65..=69 => match in_flight.take() {
+                    None => {
+                        in_flight = Some(op.snapshot(next_checkpoint).expect("snapshot"));
+                        next_checkpoint += 1;
+                    }
+                    Some(delta) if below(3) == 0 => {
+                        op.cancel(delta.checkpoint()).expect("cancel");
+                    }
+                    Some(delta) => {
+                        let n = delta.checkpoint();
+                        store
+                            .persist(n, &[delta], position(n as i64), Vec::new())
+                            .expect("persist");
+                        op.complete(n).expect("complete");
+                    }
+                },
+                70..=94 => {
+                    // The watermark advances: each group's timers in (w, w'] fire and go.
+                    let to = w + below(400) as i64;
+                    for kg in groups {
+                        let got = WINDOWS
+                            .due_in_group_after(&mut op, kg, Some(w), to)
+                            .expect("due");
+                        let want: Vec<(i64, Vec<u8>)> = live
+                            .iter()
+                            .filter(|(g, t, _)| *g == kg && *t > w && *t <= to)
+                            .map(|(_, t, k)| (*t, k.clone()))
+                            .collect();
+                        assert_eq!(got, want, "{why}: group {kg} in ({w}, {to}]");
+                        for (t, k) in got {
+                            WINDOWS.delete(&mut op, &k, t);
+                            live.remove(&(kg, t, k));
+                        }
+                    }
+                    w = to;
+                }
+                _ => {
+                    // A whole group's scan, from its first timer.
+                    let to = w + below(2_000) as i64 - 500;
+                    let got = WINDOWS.due_in_group(&mut op, kg, to).expect("due");
+                    let want: Vec<(i64, Vec<u8>)> = live
+                        .iter()
+                        .filter(|(g, t, _)| *g == kg && *t <= to)
+                        .map(|(_, t, k)| (*t, k.clone()))
+                        .collect();
+                    assert_eq!(got, want, "{why}: group {kg} up to {to}");
+                }
+            }
+        }
     }
 }

@@ -150,13 +150,13 @@ impl IntervalJoin {
     pub(crate) fn restore(
         bounds: Bounds,
         lateness: i64,
-        state: OperatorState,
+        mut state: OperatorState,
     ) -> Result<IntervalJoin, RuntimeError> {
         let (watermark, stored) = StoredWatermark::restore(&state, WATERMARK)?;
         let span = bounds.upper.saturating_sub(bounds.lower).saturating_add(lateness);
         let mut buckets = TimerBuckets::new((span / 8).max(1000));
         for kg in state.key_groups() {
-            for (time, _) in CLEANUP.due_in_group(&state, kg, i64::MAX)? {
+            for (time, _) in CLEANUP.due_in_group(&mut state, kg, i64::MAX)? {
                 buckets.register(kg, time);
             }
         }
@@ -191,10 +191,17 @@ impl IntervalJoin {
         }
         let (from, to) = self.bounds.partners(side, t);
         let other = side.other();
-        for (map_key, stored) in BUFFER.entries(&self.state, key)? {
-            let Some((s, time)) = decode_buffer_key(&map_key) else {
+        let map_key = buffer_key(side, t);
+        // The key's records kept at this side and time (one read of the key's buffer finds
+        // both them and the partners).
+        let mut records = Vec::new();
+        for (kept_at, stored) in BUFFER.entries(&self.state, key)? {
+            let Some((s, time)) = decode_buffer_key(&kept_at) else {
                 return Err(self.corrupt("a buffer key of another form"));
             };
+            if kept_at == map_key {
+                records = decode_list(&stored).ok_or_else(|| self.corrupt("a truncated list"))?;
+            }
             if s != other || time < from || time > to {
                 continue;
             }
@@ -215,11 +222,6 @@ impl IntervalJoin {
         if judged_by.is_some_and(|w| expiry <= w) {
             return Ok(Added::Joined);
         }
-        let map_key = buffer_key(side, t);
-        let mut records = match BUFFER.get(&self.state, key, &map_key)? {
-            Some(bytes) => decode_list(&bytes).ok_or_else(|| self.corrupt("a truncated list"))?,
-            None => Vec::new(),
-        };
         records.push(record.to_vec());
         BUFFER.insert(&mut self.state, key, &map_key, &encode_list(&records));
         CLEANUP.register(&mut self.state, key, expiry);
@@ -241,7 +243,7 @@ impl IntervalJoin {
         self.buckets.scanned(w);
         let from = self.scanned_to.replace(w);
         for kg in groups {
-            for (at, key) in CLEANUP.due_in_group_after(&self.state, kg, from, w)? {
+            for (at, key) in CLEANUP.due_in_group_after(&mut self.state, kg, from, w)? {
                 CLEANUP.delete(&mut self.state, &key, at);
                 self.expire(&key, w)?;
             }

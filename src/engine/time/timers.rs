@@ -25,7 +25,7 @@ impl TimerService {
     /// # Errors
     /// The store failed.
     pub(crate) fn restore(
-        state: &OperatorState,
+        state: &mut OperatorState,
         timers: TimerState,
     ) -> Result<TimerService, RuntimeError> {
         let queue = timers.due(state, i64::MAX)?.into_iter().collect();

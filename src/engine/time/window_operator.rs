@@ -128,7 +128,7 @@ impl<F: WindowFunction> WindowOperator<F> {
         kind: WindowKind,
         lateness: i64,
         name: impl Into<String>,
-        state: OperatorState,
+        mut state: OperatorState,
     ) -> Result<WindowOperator<F>, RuntimeError> {
         let (watermark, stored) = StoredWatermark::restore(&state, WATERMARK)?;
         let buckets = match kind {
@@ -136,7 +136,7 @@ impl<F: WindowFunction> WindowOperator<F> {
                 let mut buckets = TimerBuckets::for_gap(gap);
                 for kg in state.key_groups() {
                     for timers in [FIRE, CLEANUP] {
-                        for (time, _) in timers.due_in_group(&state, kg, i64::MAX)? {
+                        for (time, _) in timers.due_in_group(&mut state, kg, i64::MAX)? {
                             buckets.register(kg, time);
                         }
                     }
@@ -411,7 +411,7 @@ impl<F: WindowFunction> WindowOperator<F> {
             return self.fire_sessions(kg, (from, w), fired);
         }
         let (size, _) = self.kind.size_and_slide();
-        for (end, key) in FIRE.due_in_group_after(&self.state, kg, from, w)? {
+        for (end, key) in FIRE.due_in_group_after(&mut self.state, kg, from, w)? {
             FIRE.delete(&mut self.state, &key, end);
             let window = Window {
                 start: end - size,
@@ -420,7 +420,7 @@ impl<F: WindowFunction> WindowOperator<F> {
             let acc = self.accumulator(&key, window)?;
             fired.push(Fired { key, window, acc });
         }
-        for (at, key) in CLEANUP.due_in_group_after(&self.state, kg, from, w)? {
+        for (at, key) in CLEANUP.due_in_group_after(&mut self.state, kg, from, w)? {
             CLEANUP.delete(&mut self.state, &key, at);
             let start = at - self.lateness - size;
             ACCUMULATORS.remove(&mut self.state, &key, &start_key(start));
@@ -435,7 +435,7 @@ impl<F: WindowFunction> WindowOperator<F> {
         (from, w): (Option<i64>, i64),
         fired: &mut Vec<Fired<F::Acc>>,
     ) -> Result<(), RuntimeError> {
-        for (end, key) in FIRE.due_in_group_after(&self.state, kg, from, w)? {
+        for (end, key) in FIRE.due_in_group_after(&mut self.state, kg, from, w)? {
             FIRE.delete(&mut self.state, &key, end);
             let ending = self.sessions(&key)?.into_iter().find(|(w, _)| w.end == end);
             if let Some((window, bytes)) = ending {
@@ -446,7 +446,7 @@ impl<F: WindowFunction> WindowOperator<F> {
         // A cleanup drops every session of its key past end + lateness (not only the one
         // whose end it was set for): a session is found by what it is, not by the lateness
         // its timer was computed with.
-        for (at, key) in CLEANUP.due_in_group_after(&self.state, kg, from, w)? {
+        for (at, key) in CLEANUP.due_in_group_after(&mut self.state, kg, from, w)? {
             CLEANUP.delete(&mut self.state, &key, at);
             let (expired, kept): (Sessions, Sessions) = self
                 .sessions(&key)?

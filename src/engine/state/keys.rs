@@ -217,7 +217,8 @@ mod tests {
     #[test]
     fn a_prefix_ends_at_the_first_key_past_all_of_its_keys() {
         #[rustfmt::skip]
-        let cases: Vec<(&str, &[u8], Option<&[u8]>)> = vec![
+        type Case = (&'static str, &'static [u8], Option<&'static [u8]>);
+        let cases: Vec<Case> = vec![
             ("the last byte goes up one", &[0, 1, 2], Some(&[0, 1, 3])),
             ("trailing 0xFF bytes carry into the byte before", &[0, 1, 0xFF, 0xFF], Some(&[0, 2])),
             ("all 0xFF: every key after it starts with it", &[0xFF, 0xFF], None),

@@ -485,9 +485,17 @@ impl StateStore {
                 batch.remove(&self.meta, checkpoint_key(id));
             }
         }
-        // The images below the last floor went in the batch that raised it: the read starts
-        // there, not over their tombstones (until a compaction drops them, one per key written
-        // in every checkpoint since).
+        self.drop_undo_below(undo_floor, &mut batch)?;
+        self.commit(batch)?;
+        self.latest = n;
+        Ok(u64::try_from(bytes).unwrap_or(u64::MAX))
+    }
+
+    /// Tombstones the undo images of the checkpoints below `undo_floor` and raises the stored
+    /// floor to it, in `batch`. The images below the last floor went in the batch that raised
+    /// it: the read starts there, not over their tombstones (until a compaction drops them, one
+    /// per key written in every checkpoint since).
+    fn drop_undo_below(&self, undo_floor: u64, batch: &mut fjall::OwnedWriteBatch) -> Result<()> {
         let last_floor = self.read_u64(UNDO_FLOOR_KEY)?.unwrap_or(0);
         if last_floor < undo_floor {
             let gone = last_floor.to_be_bytes().to_vec()..undo_floor.to_be_bytes().to_vec();
@@ -498,9 +506,7 @@ impl StateStore {
         }
         let floor = last_floor.max(undo_floor);
         batch.insert(&self.meta, UNDO_FLOOR_KEY, floor.to_be_bytes());
-        self.commit(batch)?;
-        self.latest = n;
-        Ok(u64::try_from(bytes).unwrap_or(u64::MAX))
+        Ok(())
     }
 
     /// Rewrites checkpoint `n`'s list of unresolved committables (fsynced), once commits are

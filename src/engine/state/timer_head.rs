@@ -90,9 +90,10 @@ mod tests {
     fn a_head_answers_only_what_it_knows_all_of() {
         let partial = TimerHead::after_scan(100, timers(&[150, 200, 300]), false);
         let complete = TimerHead::after_scan(100, timers(&[150, 200, 300]), true);
-        // (name, head, after, up to, answer)
+        /// (name, head, after, up to, answer)
+        type Case<'a> = (&'a str, &'a TimerHead, Option<i64>, i64, Option<&'a [i64]>);
         #[rustfmt::skip]
-        let cases: Vec<(&str, &TimerHead, Option<i64>, i64, Option<&[i64]>)> = vec![
+        let cases: Vec<Case> = vec![
             ("nothing due yet", &partial, Some(100), 149, Some(&[])),
             ("the first ones due", &partial, Some(100), 250, Some(&[150, 200])),
             ("a later question skips what it is past", &partial, Some(160), 250, Some(&[200])),

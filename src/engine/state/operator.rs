@@ -532,6 +532,23 @@ impl OperatorState {
         }
     }
 
+    /// Writes (`live`) or deletes the timer of state `id` for `key` at `time`, keeping its key
+    /// group's head exact (any other write under the timer prefix drops the head).
+    fn write_timer(&mut self, id: u8, key: &[u8], time: i64, live: bool) {
+        let kg = self.key_group(key);
+        let head = self.timer_heads.remove(&(id, kg));
+        let value = live.then(|| encode_value(&[]));
+        self.write(timer_key(kg, id, time, key), value);
+        if let Some(mut head) = head {
+            if live {
+                head.registered(time, key);
+            } else {
+                head.deleted(time, key);
+            }
+            self.timer_heads.insert((id, kg), head);
+        }
+    }
+
     /// How many timers a key group's head holds: a few thousand over all the handle's key
     /// groups, at least 8 and at most 256 each.
     fn head_size(&self) -> usize {
@@ -743,24 +760,12 @@ impl TimerState {
 
     /// Registers a timer for `key` at `time` (ms); registering it twice keeps one.
     pub fn register(&self, op: &mut OperatorState, key: &[u8], time: i64) {
-        let kg = op.key_group(key);
-        let head = op.timer_heads.remove(&(self.id, kg));
-        op.write(timer_key(kg, self.id, time, key), Some(encode_value(&[])));
-        if let Some(mut head) = head {
-            head.registered(time, key);
-            op.timer_heads.insert((self.id, kg), head);
-        }
+        op.write_timer(self.id, key, time, true);
     }
 
     /// Deletes the timer for `key` at `time` (fired or no longer needed).
     pub fn delete(&self, op: &mut OperatorState, key: &[u8], time: i64) {
-        let kg = op.key_group(key);
-        let head = op.timer_heads.remove(&(self.id, kg));
-        op.write(timer_key(kg, self.id, time, key), None);
-        if let Some(mut head) = head {
-            head.deleted(time, key);
-            op.timer_heads.insert((self.id, kg), head);
-        }
+        op.write_timer(self.id, key, time, false);
     }
 
     /// The timers of key group `kg` at or before `up_to`, ordered by time, then key: one key
